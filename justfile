@@ -1,0 +1,34 @@
+# tether's tasks. `uv run just <recipe>`; `just --list` shows them all.
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+default: test
+
+# install everything the project needs (from uv.lock)
+setup:
+    uv sync --locked --all-extras
+
+# the main job: a local gateway, a bridge and the demo agent, end to end
+demo *ARGS:
+    uv run tether demo {{ARGS}}
+
+# lint, types, then the whole test suite (notebooks included)
+test: lint
+    uv run pytest
+
+# ruff (lint + format check) and mypy --strict
+lint:
+    uv run ruff check .
+    uv run ruff format --check .
+    uv run mypy
+
+# format the code in place
+fmt:
+    uv run ruff format .
+    uv run ruff check --fix .
+
+# every benchmark; each prints ratios measured in one run
+bench:
+    for b in benchmarks/*.py; do echo "== $b"; uv run python "$b"; done
+
+# what CI runs
+ci: setup test

@@ -1,0 +1,20 @@
+"""tether: a Trio structured-concurrency runtime for agent services.
+
+Nothing is fire-and-forget: every task has an owning scope, every uncaught error surfaces, and
+the task registry mirrors live tasks by identity.
+"""
+
+from ._background import BackgroundScope as BackgroundScope
+from ._background import ScopeClosed as ScopeClosed
+from ._owner import current_owner as current_owner
+from ._owner import owned_by as owned_by
+from ._owner import start_soon_owned as start_soon_owned
+from ._registry import ALL_KINDS as ALL_KINDS
+from ._registry import TaskInfo as TaskInfo
+from ._registry import TaskKind as TaskKind
+from ._registry import TaskRegistry as TaskRegistry
+from ._runtime import Runtime as Runtime
+from ._runtime import current_runtime as current_runtime
+from ._runtime import open_runtime as open_runtime
+
+__version__ = "0.1.0"

@@ -1,0 +1,55 @@
+"""The `tether` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+EPILOG = """exit codes:
+  0  success
+  1  a runtime error (one line on stderr says what)
+  2  bad usage or bad configuration
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tether",
+        description="tether: a Trio runtime for agent services, and its bundled bridge.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = sub.add_parser(
+        "demo",
+        help="run the bundled demo",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    demo.add_argument("--seconds", type=float, default=1.5, help="how long the demo runs")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            from .examples.live_tree import run_demo
+
+            run_demo(seconds=args.seconds)
+            return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # the CLI's contract: one clear line, never a traceback
+        print(f"tether: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""TaskRegistry: a Trio instrument that mirrors the live tasks by identity.
+
+Why identity: a registry keyed by task *name* under-reports as soon as two live tasks share a
+name (the second insert evicts the first, the first to finish deletes the survivor's entry).
+Here the key is the ``trio.lowlevel.Task`` object itself; the name is only a label. The hooks
+are kept to a dict insert and a context-variable read so the registry can stay on in
+production (see ``benchmarks/registry_overhead.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Literal
+
+import attrs
+import trio
+
+from ._owner import OWNER
+
+log = logging.getLogger("tether.registry")
+
+TaskKind = Literal["user", "system", "harness"]
+USER_ONLY: frozenset[TaskKind] = frozenset({"user"})
+ALL_KINDS: frozenset[TaskKind] = frozenset({"user", "system", "harness"})
+
+# pytest-trio runs each test as `trio.run(_bootstrap_fixtures_and_run_test)` and starts the test
+# and its fixtures as tasks named `<test 'name'>` / `<fixture 'name'>`.
+_HARNESS_MAIN = "_bootstrap_fixtures_and_run_test"
+_HARNESS_PREFIXES = ("<test ", "<fixture ")
+
+
+@attrs.frozen
+class TaskInfo:
+    """A snapshot of one live task. ``parent`` is the parent task's name (a label)."""
+
+    name: str
+    owner: str | None
+    kind: TaskKind
+    started_at: float
+    parent: str | None
+    task_id: int
+
+
+@attrs.define(eq=False)
+class TaskRegistry(trio.abc.Instrument):
+    """Every live task, keyed by its ``trio.lowlevel.Task`` object.
+
+    Install it with ``trio.lowlevel.add_instrument(registry)`` (``open_runtime`` does), or pass
+    it to ``trio.run(..., instruments=[registry])``. Queries count ``user`` tasks by default:
+    Trio's own tasks (``system``) and pytest-trio's test and fixture tasks (``harness``) are
+    left out unless asked for with ``kinds=ALL_KINDS``.
+    """
+
+    clock: Callable[[], float] = time.monotonic
+    _live: dict[trio.lowlevel.Task, tuple[str | None, float]] = attrs.field(
+        init=False, factory=dict
+    )
+    hook_errors: int = attrs.field(init=False, default=0)
+    spawned_total: int = attrs.field(init=False, default=0)
+
+    # -- hooks: guarded, because Trio silently removes an instrument whose hook raises --------
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        try:
+            self._live[task] = (task.context.get(OWNER), self.clock())
+            self.spawned_total += 1
+        except BaseException:  # pragma: no cover - defensive: the hook must never raise
+            self._hook_failed("task_spawned")
+
+    def task_exited(self, task: trio.lowlevel.Task) -> None:
+        try:
+            self._live.pop(task, None)
+        except BaseException:  # pragma: no cover - defensive: the hook must never raise
+            self._hook_failed("task_exited")
+
+    def _hook_failed(self, hook: str) -> None:
+        self.hook_errors += 1
+        try:
+            log.exception("TaskRegistry.%s failed; the registry stays installed", hook)
+        except BaseException:  # logging itself failed: nothing else is safe
+            pass
+
+    # -- adoption: tasks that were alive before the instrument was installed -----------------
+
+    def adopt_running(self) -> int:
+        """Register the tasks that were already alive when the registry was installed.
+
+        Call it from inside ``trio.run`` right after ``add_instrument``; returns how many tasks
+        it added. Their ``started_at`` is the adoption time.
+        """
+        now = self.clock()
+        added = 0
+        stack = [trio.lowlevel.current_root_task()]
+        while stack:
+            task = stack.pop()
+            if task is None:
+                continue
+            if task not in self._live:
+                self._live[task] = (task.context.get(OWNER), now)
+                added += 1
+            for nursery in task.child_nurseries:
+                stack.extend(nursery.child_tasks)
+        return added
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def current_tasks(self, *, kinds: Iterable[TaskKind] = USER_ONLY) -> list[trio.lowlevel.Task]:
+        """Exactly the live tasks of the given kinds (user tasks by default)."""
+        wanted = frozenset(kinds)
+        if wanted == ALL_KINDS:
+            return list(self._live)
+        classify = _Classifier()
+        return [t for t in list(self._live) if classify(t) in wanted]
+
+    def find(self, name: str, *, kinds: Iterable[TaskKind] = USER_ONLY) -> list[trio.lowlevel.Task]:
+        """Every live task labelled ``name`` (a name may be shared by many tasks)."""
+        return [t for t in self.current_tasks(kinds=kinds) if t.name == name]
+
+    def owned_by(self, owner: str) -> list[trio.lowlevel.Task]:
+        """Every live task whose owner label is ``owner``."""
+        return [t for t, (o, _) in list(self._live.items()) if o == owner]
+
+    def owner_of(self, task: trio.lowlevel.Task) -> str | None:
+        entry = self._live.get(task)
+        return None if entry is None else entry[0]
+
+    def is_live(self, task: trio.lowlevel.Task) -> bool:
+        return task in self._live
+
+    def count(self, *, kinds: Iterable[TaskKind] = USER_ONLY) -> int:
+        return len(self.current_tasks(kinds=kinds))
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __contains__(self, task: object) -> bool:
+        return task in self._live
+
+    def snapshot(self, *, kinds: Iterable[TaskKind] = USER_ONLY) -> list[TaskInfo]:
+        """Frozen records of the live tasks, oldest first."""
+        wanted = frozenset(kinds)
+        classify = _Classifier()
+        infos = []
+        for task, (owner, started) in list(self._live.items()):
+            kind = classify(task)
+            if kind not in wanted:
+                continue
+            parent = _parent(task)
+            infos.append(
+                TaskInfo(
+                    name=task.name,
+                    owner=owner,
+                    kind=kind,
+                    started_at=started,
+                    parent=None if parent is None else parent.name,
+                    task_id=id(task),
+                )
+            )
+        infos.sort(key=lambda i: i.started_at)
+        return infos
+
+    def render_tree(
+        self, *, kinds: Iterable[TaskKind] = USER_ONLY, now: float | None = None
+    ) -> str:
+        """The live task tree as text: one line per task with its owner and age.
+
+        Tasks whose parent is not shown (a filtered-out kind, e.g. the test harness) are drawn
+        as roots, so no live task is ever missing from the picture.
+        """
+        wanted = frozenset(kinds)
+        classify = _Classifier()
+        now = self.clock() if now is None else now
+        live = {t: e for t, e in list(self._live.items()) if classify(t) in wanted}
+        children: dict[trio.lowlevel.Task | None, list[trio.lowlevel.Task]] = {}
+        for task in live:
+            parent = _parent(task)
+            children.setdefault(parent if parent in live else None, []).append(task)
+        for kids in children.values():
+            kids.sort(key=lambda t: live[t][1])
+
+        lines = [f"{len(live)} live task{'s' if len(live) != 1 else ''}"]
+
+        def walk(task: trio.lowlevel.Task, prefix: str, last: bool) -> None:
+            owner, started = live[task]
+            branch = "└── " if last else "├── "
+            owner_txt = f" [{owner}]" if owner else ""
+            lines.append(f"{prefix}{branch}{task.name}{owner_txt}  {_age(now - started)}")
+            kids = children.get(task, [])
+            for i, kid in enumerate(kids):
+                walk(kid, prefix + ("    " if last else "│   "), i == len(kids) - 1)
+
+        roots = children.get(None, [])
+        for i, root in enumerate(roots):
+            walk(root, "", i == len(roots) - 1)
+        return "\n".join(lines)
+
+    def __iter__(self) -> Iterator[trio.lowlevel.Task]:
+        return iter(self.current_tasks())
+
+
+def _parent(task: trio.lowlevel.Task) -> trio.lowlevel.Task | None:
+    nursery = task.parent_nursery
+    return None if nursery is None else nursery.parent_task
+
+
+def _age(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    return f"{seconds / 60:.1f}m"
+
+
+class _Classifier:
+    """Sorts tasks into user / system / harness, memoising ancestors within one query.
+
+    A task's kind is decided by where it hangs in the tree: Trio's root task and its children
+    other than the main task are ``system`` (as is everything below them); pytest-trio's
+    bootstrap main task and its ``<test …>`` / ``<fixture …>`` tasks are ``harness``; the rest
+    is ``user``.
+    """
+
+    def __init__(self) -> None:
+        self._root = trio.lowlevel.current_root_task()
+        self._memo: dict[trio.lowlevel.Task, TaskKind] = {}
+
+    def __call__(self, task: trio.lowlevel.Task) -> TaskKind:
+        memo = self._memo
+        path: list[trio.lowlevel.Task] = []
+        kind: TaskKind | None = None
+        current: trio.lowlevel.Task | None = task
+        while current is not None:
+            known = memo.get(current)
+            if known is not None:
+                kind = known
+                break
+            if current is self._root:
+                kind = "system"
+                break
+            parent = _parent(current)
+            if parent is None or parent is self._root:
+                kind = self._top_level_kind(current, parent)
+                memo[current] = kind
+                break
+            path.append(current)
+            current = parent
+        if kind is None:
+            kind = "system"
+        # descendants inherit the ancestor's kind, except that pytest-trio's test and
+        # fixture tasks under the harness main are harness while *their* children are user
+        for t in reversed(path):
+            if kind == "harness" and not t.name.startswith(_HARNESS_PREFIXES):
+                kind = "user"
+            memo[t] = kind
+        return memo.get(task, kind)
+
+    def _top_level_kind(
+        self, task: trio.lowlevel.Task, parent: trio.lowlevel.Task | None
+    ) -> TaskKind:
+        if parent is None:
+            return "system"
+        if task.name.startswith("<") and task.name.endswith(">"):
+            return "system"
+        if task.name.endswith(_HARNESS_MAIN):
+            return "harness"
+        return "user" if _is_main(task) else "system"
+
+
+def _is_main(task: trio.lowlevel.Task) -> bool:
+    """Trio runs the main task alone in the root's last nursery; system tasks live elsewhere."""
+    root = trio.lowlevel.current_root_task()
+    if root is None or not root.child_nurseries:
+        return False
+    return task in root.child_nurseries[-1].child_tasks

@@ -1,0 +1,1 @@
+"""Runnable examples shipped with tether."""
