@@ -1,0 +1,55 @@
+"""The project's one cattrs converter: everything tether persists or sends goes through it.
+
+Strict on purpose: cattrs' default converter coerces silently (``"false"`` -> ``True``,
+``3.9`` -> ``3``), which turns a corrupt record into a wrong value instead of an error.
+Here a primitive must already have the declared type, unknown keys are refused, and errors
+are rendered readably with :func:`structure_error_message`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import cattrs
+
+T = TypeVar("T")
+
+converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _strict(kind: type[Any]) -> Any:
+    def hook(value: Any, _type: Any) -> Any:
+        # bool is a subclass of int: refuse it where an int or float is declared
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {kind.__name__}, got bool {value!r}")
+        if kind is float and isinstance(value, int):
+            return float(value)
+        if not isinstance(value, kind):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+        return value
+
+    return hook
+
+
+for _kind in (str, int, float, bool, bytes):
+    converter.register_structure_hook(_kind, _strict(_kind))
+
+
+def structure(data: Any, cls: type[T]) -> T:
+    """Structure ``data`` into ``cls`` or raise ``ValueError`` with a readable message."""
+    try:
+        return converter.structure(data, cls)
+    except Exception as exc:
+        raise ValueError(structure_error_message(exc, cls)) from exc
+
+
+def unstructure(obj: Any) -> Any:
+    return converter.unstructure(obj)
+
+
+def structure_error_message(exc: BaseException, cls: type[Any]) -> str:
+    if isinstance(exc, cattrs.BaseValidationError):
+        details = "; ".join(cattrs.transform_error(exc, path=cls.__name__))
+    else:
+        details = str(exc)
+    return f"invalid {cls.__name__}: {details}"
