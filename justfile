@@ -26,6 +26,10 @@ fmt:
     uv run ruff format .
     uv run ruff check --fix .
 
+# re-execute the notebooks in place (outputs kept for browsing)
+notebooks:
+    uv run python notebooks/execute.py notebooks/*.ipynb
+
 # every benchmark; each prints ratios measured in one run
 bench:
     for b in benchmarks/*.py; do echo "== $b"; uv run python "$b"; done
