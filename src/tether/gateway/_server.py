@@ -14,6 +14,7 @@ import hypercorn.config
 import hypercorn.trio
 import trio
 
+from .._util import open_nursery_unwrapped
 from ._app import AppLimits, GatewayApp
 from ._auth import TokenSource
 from ._store import GatewayStore
@@ -81,16 +82,19 @@ async def serve(
             clock=clock,
         )
         asgi_app: Any = app  # hypercorn's own ASGI types are narrower than a plain callable
-        async with trio.open_nursery() as nursery:
+        async with open_nursery_unwrapped() as nursery:
             stop = trio.Event()
-            binds = await nursery.start(
-                partial(
-                    hypercorn.trio.serve,
-                    asgi_app,
-                    _hypercorn_config(settings),
-                    shutdown_trigger=stop.wait,
+            try:
+                binds = await nursery.start(
+                    partial(
+                        hypercorn.trio.serve,
+                        asgi_app,
+                        _hypercorn_config(settings),
+                        shutdown_trigger=stop.wait,
+                    )
                 )
-            )
+            except BaseExceptionGroup as group:
+                raise _sole_error(group) from None
             port = int(binds[0].rsplit(":", 1)[1])
             log.info("gateway listening on %s (database %s)", binds[0], settings.db)
             task_status.started(port)
@@ -112,3 +116,11 @@ def _hypercorn_config(settings: GatewaySettings) -> hypercorn.config.Config:
     config.graceful_timeout = settings.graceful_timeout
     config.include_server_header = False
     return config
+
+
+def _sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one error inside nested groups (e.g. "address already in use"), else the group."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
