@@ -298,3 +298,27 @@ async def test_status_file_is_private_redacted_and_replaced_atomically(
     assert status_file.stat().st_mode & 0o777 == 0o600
     assert [p.name for p in status_file.parent.iterdir()] == ["status.json"]
     assert json.loads(status_file.read_text())["gateway"] == URL
+
+
+async def test_invalid_calls_fail_locally_before_any_request(
+    mock_clock: MockClock, token_path: Path
+) -> None:
+    fake = FakeGateway(lambda n, r: ok_tasks())
+    async with client_for(fake, token_path) as client:
+        with pytest.raises(ValueError, match="no_send=true"):
+            await client.post_result("t-1", "")
+        with pytest.raises(ValueError, match="not a valid task id"):
+            await client.ack("a/b")
+        with pytest.raises(ValueError, match=r"metadata\.worker"):
+            await client.post_result("t-1", "hi", worker="two words")
+    assert fake.calls == []
+
+
+async def test_a_gateway_under_a_path_prefix_is_reached_there(
+    mock_clock: MockClock, token_path: Path
+) -> None:
+    fake = FakeGateway(lambda n, r: ok_tasks())
+    transport = httpx.MockTransport(fake)
+    async with GatewayClient(f"{URL}/chat/", token_path, transport=transport) as client:
+        await client.poll_tasks(wait=0)
+    assert fake.calls[0].request.url.path == "/chat/v1/tasks"
