@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .gateway._command import add_gateway_parser, run_gateway
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -32,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     demo.add_argument("--seconds", type=float, default=1.5, help="how long the demo runs")
+    add_gateway_parser(sub, EPILOG)
     return parser
 
 
@@ -43,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             run_demo(seconds=args.seconds)
             return EXIT_OK
+        if args.command == "gateway":
+            return run_gateway(args)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the CLI's contract: one clear line, never a traceback

@@ -1,0 +1,446 @@
+"""``GatewayClient``: the bridge's end of gateway protocol v1, over httpx on Trio.
+
+What it promises its caller:
+
+- transient trouble (connection refused or reset, timeouts, 5xx, 408, 429) never surfaces:
+  the call waits and retries with exponential backoff and jitter, 1 s → 60 s, until it
+  succeeds or the caller cancels it;
+- an auth refusal (401/403) re-reads the token file once (the token may have been rotated)
+  and retries; refused again, it raises :class:`GatewayAuthError` with one clear line;
+- any other refusal (4xx) raises :class:`GatewayRequestError` with the gateway's reason;
+- optional endpoints (heartbeat) that the gateway does not have (404/405) are logged once
+  and not called again;
+- a status file (when configured) always says whether the gateway is reachable.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import random
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+import httpx
+import trio
+
+from .._converter import unstructure
+from ._backoff import Backoff
+from ._gateway_wire import (
+    PROTOCOL_VERSION,
+    AckRequest,
+    GatewayTask,
+    HeartbeatRequest,
+    ResultMetadata,
+    ResultReceipt,
+    ResultRequest,
+    check_label,
+    check_task_id,
+    parse_lenient,
+    parse_result,
+)
+from ._status_file import ConnectionStatus, StatusFile, utc_now_iso
+from ._token_file import TokenFileError, read_token
+
+log = logging.getLogger("tether.bridge.gateway")
+
+_TRANSIENT_STATUS = frozenset({408, 429})
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway client raises."""
+
+
+class GatewayAuthError(GatewayError):
+    """The gateway refused our token even after re-reading the token file. Fatal."""
+
+
+class GatewayRequestError(GatewayError):
+    """The gateway refused a request (4xx other than auth); retrying would not help."""
+
+    def __init__(self, status: int, detail: str, what: str) -> None:
+        self.status = status
+        self.detail = detail
+        super().__init__(f"gateway refused {what}: HTTP {status}: {detail}")
+
+
+class GatewayProtocolError(GatewayError):
+    """The gateway answered with something that is not protocol v1."""
+
+
+class GatewayUnavailable(GatewayError):
+    """A call made without retries (heartbeat) could not reach the gateway."""
+
+
+def _package_version() -> str | None:
+    try:
+        return importlib.metadata.version("tether")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+        return None
+
+
+@attrs.define(eq=False)
+class GatewayClient:
+    """A connection to one gateway. Use as ``async with GatewayClient(url, token_file) as c:``.
+
+    ``transport`` replaces the network (tests use ``httpx.MockTransport``); ``rng`` drives
+    the backoff jitter; ``status_file`` (optional) receives :class:`ConnectionStatus`.
+    """
+
+    base_url: str
+    token_file: Path
+    client_name: str = "tether-bridge"
+    status_file: Path | None = None
+    poll_wait: float = 30.0
+    poll_limit: int = 16
+    timeout_margin: float = 10.0
+    request_timeout: float = 30.0
+    backoff_initial: float = 1.0
+    backoff_maximum: float = 60.0
+    rng: random.Random = attrs.field(factory=random.Random)
+    transport: httpx.AsyncBaseTransport | None = None
+
+    heartbeat_supported: bool = attrs.field(default=True, init=False)
+    rejected_tasks: int = attrs.field(default=0, init=False)
+    _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
+    _token: str = attrs.field(default="", init=False)
+    _status: ConnectionStatus = attrs.field(init=False)
+    _status_writer: StatusFile | None = attrs.field(default=None, init=False)
+    _started_at: float = attrs.field(default=0.0, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"gateway url must start with http:// or https://: {self.base_url}")
+        check_label(self.client_name, "client name")
+        if not 0 <= self.poll_wait <= 300:
+            raise ValueError(f"poll_wait must be within 0-300 seconds, got {self.poll_wait}")
+        Backoff(self.backoff_initial, self.backoff_maximum)  # validates the bounds
+        self._status = ConnectionStatus(gateway=self.base_url, client=self.client_name)
+        if self.status_file is not None:
+            self._status_writer = StatusFile(self.status_file)
+
+    async def __aenter__(self) -> Self:
+        self._token = await self._read_token()
+        self._started_at = trio.current_time()
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            transport=self.transport,
+            timeout=self.request_timeout,
+            headers={"User-Agent": f"tether-gateway-client/{_package_version() or 'dev'}"},
+        )
+        await self._publish()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            with trio.CancelScope(shield=True):
+                await http.aclose()
+
+    @property
+    def status(self) -> ConnectionStatus:
+        return self._status
+
+    # -- protocol calls ----------------------------------------------------------------
+
+    async def poll_tasks(self, wait: float | None = None) -> list[GatewayTask]:
+        """Long-poll for tasks: returns as soon as some are ready, or ``[]`` after ``wait`` s.
+
+        Tasks with an id that breaks the id rule are logged, counted in ``rejected_tasks``
+        and left out: they could not be stored or acked safely.
+        """
+        wait = self.poll_wait if wait is None else wait
+        timeout = httpx.Timeout(self.request_timeout, read=wait + self.timeout_margin)
+        response = await self._request(
+            "GET",
+            "/v1/tasks",
+            what="the task poll",
+            params={"wait": _format_seconds(wait), "limit": str(self.poll_limit)},
+            http_timeout=timeout,
+        )
+        assert response is not None
+        data = _json_object(response, "GET /v1/tasks")
+        raw_tasks = data.get("tasks")
+        if not isinstance(raw_tasks, list):
+            raise GatewayProtocolError("GET /v1/tasks: the response has no 'tasks' array")
+        tasks = []
+        for raw in raw_tasks:
+            try:
+                task = parse_lenient(raw, GatewayTask)
+                check_task_id(task.id)
+            except ValueError as exc:
+                self.rejected_tasks += 1
+                log.warning("gateway sent a task this bridge cannot take, skipped: %s", exc)
+                continue
+            tasks.append(task)
+        return tasks
+
+    async def ack(self, task_id: str) -> None:
+        """Tell the gateway the task is durably ours. Call only after the commit."""
+        check_task_id(task_id)
+        payload = unstructure(AckRequest(id=task_id, durable=True))
+        await self._request(
+            "POST", f"/v1/tasks/{task_id}/ack", what=f"the ack of {task_id}", payload=payload
+        )
+
+    async def post_result(
+        self,
+        task_id: str,
+        body: str,
+        *,
+        no_send: bool = False,
+        worker: str | None = None,
+        attempt: int | None = None,
+    ) -> ResultReceipt:
+        """Deliver a task's result; safe to repeat (the gateway dedupes by task id).
+
+        ``no_send=True`` closes the task without a message to the user.
+        """
+        request = ResultRequest(
+            id=task_id,
+            body=body,
+            no_send=no_send,
+            metadata=ResultMetadata(worker=worker, attempt=attempt),
+        )
+        payload = unstructure(request)
+        parse_result(payload)  # the server's own checks, so a bad result fails here, clearly
+        response = await self._request(
+            "POST", "/v1/results", what=f"the result of {task_id}", payload=payload
+        )
+        assert response is not None
+        try:
+            return parse_lenient(_json_object(response, "POST /v1/results"), ResultReceipt)
+        except ValueError as exc:
+            raise GatewayProtocolError(f"POST /v1/results: {exc}") from None
+
+    async def heartbeat(self, inflight: int) -> bool:
+        """Send one heartbeat; False when the gateway has no heartbeat endpoint.
+
+        Not retried: a missed heartbeat is replaced by the next one. Raises
+        :class:`GatewayUnavailable` when the gateway cannot be reached.
+        """
+        if not self.heartbeat_supported:
+            return False
+        beat = HeartbeatRequest(
+            client=self.client_name,
+            protocol_version=PROTOCOL_VERSION,
+            inflight=inflight,
+            version=_package_version(),
+            uptime_s=round(trio.current_time() - self._started_at, 3),
+        )
+        try:
+            response = await self._request(
+                "POST",
+                "/v1/heartbeat",
+                what="the heartbeat",
+                payload=unstructure(beat),
+                optional=True,
+                retry=False,
+            )
+        except GatewayUnavailable:
+            await self._publish(heartbeat="failing")
+            raise
+        if response is None:
+            self.heartbeat_supported = False
+            log.info("gateway %s has no heartbeat endpoint; not sending heartbeats", self.base_url)
+            await self._publish(heartbeat="unsupported")
+            return False
+        await self._publish(heartbeat="ok")
+        return True
+
+    async def run_heartbeat(
+        self,
+        inflight: Callable[[], int],
+        *,
+        interval: float = 60.0,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Heartbeat every ``interval`` s with ``inflight()`` tasks; returns if unsupported.
+
+        Failures are logged (once per outage) and the beat goes on; only an auth failure,
+        which is fatal for the whole client, escapes.
+        """
+        task_status.started()
+        failing = False
+        deadline = trio.current_time()
+        while self.heartbeat_supported:
+            try:
+                await self.heartbeat(inflight())
+            except (GatewayUnavailable, GatewayRequestError, GatewayProtocolError) as exc:
+                if not failing:
+                    log.warning("heartbeat failed (will keep trying): %s", exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("heartbeat to %s works again", self.base_url)
+                failing = False
+            deadline += interval
+            await trio.sleep_until(max(deadline, trio.current_time()))
+
+    # -- the one request path ----------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        payload: Any = None,
+        params: dict[str, str] | None = None,
+        http_timeout: httpx.Timeout | None = None,
+        optional: bool = False,
+        retry: bool = True,
+    ) -> httpx.Response | None:
+        """Send a request; back off on transient errors, re-read the token once on 401/403.
+
+        Returns None only for an ``optional`` endpoint the gateway does not have.
+        """
+        if self._http is None:
+            raise RuntimeError("GatewayClient used outside its 'async with' block")
+        backoff = Backoff(self.backoff_initial, self.backoff_maximum, rng=self.rng)
+        token_reread = False
+        while True:
+            retry_after: float | None = None
+            try:
+                response = await self._http.request(
+                    method,
+                    path,
+                    json=payload,
+                    params=params,
+                    headers={"Authorization": f"Bearer {self._token}"},
+                    timeout=http_timeout if http_timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
+            except httpx.TransportError as exc:
+                problem = f"{what}: {type(exc).__name__}: {exc or 'no detail'}"
+            else:
+                status = response.status_code
+                if status in (401, 403):
+                    if token_reread:
+                        raise await self._auth_failure(what, response, "after re-reading it")
+                    token_reread = True
+                    fresh = await self._read_token()
+                    if fresh == self._token:
+                        raise await self._auth_failure(what, response, "and the file is unchanged")
+                    log.info("gateway refused the token; re-read %s, retrying", self.token_file)
+                    self._token = fresh
+                    continue
+                if status < 400:
+                    await self._publish(connected=True, ok=True)
+                    return response
+                if optional and status in (404, 405):
+                    await self._publish(connected=True, ok=True)
+                    return None
+                if status < 500 and status not in _TRANSIENT_STATUS:
+                    await self._publish(connected=True, ok=True)
+                    raise GatewayRequestError(status, _error_detail(response), what)
+                problem = f"{what}: HTTP {status}: {_error_detail(response)}"
+                retry_after = _retry_after(response)
+            problem = self._redact(problem)
+            if not retry:
+                await self._publish(connected=False, error=problem)
+                raise GatewayUnavailable(problem)
+            delay = backoff.next_delay()
+            if retry_after is not None:
+                delay = min(max(delay, retry_after), self.backoff_maximum)
+            if backoff.failures == 1:
+                log.warning("gateway unreachable, retrying in %.1f s: %s", delay, problem)
+            else:
+                log.debug("gateway still unreachable, retrying in %.1f s: %s", delay, problem)
+            await self._publish(connected=False, error=problem, backoff_s=round(delay, 3))
+            await trio.sleep(delay)
+
+    async def _auth_failure(
+        self, what: str, response: httpx.Response, when: str
+    ) -> GatewayAuthError:
+        message = self._redact(
+            f"gateway {self.base_url} refused the token in {self.token_file} "
+            f"(HTTP {response.status_code}: {_error_detail(response)}) {when}; "
+            "put the gateway's current token in that file"
+        )
+        await self._publish(connected=False, error=message)
+        log.error("%s (during %s)", message, what)
+        return GatewayAuthError(message)
+
+    async def _read_token(self) -> str:
+        try:
+            return await trio.to_thread.run_sync(read_token, self.token_file)
+        except TokenFileError as exc:
+            message = f"cannot use the gateway token: {exc}"
+            await self._publish(connected=False, error=message)
+            raise GatewayAuthError(message) from None
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._token, "[token]") if self._token else text
+
+    async def _publish(
+        self,
+        *,
+        connected: bool | None = None,
+        ok: bool = False,
+        error: str | None = None,
+        backoff_s: float | None = None,
+        heartbeat: str | None = None,
+    ) -> None:
+        status = self._status
+        if connected is not None:
+            failures = 0 if connected else status.consecutive_failures + 1
+            status = attrs.evolve(
+                status,
+                connected=connected,
+                error=None if connected else error,
+                backoff_s=backoff_s,
+                consecutive_failures=failures,
+            )
+        if ok:
+            status = attrs.evolve(status, last_ok=utc_now_iso())
+        if heartbeat is not None:
+            status = attrs.evolve(status, heartbeat=heartbeat)
+        self._status = status
+        if self._status_writer is not None:
+            await self._status_writer.publish(status)
+
+
+def _format_seconds(value: float) -> str:
+    return f"{value:g}"
+
+
+def _json_object(response: httpx.Response, what: str) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise GatewayProtocolError(f"{what}: the response is not JSON") from None
+    if not isinstance(data, dict):
+        raise GatewayProtocolError(f"{what}: the response is not a JSON object")
+    return data
+
+
+def _error_detail(response: httpx.Response) -> str:
+    """The gateway's ``{"error": ...}`` text, or a short excerpt of whatever it sent."""
+    try:
+        data = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("error"), str):
+        detail: str = data["error"]
+    else:
+        detail = response.text[:200].strip() or response.reason_phrase or "no detail"
+    return " ".join(detail.split())[:300]
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After", "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None

@@ -1,0 +1,178 @@
+"""Gateway protocol v1 on the wire: the records both ends exchange, and the id rules.
+
+The client and the reference server share these definitions so the two can never drift.
+Everything is structured with the project's strict converter: a wrong type or an unknown key
+is an error naming the field, never a silent coercion. Ids are checked separately (after
+structuring) because an attrs validator's message is lost in cattrs' error rendering.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+import attrs
+
+from .._converter import structure
+
+PROTOCOL_VERSION = 1
+
+T = TypeVar("T")
+
+# DESIGN.md "Ids": the gateway's task id is the custody primary key.
+_TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_~.-]{0,127}")
+_WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+# Rooms and client names are labels shown to people; same shape as worker names, a bit longer.
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+
+
+def is_task_id(value: str) -> bool:
+    """True when ``value`` is a valid gateway task id (DESIGN.md's rule)."""
+    return _TASK_ID.fullmatch(value) is not None and ".." not in value
+
+
+def check_task_id(value: str, what: str = "task id") -> str:
+    if not is_task_id(value):
+        raise ValueError(
+            f"{what} {value[:140]!r} is not a valid task id: 1-128 characters from "
+            "[A-Za-z0-9_~.-], starting with a letter or digit, no '..'"
+        )
+    return value
+
+
+def check_worker_name(value: str, what: str = "worker name") -> str:
+    if _WORKER_NAME.fullmatch(value) is None:
+        raise ValueError(
+            f"{what} {value[:80]!r} is not valid: 1-64 characters from [A-Za-z0-9_-], "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def check_label(value: str, what: str) -> str:
+    if _LABEL.fullmatch(value) is None:
+        raise ValueError(
+            f"{what} {value[:140]!r} is not valid: 1-128 characters from [A-Za-z0-9_.:-], "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+@attrs.frozen
+class GatewayTask:
+    """One task handed out by ``GET /v1/tasks``.
+
+    ``delivery`` counts hand-outs of this task (1 the first time; more means an earlier
+    hand-out was not acked within its lease and the task was redelivered).
+    """
+
+    id: str
+    body: str
+    room: str
+    sender: str = "user"
+    created_at: float = 0.0
+    delivery: int = 1
+
+
+@attrs.frozen
+class AckRequest:
+    id: str
+    durable: bool
+
+
+@attrs.frozen
+class ResultMetadata:
+    worker: str | None = None
+    attempt: int | None = None
+
+
+@attrs.frozen
+class ResultRequest:
+    id: str
+    body: str = ""
+    no_send: bool = False
+    metadata: ResultMetadata = ResultMetadata()
+
+
+@attrs.frozen
+class ResultReceipt:
+    """The gateway's answer to a result: ``duplicate`` when it already had one for the id."""
+
+    id: str
+    duplicate: bool
+
+
+@attrs.frozen
+class HeartbeatRequest:
+    client: str
+    protocol_version: int
+    inflight: int
+    version: str | None = None
+    uptime_s: float | None = None
+
+
+def parse_ack(data: Any, path_id: str) -> AckRequest:
+    ack = structure(require_object(data), AckRequest)
+    check_task_id(ack.id, "id")
+    if ack.id != path_id:
+        raise ValueError(f"ack body id {ack.id!r} does not match the id in the path {path_id!r}")
+    if not ack.durable:
+        raise ValueError("durable must be true: ack a task only after it is committed")
+    return ack
+
+
+def parse_result(data: Any) -> ResultRequest:
+    result = structure(require_object(data), ResultRequest)
+    check_task_id(result.id, "id")
+    if result.metadata.worker is not None:
+        check_worker_name(result.metadata.worker, "metadata.worker")
+    if result.metadata.attempt is not None and result.metadata.attempt < 0:
+        raise ValueError(f"metadata.attempt must be >= 0, got {result.metadata.attempt}")
+    if not result.no_send and not result.body:
+        raise ValueError("body is empty: send no_send=true to close a task without a message")
+    return result
+
+
+def parse_heartbeat(data: Any) -> HeartbeatRequest:
+    beat = structure(require_object(data), HeartbeatRequest)
+    check_label(beat.client, "client")
+    if beat.protocol_version != PROTOCOL_VERSION:
+        raise ValueError(
+            f"unsupported protocol_version {beat.protocol_version}; "
+            f"this gateway speaks {PROTOCOL_VERSION}"
+        )
+    if beat.inflight < 0:
+        raise ValueError(f"inflight must be >= 0, got {beat.inflight}")
+    return beat
+
+
+def parse_lenient(data: Any, cls: type[T]) -> T:
+    """Structure a response from the other end, ignoring keys this version does not know.
+
+    Requests are parsed strictly (the sender must be exact); responses tolerate new fields
+    so a newer gateway can add information without breaking older clients.
+    """
+    known = {field.name for field in attrs.fields(cls)}  # type: ignore[arg-type]
+    obj = require_object(data)
+    return structure({k: v for k, v in obj.items() if k in known}, cls)
+
+
+def require_object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        # ValueError, not TypeError: to the caller this is bad input like any other
+        raise ValueError(f"expected a JSON object, got {_json_kind(data)}")  # noqa: TRY004
+    return data
+
+
+def _json_kind(data: Any) -> str:
+    if data is None:
+        return "null"
+    if isinstance(data, bool):
+        return "a boolean"
+    if isinstance(data, (int, float)):
+        return "a number"
+    if isinstance(data, str):
+        return "a string"
+    if isinstance(data, list):
+        return "an array"
+    return type(data).__name__

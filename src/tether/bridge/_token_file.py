@@ -1,0 +1,64 @@
+"""Bearer tokens kept in files: read strictly, created private.
+
+A token is a secret, so its file must be private to its owner (like ssh keys): a file that
+group or others can read is refused rather than used, and new token files are made 0600 in a
+0700 directory. The token is one line of printable ASCII without spaces.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from ._atomic_file import write_atomic
+
+
+class TokenFileError(Exception):
+    """The token file is missing, unreadable, too open, or holds no valid token."""
+
+
+def read_token(path: Path) -> str:
+    """The token in ``path`` (blocking; a few syscalls on a tiny file)."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise TokenFileError(f"token file {path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise TokenFileError(
+                f"token file {path} is accessible by group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod 600 {path}"
+            )
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise TokenFileError(f"token file {path} does not exist") from None
+    except PermissionError:
+        raise TokenFileError(f"token file {path} is not readable") from None
+    token = raw.strip()
+    if not token:
+        raise TokenFileError(f"token file {path} is empty")
+    if len(token) > 4096 or any(not 0x21 <= b <= 0x7E for b in token):
+        raise TokenFileError(
+            f"token file {path} must hold one token of printable ASCII without spaces"
+        )
+    return token.decode("ascii")
+
+
+def write_token(path: Path, token: str) -> None:
+    """Atomically write ``token`` to ``path`` (0600), e.g. to rotate it."""
+    if not token or any(not 0x21 <= ord(c) <= 0x7E for c in token):
+        raise ValueError("a token must be non-empty printable ASCII without spaces")
+    write_atomic(path, (token + "\n").encode("ascii"), mode=0o600)
+
+
+def ensure_token_file(path: Path) -> bool:
+    """Create ``path`` with a fresh random token if it does not exist; True when created.
+
+    A missing parent directory is created 0700.
+    """
+    if path.exists():
+        return False
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_token(path, secrets.token_urlsafe(32))
+    return True

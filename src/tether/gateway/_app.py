@@ -1,0 +1,385 @@
+"""The reference gateway as an ASGI app: protocol v1 for workers, messages for users.
+
+Routes (JSON in and out; errors are ``{"error": "..."}`` with a 4xx/5xx status):
+
+======  ==========================  ======  ==============================================
+GET     /                           none    the chat page (and /app.js, /style.css)
+GET     /healthz                    none    liveness and protocol version
+GET     /v1/tasks?wait=N&limit=M    worker  long-poll: lease up to M tasks, wait ≤ N s
+POST    /v1/tasks/<id>/ack          worker  ``{"id","durable":true}``: stop redelivering
+POST    /v1/results                 worker  ``{"id","body","no_send"?,"metadata"?}``
+POST    /v1/heartbeat               worker  ``{"client","protocol_version":1,"inflight"}``
+GET     /v1/stats                   worker  task counts, duplicates absorbed, clients
+POST    /v1/messages                user    ``{"room","text","sender"?,"id"?}`` → task id
+GET     /v1/messages?room=R&limit=N user    a room's recent messages with their replies
+GET     /v1/messages/<id>?wait=N    user    status and reply; waits ≤ N s for the reply
+======  ==========================  ======  ==============================================
+
+Auth: the worker token (a file) opens everything; the optional user token only the user
+routes, so chat users cannot pull or answer tasks. Nothing is stored unless the whole
+request is valid.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import math
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from .._converter import unstructure
+from .._util import open_nursery_unwrapped
+from ..bridge._gateway_wire import (
+    PROTOCOL_VERSION,
+    ResultReceipt,
+    check_label,
+    check_task_id,
+    parse_ack,
+    parse_heartbeat,
+    parse_result,
+)
+from ..bridge._token_file import TokenFileError
+from ._asgi import HttpError, Receive, Request, Scope, Send, send_bytes, send_json
+from ._auth import TokenSource, bearer_token
+from ._store import FINAL_STATES, Conflict, GatewayStore, StoredTask
+from ._wire import message_view, parse_message, task_for_worker
+
+log = logging.getLogger("tether.gateway")
+
+WORKER = "worker"
+USER = "user"
+
+_STATIC = {
+    "/": ("index.html", b"text/html; charset=utf-8"),
+    "/app.js": ("app.js", b"text/javascript; charset=utf-8"),
+    "/style.css": ("style.css", b"text/css; charset=utf-8"),
+}
+_PAGE_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        b"img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    (b"x-frame-options", b"DENY"),
+]
+_ACK_PATH = re.compile(r"/v1/tasks/([^/]+)/ack")
+_MESSAGE_PATH = re.compile(r"/v1/messages/([^/]+)")
+
+
+@attrs.frozen
+class AppLimits:
+    """Bounds on what one request may ask for."""
+
+    max_body: int = 256 * 1024
+    max_wait: float = 60.0
+    max_poll_limit: int = 100
+    max_history: int = 200
+
+
+def _load_static() -> dict[str, bytes]:
+    folder = importlib.resources.files("tether.gateway") / "static"
+    return {name: (folder / name).read_bytes() for name, _ in _STATIC.values()}
+
+
+@attrs.define(eq=False)
+class GatewayApp:
+    """The ASGI application. ``close()`` ends every long poll at once (graceful shutdown)."""
+
+    store: GatewayStore
+    worker_tokens: TokenSource
+    user_tokens: TokenSource | None = None
+    lease: float = 30.0
+    limits: AppLimits = attrs.field(factory=AppLimits)
+    clock: Callable[[], float] = time.time
+    closing: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _tasks_added: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _answered: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _static: dict[str, bytes] = attrs.field(factory=_load_static, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.lease > 0:
+            raise ValueError(f"lease must be > 0 seconds, got {self.lease}")
+
+    def close(self) -> None:
+        self.closing.set()
+        self._tasks_added.set()
+        self._answered.set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return  # websockets: not offered; the server closes the connection
+        try:
+            request = Request.from_scope(scope, receive)
+            await self._route(request, send)
+        except HttpError as exc:
+            await send_json(send, exc.status, {"error": exc.message}, exc.headers)
+        except Exception:
+            log.exception("gateway: unhandled error on %s %s", scope["method"], scope["path"])
+            await send_json(send, 500, {"error": "internal error; see the gateway's log"})
+
+    # -- routing -----------------------------------------------------------------------
+
+    async def _route(self, request: Request, send: Send) -> None:
+        path, method = request.path, request.method
+        if path in _STATIC:
+            _allow(method, "GET")
+            name, content_type = _STATIC[path]
+            await send_bytes(send, 200, self._static[name], content_type, _PAGE_HEADERS)
+            return
+        if path == "/healthz":
+            _allow(method, "GET")
+            await send_json(send, 200, {"ok": True, "protocol_version": PROTOCOL_VERSION})
+            return
+        handler = self._handler(path, method)
+        await handler(request, send)
+
+    def _handler(self, path: str, method: str) -> Callable[[Request, Send], Awaitable[None]]:
+        if path == "/v1/tasks":
+            _allow(method, "GET")
+            return self._poll_tasks
+        if _ACK_PATH.fullmatch(path):
+            _allow(method, "POST")
+            return self._ack
+        if path == "/v1/results":
+            _allow(method, "POST")
+            return self._result
+        if path == "/v1/heartbeat":
+            _allow(method, "POST")
+            return self._heartbeat
+        if path == "/v1/stats":
+            _allow(method, "GET")
+            return self._stats
+        if path == "/v1/messages":
+            _allow(method, "GET", "POST")
+            return self._submit if method == "POST" else self._history
+        if _MESSAGE_PATH.fullmatch(path):
+            _allow(method, "GET")
+            return self._message
+        raise HttpError(404, f"no such endpoint: {path[:200]}")
+
+    def _authorize(self, request: Request, role: str) -> None:
+        token = bearer_token(request.headers.get("authorization"))
+        if token is None:
+            raise HttpError(401, "missing bearer token", [(b"www-authenticate", b"Bearer")])
+        try:
+            if self.worker_tokens.accepts(token):
+                return
+            if self.user_tokens is not None and self.user_tokens.accepts(token):
+                if role == USER:
+                    return
+                raise HttpError(403, "the user token cannot use worker endpoints")
+        except (TokenFileError, OSError) as exc:
+            log.error("gateway: cannot read a token file: %s", exc)  # noqa: TRY400 (one line)
+            raise HttpError(503, "the gateway cannot read its token file") from None
+        raise HttpError(401, "invalid bearer token", [(b"www-authenticate", b"Bearer")])
+
+    # -- worker side -------------------------------------------------------------------
+
+    async def _poll_tasks(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        wait = min(_seconds(request.query, "wait", 0.0), self.limits.max_wait)
+        limit = _count(request.query, "limit", 16, self.limits.max_poll_limit)
+        deadline = trio.current_time() + wait
+        tasks: list[StoredTask] = []
+        async with _cancel_on_disconnect(request) as disconnected:
+            while True:
+                added = self._tasks_added
+                claim = await self.store.claim(limit, self.lease, self.clock())
+                tasks = claim.tasks
+                if tasks or self.closing.is_set() or trio.current_time() >= deadline:
+                    break
+                wake = deadline
+                if claim.next_expiry is not None:
+                    wake = min(
+                        wake, trio.current_time() + max(0.0, claim.next_expiry - self.clock())
+                    )
+                with trio.move_on_at(wake):
+                    await added.wait()
+        if disconnected():
+            return  # any task leased just now comes back when its lease runs out
+        payload = {"tasks": [unstructure(task_for_worker(task)) for task in tasks]}
+        await send_json(send, 200, payload)
+
+    async def _ack(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        match = _ACK_PATH.fullmatch(request.path)
+        assert match is not None
+        path_id = _valid(check_task_id, match.group(1), "task id in the path")
+        ack = _valid(parse_ack, await request.json(self.limits.max_body), path_id)
+        task = await _conflicts(self.store.ack(ack.id, self.clock()))
+        if task is None:
+            raise HttpError(404, f"unknown task id {ack.id!r}")
+        await send_json(send, 200, {"id": task.id, "status": task.state})
+
+    async def _result(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        result = _valid(parse_result, await request.json(self.limits.max_body))
+        outcome = await _conflicts(
+            self.store.record_result(
+                result.id, result.body, result.no_send, result.metadata.worker, self.clock()
+            )
+        )
+        if outcome is None:
+            raise HttpError(404, f"unknown task id {result.id!r}")
+        if outcome.duplicate:
+            log.info("gateway: duplicate result for %s absorbed", result.id)
+        else:
+            self._answered.set()
+            self._answered = trio.Event()
+        receipt = ResultReceipt(id=result.id, duplicate=outcome.duplicate)
+        await send_json(send, 200, unstructure(receipt))
+
+    async def _heartbeat(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        beat = _valid(parse_heartbeat, await request.json(self.limits.max_body))
+        await self.store.heartbeat(
+            beat.client,
+            beat.inflight,
+            beat.protocol_version,
+            beat.version,
+            beat.uptime_s,
+            self.clock(),
+        )
+        await send_json(send, 200, {"ok": True})
+
+    async def _stats(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        stats = unstructure(await self.store.stats())
+        stats["lease_s"] = self.lease
+        stats["protocol_version"] = PROTOCOL_VERSION
+        await send_json(send, 200, stats)
+
+    # -- user side ---------------------------------------------------------------------
+
+    async def _submit(self, request: Request, send: Send) -> None:
+        self._authorize(request, USER)
+        message = _valid(parse_message, await request.json(self.limits.max_body))
+        task, created = await _conflicts(
+            self.store.submit(message.room, message.sender, message.text, self.clock(), message.id)
+        )
+        if created:
+            self._tasks_added.set()
+            self._tasks_added = trio.Event()
+        await send_json(send, 201 if created else 200, {"id": task.id, "status": task.state})
+
+    async def _history(self, request: Request, send: Send) -> None:
+        self._authorize(request, USER)
+        room = request.query.get("room")
+        if room is None:
+            raise HttpError(400, "query parameter 'room' is required")
+        _valid(check_label, room, "room")
+        limit = _count(request.query, "limit", 50, self.limits.max_history)
+        history = await self.store.room_history(room, limit)
+        await send_json(
+            send, 200, {"messages": [unstructure(message_view(task)) for task in history]}
+        )
+
+    async def _message(self, request: Request, send: Send) -> None:
+        self._authorize(request, USER)
+        match = _MESSAGE_PATH.fullmatch(request.path)
+        assert match is not None
+        task_id = _valid(check_task_id, match.group(1), "message id in the path")
+        wait = min(_seconds(request.query, "wait", 0.0), self.limits.max_wait)
+        deadline = trio.current_time() + wait
+        task: StoredTask | None = None
+        async with _cancel_on_disconnect(request) as disconnected:
+            while True:
+                answered = self._answered
+                task = await self.store.get(task_id)
+                if task is None:
+                    raise HttpError(404, f"unknown message id {task_id!r}")
+                if task.state in FINAL_STATES or self.closing.is_set():
+                    break
+                with trio.move_on_at(deadline) as waited:
+                    await answered.wait()
+                if waited.cancelled_caught:
+                    break
+        if disconnected() or task is None:
+            return
+        await send_json(send, 200, unstructure(message_view(task)))
+
+
+@asynccontextmanager
+async def _cancel_on_disconnect(request: Request) -> AsyncIterator[Callable[[], bool]]:
+    """Cancel the block when the client hangs up (so a gone poller is handed no tasks).
+
+    Yields ``disconnected()``: after the block, whether it ended because the client left.
+    """
+    gone = False
+    async with open_nursery_unwrapped() as nursery:
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        yield lambda: gone
+        nursery.cancel_scope.cancel()
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def _allow(method: str, *allowed: str) -> None:
+    if method not in allowed:
+        raise HttpError(
+            405,
+            f"method {method} not allowed here; use {' or '.join(allowed)}",
+            [(b"allow", ", ".join(allowed).encode())],
+        )
+
+
+def _valid(check: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return check(*args)
+    except ValueError as exc:
+        raise HttpError(400, str(exc)) from None
+
+
+async def _conflicts(call: Awaitable[Any]) -> Any:
+    try:
+        return await call
+    except Conflict as exc:
+        raise HttpError(409, str(exc)) from None
+
+
+def _seconds(query: dict[str, str], name: str, default: float) -> float:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise HttpError(400, f"query parameter {name!r} must be a number of seconds >= 0")
+    return value
+
+
+def _count(query: dict[str, str], name: str, default: int, maximum: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+        raise HttpError(400, f"query parameter {name!r} must be an integer from 1 to {maximum}")
+    return int(raw)

@@ -1,0 +1,143 @@
+"""Just enough ASGI for the reference gateway: parse a request, read a bounded body, answer JSON.
+
+Hand-written on purpose: the gateway has a dozen routes, and owning the request path means
+the body limit, the JSON error shape and the headers are enforced in one place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+from urllib.parse import parse_qsl
+
+import attrs
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_COMMON_HEADERS = [
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
+
+
+class HttpError(Exception):
+    """Answer the request with ``status`` and ``{"error": message}``."""
+
+    def __init__(
+        self, status: int, message: str, headers: Iterable[tuple[bytes, bytes]] = ()
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = list(headers)
+
+
+@attrs.frozen
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    receive: Receive
+
+    @classmethod
+    def from_scope(cls, scope: Scope, receive: Receive) -> Request:
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in scope["headers"]:
+            name = raw_name.decode("latin-1").lower()
+            value = raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        query: dict[str, str] = {}
+        try:
+            pairs = parse_qsl(
+                scope["query_string"].decode("latin-1"),
+                keep_blank_values=True,
+                strict_parsing=False,
+                max_num_fields=32,
+            )
+        except ValueError as exc:
+            raise HttpError(400, f"bad query string: {exc}") from None
+        for key, value in pairs:
+            if key in query:
+                raise HttpError(400, f"query parameter {key!r} given more than once")
+            query[key] = value
+        return cls(scope["method"], scope["path"], query, headers, receive)
+
+    async def body(self, limit: int) -> bytes:
+        """The whole body, refused with 413 as soon as it is known to exceed ``limit``."""
+        declared = self.headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                raise HttpError(400, f"bad Content-Length header {declared[:40]!r}")
+            if int(declared) > limit:
+                raise HttpError(
+                    413, f"request body of {int(declared)} bytes exceeds the limit of {limit}"
+                )
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise HttpError(400, "client disconnected before sending the whole body")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise HttpError(413, f"request body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def json(self, limit: int) -> Any:
+        """The body parsed as JSON; 415 unless it is declared ``application/json``."""
+        content_type = self.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            raise HttpError(
+                415,
+                f"expected Content-Type: application/json, got {content_type or 'none'!r}",
+            )
+        raw = await self.body(limit)
+        if not raw:
+            raise HttpError(400, "request body is empty; expected a JSON object")
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise HttpError(400, "request body is not UTF-8") from None
+        except json.JSONDecodeError as exc:
+            raise HttpError(400, f"request body is not valid JSON: {exc}") from None
+
+
+async def send_json(
+    send: Send,
+    status: int,
+    data: Any,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    await send_bytes(send, status, body, b"application/json", headers)
+
+
+async def send_bytes(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: bytes,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+                *_COMMON_HEADERS,
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,126 @@
+"""``tether gateway serve``: run the reference gateway from the command line.
+
+The server itself is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._server import GatewaySettings
+
+DEFAULT_DIR = Path("tether-data") / "gateway"
+
+
+def add_gateway_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
+) -> None:
+    gateway = sub.add_parser(
+        "gateway",
+        help="the reference gateway (protocol v1)",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = gateway.add_subparsers(dest="gateway_command", required=True, metavar="ACTION")
+    serve = actions.add_parser(
+        "serve",
+        help="serve the gateway and its chat page",
+        description=(
+            "Serve the v1 gateway protocol for bridges and a chat page at '/'. A missing "
+            "token file is created with a fresh random token (mode 0600)."
+        ),
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    serve.add_argument(
+        "--port", type=int, default=8765, help="port; 0 picks a free one (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        default=DEFAULT_DIR / "token",
+        help="worker bearer token (opens everything) (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--user-token-file",
+        type=Path,
+        default=None,
+        help="optional second token that opens only the user side (messages, the page)",
+    )
+    serve.add_argument(
+        "--db",
+        type=Path,
+        default=DEFAULT_DIR / "gateway.db",
+        help="SQLite database (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--lease",
+        type=float,
+        default=30.0,
+        help="seconds a handed-out task waits for its ack before redelivery (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-body",
+        type=int,
+        default=256 * 1024,
+        help="largest request body in bytes (default: %(default)s)",
+    )
+
+
+def run_gateway(args: argparse.Namespace) -> int:
+    """Run ``tether gateway <action>``; returns the exit code."""
+    import trio
+
+    from ..bridge._token_file import ensure_token_file
+    from ._app import AppLimits
+    from ._server import GatewaySettings
+
+    try:
+        settings = GatewaySettings(
+            token_file=args.token_file,
+            db=args.db,
+            host=args.host,
+            port=args.port,
+            user_token_file=args.user_token_file,
+            lease=args.lease,
+            limits=AppLimits(max_body=args.max_body),
+        )
+    except ValueError as exc:
+        print(f"tether: error: {exc}", file=sys.stderr)
+        return 2
+    if ensure_token_file(settings.token_file):
+        print(f"tether: created token file {settings.token_file}", file=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    trio.run(_serve_until_signal, settings)
+    return 0
+
+
+async def _serve_until_signal(settings: GatewaySettings) -> None:
+    import trio
+
+    from .._util import open_nursery_unwrapped
+    from ._server import serve
+
+    async def until_signal() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                return
+
+    async with open_nursery_unwrapped() as nursery:
+        port = await nursery.start(partial(serve, settings, shutdown_trigger=until_signal))
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        print(
+            f"tether gateway: http://{host}:{port}/ (token in {settings.token_file}, "
+            f"database {settings.db}); Ctrl+C stops",
+            flush=True,
+        )

@@ -1,0 +1,413 @@
+"""The reference gateway's storage: one SQLite file, so a restart loses nothing.
+
+Every operation is one short transaction run in a worker thread (``trio.to_thread``), one at
+a time (a capacity limiter of 1 serializes them, so one connection is enough). WAL with
+``synchronous=FULL``: a message accepted or a result recorded is on disk before the HTTP
+answer says so.
+
+A task moves ``queued`` → ``leased`` (handed out by a poll, until ``lease_until``) →
+``acked`` (the worker side has it durably) → ``answered`` (a reply) or ``closed`` (a result
+with ``no_send``). A lease that runs out without an ack makes the task available again: it
+is redelivered by the next poll, its ``deliveries`` count going up.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import attrs
+import trio
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+
+TaskState = Literal["queued", "leased", "acked", "answered", "closed"]
+TASK_STATES: tuple[TaskState, ...] = ("queued", "leased", "acked", "answered", "closed")
+FINAL_STATES: frozenset[str] = frozenset({"answered", "closed"})
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tasks (
+    id          TEXT PRIMARY KEY,
+    room        TEXT NOT NULL,
+    sender      TEXT NOT NULL,
+    body        TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    state       TEXT NOT NULL
+                CHECK (state IN ('queued', 'leased', 'acked', 'answered', 'closed')),
+    lease_until REAL,
+    deliveries  INTEGER NOT NULL DEFAULT 0,
+    acked_at    REAL,
+    reply       TEXT,
+    worker      TEXT,
+    answered_at REAL
+);
+CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, lease_until);
+CREATE INDEX IF NOT EXISTS tasks_by_room ON tasks (room);
+CREATE TABLE IF NOT EXISTS counters (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS clients (
+    client           TEXT PRIMARY KEY,
+    last_seen        REAL NOT NULL,
+    inflight         INTEGER NOT NULL,
+    protocol_version INTEGER NOT NULL,
+    version          TEXT,
+    uptime_s         REAL,
+    heartbeats       INTEGER NOT NULL
+);
+"""
+
+_TASK_COLUMNS = (
+    "id, room, sender, body, created_at, state, lease_until, deliveries, acked_at, reply, "
+    "worker, answered_at"
+)
+
+
+class StoreError(Exception):
+    """The database file cannot be used (wrong schema version, not a gateway database)."""
+
+
+class Conflict(Exception):
+    """The request contradicts what is stored (HTTP 409)."""
+
+
+@attrs.frozen
+class StoredTask:
+    id: str
+    room: str
+    sender: str
+    body: str
+    created_at: float
+    state: TaskState
+    lease_until: float | None
+    deliveries: int
+    acked_at: float | None
+    reply: str | None
+    worker: str | None
+    answered_at: float | None
+
+
+@attrs.frozen
+class Claim:
+    """What one poll got: the tasks now leased to it, and when the next lease runs out."""
+
+    tasks: list[StoredTask]
+    next_expiry: float | None
+
+
+@attrs.frozen
+class ResultOutcome:
+    task: StoredTask
+    duplicate: bool
+
+
+@attrs.frozen
+class ClientInfo:
+    client: str
+    last_seen: float
+    inflight: int
+    protocol_version: int
+    version: str | None
+    uptime_s: float | None
+    heartbeats: int
+
+
+@attrs.frozen
+class StoreStats:
+    tasks: dict[str, int]
+    duplicate_results: int
+    deliveries: int
+    redeliveries: int
+    clients: list[ClientInfo]
+
+
+def new_task_id(now: float) -> str:
+    """A fresh id that sorts by submission time and satisfies the task id rule."""
+    return f"msg-{int(now * 1000):013d}-{secrets.token_hex(5)}"
+
+
+@attrs.define(eq=False)
+class GatewayStore:
+    """Open with ``await GatewayStore.open(path)``; ``close()`` when done."""
+
+    path: Path
+    _db: sqlite3.Connection
+    _limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
+
+    @classmethod
+    async def open(cls, path: Path) -> GatewayStore:
+        db = await trio.to_thread.run_sync(_connect, path)
+        return cls(path, db)
+
+    def close(self) -> None:
+        """Close the connection (quick; safe in a cancelled scope, unlike a thread hop)."""
+        self._db.close()
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    # -- the user side -----------------------------------------------------------------
+
+    async def submit(
+        self, room: str, sender: str, body: str, now: float, task_id: str | None
+    ) -> tuple[StoredTask, bool]:
+        """Store a new message as a queued task; returns it and whether it is new.
+
+        Re-submitting the same id with the same content is a no-op (safe retries); the same
+        id with other content is a :class:`Conflict`.
+        """
+        return await self._run(self._submit, room, sender, body, now, task_id)
+
+    def _submit(
+        self, room: str, sender: str, body: str, now: float, task_id: str | None
+    ) -> tuple[StoredTask, bool]:
+        with _transaction(self._db):
+            if task_id is not None:
+                existing = self._get(task_id)
+                if existing is not None:
+                    if (existing.room, existing.sender, existing.body) != (room, sender, body):
+                        raise Conflict(f"task id {task_id!r} exists with different content")
+                    return existing, False
+            else:
+                task_id = new_task_id(now)
+            self._db.execute(
+                "INSERT INTO tasks (id, room, sender, body, created_at, state)"
+                " VALUES (?, ?, ?, ?, ?, 'queued')",
+                (task_id, room, sender, body, now),
+            )
+            created = self._get(task_id)
+        assert created is not None
+        return created, True
+
+    async def get(self, task_id: str) -> StoredTask | None:
+        return await self._run(self._get, task_id)
+
+    def _get(self, task_id: str) -> StoredTask | None:
+        row = self._db.execute(
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,)
+        ).fetchone()
+        return None if row is None else StoredTask(*row)
+
+    async def room_history(self, room: str, limit: int) -> list[StoredTask]:
+        """The room's last ``limit`` messages, oldest first."""
+        return await self._run(self._room_history, room, limit)
+
+    def _room_history(self, room: str, limit: int) -> list[StoredTask]:
+        rows = self._db.execute(
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE room = ? ORDER BY rowid DESC LIMIT ?",
+            (room, limit),
+        ).fetchall()
+        return [StoredTask(*row) for row in reversed(rows)]
+
+    # -- the worker side ---------------------------------------------------------------
+
+    async def claim(self, limit: int, lease: float, now: float) -> Claim:
+        """Lease up to ``limit`` available tasks (new, or leased and expired), oldest first."""
+        return await self._run(self._claim, limit, lease, now)
+
+    def _claim(self, limit: int, lease: float, now: float) -> Claim:
+        with _transaction(self._db):
+            ids = [
+                row[0]
+                for row in self._db.execute(
+                    "SELECT id FROM tasks WHERE state = 'queued'"
+                    " OR (state = 'leased' AND lease_until <= ?) ORDER BY rowid LIMIT ?",
+                    (now, limit),
+                )
+            ]
+            tasks = []
+            for task_id in ids:
+                self._db.execute(
+                    "UPDATE tasks SET state = 'leased', lease_until = ?,"
+                    " deliveries = deliveries + 1 WHERE id = ?",
+                    (now + lease, task_id),
+                )
+                task = self._get(task_id)
+                assert task is not None
+                tasks.append(task)
+            self._bump("deliveries", len(tasks))
+            self._bump("redeliveries", sum(1 for task in tasks if task.deliveries > 1))
+            (next_expiry,) = self._db.execute(
+                "SELECT MIN(lease_until) FROM tasks WHERE state = 'leased'"
+            ).fetchone()
+        return Claim(tasks, next_expiry)
+
+    async def ack(self, task_id: str, now: float) -> StoredTask | None:
+        """Mark a delivered task acked; None if unknown. Idempotent; a no-op once answered."""
+        return await self._run(self._ack, task_id, now)
+
+    def _ack(self, task_id: str, now: float) -> StoredTask | None:
+        with _transaction(self._db):
+            task = self._get(task_id)
+            if task is None:
+                return None
+            if task.state == "queued":
+                raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
+            if task.state == "leased":
+                self._db.execute(
+                    "UPDATE tasks SET state = 'acked', acked_at = ?, lease_until = NULL"
+                    " WHERE id = ?",
+                    (now, task_id),
+                )
+                task = self._get(task_id)
+        return task
+
+    async def record_result(
+        self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
+    ) -> ResultOutcome | None:
+        """Store a task's result once; a second result for it is absorbed and counted.
+
+        None if the task is unknown.
+        """
+        return await self._run(self._record_result, task_id, body, no_send, worker, now)
+
+    def _record_result(
+        self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
+    ) -> ResultOutcome | None:
+        with _transaction(self._db):
+            task = self._get(task_id)
+            if task is None:
+                return None
+            if task.state in FINAL_STATES:
+                self._bump("duplicate_results", 1)
+                return ResultOutcome(task, duplicate=True)
+            if task.state == "queued":
+                raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
+            self._db.execute(
+                "UPDATE tasks SET state = ?, reply = ?, worker = ?, answered_at = ?,"
+                " lease_until = NULL, acked_at = COALESCE(acked_at, ?) WHERE id = ?",
+                (
+                    "closed" if no_send else "answered",
+                    None if no_send else body,
+                    worker,
+                    now,
+                    now,
+                    task_id,
+                ),
+            )
+            task = self._get(task_id)
+        assert task is not None
+        return ResultOutcome(task, duplicate=False)
+
+    async def heartbeat(
+        self,
+        client: str,
+        inflight: int,
+        protocol_version: int,
+        version: str | None,
+        uptime_s: float | None,
+        now: float,
+    ) -> None:
+        await self._run(self._heartbeat, client, inflight, protocol_version, version, uptime_s, now)
+
+    def _heartbeat(
+        self,
+        client: str,
+        inflight: int,
+        protocol_version: int,
+        version: str | None,
+        uptime_s: float | None,
+        now: float,
+    ) -> None:
+        with _transaction(self._db):
+            self._db.execute(
+                "INSERT INTO clients"
+                " (client, last_seen, inflight, protocol_version, version, uptime_s, heartbeats)"
+                " VALUES (?, ?, ?, ?, ?, ?, 1)"
+                " ON CONFLICT (client) DO UPDATE SET last_seen = excluded.last_seen,"
+                " inflight = excluded.inflight, protocol_version = excluded.protocol_version,"
+                " version = excluded.version, uptime_s = excluded.uptime_s,"
+                " heartbeats = heartbeats + 1",
+                (client, now, inflight, protocol_version, version, uptime_s),
+            )
+
+    async def stats(self) -> StoreStats:
+        return await self._run(self._stats)
+
+    def _stats(self) -> StoreStats:
+        counts: dict[str, int] = dict.fromkeys(TASK_STATES, 0)
+        for state, count in self._db.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state"):
+            counts[state] = count
+        counters = dict(self._db.execute("SELECT name, value FROM counters").fetchall())
+        clients = [
+            ClientInfo(*row)
+            for row in self._db.execute(
+                "SELECT client, last_seen, inflight, protocol_version, version, uptime_s,"
+                " heartbeats FROM clients ORDER BY client"
+            )
+        ]
+        return StoreStats(
+            tasks=counts,
+            duplicate_results=counters.get("duplicate_results", 0),
+            deliveries=counters.get("deliveries", 0),
+            redeliveries=counters.get("redeliveries", 0),
+            clients=clients,
+        )
+
+    def _bump(self, name: str, by: int) -> None:
+        if by:
+            self._db.execute(
+                "INSERT INTO counters (name, value) VALUES (?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+                (name, by),
+            )
+
+
+class _transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on error) on an autocommit connection."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # check_same_thread=False: trio's thread cache may run successive calls on different
+    # threads; the store's limiter guarantees one call at a time.
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        path.chmod(0o600)
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("PRAGMA busy_timeout = 5000")
+        with _transaction(db):
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            _check_schema_version(db, path)
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        raise StoreError(f"cannot use {path} as the gateway database: {exc}") from None
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _check_schema_version(db: sqlite3.Connection, path: Path) -> None:
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None:
+        db.execute(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+    elif row[0] != str(SCHEMA_VERSION):
+        raise StoreError(
+            f"gateway database {path} has schema version {row[0]}; "
+            f"this tether reads version {SCHEMA_VERSION}"
+        )

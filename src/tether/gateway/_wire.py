@@ -1,0 +1,84 @@
+"""The gateway's user side on the wire: submitting a message, reading its reply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .._converter import structure
+from ..bridge._gateway_wire import GatewayTask, check_label, check_task_id, require_object
+from ._store import StoredTask
+
+MAX_TEXT_CHARS = 32_000
+
+
+@attrs.frozen
+class MessageRequest:
+    """``POST /v1/messages``. ``id`` (optional) makes a retried submission idempotent."""
+
+    room: str
+    text: str
+    sender: str = "user"
+    id: str | None = None
+
+
+@attrs.frozen
+class MessageView:
+    """``GET /v1/messages/<id>``: the message, where it is, and its reply once there is one.
+
+    ``status``: queued (waiting for a worker), leased (handed out, not yet acked), acked
+    (a worker side has it), answered (``reply`` is set) or closed (done, no reply).
+    """
+
+    id: str
+    room: str
+    sender: str
+    text: str
+    status: str
+    reply: str | None
+    worker: str | None
+    deliveries: int
+    created_at: float
+    answered_at: float | None
+
+
+def parse_message(data: Any) -> MessageRequest:
+    message = structure(require_object(data), MessageRequest)
+    check_label(message.room, "room")
+    check_label(message.sender, "sender")
+    if message.id is not None:
+        check_task_id(message.id, "id")
+    if not message.text.strip():
+        raise ValueError("text is empty")
+    if len(message.text) > MAX_TEXT_CHARS:
+        raise ValueError(f"text has {len(message.text)} characters; the limit is {MAX_TEXT_CHARS}")
+    if "\x00" in message.text:
+        raise ValueError("text contains a NUL character")
+    return message
+
+
+def message_view(task: StoredTask) -> MessageView:
+    return MessageView(
+        id=task.id,
+        room=task.room,
+        sender=task.sender,
+        text=task.body,
+        status=task.state,
+        reply=task.reply,
+        worker=task.worker,
+        deliveries=task.deliveries,
+        created_at=task.created_at,
+        answered_at=task.answered_at,
+    )
+
+
+def task_for_worker(task: StoredTask) -> GatewayTask:
+    return GatewayTask(
+        id=task.id,
+        body=task.body,
+        room=task.room,
+        sender=task.sender,
+        created_at=task.created_at,
+        delivery=task.deliveries,
+    )

@@ -1,0 +1,94 @@
+"""``tether gateway serve`` as a real process: starts, serves, stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import trio
+
+COMMAND = [sys.executable, "-m", "tether._cli", "gateway", "serve"]
+
+
+async def test_serve_creates_a_token_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    token_file = tmp_path / "secrets" / "token"
+    db = tmp_path / "gateway.db"
+    log_path = tmp_path / "stderr.log"
+    with open(log_path, "wb") as log:  # noqa: ASYNC230 - a file handle for the child
+        process = await trio.lowlevel.open_process(
+            [*COMMAND, "--port", "0", "--token-file", str(token_file), "--db", str(db)],
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
+    try:
+        assert process.stdout is not None
+        banner = b""
+        with trio.fail_after(20):
+            while b"\n" not in banner:
+                chunk = await process.stdout.receive_some()
+                assert chunk, "the gateway exited before it said where it listens"
+                banner += chunk
+        url = banner.decode().split()[2].rstrip("/")
+        assert url.startswith("http://127.0.0.1:")
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+        token = token_file.read_text().strip()
+
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
+            sent = await http.post(f"{url}/v1/messages", json={"room": "r", "text": "hi"})
+            assert sent.status_code == 201
+            # a pending long poll must not hold up the shutdown
+            async with trio.open_nursery() as nursery:
+                polled: list[httpx.Response] = []
+
+                async def long_poll() -> None:
+                    polled.append(await http.get(f"{url}/v1/tasks", params={"wait": 60}))
+
+                await http.get(f"{url}/v1/tasks")  # lease the one task so the next poll waits
+                nursery.start_soon(long_poll)
+                await trio.sleep(0.3)
+                process.send_signal(signal.SIGTERM)
+                with trio.fail_after(10):
+                    code = await process.wait()
+        assert code == 0
+        assert polled[0].json() == {"tasks": []}
+        assert "created token file" in log_path.read_text()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        if process.stdout is not None:
+            await process.stdout.aclose()
+
+
+def test_bad_settings_exit_2_and_unsafe_token_file_exits_1(tmp_path: Path) -> None:
+    bad = subprocess.run(
+        [*COMMAND, "--lease", "0", "--db", str(tmp_path / "db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (bad.returncode, bad.stderr) == (
+        2,
+        "tether: error: lease must be > 0 seconds, got 0.0\n",
+    )
+
+    token_file = tmp_path / "token"
+    token_file.write_text("abc\n")
+    token_file.chmod(0o644)
+    unsafe = subprocess.run(
+        [*COMMAND, "--port", "0", "--token-file", str(token_file), "--db", str(tmp_path / "db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert unsafe.returncode == 1
+    (line,) = unsafe.stderr.strip().splitlines()
+    assert line.startswith("tether: error: token file")
+    assert line.endswith(f"chmod 600 {token_file}")
