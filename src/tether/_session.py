@@ -456,6 +456,8 @@ class Session:
     def _dispatch(self, run: _Run) -> None:
         run.handler.runs.add(run)
         self._ready.append(run)
+        if self._woken == 0:  # nobody on the way: wake one now, the foreman fans out later
+            self._wake(1)
         if self._foreman_parked:
             self._foreman_parked = False
             self._foreman_lot.unpark()
