@@ -47,7 +47,8 @@ async def test_crashing_handler_is_logged_recorded_and_others_go_on(
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 2
     assert "crash::msg::explode" in errors[0].getMessage()
-    assert errors[0].exc_info is not None and errors[0].exc_info[0] is RuntimeError
+    assert errors[0].exc_info is not None
+    assert errors[0].exc_info[0] is RuntimeError
 
 
 async def test_on_error_raise_fails_the_session_with_the_handler_error(
@@ -55,11 +56,14 @@ async def test_on_error_raise_fails_the_session_with_the_handler_error(
 ) -> None:
     body_cancelled_at: list[float] = []
     sibling_cut: list[float] = []
-    with pytest.raises(ValueError, match="bad input") as info:
+    opened: list[tuple[tether.Runtime, tether.Session]] = []
+
+    async def strict_block() -> None:
         async with (
             tether.open_runtime() as rt,
             tether.open_session("strict", on_error="raise") as s,
         ):
+            opened.append((rt, s))
 
             @s.on("msg")
             async def fragile(payload: None) -> None:
@@ -78,10 +82,15 @@ async def test_on_error_raise_fails_the_session_with_the_handler_error(
                 await trio.sleep(100)
             finally:
                 body_cancelled_at.append(trio.current_time())
+
+    with pytest.raises(ValueError, match="bad input") as info:
+        await strict_block()
+    [(rt, s)] = opened
     # the handler's own exception, not a group, annotated with where it came from
     assert type(info.value) is ValueError
     assert "strict::msg::fragile" in info.value.__notes__[0]
-    assert body_cancelled_at == [2] and sibling_cut == [2]
+    assert body_cancelled_at == [2]
+    assert sibling_cut == [2]
     assert s.closed
     assert rt.registry.owned_by("session:strict") == []
     with pytest.raises(SessionClosed):
