@@ -410,3 +410,22 @@ def test_bad_arguments_are_named() -> None:
                 await session.aclose(grace=-1)
 
     trio.run(main)
+
+
+async def test_emit_from_a_sync_handler_thread_is_refused_with_the_fix_named() -> None:
+    relayed: list[str] = []
+    async with tether.open_session("t") as session:
+
+        @session.on("start")
+        def sync_handler(payload: None) -> str:
+            with pytest.raises(RuntimeError, match=r"trio.from_thread.run_sync\(session.emit"):
+                session.emit("next")
+            trio.from_thread.run_sync(session.emit, "next", "via from_thread")
+            return "ok"
+
+        @session.on("next")
+        async def follow(payload: str) -> None:
+            relayed.append(payload)
+
+        assert await session.call("start") == ["ok"]
+    assert relayed == ["via from_thread"]

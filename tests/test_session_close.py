@@ -292,3 +292,54 @@ async def test_stats_are_exact_across_every_outcome(mock_clock: trio.testing.Moc
     end = session.stats()
     assert (end.cancelled, end.running) == (1, 0)
     assert end.started == end.finished + end.failed + end.cancelled + end.running
+
+
+async def test_on_error_raise_stops_runs_not_yet_started(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    ran: list[str] = []
+
+    async def block() -> None:
+        async with tether.open_session("strict", on_error="raise") as s:
+
+            @s.on("e")
+            async def first(payload: None) -> None:
+                ran.append("first")
+                raise KeyError("first")
+
+            @s.on("e")
+            async def second(payload: None) -> None:  # would fail too if it ever ran
+                ran.append("second")
+                raise KeyError("second")
+
+            s.emit("e")
+            await trio.sleep_forever()
+
+    with pytest.raises(KeyError, match="first"):
+        await block()
+    assert ran == ["first"]
+
+
+async def test_on_error_raise_with_failures_during_cancellation_is_a_group(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    async def block() -> None:
+        async with tether.open_session("strict", on_error="raise") as s:
+
+            @s.on("e")
+            async def fails(payload: None) -> None:
+                await trio.sleep(1)
+                raise ValueError("primary")
+
+            @s.on("e")
+            async def messy_cleanup(payload: None) -> None:
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    raise OSError("cleanup failed")  # replaces the Cancelled: the point
+
+            s.emit("e")
+            await trio.sleep_forever()
+
+    with pytest.RaisesGroup(ValueError, OSError, match="session 'strict': 2 handlers failed"):
+        await block()

@@ -13,13 +13,17 @@ replaces got wrong, and how this fixes it:
 - *Unbounded cleanup.* Closing waits at most ``grace`` seconds, logs the exact number of runs
   still executing (from the registry when there is one), then cancels them.
 
-Speed: spawning a Trio task per event costs about as much as asyncio's ``create_task`` pattern,
-so runs are executed by a pool of worker tasks that the session spawns on demand and keeps
-(``keep_idle`` of them) between runs. A worker picks up a run, *renames itself* to the run's
-``<session>::<event>::<handler>`` name and records ``running[task] = run`` while it executes it,
-then goes back to ``<session>::idle``. So the registry still shows every executing run as its own
-live task, by identity, and two concurrent runs are always two tasks. When no worker is idle a
-new one is spawned at once: concurrency is never capped by the pool.
+Speed without losing identity: a Trio task spawn per event costs about what asyncio's
+``create_task`` pattern costs, so runs go through a ready queue drained by worker tasks of the
+session's nursery. While a worker executes a run it *renames itself* to the run's
+``<session>::<event>::<handler>`` name and the session records ``running[task] = run``; between
+runs it is ``<session>::idle`` (or ``<session>::worker``). So the registry still shows every
+executing run as its own live task, by identity: two concurrent runs are always two tasks, and
+``running_tasks()`` is exact. A worker executes quick runs back to back (one shared cancel scope,
+reopened only after a cancellation; a checkpoint every 64 runs for fairness), which is what makes
+a run cheaper than a spawn. A *foreman* task keeps concurrency uncapped: whenever ready runs wait
+and every worker is blocked inside a handler, it wakes or spawns more workers (1, 2, 4, ... per
+scheduler tick). ``keep_idle`` idle workers are kept for reuse; the rest exit.
 
 Sync handlers run in a worker thread (``trio.to_thread.run_sync``). A thread cannot be
 interrupted: when such a run is cancelled (``replace``, ``interrupt``, close after ``grace``)
@@ -33,8 +37,9 @@ import contextvars
 import inspect
 import logging
 import math
+import threading
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -65,6 +70,11 @@ Task = trio.lowlevel.Task
 
 _FAIRNESS_BATCH = 64  # runs a worker executes back to back before yielding
 _MAX_RAMP = 1024
+
+_FOREIGN_THREAD = (
+    "Session.{what} on session {name!r} must be called from the Trio thread; from a sync "
+    "handler use trio.from_thread.run_sync(session.{what}, ...)"
+)
 
 _FINISHED = 0
 _FAILED = 1
@@ -139,6 +149,7 @@ class Session:
     _foreman_parked: bool = attrs.field(init=False, default=False)
     _outstanding: int = attrs.field(init=False, default=0)
     _spawn_ctx: contextvars.Context = attrs.field(init=False)
+    _trio_thread: int = attrs.field(init=False, default=0)
     _quiet: trio.Event | None = attrs.field(init=False, default=None)
     _gone: trio.Event | None = attrs.field(init=False, default=None)
     _closed: bool = attrs.field(init=False, default=False)
@@ -158,6 +169,7 @@ class Session:
     def __attrs_post_init__(self) -> None:
         self.owner = f"session:{self.name}"
         self._spawn_ctx = contextvars.copy_context()
+        self._trio_thread = threading.get_ident()
         self._failures = deque(maxlen=self.max_failures)
         self._worker_count += 1  # the foreman: close waits for it like for a worker
         self._spawn(self._foreman_task, f"{self.name}::foreman")
@@ -238,6 +250,8 @@ class Session:
         session is closing and ``QueueFull`` if a ``serial`` handler's queue is full (then no
         handler of this event is started).
         """
+        if threading.get_ident() != self._trio_thread:
+            raise RuntimeError(_FOREIGN_THREAD.format(what="emit", name=self.name))
         if self._closed:
             raise SessionClosed(f"session {self.name!r} is closed; cannot emit {event!r}")
         handlers = self._handlers.get(event)
@@ -294,6 +308,8 @@ class Session:
         means "stop what you are doing", not "skip to the next one". Returns how many runs were
         cancelled.
         """
+        if threading.get_ident() != self._trio_thread:
+            raise RuntimeError(_FOREIGN_THREAD.format(what="interrupt", name=self.name))
         if event is None:
             handlers = [h for hs in self._handlers.values() for h in hs]
         else:
@@ -395,7 +411,7 @@ class Session:
                 self.name,
                 left,
                 grace,
-                ", ".join(sorted(t.name for t in running)) or "-",
+                _summarise(t.name for t in running),
                 f" (+{not_started} not yet started)" if not_started else "",
             )
         task = trio.lowlevel.current_task()
@@ -403,7 +419,7 @@ class Session:
             self._started += 1
             self._settle(self._ready.popleft(), _CANCELLED, None, task)
         self._foreman_lot.unpark_all()
-        self._worker_lot.unpark_all()
+        self._woken += len(self._worker_lot.unpark_all())
 
     async def _wait_workers_gone(self) -> None:
         if self._worker_count:
@@ -420,7 +436,7 @@ class Session:
 
     def _check_capacity(self, event: str, handlers: list[_Handler]) -> None:
         for h in handlers:
-            if h.policy == "serial" and len(h.queue) >= h.max_queue and h.runs:
+            if h.policy == "serial" and len(h.queue) >= h.max_queue:
                 raise QueueFull(
                     f"session {self.name!r}: serial handler {h.task_name!r} already has "
                     f"{len(h.queue)} queued run(s) (max_queue={h.max_queue}); event {event!r} "
@@ -666,6 +682,12 @@ class Session:
                 self._nursery.cancel_scope.cancel(
                     reason=f"session {self.name!r}: handler {handler.task_name} failed"
                 )
+                # runs not yet started never will: they settle as cancelled at pick-up
+                for handlers in self._handlers.values():
+                    for other in handlers:
+                        self._drop_queue(other)
+                        for pending in list(other.runs):
+                            self._cancel(pending)
 
 
 @asynccontextmanager
@@ -712,6 +734,12 @@ async def open_session(
         raise ExceptionGroup(
             f"session {name!r}: {len(session._fatal)} handlers failed", session._fatal
         )
+
+
+def _summarise(names: Iterable[str], limit: int = 10) -> str:
+    ordered = sorted(names)
+    text = ", ".join(ordered[:limit]) or "-"
+    return text + (f" and {len(ordered) - limit} more" if len(ordered) > limit else "")
 
 
 def _check_grace(grace: float) -> float:
