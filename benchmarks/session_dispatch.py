@@ -9,8 +9,9 @@ Two arrival patterns, both measured in one process with interleaved rounds (medi
 
 - ``paced``: events arrive in batches of ``--batch`` with a scheduler checkpoint in between (as
   when they come from a socket); the session's worker pool is reused.
-- ``burst``: all events are emitted in one synchronous loop; every run needs a fresh task (on
-  both sides), so this is Trio's spawn cost vs asyncio's.
+- ``burst``: all events are emitted in one synchronous loop (the issue's "100k events").
+- ``burst, handler yields``: the same, but each handler awaits one checkpoint, so no worker can
+  run handlers back to back and the foreman must fan out: the worst case for the pool.
 
 Usage: ``uv run python benchmarks/session_dispatch.py [--events 100000] [--rounds 5]``
 """
@@ -36,13 +37,15 @@ log = logging.getLogger("bench.asyncio_sdk")
 # -- the asyncio SDK pattern --------------------------------------------------------------------
 
 
-async def asyncio_round(events: int, batch: int) -> float:
+async def asyncio_round(events: int, batch: int, yielding: bool) -> float:
     registry: dict[str, asyncio.Task[None]] = {}
     done = asyncio.Event()
     count = 0
 
     async def handler(payload: Any) -> None:
         nonlocal count
+        if yielding:
+            await asyncio.sleep(0)
         count += 1
         if count == events:
             done.set()
@@ -73,19 +76,21 @@ async def asyncio_round(events: int, batch: int) -> float:
     return time.process_time() - start
 
 
-def run_asyncio(events: int, batch: int) -> float:
-    return asyncio.run(asyncio_round(events, batch))
+def run_asyncio(events: int, batch: int, yielding: bool) -> float:
+    return asyncio.run(asyncio_round(events, batch, yielding))
 
 
 # -- tether ---------------------------------------------------------------------------------------
 
 
-async def tether_round(events: int, batch: int) -> float:
+async def tether_round(events: int, batch: int, yielding: bool) -> float:
     done = trio.Event()
     count = 0
 
     async def handler(payload: Any) -> None:
         nonlocal count
+        if yielding:
+            await trio.lowlevel.checkpoint()
         count += 1
         if count == events:
             done.set()
@@ -104,17 +109,17 @@ async def tether_round(events: int, batch: int) -> float:
     return elapsed
 
 
-def run_tether(events: int, batch: int) -> float:
-    return trio.run(tether_round, events, batch)
+def run_tether(events: int, batch: int, yielding: bool) -> float:
+    return trio.run(tether_round, events, batch, yielding)
 
 
-def measure(label: str, events: int, batch: int, rounds: int) -> None:
+def measure(label: str, events: int, batch: int, rounds: int, yielding: bool = False) -> None:
     a_times: list[float] = []
     t_times: list[float] = []
     for r in range(rounds):  # interleaved, alternating who goes first
         order = [(run_asyncio, a_times), (run_tether, t_times)]
         for fn, sink in order if r % 2 == 0 else reversed(order):
-            sink.append(fn(events, batch))
+            sink.append(fn(events, batch, yielding))
     a_rate = events / statistics.median(a_times)
     t_rate = events / statistics.median(t_times)
     print(
@@ -132,6 +137,7 @@ def main() -> None:
     print(f"{args.events:,} events, {args.rounds} interleaved rounds, medians of CPU time")
     measure(f"paced (batch {args.batch})", args.events, args.batch, args.rounds)
     measure("burst (one loop)", args.events, 0, args.rounds)
+    measure("burst, handler yields", args.events, 0, args.rounds, yielding=True)
 
 
 if __name__ == "__main__":

@@ -429,3 +429,25 @@ async def test_emit_from_a_sync_handler_thread_is_refused_with_the_fix_named() -
 
         assert await session.call("start") == ["ok"]
     assert relayed == ["via from_thread"]
+
+
+async def test_a_flood_of_quick_handlers_does_not_starve_other_tasks() -> None:
+    """Workers run quick handlers back to back, but yield every so often."""
+    seen_mid_flood: list[int] = []
+    async with tether.open_session("flood") as session:
+
+        @session.on("e")
+        async def quick(payload: int) -> None:
+            pass
+
+        async def observer() -> None:
+            while session.stats().finished < 1000:
+                seen_mid_flood.append(session.stats().finished)
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            for i in range(1000):
+                session.emit("e", i)
+            nursery.start_soon(observer)
+    assert any(0 < n < 1000 for n in seen_mid_flood)
+    assert session.stats().finished == 1000
