@@ -126,6 +126,7 @@ async def test_close_cancels_a_stubborn_handler_exactly_at_the_grace_deadline(
         assert rt.registry.owned_by("session:close") == []
     warning = next(r for r in caplog.records if r.levelname == "WARNING")
     assert "2 handler run(s) still running after 3s grace" in warning.getMessage()
+    assert "close::work::stubborn" in warning.getMessage()
     stats = session.stats()
     assert (stats.started, stats.finished, stats.cancelled, stats.running) == (4, 2, 2, 0)
 
@@ -343,3 +344,28 @@ async def test_on_error_raise_with_failures_during_cancellation_is_a_group(
 
     with pytest.RaisesGroup(ValueError, OSError, match="session 'strict': 2 handlers failed"):
         await block()
+
+
+async def test_outer_cancellation_tears_the_session_down(
+    mock_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="tether.session")
+    async with tether.open_runtime() as rt:
+        with trio.move_on_after(2):
+            async with tether.open_session("outer", grace=60) as session:
+
+                @session.on("e", policy="serial")
+                async def forever(payload: int) -> None:
+                    await trio.sleep_forever()
+
+                session.emit("e", 1)
+                session.emit("e", 2)
+                await trio.sleep_forever()
+        # the grace period does not apply to an outer cancellation: it is immediate
+        assert trio.current_time() == 2
+        assert rt.registry.owned_by("session:outer") == []
+    stats = session.stats()
+    assert (stats.started, stats.cancelled, stats.dropped, stats.running) == (1, 1, 1, 0)
+    assert session.closed
+    assert "closed by cancellation" in caplog.text
+    assert "grace" not in caplog.text

@@ -34,12 +34,10 @@ discarded. A sync handler that wants to stop early can call ``trio.from_thread.c
 from __future__ import annotations
 
 import contextvars
-import inspect
 import logging
-import math
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -49,6 +47,18 @@ import trio
 from ._owner import start_soon_owned
 from ._registry import TaskRegistry
 from ._runtime import current_runtime
+from ._session_runs import (
+    CANCELLED,
+    DROPPED,
+    FAILED,
+    FINISHED,
+    CallWaiter,
+    Handler,
+    Run,
+    check_grace,
+    is_async,
+    summarise,
+)
 from ._session_types import (
     ON_ERROR_CHOICES,
     POLICIES,
@@ -76,51 +86,6 @@ _FOREIGN_THREAD = (
     "handler use trio.from_thread.run_sync(session.{what}, ...)"
 )
 
-_FINISHED = 0
-_FAILED = 1
-_CANCELLED = 2
-
-
-@attrs.define(eq=False, slots=True)
-class _Handler:
-    event: str
-    fn: Callable[[Any], Any]
-    policy: Policy
-    max_queue: int
-    task_name: str
-    is_async: bool
-    # runs handed to a worker and not yet settled (identity set: two runs are two entries)
-    runs: set[_Run] = attrs.field(factory=set)
-    # serial backlog, or the one pending replacement of a ``replace`` handler
-    queue: deque[_Run] = attrs.field(factory=deque)
-
-
-@attrs.define(eq=False, slots=True)
-class _CallWaiter:
-    """Collects the outcomes of one ``call``; results keep registration order."""
-
-    results: list[Any]
-    errors: list[Exception | None]
-    remaining: int
-    done: trio.Event = attrs.field(factory=trio.Event)
-
-    def settle(self, index: int, result: Any, error: Exception | None) -> None:
-        self.results[index] = result
-        self.errors[index] = error
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.done.set()
-
-
-@attrs.define(eq=False, slots=True)
-class _Run:
-    handler: _Handler
-    payload: Any
-    waiter: _CallWaiter | None = None
-    index: int = 0
-    scope: trio.CancelScope | None = None
-    cancel_requested: bool = False
-
 
 @attrs.define(eq=False)
 class Session:
@@ -133,13 +98,13 @@ class Session:
     _nursery: trio.Nursery
     _registry: TaskRegistry | None
     owner: str = attrs.field(init=False)
-    _handlers: dict[str, list[_Handler]] = attrs.field(init=False, factory=dict)
+    _handlers: dict[str, list[Handler]] = attrs.field(init=False, factory=dict)
     _bounded_events: set[str] = attrs.field(init=False, factory=set)
-    _running: dict[Task, _Run] = attrs.field(init=False, factory=dict)
+    _running: dict[Task, Run] = attrs.field(init=False, factory=dict)
     _workers: set[Task] = attrs.field(init=False, factory=set)
     _worker_count: int = attrs.field(init=False, default=0)
     _woken: int = attrs.field(init=False, default=0)
-    _ready: deque[_Run] = attrs.field(init=False, factory=deque)
+    _ready: deque[Run] = attrs.field(init=False, factory=deque)
     _worker_lot: trio.lowlevel.ParkingLot = attrs.field(
         init=False, factory=trio.lowlevel.ParkingLot
     )
@@ -224,13 +189,13 @@ class Session:
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue must be an int >= 1, got {max_queue!r}")
         fn_name = getattr(fn, "__name__", None) or type(fn).__name__
-        handler = _Handler(
+        handler = Handler(
             event=event,
             fn=fn,
             policy=policy,
             max_queue=max_queue,
             task_name=f"{self.name}::{event}::{fn_name}",
-            is_async=_is_async(fn),
+            is_async=is_async(fn),
         )
         self._handlers.setdefault(event, []).append(handler)
         if policy == "serial":
@@ -262,7 +227,7 @@ class Session:
             self._check_capacity(event, handlers)
         self._emitted += 1
         for handler in handlers:
-            self._offer(handler, _Run(handler, payload))
+            self._offer(handler, Run(handler, payload))
 
     async def call(self, event: str, payload: Any = None) -> list[Any]:
         """Run ``event``'s handlers and return their results in registration order.
@@ -284,8 +249,8 @@ class Session:
             self._check_capacity(event, handlers)
         self._emitted += 1
         n = len(handlers)
-        waiter = _CallWaiter(results=[None] * n, errors=[None] * n, remaining=n)
-        runs = [_Run(h, payload, waiter, i) for i, h in enumerate(handlers)]
+        waiter = CallWaiter(results=[None] * n, errors=[None] * n, remaining=n)
+        runs = [Run(h, payload, waiter, i) for i, h in enumerate(handlers)]
         for run in runs:
             self._offer(run.handler, run)
         try:
@@ -310,10 +275,7 @@ class Session:
         """
         if threading.get_ident() != self._trio_thread:
             raise RuntimeError(_FOREIGN_THREAD.format(what="interrupt", name=self.name))
-        if event is None:
-            handlers = [h for hs in self._handlers.values() for h in hs]
-        else:
-            handlers = list(self._handlers.get(event, ()))
+        handlers = self._all_handlers() if event is None else self._handlers.get(event, [])
         cancelled = 0
         for handler in handlers:
             self._drop_queue(handler)
@@ -336,8 +298,7 @@ class Session:
             cancelled=self._cancelled,
             dropped=self._dropped,
             running=len(self._running),
-            queued=len(self._ready)
-            + sum(len(h.queue) for hs in self._handlers.values() for h in hs),
+            queued=len(self._ready) + sum(len(h.queue) for h in self._all_handlers()),
         )
 
     @property
@@ -376,50 +337,66 @@ class Session:
         Returns the number of runs still executing at the deadline (logged at WARNING).
         Calling it again just waits for the first close to finish.
         """
-        grace = self.grace if grace is None else _check_grace(grace)
+        grace = self.grace if grace is None else check_grace(grace)
         if self._closed and (self._stopping or self._quiet is not None):
             await self._wait_workers_gone()
             return self._left_at_close
         self._closed = True
+        interrupted = True
         try:
             if self._outstanding:
                 self._quiet = trio.Event()
                 with trio.move_on_after(grace):
                     await self._quiet.wait()
+            interrupted = False
         finally:
-            self._stop(grace)
+            self._stop(grace, interrupted=interrupted)
         await self._wait_workers_gone()
+        log.debug("session %r closed: %s", self.name, self.stats())
         return self._left_at_close
 
-    def _stop(self, grace: float) -> None:
+    def _stop(self, grace: float, *, interrupted: bool) -> None:
+        """Cancel everything still in flight. ``interrupted``: a scope around the session was
+        cancelled (or on_error="raise" fired) before the grace period ran out."""
         if self._stopping:
             return
         self._stopping = True
         self._closed = True
         running = self.running_tasks()
         left = len(running)
-        not_started = len(self._ready)
+        not_started = len(self._ready) + sum(len(h.queue) for h in self._all_handlers())
         self._left_at_close = left
-        for handlers in self._handlers.values():
-            for handler in handlers:
-                self._drop_queue(handler)
-                for run in list(handler.runs):
-                    self._cancel(run)
-        if left or not_started:
+        for handler in self._all_handlers():
+            self._drop_queue(handler)
+            for run in list(handler.runs):
+                self._cancel(run)
+        if interrupted:
+            log.info(
+                "session %r: closed by cancellation; cancelling %d running handler run(s) (%s), "
+                "dropping %d not started",
+                self.name,
+                left,
+                summarise(t.name for t in running),
+                not_started,
+            )
+        elif left or not_started:
             log.warning(
-                "session %r: %d handler run(s) still running after %.3gs grace, cancelling: %s%s",
+                "session %r: %d handler run(s) still running after %.3gs grace, cancelling: %s"
+                "; dropping %d not started",
                 self.name,
                 left,
                 grace,
-                _summarise(t.name for t in running),
-                f" (+{not_started} not yet started)" if not_started else "",
+                summarise(t.name for t in running),
+                not_started,
             )
         task = trio.lowlevel.current_task()
         while self._ready:
-            self._started += 1
-            self._settle(self._ready.popleft(), _CANCELLED, None, task)
+            self._settle(self._ready.popleft(), DROPPED, None, task)
         self._foreman_lot.unpark_all()
         self._woken += len(self._worker_lot.unpark_all())
+
+    def _all_handlers(self) -> list[Handler]:
+        return [h for hs in self._handlers.values() for h in hs]
 
     async def _wait_workers_gone(self) -> None:
         if self._worker_count:
@@ -434,7 +411,7 @@ class Session:
         self._unhandled += 1
         log.debug("session %r: no handler for event %r", self.name, event)
 
-    def _check_capacity(self, event: str, handlers: list[_Handler]) -> None:
+    def _check_capacity(self, event: str, handlers: list[Handler]) -> None:
         for h in handlers:
             if h.policy == "serial" and len(h.queue) >= h.max_queue:
                 raise QueueFull(
@@ -443,7 +420,7 @@ class Session:
                     "refused"
                 )
 
-    def _offer(self, handler: _Handler, run: _Run) -> None:
+    def _offer(self, handler: Handler, run: Run) -> None:
         policy = handler.policy
         if policy == "concurrent":
             self._outstanding += 1
@@ -469,7 +446,7 @@ class Session:
             self._outstanding += 1
             self._dispatch(run)
 
-    def _dispatch(self, run: _Run) -> None:
+    def _dispatch(self, run: Run) -> None:
         run.handler.runs.add(run)
         self._ready.append(run)
         if self._woken == 0:  # nobody on the way: wake one now, the foreman fans out later
@@ -478,12 +455,12 @@ class Session:
             self._foreman_parked = False
             self._foreman_lot.unpark()
 
-    def _cancel(self, run: _Run) -> None:
+    def _cancel(self, run: Run) -> None:
         run.cancel_requested = True
         if run.scope is not None:
             run.scope.cancel()
 
-    def _refuse(self, run: _Run) -> None:
+    def _refuse(self, run: Run) -> None:
         """A run that will never start: count it and tell its caller, if any."""
         self._dropped += 1
         if run.waiter is not None:
@@ -495,12 +472,12 @@ class Session:
                 ),
             )
 
-    def _drop_queue(self, handler: _Handler) -> None:
+    def _drop_queue(self, handler: Handler) -> None:
         while handler.queue:
             self._outstanding -= 1
             self._refuse(handler.queue.popleft())
 
-    def _withdraw(self, run: _Run) -> None:
+    def _withdraw(self, run: Run) -> None:
         """The caller of ``call`` went away: its runs go too."""
         queue = run.handler.queue
         if run in queue:
@@ -570,7 +547,7 @@ class Session:
             if self._worker_count == 0 and self._gone is not None:
                 self._gone.set()
 
-    async def _drain(self, task: Task, ready: deque[_Run], idle_name: str) -> None:
+    async def _drain(self, task: Task, ready: deque[Run], idle_name: str) -> None:
         """Execute ready runs back to back in this task, each one visible by identity.
 
         The runs share one cancel scope: a worker executes one run at a time, so cancelling
@@ -583,15 +560,15 @@ class Session:
         with trio.CancelScope() as scope:
             while ready:
                 run = ready.popleft()
-                self._started += 1
                 if run.cancel_requested:  # cancelled between dispatch and pick-up
-                    self._settle(run, _CANCELLED, None, task)
+                    self._settle(run, DROPPED, None, task)
                     continue
+                self._started += 1
                 handler = run.handler
                 task.name = handler.task_name
                 running[task] = run
                 run.scope = scope
-                status = _CANCELLED
+                status = CANCELLED
                 value: Any = None
                 try:
                     if handler.is_async:
@@ -600,9 +577,9 @@ class Session:
                         value = await trio.to_thread.run_sync(
                             handler.fn, run.payload, abandon_on_cancel=True
                         )
-                    status = _FINISHED
+                    status = FINISHED
                 except Exception as exc:
-                    status = _FAILED
+                    status = FAILED
                     value = exc
                 finally:
                     del running[task]
@@ -620,32 +597,37 @@ class Session:
                     finally:
                         self._woken -= 1
 
-    def _settle(self, run: _Run, status: int, value: Any, task: Task) -> None:
+    def _settle(self, run: Run, status: int, value: Any, task: Task) -> None:
         handler = run.handler
         handler.runs.discard(run)
         self._outstanding -= 1
         waiter = run.waiter
-        if status == _FINISHED:
+        if status == FINISHED:
             self._finished += 1
             if waiter is not None:
                 waiter.settle(run.index, value, None)
-        elif status == _FAILED:
+        elif status == FAILED:
             self._failed += 1
             self._record_failure(run, value, task)
             if waiter is not None:
                 waiter.settle(run.index, None, value)
-        else:
+        elif status == CANCELLED:
             self._cancelled += 1
             if waiter is not None:
                 waiter.settle(
                     run.index, None, HandlerCancelled(f"{handler.task_name}: run cancelled")
                 )
-        if handler.queue and not handler.runs and not self._stopping:
+        else:
+            self._refuse(run)
+        # a cancellation we did not ask for comes from a scope around the whole session: it
+        # is being torn down, so the queue must not start its next run (close drops it)
+        torn_down = status == CANCELLED and not run.cancel_requested
+        if handler.queue and not handler.runs and not self._stopping and not torn_down:
             self._dispatch(handler.queue.popleft())
         if self._outstanding == 0 and self._quiet is not None:
             self._quiet.set()
 
-    def _record_failure(self, run: _Run, error: Exception, task: Task) -> None:
+    def _record_failure(self, run: Run, error: Exception, task: Task) -> None:
         handler = run.handler
         via_call = run.waiter is not None
         self._failures.append(
@@ -683,11 +665,10 @@ class Session:
                     reason=f"session {self.name!r}: handler {handler.task_name} failed"
                 )
                 # runs not yet started never will: they settle as cancelled at pick-up
-                for handlers in self._handlers.values():
-                    for other in handlers:
-                        self._drop_queue(other)
-                        for pending in list(other.runs):
-                            self._cancel(pending)
+                for other in self._all_handlers():
+                    self._drop_queue(other)
+                    for pending in list(other.runs):
+                        self._cancel(pending)
 
 
 @asynccontextmanager
@@ -710,7 +691,7 @@ async def open_session(
         raise ValueError(f"session name must be a non-empty string without '::', got {name!r}")
     if on_error not in ON_ERROR_CHOICES:
         raise ValueError(f"on_error must be 'log' or 'raise', got {on_error!r}")
-    grace = _check_grace(grace)
+    grace = check_grace(grace)
     if isinstance(keep_idle, bool) or not isinstance(keep_idle, int) or keep_idle < 0:
         raise ValueError(f"keep_idle must be an int >= 0, got {keep_idle!r}")
     runtime = current_runtime()
@@ -734,24 +715,3 @@ async def open_session(
         raise ExceptionGroup(
             f"session {name!r}: {len(session._fatal)} handlers failed", session._fatal
         )
-
-
-def _summarise(names: Iterable[str], limit: int = 10) -> str:
-    ordered = sorted(names)
-    text = ", ".join(ordered[:limit]) or "-"
-    return text + (f" and {len(ordered) - limit} more" if len(ordered) > limit else "")
-
-
-def _check_grace(grace: float) -> float:
-    if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
-        raise ValueError(f"grace must be a number of seconds >= 0, got {grace!r}")
-    if math.isnan(grace):  # pragma: no cover - caught by the >= test above
-        raise ValueError("grace must not be NaN")
-    return float(grace)
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    if inspect.iscoroutinefunction(fn):
-        return True
-    call = getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
-    return call is not None and inspect.iscoroutinefunction(call)
