@@ -16,5 +16,15 @@ from ._registry import TaskRegistry as TaskRegistry
 from ._runtime import Runtime as Runtime
 from ._runtime import current_runtime as current_runtime
 from ._runtime import open_runtime as open_runtime
+from ._session import Session as Session
+from ._session import open_session as open_session
+from ._session_types import HandlerCancelled as HandlerCancelled
+from ._session_types import HandlerDropped as HandlerDropped
+from ._session_types import HandlerFailure as HandlerFailure
+from ._session_types import Policy as Policy
+from ._session_types import QueueFull as QueueFull
+from ._session_types import SessionClosed as SessionClosed
+from ._session_types import SessionError as SessionError
+from ._session_types import SessionStats as SessionStats
 
 __version__ = "0.1.0"
