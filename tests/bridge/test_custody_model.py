@@ -213,15 +213,15 @@ class CustodyMachine(RuleBasedStateMachine):
     def reconcile(self) -> None:
         report = _run(Reconciler(self.store).run_once)
         expected = set()
+        now = self.clock.now
         for id, m in self.model.items():
-            if m.state is S.CLAIMED and m.lease_until is not None:
-                if m.lease_until <= self.clock.now:
-                    dead = m.attempt >= MAX_ATTEMPTS
-                    outcome = S.DEAD if dead else S.PENDING
-                    expected.add((id, m.owner, m.attempt, outcome))
-                    m.state, m.lease_until = outcome, None
-                    if not dead:
-                        m.owner, m.attempt = None, m.attempt + 1
+            if m.state is S.CLAIMED and m.lease_until is not None and m.lease_until <= now:
+                dead = m.attempt >= MAX_ATTEMPTS
+                outcome = S.DEAD if dead else S.PENDING
+                expected.add((id, m.owner, m.attempt, outcome))
+                m.state, m.lease_until = outcome, None
+                if not dead:
+                    m.owner, m.attempt = None, m.attempt + 1
         got = {(e.id, e.worker, e.attempt, e.outcome) for e in report.expired}
         assert got == expected
 

@@ -215,7 +215,7 @@ async def test_a_cancelled_caller_still_learns_nothing_is_half_done(tmp_path: Pa
             # the write is shielded: it completes and is durable even though the caller is
             # cancelled; the next checkpoint raises Cancelled
             assert await store.ingest(Task("t1", "hi"))
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
         assert scope.cancelled_caught
         assert await store.state("t1") is CustodyState.PENDING
     finally:
