@@ -287,8 +287,12 @@ class CustodyMachine(RuleBasedStateMachine):
 
 
 def test_custody_store_matches_its_model(backend: Backend) -> None:
+    class OnThisBackend(CustodyMachine):
+        def __init__(self) -> None:
+            super().__init__(backend)
+
     run_state_machine_as_test(
-        lambda: CustodyMachine(backend),
+        OnThisBackend,
         settings=settings(
             max_examples=40,
             stateful_step_count=40,

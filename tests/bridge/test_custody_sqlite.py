@@ -91,7 +91,7 @@ async def test_the_state_check_accepts_exactly_the_custody_states(tmp_path: Path
             with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
                 _insert(conn, "bad", bad)
         # the shape rules: a claim without a lease, a pending task with an owner, a silent death
-        for state, cols in [
+        for bad_state, cols in [
             ("claimed", {"owner": "w"}),
             ("pending", {"owner": "w"}),
             ("dead", {}),
@@ -99,7 +99,7 @@ async def test_the_state_check_accepts_exactly_the_custody_states(tmp_path: Path
             ("assigned", {}),
         ]:
             with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
-                _insert(conn, "bad", state, **cols)
+                _insert(conn, "bad", bad_state, **cols)
     finally:
         conn.close()
 
