@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from tether.bridge import CustodyConflict, CustodyState, SchemaTooNew, SqliteStore, Task
 from tether.bridge._sqlite_schema import SCHEMA_VERSION
@@ -207,19 +208,66 @@ async def test_a_failing_transition_does_not_spoil_its_batch(
         await store.aclose()
 
 
-async def test_a_cancelled_caller_still_learns_nothing_is_half_done(tmp_path: Path) -> None:
+async def test_cancellation_before_a_call_stores_nothing(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "c.db")
     try:
         with trio.CancelScope() as scope:
             scope.cancel()
-            # the write is shielded: it completes and is durable even though the caller is
-            # cancelled; the next checkpoint raises Cancelled
-            assert await store.ingest(Task("t1", "hi"))
-            await trio.lowlevel.checkpoint()
+            await store.ingest(Task("t1", "hi"))
+        assert scope.cancelled_caught
+        assert await store.state("t1") is None
+    finally:
+        await store.aclose()
+
+
+async def test_a_caller_cancelled_mid_call_still_learns_the_outcome(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "c.db")
+    answers: list[bool] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            scope = trio.CancelScope()
+
+            async def caller() -> None:
+                with scope:
+                    answers.append(await store.ingest(Task("t1", "hi")))
+                    await trio.lowlevel.checkpoint()
+                    answers.append(False)  # never reached: the cancel strikes here
+
+            nursery.start_soon(caller)
+            await trio.testing.wait_all_tasks_blocked()
+            scope.cancel()
+        assert answers == [True]
         assert scope.cancelled_caught
         assert await store.state("t1") is CustodyState.PENDING
     finally:
         await store.aclose()
+
+
+async def test_a_job_that_raises_alone_is_rolled_back(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "c.db")
+    try:
+
+        def half_done(conn: sqlite3.Connection) -> None:
+            _insert(conn, "half", "pending")
+            raise RuntimeError("boom after a write")
+
+        with pytest.raises(RuntimeError, match="boom"):
+            await store._writer.run(half_done)
+        assert await store.state("half") is None
+        # and inside a shared batch: only its own work is undone
+        async with trio.open_nursery() as nursery:
+            for i in range(20):
+                nursery.start_soon(store.ingest, Task(f"t{i}", "hi"))
+            nursery.start_soon(_expect_boom, store, half_done)
+        assert await store.state("half") is None
+        assert (await store.counts())[CustodyState.PENDING] == 20
+    finally:
+        await store.aclose()
+
+
+async def _expect_boom(store: SqliteStore, fn: Any) -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        await store._writer.run(fn)
 
 
 async def test_a_closed_store_refuses_calls(tmp_path: Path) -> None:

@@ -33,9 +33,13 @@ class _Job(Generic[T]):
     fn: Callable[[sqlite3.Connection], T] | None  # None: the stop job
     readonly: bool
     token: trio.lowlevel.TrioToken
-    done: trio.Event = attrs.field(factory=trio.Event)
+    task: trio.lowlevel.Task
     value: Any = None
     error: BaseException | None = None
+
+
+def _uncancellable(_raise_cancel: Any) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
 
 
 @attrs.define(eq=False)
@@ -64,14 +68,17 @@ class SqliteWriter:
 
     async def run(self, fn: Callable[[sqlite3.Connection], T], *, readonly: bool = False) -> T:
         """Run ``fn(conn)`` in the writer's next transaction; return after it is committed."""
+        await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before: nothing is queued
         if self._closed:
             raise trio.ClosedResourceError("the store is closed")
-        job: _Job[T] = _Job(fn, readonly, trio.lowlevel.current_trio_token())
+        job: _Job[T] = _Job(
+            fn, readonly, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()
+        )
         self._queue.put(job)
-        # Shielded: the job runs whether or not we wait, so the caller should learn its outcome
-        # (a claim abandoned by a cancelled caller would sit out a whole lease).
-        with trio.CancelScope(shield=True):
-            await job.done.wait()
+        # Once queued the job will run, so the wait cannot be cancelled: the caller learns the
+        # outcome (a claim abandoned by a cancelled caller would sit out a whole lease) and a
+        # pending cancellation strikes at its next checkpoint. (Cheaper than a shielded scope.)
+        await trio.lowlevel.wait_task_rescheduled(_uncancellable)
         if job.error is not None:
             raise job.error
         return job.value  # type: ignore[no-any-return]
@@ -83,10 +90,12 @@ class SqliteWriter:
         self._closed = True
         if self._thread is None:
             return
-        stop: _Job[None] = _Job(None, True, trio.lowlevel.current_trio_token())
+        stop: _Job[None] = _Job(
+            None, True, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()
+        )
         self._queue.put(stop)
+        await trio.lowlevel.wait_task_rescheduled(_uncancellable)
         with trio.CancelScope(shield=True):
-            await stop.done.wait()
             await trio.to_thread.run_sync(self._thread.join)
 
     # -- the thread -----------------------------------------------------------------------
@@ -124,20 +133,39 @@ class SqliteWriter:
                 return
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job[Any]]) -> None:
+        # Fast path: the whole batch in one transaction. If a job raises, roll everything back
+        # and replay the batch with a savepoint per job so only that job's work is undone.
+        # (Jobs are pure functions of the database, so a replay computes the same answers.)
+        if not self._transaction(conn, batch, savepoints=False) and len(batch) > 1:
+            self._transaction(conn, batch, savepoints=True)
+
+    def _transaction(
+        self, conn: sqlite3.Connection, batch: list[_Job[Any]], *, savepoints: bool
+    ) -> bool:
+        """Run ``batch`` in one transaction; False if a job failed on the fast path."""
         readonly = all(job.readonly for job in batch)
         try:
             conn.execute("BEGIN" if readonly else "BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             for job in batch:
                 job.error = exc
-            return
+            return True
         for job in batch:
-            conn.execute("SAVEPOINT job")
+            if savepoints:
+                conn.execute("SAVEPOINT job")
             if _capture(job, conn):
-                conn.execute("RELEASE job")
-            else:
+                if savepoints:
+                    conn.execute("RELEASE job")
+            elif savepoints:
                 conn.execute("ROLLBACK TO job")
                 conn.execute("RELEASE job")
+            else:
+                conn.execute("ROLLBACK")
+                if len(batch) == 1:
+                    return True  # its error stands, its work is undone
+                for other in batch:
+                    other.value, other.error = None, None
+                return False
         try:
             conn.execute("COMMIT")
             self.commits += 1
@@ -149,6 +177,7 @@ class SqliteWriter:
                 pass
             for job in batch:
                 job.value, job.error = None, exc
+        return True
 
     @staticmethod
     def _wake(batch: list[_Job[Any]]) -> None:
@@ -174,7 +203,7 @@ def _capture(job: _Job[Any], conn: sqlite3.Connection) -> bool:
 
 def _set_all(jobs: list[_Job[Any]]) -> None:
     for job in jobs:
-        job.done.set()
+        trio.lowlevel.reschedule(job.task)
 
 
 def _broken_error(cause: BaseException | None) -> BaseException:
