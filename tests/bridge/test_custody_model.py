@@ -236,7 +236,7 @@ class CustodyMachine(RuleBasedStateMachine):
         ready = _run(call)
         expected = sorted(
             ((i, m.result) for i, m in self.model.items() if m.state is S.RESULT),
-            key=lambda p: self.model[p[0]].seq,
+            key=lambda p: (RANK[self.model[p[0]].priority], self.model[p[0]].seq),
         )
         assert ready == expected
         if ready:

@@ -273,40 +273,50 @@ class SqliteStore:
         max_attempts = self.max_attempts
 
         def op(conn: sqlite3.Connection) -> list[LeaseExpiry]:
-            rows = conn.execute(
+            # One set-based UPDATE (the writer holds the write lock, so the evidence SELECT
+            # and the UPDATE see the same rows); SET expressions read the row's old values.
+            params = {"now": now, "max": max_attempts, "limit": limit}
+            expired = (
+                "SELECT rowid FROM tasks WHERE state = 'claimed' AND lease_until <= :now "
+                "ORDER BY lease_until, rowid LIMIT :limit"
+            )
+            evidence = conn.execute(
                 "SELECT id, owner, attempt, lease_until FROM tasks "
-                "WHERE state = 'claimed' AND lease_until <= ? ORDER BY lease_until LIMIT ?",
-                (now, limit),
+                "WHERE state = 'claimed' AND lease_until <= :now "
+                "ORDER BY lease_until, rowid LIMIT :limit",
+                params,
             ).fetchall()
-            done: list[LeaseExpiry] = []
-            repool: list[tuple[Any, ...]] = []
-            bury: list[tuple[Any, ...]] = []
-            for id, owner, attempt, until in rows:
-                note = (
-                    f"lease of worker {owner} on attempt {attempt} expired at {until:.3f} "
-                    f"(now {now:.3f})"
+            if not evidence:
+                return []
+            over = "attempt >= :max"
+            reasons = dict(
+                conn.execute(
+                    "UPDATE tasks SET "
+                    f"state = CASE WHEN {over} THEN 'dead' ELSE 'pending' END, "
+                    f"owner = CASE WHEN {over} THEN owner END, "
+                    f"attempt = CASE WHEN {over} THEN attempt ELSE attempt + 1 END, "
+                    "reason = printf('lease of worker %s on attempt %d expired at %.3f "
+                    "(now %.3f); ', owner, attempt, lease_until, :now) || "
+                    f"CASE WHEN {over} THEN printf('max_attempts %d reached', :max) "
+                    "ELSE printf('repooled as attempt %d', attempt + 1) END, "
+                    "lease_until = NULL, updated_at = :now "
+                    f"WHERE rowid IN ({expired}) RETURNING id, reason",
+                    params,
                 )
-                if attempt >= max_attempts:
-                    reason = f"{note}; max_attempts {max_attempts} reached"
-                    bury.append((reason, now, id, attempt))
-                    outcome = CustodyState.DEAD
-                else:
-                    reason = f"{note}; repooled as attempt {attempt + 1}"
-                    repool.append((reason, now, id, attempt))
-                    outcome = CustodyState.PENDING
-                done.append(LeaseExpiry(id, owner, attempt, until, now, outcome, reason))
-            where = "WHERE id = ? AND state = 'claimed' AND attempt = ?"
-            conn.executemany(
-                "UPDATE tasks SET state = 'pending', owner = NULL, lease_until = NULL, "
-                f"attempt = attempt + 1, reason = ?, updated_at = ? {where}",
-                repool,
             )
-            conn.executemany(
-                "UPDATE tasks SET state = 'dead', lease_until = NULL, reason = ?, "
-                f"updated_at = ? {where}",
-                bury,
-            )
-            return done
+            dead, pending = CustodyState.DEAD, CustodyState.PENDING
+            return [
+                LeaseExpiry(
+                    id,
+                    owner,
+                    attempt,
+                    until,
+                    now,
+                    dead if attempt >= max_attempts else pending,
+                    reasons[id],
+                )
+                for id, owner, attempt, until in evidence
+            ]
 
         return await self._writer.run(op)
 
@@ -316,7 +326,7 @@ class SqliteStore:
         def op(conn: sqlite3.Connection) -> list[Result]:
             rows = conn.execute(
                 f"SELECT {_TASK_COLS}, result, owner, attempt FROM tasks "
-                "WHERE state = 'result' ORDER BY rowid LIMIT ?",
+                "WHERE state = 'result' ORDER BY priority, rowid LIMIT ?",
                 (limit,),
             ).fetchall()
             return [Result(_task(r), r[5], r[6], r[7]) for r in rows]
@@ -413,6 +423,7 @@ def _connect(path: Path, synchronous: Synchronous, busy_timeout_s: float) -> sql
     try:
         (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("PRAGMA cache_size = -32768")  # KiB: keeps a 100k-task working set hot
         migrate(conn)
     except BaseException:
         conn.close()

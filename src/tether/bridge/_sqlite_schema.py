@@ -2,8 +2,9 @@
 
 ``MIGRATIONS[n]`` takes a database from version ``n`` to ``n + 1``. Never edit a released
 migration: append one (later issues add e.g. a ``workers`` table for beats and a stall-notice
-record this way). The state CHECK lists the states literally, as released; a test asserts it
-accepts exactly ``CustodyState``.
+record this way). Indexes are partial, one per queue a query walks, so a transition touches
+only the indexes of the states it leaves and enters. The state CHECK lists the states
+literally, as released; a test asserts it accepts exactly ``CustodyState``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         CHECK (state NOT IN ('result', 'delivered') OR result IS NOT NULL),
         CHECK (state != 'dead' OR reason IS NOT NULL)
     );
-    CREATE INDEX tasks_queue ON tasks (state, owner, priority);
+    CREATE INDEX tasks_pending ON tasks (priority) WHERE state = 'pending';
+    CREATE INDEX tasks_assigned ON tasks (owner, priority) WHERE state = 'assigned';
     CREATE INDEX tasks_leases ON tasks (lease_until) WHERE state = 'claimed';
+    CREATE INDEX tasks_results ON tasks (priority) WHERE state = 'result';
     """,
 )
 

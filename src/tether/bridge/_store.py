@@ -95,7 +95,7 @@ class Store(Protocol):
         ...
 
     async def ready_results(self, *, limit: int = ...) -> Sequence[Result]:
-        """Stored replies waiting for delivery, oldest first."""
+        """Stored replies waiting for delivery, by priority then age."""
         ...
 
     async def mark_delivered(self, id: str) -> None:
