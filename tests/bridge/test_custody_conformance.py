@@ -7,9 +7,12 @@ reconciler. Time is a ``FakeClock`` the store reads; nothing here sleeps.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
+import trio
+from trio.testing import MockClock
 
 from tether.bridge import (
     BodyTooLarge,
@@ -478,3 +481,29 @@ async def test_reconciler_handles_a_backlog_larger_than_its_batch(
     report = await Reconciler(store, batch=10).run_once()
     assert sorted(e.id for e in report.repooled) == sorted(f"t{n}" for n in range(25))
     assert (await store.counts())[S.PENDING] == 25
+
+
+@pytest.fixture
+def mock_clock() -> MockClock:
+    # a threshold above zero: the store's thread round trips must not count as idle
+    return MockClock(autojump_threshold=0.05)
+
+
+async def test_the_reconciler_service_passes_on_its_interval(
+    store: Store, fake_clock: FakeClock, mock_clock: MockClock
+) -> None:
+    await drive_to(store, "t1", S.CLAIMED)
+    reconciler = Reconciler(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(reconciler.run, interval=5.0))
+        assert reconciler.passes == 1  # ready means the first pass is done
+        fake_clock.advance(LEASE_S + 1)
+        assert await store.state("t1") is S.CLAIMED
+        await trio.sleep(5.5)
+        assert reconciler.passes == 2
+        assert await store.state("t1") is S.PENDING
+        assert reconciler.last_report is not None
+        assert [e.id for e in reconciler.last_report.repooled] == ["t1"]
+        nursery.cancel_scope.cancel()
+    with pytest.raises(ValueError, match="interval"):
+        await reconciler.run(interval=0)

@@ -290,3 +290,39 @@ async def test_one_store_serves_consecutive_trio_runs(tmp_path: Path) -> None:
         assert await store.state("from-elsewhere") is CustodyState.PENDING
     finally:
         await store.aclose()
+
+
+async def test_two_stores_on_one_file_never_hand_out_a_task_twice(tmp_path: Path) -> None:
+    """Two writers (as two processes would have) share the file through SQLite's locks."""
+    db = tmp_path / "shared.db"
+    first = await SqliteStore.open(db)
+    second = await SqliteStore.open(db)
+    claimed: list[str] = []
+    try:
+        for i in range(120):
+            await (first if i % 2 else second).ingest(Task(f"t{i}", "hi"))
+
+        async def lane(store: SqliteStore, worker: str) -> None:
+            while (claim := await store.claim(worker, leaderless=True)) is not None:
+                claimed.append(claim.task.id)
+                await store.complete(claim, "ok")
+
+        async with trio.open_nursery() as nursery:
+            for k in range(6):
+                nursery.start_soon(lane, first, f"a{k}")
+                nursery.start_soon(lane, second, f"b{k}")
+        assert sorted(claimed) == sorted(f"t{i}" for i in range(120))
+        assert (await second.counts())[CustodyState.RESULT] == 120
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_a_broken_job_fails_its_callers_instead_of_hanging(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "c.db")
+    try:
+        with pytest.raises(sqlite3.OperationalError):
+            await store._writer.run(lambda conn: conn.execute("SELECT * FROM no_such_table"))
+        assert await store.ingest(Task("after", "hi"))
+    finally:
+        await store.aclose()

@@ -123,7 +123,7 @@ class SqliteStore:
             task.body,
             task.room,
             PRIORITY_RANK[task.priority],
-            json.dumps(unstructure(task.headers), separators=(",", ":")),
+            json.dumps(unstructure(task.headers), separators=(",", ":")) if task.headers else "{}",
             now,
             now,
         )

@@ -127,7 +127,16 @@ class SqliteWriter:
                     for job in work:
                         job.error = _broken_error(self._broken)
                 else:
-                    self._run_batch(conn, work)
+                    try:
+                        self._run_batch(conn, work)
+                    except Exception as exc:  # a bug or a broken connection: fail, never hang
+                        log.exception("custody writer failed a batch of %d jobs", len(work))
+                        try:
+                            conn.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass
+                        for job in work:
+                            job.value, job.error = None, exc
             self._wake(batch)
             if stop is not None:
                 return
