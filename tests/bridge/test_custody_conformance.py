@@ -305,6 +305,7 @@ async def test_delivery_and_dead_letter_rules(store: Store) -> None:
 
 
 async def test_counts_and_in_flight_follow_the_custody_predicate(store: Store) -> None:
+    assert isinstance(store, Store)
     for state in CustodyState:
         await drive_to(store, f"id-{state.value}", state)
     counts = await store.counts()

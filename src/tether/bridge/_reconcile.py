@@ -60,7 +60,7 @@ class Reconciler:
     """Runs reconcile passes over a store: ``await run_once()``, or ``run()`` as a service."""
 
     store: Store
-    batch: int = 10_000
+    batch: int = attrs.field(default=10_000, validator=attrs.validators.ge(1))
     """Leases handled per store transaction, so other writers interleave on a big backlog."""
     passes: int = attrs.field(init=False, default=0)
     last_report: ReconcileReport | None = attrs.field(init=False, default=None)

@@ -269,6 +269,8 @@ class SqliteStore:
     # -- reconciler ---------------------------------------------------------------------------
 
     async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
         now = self.clock()
         max_attempts = self.max_attempts
 
@@ -323,6 +325,9 @@ class SqliteStore:
     # -- delivery -----------------------------------------------------------------------------
 
     async def ready_results(self, *, limit: int = 100) -> Sequence[Result]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
         def op(conn: sqlite3.Connection) -> list[Result]:
             rows = conn.execute(
                 f"SELECT {_TASK_COLS}, result, owner, attempt FROM tasks "
