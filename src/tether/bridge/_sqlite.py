@@ -198,11 +198,13 @@ class SqliteStore:
                 ).fetchone()
             if row is None:
                 return None
-            conn.execute(
+            cur = conn.execute(
                 "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, updated_at = ? "
-                "WHERE id = ?",
-                (worker, lease_until, now, row[0]),
+                "WHERE id = ? AND state IN ('assigned', 'pending') AND attempt = ?",
+                (worker, lease_until, now, row[0], row[5]),
             )
+            if cur.rowcount != 1:  # cannot happen under the write lock; never hand out twice
+                raise CustodyConflict(f"task {row[0]!r} moved while being claimed")
             return Claim(_task(row), worker, row[5], lease_until)
 
         return await self._writer.run(op)
