@@ -374,7 +374,7 @@ async def test_oversized_bodies_are_refused_with_nothing_stored(
 ) -> None:
     store = await backend.open(where, fake_clock, max_body_bytes=100)
     try:
-        with pytest.raises(BodyTooLarge, match="101 bytes; the limit is 100"):
+        with pytest.raises(BodyTooLarge, match="body of task 'big' is 101 bytes; the limit is 100"):
             await store.ingest(Task("big", "x" * 101))
         with pytest.raises(BodyTooLarge, match="102 bytes"):
             await store.ingest(Task("big", "é" * 51))  # bytes, not characters
@@ -508,3 +508,36 @@ async def test_the_reconciler_service_passes_on_its_interval(
         nursery.cancel_scope.cancel()
     with pytest.raises(ValueError, match="interval"):
         await reconciler.run(interval=0)
+
+
+async def test_ingest_many_is_all_or_nothing_and_idempotent(store: Store) -> None:
+    await store.ingest(Task("old", "hi"))
+    got = await store.ingest_many(
+        [Task("n1", "a"), Task("old", "b"), Task("n2", "c"), Task("n1", "d")]
+    )
+    assert got == [True, False, True, False]
+    assert await store.ingest_many([]) == []
+    big = Task("n3", "x", headers={"h": "y" * 2_000_000})
+    with pytest.raises(BodyTooLarge, match="headers of task 'n3'"):
+        await store.ingest_many([Task("n4", "fine"), big])
+    assert await store.state("n4") is None
+    assert sorted(await store.in_flight()) == ["n1", "n2", "old"]
+    rec = await store.get("n1")
+    assert rec is not None
+    assert rec.task.body == "a"
+
+
+async def test_prune_delivered_keeps_everything_else(store: Store, fake_clock: FakeClock) -> None:
+    for state in CustodyState:
+        await drive_to(store, f"early-{state.value}", state)
+    fake_clock.advance(100)
+    await drive_to(store, "late-delivered", S.DELIVERED)
+    assert await store.prune_delivered(fake_clock.now - 50) == 1
+    assert await store.state("early-delivered") is None
+    assert await store.state("late-delivered") is S.DELIVERED
+    for state in CustodyState:
+        if state is not S.DELIVERED:
+            assert await store.state(f"early-{state.value}") is state
+    fake_clock.advance(100)
+    assert await store.prune_delivered(fake_clock.now) == 1
+    assert (await store.counts())[S.DEAD] == 1  # dead letters are never pruned

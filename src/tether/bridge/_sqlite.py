@@ -114,27 +114,46 @@ class SqliteStore:
     # -- ingest -------------------------------------------------------------------------------
 
     async def ingest(self, task: Task) -> bool:
+        [new] = await self.ingest_many([task])
+        return new
+
+    async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
+        rows = [self._ingest_row(task) for task in tasks]  # all valid, or nothing is stored
+
+        def op(conn: sqlite3.Connection) -> list[bool]:
+            return [
+                conn.execute(
+                    f"INSERT INTO tasks ({_TASK_COLS}, state, attempt, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, 'pending', 1, ?, ?) ON CONFLICT (id) DO NOTHING",
+                    row,
+                ).rowcount
+                == 1
+                for row in rows
+            ]
+
+        return await self._writer.run(op) if rows else []
+
+    def _ingest_row(self, task: Task) -> tuple[Any, ...]:
         if not isinstance(task, Task):
             raise TypeError(f"ingest takes a Task, got {type(task).__name__}")
-        check_body(task.body, self.max_body_bytes)
+        check_body(task.body, self.max_body_bytes, what=f"body of task {task.id!r}")
+        headers = "{}"
+        if task.headers:
+            headers = json.dumps(unstructure(task.headers), separators=(",", ":"))
+            check_body(headers, self.max_body_bytes, what=f"headers of task {task.id!r}")
         now = self.clock()
-        row = (
-            task.id,
-            task.body,
-            task.room,
-            PRIORITY_RANK[task.priority],
-            json.dumps(unstructure(task.headers), separators=(",", ":")) if task.headers else "{}",
-            now,
-            now,
-        )
+        return (task.id, task.body, task.room, PRIORITY_RANK[task.priority], headers, now, now)
 
-        def op(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                f"INSERT INTO tasks ({_TASK_COLS}, state, attempt, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, 'pending', 1, ?, ?) ON CONFLICT (id) DO NOTHING",
-                row,
-            )
-            return cur.rowcount == 1
+    async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks "
+                "WHERE state = 'delivered' AND updated_at < ? LIMIT ?)",
+                (before, limit),
+            ).rowcount
 
         return await self._writer.run(op)
 

@@ -47,6 +47,19 @@ class Store(Protocol):
         """Store ``task`` as pending. ``False`` for a replay: nothing changes, in any state."""
         ...
 
+    async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
+        """Ingest a gateway batch in one transaction (one commit, then ack them all).
+
+        Every task is validated first: one invalid task refuses the batch and stores nothing.
+        """
+        ...
+
+    async def prune_delivered(self, before: float, *, limit: int = ...) -> int:
+        """Delete up to ``limit`` tasks delivered before ``before`` (store clock); dead tasks
+        are never pruned. Keep the retention longer than the gateway's replay window: a replay
+        of a pruned id would be ingested as new."""
+        ...
+
     async def assign(self, id: str, worker: str) -> None:
         """pending -> assigned to ``worker``; ``CustodyConflict`` if not pending."""
         ...
