@@ -33,11 +33,17 @@ async def _one_round(db: Path, round: int, rng: random.Random) -> tuple[list[str
     assert process.stdout is not None
     output = b""
     try:
-        with trio.fail_after(30):
-            while b"ready\n" not in output:
-                chunk = await process.stdout.receive_some()
-                assert chunk, f"child exited early: {output!r}"
-                output += chunk
+        if rng.random() < 0.25:
+            # some kills land anywhere from start-up on: import, open, WAL recovery, migration
+            with trio.move_on_after(rng.uniform(0.05, 0.6)):
+                while chunk := await process.stdout.receive_some():
+                    output += chunk
+        else:
+            with trio.fail_after(30):
+                while b"ready\n" not in output:
+                    chunk = await process.stdout.receive_some()
+                    assert chunk, f"child exited early: {output!r}"
+                    output += chunk
         with trio.move_on_after(rng.uniform(0.0, 0.4)):
             while chunk := await process.stdout.receive_some():
                 output += chunk
