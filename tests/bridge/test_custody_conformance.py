@@ -196,6 +196,8 @@ async def test_claim_takes_own_assignments_by_priority_then_age(store: Store) ->
 async def test_leaderless_claims_take_pending_by_priority_then_age(store: Store) -> None:
     for id, prio in [("x1", "low"), ("x2", "normal"), ("x3", "urgent"), ("x4", "urgent")]:
         await store.ingest(Task(id, id, priority=prio))
+    assert [t.id for t in await store.pending()] == ["x3", "x4", "x2", "x1"]
+    assert [t.id for t in await store.pending(limit=1)] == ["x3"]
     got = [(await _claim(store, "w1", leaderless=True)).task.id for _ in range(4)]
     assert got == ["x3", "x4", "x2", "x1"]
 

@@ -179,6 +179,20 @@ class SqliteStore:
 
         await self._writer.run(op)
 
+    async def pending(self, *, limit: int = 100) -> Sequence[Task]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> list[Task]:
+            rows = conn.execute(
+                f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' "
+                "ORDER BY priority, rowid LIMIT ?",
+                (limit,),
+            )
+            return [_task(r) for r in rows]
+
+        return await self._writer.run(op, readonly=True)
+
     async def unassign(self, id: str, worker: str) -> bool:
         check_task_id(id)
         check_worker(worker)

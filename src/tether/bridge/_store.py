@@ -60,6 +60,10 @@ class Store(Protocol):
         of a pruned id would be ingested as new."""
         ...
 
+    async def pending(self, *, limit: int = ...) -> Sequence[Task]:
+        """Pending tasks in the order the lead should assign them: priority, then age."""
+        ...
+
     async def assign(self, id: str, worker: str) -> None:
         """pending -> assigned to ``worker``; ``CustodyConflict`` if not pending."""
         ...
