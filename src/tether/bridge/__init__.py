@@ -1,6 +1,30 @@
-"""tether.bridge: moves chat tasks from a remote gateway through custody to agent workers."""
+"""tether.bridge: moves chat tasks from a remote gateway through custody to agent workers.
+
+Every acknowledged task is in exactly one ``CustodyState``, stored transactionally; every move
+is a fenced compare-and-set. ``_custody`` is the one definition of ids, states, transitions and
+the "in custody" predicate; ``Store`` is what every backend implements. ``GatewayClient``
+speaks gateway protocol v1.
+"""
 
 from ._backoff import Backoff as Backoff
+from ._custody import IN_CUSTODY as IN_CUSTODY
+from ._custody import TERMINAL as TERMINAL
+from ._custody import TRANSITIONS as TRANSITIONS
+from ._custody import BodyTooLarge as BodyTooLarge
+from ._custody import Claim as Claim
+from ._custody import CustodyConflict as CustodyConflict
+from ._custody import CustodyState as CustodyState
+from ._custody import InvalidTask as InvalidTask
+from ._custody import InvalidTaskId as InvalidTaskId
+from ._custody import InvalidWorkerName as InvalidWorkerName
+from ._custody import Priority as Priority
+from ._custody import Result as Result
+from ._custody import StaleLease as StaleLease
+from ._custody import Task as Task
+from ._custody import TaskRecord as TaskRecord
+from ._custody import UnknownTask as UnknownTask
+from ._custody import in_custody as in_custody
+from ._custody import may_move as may_move
 from ._gateway_client import GatewayAuthError as GatewayAuthError
 from ._gateway_client import GatewayClient as GatewayClient
 from ._gateway_client import GatewayError as GatewayError
@@ -10,7 +34,13 @@ from ._gateway_client import GatewayUnavailable as GatewayUnavailable
 from ._gateway_wire import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ._gateway_wire import GatewayTask as GatewayTask
 from ._gateway_wire import ResultReceipt as ResultReceipt
+from ._reconcile import Reconciler as Reconciler
+from ._reconcile import ReconcileReport as ReconcileReport
+from ._sqlite import SqliteStore as SqliteStore
+from ._sqlite_schema import SchemaTooNew as SchemaTooNew
 from ._status_file import ConnectionStatus as ConnectionStatus
+from ._store import LeaseExpiry as LeaseExpiry
+from ._store import Store as Store
 from ._token_file import TokenFileError as TokenFileError
 from ._token_file import ensure_token_file as ensure_token_file
 from ._token_file import read_token as read_token

@@ -1,0 +1,530 @@
+"""SqliteStore: the embedded custody store (one file, WAL, one writer thread, group commit).
+
+Every transition is a single ``UPDATE ... WHERE`` naming the state it expects (and for leases
+the owner, the attempt and a live ``lease_until``), so it either moves the task or changes
+nothing; the rowcount says which. Queries read the state set and the "in custody" predicate from
+``_custody``; the schema's CHECK constraint refuses any other state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import attrs
+
+from .._converter import structure, unstructure
+from ._custody import (
+    IN_CUSTODY,
+    PRIORITY_RANK,
+    Claim,
+    CustodyConflict,
+    CustodyState,
+    Result,
+    StaleLease,
+    Task,
+    TaskRecord,
+    UnknownTask,
+    check_body,
+    check_task_id,
+    check_worker,
+)
+from ._sqlite_schema import migrate
+from ._sqlite_writer import SqliteWriter
+from ._store import LeaseExpiry
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+_RANK_PRIORITY: Final = {rank: name for name, rank in PRIORITY_RANK.items()}
+_IN_CUSTODY_SQL: Final = ", ".join(f"'{s.value}'" for s in sorted(IN_CUSTODY))
+_TASK_COLS: Final = "id, body, room, priority, headers"
+_RECORD_COLS: Final = (
+    f"{_TASK_COLS}, state, owner, attempt, lease_until, result, reason, created_at, updated_at"
+)
+_FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND attempt = ? AND lease_until > ?"
+MAX_REASON_CHARS: Final = 4000
+
+
+@attrs.define(eq=False)
+class SqliteStore:
+    """Custody in one SQLite file. Open with ``await SqliteStore.open(path)``."""
+
+    path: Path
+    clock: Callable[[], float]
+    lease_s: float
+    max_attempts: int
+    max_body_bytes: int
+    _writer: SqliteWriter
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        clock: Callable[[], float] = time.time,
+        lease_s: float = 60.0,
+        max_attempts: int = 5,
+        max_body_bytes: int = 1 << 20,
+        synchronous: Synchronous = "FULL",
+        max_batch: int = 512,
+        busy_timeout_s: float = 10.0,
+    ) -> SqliteStore:
+        """Open (creating and migrating if needed) the store at ``path``.
+
+        The file is made 0600 (and a missing parent directory 0700). ``synchronous="FULL"``
+        makes every commit survive power loss; ``"NORMAL"`` survives a process crash only.
+        ``max_batch`` caps how many transitions share one commit (1 = a commit each).
+        """
+        if not lease_s > 0:
+            raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
+        if not (isinstance(max_attempts, int) and max_attempts >= 1):
+            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if not (isinstance(max_body_bytes, int) and max_body_bytes >= 1):
+            raise ValueError(f"max_body_bytes must be an int >= 1, got {max_body_bytes!r}")
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA; got {synchronous!r}")
+        if not (isinstance(max_batch, int) and max_batch >= 1):
+            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        db = Path(path)
+        writer = SqliteWriter(
+            connect=lambda: _connect(db, synchronous, busy_timeout_s), max_batch=max_batch
+        )
+        await writer.start()
+        return cls(db, clock, float(lease_s), max_attempts, max_body_bytes, writer)
+
+    @property
+    def commits(self) -> int:
+        """Durable commits so far (each may carry many transitions)."""
+        return self._writer.commits
+
+    async def aclose(self) -> None:
+        await self._writer.close()
+
+    async def __aenter__(self) -> SqliteStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- ingest -------------------------------------------------------------------------------
+
+    async def ingest(self, task: Task) -> bool:
+        [new] = await self.ingest_many([task])
+        return new
+
+    async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
+        rows = [self._ingest_row(task) for task in tasks]  # all valid, or nothing is stored
+
+        def op(conn: sqlite3.Connection) -> list[bool]:
+            return [
+                conn.execute(
+                    f"INSERT INTO tasks ({_TASK_COLS}, state, attempt, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, 'pending', 1, ?, ?) ON CONFLICT (id) DO NOTHING",
+                    row,
+                ).rowcount
+                == 1
+                for row in rows
+            ]
+
+        return await self._writer.run(op) if rows else []
+
+    def _ingest_row(self, task: Task) -> tuple[Any, ...]:
+        if not isinstance(task, Task):
+            raise TypeError(f"ingest takes a Task, got {type(task).__name__}")
+        check_body(task.body, self.max_body_bytes, what=f"body of task {task.id!r}")
+        headers = "{}"
+        if task.headers:
+            headers = json.dumps(unstructure(task.headers), separators=(",", ":"))
+            check_body(headers, self.max_body_bytes, what=f"headers of task {task.id!r}")
+        now = self.clock()
+        return (task.id, task.body, task.room, PRIORITY_RANK[task.priority], headers, now, now)
+
+    async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks "
+                "WHERE state = 'delivered' AND updated_at < ? LIMIT ?)",
+                (before, limit),
+            ).rowcount
+
+        return await self._writer.run(op)
+
+    # -- lead ---------------------------------------------------------------------------------
+
+    async def assign(self, id: str, worker: str) -> None:
+        check_task_id(id)
+        check_worker(worker)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'assigned', owner = ?, updated_at = ? "
+                "WHERE id = ? AND state = 'pending'",
+                (worker, now, id),
+            )
+            if cur.rowcount != 1:
+                rec = _require(conn, id)
+                raise CustodyConflict(
+                    f"cannot assign task {id!r} to {worker!r}: it is {rec.state.value}"
+                    f"{_owner_note(rec)}, not pending"
+                )
+
+        await self._writer.run(op)
+
+    async def pending(self, *, limit: int = 100) -> Sequence[Task]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> list[Task]:
+            rows = conn.execute(
+                f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' "
+                "ORDER BY priority, rowid LIMIT ?",
+                (limit,),
+            )
+            return [_task(r) for r in rows]
+
+        return await self._writer.run(op, readonly=True)
+
+    async def unassign(self, id: str, worker: str) -> bool:
+        check_task_id(id)
+        check_worker(worker)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'pending', owner = NULL, updated_at = ? "
+                "WHERE id = ? AND state = 'assigned' AND owner = ?",
+                (now, id, worker),
+            )
+            if cur.rowcount != 1:
+                _require(conn, id)
+                return False
+            return True
+
+        return await self._writer.run(op)
+
+    # -- worker -------------------------------------------------------------------------------
+
+    async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
+        check_worker(worker)
+        now = self.clock()
+        lease_until = now + self.lease_s
+
+        def op(conn: sqlite3.Connection) -> Claim | None:
+            row = conn.execute(
+                f"SELECT {_TASK_COLS}, attempt FROM tasks "
+                "WHERE state = 'assigned' AND owner = ? ORDER BY priority, rowid LIMIT 1",
+                (worker,),
+            ).fetchone()
+            if row is None and leaderless:
+                row = conn.execute(
+                    f"SELECT {_TASK_COLS}, attempt FROM tasks "
+                    "WHERE state = 'pending' AND owner IS NULL ORDER BY priority, rowid LIMIT 1"
+                ).fetchone()
+            if row is None:
+                return None
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, updated_at = ? "
+                "WHERE id = ? AND state IN ('assigned', 'pending') AND attempt = ?",
+                (worker, lease_until, now, row[0], row[5]),
+            )
+            if cur.rowcount != 1:  # cannot happen under the write lock; never hand out twice
+                raise CustodyConflict(f"task {row[0]!r} moved while being claimed")
+            return Claim(_task(row), worker, row[5], lease_until)
+
+        return await self._writer.run(op)
+
+    async def renew(self, claim: Claim) -> Claim:
+        worker, attempt, id = _fence_args(claim)
+        now = self.clock()
+        lease_until = now + self.lease_s
+
+        def op(conn: sqlite3.Connection) -> float:
+            row = conn.execute(
+                "UPDATE tasks SET lease_until = max(lease_until, ?), updated_at = ? "
+                f"WHERE {_FENCE} RETURNING lease_until",
+                (lease_until, now, id, worker, attempt, now),
+            ).fetchone()
+            if row is None:
+                raise _stale(conn, claim, now, "renew")
+            return float(row[0])
+
+        new_until = await self._writer.run(op)
+        return attrs.evolve(claim, lease_until=new_until)
+
+    async def complete(self, claim: Claim, body: str) -> None:
+        worker, attempt, id = _fence_args(claim)
+        if not isinstance(body, str):
+            raise TypeError(f"a result body must be a str, got {type(body).__name__}")
+        check_body(body, self.max_body_bytes, what=f"result of task {id!r}")
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'result', result = ?, lease_until = NULL, "
+                f"updated_at = ? WHERE {_FENCE}",
+                (body, now, id, worker, attempt, now),
+            )
+            if cur.rowcount != 1:
+                raise _stale(conn, claim, now, "complete")
+
+        await self._writer.run(op)
+
+    async def fail(self, claim: Claim, reason: str) -> CustodyState:
+        worker, attempt, id = _fence_args(claim)
+        reason = _check_reason(reason)
+        now = self.clock()
+        dead = attempt >= self.max_attempts
+        if dead:
+            reason = f"failed on attempt {attempt} of {self.max_attempts}: {reason}"
+
+        def op(conn: sqlite3.Connection) -> None:
+            if dead:
+                sql = "state = 'dead', lease_until = NULL"
+            else:
+                sql = "state = 'pending', owner = NULL, lease_until = NULL, attempt = attempt + 1"
+            cur = conn.execute(
+                f"UPDATE tasks SET {sql}, reason = ?, updated_at = ? WHERE {_FENCE}",
+                (reason, now, id, worker, attempt, now),
+            )
+            if cur.rowcount != 1:
+                raise _stale(conn, claim, now, "fail")
+
+        await self._writer.run(op)
+        return CustodyState.DEAD if dead else CustodyState.PENDING
+
+    # -- reconciler ---------------------------------------------------------------------------
+
+    async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        now = self.clock()
+        max_attempts = self.max_attempts
+
+        def op(conn: sqlite3.Connection) -> list[LeaseExpiry]:
+            # One set-based UPDATE (the writer holds the write lock, so the evidence SELECT
+            # and the UPDATE see the same rows); SET expressions read the row's old values.
+            params = {"now": now, "max": max_attempts, "limit": limit}
+            expired = (
+                "SELECT rowid FROM tasks WHERE state = 'claimed' AND lease_until <= :now "
+                "ORDER BY lease_until, rowid LIMIT :limit"
+            )
+            evidence = conn.execute(
+                "SELECT id, owner, attempt, lease_until FROM tasks "
+                "WHERE state = 'claimed' AND lease_until <= :now "
+                "ORDER BY lease_until, rowid LIMIT :limit",
+                params,
+            ).fetchall()
+            if not evidence:
+                return []
+            over = "attempt >= :max"
+            reasons = dict(
+                conn.execute(
+                    "UPDATE tasks SET "
+                    f"state = CASE WHEN {over} THEN 'dead' ELSE 'pending' END, "
+                    f"owner = CASE WHEN {over} THEN owner END, "
+                    f"attempt = CASE WHEN {over} THEN attempt ELSE attempt + 1 END, "
+                    "reason = printf('lease of worker %s on attempt %d expired at %.3f "
+                    "(now %.3f); ', owner, attempt, lease_until, :now) || "
+                    f"CASE WHEN {over} THEN printf('max_attempts %d reached', :max) "
+                    "ELSE printf('repooled as attempt %d', attempt + 1) END, "
+                    "lease_until = NULL, updated_at = :now "
+                    f"WHERE rowid IN ({expired}) RETURNING id, reason",
+                    params,
+                )
+            )
+            dead, pending = CustodyState.DEAD, CustodyState.PENDING
+            return [
+                LeaseExpiry(
+                    id,
+                    owner,
+                    attempt,
+                    until,
+                    now,
+                    dead if attempt >= max_attempts else pending,
+                    reasons[id],
+                )
+                for id, owner, attempt, until in evidence
+            ]
+
+        return await self._writer.run(op)
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    async def ready_results(self, *, limit: int = 100) -> Sequence[Result]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> list[Result]:
+            rows = conn.execute(
+                f"SELECT {_TASK_COLS}, result, owner, attempt FROM tasks "
+                "WHERE state = 'result' ORDER BY priority, rowid LIMIT ?",
+                (limit,),
+            ).fetchall()
+            return [Result(_task(r), r[5], r[6], r[7]) for r in rows]
+
+        return await self._writer.run(op, readonly=True)
+
+    async def mark_delivered(self, id: str) -> None:
+        check_task_id(id)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'delivered', updated_at = ? "
+                "WHERE id = ? AND state = 'result'",
+                (now, id),
+            )
+            if cur.rowcount != 1:
+                rec = _require(conn, id)
+                if rec.state is not CustodyState.DELIVERED:
+                    raise CustodyConflict(
+                        f"cannot mark task {id!r} delivered: it is {rec.state.value}, not result"
+                    )
+
+        await self._writer.run(op)
+
+    async def dead_letter(self, id: str, reason: str) -> None:
+        check_task_id(id)
+        reason = _check_reason(reason)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'dead', lease_until = NULL, reason = ?, "
+                f"updated_at = ? WHERE id = ? AND state IN ({_IN_CUSTODY_SQL})",
+                (reason, now, id),
+            )
+            if cur.rowcount != 1:
+                rec = _require(conn, id)
+                if rec.state is not CustodyState.DEAD:
+                    raise CustodyConflict(
+                        f"cannot dead-letter task {id!r}: it is {rec.state.value}"
+                    )
+
+        await self._writer.run(op)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def state(self, id: str) -> CustodyState | None:
+        check_task_id(id)
+
+        def op(conn: sqlite3.Connection) -> CustodyState | None:
+            row = conn.execute("SELECT state FROM tasks WHERE id = ?", (id,)).fetchone()
+            return None if row is None else CustodyState(row[0])
+
+        return await self._writer.run(op, readonly=True)
+
+    async def get(self, id: str) -> TaskRecord | None:
+        check_task_id(id)
+        return await self._writer.run(lambda conn: _record(conn, id), readonly=True)
+
+    async def counts(self) -> Mapping[CustodyState, int]:
+        def op(conn: sqlite3.Connection) -> dict[CustodyState, int]:
+            counts = dict.fromkeys(CustodyState, 0)
+            for state, n in conn.execute("SELECT state, count(*) FROM tasks GROUP BY state"):
+                counts[CustodyState(state)] = n
+            return counts
+
+        return await self._writer.run(op, readonly=True)
+
+    async def in_flight(self) -> Sequence[str]:
+        def op(conn: sqlite3.Connection) -> list[str]:
+            return [
+                r[0]
+                for r in conn.execute(
+                    f"SELECT id FROM tasks WHERE state IN ({_IN_CUSTODY_SQL}) ORDER BY rowid"
+                )
+            ]
+
+        return await self._writer.run(op, readonly=True)
+
+
+# -- helpers (run in the writer thread) ---------------------------------------------------------
+
+
+def _connect(path: Path, synchronous: Synchronous, busy_timeout_s: float) -> sqlite3.Connection:
+    if not path.parent.exists():
+        os.makedirs(path.parent, mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # SQLite gives the -wal and -shm files this mode too
+    finally:
+        os.close(fd)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
+    try:
+        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("PRAGMA cache_size = -32768")  # KiB: keeps a 100k-task working set hot
+        migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    if mode != "wal":
+        conn.close()
+        raise RuntimeError(f"{path}: could not switch SQLite to WAL mode (got {mode!r})")
+    return conn
+
+
+def _task(row: Sequence[Any]) -> Task:
+    return Task(
+        id=row[0],
+        body=row[1],
+        room=row[2],
+        priority=_RANK_PRIORITY[row[3]],
+        headers=structure(json.loads(row[4]), dict[str, str]),
+    )
+
+
+def _record(conn: sqlite3.Connection, id: str) -> TaskRecord | None:
+    row = conn.execute(f"SELECT {_RECORD_COLS} FROM tasks WHERE id = ?", (id,)).fetchone()
+    if row is None:
+        return None
+    return TaskRecord(_task(row), CustodyState(row[5]), *row[6:])
+
+
+def _require(conn: sqlite3.Connection, id: str) -> TaskRecord:
+    rec = _record(conn, id)
+    if rec is None:
+        raise UnknownTask(f"no task {id!r} in the store")
+    return rec
+
+
+def _owner_note(rec: TaskRecord) -> str:
+    return f" (owner {rec.owner}, attempt {rec.attempt})" if rec.owner else ""
+
+
+def _fence_args(claim: Claim) -> tuple[str, int, str]:
+    if not isinstance(claim, Claim):
+        raise TypeError(f"expected a Claim, got {type(claim).__name__}")
+    return check_worker(claim.worker), claim.attempt, check_task_id(claim.task.id)
+
+
+def _stale(conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:
+    rec = _record(conn, claim.task.id)
+    who = f"worker {claim.worker!r} (attempt {claim.attempt})"
+    if rec is None:
+        return UnknownTask(f"cannot {verb} task {claim.task.id!r}: no such task")
+    if (
+        rec.state is CustodyState.CLAIMED
+        and rec.owner == claim.worker
+        and rec.attempt == claim.attempt
+    ):
+        held = f"its lease expired at {rec.lease_until:.3f} (now {now:.3f})"
+    else:
+        held = f"the store has it {rec.state.value}{_owner_note(rec)}"
+    return StaleLease(f"cannot {verb} task {claim.task.id!r} for {who}: {held}")
+
+
+def _check_reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"a reason must be a non-empty str, got {reason!r}")
+    return reason[:MAX_REASON_CHARS]

@@ -1,0 +1,82 @@
+"""SQLite schema, versioned with ``PRAGMA user_version``.
+
+``MIGRATIONS[n]`` takes a database from version ``n`` to ``n + 1``. Never edit a released
+migration: append one (later issues add e.g. a ``workers`` table for beats and a stall-notice
+record this way). Indexes are partial, one per queue a query walks, so a transition touches
+only the indexes of the states it leaves and enters. The state CHECK lists the states
+literally, as released; a test asserts it accepts exactly ``CustodyState``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    # 0 -> 1: the tasks table
+    """
+    CREATE TABLE tasks (
+        id          TEXT PRIMARY KEY NOT NULL CHECK (length(id) BETWEEN 1 AND 128),
+        body        TEXT NOT NULL,
+        room        TEXT,
+        priority    INTEGER NOT NULL CHECK (priority IN (0, 1, 2)),
+        headers     TEXT NOT NULL,
+        state       TEXT NOT NULL CHECK (state IN
+                        ('pending', 'assigned', 'claimed', 'result', 'delivered', 'dead')),
+        owner       TEXT,
+        attempt     INTEGER NOT NULL CHECK (attempt >= 1),
+        lease_until REAL,
+        result      TEXT,
+        reason      TEXT,
+        created_at  REAL NOT NULL,
+        updated_at  REAL NOT NULL,
+        CHECK (state NOT IN ('assigned', 'claimed', 'result') OR owner IS NOT NULL),
+        CHECK (state != 'pending' OR owner IS NULL),
+        CHECK ((state = 'claimed') = (lease_until IS NOT NULL)),
+        CHECK (state NOT IN ('result', 'delivered') OR result IS NOT NULL),
+        CHECK (state != 'dead' OR reason IS NOT NULL)
+    );
+    CREATE INDEX tasks_pending ON tasks (priority) WHERE state = 'pending';
+    CREATE INDEX tasks_assigned ON tasks (owner, priority) WHERE state = 'assigned';
+    CREATE INDEX tasks_leases ON tasks (lease_until) WHERE state = 'claimed';
+    CREATE INDEX tasks_results ON tasks (priority) WHERE state = 'result';
+    """,
+)
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was written by a newer tether; refuse rather than misread it."""
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring ``conn``'s database to ``SCHEMA_VERSION``; return the version it started at.
+
+    Each step runs in its own immediate transaction together with its ``user_version`` bump,
+    so a crash mid-migration leaves the previous version intact.
+    """
+    (start,) = conn.execute("PRAGMA user_version").fetchone()
+    if start > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"database schema version {start} is newer than this tether supports "
+            f"({SCHEMA_VERSION}); upgrade tether"
+        )
+    for version in range(start, SCHEMA_VERSION):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            (current,) = conn.execute("PRAGMA user_version").fetchone()
+            if current == version:  # another process may have migrated meanwhile
+                for statement in _statements(MIGRATIONS[version]):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {version + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return int(start)
+
+
+def _statements(script: str) -> list[str]:
+    # executescript() would COMMIT our transaction first; split on ';' instead (no ';' in text)
+    return [s.strip() for s in script.split(";") if s.strip()]

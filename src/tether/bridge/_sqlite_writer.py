@@ -1,0 +1,223 @@
+"""One writer thread with group commit: many callers' transitions share one durable commit.
+
+A durable commit costs an fsync (~0.4 ms here) and a ``trio.to_thread`` hop ~190 µs, so one
+commit per transition caps a store at a few thousand transitions per second. Instead every
+caller queues a job for the one thread that owns the connection; the thread takes everything
+queued (up to ``max_batch``), runs the jobs in one transaction, commits once, and only then
+wakes the callers. No caller is answered before its change is durable; a job that raises is
+rolled back alone (the batch is replayed with a savepoint per job); a failed commit fails every
+job of its batch. Transactions are ``BEGIN IMMEDIATE``, so several stores (processes) can
+share one file: SQLite's lock serialises them and ``busy_timeout`` waits for it.
+
+Jobs carry the Trio token of their caller, so one store can serve callers from consecutive
+``trio.run`` calls (the hypothesis state machine does this).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import attrs
+import trio
+
+log = logging.getLogger("tether.bridge.sqlite")
+
+T = TypeVar("T")
+
+
+@attrs.define(eq=False)
+class _Job(Generic[T]):
+    fn: Callable[[sqlite3.Connection], T] | None  # None: the stop job
+    readonly: bool
+    token: trio.lowlevel.TrioToken
+    task: trio.lowlevel.Task
+    value: Any = None
+    error: BaseException | None = None
+
+
+def _uncancellable(_raise_cancel: Any) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
+
+
+@attrs.define(eq=False)
+class SqliteWriter:
+    """The thread that owns the SQLite connection. Start with ``await start()``."""
+
+    connect: Callable[[], sqlite3.Connection]
+    max_batch: int = 512
+    name: str = "tether-sqlite-writer"
+    commits: int = attrs.field(init=False, default=0)
+    """Committed batches so far (a benchmark reads it to show jobs per commit)."""
+    _queue: queue.SimpleQueue[_Job[Any]] = attrs.field(init=False, factory=queue.SimpleQueue)
+    _thread: threading.Thread | None = attrs.field(init=False, default=None)
+    _closed: bool = attrs.field(init=False, default=False)
+    _broken: BaseException | None = attrs.field(init=False, default=None)
+
+    async def start(self) -> None:
+        """Start the thread, connect, and return once the connection is ready (or raise)."""
+        self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+        self._thread.start()
+        try:
+            await self.run(lambda _conn: None, readonly=True)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T], *, readonly: bool = False) -> T:
+        """Run ``fn(conn)`` in the writer's next transaction; return after it is committed."""
+        await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before: nothing is queued
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+        job: _Job[T] = _Job(
+            fn, readonly, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()
+        )
+        self._queue.put(job)
+        # Once queued the job will run, so the wait cannot be cancelled: the caller learns the
+        # outcome (a claim abandoned by a cancelled caller would sit out a whole lease) and a
+        # pending cancellation strikes at its next checkpoint. (Cheaper than a shielded scope.)
+        await trio.lowlevel.wait_task_rescheduled(_uncancellable)
+        if job.error is not None:
+            raise job.error
+        return job.value  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        """Finish every queued job, close the connection, stop the thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is None:
+            return
+        stop: _Job[None] = _Job(
+            None, True, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()
+        )
+        self._queue.put(stop)
+        await trio.lowlevel.wait_task_rescheduled(_uncancellable)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._thread.join)
+
+    # -- the thread -----------------------------------------------------------------------
+
+    def _main(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = self.connect()
+        except BaseException as exc:
+            self._broken = exc
+        try:
+            self._loop(conn)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _loop(self, conn: sqlite3.Connection | None) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < self.max_batch and batch[-1].fn is not None:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = batch[-1] if batch[-1].fn is None else None
+            work = batch[:-1] if stop is not None else batch
+            if work:
+                if conn is None or self._broken is not None:
+                    for job in work:
+                        job.error = _broken_error(self._broken)
+                else:
+                    try:
+                        self._run_batch(conn, work)
+                    except Exception as exc:  # a bug or a broken connection: fail, never hang
+                        log.exception("custody writer failed a batch of %d jobs", len(work))
+                        try:
+                            conn.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass
+                        for job in work:
+                            job.value, job.error = None, exc
+            self._wake(batch)
+            if stop is not None:
+                return
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job[Any]]) -> None:
+        # Fast path: the whole batch in one transaction. If a job raises, roll everything back
+        # and replay the batch with a savepoint per job so only that job's work is undone.
+        # (Jobs are pure functions of the database, so a replay computes the same answers.)
+        if not self._transaction(conn, batch, savepoints=False) and len(batch) > 1:
+            self._transaction(conn, batch, savepoints=True)
+
+    def _transaction(
+        self, conn: sqlite3.Connection, batch: list[_Job[Any]], *, savepoints: bool
+    ) -> bool:
+        """Run ``batch`` in one transaction; False if a job failed on the fast path."""
+        readonly = all(job.readonly for job in batch)
+        try:
+            conn.execute("BEGIN" if readonly else "BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            for job in batch:
+                job.error = exc
+            return True
+        for job in batch:
+            if savepoints:
+                conn.execute("SAVEPOINT job")
+            if _capture(job, conn):
+                if savepoints:
+                    conn.execute("RELEASE job")
+            elif savepoints:
+                conn.execute("ROLLBACK TO job")
+                conn.execute("RELEASE job")
+            else:
+                conn.execute("ROLLBACK")
+                if len(batch) == 1:
+                    return True  # its error stands, its work is undone
+                for other in batch:
+                    other.value, other.error = None, None
+                return False
+        try:
+            conn.execute("COMMIT")
+            self.commits += 1
+        except sqlite3.Error as exc:
+            log.exception("commit of %d jobs failed", len(batch))
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            for job in batch:
+                job.value, job.error = None, exc
+        return True
+
+    @staticmethod
+    def _wake(batch: list[_Job[Any]]) -> None:
+        by_token: dict[trio.lowlevel.TrioToken, list[_Job[Any]]] = {}
+        for job in batch:
+            by_token.setdefault(job.token, []).append(job)
+        for token, jobs in by_token.items():
+            try:
+                token.run_sync_soon(_set_all, jobs)
+            except trio.RunFinishedError:
+                pass  # the caller's run is over; nobody is waiting
+
+
+def _capture(job: _Job[Any], conn: sqlite3.Connection) -> bool:
+    assert job.fn is not None
+    try:
+        job.value = job.fn(conn)
+    except Exception as exc:
+        job.error = exc
+        return False
+    return True
+
+
+def _set_all(jobs: list[_Job[Any]]) -> None:
+    for job in jobs:
+        trio.lowlevel.reschedule(job.task)
+
+
+def _broken_error(cause: BaseException | None) -> BaseException:
+    err = RuntimeError(f"the store's database could not be opened: {cause}")
+    err.__cause__ = cause
+    return err

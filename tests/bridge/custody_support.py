@@ -1,0 +1,88 @@
+"""Shared pieces of the custody conformance suite: a fake clock, store backends, drivers.
+
+A backend knows how to make a fresh store location and open a store there (again, for the
+reopen cases). Today only SQLite; the PostgreSQL backend adds itself to ``BACKENDS``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+from tether.bridge import Claim, CustodyState, SqliteStore, Store, Task
+
+LEASE_S = 30.0
+MAX_ATTEMPTS = 3
+
+
+@attrs.define
+class FakeClock:
+    """The store's clock in tests: time moves only when a test says so."""
+
+    now: float = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Backend(Protocol):
+    name: str
+
+    def fresh(self) -> Any:
+        """A new, empty store location."""
+
+    async def open(self, where: Any, clock: Callable[[], float], **options: Any) -> Store:
+        """Open the store at ``where`` (creating it if needed)."""
+
+
+@attrs.define
+class SqliteBackend:
+    root: Path
+    name: str = "sqlite"
+    _made: int = 0
+
+    def fresh(self) -> Path:
+        self._made += 1
+        return self.root / f"store-{self._made}" / "custody.db"
+
+    async def open(self, where: Any, clock: Callable[[], float], **options: Any) -> Store:
+        options.setdefault("lease_s", LEASE_S)
+        options.setdefault("max_attempts", MAX_ATTEMPTS)
+        return await SqliteStore.open(where, clock=clock, **options)
+
+
+BACKENDS: dict[str, Callable[[Path], Backend]] = {"sqlite": SqliteBackend}
+
+
+def worker_for(id: str) -> str:
+    """A worker name of its own for each task, so drivers never pick up each other's work."""
+    return "w-" + re.sub(r"[^A-Za-z0-9_-]", "_", id)[:60]
+
+
+async def drive_to(store: Store, id: str, state: CustodyState, *, body: str = "hi") -> Claim | None:
+    """Ingest ``id`` and move it to ``state`` the ordinary way; return the live claim if any."""
+    assert await store.ingest(Task(id, body))
+    if state is CustodyState.PENDING:
+        return None
+    if state is CustodyState.DEAD:
+        await store.dead_letter(id, "test: sent to dead")
+        return None
+    await store.assign(id, worker_for(id))
+    if state is CustodyState.ASSIGNED:
+        return None
+    claim = await store.claim(worker_for(id))
+    assert claim is not None
+    assert claim.task.id == id
+    if state is CustodyState.CLAIMED:
+        return claim
+    await store.complete(claim, f"reply to {id}")
+    if state is CustodyState.DELIVERED:
+        await store.mark_delivered(id)
+    return None

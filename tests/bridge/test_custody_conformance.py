@@ -1,0 +1,545 @@
+"""The store conformance suite: every backend must pass it unchanged (``store`` is parametrised).
+
+It restates the custody cases of the public file-bridge fix for a transactional store, plus
+fencing, idempotent ingest in every state, input validation with nothing stored, and the
+reconciler. Time is a ``FakeClock`` the store reads; nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import pytest
+import trio
+from trio.testing import MockClock
+
+from tether.bridge import (
+    BodyTooLarge,
+    Claim,
+    CustodyConflict,
+    CustodyState,
+    InvalidTaskId,
+    InvalidWorkerName,
+    Reconciler,
+    ReconcileReport,
+    StaleLease,
+    Store,
+    Task,
+    UnknownTask,
+    in_custody,
+)
+
+from .custody_support import LEASE_S, MAX_ATTEMPTS, Backend, FakeClock, drive_to
+
+S = CustodyState
+
+
+async def _claim(store: Store, worker: str, *, leaderless: bool = False) -> Claim:
+    claim = await store.claim(worker, leaderless=leaderless)
+    assert claim is not None
+    return claim
+
+
+# -- the public fix's custody cases ------------------------------------------------------------
+
+
+async def test_assigned_task_survives_any_number_of_reconciler_passes(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await store.ingest(Task("task-1", "hi"))
+    await store.assign("task-1", "w1")
+    reconciler = Reconciler(store)
+    for _ in range(25):
+        fake_clock.advance(LEASE_S * 10)
+        report = await reconciler.run_once()
+        assert report.expired == ()
+        assert await store.state("task-1") is S.ASSIGNED
+    assert await store.in_flight() == ["task-1"]
+    claim = await _claim(store, "w1")
+    assert (claim.task.id, claim.attempt) == ("task-1", 1)
+
+
+async def test_live_lease_is_never_taken_while_the_worker_renews(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await store.ingest(Task("long", "think hard"))
+    first = await _claim(store, "w1", leaderless=True)
+    reconciler = Reconciler(store)
+    current = first
+    for _ in range(40):  # 40 * 0.9 leases: far longer than one lease
+        fake_clock.advance(LEASE_S * 0.9)
+        current = await store.renew(current)
+        assert current.lease_until == fake_clock.now + LEASE_S
+        assert (await reconciler.run_once()).expired == ()
+        assert await store.claim("w2", leaderless=True) is None
+    rec = await store.get("long")
+    assert rec is not None
+    assert (rec.state, rec.owner, rec.attempt) == (S.CLAIMED, "w1", 1)
+    # an older copy of the live claim (earlier lease_until) is still the same claim
+    assert first.lease_until < current.lease_until
+    await store.complete(first, "done")
+    assert await store.state("long") is S.RESULT
+
+
+async def test_expired_lease_is_repooled_and_the_old_holder_is_fenced_out(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await store.ingest(Task("t1", "hi"))
+    await store.assign("t1", "w1")
+    old = await _claim(store, "w1")
+    fake_clock.advance(LEASE_S + 1)
+    report = await Reconciler(store).run_once()
+    [expiry] = report.repooled
+    assert (expiry.id, expiry.worker, expiry.attempt) == ("t1", "w1", 1)
+    assert expiry.lease_until == old.lease_until
+    assert "w1" in expiry.reason
+    rec = await store.get("t1")
+    assert rec is not None
+    assert (rec.state, rec.owner, rec.attempt) == (S.PENDING, None, 2)
+
+    new = await _claim(store, "w2", leaderless=True)
+    assert new.attempt == 2
+    for stale_call in (
+        lambda: store.complete(old, "late reply"),
+        lambda: store.renew(old),
+        lambda: store.fail(old, "late failure"),
+    ):
+        with pytest.raises(StaleLease, match="t1"):
+            await stale_call()
+    await store.complete(new, "fresh reply")
+    [result] = await store.ready_results()
+    assert (result.body, result.worker, result.attempt) == ("fresh reply", "w2", 2)
+
+
+async def test_an_expired_lease_is_fenced_even_before_the_reconciler_runs(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await store.ingest(Task("t1", "hi"))
+    claim = await _claim(store, "w1", leaderless=True)
+    fake_clock.advance(LEASE_S)  # lease_until == now: expired
+    with pytest.raises(StaleLease, match="expired"):
+        await store.complete(claim, "too late")
+    with pytest.raises(StaleLease):
+        await store.renew(claim)
+    assert await store.state("t1") is S.CLAIMED
+    assert len((await Reconciler(store).run_once()).repooled) == 1
+
+
+async def test_the_same_worker_reclaiming_fences_its_own_old_attempt(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await store.ingest(Task("t1", "hi"))
+    old = await _claim(store, "w1", leaderless=True)
+    fake_clock.advance(LEASE_S + 1)
+    await Reconciler(store).run_once()
+    new = await _claim(store, "w1", leaderless=True)
+    assert (new.worker, new.attempt) == ("w1", 2)
+    with pytest.raises(StaleLease, match="attempt 1"):
+        await store.complete(old, "from the first attempt")
+    await store.complete(new, "from the second attempt")
+    [result] = await store.ready_results()
+    assert result.body == "from the second attempt"
+
+
+@pytest.mark.parametrize("state", list(CustodyState))
+async def test_replay_in_every_state_changes_nothing(store: Store, state: CustodyState) -> None:
+    await drive_to(store, "t-7", state)
+    before = await store.get("t-7")
+    assert before is not None
+    assert before.state is state
+    replay = Task("t-7", "a different body", room="r", priority="urgent", headers={"x": "y"})
+    assert await store.ingest(replay) is False
+    assert await store.get("t-7") == before
+    assert sum((await store.counts()).values()) == 1
+
+
+async def test_prefix_ids_never_interfere(store: Store) -> None:
+    for id in ("task-1", "task-12", "task-1.2", "task-1_"):
+        await store.ingest(Task(id, f"body of {id}"))
+    claim = await drive_to(store, "task-123", S.CLAIMED)
+    assert claim is not None
+    await store.assign("task-1", "w9")
+    await store.dead_letter("task-12", "test")
+    assert await store.ingest(Task("task-1", "replay")) is False
+    assert [await store.state(i) for i in ("task-1", "task-12", "task-1.2", "task-1_")] == [
+        S.ASSIGNED,
+        S.DEAD,
+        S.PENDING,
+        S.PENDING,
+    ]
+    assert await store.state("task-123") is S.CLAIMED
+    assert await store.state("task-") is None
+    assert sorted(await store.in_flight()) == ["task-1", "task-1.2", "task-123", "task-1_"]
+    got = await _claim(store, "w9")
+    assert got.task == Task("task-1", "body of task-1")
+
+
+# -- claims --------------------------------------------------------------------------------
+
+
+async def test_claim_takes_own_assignments_by_priority_then_age(store: Store) -> None:
+    for id, prio in [("a", "low"), ("b", "normal"), ("c", "urgent"), ("d", "normal")]:
+        await store.ingest(Task(id, id, priority=prio))
+        await store.assign(id, "w1")
+    await store.ingest(Task("e", "e", priority="urgent"))  # pending, unassigned
+    await store.ingest(Task("f", "f", priority="urgent"))
+    await store.assign("f", "w2")  # another worker's
+    got = [(await _claim(store, "w1")).task.id for _ in range(4)]
+    assert got == ["c", "b", "d", "a"]
+    assert await store.claim("w1") is None  # pending tasks only in leaderless mode
+    assert (await _claim(store, "w1", leaderless=True)).task.id == "e"
+    assert await store.claim("w1", leaderless=True) is None  # never another's assignment
+    assert await store.state("f") is S.ASSIGNED
+
+
+async def test_leaderless_claims_take_pending_by_priority_then_age(store: Store) -> None:
+    for id, prio in [("x1", "low"), ("x2", "normal"), ("x3", "urgent"), ("x4", "urgent")]:
+        await store.ingest(Task(id, id, priority=prio))
+    assert [t.id for t in await store.pending()] == ["x3", "x4", "x2", "x1"]
+    assert [t.id for t in await store.pending(limit=1)] == ["x3"]
+    got = [(await _claim(store, "w1", leaderless=True)).task.id for _ in range(4)]
+    assert got == ["x3", "x4", "x2", "x1"]
+
+
+async def test_fail_repools_with_the_next_attempt_then_dead_letters(
+    store: Store,
+) -> None:
+    await store.ingest(Task("t1", "hi"))
+    for attempt in range(1, MAX_ATTEMPTS):
+        claim = await _claim(store, "w1", leaderless=True)
+        assert claim.attempt == attempt
+        assert await store.fail(claim, f"boom {attempt}") is S.PENDING
+        with pytest.raises(StaleLease):
+            await store.fail(claim, "twice")
+    last = await _claim(store, "w1", leaderless=True)
+    assert await store.fail(last, "boom last") is S.DEAD
+    rec = await store.get("t1")
+    assert rec is not None
+    assert rec.state is S.DEAD
+    assert rec.reason is not None
+    assert "boom last" in rec.reason
+    assert f"attempt {MAX_ATTEMPTS} of {MAX_ATTEMPTS}" in rec.reason
+    assert await store.in_flight() == []
+    assert await store.claim("w1", leaderless=True) is None
+
+
+async def test_lease_expiry_past_max_attempts_dead_letters_with_its_reason(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await store.ingest(Task("t1", "hi"))
+    reconciler = Reconciler(store)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        claim = await _claim(store, f"w{attempt}", leaderless=True)
+        assert claim.attempt == attempt
+        fake_clock.advance(LEASE_S + 1)
+        report = await reconciler.run_once()
+        assert len(report.expired) == 1
+    [dead] = report.dead_lettered
+    assert (dead.id, dead.worker, dead.attempt) == ("t1", f"w{MAX_ATTEMPTS}", MAX_ATTEMPTS)
+    rec = await store.get("t1")
+    assert rec is not None
+    assert rec.state is S.DEAD
+    assert rec.reason == dead.reason
+    assert "max_attempts" in dead.reason
+
+
+async def test_renew_never_shortens_a_lease(store: Store, fake_clock: FakeClock) -> None:
+    await store.ingest(Task("t1", "hi"))
+    claim = await _claim(store, "w1", leaderless=True)
+    fake_clock.advance(5)
+    renewed = await store.renew(claim)
+    assert renewed.lease_until == claim.lease_until + 5
+    fake_clock.now -= 3  # a clock step backwards must not cut the lease
+    again = await store.renew(renewed)
+    assert again.lease_until == renewed.lease_until
+    assert (again.task, again.worker, again.attempt) == (claim.task, "w1", 1)
+
+
+# -- lead, delivery and dead letters --------------------------------------------------------
+
+
+async def test_assign_and_unassign_are_compare_and_set(store: Store) -> None:
+    await store.ingest(Task("t1", "hi"))
+    await store.assign("t1", "w1")
+    with pytest.raises(CustodyConflict, match="assigned"):
+        await store.assign("t1", "w2")
+    with pytest.raises(UnknownTask):
+        await store.assign("nope", "w1")
+    assert await store.unassign("t1", "w2") is False
+    assert await store.state("t1") is S.ASSIGNED
+    assert await store.unassign("t1", "w1") is True
+    rec = await store.get("t1")
+    assert rec is not None
+    assert (rec.state, rec.owner) == (S.PENDING, None)
+    await store.assign("t1", "w2")
+    await _claim(store, "w2")
+    assert await store.unassign("t1", "w2") is False  # a live claim is not an assignment
+    assert await store.state("t1") is S.CLAIMED
+
+
+async def test_delivery_and_dead_letter_rules(store: Store) -> None:
+    await drive_to(store, "r1", S.RESULT)
+    await store.ingest(Task("p1", "hi"))
+    with pytest.raises(CustodyConflict, match="pending"):
+        await store.mark_delivered("p1")
+    [ready] = await store.ready_results()
+    assert (ready.task.id, ready.body, ready.worker) == ("r1", "reply to r1", "w-r1")
+    await store.mark_delivered("r1")
+    await store.mark_delivered("r1")  # a repeated confirmation is a no-op
+    assert await store.ready_results() == []
+    with pytest.raises(CustodyConflict, match="delivered"):
+        await store.dead_letter("r1", "too late")
+    with pytest.raises(UnknownTask):
+        await store.mark_delivered("ghost")
+
+    claim = await drive_to(store, "c1", S.CLAIMED)
+    assert claim is not None
+    await store.dead_letter("c1", "operator gave up")
+    await store.dead_letter("c1", "again")  # already dead: no-op, first reason kept
+    rec = await store.get("c1")
+    assert rec is not None
+    assert (rec.state, rec.reason) == (S.DEAD, "operator gave up")
+    with pytest.raises(StaleLease):
+        await store.complete(claim, "after death")
+    with pytest.raises(ValueError, match="reason"):
+        await store.dead_letter("p1", "  ")
+
+
+async def test_counts_and_in_flight_follow_the_custody_predicate(store: Store) -> None:
+    assert isinstance(store, Store)
+    for state in CustodyState:
+        await drive_to(store, f"id-{state.value}", state)
+    counts = await store.counts()
+    assert counts == dict.fromkeys(CustodyState, 1)
+    expected = [f"id-{s.value}" for s in CustodyState if in_custody(s)]
+    assert sorted(await store.in_flight()) == sorted(expected)
+
+
+# -- input validation: refused before the store is touched ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "rule"),
+    [
+        ("", "empty"),
+        ("a" * 129, "limit is 128"),
+        ("../etc", "'..'"),
+        ("a..b", "'..'"),
+        ("-lead", "start with a letter or digit"),
+        (".hidden", "start with a letter or digit"),
+        ("é", "start with a letter or digit"),
+        ("a/b", "'/'"),
+        ("a\0b", "'\\x00'"),
+        ("a b", "' '"),
+        ("ab\n", "'\\n'"),
+        ("aé", "'é'"),
+        (7, "must be a str"),
+    ],
+)
+async def test_bad_task_ids_are_refused_naming_the_rule(store: Store, bad: Any, rule: str) -> None:
+    with pytest.raises(InvalidTaskId, match="task id") as info:
+        Task(bad, "hi")
+    assert rule in str(info.value)
+    for call in (
+        lambda: store.state(bad),
+        lambda: store.assign(bad, "w1"),
+        lambda: store.mark_delivered(bad),
+        lambda: store.dead_letter(bad, "x"),
+        lambda: store.get(bad),
+    ):
+        with pytest.raises(InvalidTaskId):
+            await call()
+    assert sum((await store.counts()).values()) == 0
+
+
+@pytest.mark.parametrize("good", ["a", "A" * 128, "task-1", "x_y~z.w-1", "0", "a.b.c"])
+async def test_good_task_ids_are_stored(store: Store, good: str) -> None:
+    assert await store.ingest(Task(good, "hi"))
+    assert await store.state(good) is S.PENDING
+
+
+@pytest.mark.parametrize("bad", ["", "-w", "w/1", "w.1", "w" * 65, "w 1", "w~1"])
+async def test_bad_worker_names_are_refused(store: Store, bad: str) -> None:
+    await store.ingest(Task("t1", "hi"))
+    with pytest.raises(InvalidWorkerName, match="worker name"):
+        await store.assign("t1", bad)
+    with pytest.raises(InvalidWorkerName):
+        await store.claim(bad, leaderless=True)
+    rec = await store.get("t1")
+    assert rec is not None
+    assert (rec.state, rec.owner) == (S.PENDING, None)
+
+
+async def test_oversized_bodies_are_refused_with_nothing_stored(
+    backend: Backend, where: Any, fake_clock: FakeClock
+) -> None:
+    store = await backend.open(where, fake_clock, max_body_bytes=100)
+    try:
+        with pytest.raises(BodyTooLarge, match="body of task 'big' is 101 bytes; the limit is 100"):
+            await store.ingest(Task("big", "x" * 101))
+        with pytest.raises(BodyTooLarge, match="102 bytes"):
+            await store.ingest(Task("big", "é" * 51))  # bytes, not characters
+        assert sum((await store.counts()).values()) == 0
+        assert await store.ingest(Task("fits", "x" * 100))
+        claim = await _claim(store, "w1", leaderless=True)
+        with pytest.raises(BodyTooLarge, match="result of task 'fits'"):
+            await store.complete(claim, "y" * 101)
+        assert await store.state("fits") is S.CLAIMED
+        await store.complete(claim, "y" * 100)
+    finally:
+        await store.aclose()
+
+
+async def test_bodies_rooms_and_headers_are_stored_as_given(store: Store) -> None:
+    task = Task(
+        "t1",
+        "  línea 1\r\n\tline 2 🚀\n",
+        room="room/with spaces",
+        priority="low",
+        headers={"from": "ann", "x-trace": "a=b; c"},
+    )
+    await store.ingest(task)
+    claim = await _claim(store, "w1", leaderless=True)
+    assert claim.task == task
+    await store.complete(claim, "\n reply \u2028 kept\n")
+    [result] = await store.ready_results()
+    assert result.body == "\n reply \u2028 kept\n"
+    assert result.task == task
+
+
+async def test_bad_task_fields_are_refused() -> None:
+    with pytest.raises(ValueError, match="priority"):
+        Task("t1", "hi", priority="asap")
+    with pytest.raises(ValueError, match="headers"):
+        Task("t1", "hi", headers={"n": 1})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="room"):
+        Task("t1", "hi", room="")
+    with pytest.raises(ValueError, match="body"):
+        Task("t1", b"bytes")  # type: ignore[arg-type]
+
+
+# -- durability and the reconciler ---------------------------------------------------------
+
+
+async def test_everything_survives_a_reopen(
+    backend: Backend, where: Any, fake_clock: FakeClock
+) -> None:
+    store = await backend.open(where, fake_clock)
+    try:
+        for state in CustodyState:
+            await drive_to(store, f"id-{state.value}", state)
+        before = {s: await store.get(f"id-{s.value}") for s in CustodyState}
+    finally:
+        await store.aclose()
+    with pytest.raises(Exception, match="closed"):
+        await store.state("id-pending")
+    again = await backend.open(where, fake_clock)
+    try:
+        assert {s: await again.get(f"id-{s.value}") for s in CustodyState} == before
+        assert await again.ingest(Task("id-pending", "replay")) is False
+    finally:
+        await again.aclose()
+
+
+async def test_the_reconciler_never_drops_an_id(store: Store, fake_clock: FakeClock) -> None:
+    ids = []
+    for n, state in enumerate(list(CustodyState) * 3):
+        ids.append(f"t{n}")
+        await drive_to(store, f"t{n}", state)
+    reconciler = Reconciler(store)
+    for _ in range(MAX_ATTEMPTS + 2):
+        fake_clock.advance(LEASE_S * 3)
+        await reconciler.run_once()
+        for worker in ("w1", "w2"):
+            await store.claim(worker, leaderless=True)  # keep leases expiring
+        assert all([await store.state(i) is not None for i in ids])
+        assert sum((await store.counts()).values()) == len(ids)
+    assert reconciler.passes == MAX_ATTEMPTS + 2
+
+
+async def test_reconcile_report_is_a_versioned_document(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await drive_to(store, "t1", S.CLAIMED)
+    fake_clock.advance(LEASE_S * 2)
+    report = await Reconciler(store).run_once()
+    doc = report.to_document()
+    assert doc["schema_version"] == 1
+    assert doc["expired"][0]["outcome"] == "pending"
+    assert ReconcileReport.from_document(doc) == report
+    with pytest.raises(ValueError, match="schema_version 2"):
+        ReconcileReport.from_document({**doc, "schema_version": 2})
+    with pytest.raises(ValueError, match="invalid ReconcileReport"):
+        ReconcileReport.from_document({**doc, "at": "now"})
+
+
+async def test_reconciler_handles_a_backlog_larger_than_its_batch(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    for n in range(25):
+        await store.ingest(Task(f"t{n}", "hi"))
+        await _claim(store, "w1", leaderless=True)
+    fake_clock.advance(LEASE_S + 1)
+    report = await Reconciler(store, batch=10).run_once()
+    assert sorted(e.id for e in report.repooled) == sorted(f"t{n}" for n in range(25))
+    assert (await store.counts())[S.PENDING] == 25
+
+
+@pytest.fixture
+def mock_clock() -> MockClock:
+    # a threshold above zero: the store's thread round trips must not count as idle
+    return MockClock(autojump_threshold=0.05)
+
+
+async def test_the_reconciler_service_passes_on_its_interval(
+    store: Store, fake_clock: FakeClock, mock_clock: MockClock
+) -> None:
+    await drive_to(store, "t1", S.CLAIMED)
+    reconciler = Reconciler(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(reconciler.run, interval=5.0))
+        assert reconciler.passes == 1  # ready means the first pass is done
+        fake_clock.advance(LEASE_S + 1)
+        assert await store.state("t1") is S.CLAIMED
+        await trio.sleep(5.5)
+        assert reconciler.passes == 2
+        assert await store.state("t1") is S.PENDING
+        assert reconciler.last_report is not None
+        assert [e.id for e in reconciler.last_report.repooled] == ["t1"]
+        nursery.cancel_scope.cancel()
+    with pytest.raises(ValueError, match="interval"):
+        await reconciler.run(interval=0)
+
+
+async def test_ingest_many_is_all_or_nothing_and_idempotent(store: Store) -> None:
+    await store.ingest(Task("old", "hi"))
+    got = await store.ingest_many(
+        [Task("n1", "a"), Task("old", "b"), Task("n2", "c"), Task("n1", "d")]
+    )
+    assert got == [True, False, True, False]
+    assert await store.ingest_many([]) == []
+    big = Task("n3", "x", headers={"h": "y" * 2_000_000})
+    with pytest.raises(BodyTooLarge, match="headers of task 'n3'"):
+        await store.ingest_many([Task("n4", "fine"), big])
+    assert await store.state("n4") is None
+    assert sorted(await store.in_flight()) == ["n1", "n2", "old"]
+    rec = await store.get("n1")
+    assert rec is not None
+    assert rec.task.body == "a"
+
+
+async def test_prune_delivered_keeps_everything_else(store: Store, fake_clock: FakeClock) -> None:
+    for state in CustodyState:
+        await drive_to(store, f"early-{state.value}", state)
+    fake_clock.advance(100)
+    await drive_to(store, "late-delivered", S.DELIVERED)
+    assert await store.prune_delivered(fake_clock.now - 50) == 1
+    assert await store.state("early-delivered") is None
+    assert await store.state("late-delivered") is S.DELIVERED
+    for state in CustodyState:
+        if state is not S.DELIVERED:
+            assert await store.state(f"early-{state.value}") is state
+    fake_clock.advance(100)
+    assert await store.prune_delivered(fake_clock.now) == 1
+    assert (await store.counts())[S.DEAD] == 1  # dead letters are never pruned

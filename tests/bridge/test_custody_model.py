@@ -1,0 +1,302 @@
+"""A hypothesis stateful test: random custody operations against a plain-Python model.
+
+Rules drive ingest / assign / unassign / claim / renew / complete / fail / clock advance /
+reconcile / deliver / dead-letter / reopen on a real store, and the model predicts every
+answer. After every step the whole store is compared with the model, so an acknowledged id is
+never lost, is in exactly the state the model says (one state), and a fenced holder's complete,
+renew or fail always raises ``StaleLease`` and changes nothing.
+
+How it runs under pytest-trio: hypothesis rules are synchronous, and a pytest-trio test owns
+its Trio run, so the test function is a plain ``def`` (pytest-trio leaves those alone) and every
+rule runs its store calls in a fresh ``trio.run``. One store object lives across those runs: the
+SQLite writer thread wakes each caller through the Trio token captured with the call. The
+backend comes from the same parametrised fixture as the conformance suite, and each example
+opens a fresh store location.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import attrs
+import hypothesis.strategies as st
+import pytest
+import trio
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from tether.bridge import (
+    Claim,
+    CustodyConflict,
+    CustodyState,
+    Reconciler,
+    StaleLease,
+    Store,
+    Task,
+    UnknownTask,
+    in_custody,
+)
+
+from .custody_support import LEASE_S, MAX_ATTEMPTS, Backend, FakeClock
+
+T = TypeVar("T")
+S = CustodyState
+IDS = ["task-1", "task-12", "a", "a.b", "Z~9", "task-1_"]
+WORKERS = ["w1", "w2", "w3"]
+RANK = {"urgent": 0, "normal": 1, "low": 2}
+
+
+@attrs.define
+class Model:
+    seq: int
+    priority: str
+    state: CustodyState = S.PENDING
+    owner: str | None = None
+    attempt: int = 1
+    lease_until: float | None = None
+    result: str | None = None
+
+
+def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    return trio.run(fn, *args)
+
+
+class CustodyMachine(RuleBasedStateMachine):
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self.backend = backend
+        self.clock = FakeClock()
+        self.where = backend.fresh()
+        self.store: Store = _run(self._open)
+        self.model: dict[str, Model] = {}
+        self.claims: list[Claim] = []  # every claim handed out, stale copies included
+
+    async def _open(self) -> Store:
+        return await self.backend.open(self.where, self.clock)
+
+    def teardown(self) -> None:
+        _run(self.store.aclose)
+
+    # -- predictions ------------------------------------------------------------------------
+
+    def _live(self, claim: Claim) -> bool:
+        m = self.model[claim.task.id]
+        return (
+            m.state is S.CLAIMED
+            and m.owner == claim.worker
+            and m.attempt == claim.attempt
+            and m.lease_until is not None
+            and m.lease_until > self.clock.now
+        )
+
+    def _next_for(self, worker: str, leaderless: bool) -> str | None:
+        def key(id: str) -> tuple[int, int]:
+            return (RANK[self.model[id].priority], self.model[id].seq)
+
+        mine = [i for i, m in self.model.items() if m.state is S.ASSIGNED and m.owner == worker]
+        if mine:
+            return min(mine, key=key)
+        pending = [i for i, m in self.model.items() if m.state is S.PENDING]
+        if leaderless and pending:
+            return min(pending, key=key)
+        return None
+
+    # -- rules ------------------------------------------------------------------------------
+
+    @rule(id=st.sampled_from(IDS), priority=st.sampled_from(sorted(RANK)))
+    def ingest(self, id: str, priority: str) -> None:
+        new = _run(self.store.ingest, Task(id, f"body {id}", priority=priority))
+        assert new == (id not in self.model)
+        if new:
+            self.model[id] = Model(seq=len(self.model), priority=priority)
+
+    @rule(id=st.sampled_from(IDS), worker=st.sampled_from(WORKERS))
+    def assign(self, id: str, worker: str) -> None:
+        m = self.model.get(id)
+        if m is None:
+            with pytest.raises(UnknownTask):
+                _run(self.store.assign, id, worker)
+        elif m.state is not S.PENDING:
+            with pytest.raises(CustodyConflict):
+                _run(self.store.assign, id, worker)
+        else:
+            _run(self.store.assign, id, worker)
+            m.state, m.owner = S.ASSIGNED, worker
+
+    @rule(id=st.sampled_from(IDS), worker=st.sampled_from(WORKERS))
+    def unassign(self, id: str, worker: str) -> None:
+        m = self.model.get(id)
+        if m is None:
+            with pytest.raises(UnknownTask):
+                _run(self.store.unassign, id, worker)
+            return
+        expected = m.state is S.ASSIGNED and m.owner == worker
+        assert _run(self.store.unassign, id, worker) == expected
+        if expected:
+            m.state, m.owner = S.PENDING, None
+
+    @rule(worker=st.sampled_from(WORKERS), leaderless=st.booleans())
+    def claim(self, worker: str, leaderless: bool) -> None:
+        expected = self._next_for(worker, leaderless)
+
+        async def call() -> Claim | None:
+            return await self.store.claim(worker, leaderless=leaderless)
+
+        claim = _run(call)
+        if expected is None:
+            assert claim is None
+            return
+        assert claim is not None
+        m = self.model[expected]
+        assert (claim.task.id, claim.worker, claim.attempt) == (expected, worker, m.attempt)
+        assert claim.lease_until == self.clock.now + LEASE_S
+        m.state, m.owner, m.lease_until = S.CLAIMED, worker, claim.lease_until
+        self.claims.append(claim)
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0))
+    def renew(self, pick: int) -> None:
+        claim = self.claims[pick % len(self.claims)]
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.renew, claim)
+            return
+        renewed = _run(self.store.renew, claim)
+        m = self.model[claim.task.id]
+        assert m.lease_until is not None
+        m.lease_until = max(m.lease_until, self.clock.now + LEASE_S)
+        assert renewed.lease_until == m.lease_until
+        self.claims.append(renewed)
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0))
+    def complete(self, pick: int) -> None:
+        claim = self.claims[pick % len(self.claims)]
+        body = f"reply {claim.task.id} by {claim.worker}#{claim.attempt}"
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.complete, claim, body)
+            return
+        _run(self.store.complete, claim, body)
+        m = self.model[claim.task.id]
+        m.state, m.lease_until, m.result = S.RESULT, None, body
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0))
+    def fail(self, pick: int) -> None:
+        claim = self.claims[pick % len(self.claims)]
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.fail, claim, "model failure")
+            return
+        m = self.model[claim.task.id]
+        state = _run(self.store.fail, claim, "model failure")
+        if m.attempt >= MAX_ATTEMPTS:
+            assert state is S.DEAD
+            m.state, m.lease_until = S.DEAD, None
+        else:
+            assert state is S.PENDING
+            m.state, m.owner, m.lease_until, m.attempt = S.PENDING, None, None, m.attempt + 1
+
+    @rule(seconds=st.sampled_from([1.0, LEASE_S / 2, LEASE_S, LEASE_S * 3]))
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @rule()
+    def reconcile(self) -> None:
+        report = _run(Reconciler(self.store).run_once)
+        expected = set()
+        now = self.clock.now
+        for id, m in self.model.items():
+            if m.state is S.CLAIMED and m.lease_until is not None and m.lease_until <= now:
+                dead = m.attempt >= MAX_ATTEMPTS
+                outcome = S.DEAD if dead else S.PENDING
+                expected.add((id, m.owner, m.attempt, outcome))
+                m.state, m.lease_until = outcome, None
+                if not dead:
+                    m.owner, m.attempt = None, m.attempt + 1
+        got = {(e.id, e.worker, e.attempt, e.outcome) for e in report.expired}
+        assert got == expected
+
+    @rule()
+    def deliver(self) -> None:
+        async def call() -> list[tuple[str, str]]:
+            ready = await self.store.ready_results()
+            if ready:
+                await self.store.mark_delivered(ready[0].task.id)
+            return [(r.task.id, r.body) for r in ready]
+
+        ready = _run(call)
+        expected = sorted(
+            ((i, m.result) for i, m in self.model.items() if m.state is S.RESULT),
+            key=lambda p: (RANK[self.model[p[0]].priority], self.model[p[0]].seq),
+        )
+        assert ready == expected
+        if ready:
+            self.model[ready[0][0]].state = S.DELIVERED
+
+    @rule(id=st.sampled_from(IDS))
+    def dead_letter(self, id: str) -> None:
+        m = self.model.get(id)
+        if m is None:
+            with pytest.raises(UnknownTask):
+                _run(self.store.dead_letter, id, "model gave up")
+        elif m.state is S.DELIVERED:
+            with pytest.raises(CustodyConflict):
+                _run(self.store.dead_letter, id, "model gave up")
+        else:
+            _run(self.store.dead_letter, id, "model gave up")
+            m.state, m.lease_until = S.DEAD, None
+
+    @rule()
+    def reopen(self) -> None:
+        _run(self.store.aclose)
+        self.store = _run(self._open)
+
+    # -- the whole store equals the model -------------------------------------------------
+
+    @invariant()
+    def store_matches_model(self) -> None:
+        async def snapshot() -> tuple[dict[str, Any], Any, Any]:
+            records = {id: await self.store.get(id) for id in IDS}
+            return records, await self.store.counts(), await self.store.in_flight()
+
+        records, counts, in_flight = _run(snapshot)
+        for id in IDS:
+            rec, m = records[id], self.model.get(id)
+            if m is None:
+                assert rec is None
+                continue
+            assert rec is not None, f"{id} was acknowledged and is lost"
+            assert (rec.state, rec.attempt, rec.lease_until) == (m.state, m.attempt, m.lease_until)
+            if m.state in (S.ASSIGNED, S.CLAIMED, S.PENDING):
+                assert rec.owner == m.owner
+            if m.state in (S.RESULT, S.DELIVERED):
+                assert rec.result == m.result
+        assert sum(counts.values()) == len(self.model)
+        for state in CustodyState:
+            assert counts[state] == sum(1 for m in self.model.values() if m.state is state)
+        assert sorted(in_flight) == sorted(i for i, m in self.model.items() if in_custody(m.state))
+
+
+def test_custody_store_matches_its_model(backend: Backend) -> None:
+    class OnThisBackend(CustodyMachine):
+        def __init__(self) -> None:
+            super().__init__(backend)
+
+    run_state_machine_as_test(
+        OnThisBackend,
+        settings=settings(
+            max_examples=75,
+            stateful_step_count=50,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
