@@ -14,39 +14,40 @@ from typing import Any, TypeVar
 import attrs
 
 from .._converter import structure
+from . import _custody
+from ._custody import InvalidTaskId, InvalidWorkerName
 
 PROTOCOL_VERSION = 1
 
 T = TypeVar("T")
 
-# DESIGN.md "Ids": the gateway's task id is the custody primary key.
-_TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_~.-]{0,127}")
-_WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # Rooms and client names are labels shown to people; same shape as worker names, a bit longer.
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
 
 def is_task_id(value: str) -> bool:
-    """True when ``value`` is a valid gateway task id (DESIGN.md's rule)."""
-    return _TASK_ID.fullmatch(value) is not None and ".." not in value
+    """True when ``value`` is a valid gateway task id (the custody id rule)."""
+    try:
+        _custody.check_task_id(value)
+    except InvalidTaskId:
+        return False
+    return True
 
 
 def check_task_id(value: str, what: str = "task id") -> str:
-    if not is_task_id(value):
-        raise ValueError(
-            f"{what} {value[:140]!r} is not a valid task id: 1-128 characters from "
-            "[A-Za-z0-9_~.-], starting with a letter or digit, no '..'"
-        )
-    return value
+    """The custody id rule, with ``what`` naming the field in the error."""
+    try:
+        return _custody.check_task_id(value)
+    except InvalidTaskId as exc:
+        raise InvalidTaskId(f"{what} is not a valid task id: {exc}") from None
 
 
 def check_worker_name(value: str, what: str = "worker name") -> str:
-    if _WORKER_NAME.fullmatch(value) is None:
-        raise ValueError(
-            f"{what} {value[:80]!r} is not valid: 1-64 characters from [A-Za-z0-9_-], "
-            "starting with a letter or digit"
-        )
-    return value
+    """The custody worker-name rule, with ``what`` naming the field in the error."""
+    try:
+        return _custody.check_worker(value)
+    except InvalidWorkerName as exc:
+        raise InvalidWorkerName(f"{what}: {exc}") from None
 
 
 def check_label(value: str, what: str) -> str:
