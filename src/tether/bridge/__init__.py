@@ -34,6 +34,8 @@ from ._gateway_client import GatewayUnavailable as GatewayUnavailable
 from ._gateway_wire import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ._gateway_wire import GatewayTask as GatewayTask
 from ._gateway_wire import ResultReceipt as ResultReceipt
+from ._postgres import PostgresStore as PostgresStore
+from ._postgres_dsn import redact_dsn as redact_dsn
 from ._reconcile import Reconciler as Reconciler
 from ._reconcile import ReconcileReport as ReconcileReport
 from ._sqlite import SqliteStore as SqliteStore

@@ -1,0 +1,740 @@
+"""PostgresStore: the custody store shared by many bridges and workers on many hosts.
+
+The same schema ideas as ``SqliteStore``: the state is a CHECKed column, every transition is one
+``UPDATE ... WHERE`` naming the state it expects (and for leases the owner, the attempt and a
+live ``lease_until``: fencing), claims pick rows with ``FOR UPDATE SKIP LOCKED`` so concurrent
+workers on any host never wait for or take each other's row, and ingest is
+``INSERT ... ON CONFLICT DO NOTHING``.
+
+psycopg 3's async API does not run on Trio, so every method makes exactly one
+``trio.to_thread`` hop (~0.2 ms) into its sync API with a connection from a
+``psycopg_pool.ConnectionPool``; the store's own ``CapacityLimiter`` has as many tokens as the
+pool has connections, so a thread never waits for a connection. Inside the hop each method is
+one statement in autocommit (one network round trip, one commit): a compare-and-set that fails
+reads the row's state in the same statement (a data-modifying CTE) to explain why. PostgreSQL
+commits concurrent transactions with one WAL flush (its own group commit), so there is no
+writer thread here.
+
+Time: leases use the store's ``clock`` (the caller's host clock, like SQLite). Hosts sharing
+a database must keep their clocks synchronised (NTP) well within ``lease_s``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import attrs
+import psycopg
+import trio
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from .._converter import structure, unstructure
+from ._custody import (
+    IN_CUSTODY,
+    PRIORITY_RANK,
+    Claim,
+    CustodyConflict,
+    CustodyState,
+    Result,
+    StaleLease,
+    Task,
+    TaskRecord,
+    UnknownTask,
+    check_body,
+    check_task_id,
+    check_worker,
+)
+from ._postgres_dsn import redact_dsn
+from ._postgres_listen import ASSIGNED_PREFIX, PENDING, RESULT, Listener, assigned_payload
+from ._postgres_schema import check_schema, migrate
+from ._store import LeaseExpiry
+
+T = TypeVar("T")
+Conn = psycopg.Connection[TupleRow]
+
+_RANK_PRIORITY: Final = {rank: name for name, rank in PRIORITY_RANK.items()}
+_IN_CUSTODY_SQL: Final = ", ".join(f"'{s.value}'" for s in sorted(IN_CUSTODY))
+_TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
+_RECORD_COLS: Final = (
+    f"{_TASK_COLS}, t.state, t.owner, t.attempt, t.lease_until, t.result, t.reason, "
+    "t.created_at, t.updated_at"
+)
+_FENCE: Final = (
+    "t.id = %(id)s AND t.state = 'claimed' AND t.owner = %(worker)s "
+    "AND t.attempt = %(attempt)s AND t.lease_until > %(now)s"
+)
+_UTF8: Final = "utf-8"
+_ERRORS: Final = "surrogatepass"  # any Python str round-trips exactly, as in check_body
+MAX_REASON_CHARS: Final = 4000
+
+
+@attrs.define(eq=False)
+class PostgresStore:
+    """Custody in a PostgreSQL schema. Open with ``await PostgresStore.open(dsn)``."""
+
+    dsn_shown: str
+    """The DSN with its password removed: safe to log."""
+    schema: str
+    clock: Callable[[], float]
+    lease_s: float
+    max_attempts: int
+    max_body_bytes: int
+    pool_size: int
+    _pool: ConnectionPool[Conn]
+    _listener: Listener
+    _channel: str
+    _limiters: trio.lowlevel.RunVar[trio.CapacityLimiter] = attrs.field(init=False)
+    _closed: bool = attrs.field(init=False, default=False)
+    _sql: _Sql = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._limiters = trio.lowlevel.RunVar(f"tether-postgres-limiter-{id(self)}")
+        self._sql = _Sql(f'"{self.schema}"')
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        schema: str = "tether",
+        clock: Callable[[], float] = time.time,
+        lease_s: float = 60.0,
+        max_attempts: int = 5,
+        max_body_bytes: int = 1 << 20,
+        pool_size: int = 8,
+        connect_timeout_s: float = 10.0,
+        password: str | None = None,
+    ) -> PostgresStore:
+        """Connect, create and migrate ``schema`` if needed, and open a pool of ``pool_size``.
+
+        ``dsn`` is a libpq connection string or ``postgresql://`` URL. The password comes from
+        ``password`` (e.g. read from a file), else libpq's own sources (``PGPASSWORD``,
+        ``~/.pgpass`` or ``PGPASSFILE``). It never appears in an error or log message.
+        """
+        if not lease_s > 0:
+            raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
+        if not (isinstance(max_attempts, int) and max_attempts >= 1):
+            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if not (isinstance(max_body_bytes, int) and max_body_bytes >= 1):
+            raise ValueError(f"max_body_bytes must be an int >= 1, got {max_body_bytes!r}")
+        if not (isinstance(pool_size, int) and pool_size >= 1):
+            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        check_schema(schema)
+        shown = redact_dsn(dsn)
+        kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, round(connect_timeout_s)),
+            "application_name": "tether",
+        }
+        if password is not None:
+            kwargs["password"] = password
+
+        def connect() -> Conn:
+            return psycopg.connect(dsn, **kwargs)
+
+        def setup() -> ConnectionPool[Conn]:
+            try:
+                with connect() as conn:
+                    migrate(conn, schema)
+            except psycopg.OperationalError as exc:
+                raise ConnectionError(
+                    f"cannot connect to PostgreSQL at {shown}: {_first_line(exc)}"
+                ) from None
+            pool: ConnectionPool[Conn] = ConnectionPool(
+                dsn,
+                min_size=1,
+                max_size=pool_size,
+                kwargs=kwargs,
+                open=False,
+                name=f"tether-{schema}",
+                timeout=connect_timeout_s + 30.0,
+            )
+            pool.open(wait=True, timeout=connect_timeout_s)
+            return pool
+
+        pool = await trio.to_thread.run_sync(setup)
+        channel = f"tether_{schema}"
+
+        def notify(payload: str) -> None:
+            with pool.connection() as conn:
+                conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+        return cls(
+            shown,
+            schema,
+            clock,
+            float(lease_s),
+            max_attempts,
+            max_body_bytes,
+            pool_size,
+            pool,
+            Listener(connect, channel, notify),
+            channel,
+        )
+
+    async def aclose(self) -> None:
+        """Stop the listener and close the pool (connections in use finish first). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+
+        def close() -> None:
+            self._listener.stop()
+            self._pool.close()
+
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(close)
+
+    async def __aenter__(self) -> PostgresStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _run(self, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn(conn)`` in one thread hop with a pooled autocommit connection."""
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+        try:
+            limiter = self._limiters.get()
+        except LookupError:
+            limiter = trio.CapacityLimiter(self.pool_size)
+            self._limiters.set(limiter)
+
+        def hop() -> T:
+            with self._pool.connection() as conn:
+                return fn(conn)
+
+        # not abandoned on cancel: the caller learns the outcome of a change that may commit
+        return await trio.to_thread.run_sync(hop, limiter=limiter)
+
+    # -- waking idle workers ------------------------------------------------------------------
+
+    async def wait_for_work(self, seconds: float, *, worker: str | None = None) -> bool:
+        """Sleep until new pending work (or an assignment to ``worker``) may exist, at most
+        ``seconds``.
+
+        True if a notification woke us. Only a hint: the caller polls with ``claim`` either way.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+        if worker is not None:
+            check_worker(worker)
+        mine = None if worker is None else assigned_payload(worker)
+
+        def wants(payload: str) -> bool:
+            if payload == PENDING:
+                return True
+            return payload.startswith(ASSIGNED_PREFIX) and (mine is None or payload == mine)
+
+        return await self._listener.wait(wants, seconds)
+
+    async def wait_for_results(self, seconds: float) -> bool:
+        """Sleep until a result may be ready for delivery, at most ``seconds`` (a hint too)."""
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+        return await self._listener.wait(lambda payload: payload == RESULT, seconds)
+
+    @property
+    def listening(self) -> bool:
+        """Is the LISTEN connection up (wake-ups can arrive)?"""
+        return self._listener.listening.is_set()
+
+    # -- ingest -------------------------------------------------------------------------------
+
+    async def ingest(self, task: Task) -> bool:
+        [new] = await self.ingest_many([task])
+        return new
+
+    async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
+        rows = [self._ingest_row(task) for task in tasks]  # all valid, or nothing is stored
+        if not rows:
+            return []
+        ids, bodies, rooms, ranks, headers = (list(col) for col in zip(*rows, strict=True))
+        params: dict[str, Any] = {"ids": ids, "bodies": bodies, "rooms": rooms, "ranks": ranks}
+        params.update(headers=headers, now=self.clock(), chan=self._channel)
+        sql = self._sql.ingest
+
+        def op(conn: Conn) -> list[bool]:
+            inserted = {r[0] for r in conn.execute(sql, params).fetchall()}
+            first: list[bool] = []
+            for row in rows:
+                first.append(row[0] in inserted)
+                inserted.discard(row[0])  # a duplicate later in the batch is a replay
+            return first
+
+        return await self._run(op)
+
+    def _ingest_row(self, task: Task) -> tuple[Any, ...]:
+        if not isinstance(task, Task):
+            raise TypeError(f"ingest takes a Task, got {type(task).__name__}")
+        check_body(task.body, self.max_body_bytes, what=f"body of task {task.id!r}")
+        headers = "{}"
+        if task.headers:
+            headers = json.dumps(unstructure(task.headers), separators=(",", ":"))
+            check_body(headers, self.max_body_bytes, what=f"headers of task {task.id!r}")
+        return (task.id, _encode(task.body), task.room, PRIORITY_RANK[task.priority], headers)
+
+    async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
+        _check_limit(limit)
+        sql = self._sql.prune
+        return await self._run(
+            lambda conn: conn.execute(sql, {"before": before, "limit": limit}).rowcount
+        )
+
+    # -- lead ---------------------------------------------------------------------------------
+
+    async def pending(self, *, limit: int = 100) -> Sequence[Task]:
+        _check_limit(limit)
+        sql = self._sql.pending
+
+        def op(conn: Conn) -> list[Task]:
+            return [_task(r) for r in conn.execute(sql, {"limit": limit})]
+
+        return await self._run(op)
+
+    async def assign(self, id: str, worker: str) -> None:
+        check_task_id(id)
+        check_worker(worker)
+        params = {"id": id, "worker": worker, "now": self.clock()}
+        params.update(chan=self._channel, payload=assigned_payload(worker))
+        done, before = await self._cas(self._sql.assign, params)
+        if done is None:
+            raise CustodyConflict(
+                f"cannot assign task {id!r} to {worker!r}: it is {before.state.value}"
+                f"{before.owner_note}, not pending"
+            )
+
+    async def unassign(self, id: str, worker: str) -> bool:
+        check_task_id(id)
+        check_worker(worker)
+        params = {"id": id, "worker": worker, "now": self.clock(), "chan": self._channel}
+        params["payload"] = PENDING
+        done, _ = await self._cas(self._sql.unassign, params)
+        return done is not None
+
+    # -- worker -------------------------------------------------------------------------------
+
+    async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
+        check_worker(worker)
+        now = self.clock()
+        lease_until = now + self.lease_s
+        params = {"worker": worker, "leaderless": leaderless, "now": now, "until": lease_until}
+        sql = self._sql.claim
+
+        def op(conn: Conn) -> Claim | None:
+            row = conn.execute(sql, params).fetchone()
+            if row is None:
+                return None
+            return Claim(_task(row), worker, row[5], lease_until)
+
+        return await self._run(op)
+
+    async def renew(self, claim: Claim) -> Claim:
+        params = self._fence_params(claim)
+        params["until"] = params["now"] + self.lease_s
+        until, before = await self._cas(self._sql.renew, params)
+        if until is None:
+            raise _stale(before, claim, params["now"], "renew")
+        return attrs.evolve(claim, lease_until=float(until))
+
+    async def complete(self, claim: Claim, body: str) -> None:
+        params = self._fence_params(claim)
+        if not isinstance(body, str):
+            raise TypeError(f"a result body must be a str, got {type(body).__name__}")
+        check_body(body, self.max_body_bytes, what=f"result of task {claim.task.id!r}")
+        params.update(body=_encode(body), chan=self._channel, payload=RESULT)
+        done, before = await self._cas(self._sql.complete, params)
+        if done is None:
+            raise _stale(before, claim, params["now"], "complete")
+
+    async def fail(self, claim: Claim, reason: str) -> CustodyState:
+        params = self._fence_params(claim)
+        reason = _check_reason(reason)
+        dead = claim.attempt >= self.max_attempts
+        if dead:
+            reason = f"failed on attempt {claim.attempt} of {self.max_attempts}: {reason}"
+        params.update(reason=reason, chan=self._channel, payload=PENDING)
+        sql = self._sql.fail_dead if dead else self._sql.fail_repool
+        done, before = await self._cas(sql, params)
+        if done is None:
+            raise _stale(before, claim, params["now"], "fail")
+        return CustodyState.DEAD if dead else CustodyState.PENDING
+
+    def _fence_params(self, claim: Claim) -> dict[str, Any]:
+        if not isinstance(claim, Claim):
+            raise TypeError(f"expected a Claim, got {type(claim).__name__}")
+        return {
+            "id": check_task_id(claim.task.id),
+            "worker": check_worker(claim.worker),
+            "attempt": claim.attempt,
+            "now": self.clock(),
+        }
+
+    # -- reconciler ---------------------------------------------------------------------------
+
+    async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
+        _check_limit(limit)
+        now = self.clock()
+        params = {"now": now, "max": self.max_attempts, "limit": limit, "chan": self._channel}
+        sql = self._sql.expire
+
+        def op(conn: Conn) -> list[LeaseExpiry]:
+            rows = sorted(conn.execute(sql, params).fetchall(), key=lambda r: (r[3], r[6]))
+            return [
+                LeaseExpiry(id, owner, attempt, until, now, CustodyState(state), reason)
+                for id, owner, attempt, until, state, reason, _seq, _signal in rows
+            ]
+
+        return await self._run(op)
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    async def ready_results(self, *, limit: int = 100) -> Sequence[Result]:
+        _check_limit(limit)
+        sql = self._sql.ready
+
+        def op(conn: Conn) -> list[Result]:
+            return [
+                Result(_task(r), _decode(r[5]), r[6], r[7])
+                for r in conn.execute(sql, {"limit": limit})
+            ]
+
+        return await self._run(op)
+
+    async def mark_delivered(self, id: str) -> None:
+        check_task_id(id)
+        done, before = await self._cas(self._sql.deliver, {"id": id, "now": self.clock()})
+        if done is None and before.state is not CustodyState.DELIVERED:
+            raise CustodyConflict(
+                f"cannot mark task {id!r} delivered: it is {before.state.value}, not result"
+            )
+
+    async def dead_letter(self, id: str, reason: str) -> None:
+        check_task_id(id)
+        params = {"id": id, "reason": _check_reason(reason), "now": self.clock()}
+        done, before = await self._cas(self._sql.dead_letter, params)
+        if done is None and before.state is not CustodyState.DEAD:
+            raise CustodyConflict(f"cannot dead-letter task {id!r}: it is {before.state.value}")
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def state(self, id: str) -> CustodyState | None:
+        check_task_id(id)
+        sql = self._sql.state
+
+        def op(conn: Conn) -> CustodyState | None:
+            row = conn.execute(sql, {"id": id}).fetchone()
+            return None if row is None else CustodyState(row[0])
+
+        return await self._run(op)
+
+    async def get(self, id: str) -> TaskRecord | None:
+        check_task_id(id)
+        sql = self._sql.get
+
+        def op(conn: Conn) -> TaskRecord | None:
+            row = conn.execute(sql, {"id": id}).fetchone()
+            if row is None:
+                return None
+            owner, attempt, lease_until, result, reason, created_at, updated_at = row[6:]
+            return TaskRecord(
+                _task(row),
+                CustodyState(row[5]),
+                owner,
+                attempt,
+                lease_until,
+                None if result is None else _decode(result),
+                reason,
+                created_at,
+                updated_at,
+            )
+
+        return await self._run(op)
+
+    async def counts(self) -> Mapping[CustodyState, int]:
+        sql = self._sql.counts
+
+        def op(conn: Conn) -> dict[CustodyState, int]:
+            counts = dict.fromkeys(CustodyState, 0)
+            for state, n in conn.execute(sql):
+                counts[CustodyState(state)] = n
+            return counts
+
+        return await self._run(op)
+
+    async def in_flight(self) -> Sequence[str]:
+        sql = self._sql.in_flight
+        return await self._run(lambda conn: [r[0] for r in conn.execute(sql)])
+
+    # -- compare-and-set ----------------------------------------------------------------------
+
+    async def _cas(self, sql: str, params: Mapping[str, Any]) -> tuple[Any, _Before]:
+        """Run a CAS statement; return (its RETURNING value or None, the row as it was before).
+
+        The statement's outer SELECT reads the statement's snapshot, i.e. the row before the
+        UPDATE in its CTE: that is the evidence for a refusal, read in the same round trip.
+        """
+
+        def op(conn: Conn) -> tuple[Any, _Before]:
+            row = conn.execute(sql, params).fetchone()
+            assert row is not None  # the outer SELECT always yields one row
+            done, state, owner, attempt, lease_until = row
+            if state is None:
+                raise UnknownTask(f"no task {params['id']!r} in the store")
+            return done, _Before(CustodyState(state), owner, attempt, lease_until)
+
+        return await self._run(op)
+
+
+@attrs.frozen
+class _Before:
+    state: CustodyState
+    owner: str | None
+    attempt: int
+    lease_until: float | None
+
+    @property
+    def owner_note(self) -> str:
+        return f" (owner {self.owner}, attempt {self.attempt})" if self.owner else ""
+
+
+def _cas_sql(s: str, update: str, returning: str, notify: bool = False) -> str:
+    """Wrap ``update`` (aliased ``t``) so one statement also returns the row's prior state."""
+    signal = ", count(pg_notify(%(chan)s, %(payload)s))" if notify else ""
+    return (
+        f"WITH u AS ({update} RETURNING {returning} AS done), "
+        f"n AS (SELECT min(done) AS done{signal} FROM u) "
+        "SELECT (SELECT done FROM n), t.state, t.owner, t.attempt, t.lease_until "
+        f"FROM (VALUES (1)) AS one (x) LEFT JOIN {s}.tasks t ON t.id = %(id)s"
+    )
+
+
+@attrs.frozen
+class _Sql:
+    """Every statement of the store, with the schema filled in once."""
+
+    s: str
+
+    @property
+    def ingest(self) -> str:
+        return (
+            f"WITH ins AS (INSERT INTO {self.s}.tasks AS t "
+            "(id, body, room, priority, headers, state, attempt, created_at, updated_at) "
+            "SELECT id, body, room, priority, headers, 'pending', 1, %(now)s, %(now)s "
+            "FROM unnest(%(ids)s::text[], %(bodies)s::bytea[], %(rooms)s::text[], "
+            "%(ranks)s::smallint[], %(headers)s::text[]) WITH ORDINALITY "
+            "AS v (id, body, room, priority, headers, ord) ORDER BY ord "
+            "ON CONFLICT (id) DO NOTHING RETURNING id) "
+            "SELECT id, pg_notify(%(chan)s, 'pending')::text FROM ins"
+        )
+
+    @property
+    def prune(self) -> str:
+        return (
+            f"DELETE FROM {self.s}.tasks WHERE id IN (SELECT id FROM {self.s}.tasks "
+            "WHERE state = 'delivered' AND updated_at < %(before)s "
+            "LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+        )
+
+    @property
+    def pending(self) -> str:
+        return (
+            f"SELECT {_TASK_COLS} FROM {self.s}.tasks t WHERE t.state = 'pending' "
+            "ORDER BY t.priority, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def assign(self) -> str:
+        return _cas_sql(
+            self.s,
+            f"UPDATE {self.s}.tasks t SET state = 'assigned', owner = %(worker)s, "
+            "updated_at = %(now)s WHERE t.id = %(id)s AND t.state = 'pending'",
+            "1",
+            notify=True,
+        )
+
+    @property
+    def unassign(self) -> str:
+        return _cas_sql(
+            self.s,
+            f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, updated_at = %(now)s "
+            "WHERE t.id = %(id)s AND t.state = 'assigned' AND t.owner = %(worker)s",
+            "1",
+            notify=True,
+        )
+
+    @property
+    def claim(self) -> str:
+        # own assignments first; pending ones only when leaderless and none of ours is there.
+        # SKIP LOCKED: a row another transaction is claiming is passed over, never waited for.
+        tasks = f"{self.s}.tasks"
+        return (
+            f"WITH mine AS (SELECT id FROM {tasks} WHERE state = 'assigned' "
+            "AND owner = %(worker)s ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
+            f"pool AS (SELECT id FROM {tasks} WHERE %(leaderless)s AND state = 'pending' "
+            "AND NOT EXISTS (SELECT FROM mine) ORDER BY priority, seq LIMIT 1 "
+            "FOR UPDATE SKIP LOCKED), "
+            "pick AS (SELECT id FROM mine UNION ALL SELECT id FROM pool) "
+            f"UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
+            "lease_until = %(until)s, updated_at = %(now)s FROM pick "
+            "WHERE t.id = pick.id AND t.state IN ('assigned', 'pending') "
+            f"RETURNING {_TASK_COLS}, t.attempt"
+        )
+
+    @property
+    def renew(self) -> str:
+        return _cas_sql(
+            self.s,
+            f"UPDATE {self.s}.tasks t SET lease_until = greatest(t.lease_until, %(until)s), "
+            f"updated_at = %(now)s WHERE {_FENCE}",
+            "t.lease_until",
+        )
+
+    @property
+    def complete(self) -> str:
+        return _cas_sql(
+            self.s,
+            f"UPDATE {self.s}.tasks t SET state = 'result', result = %(body)s, "
+            f"lease_until = NULL, updated_at = %(now)s WHERE {_FENCE}",
+            "1",
+            notify=True,
+        )
+
+    @property
+    def fail_repool(self) -> str:
+        return _cas_sql(
+            self.s,
+            f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, lease_until = NULL, "
+            "attempt = t.attempt + 1, reason = %(reason)s, updated_at = %(now)s "
+            f"WHERE {_FENCE}",
+            "1",
+            notify=True,
+        )
+
+    @property
+    def fail_dead(self) -> str:
+        return _cas_sql(
+            self.s,
+            f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, "
+            f"reason = %(reason)s, updated_at = %(now)s WHERE {_FENCE}",
+            "1",
+        )
+
+    @property
+    def expire(self) -> str:
+        over = "e.attempt >= %(max)s"
+        return (
+            f"WITH e AS (SELECT id, owner, attempt, lease_until, seq FROM {self.s}.tasks "
+            "WHERE state = 'claimed' AND lease_until <= %(now)s "
+            "ORDER BY lease_until, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            f"u AS (UPDATE {self.s}.tasks t SET "
+            f"state = CASE WHEN {over} THEN 'dead' ELSE 'pending' END, "
+            f"owner = CASE WHEN {over} THEN e.owner END, "
+            f"attempt = CASE WHEN {over} THEN e.attempt ELSE e.attempt + 1 END, "
+            "reason = format('lease of worker %%s on attempt %%s expired at %%s (now %%s); ', "
+            "e.owner, e.attempt, round(e.lease_until::numeric, 3), "
+            "round(%(now)s::numeric, 3)) || "
+            f"CASE WHEN {over} THEN format('max_attempts %%s reached', %(max)s) "
+            "ELSE format('repooled as attempt %%s', e.attempt + 1) END, "
+            "lease_until = NULL, updated_at = %(now)s FROM e WHERE t.id = e.id "
+            "RETURNING e.id, e.owner, e.attempt, e.lease_until, t.state, t.reason, e.seq) "
+            "SELECT u.*, CASE WHEN u.state = 'pending' "
+            "THEN pg_notify(%(chan)s, 'pending')::text END FROM u"
+        )
+
+    @property
+    def ready(self) -> str:
+        return (
+            f"SELECT {_TASK_COLS}, t.result, t.owner, t.attempt FROM {self.s}.tasks t "
+            "WHERE t.state = 'result' ORDER BY t.priority, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def deliver(self) -> str:
+        return _cas_sql(
+            self.s,
+            f"UPDATE {self.s}.tasks t SET state = 'delivered', updated_at = %(now)s "
+            "WHERE t.id = %(id)s AND t.state = 'result'",
+            "1",
+        )
+
+    @property
+    def dead_letter(self) -> str:
+        return _cas_sql(
+            self.s,
+            f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, "
+            "reason = %(reason)s, updated_at = %(now)s "
+            f"WHERE t.id = %(id)s AND t.state IN ({_IN_CUSTODY_SQL})",
+            "1",
+        )
+
+    @property
+    def state(self) -> str:
+        return f"SELECT state FROM {self.s}.tasks WHERE id = %(id)s"
+
+    @property
+    def get(self) -> str:
+        return f"SELECT {_RECORD_COLS} FROM {self.s}.tasks t WHERE t.id = %(id)s"
+
+    @property
+    def counts(self) -> str:
+        return f"SELECT state, count(*) FROM {self.s}.tasks GROUP BY state"
+
+    @property
+    def in_flight(self) -> str:
+        return f"SELECT id FROM {self.s}.tasks WHERE state IN ({_IN_CUSTODY_SQL}) ORDER BY seq"
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _encode(text: str) -> bytes:
+    return text.encode(_UTF8, _ERRORS)
+
+
+def _decode(data: bytes) -> str:
+    return bytes(data).decode(_UTF8, _ERRORS)
+
+
+def _task(row: Sequence[Any]) -> Task:
+    return Task(
+        id=row[0],
+        body=_decode(row[1]),
+        room=row[2],
+        priority=_RANK_PRIORITY[row[3]],
+        headers=structure(json.loads(row[4]), dict[str, str]),
+    )
+
+
+def _stale(before: _Before, claim: Claim, now: float, verb: str) -> StaleLease:
+    who = f"worker {claim.worker!r} (attempt {claim.attempt})"
+    if (
+        before.state is CustodyState.CLAIMED
+        and before.owner == claim.worker
+        and before.attempt == claim.attempt
+        and before.lease_until is not None
+    ):
+        held = f"its lease expired at {before.lease_until:.3f} (now {now:.3f})"
+    else:
+        held = f"the store has it {before.state.value}{before.owner_note}"
+    return StaleLease(f"cannot {verb} task {claim.task.id!r} for {who}: {held}")
+
+
+def _check_reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"a reason must be a non-empty str, got {reason!r}")
+    return reason[:MAX_REASON_CHARS].replace("\0", "\\0")  # text cannot hold NUL
+
+
+def _check_limit(limit: object) -> None:
+    if not (isinstance(limit, int) and limit >= 1):
+        raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

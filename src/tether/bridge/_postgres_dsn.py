@@ -1,0 +1,43 @@
+"""PostgreSQL connection strings: tell them apart from paths, and never show a password.
+
+A DSN may carry a password (``postgresql://u:secret@h/db`` or ``password=secret``). Anything
+tether logs or puts in an error message goes through ``redact_dsn`` first.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from psycopg.conninfo import conninfo_to_dict
+
+URL_SCHEMES: Final = ("postgresql://", "postgres://")
+_SHOWN_KEYS: Final = ("host", "hostaddr", "port", "dbname", "user")
+
+
+def is_postgres_dsn(value: str) -> bool:
+    """Does ``value`` name a PostgreSQL database (a URL) rather than a SQLite file path?"""
+    return value.lower().startswith(URL_SCHEMES)
+
+
+def dsn_has_password(dsn: str) -> bool:
+    """Does the DSN itself carry a password (which would show in ``ps`` and shell history)?"""
+    try:
+        return bool(conninfo_to_dict(dsn).get("password"))
+    except Exception:
+        return False
+
+
+def redact_dsn(dsn: str) -> str:
+    """A description of ``dsn`` without its password or other options: safe to log."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        return "postgresql://<unparsable DSN>"
+    host = str(parts.get("host") or parts.get("hostaddr") or "localhost")
+    port = parts.get("port")
+    user = parts.get("user")
+    where = f"{user}@" if user else ""
+    where += f"[{host}]" if ":" in host and "," not in host else host
+    if port:
+        where += f":{port}"
+    return f"postgresql://{where}/{parts.get('dbname') or ''}"
