@@ -408,6 +408,21 @@ async def test_bodies_rooms_and_headers_are_stored_as_given(store: Store) -> Non
     assert result.task == task
 
 
+async def test_nul_in_bodies_and_headers_round_trips(store: Store) -> None:
+    # a chat message may hold NUL; PostgreSQL text cannot, so backends must store bytes
+    body = "a\0b \U0001f600"
+    await store.ingest(Task("nul", body, headers={"h": "x\0y"}))
+    claim = await _claim(store, "w1", leaderless=True)
+    assert claim.task.body == body
+    assert claim.task.headers == {"h": "x\0y"}
+    await store.complete(claim, "reply\0with nul")
+    [result] = await store.ready_results()
+    assert result.body == "reply\0with nul"
+    rec = await store.get("nul")
+    assert rec is not None
+    assert (rec.task.body, rec.result) == (body, "reply\0with nul")
+
+
 async def test_bad_task_fields_are_refused() -> None:
     with pytest.raises(ValueError, match="priority"):
         Task("t1", "hi", priority="asap")

@@ -63,10 +63,10 @@ _SCHEMA_RE: Final = re.compile(SCHEMA_RULE)
 
 def check_schema(name: object) -> str:
     """Return ``name`` if it is a schema name tether accepts (lower case, no quoting needed)."""
-    if not isinstance(name, str) or _SCHEMA_RE.fullmatch(name) is None:
+    if not isinstance(name, str) or _SCHEMA_RE.fullmatch(name) is None or name.startswith("pg_"):
         raise ValueError(
             f"PostgreSQL schema name must match {SCHEMA_RULE} (lower-case letters, digits and _, "
-            f"not starting with a digit, at most 48 characters); got {name!r:.80}"
+            f"not starting with a digit or pg_, at most 48 characters); got {name!r:.80}"
         )
     return name
 

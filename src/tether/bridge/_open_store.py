@@ -1,0 +1,132 @@
+"""Pick the custody backend from one setting: a file path (SQLite) or a ``postgresql://`` URL.
+
+``tether bridge run --store PATH_OR_URL`` (or the config file's ``store``) goes through
+``open_store``. A PostgreSQL password never rides in the URL (it would show in ``ps``, shell
+history and config dumps): it comes from ``--store-password-file`` (a private file, like the
+bearer token) or libpq's own environment (``PGPASSWORD``, ``PGPASSFILE``, ``~/.pgpass``).
+Messages name the database with ``redact_dsn``, never the raw string.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ._postgres_dsn import dsn_has_password, is_postgres_dsn, redact_dsn
+from ._store import Store
+
+log = logging.getLogger("tether.bridge.store")
+
+
+class StoreConfigError(ValueError):
+    """The store setting (path, URL, password file, schema) is unusable; says which and why."""
+
+
+def read_password_file(path: Path) -> str:
+    """The password in ``path``: one line, the file private to its owner (0600)."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreConfigError(f"password file {path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise StoreConfigError(
+                f"password file {path} is accessible by group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod 600 {path}"
+            )
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise StoreConfigError(f"password file {path} does not exist") from None
+    except PermissionError:
+        raise StoreConfigError(f"password file {path} is not readable") from None
+    except UnicodeDecodeError:
+        raise StoreConfigError(f"password file {path} is not UTF-8 text") from None
+    password = raw.removesuffix("\n").removesuffix("\r")
+    if not password or "\n" in password or "\0" in password:
+        raise StoreConfigError(f"password file {path} must hold one non-empty line")
+    return password
+
+
+async def open_store(
+    url_or_path: str | os.PathLike[str],
+    *,
+    password_file: Path | None = None,
+    schema: str = "tether",
+    clock: Callable[[], float] = time.time,
+    lease_s: float = 60.0,
+    max_attempts: int = 5,
+    **options: Any,
+) -> Store:
+    """Open the custody store ``url_or_path`` names: ``SqliteStore`` or ``PostgresStore``.
+
+    ``options`` go to the backend's ``open`` (e.g. ``synchronous`` for SQLite, ``pool_size``
+    for PostgreSQL).
+    """
+    common: dict[str, Any] = {"clock": clock, "lease_s": lease_s, "max_attempts": max_attempts}
+    target = os.fspath(url_or_path)
+    if not target:
+        raise StoreConfigError("the store setting is empty: give a file path or postgresql:// URL")
+    if isinstance(url_or_path, str) and is_postgres_dsn(target):
+        from ._postgres import PostgresStore  # psycopg is an optional extra
+
+        shown = redact_dsn(target)
+        if dsn_has_password(target):
+            raise StoreConfigError(
+                f"the store URL {shown} carries a password; remove it and use "
+                "--store-password-file (a 0600 file) or the PGPASSWORD environment variable"
+            )
+        password = None if password_file is None else read_password_file(password_file)
+        try:
+            store = await PostgresStore.open(
+                target, schema=schema, password=password, **common, **options
+            )
+        except ValueError as exc:
+            raise StoreConfigError(str(exc)) from None
+        log.info("custody store: PostgreSQL %s, schema %s", shown, schema)
+        return store
+    if password_file is not None:
+        raise StoreConfigError(
+            f"--store-password-file is for a postgresql:// store, but the store is a file: {target}"
+        )
+    if schema != "tether":
+        raise StoreConfigError("--store-schema is for a postgresql:// store")
+    from ._sqlite import SqliteStore
+
+    store = await SqliteStore.open(target, **common, **options)
+    log.info("custody store: SQLite %s", target)
+    return store
+
+
+def add_store_arguments(parser: argparse.ArgumentParser, *, default: str) -> None:
+    """Add ``--store``, ``--store-password-file`` and ``--store-schema`` to a command."""
+    parser.add_argument(
+        "--store",
+        default=default,
+        metavar="PATH_OR_URL",
+        help="custody store: a SQLite file path, or postgresql://user@host:port/db "
+        f"(default: {default})",
+    )
+    parser.add_argument(
+        "--store-password-file",
+        type=Path,
+        metavar="FILE",
+        help="PostgreSQL password, one line in a 0600 file (else PGPASSWORD or ~/.pgpass)",
+    )
+    parser.add_argument(
+        "--store-schema",
+        default="tether",
+        metavar="NAME",
+        help="PostgreSQL schema holding the tables (default: tether)",
+    )
+
+
+async def open_store_from_args(args: argparse.Namespace, **options: Any) -> Store:
+    """``open_store`` with the settings ``add_store_arguments`` parsed."""
+    return await open_store(
+        args.store, password_file=args.store_password_file, schema=args.store_schema, **options
+    )
