@@ -97,9 +97,9 @@ async def open_store(
         raise StoreConfigError("--store-schema is for a postgresql:// store")
     from ._sqlite import SqliteStore
 
-    store = await SqliteStore.open(target, **common, **options)
+    sqlite = await SqliteStore.open(target, **common, **options)
     log.info("custody store: SQLite %s", target)
-    return store
+    return sqlite
 
 
 def add_store_arguments(parser: argparse.ArgumentParser, *, default: str) -> None:
