@@ -6,6 +6,8 @@ the "in custody" predicate; ``Store`` is what every backend implements. ``Gatewa
 speaks gateway protocol v1.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._backoff import Backoff as Backoff
 from ._custody import IN_CUSTODY as IN_CUSTODY
 from ._custody import TERMINAL as TERMINAL
@@ -34,7 +36,8 @@ from ._gateway_client import GatewayUnavailable as GatewayUnavailable
 from ._gateway_wire import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ._gateway_wire import GatewayTask as GatewayTask
 from ._gateway_wire import ResultReceipt as ResultReceipt
-from ._postgres import PostgresStore as PostgresStore
+from ._open_store import StoreConfigError as StoreConfigError
+from ._open_store import open_store as open_store
 from ._postgres_dsn import redact_dsn as redact_dsn
 from ._reconcile import Reconciler as Reconciler
 from ._reconcile import ReconcileReport as ReconcileReport
@@ -47,3 +50,15 @@ from ._token_file import TokenFileError as TokenFileError
 from ._token_file import ensure_token_file as ensure_token_file
 from ._token_file import read_token as read_token
 from ._token_file import write_token as write_token
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresStore as PostgresStore
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresStore needs psycopg, the optional 'postgres' extra: import it on first use only
+    if name == "PostgresStore":
+        from ._postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

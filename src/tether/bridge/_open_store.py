@@ -72,9 +72,13 @@ async def open_store(
     if not target:
         raise StoreConfigError("the store setting is empty: give a file path or postgresql:// URL")
     if isinstance(url_or_path, str) and is_postgres_dsn(target):
-        from ._postgres import PostgresStore  # psycopg is an optional extra
-
         shown = redact_dsn(target)
+        try:
+            from ._postgres import PostgresStore
+        except ImportError as exc:
+            raise StoreConfigError(
+                f"the store {shown} needs PostgreSQL support: install tether[postgres] ({exc})"
+            ) from None
         if dsn_has_password(target):
             raise StoreConfigError(
                 f"the store URL {shown} carries a password; remove it and use "

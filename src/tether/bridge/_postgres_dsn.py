@@ -6,9 +6,7 @@ tether logs or puts in an error message goes through ``redact_dsn`` first.
 
 from __future__ import annotations
 
-from typing import Final
-
-from psycopg.conninfo import conninfo_to_dict
+from typing import Any, Final
 
 URL_SCHEMES: Final = ("postgresql://", "postgres://")
 _SHOWN_KEYS: Final = ("host", "hostaddr", "port", "dbname", "user")
@@ -19,19 +17,40 @@ def is_postgres_dsn(value: str) -> bool:
     return value.lower().startswith(URL_SCHEMES)
 
 
+def _parse(dsn: str) -> dict[str, Any] | None:
+    try:  # libpq's own parser (psycopg is the optional 'postgres' extra)
+        from psycopg.conninfo import conninfo_to_dict
+
+        return conninfo_to_dict(dsn)
+    except ImportError:
+        pass
+    except Exception:
+        return None
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(dsn)
+        return {
+            "host": url.hostname,
+            "port": url.port,
+            "user": url.username,
+            "password": url.password,
+            "dbname": url.path.lstrip("/"),
+        }
+    except ValueError:
+        return None
+
+
 def dsn_has_password(dsn: str) -> bool:
     """Does the DSN itself carry a password (which would show in ``ps`` and shell history)?"""
-    try:
-        return bool(conninfo_to_dict(dsn).get("password"))
-    except Exception:
-        return False
+    parts = _parse(dsn)
+    return bool(parts and parts.get("password"))
 
 
 def redact_dsn(dsn: str) -> str:
     """A description of ``dsn`` without its password or other options: safe to log."""
-    try:
-        parts = conninfo_to_dict(dsn)
-    except Exception:
+    parts = _parse(dsn)
+    if parts is None:
         return "postgresql://<unparsable DSN>"
     host = str(parts.get("host") or parts.get("hostaddr") or "localhost")
     port = parts.get("port")
