@@ -302,8 +302,8 @@ class PostgresStore:
         check_worker(worker)
         params = {"id": id, "worker": worker, "now": self.clock()}
         params.update(chan=self._channel, payload=assigned_payload(worker))
-        done, before = await self._cas(self._sql.assign, params)
-        if done is None:
+        _, before = await self._cas(self._sql.assign, params)
+        if before is not None:
             raise CustodyConflict(
                 f"cannot assign task {id!r} to {worker!r}: it is {before.state.value}"
                 f"{before.owner_note}, not pending"
@@ -314,8 +314,8 @@ class PostgresStore:
         check_worker(worker)
         params = {"id": id, "worker": worker, "now": self.clock(), "chan": self._channel}
         params["payload"] = PENDING
-        done, _ = await self._cas(self._sql.unassign, params)
-        return done is not None
+        _, before = await self._cas(self._sql.unassign, params)
+        return before is None
 
     # -- worker -------------------------------------------------------------------------------
 
@@ -338,7 +338,7 @@ class PostgresStore:
         params = self._fence_params(claim)
         params["until"] = params["now"] + self.lease_s
         until, before = await self._cas(self._sql.renew, params)
-        if until is None:
+        if before is not None:
             raise _stale(before, claim, params["now"], "renew")
         return attrs.evolve(claim, lease_until=float(until))
 
@@ -348,8 +348,8 @@ class PostgresStore:
             raise TypeError(f"a result body must be a str, got {type(body).__name__}")
         check_body(body, self.max_body_bytes, what=f"result of task {claim.task.id!r}")
         params.update(body=_encode(body), chan=self._channel, payload=RESULT)
-        done, before = await self._cas(self._sql.complete, params)
-        if done is None:
+        _, before = await self._cas(self._sql.complete, params)
+        if before is not None:
             raise _stale(before, claim, params["now"], "complete")
 
     async def fail(self, claim: Claim, reason: str) -> CustodyState:
@@ -360,8 +360,8 @@ class PostgresStore:
             reason = f"failed on attempt {claim.attempt} of {self.max_attempts}: {reason}"
         params.update(reason=reason, chan=self._channel, payload=PENDING)
         sql = self._sql.fail_dead if dead else self._sql.fail_repool
-        done, before = await self._cas(sql, params)
-        if done is None:
+        _, before = await self._cas(sql, params)
+        if before is not None:
             raise _stale(before, claim, params["now"], "fail")
         return CustodyState.DEAD if dead else CustodyState.PENDING
 
@@ -408,8 +408,8 @@ class PostgresStore:
 
     async def mark_delivered(self, id: str) -> None:
         check_task_id(id)
-        done, before = await self._cas(self._sql.deliver, {"id": id, "now": self.clock()})
-        if done is None and before.state is not CustodyState.DELIVERED:
+        _, before = await self._cas(self._sql.deliver, {"id": id, "now": self.clock()})
+        if before is not None and before.state is not CustodyState.DELIVERED:
             raise CustodyConflict(
                 f"cannot mark task {id!r} delivered: it is {before.state.value}, not result"
             )
@@ -417,8 +417,8 @@ class PostgresStore:
     async def dead_letter(self, id: str, reason: str) -> None:
         check_task_id(id)
         params = {"id": id, "reason": _check_reason(reason), "now": self.clock()}
-        done, before = await self._cas(self._sql.dead_letter, params)
-        if done is None and before.state is not CustodyState.DEAD:
+        _, before = await self._cas(self._sql.dead_letter, params)
+        if before is not None and before.state is not CustodyState.DEAD:
             raise CustodyConflict(f"cannot dead-letter task {id!r}: it is {before.state.value}")
 
     # -- reads --------------------------------------------------------------------------------
@@ -473,20 +473,24 @@ class PostgresStore:
 
     # -- compare-and-set ----------------------------------------------------------------------
 
-    async def _cas(self, sql: str, params: Mapping[str, Any]) -> tuple[Any, _Before]:
-        """Run a CAS statement; return (its RETURNING value or None, the row as it was before).
+    async def _cas(self, sql: str, params: Mapping[str, Any]) -> tuple[Any, _Before | None]:
+        """Run a CAS statement; return (its RETURNING value, None) or (None, the row now).
 
-        The statement's outer SELECT reads the statement's snapshot, i.e. the row before the
-        UPDATE in its CTE: that is the evidence for a refusal, read in the same round trip.
+        The row is read by a second statement only when the CAS changed nothing: a new
+        statement sees what a concurrent transaction that made ours miss has committed (the
+        first statement's snapshot could still show the state ours expected).
         """
+        state_sql = self._sql.cas_state
 
-        def op(conn: Conn) -> tuple[Any, _Before]:
+        def op(conn: Conn) -> tuple[Any, _Before | None]:
             row = conn.execute(sql, params).fetchone()
-            assert row is not None  # the outer SELECT always yields one row
-            done, state, owner, attempt, lease_until = row
-            if state is None:
+            if row is not None and row[0] is not None:
+                return row[0], None
+            now = conn.execute(state_sql, params).fetchone()
+            if now is None:
                 raise UnknownTask(f"no task {params['id']!r} in the store")
-            return done, _Before(CustodyState(state), owner, attempt, lease_until)
+            state, owner, attempt, lease_until = now
+            return None, _Before(CustodyState(state), owner, attempt, lease_until)
 
         return await self._run(op)
 
@@ -503,15 +507,13 @@ class _Before:
         return f" (owner {self.owner}, attempt {self.attempt})" if self.owner else ""
 
 
-def _cas_sql(s: str, update: str, returning: str, notify: bool = False) -> str:
-    """Wrap ``update`` (aliased ``t``) so one statement also returns the row's prior state."""
+def _cas_sql(update: str, returning: str, notify: bool = False) -> str:
+    """Wrap ``update`` (aliased ``t``): one row, its RETURNING value or NULL if nothing moved.
+
+    With ``notify`` the same statement signals the listeners when (and only if) it moved.
+    """
     signal = ", count(pg_notify(%(chan)s, %(payload)s))" if notify else ""
-    return (
-        f"WITH u AS ({update} RETURNING {returning} AS done), "
-        f"n AS (SELECT min(done) AS done{signal} FROM u) "
-        "SELECT (SELECT done FROM n), t.state, t.owner, t.attempt, t.lease_until "
-        f"FROM (VALUES (1)) AS one (x) LEFT JOIN {s}.tasks t ON t.id = %(id)s"
-    )
+    return f"WITH u AS ({update} RETURNING {returning} AS done) SELECT min(done){signal} FROM u"
 
 
 @attrs.frozen
@@ -551,7 +553,6 @@ class _Sql:
     @property
     def assign(self) -> str:
         return _cas_sql(
-            self.s,
             f"UPDATE {self.s}.tasks t SET state = 'assigned', owner = %(worker)s, "
             "updated_at = %(now)s WHERE t.id = %(id)s AND t.state = 'pending'",
             "1",
@@ -561,7 +562,6 @@ class _Sql:
     @property
     def unassign(self) -> str:
         return _cas_sql(
-            self.s,
             f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, updated_at = %(now)s "
             "WHERE t.id = %(id)s AND t.state = 'assigned' AND t.owner = %(worker)s",
             "1",
@@ -589,7 +589,6 @@ class _Sql:
     @property
     def renew(self) -> str:
         return _cas_sql(
-            self.s,
             f"UPDATE {self.s}.tasks t SET lease_until = greatest(t.lease_until, %(until)s), "
             f"updated_at = %(now)s WHERE {_FENCE}",
             "t.lease_until",
@@ -598,7 +597,6 @@ class _Sql:
     @property
     def complete(self) -> str:
         return _cas_sql(
-            self.s,
             f"UPDATE {self.s}.tasks t SET state = 'result', result = %(body)s, "
             f"lease_until = NULL, updated_at = %(now)s WHERE {_FENCE}",
             "1",
@@ -608,7 +606,6 @@ class _Sql:
     @property
     def fail_repool(self) -> str:
         return _cas_sql(
-            self.s,
             f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, lease_until = NULL, "
             "attempt = t.attempt + 1, reason = %(reason)s, updated_at = %(now)s "
             f"WHERE {_FENCE}",
@@ -619,7 +616,6 @@ class _Sql:
     @property
     def fail_dead(self) -> str:
         return _cas_sql(
-            self.s,
             f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, "
             f"reason = %(reason)s, updated_at = %(now)s WHERE {_FENCE}",
             "1",
@@ -657,7 +653,6 @@ class _Sql:
     @property
     def deliver(self) -> str:
         return _cas_sql(
-            self.s,
             f"UPDATE {self.s}.tasks t SET state = 'delivered', updated_at = %(now)s "
             "WHERE t.id = %(id)s AND t.state = 'result'",
             "1",
@@ -666,12 +661,15 @@ class _Sql:
     @property
     def dead_letter(self) -> str:
         return _cas_sql(
-            self.s,
             f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, "
             "reason = %(reason)s, updated_at = %(now)s "
             f"WHERE t.id = %(id)s AND t.state IN ({_IN_CUSTODY_SQL})",
             "1",
         )
+
+    @property
+    def cas_state(self) -> str:
+        return f"SELECT state, owner, attempt, lease_until FROM {self.s}.tasks WHERE id = %(id)s"
 
     @property
     def state(self) -> str:
