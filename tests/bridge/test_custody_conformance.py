@@ -558,3 +558,30 @@ async def test_prune_delivered_keeps_everything_else(store: Store, fake_clock: F
     fake_clock.advance(100)
     assert await store.prune_delivered(fake_clock.now) == 1
     assert (await store.counts())[S.DEAD] == 1  # dead letters are never pruned
+
+
+async def test_two_stores_racing_on_the_same_tasks_see_no_false_conflicts(
+    backend: Backend, where: Any, fake_clock: FakeClock
+) -> None:
+    # two bridges (two store handles, two connections) confirm and dead-letter the same tasks
+    # at once: the loser of each race must see a no-op, never a conflict with a stale state
+    stores = [await backend.open(where, fake_clock) for _ in range(2)]
+    try:
+        for n in range(30):
+            await drive_to(stores[0], f"r{n}", S.RESULT)
+            await drive_to(stores[0], f"p{n}", S.PENDING)
+
+        async def race(store: Store) -> None:
+            for n in range(30):
+                await store.mark_delivered(f"r{n}")
+                await store.dead_letter(f"p{n}", "both gave up")
+
+        async with trio.open_nursery() as nursery:
+            for store in stores:
+                for _ in range(3):
+                    nursery.start_soon(race, store)
+        counts = await stores[1].counts()
+        assert (counts[S.DELIVERED], counts[S.DEAD]) == (30, 30)
+    finally:
+        for store in stores:
+            await store.aclose()
