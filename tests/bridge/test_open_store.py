@@ -1,0 +1,87 @@
+"""``open_store`` and the ``--store`` options without a PostgreSQL server: selection by the
+setting's form, and the refusals that must happen before any connection is tried."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from tether.bridge import SqliteStore, StoreConfigError, Task, open_store, redact_dsn
+from tether.bridge._open_store import add_store_arguments, open_store_from_args
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_store_arguments(parser, default="data/custody.db")
+    return parser
+
+
+async def test_a_path_opens_sqlite_through_the_cli_options(tmp_path: Path) -> None:
+    args = _parser().parse_args(["--store", str(tmp_path / "c.db")])
+    store = await open_store_from_args(args, lease_s=5.0)
+    try:
+        assert isinstance(store, SqliteStore)
+        assert store.lease_s == 5.0
+        assert await store.ingest(Task("t1", "hi"))
+    finally:
+        await store.aclose()
+    assert _parser().parse_args([]).store == "data/custody.db"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:hunter2-secret@db.example:5432/chat",
+        "postgres://u:hunter2-secret@db.example/chat",
+        "postgresql://u@db.example/chat?password=hunter2-secret",
+    ],
+)
+async def test_a_password_in_the_url_is_refused_without_showing_it(url: str) -> None:
+    with pytest.raises(StoreConfigError, match="carries a password") as info:
+        await open_store(url)
+    assert "hunter2" not in str(info.value)
+    assert "db.example" in str(info.value)
+
+
+async def test_settings_for_the_other_backend_are_refused(tmp_path: Path) -> None:
+    pwfile = tmp_path / "pw"
+    pwfile.write_text("x\n")
+    pwfile.chmod(0o600)
+    with pytest.raises(StoreConfigError, match="password-file is for a postgresql"):
+        await open_store(tmp_path / "c.db", password_file=pwfile)
+    with pytest.raises(StoreConfigError, match="store-schema is for a postgresql"):
+        await open_store(str(tmp_path / "c.db"), schema="other")
+    with pytest.raises(StoreConfigError, match="empty"):
+        await open_store("")
+
+
+@pytest.mark.parametrize(
+    ("content", "mode", "error"),
+    [
+        ("secret\n", 0o640, "chmod 600"),
+        ("", 0o600, "one non-empty line"),
+        ("two\nlines\n", 0o600, "one non-empty line"),
+    ],
+)
+async def test_bad_password_files_are_refused_before_connecting(
+    tmp_path: Path, content: str, mode: int, error: str
+) -> None:
+    pwfile = tmp_path / "pw"
+    pwfile.write_text(content)
+    pwfile.chmod(mode)
+    # port 1 on loopback: nothing listens there, so reaching a connect would fail differently
+    with pytest.raises(StoreConfigError, match=error):
+        await open_store("postgresql://u@127.0.0.1:1/db", password_file=pwfile)
+    with pytest.raises(StoreConfigError, match="does not exist"):
+        await open_store("postgresql://u@127.0.0.1:1/db", password_file=tmp_path / "missing")
+
+
+def test_redaction_keeps_where_and_drops_secrets() -> None:
+    assert redact_dsn("postgresql://u:pw@h:5/db?sslmode=require") == "postgresql://u@h:5/db"
+    assert redact_dsn("host=10.0.0.1 port=6 user=x password=pw dbname=d") == (
+        "postgresql://x@10.0.0.1:6/d"
+    )
+    assert redact_dsn("postgresql://u:pw@[::1]:5/db") == "postgresql://u@[::1]:5/db"
+    assert "pw" not in redact_dsn("not a dsn password=pw")
