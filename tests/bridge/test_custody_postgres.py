@@ -21,6 +21,7 @@ from tether.bridge import (
     redact_dsn,
 )
 from tether.bridge._open_store import StoreConfigError, open_store
+from tether.bridge._postgres import StoreConnectionLost
 from tether.bridge._postgres_schema import SCHEMA_VERSION
 
 from .custody_support import FakeClock
@@ -231,3 +232,48 @@ async def test_open_store_selects_the_backend_and_takes_the_password_from_a_file
         await store.aclose()
     with pytest.raises(StoreConfigError, match="is for a postgresql"):
         await open_store(tmp_path / "other.db", password_file=pwfile)
+
+
+def _kill_backends(dsn: str, schema: str) -> int:
+    rows = _sql(
+        dsn,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+        (f"tether-{schema}",),
+    )
+    return len(rows)
+
+
+async def test_connections_killed_under_the_store_are_replaced(postgres_dsn: str) -> None:
+    schema = _schema()
+    store = await PostgresStore.open(postgres_dsn, schema=schema, pool_size=3)
+    try:
+        await _listening(store)
+        await store.ingest(Task("t1", "hi"))
+        assert _kill_backends(postgres_dsn, schema) >= 2  # a pooled one and the listener
+        # the first call on a dead connection says so, without guessing its outcome ...
+        with pytest.raises(StoreConnectionLost, match="outcome is unknown") as info:
+            await store.state("t1")
+        assert "postgresql://" in str(info.value)
+        # ... and the pool has replaced the rest: calls work again at once
+        for _ in range(6):
+            assert await store.state("t1") is CustodyState.PENDING
+        # the listener reconnects by itself and wakes waiters again
+        with trio.fail_after(10):
+            while not store.listening:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        other = await PostgresStore.open(postgres_dsn, schema=schema, pool_size=1)
+        try:
+            async with trio.open_nursery() as nursery:
+                woken: list[bool] = []
+
+                async def wait() -> None:
+                    woken.append(await store.wait_for_work(10.0))
+
+                nursery.start_soon(wait)
+                await trio.sleep(0.05)
+                await other.ingest(Task("t2", "hi"))
+            assert woken == [True]
+        finally:
+            await other.aclose()
+    finally:
+        await store.aclose()

@@ -53,12 +53,13 @@ from ._token_file import write_token as write_token
 
 if TYPE_CHECKING:
     from ._postgres import PostgresStore as PostgresStore
+    from ._postgres import StoreConnectionLost as StoreConnectionLost
 
 
 def __getattr__(name: str) -> Any:
-    # PostgresStore needs psycopg, the optional 'postgres' extra: import it on first use only
-    if name == "PostgresStore":
-        from ._postgres import PostgresStore
+    # the PostgreSQL names need psycopg, the optional 'postgres' extra: import on first use
+    if name in ("PostgresStore", "StoreConnectionLost"):
+        from . import _postgres
 
-        return PostgresStore
+        return getattr(_postgres, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

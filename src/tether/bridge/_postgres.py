@@ -72,6 +72,14 @@ _ERRORS: Final = "surrogatepass"  # any Python str round-trips exactly, as in ch
 MAX_REASON_CHARS: Final = 4000
 
 
+class StoreConnectionLost(ConnectionError):
+    """The connection broke during a call: whether its change committed is unknown.
+
+    Safe to retry in the custody model: a lost claim's lease expires and is repooled, a
+    repeated ingest is a replay, a repeated complete of a committed result is ``StaleLease``.
+    """
+
+
 @attrs.define(eq=False)
 class PostgresStore:
     """Custody in a PostgreSQL schema. Open with ``await PostgresStore.open(dsn)``."""
@@ -128,7 +136,7 @@ class PostgresStore:
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout_s)),
-            "application_name": "tether",
+            "application_name": f"tether-{schema}",
         }
         if password is not None:
             kwargs["password"] = password
@@ -206,8 +214,21 @@ class PostgresStore:
             self._limiters.set(limiter)
 
         def hop() -> T:
-            with self._pool.connection() as conn:
-                return fn(conn)
+            used: Conn | None = None
+            try:
+                with self._pool.connection() as conn:
+                    used = conn
+                    return fn(conn)
+            except psycopg.OperationalError as exc:
+                if used is None or not used.broken:
+                    raise
+                # the server restarted or the network broke: the pool's other idle
+                # connections are likely dead too; replace them now, not one failure each
+                self._pool.check()
+                raise StoreConnectionLost(
+                    f"lost the connection to PostgreSQL at {self.dsn_shown} "
+                    f"({_first_line(exc)}); this call's outcome is unknown, retry it"
+                ) from exc
 
         # not abandoned on cancel: the caller learns the outcome of a change that may commit
         return await trio.to_thread.run_sync(hop, limiter=limiter)

@@ -47,7 +47,7 @@ class Listener:
     channel: str
     notify: Callable[[str], None]
     """Sends ``payload`` on the channel through some other connection (used to stop)."""
-    reconnect_s: float = 1.0
+    reconnect_s: float = 0.2
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     _waiters: set[_Waiter] = attrs.field(init=False, factory=set)
     _thread: threading.Thread | None = attrs.field(init=False, default=None)
