@@ -56,7 +56,7 @@ async def test_backoff_sequence_restarts_at_exact_times(mock_clock: trio.testing
             max_restarts=4, period=100, backoff_initial=1, backoff_max=4, jitter=0
         ) as sup:
             await sup.start_child(ChildSpec("crashy", scripted([0] * 10, starts)))
-            await trio.sleep_forever()
+            await trio.sleep(1000)
     # delays 1, 2, 4, 4 (capped); the 5th restart is one too many
     assert starts == [0, 1, 3, 7, 11]
     assert trio.current_time() == 11
@@ -111,9 +111,11 @@ async def test_intensity_restart_exactly_period_after_the_first_is_inside_the_wi
 ) -> None:
     starts: list[float] = []
     with pytest.raises(SupervisorFailed) as info:
-        async with open_supervisor(max_restarts=2, period=4, backoff_initial=0, backoff_max=0) as sup:
+        async with open_supervisor(
+            max_restarts=2, period=4, backoff_initial=0, backoff_max=0
+        ) as sup:
             await sup.start_child(ChildSpec("c", scripted([1, 1, 3], starts)))
-            await trio.sleep_forever()
+            await trio.sleep(1000)
     # failures at 1, 2, 5: the one at 1 is exactly `period` before 5, so three in the window
     assert starts == [0, 1, 2]
     assert trio.current_time() == 5
@@ -140,7 +142,7 @@ async def test_max_restarts_zero_fails_on_the_first_end(mock_clock: trio.testing
     with pytest.raises(SupervisorFailed, match="returned normally") as info:
         async with open_supervisor(max_restarts=0) as sup:
             await sup.start_child(ChildSpec("c", scripted([2], starts, error=False)))
-            await trio.sleep_forever()
+            await trio.sleep(1000)
     assert info.value.__cause__ is None
     assert trio.current_time() == 2
 
@@ -199,10 +201,11 @@ async def test_stubborn_child_is_cancelled_exactly_at_its_grace_with_a_reason(
             reasons.append(exc.reason)
             raise
 
-    async with open_supervisor() as sup:
-        await sup.start_child(ChildSpec("polite", stop_recorder(events, 0), "polite"))
-        await sup.start_child(ChildSpec("stubborn", stubborn, shutdown_grace=3))
-        await trio.sleep(1)
+    with trio.fail_after(100):  # virtual seconds: a stop that never cancels fails fast
+        async with open_supervisor() as sup:
+            await sup.start_child(ChildSpec("polite", stop_recorder(events, 0), "polite"))
+            await sup.start_child(ChildSpec("stubborn", stubborn, shutdown_grace=3))
+            await trio.sleep(1)
     assert events == [
         ("stubborn", "cancelled", 4.0),
         ("polite", "stop requested", 4.0),
@@ -235,7 +238,7 @@ async def test_failure_stops_siblings_in_reverse_order_and_cancels_the_body(
             await sup.start_child(ChildSpec("crashy", scripted([5], starts)))
             await sup.start_child(ChildSpec("last", stop_recorder(events, 1), "last"))
             try:
-                await trio.sleep_forever()
+                await trio.sleep(1000)
             except trio.Cancelled:
                 body_cancelled_at.append(trio.current_time())
                 raise
@@ -306,7 +309,7 @@ async def test_keyboard_interrupt_in_a_child_is_not_a_failure_and_comes_out_bare
     with pytest.raises(KeyboardInterrupt):
         async with open_supervisor(max_restarts=0) as sup:
             await sup.start_child(ChildSpec("c", interrupted))
-            await trio.sleep_forever()
+            await trio.sleep(1000)
     assert starts == [0]
     assert sup.child("c").restarts == 0
 

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from tether import ChildSpec, Strategy, open_supervisor, wait_stop_requested
+from tether import ChildSpec, RestartType, Strategy, open_supervisor, wait_stop_requested
 
 Status = trio.TaskStatus[Any]
 Log = list[tuple[str, str, float]]
@@ -35,17 +35,15 @@ async def member(
 
 
 async def run_three(strategy: Strategy, log: Log, *, temporary_c: bool = False) -> dict[str, int]:
-    async with open_supervisor(strategy=strategy, backoff_initial=1, jitter=0) as sup:
-        await sup.start_child(ChildSpec("a", member, "a", log, None))
-        await sup.start_child(ChildSpec("b", member, "b", log, 2.0))
-        await sup.start_child(
-            ChildSpec(
-                "c", member, "c", log, None, restart="temporary" if temporary_c else "permanent"
-            )
-        )
-        await trio.sleep(10)
-        log.append(("-", "block ends", trio.current_time()))
-        return {c.name: c.restarts for c in sup.children()}
+    restart_c: RestartType = "temporary" if temporary_c else "permanent"
+    with trio.fail_after(100):  # virtual seconds: a wedged restart fails fast
+        async with open_supervisor(strategy=strategy, backoff_initial=1, jitter=0) as sup:
+            await sup.start_child(ChildSpec("a", member, "a", log, None))
+            await sup.start_child(ChildSpec("b", member, "b", log, 2.0))
+            await sup.start_child(ChildSpec("c", member, "c", log, None, restart=restart_c))
+            await trio.sleep(10)
+            log.append(("-", "block ends", trio.current_time()))
+            return {c.name: c.restarts for c in sup.children()}
 
 
 async def test_one_for_one_restarts_only_the_failed_child(
