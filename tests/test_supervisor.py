@@ -502,3 +502,33 @@ async def test_bad_supervisor_options_are_rejected(kwargs: dict[str, Any], messa
 
     with pytest.raises(ValueError, match=message):
         await scenario()
+
+
+async def test_a_failing_sub_supervisor_is_a_failed_child_of_its_parent(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    starts: list[float] = []
+    failures: list[SupervisorFailed] = []
+
+    async def subtree(*, task_status: Status = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with open_supervisor(name="sub", max_restarts=0) as sub:
+                await sub.start_child(ChildSpec("leaf", scripted([1, 1, 1, 1], starts)))
+                task_status.started()
+                await wait_stop_requested()
+        except SupervisorFailed as exc:
+            failures.append(exc)
+            raise
+
+    async with open_supervisor(name="top", backoff_initial=1, jitter=0, max_restarts=10) as top:
+        await top.start_child(ChildSpec("subtree", subtree))
+        await trio.sleep(5.5)
+        snap = top.snapshot().child("subtree")
+    # leaf crashes 1 s after each start → sub fails → top restarts the subtree after its
+    # backoff (1 s, then 2 s)
+    assert starts == [0, 2, 5]
+    assert [f.supervisor for f in failures] == ["sub", "sub"]
+    assert snap.restarts == 2
+    assert snap.state == "running"
+    assert snap.last_error is not None
+    assert "leaf" in snap.last_error

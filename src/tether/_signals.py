@@ -58,7 +58,10 @@ class ShutdownSignals:
         token = trio.lowlevel.current_trio_token()
 
         def handler(signum: int, frame: FrameType | None) -> None:
-            token.run_sync_soon(self.deliver, signum)
+            try:
+                token.run_sync_soon(self.deliver, signum)
+            except trio.RunFinishedError:  # the run ended between two lines of teardown
+                pass
 
         previous: dict[signal.Signals, Any] = {}
         try:
