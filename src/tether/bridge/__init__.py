@@ -39,8 +39,14 @@ from ._reconcile import ReconcileReport as ReconcileReport
 from ._sqlite import SqliteStore as SqliteStore
 from ._sqlite_schema import SchemaTooNew as SchemaTooNew
 from ._status_file import ConnectionStatus as ConnectionStatus
+from ._store import WORKER_ROLES as WORKER_ROLES
+from ._store import Assignment as Assignment
 from ._store import LeaseExpiry as LeaseExpiry
+from ._store import PoolView as PoolView
+from ._store import StallCandidate as StallCandidate
 from ._store import Store as Store
+from ._store import WorkerInfo as WorkerInfo
+from ._store import WorkerRole as WorkerRole
 from ._token_file import TokenFileError as TokenFileError
 from ._token_file import ensure_token_file as ensure_token_file
 from ._token_file import read_token as read_token
