@@ -291,7 +291,8 @@ class SqliteStore:
             conn.execute(
                 "INSERT INTO workers (name, role, capacity, last_beat, started_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-                "role = excluded.role, capacity = excluded.capacity, last_beat = excluded.last_beat",
+                "role = excluded.role, capacity = excluded.capacity, "
+                "last_beat = excluded.last_beat",
                 (worker, role, capacity, now, now),
             )
             return _workers(conn)
