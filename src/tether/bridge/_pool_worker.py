@@ -50,6 +50,8 @@ class _Active:
     claim: Claim
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     lost: bool = False
+    finishing: bool = False
+    """The run is storing its outcome: a renew racing with it must not count as lost."""
     settled: bool = False
 
 
@@ -179,6 +181,7 @@ class PoolWorker:
             slots.release()
 
     async def _complete(self, entry: _Active, reply: Reply) -> None:
+        entry.finishing = True
         try:
             await self.store.complete(entry.claim, reply.body, no_send=reply.no_send)
         except StaleLease as exc:
@@ -196,6 +199,7 @@ class PoolWorker:
 
     async def _fail(self, entry: _Active, exc: Exception) -> None:
         reason = failure_reason(exc)
+        entry.finishing = True
         try:
             state = await self.store.fail(entry.claim, reason)
         except StaleLease as stale:
@@ -218,6 +222,7 @@ class PoolWorker:
     async def _release(self, entry: _Active) -> None:
         if entry.lost or entry.settled:
             return
+        entry.finishing = True
         try:
             await self.store.release(entry.claim)
         except StaleLease as exc:
@@ -253,9 +258,10 @@ class PoolWorker:
         self.leaderless = leaderless
 
     async def _renew(self, entry: _Active) -> None:
-        if entry.lost:
+        if entry.lost or entry.finishing:
             return
         try:
             entry.claim = await self.store.renew(entry.claim)
         except StaleLease as exc:
-            self._lose(entry, exc)
+            if not entry.finishing:  # else the run stored its outcome while this was queued
+                self._lose(entry, exc)
