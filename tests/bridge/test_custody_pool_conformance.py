@@ -71,7 +71,9 @@ async def test_assign_many_moves_only_pending_tasks_and_notes_the_room(store: St
     assert await store.state("a") is S.ASSIGNED
     assert (await store.get("b")).owner == "w2"  # type: ignore[union-attr]
     rec = await store.get("c")
-    assert rec is not None and rec.state is S.CLAIMED and rec.owner != "w1"
+    assert rec is not None
+    assert rec.state is S.CLAIMED
+    assert rec.owner != "w1"
     assert await store.assign_many([]) == []
     # room affinity: pending tasks of those rooms show who last took the room
     await store.ingest(Task("a2", "x", room="r1"))
@@ -94,7 +96,8 @@ async def test_return_assignments_takes_back_only_that_workers_assignments(
         await store.ingest(Task(id, "x"))
     await store.assign_many([("a", "w1"), ("b", "w1"), ("c", "w2"), ("d", "w1")])
     claim = await store.claim("w1")
-    assert claim is not None and claim.task.id == "a"
+    assert claim is not None
+    assert claim.task.id == "a"
     assert sorted(await store.return_assignments("w1")) == ["b", "d"]
     assert await store.state("a") is S.CLAIMED  # a claim is a lease, never taken back here
     assert await store.state("c") is S.ASSIGNED
@@ -136,7 +139,8 @@ async def test_release_repools_without_burning_an_attempt(
     with pytest.raises(StaleLease, match="release"):
         await store.release(claim)  # already given back
     again = await store.claim("w2", leaderless=True)
-    assert again is not None and again.attempt == 1
+    assert again is not None
+    assert again.attempt == 1
     fake_clock.advance(LEASE_S + 1)
     with pytest.raises(StaleLease, match="expired"):
         await store.release(again)
@@ -175,7 +179,8 @@ async def test_stall_candidates_are_old_claimed_tasks_without_a_notice(
 async def test_stall_records_are_pruned_only_for_terminal_tasks(store: Store) -> None:
     live = await drive_to(store, "live", S.CLAIMED)
     done = await drive_to(store, "done", S.CLAIMED)
-    assert live is not None and done is not None
+    assert live is not None
+    assert done is not None
     for id in ("live", "done"):
         assert await store.mark_stall_notified(id)
     await store.complete(done, "ok")

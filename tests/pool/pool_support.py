@@ -22,9 +22,9 @@ class FakeClock:
 
 
 async def wait_for(
-    predicate: Callable[[], Awaitable[bool]], *, timeout: float = 60.0, step: float = 0.05
+    predicate: Callable[[], Awaitable[bool]], *, within: float = 60.0, step: float = 0.05
 ) -> None:
-    """Poll ``predicate`` until true; fail after ``timeout`` seconds (of the run's clock)."""
-    with trio.fail_after(timeout):
-        while not await predicate():
+    """Poll ``predicate`` until true; fail after ``within`` seconds (of the run's clock)."""
+    with trio.fail_after(within):
+        while not await predicate():  # noqa: ASYNC110 (polling the store is the point)
             await trio.sleep(step)

@@ -112,7 +112,8 @@ async def test_a_full_keeper_makes_its_room_wait(store: SqliteStore) -> None:
     (first,) = (await the_lead.sweep_once()).assigned
     await store.ingest(Task("b", "x", room="r"))
     report = await the_lead.sweep_once()
-    assert report.assigned == () and report.waiting == 1
+    assert report.assigned == ()
+    assert report.waiting == 1
     claim = await store.claim(first.worker)
     assert claim is not None
     await store.complete(claim, "ok")
@@ -131,7 +132,8 @@ async def test_a_dead_workers_assignment_returns_while_a_live_claim_stays(
     live_claim = await store.claim("live")
     assert live_claim is not None
     dead_claim = await store.claim("dead")  # the dead worker's claim is a lease: not the lead's
-    assert dead_claim is not None and dead_claim.task.id == "d1"
+    assert dead_claim is not None
+    assert dead_claim.task.id == "d1"
     fake_clock.advance(5)
     live_claim = await store.renew(live_claim)
     await store.beat("live", "worker", 4)
@@ -182,7 +184,8 @@ async def test_a_stuck_assignment_is_deferred_while_its_worker_is_busy_up_to_the
         await store.ingest(Task(id, "x"))
     await store.assign_many([("busy", "w1"), ("waiting", "w1")])
     claim = await store.claim("w1")
-    assert claim is not None and claim.task.id == "busy"
+    assert claim is not None
+    assert claim.task.id == "busy"
     for step in range(59):
         fake_clock.advance(1)
         claim = await store.renew(claim)
@@ -228,7 +231,8 @@ async def test_a_lost_race_is_reported_not_forced(tmp_path: Path, fake_clock: Fa
         await store.beat("w1", "worker", 1)
         await store.ingest(Task("t", "x"))
         report = await lead(store).sweep_once()
-        assert report.lost == ("t",) and report.assigned == ()
+        assert report.lost == ("t",)
+        assert report.assigned == ()
         assert await owners(store, "t") == [(S.CLAIMED, "racer")]
     finally:
         await store.aclose()

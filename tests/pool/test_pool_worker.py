@@ -124,9 +124,7 @@ async def test_a_long_task_of_a_renewing_worker_is_never_stolen(
         async with trio.open_nursery() as inner:
             await inner.start(partial(reconciler.run, interval=0.5))
             async with running(w2):
-                await wait_for(
-                    lambda: state_is(timed_store, "long", S.RESULT), timeout=LEASE_S * 20
-                )
+                await wait_for(lambda: state_is(timed_store, "long", S.RESULT), within=LEASE_S * 20)
             inner.cancel_scope.cancel()
         assert reconciler.passes > LEASE_S * 10 / 0.5 * 0.9
     rec = await timed_store.get("long")
@@ -147,9 +145,11 @@ async def test_an_empty_reply_is_refused_and_recorded_as_a_failure(
     async with running(worker):
         await wait_for(lambda: state_is(timed_store, "t", S.DEAD))
     rec = await timed_store.get("t")
-    assert rec is not None and rec.reason is not None
+    assert rec is not None
+    assert rec.reason is not None
     assert rec.attempt == MAX_ATTEMPTS
-    assert "EmptyReply" in rec.reason and "empty reply" in rec.reason
+    assert "EmptyReply" in rec.reason
+    assert "empty reply" in rec.reason
     assert worker.failed == MAX_ATTEMPTS
 
 
@@ -221,7 +221,8 @@ async def test_a_reply_of_the_wrong_type_is_a_failure(
     async with running(PoolWorker(timed_store, "w1", agent(wrong))):
         await wait_for(lambda: state_is(timed_store, "t", S.DEAD))
     rec = await timed_store.get("t")
-    assert rec is not None and rec.reason is not None
+    assert rec is not None
+    assert rec.reason is not None
     assert "must return a str or a tether.bridge.Reply" in rec.reason
 
 
@@ -272,7 +273,8 @@ async def test_a_soft_stop_finishes_work_within_the_grace(
     assert await timed_store.state("t") is S.RESULT
     # its unclaimed assignment went back to pending for the others
     rec = await timed_store.get("later")
-    assert rec is not None and (rec.state, rec.owner) == (S.PENDING, None)
+    assert rec is not None
+    assert (rec.state, rec.owner) == (S.PENDING, None)
 
 
 async def test_a_soft_stop_releases_unfinished_work_without_burning_an_attempt(
@@ -292,7 +294,8 @@ async def test_a_soft_stop_releases_unfinished_work_without_burning_an_attempt(
         worker.request_stop()
     assert trio.current_time() - started == pytest.approx(2, abs=0.5)
     rec = await timed_store.get("t")
-    assert rec is not None and (rec.state, rec.attempt, rec.owner) == (S.PENDING, 1, None)
+    assert rec is not None
+    assert (rec.state, rec.attempt, rec.owner) == (S.PENDING, 1, None)
     assert worker.released == 1
 
 
@@ -336,7 +339,8 @@ async def test_a_fenced_out_worker_stops_the_run_and_stores_nothing(
             await finished.wait()
     assert worker.lost == 1
     rec = await timed_store.get("t")
-    assert rec is not None and (rec.state, rec.reason) == (S.DEAD, "operator gave up")
+    assert rec is not None
+    assert (rec.state, rec.reason) == (S.DEAD, "operator gave up")
 
 
 async def test_an_agent_without_a_task_handler_is_refused(
