@@ -98,7 +98,7 @@ def parse_message(text: str) -> tuple[list[tuple[str, str]], str]:
     """Split a message into its headers (unescaped, in order) and body; ``ValueError`` if bad."""
     head, sep, body = text.partition("\n\n")
     if not sep:
-        if text.endswith("\n") and "\n" not in text[:-1]:
+        if text.endswith("\n"):
             head, body = text[:-1], ""  # headers only, no blank line
         else:
             raise ValueError("no blank line between the headers and the body")
