@@ -68,4 +68,4 @@ async def main(db: str, role: str, name: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, *sys.argv[1:4])
+    trio.run(main, sys.argv[1], sys.argv[2], sys.argv[3])
