@@ -198,6 +198,7 @@ class PoolLead:
     sweeps: int = attrs.field(init=False, default=0)
     last_report: SweepReport | None = attrs.field(init=False, default=None)
     _last_pick: str | None = attrs.field(init=False, default=None)
+    _window: int = attrs.field(init=False, default=0)
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
 
     def __attrs_post_init__(self) -> None:
@@ -232,7 +233,7 @@ class PoolLead:
 
         async def read() -> None:
             nonlocal view
-            view = await self.store.pool_view(pending_limit=self.pending_limit)
+            view = await self.store.pool_view(pending_limit=self._window or self.pending_limit)
 
         async with trio.open_nursery() as nursery:  # one writer batch for both
             nursery.start_soon(self.store.beat, self.name, "lead", 0)
@@ -251,6 +252,7 @@ class PoolLead:
             last_pick=self._last_pick,
         )
         self._last_pick = plan.last_pick
+        self._window = self._next_window(view, now)
         returned = await self._return(view, plan, now)
         lost: tuple[str, ...] = ()
         if plan.assign:
@@ -285,6 +287,17 @@ class PoolLead:
         self.sweeps += 1
         self.last_report = report
         return report
+
+    def _next_window(self, view: PoolView, now: float) -> int:
+        """How many pending tasks the next sweep reads: a few times what the live workers can
+        take in total (reading a deep backlog every sweep costs more than the assigning), never
+        more than ``pending_limit``. The surplus leaves room for room tasks that must wait."""
+        total = sum(
+            w.capacity
+            for w in view.workers
+            if w.role == "worker" and is_alive(w, now, self.dead_after, self.max_skew)
+        )
+        return max(1, min(self.pending_limit, max(64, 4 * total)))
 
     async def _return(self, view: PoolView, plan: SweepPlan, now: float) -> tuple[Returned, ...]:
         since = {a.id: a.since for a in view.assigned}

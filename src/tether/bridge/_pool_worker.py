@@ -63,6 +63,9 @@ class PoolWorker:
     name: str
     factory: AgentFactory
     concurrency: int = 4
+    capacity: int | None = None
+    """How many tasks (running + assigned and waiting) the worker asks the lead for; default
+    ``2 * concurrency``, so the next task is already assigned when a run ends."""
     heartbeat_interval: float | None = None
     """Seconds between beats and lease renewals (default: a third of the lease, at most 2 s)."""
     poll_interval: float = 0.2
@@ -91,6 +94,14 @@ class PoolWorker:
         c = self.concurrency
         if isinstance(c, bool) or not isinstance(c, int) or c < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {c!r}")
+        if self.capacity is None:
+            self.capacity = 2 * c
+        elif (
+            isinstance(self.capacity, bool)
+            or not isinstance(self.capacity, int)
+            or self.capacity < c
+        ):
+            raise ValueError(f"capacity must be an int >= concurrency ({c}), got {self.capacity!r}")
         check_seconds("poll_interval", self.poll_interval)
         check_seconds("lead_dead_after", self.lead_dead_after)
         check_seconds("max_skew", self.max_skew, allow_zero=True)
@@ -247,7 +258,8 @@ class PoolWorker:
                     nursery.start_soon(self._renew, entry)
 
     async def _beat(self) -> None:
-        members = await self.store.beat(self.name, "worker", self.concurrency)
+        assert self.capacity is not None
+        members = await self.store.beat(self.name, "worker", self.capacity)
         leaderless = live_lead(members, self.now(), self.lead_dead_after, self.max_skew) is None
         if leaderless != self.leaderless:
             log.info(
