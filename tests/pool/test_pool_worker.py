@@ -360,6 +360,7 @@ async def test_an_agent_without_a_task_handler_is_refused(
         ("heartbeat_interval", LEASE_S, "shorter than the store's lease"),
         ("poll_interval", -1, "poll_interval"),
         ("stop_grace", float("inf"), "stop_grace"),
+        ("capacity", 3, "capacity must be an int >= concurrency"),
     ],
 )
 async def test_bad_worker_options_are_refused(
@@ -367,3 +368,12 @@ async def test_bad_worker_options_are_refused(
 ) -> None:
     with pytest.raises(ValueError, match=match):
         PoolWorker(timed_store, "w1", echo.factory, **{option: value})
+
+
+async def test_a_worker_asks_the_lead_for_twice_its_concurrency(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    worker = PoolWorker(timed_store, "w1", echo.factory, concurrency=3)
+    async with running(worker):
+        (me,) = await timed_store.workers()
+        assert (me.name, me.role, me.capacity) == ("w1", "worker", 6)
