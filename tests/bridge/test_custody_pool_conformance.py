@@ -174,6 +174,8 @@ async def test_stall_candidates_are_old_claimed_tasks_without_a_notice(
     assert [c.id for c in await store.stall_candidates(t0 + 10)] == ["young"]
     await store.clear_stall_notice("old")
     assert [c.id for c in await store.stall_candidates(t0 + 10)] == ["old", "young"]
+    assert [c.id for c in await store.stall_candidates(t0 + 10, worker="w-young")] == ["young"]
+    assert [c.id for c in await store.stall_candidates(t0 + 10, limit=1)] == ["old"]
 
 
 async def test_stall_records_are_pruned_only_for_terminal_tasks(store: Store) -> None:

@@ -34,8 +34,9 @@ async def test_a_lead_and_two_workers_answer_everything_keeping_rooms_together(
             await trio.sleep(0.05)
         await wait_for(lambda: _all(timed_store, S.RESULT, len(tasks)))
         assert not any(w.leaderless for w in workers)
-        for service in (*workers, lead):
-            service.request_stop()
+        for w in workers:
+            w.request_stop()
+        lead.request_stop()
     results = await timed_store.ready_results(limit=100)
     assert sorted(r.body for r in results) == sorted(f"echo: {t.body}" for t in tasks)
     per_room = collections.defaultdict(set)

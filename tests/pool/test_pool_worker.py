@@ -377,3 +377,28 @@ async def test_a_worker_asks_the_lead_for_twice_its_concurrency(
     async with running(worker):
         (me,) = await timed_store.workers()
         assert (me.name, me.role, me.capacity) == ("w1", "worker", 6)
+
+
+async def test_a_worker_can_send_stall_notices_for_its_own_claims(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    notices: list[tuple[str, float]] = []
+
+    async def slow(task: Task) -> str:
+        await trio.sleep(30)
+        return "slow"
+
+    async def notify(task_id: str, age: float) -> None:
+        notices.append((task_id, age))
+
+    await timed_store.ingest(Task("mine", "x"))
+    await timed_store.ingest(Task("theirs", "x"))
+    await timed_store.assign("theirs", "w2")
+    assert await timed_store.claim("w2") is not None  # held (and left to expire) by w2
+    worker = PoolWorker(
+        timed_store, "w1", agent(slow), on_stall=notify, stall_after=10.0, heartbeat_interval=1
+    )
+    async with running(worker):
+        await wait_for(lambda: state_is(timed_store, "mine", S.RESULT), within=60)
+    assert [id for id, _ in notices] == ["mine"]
+    assert 10.0 <= notices[0][1] <= 11.0

@@ -45,6 +45,8 @@ class StallWatcher:
     interval: float = 1.0
     batch: int = 100
     clock: Callable[[], float] | None = None
+    worker: str | None = None
+    """Only this worker's claims (a watcher inside a ``PoolWorker``); None: every claim."""
     passes: int = attrs.field(init=False, default=0)
     sent: int = attrs.field(init=False, default=0)
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
@@ -64,7 +66,10 @@ class StallWatcher:
         now = (self.clock or self.store.clock)()
         sent: list[str] = []
         failed: list[str] = []
-        for c in await self.store.stall_candidates(now - self.stall_after, limit=self.batch):
+        candidates = await self.store.stall_candidates(
+            now - self.stall_after, worker=self.worker, limit=self.batch
+        )
+        for c in candidates:
             if not await self.store.mark_stall_notified(c.id):
                 continue  # another watcher got it first
             age = now - c.created_at

@@ -31,6 +31,7 @@ from .._session import Session, open_session
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._custody import Claim, CustodyState, StaleLease, Task, check_worker
 from ._pool_liveness import DEFAULT_MAX_SKEW, check_seconds, live_lead
+from ._pool_stall import Notify, StallWatcher
 from ._pool_stop import StopSignal
 from ._store import Store
 
@@ -77,6 +78,10 @@ class PoolWorker:
     clock: Callable[[], float] | None = None
     after_complete: Callable[[Task], Awaitable[None]] | None = None
     """Called after a task's result is durably stored (the file exchange archives its files)."""
+    on_stall: Notify | None = None
+    """If given, the worker watches its own claims and calls ``on_stall(task_id, age)`` once
+    per task older than ``stall_after`` (see ``StallWatcher``; a raise is retried)."""
+    stall_after: float = 60.0
     completed: int = attrs.field(init=False, default=0)
     failed: int = attrs.field(init=False, default=0)
     released: int = attrs.field(init=False, default=0)
@@ -103,6 +108,7 @@ class PoolWorker:
         ):
             raise ValueError(f"capacity must be an int >= concurrency ({c}), got {self.capacity!r}")
         check_seconds("poll_interval", self.poll_interval)
+        check_seconds("stall_after", self.stall_after)
         check_seconds("lead_dead_after", self.lead_dead_after)
         check_seconds("max_skew", self.max_skew, allow_zero=True)
         check_seconds("stop_grace", self.stop_grace, allow_zero=True)
@@ -136,6 +142,16 @@ class PoolWorker:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._stop.forward_supervisor_stop)
                     nursery.start_soon(self._heartbeat)
+                    if self.on_stall is not None:
+                        watcher = StallWatcher(
+                            self.store,
+                            stall_after=self.stall_after,
+                            notify=self.on_stall,
+                            interval=self._interval,
+                            clock=self.clock,
+                            worker=self.name,
+                        )
+                        nursery.start_soon(watcher.run)
                     async with trio.open_nursery() as work:
                         task_status.started()
                         await self._claim_until_stopped(session, work)
@@ -144,10 +160,19 @@ class PoolWorker:
                     nursery.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
-                    returned = await self.store.return_assignments(self.name)
-                    if returned:
-                        log.info("worker %s: gave back %d assignment(s)", self.name, len(returned))
-                    await self.store.remove_worker(self.name)
+                    await self._leave()
+
+    async def _leave(self) -> None:
+        """Give back unclaimed assignments and forget the beat (the lead need not wait out
+        ``dead_after``). Best effort: a closed store leaves that to the lead."""
+        try:
+            returned = await self.store.return_assignments(self.name)
+            await self.store.remove_worker(self.name)
+        except (trio.ClosedResourceError, OSError) as exc:
+            log.warning("worker %s: could not leave the pool cleanly: %r", self.name, exc)
+            return
+        if returned:
+            log.info("worker %s: gave back %d assignment(s)", self.name, len(returned))
 
     async def _claim_until_stopped(self, session: Session, work: trio.Nursery) -> None:
         slots = trio.Semaphore(self.concurrency)

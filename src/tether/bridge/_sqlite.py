@@ -422,18 +422,20 @@ class SqliteStore:
     # -- stall notices ------------------------------------------------------------------------
 
     async def stall_candidates(
-        self, older_than: float, *, limit: int = 1000
+        self, older_than: float, *, worker: str | None = None, limit: int = 1000
     ) -> Sequence[StallCandidate]:
         if not (isinstance(limit, int) and limit >= 1):
             raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        if worker is not None:
+            check_worker(worker)
 
         def op(conn: sqlite3.Connection) -> list[StallCandidate]:
             rows = conn.execute(
                 "SELECT t.id, t.room, t.owner, t.created_at FROM tasks t "
-                "WHERE t.state = 'claimed' AND t.created_at <= ? AND NOT EXISTS "
-                "(SELECT 1 FROM stall_notices s WHERE s.id = t.id) "
+                "WHERE t.state = 'claimed' AND t.created_at <= ? AND (? IS NULL OR t.owner = ?) "
+                "AND NOT EXISTS (SELECT 1 FROM stall_notices s WHERE s.id = t.id) "
                 "ORDER BY t.created_at, t.rowid LIMIT ?",
-                (older_than, limit),
+                (older_than, worker, worker, limit),
             )
             return [StallCandidate(*r) for r in rows]
 
