@@ -325,7 +325,9 @@ class PoolLead:
         after ``dead_after``.
         """
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._stop.forward_supervisor_stop)
+            nursery.start_soon(
+                self._stop.forward_supervisor_stop, name=f"pool-lead:{self.name}::stop"
+            )
             await self.sweep_once()
             task_status.started()
             while not self._stop.is_set():

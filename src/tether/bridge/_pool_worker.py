@@ -130,6 +130,10 @@ class PoolWorker:
     def now(self) -> float:
         return (self.clock or self.store.clock)()
 
+    @property
+    def _label(self) -> str:
+        return f"pool-worker:{self.name}"
+
     def request_stop(self) -> None:
         """Soft stop: claim nothing more; finish or give back what is in hand."""
         self._stop.set()
@@ -140,8 +144,10 @@ class PoolWorker:
             await self._beat()
             try:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._stop.forward_supervisor_stop)
-                    nursery.start_soon(self._heartbeat)
+                    nursery.start_soon(
+                        self._stop.forward_supervisor_stop, name=f"{self._label}::stop"
+                    )
+                    nursery.start_soon(self._heartbeat, name=f"{self._label}::heartbeat")
                     if self.on_stall is not None:
                         watcher = StallWatcher(
                             self.store,
@@ -151,7 +157,7 @@ class PoolWorker:
                             clock=self.clock,
                             worker=self.name,
                         )
-                        nursery.start_soon(watcher.run)
+                        nursery.start_soon(watcher.run, name=f"{self._label}::stall")
                     async with trio.open_nursery() as work:
                         task_status.started()
                         await self._claim_until_stopped(session, work)
@@ -182,7 +188,7 @@ class PoolWorker:
                 await self._stop.wait()
                 claiming.cancel()
 
-            work.start_soon(cancel_on_stop)
+            work.start_soon(cancel_on_stop, name=f"{self._label}::stop")
             while True:
                 await slots.acquire()
                 try:
@@ -194,7 +200,13 @@ class PoolWorker:
                     slots.release()
                     await trio.sleep(self.poll_interval)
                     continue
-                work.start_soon(self._run_claim, session, claim, slots)
+                work.start_soon(
+                    self._run_claim,
+                    session,
+                    claim,
+                    slots,
+                    name=f"{self._label}::task:{claim.task.id}",
+                )
 
     async def _run_claim(self, session: Session, claim: Claim, slots: trio.Semaphore) -> None:
         id = claim.task.id
