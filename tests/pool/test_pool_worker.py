@@ -270,6 +270,13 @@ async def test_a_soft_stop_finishes_work_within_the_grace(
         await timed_store.ingest(Task("later", "x"))
         await timed_store.assign("later", "w1")  # no free slot: it waits, unclaimed
         worker.request_stop()
+        await trio.sleep(0.1)
+        # while it finishes, the lead sees a member that takes nothing more ...
+        (me,) = await timed_store.workers()
+        assert me.capacity == 0
+        # ... and its waiting assignment is back in the pool at once
+        assert await timed_store.state("later") is S.PENDING
+        assert await timed_store.state("t") is S.CLAIMED
     assert await timed_store.state("t") is S.RESULT
     # its unclaimed assignment went back to pending for the others
     rec = await timed_store.get("later")

@@ -91,6 +91,7 @@ class PoolWorker:
     _active: dict[str, _Active] = attrs.field(init=False, factory=dict)
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
     _interval: float = attrs.field(init=False, default=0.0)
+    _stopping: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
@@ -161,6 +162,10 @@ class PoolWorker:
                     async with trio.open_nursery() as work:
                         task_status.started()
                         await self._claim_until_stopped(session, work)
+                        # tell the lead at once: capacity 0, and the waiting assignments back
+                        self._stopping = True
+                        await self._beat()
+                        await self._give_back_assignments()
                         # the runs in hand get stop_grace; then they are cancelled and released
                         work.cancel_scope.deadline = trio.current_time() + self.stop_grace
                     nursery.cancel_scope.cancel()
@@ -172,11 +177,13 @@ class PoolWorker:
         """Give back unclaimed assignments and forget the beat (the lead need not wait out
         ``dead_after``). Best effort: a closed store leaves that to the lead."""
         try:
-            returned = await self.store.return_assignments(self.name)
+            await self._give_back_assignments()
             await self.store.remove_worker(self.name)
         except (trio.ClosedResourceError, OSError) as exc:
             log.warning("worker %s: could not leave the pool cleanly: %r", self.name, exc)
-            return
+
+    async def _give_back_assignments(self) -> None:
+        returned = await self.store.return_assignments(self.name)
         if returned:
             log.info("worker %s: gave back %d assignment(s)", self.name, len(returned))
 
@@ -296,7 +303,8 @@ class PoolWorker:
 
     async def _beat(self) -> None:
         assert self.capacity is not None
-        members = await self.store.beat(self.name, "worker", self.capacity)
+        capacity = 0 if self._stopping else self.capacity
+        members = await self.store.beat(self.name, "worker", capacity)
         leaderless = live_lead(members, self.now(), self.lead_dead_after, self.max_skew) is None
         if leaderless != self.leaderless:
             log.info(
