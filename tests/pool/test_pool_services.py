@@ -73,3 +73,20 @@ async def test_workers_go_leaderless_when_the_lead_stops_and_back_when_it_return
             assert not worker.leaderless
             lead.request_stop()
         worker.request_stop()
+
+
+async def test_services_run_again_after_a_stop_as_a_supervisor_restarts_them(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    lead = PoolLead(timed_store, sweep_interval=0.2)
+    worker = PoolWorker(timed_store, "w1", echo.factory)
+    for round in range(2):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lead.run)
+            await nursery.start(worker.run)
+            await timed_store.ingest(Task(f"t{round}", "x"))
+            await wait_for(lambda: _all(timed_store, S.RESULT, round + 1))
+            worker.request_stop()
+            lead.request_stop()
+    assert lead.sweeps > 2
+    assert worker.completed == 2

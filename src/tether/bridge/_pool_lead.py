@@ -324,6 +324,7 @@ class PoolLead:
         On a soft stop the lead removes its beat, so workers go leaderless at once instead of
         after ``dead_after``.
         """
+        self._stop = StopSignal()  # a new run (a supervisor restart) starts unstopped
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
                 self._stop.forward_supervisor_stop, name=f"pool-lead:{self.name}::stop"

@@ -93,6 +93,7 @@ class StallWatcher:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """A pass every ``interval`` seconds until stopped (ready after the first pass)."""
+        self._stop = StopSignal()  # a new run (a supervisor restart) starts unstopped
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._stop.forward_supervisor_stop)
             await self.run_once()

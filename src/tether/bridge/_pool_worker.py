@@ -140,6 +140,8 @@ class PoolWorker:
         self._stop.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._stop = StopSignal()  # a new run (a supervisor restart) starts unstopped
+        self._stopping = False
         async with open_session(f"worker-{self.name}") as session:
             install_agent(session, self.factory)
             await self._beat()
