@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from functools import partial
 
 import trio
 
@@ -80,12 +81,12 @@ async def test_services_run_again_after_a_stop_as_a_supervisor_restarts_them(
 ) -> None:
     lead = PoolLead(timed_store, sweep_interval=0.2)
     worker = PoolWorker(timed_store, "w1", echo.factory)
-    for round in range(2):
+    for n in (1, 2):
         async with trio.open_nursery() as nursery:
             await nursery.start(lead.run)
             await nursery.start(worker.run)
-            await timed_store.ingest(Task(f"t{round}", "x"))
-            await wait_for(lambda: _all(timed_store, S.RESULT, round + 1))
+            await timed_store.ingest(Task(f"t{n}", "x"))
+            await wait_for(partial(_all, timed_store, S.RESULT, n))
             worker.request_stop()
             lead.request_stop()
     assert lead.sweeps > 2
