@@ -7,6 +7,8 @@ from functools import partial
 
 import trio
 
+import tether
+from tether import Session
 from tether.agents import echo
 from tether.bridge import CustodyState, PoolLead, PoolWorker, SqliteStore, Task
 
@@ -91,3 +93,34 @@ async def test_services_run_again_after_a_stop_as_a_supervisor_restarts_them(
             lead.request_stop()
     assert lead.sweeps > 2
     assert worker.completed == 2
+
+
+async def test_the_supervisors_soft_stop_lets_a_worker_finish_then_release(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    async def slow(task: Task) -> str:
+        await trio.sleep(1.0 if task.id == "quick" else 3600)
+        return "done"
+
+    def factory(session: Session) -> None:
+        session.add_handler("task", slow)
+
+    lead = PoolLead(timed_store, sweep_interval=0.2)
+    worker = PoolWorker(timed_store, "w1", factory, stop_grace=2.0)
+    await timed_store.ingest(Task("quick", "x"))
+    await timed_store.ingest(Task("endless", "x"))
+    async with tether.open_supervisor(name="pool") as sup:
+        await sup.start_child(tether.ChildSpec("lead", lead.run, shutdown_grace=5.0))
+        await sup.start_child(tether.ChildSpec("w1", worker.run, shutdown_grace=5.0))
+        await wait_for(partial(_all, timed_store, S.CLAIMED, 2))
+        started = trio.current_time()
+        await sup.terminate_child("w1")
+        stopped_after = trio.current_time() - started
+        await sup.terminate_child("lead")
+    assert 1.9 <= stopped_after <= 2.5  # the worker's own grace, not the supervisor's cancel
+    assert await timed_store.state("quick") is S.RESULT  # finished within the grace
+    rec = await timed_store.get("endless")
+    assert rec is not None
+    assert (rec.state, rec.attempt) == (S.PENDING, 1)  # released, no attempt burned
+    assert (worker.completed, worker.released) == (1, 1)
+    assert await timed_store.workers() == []  # the lead removed its beat too

@@ -10,6 +10,8 @@ from __future__ import annotations
 import attrs
 import trio
 
+from .._stop import wait_stop_requested
+
 
 @attrs.define(eq=False)
 class StopSignal:
@@ -25,6 +27,7 @@ class StopSignal:
         await self._event.wait()
 
     async def forward_supervisor_stop(self) -> None:
-        """Run inside the service: set this signal when the supervisor asks the child to stop."""
-        await trio.sleep_forever()
-        self.set()  # pragma: no cover
+        """Run inside the service: set this signal when its supervisor asks the child to stop
+        (outside a supervised child this just sleeps until cancelled)."""
+        await wait_stop_requested()
+        self.set()

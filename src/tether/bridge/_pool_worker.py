@@ -74,7 +74,10 @@ class PoolWorker:
     lead_dead_after: float = 10.0
     """The lead counts as dead (go leaderless) after this long without a beat."""
     max_skew: float = DEFAULT_MAX_SKEW
-    stop_grace: float = 10.0
+    stop_grace: float = 4.0
+    """Seconds the runs in hand get after a soft stop before they are cancelled and released.
+    Keep it under the supervisor child's ``shutdown_grace`` (5 s by default); if the supervisor
+    cancels first, the claims are released all the same."""
     clock: Callable[[], float] | None = None
     after_complete: Callable[[Task], Awaitable[None]] | None = None
     """Called after a task's result is durably stored (the file exchange archives its files)."""
