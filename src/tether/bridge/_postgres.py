@@ -169,7 +169,16 @@ class PostgresStore:
                 name=f"tether-{schema}",
                 timeout=connect_timeout_s + 30.0,
             )
-            pool.open(wait=True, timeout=connect_timeout_s)
+            try:
+                pool.open(wait=True, timeout=connect_timeout_s)
+            except BaseException as exc:
+                pool.close()
+                if isinstance(exc, psycopg.OperationalError):
+                    raise ConnectionError(
+                        f"cannot open a connection pool to PostgreSQL at {shown}: "
+                        f"{_first_line(exc)}"
+                    ) from None
+                raise
             return pool
 
         pool = await trio.to_thread.run_sync(setup)
