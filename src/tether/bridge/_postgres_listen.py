@@ -104,7 +104,7 @@ class Listener:
                             if self._stopping.is_set():
                                 return
                             self._dispatch(note.payload)
-            except psycopg.Error as exc:
+            except Exception as exc:  # never let the thread die: wake-ups are worth retrying
                 self.listening.clear()
                 if self._stopping.is_set():
                     return
@@ -112,6 +112,7 @@ class Listener:
                     "LISTEN connection lost (%s); waiters fall back to polling; retrying in %.1fs",
                     type(exc).__name__,
                     delay,
+                    exc_info=not isinstance(exc, psycopg.Error),
                 )
                 self._stopping.wait(delay)
                 delay = min(delay * 2, 30.0)
