@@ -277,3 +277,34 @@ async def test_connections_killed_under_the_store_are_replaced(postgres_dsn: str
             await other.aclose()
     finally:
         await store.aclose()
+
+
+async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> None:
+    schema = _schema()
+    store = await PostgresStore.open(postgres_dsn, schema=schema)
+    try:
+        claim = await store.claim("w1", leaderless=True)
+        assert claim is None
+        await store.ingest(Task("old", "from version 1", room="r"))
+    finally:
+        await store.aclose()
+    s = f'"{schema}"'
+    _sql(  # take the schema back to what version 1 created
+        postgres_dsn,
+        f"DROP TABLE {s}.workers, {s}.rooms, {s}.stall_notices; "
+        f"ALTER TABLE {s}.tasks DROP COLUMN no_send; DROP INDEX {s}.tasks_claimed_age; "
+        f"DELETE FROM {s}.schema_version WHERE version > 1",
+    )
+    store = await PostgresStore.open(postgres_dsn, schema=schema)
+    try:
+        rows = _sql(postgres_dsn, f"SELECT version FROM {s}.schema_version ORDER BY version")
+        assert rows == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
+        claim = await store.claim("w1", leaderless=True)
+        assert claim is not None
+        assert claim.task.body == "from version 1"
+        await store.complete(claim, "", no_send=True)
+        [result] = await store.ready_results()
+        assert result.no_send is True
+        assert [w.name for w in await store.beat("w1", "worker", 1)] == ["w1"]
+    finally:
+        await store.aclose()

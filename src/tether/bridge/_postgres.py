@@ -51,7 +51,15 @@ from ._custody import (
 from ._postgres_dsn import redact_dsn
 from ._postgres_listen import ASSIGNED_PREFIX, PENDING, RESULT, Listener, assigned_payload
 from ._postgres_schema import check_schema, migrate
-from ._store import LeaseExpiry
+from ._store import (
+    WORKER_ROLES,
+    Assignment,
+    LeaseExpiry,
+    PoolView,
+    StallCandidate,
+    WorkerInfo,
+    WorkerRole,
+)
 
 T = TypeVar("T")
 Conn = psycopg.Connection[TupleRow]
@@ -347,6 +355,80 @@ class PostgresStore:
         _, before = await self._cas(self._sql.unassign, params)
         return before is None
 
+    async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
+        checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
+        if not checked:
+            return []
+        first: dict[str, int] = {}  # a repeated id: the first pair decides, later ones are False
+        for n, (id, _) in enumerate(checked):
+            first.setdefault(id, n)
+        unique = [checked[n] for n in sorted(first.values())]
+        params: dict[str, Any] = {"ids": [i for i, _ in unique], "workers": [w for _, w in unique]}
+        params.update(now=self.clock(), chan=self._channel)
+        sql = self._sql.assign_many
+
+        def op(conn: Conn) -> set[str]:
+            return {r[0] for r in conn.execute(sql, params)}
+
+        moved = await self._run(op)
+        return [id in moved and first[id] == n for n, (id, _) in enumerate(checked)]
+
+    async def return_assignments(self, worker: str) -> Sequence[str]:
+        check_worker(worker)
+        params = {"worker": worker, "now": self.clock(), "chan": self._channel}
+        sql = self._sql.return_assignments
+        return await self._run(lambda conn: [r[0] for r in conn.execute(sql, params)])
+
+    async def pool_view(self, *, pending_limit: int = 1000) -> PoolView:
+        if not (isinstance(pending_limit, int) and pending_limit >= 1):
+            raise ValueError(f"pending_limit must be an int >= 1, got {pending_limit!r}")
+        at = self.clock()
+        sql = self._sql
+
+        def op(conn: Conn) -> PoolView:
+            # one snapshot for every read: a read-only REPEATABLE READ transaction
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                pending = [_task(r) for r in conn.execute(sql.pending, {"limit": pending_limit})]
+                names = sorted({t.room for t in pending if t.room is not None})
+                rooms: dict[str, str] = dict(
+                    conn.execute(sql.view_rooms, {"rooms": names}).fetchall()
+                )
+                view = PoolView(
+                    at=at,
+                    workers=tuple(WorkerInfo(*r) for r in conn.execute(sql.workers)),
+                    assigned=tuple(Assignment(*r) for r in conn.execute(sql.view_assigned)),
+                    claims=dict(conn.execute(sql.view_claims).fetchall()),
+                    pending=tuple(pending),
+                    rooms=rooms,
+                )
+            finally:
+                conn.execute("COMMIT")
+            return view
+
+        return await self._run(op)
+
+    # -- liveness -----------------------------------------------------------------------------
+
+    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+        check_worker(worker)
+        if role not in WORKER_ROLES:
+            raise ValueError(f"role must be 'lead' or 'worker', got {role!r}")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
+        params = {"worker": worker, "role": role, "capacity": capacity, "now": self.clock()}
+        sql = self._sql.beat
+        return await self._run(lambda conn: [WorkerInfo(*r) for r in conn.execute(sql, params)])
+
+    async def workers(self) -> Sequence[WorkerInfo]:
+        sql = self._sql.workers
+        return await self._run(lambda conn: [WorkerInfo(*r) for r in conn.execute(sql)])
+
+    async def remove_worker(self, worker: str) -> bool:
+        check_worker(worker)
+        sql = self._sql.remove_worker
+        return await self._run(lambda conn: conn.execute(sql, {"worker": worker}).rowcount == 1)
+
     # -- worker -------------------------------------------------------------------------------
 
     async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
@@ -372,12 +454,14 @@ class PostgresStore:
             raise _stale(before, claim, params["now"], "renew")
         return attrs.evolve(claim, lease_until=float(until))
 
-    async def complete(self, claim: Claim, body: str) -> None:
+    async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
         params = self._fence_params(claim)
         if not isinstance(body, str):
             raise TypeError(f"a result body must be a str, got {type(body).__name__}")
         check_body(body, self.max_body_bytes, what=f"result of task {claim.task.id!r}")
-        params.update(body=_encode(body), chan=self._channel, payload=RESULT)
+        if not isinstance(no_send, bool):
+            raise TypeError(f"no_send must be a bool, got {type(no_send).__name__}")
+        params.update(body=_encode(body), no_send=no_send, chan=self._channel, payload=RESULT)
         _, before = await self._cas(self._sql.complete, params)
         if before is not None:
             raise _stale(before, claim, params["now"], "complete")
@@ -405,6 +489,41 @@ class PostgresStore:
             "now": self.clock(),
         }
 
+    async def release(self, claim: Claim) -> None:
+        params = self._fence_params(claim)
+        params.update(chan=self._channel, payload=PENDING)
+        _, before = await self._cas(self._sql.release, params)
+        if before is not None:
+            raise _stale(before, claim, params["now"], "release")
+
+    # -- stall notices ------------------------------------------------------------------------
+
+    async def stall_candidates(
+        self, older_than: float, *, worker: str | None = None, limit: int = 1000
+    ) -> Sequence[StallCandidate]:
+        _check_limit(limit)
+        if worker is not None:
+            check_worker(worker)
+        params = {"older_than": older_than, "worker": worker, "limit": limit}
+        sql = self._sql.stall_candidates
+        return await self._run(lambda conn: [StallCandidate(*r) for r in conn.execute(sql, params)])
+
+    async def mark_stall_notified(self, id: str) -> bool:
+        check_task_id(id)
+        params = {"id": id, "now": self.clock()}
+        sql = self._sql.mark_stall_notified
+        return await self._run(lambda conn: conn.execute(sql, params).rowcount == 1)
+
+    async def clear_stall_notice(self, id: str) -> None:
+        check_task_id(id)
+        sql = self._sql.clear_stall_notice
+        await self._run(lambda conn: conn.execute(sql, {"id": id}))
+
+    async def prune_stall_notices(self, *, limit: int = 10_000) -> int:
+        _check_limit(limit)
+        sql = self._sql.prune_stall_notices
+        return await self._run(lambda conn: conn.execute(sql, {"limit": limit}).rowcount)
+
     # -- reconciler ---------------------------------------------------------------------------
 
     async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
@@ -430,7 +549,7 @@ class PostgresStore:
 
         def op(conn: Conn) -> list[Result]:
             return [
-                Result(_task(r), _decode(r[5]), r[6], r[7])
+                Result(_task(r), _decode(r[5]), r[6], r[7], r[8])
                 for r in conn.execute(sql, {"limit": limit})
             ]
 
@@ -537,13 +656,21 @@ class _Before:
         return f" (owner {self.owner}, attempt {self.attempt})" if self.owner else ""
 
 
-def _cas_sql(update: str, returning: str, notify: bool = False) -> str:
+def _cas_sql(
+    update: str, returning: str, notify: bool = False, also: str = "", extra: str = ""
+) -> str:
     """Wrap ``update`` (aliased ``t``): one row, its RETURNING value or NULL if nothing moved.
 
-    With ``notify`` the same statement signals the listeners when (and only if) it moved.
+    With ``notify`` the same statement signals the listeners when (and only if) it moved;
+    ``also`` adds a CTE over ``u`` (whose ``extra`` RETURNING columns it may read).
     """
     signal = ", count(pg_notify(%(chan)s, %(payload)s))" if notify else ""
-    return f"WITH u AS ({update} RETURNING {returning} AS done) SELECT min(done){signal} FROM u"
+    more = f", {extra}" if extra else ""
+    also = f", {also}" if also else ""
+    return (
+        f"WITH u AS ({update} RETURNING {returning} AS done{more}){also} "
+        f"SELECT min(done){signal} FROM u"
+    )
 
 
 @attrs.frozen
@@ -587,6 +714,122 @@ class _Sql:
             "updated_at = %(now)s WHERE t.id = %(id)s AND t.state = 'pending'",
             "1",
             notify=True,
+            also=self._note_room("u.room", "%(worker)s"),
+            extra="t.room",
+        )
+
+    def _note_room(self, room: str, worker: str) -> str:
+        # a data-modifying CTE: it runs whether or not the outer SELECT reads it
+        return (
+            f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
+            f"SELECT {room}, {worker}, %(now)s FROM u WHERE {room} IS NOT NULL "
+            "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at)"
+        )
+
+    @property
+    def assign_many(self) -> str:
+        return (
+            "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[]) "
+            "WITH ORDINALITY AS v (id, worker, ord)), "
+            f"u AS (UPDATE {self.s}.tasks t SET state = 'assigned', owner = v.worker, "
+            "updated_at = %(now)s FROM v WHERE t.id = v.id AND t.state = 'pending' "
+            "RETURNING t.id, t.room, v.worker, v.ord), "
+            # one row per room (ON CONFLICT cannot touch a row twice): the last pair wins
+            f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
+            "SELECT DISTINCT ON (room) room, worker, %(now)s FROM u WHERE room IS NOT NULL "
+            "ORDER BY room, ord DESC "
+            "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at) "
+            "SELECT id, pg_notify(%(chan)s, 'assigned ' || worker)::text FROM u"
+        )
+
+    @property
+    def return_assignments(self) -> str:
+        return (
+            f"WITH u AS (UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, "
+            "updated_at = %(now)s WHERE t.state = 'assigned' AND t.owner = %(worker)s "
+            "RETURNING t.id, t.seq) "
+            "SELECT id, pg_notify(%(chan)s, 'pending')::text FROM u ORDER BY seq"
+        )
+
+    @property
+    def view_assigned(self) -> str:
+        return (
+            f"SELECT id, owner, room, updated_at FROM {self.s}.tasks "
+            "WHERE state = 'assigned' ORDER BY updated_at, seq"
+        )
+
+    @property
+    def view_claims(self) -> str:
+        return f"SELECT owner, count(*) FROM {self.s}.tasks WHERE state = 'claimed' GROUP BY owner"
+
+    @property
+    def view_rooms(self) -> str:
+        return f"SELECT room, worker FROM {self.s}.rooms WHERE room = ANY(%(rooms)s::text[])"
+
+    @property
+    def workers(self) -> str:
+        # COLLATE "C": byte order, as SQLite sorts, whatever the database's locale
+        return (
+            "SELECT name, role, capacity, last_beat, started_at "
+            f'FROM {self.s}.workers ORDER BY name COLLATE "C"'
+        )
+
+    @property
+    def beat(self) -> str:
+        # the outer SELECT reads the statement's snapshot (before the upsert): add the new row
+        return (
+            f"WITH b AS (INSERT INTO {self.s}.workers AS w "
+            "(name, role, capacity, last_beat, started_at) "
+            "VALUES (%(worker)s, %(role)s, %(capacity)s, %(now)s, %(now)s) "
+            "ON CONFLICT (name) DO UPDATE SET role = excluded.role, "
+            "capacity = excluded.capacity, last_beat = excluded.last_beat "
+            "RETURNING name, role, capacity, last_beat, started_at) "
+            "SELECT * FROM (SELECT name, role, capacity, last_beat, started_at "
+            f"FROM {self.s}.workers WHERE name <> %(worker)s UNION ALL SELECT * FROM b) m "
+            'ORDER BY name COLLATE "C"'
+        )
+
+    @property
+    def remove_worker(self) -> str:
+        return f"DELETE FROM {self.s}.workers WHERE name = %(worker)s"
+
+    @property
+    def release(self) -> str:
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, lease_until = NULL, "
+            f"updated_at = %(now)s WHERE {_FENCE}",
+            "1",
+            notify=True,
+        )
+
+    @property
+    def stall_candidates(self) -> str:
+        return (
+            f"SELECT t.id, t.room, t.owner, t.created_at FROM {self.s}.tasks t "
+            "WHERE t.state = 'claimed' AND t.created_at <= %(older_than)s "
+            "AND (%(worker)s::text IS NULL OR t.owner = %(worker)s) "
+            f"AND NOT EXISTS (SELECT FROM {self.s}.stall_notices s WHERE s.id = t.id) "
+            "ORDER BY t.created_at, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def mark_stall_notified(self) -> str:
+        return (
+            f"INSERT INTO {self.s}.stall_notices (id, notified_at) VALUES (%(id)s, %(now)s) "
+            "ON CONFLICT (id) DO NOTHING"
+        )
+
+    @property
+    def clear_stall_notice(self) -> str:
+        return f"DELETE FROM {self.s}.stall_notices WHERE id = %(id)s"
+
+    @property
+    def prune_stall_notices(self) -> str:
+        return (
+            f"DELETE FROM {self.s}.stall_notices WHERE id IN (SELECT s.id "
+            f"FROM {self.s}.stall_notices s LEFT JOIN {self.s}.tasks t ON t.id = s.id "
+            f"WHERE t.id IS NULL OR t.state NOT IN ({_IN_CUSTODY_SQL}) LIMIT %(limit)s "
+            "FOR UPDATE OF s SKIP LOCKED)"
         )
 
     @property
@@ -609,11 +852,13 @@ class _Sql:
             f"pool AS (SELECT id FROM {tasks} WHERE %(leaderless)s AND state = 'pending' "
             "AND NOT EXISTS (SELECT FROM mine) ORDER BY priority, seq LIMIT 1 "
             "FOR UPDATE SKIP LOCKED), "
-            "pick AS (SELECT id FROM mine UNION ALL SELECT id FROM pool) "
-            f"UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
+            "pick AS (SELECT id FROM mine UNION ALL SELECT id FROM pool), "
+            f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
             "lease_until = %(until)s, updated_at = %(now)s FROM pick "
             "WHERE t.id = pick.id AND t.state IN ('assigned', 'pending') "
-            f"RETURNING {_TASK_COLS}, t.attempt"
+            f"RETURNING {_TASK_COLS}, t.attempt), "
+            f"{self._note_room('u.room', '%(worker)s')} "
+            "SELECT * FROM u"
         )
 
     @property
@@ -628,7 +873,7 @@ class _Sql:
     def complete(self) -> str:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'result', result = %(body)s, "
-            f"lease_until = NULL, updated_at = %(now)s WHERE {_FENCE}",
+            f"no_send = %(no_send)s, lease_until = NULL, updated_at = %(now)s WHERE {_FENCE}",
             "1",
             notify=True,
         )
@@ -676,7 +921,7 @@ class _Sql:
     @property
     def ready(self) -> str:
         return (
-            f"SELECT {_TASK_COLS}, t.result, t.owner, t.attempt FROM {self.s}.tasks t "
+            f"SELECT {_TASK_COLS}, t.result, t.owner, t.attempt, t.no_send FROM {self.s}.tasks t "
             "WHERE t.state = 'result' ORDER BY t.priority, t.seq LIMIT %(limit)s"
         )
 

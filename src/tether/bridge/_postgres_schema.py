@@ -53,6 +53,27 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_results ON {s}.tasks (priority, seq) WHERE state = 'result';
     CREATE INDEX tasks_delivered ON {s}.tasks (updated_at) WHERE state = 'delivered';
     """,
+    # 1 -> 2: the worker pool (beats, room affinity, stall notices, replies that are not sent)
+    """
+    CREATE TABLE {s}.workers (
+        name        text PRIMARY KEY,
+        role        text NOT NULL CHECK (role IN ('lead', 'worker')),
+        capacity    integer NOT NULL CHECK (capacity >= 0),
+        last_beat   double precision NOT NULL,
+        started_at  double precision NOT NULL
+    );
+    CREATE TABLE {s}.rooms (
+        room        text PRIMARY KEY,
+        worker      text NOT NULL,
+        at          double precision NOT NULL
+    );
+    CREATE TABLE {s}.stall_notices (
+        id          text PRIMARY KEY,
+        notified_at double precision NOT NULL
+    );
+    ALTER TABLE {s}.tasks ADD COLUMN no_send boolean NOT NULL DEFAULT false;
+    CREATE INDEX tasks_claimed_age ON {s}.tasks (created_at) WHERE state = 'claimed';
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
