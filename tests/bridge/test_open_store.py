@@ -36,6 +36,7 @@ async def test_a_path_opens_sqlite_through_the_cli_options(tmp_path: Path) -> No
         "postgresql://u:hunter2-secret@db.example:5432/chat",
         "postgres://u:hunter2-secret@db.example/chat",
         "postgresql://u@db.example/chat?password=hunter2-secret",
+        "host=db.example dbname=chat password=hunter2-secret",
     ],
 )
 async def test_a_password_in_the_url_is_refused_without_showing_it(url: str) -> None:
@@ -76,6 +77,15 @@ async def test_bad_password_files_are_refused_before_connecting(
         await open_store("postgresql://u@127.0.0.1:1/db", password_file=pwfile)
     with pytest.raises(StoreConfigError, match="does not exist"):
         await open_store("postgresql://u@127.0.0.1:1/db", password_file=tmp_path / "missing")
+
+
+def test_libpq_strings_are_recognised_and_paths_are_not() -> None:
+    from tether.bridge._postgres_dsn import is_postgres_dsn
+
+    for dsn in ("postgresql://h/db", "POSTGRES://h", "host=h dbname=d", " dbname=d", "user=u"):
+        assert is_postgres_dsn(dsn), dsn
+    for path in ("custody.db", "data/host=1.db", "./postgresql:/x", "postgresql.db", "a b=c"):
+        assert not is_postgres_dsn(path), path
 
 
 def test_redaction_keeps_where_and_drops_secrets() -> None:

@@ -6,15 +6,23 @@ tether logs or puts in an error message goes through ``redact_dsn`` first.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 URL_SCHEMES: Final = ("postgresql://", "postgres://")
 _SHOWN_KEYS: Final = ("host", "hostaddr", "port", "dbname", "user")
 
 
+_CONNINFO_RE: Final = re.compile(r"\s*(host|hostaddr|port|dbname|user|service)\s*=")
+
+
 def is_postgres_dsn(value: str) -> bool:
-    """Does ``value`` name a PostgreSQL database (a URL) rather than a SQLite file path?"""
-    return value.lower().startswith(URL_SCHEMES)
+    """Does ``value`` name a PostgreSQL database rather than a SQLite file path?
+
+    A ``postgresql://`` (or ``postgres://``) URL, or a libpq ``key=value`` string that starts
+    with a connection keyword (``host=db dbname=chat``): no sane file path looks like that.
+    """
+    return value.lower().startswith(URL_SCHEMES) or _CONNINFO_RE.match(value) is not None
 
 
 def _parse(dsn: str) -> dict[str, Any] | None:
