@@ -21,10 +21,10 @@ from tether.bridge import (
     redact_dsn,
 )
 from tether.bridge._open_store import StoreConfigError, open_store
-from tether.bridge._postgres import StoreConnectionLost
+from tether.bridge._postgres import StoreConnectionLost, StoreTimeout
 from tether.bridge._postgres_schema import SCHEMA_VERSION
 
-from .custody_support import FakeClock
+from .custody_support import FakeClock, drive_to
 
 
 def _schema() -> str:
@@ -308,5 +308,30 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         [result] = await store.ready_results()
         assert result.no_send is True
         assert [w.name for w in await store.beat("w1", "worker", 1)] == ["w1"]
+    finally:
+        await store.aclose()
+
+
+async def test_a_row_lock_held_elsewhere_times_out_instead_of_hanging(postgres_dsn: str) -> None:
+    schema = _schema()
+    store = await PostgresStore.open(postgres_dsn, schema=schema, lock_timeout_s=0.3)
+    try:
+        await drive_to(store, "held", CustodyState.RESULT)
+        await drive_to(store, "free", CustodyState.PENDING)
+        with psycopg.connect(postgres_dsn) as operator:  # an open transaction holding the row
+            operator.execute(f'SELECT 1 FROM "{schema}".tasks WHERE id = %s FOR UPDATE', ("held",))
+            start = trio.current_time()
+            with pytest.raises(StoreTimeout, match="lock timeout"):
+                await store.mark_delivered("held")
+            assert trio.current_time() - start < 5
+            # claims skip the locked row, and other tasks move on meanwhile
+            claim = await store.claim("w1", leaderless=True)
+            assert claim is not None
+            assert claim.task.id == "free"
+            operator.rollback()
+        assert await store.state("held") is CustodyState.RESULT  # nothing changed
+        await store.mark_delivered("held")
+        with pytest.raises(ValueError, match="lock_timeout_s"):
+            await PostgresStore.open(postgres_dsn, schema=schema, lock_timeout_s=0)
     finally:
         await store.aclose()

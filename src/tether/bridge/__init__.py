@@ -81,11 +81,12 @@ from ._token_file import write_token as write_token
 if TYPE_CHECKING:
     from ._postgres import PostgresStore as PostgresStore
     from ._postgres import StoreConnectionLost as StoreConnectionLost
+    from ._postgres import StoreTimeout as StoreTimeout
 
 
 def __getattr__(name: str) -> Any:
     # the PostgreSQL names need psycopg, the optional 'postgres' extra: import on first use
-    if name in ("PostgresStore", "StoreConnectionLost"):
+    if name in ("PostgresStore", "StoreConnectionLost", "StoreTimeout"):
         from . import _postgres
 
         return getattr(_postgres, name)

@@ -80,6 +80,11 @@ _ERRORS: Final = "surrogatepass"  # any Python str round-trips exactly, as in ch
 MAX_REASON_CHARS: Final = 4000
 
 
+class StoreTimeout(TimeoutError):
+    """A statement waited longer than the store's ``lock_timeout_s``/``statement_timeout_s``
+    (another session holds a task's row lock, or the server is overloaded); nothing changed."""
+
+
 class StoreConnectionLost(ConnectionError):
     """The connection broke during a call: whether its change committed is unknown.
 
@@ -123,6 +128,8 @@ class PostgresStore:
         max_body_bytes: int = 1 << 20,
         pool_size: int = 8,
         connect_timeout_s: float = 10.0,
+        lock_timeout_s: float = 10.0,
+        statement_timeout_s: float = 60.0,
         password: str | None = None,
     ) -> PostgresStore:
         """Connect, create and migrate ``schema`` if needed, and open a pool of ``pool_size``.
@@ -130,6 +137,11 @@ class PostgresStore:
         ``dsn`` is a libpq connection string or ``postgresql://`` URL. The password comes from
         ``password`` (e.g. read from a file), else libpq's own sources (``PGPASSWORD``,
         ``~/.pgpass`` or ``PGPASSFILE``). It never appears in an error or log message.
+
+        A store call runs in a thread that cannot be abandoned (its caller must learn the
+        outcome), so no statement may wait forever: one that waits for a row lock longer than
+        ``lock_timeout_s`` (say an operator's open transaction holds it) or runs longer than
+        ``statement_timeout_s`` is cancelled by the server and raises ``StoreTimeout``.
         """
         if not lease_s > 0:
             raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
@@ -139,8 +151,22 @@ class PostgresStore:
             raise ValueError(f"max_body_bytes must be an int >= 1, got {max_body_bytes!r}")
         if not (isinstance(pool_size, int) and pool_size >= 1):
             raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        for name, value in (
+            ("lock_timeout_s", lock_timeout_s),
+            ("statement_timeout_s", statement_timeout_s),
+        ):
+            if not (isinstance(value, int | float) and 0 < value < 86_400):
+                raise ValueError(f"{name} must be between 0 and 86400 seconds, got {value!r}")
         check_schema(schema)
         shown = redact_dsn(dsn)
+        limits = (
+            f"SET lock_timeout = {round(lock_timeout_s * 1000)}; "
+            f"SET statement_timeout = {round(statement_timeout_s * 1000)}"
+        )
+
+        def configure(conn: Conn) -> None:
+            conn.execute(limits.encode())
+
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout_s)),
@@ -168,6 +194,7 @@ class PostgresStore:
                 open=False,
                 name=f"tether-{schema}",
                 timeout=connect_timeout_s + 30.0,
+                configure=configure,
             )
             try:
                 pool.open(wait=True, timeout=connect_timeout_s)
@@ -236,6 +263,11 @@ class PostgresStore:
                 with self._pool.connection() as conn:
                     used = conn
                     return fn(conn)
+            except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
+                raise StoreTimeout(
+                    f"PostgreSQL at {self.dsn_shown} cancelled a store statement "
+                    f"({_first_line(exc)}); nothing changed"
+                ) from exc
             except psycopg.OperationalError as exc:
                 if used is None or not used.broken:
                     raise
