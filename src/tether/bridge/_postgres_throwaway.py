@@ -118,23 +118,22 @@ def throwaway_postgres(*, fsync: bool = True, max_connections: int = 200) -> Ite
             "--no-sync",
         )
         pwfile.unlink()
-        options = (
-            f"-p {server.port} -k {root} -c listen_addresses=127.0.0.1 "
-            f"-c max_connections={max_connections} -c fsync={'on' if fsync else 'off'} "
-            f"-c synchronous_commit={'on' if fsync else 'off'} -c full_page_writes="
-            f"{'on' if fsync else 'off'}"
-        )
-        server._run(
-            "pg_ctl",
-            "-D",
-            str(root / "data"),
-            "-l",
-            str(root / "log"),
-            "-w",
-            "-o",
-            options,
-            "start",
-        )
+        flag = "on" if fsync else "off"
+        for attempt in range(3):  # the free port may be taken before the server binds it
+            if attempt:
+                server.port = _free_port()
+            options = (
+                f"-p {server.port} -k {root} -c listen_addresses=127.0.0.1 "
+                f"-c max_connections={max_connections} -c fsync={flag} "
+                f"-c synchronous_commit={flag} -c full_page_writes={flag}"
+            )
+            try:
+                data, log = str(root / "data"), str(root / "log")
+                server._run("pg_ctl", "-D", data, "-l", log, "-w", "-o", options, "start")
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
     except BaseException:
         if server is not None:
             with contextlib.suppress(Exception):
