@@ -227,7 +227,10 @@ async def test_open_store_selects_the_backend_and_takes_the_password_from_a_file
         await store.aclose()
 
     monkeypatch.setenv("PGPASSWORD", password)  # libpq's own environment works too
-    store = await open_store(url, schema=schema)
+    with pytest.raises(StoreConfigError, match="no tether store in schema 'nothing_here'"):
+        await open_store(url, schema="nothing_here", must_exist=True)
+    assert _sql(postgres_dsn, "SELECT 1 FROM pg_namespace WHERE nspname = 'nothing_here'") == []
+    store = await open_store(url, schema=schema, must_exist=True, synchronous="OFF")
     try:
         assert await store.state("t1") is CustodyState.PENDING
     finally:

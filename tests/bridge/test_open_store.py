@@ -95,3 +95,15 @@ def test_redaction_keeps_where_and_drops_secrets() -> None:
     )
     assert redact_dsn("postgresql://u:pw@[::1]:5/db") == "postgresql://u@[::1]:5/db"
     assert "pw" not in redact_dsn("not a dsn password=pw")
+
+
+async def test_must_exist_refuses_to_create_a_sqlite_store(tmp_path: Path) -> None:
+    with pytest.raises(StoreConfigError, match="no custody store at"):
+        await open_store(tmp_path / "missing.db", must_exist=True)
+    assert not (tmp_path / "missing.db").exists()
+    with pytest.raises(StoreConfigError, match="is a directory"):
+        await open_store(tmp_path)
+    store = await open_store(tmp_path / "c.db", synchronous="NORMAL")
+    await store.aclose()
+    store = await open_store(tmp_path / "c.db", must_exist=True)
+    await store.aclose()

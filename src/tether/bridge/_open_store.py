@@ -18,7 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from ._postgres_dsn import dsn_has_password, is_postgres_dsn, redact_dsn
+from ._sqlite import Synchronous
 from ._store import Store
 
 log = logging.getLogger("tether.bridge.store")
@@ -60,12 +63,15 @@ async def open_store(
     clock: Callable[[], float] = time.time,
     lease_s: float = 60.0,
     max_attempts: int = 5,
+    must_exist: bool = False,
+    synchronous: Synchronous = "FULL",
     **options: Any,
 ) -> Store:
     """Open the custody store ``url_or_path`` names: ``SqliteStore`` or ``PostgresStore``.
 
-    ``options`` go to the backend's ``open`` (e.g. ``synchronous`` for SQLite, ``pool_size``
-    for PostgreSQL).
+    ``must_exist`` refuses to create a store (for tools that only inspect): a missing SQLite
+    file, or a PostgreSQL schema that was never created. ``synchronous`` applies to SQLite
+    only. Other ``options`` go to the backend's ``open`` (e.g. ``pool_size`` for PostgreSQL).
     """
     common: dict[str, Any] = {"clock": clock, "lease_s": lease_s, "max_attempts": max_attempts}
     target = os.fspath(url_or_path)
@@ -75,6 +81,7 @@ async def open_store(
         shown = redact_dsn(target)
         try:
             from ._postgres import PostgresStore
+            from ._postgres_schema import NoSuchStore
         except ImportError as exc:
             raise StoreConfigError(
                 f"the store {shown} needs PostgreSQL support: install tether[postgres] ({exc})"
@@ -87,9 +94,9 @@ async def open_store(
         password = None if password_file is None else read_password_file(password_file)
         try:
             store = await PostgresStore.open(
-                target, schema=schema, password=password, **common, **options
+                target, schema=schema, password=password, create=not must_exist, **common, **options
             )
-        except ValueError as exc:
+        except (ValueError, NoSuchStore) as exc:
             raise StoreConfigError(str(exc)) from None
         log.info("custody store: PostgreSQL %s, schema %s", shown, schema)
         return store
@@ -101,7 +108,12 @@ async def open_store(
         raise StoreConfigError("--store-schema is for a postgresql:// store")
     from ._sqlite import SqliteStore
 
-    sqlite = await SqliteStore.open(target, **common, **options)
+    path = trio.Path(target)
+    if await path.is_dir():
+        raise StoreConfigError(f"store {target} is a directory; give the path of a SQLite file")
+    if must_exist and not await path.is_file():
+        raise StoreConfigError(f"no custody store at {target} (is --store right?)")
+    sqlite = await SqliteStore.open(target, synchronous=synchronous, **common, **options)
     log.info("custody store: SQLite %s", target)
     return sqlite
 

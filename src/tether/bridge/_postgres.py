@@ -131,6 +131,7 @@ class PostgresStore:
         lock_timeout_s: float = 10.0,
         statement_timeout_s: float = 60.0,
         password: str | None = None,
+        create: bool = True,
     ) -> PostgresStore:
         """Connect, create and migrate ``schema`` if needed, and open a pool of ``pool_size``.
 
@@ -142,6 +143,7 @@ class PostgresStore:
         outcome), so no statement may wait forever: one that waits for a row lock longer than
         ``lock_timeout_s`` (say an operator's open transaction holds it) or runs longer than
         ``statement_timeout_s`` is cancelled by the server and raises ``StoreTimeout``.
+        ``create=False`` refuses (``NoSuchStore``) a schema that holds no tether store.
         """
         if not lease_s > 0:
             raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
@@ -181,7 +183,7 @@ class PostgresStore:
         def setup() -> ConnectionPool[Conn]:
             try:
                 with connect() as conn:
-                    migrate(conn, schema)
+                    migrate(conn, schema, create=create)
             except psycopg.OperationalError as exc:
                 raise ConnectionError(
                     f"cannot connect to PostgreSQL at {shown}: {_first_line(exc)}"

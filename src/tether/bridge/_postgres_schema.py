@@ -92,12 +92,28 @@ def check_schema(name: object) -> str:
     return name
 
 
-def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
-    """Create ``schema`` if needed and bring it to ``SCHEMA_VERSION``; return the start version."""
+class NoSuchStore(LookupError):
+    """The schema was never created and the caller asked not to create it."""
+
+
+def migrate(
+    conn: psycopg.Connection[tuple[object, ...]], schema: str, *, create: bool = True
+) -> int:
+    """Create ``schema`` if needed and bring it to ``SCHEMA_VERSION``; return the start version.
+
+    With ``create=False`` a schema without tether's tables raises ``NoSuchStore``.
+    """
     s = f'"{check_schema(schema)}"'
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tether-schema:{schema}",))
         exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+        if not create:
+            made = conn.execute(
+                "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'schema_version'",
+                (schema,),
+            ).fetchone()
+            if made is None:
+                raise NoSuchStore(f"no tether store in schema {schema!r} (is the schema right?)")
         if exists is None:
             conn.execute(f"CREATE SCHEMA {s}")
         conn.execute(
