@@ -8,8 +8,8 @@ What it promises its caller:
 - an auth refusal (401/403) re-reads the token file once (the token may have been rotated)
   and retries; refused again, it raises :class:`GatewayAuthError` with one clear line;
 - any other refusal (4xx) raises :class:`GatewayRequestError` with the gateway's reason;
-- optional endpoints (heartbeat) that the gateway does not have (404/405) are logged once
-  and not called again;
+- optional endpoints (heartbeat, reject, notices) that the gateway does not have (404/405)
+  are logged once and not called again;
 - a status file (when configured) always says whether the gateway is reachable.
 """
 
@@ -35,6 +35,8 @@ from ._gateway_wire import (
     AckRequest,
     GatewayTask,
     HeartbeatRequest,
+    NoticeRequest,
+    RejectRequest,
     ResultMetadata,
     ResultReceipt,
     ResultRequest,
@@ -105,6 +107,8 @@ class GatewayClient:
     transport: httpx.AsyncBaseTransport | None = None
 
     heartbeat_supported: bool = attrs.field(default=True, init=False)
+    reject_supported: bool = attrs.field(default=True, init=False)
+    notices_supported: bool = attrs.field(default=True, init=False)
     rejected_tasks: int = attrs.field(default=0, init=False)
     _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
     _token: str = attrs.field(default="", init=False)
@@ -222,6 +226,53 @@ class GatewayClient:
             return parse_lenient(_json_object(response, "POST /v1/results"), ResultReceipt)
         except ValueError as exc:
             raise GatewayProtocolError(f"POST /v1/results: {exc}") from None
+
+    async def reject(self, task_id: str, reason: str) -> bool:
+        """Tell the gateway this bridge cannot take ``task_id`` (it is closed there, with the
+        reason). False when the gateway has no reject endpoint: the task will be redelivered.
+        """
+        if not self.reject_supported:
+            return False
+        check_task_id(task_id)
+        reason = " ".join(reason.split())[:2000] or "rejected"
+        payload = unstructure(RejectRequest(id=task_id, reason=reason))
+        response = await self._request(
+            "POST",
+            f"/v1/tasks/{task_id}/reject",
+            what=f"the rejection of {task_id}",
+            payload=payload,
+            optional=True,
+        )
+        if response is None:
+            self.reject_supported = False
+            log.warning(
+                "gateway %s has no reject endpoint; rejected tasks will be redelivered",
+                self.base_url,
+            )
+            return False
+        return True
+
+    async def notice(self, task_id: str, age_s: float, *, kind: str = "stall") -> bool:
+        """Send one notice about a task (a stall); False when the gateway has no endpoint.
+
+        Not retried: raises :class:`GatewayUnavailable` so the caller tries again next pass.
+        """
+        if not self.notices_supported:
+            return False
+        payload = unstructure(NoticeRequest(id=task_id, kind=kind, age_s=round(age_s, 3)))
+        response = await self._request(
+            "POST",
+            "/v1/notices",
+            what=f"the {kind} notice for {task_id}",
+            payload=payload,
+            optional=True,
+            retry=False,
+        )
+        if response is None:
+            self.notices_supported = False
+            log.info("gateway %s has no notices endpoint; notices stay in the log", self.base_url)
+            return False
+        return True
 
     async def heartbeat(self, inflight: int) -> bool:
         """Send one heartbeat; False when the gateway has no heartbeat endpoint.

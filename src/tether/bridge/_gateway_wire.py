@@ -104,6 +104,31 @@ class ResultReceipt:
 
 
 @attrs.frozen
+class RejectRequest:
+    """``POST /v1/tasks/<id>/reject``: the bridge cannot take this task, and why."""
+
+    id: str
+    reason: str
+
+
+@attrs.frozen
+class NoticeRequest:
+    """``POST /v1/notices``: something about a task the people behind the gateway should see.
+
+    ``kind`` is ``"stall"`` (a task in custody for ``age_s`` seconds without a reply).
+    """
+
+    id: str
+    kind: str
+    age_s: float
+    detail: str = ""
+
+
+NOTICE_KINDS = frozenset({"stall"})
+MAX_REASON_CHARS = 2000
+
+
+@attrs.frozen
 class HeartbeatRequest:
     client: str
     protocol_version: int
@@ -132,6 +157,34 @@ def parse_result(data: Any) -> ResultRequest:
     if not result.no_send and not result.body:
         raise ValueError("body is empty: send no_send=true to close a task without a message")
     return result
+
+
+def parse_reject(data: Any, path_id: str) -> RejectRequest:
+    reject = structure(require_object(data), RejectRequest)
+    check_task_id(reject.id, "id")
+    if reject.id != path_id:
+        raise ValueError(
+            f"reject body id {reject.id!r} does not match the id in the path {path_id!r}"
+        )
+    if not reject.reason.strip() or len(reject.reason) > MAX_REASON_CHARS:
+        raise ValueError(f"reason must be 1-{MAX_REASON_CHARS} characters, not blank")
+    return reject
+
+
+def parse_notice(data: Any) -> NoticeRequest:
+    notice = structure(require_object(data), NoticeRequest)
+    check_task_id(notice.id, "id")
+    if notice.kind not in NOTICE_KINDS:
+        raise ValueError(
+            f"kind must be one of {', '.join(sorted(NOTICE_KINDS))}; got {notice.kind!r}"
+        )
+    if not notice.age_s >= 0:
+        raise ValueError(f"age_s must be >= 0, got {notice.age_s}")
+    if len(notice.detail) > MAX_REASON_CHARS:
+        raise ValueError(
+            f"detail has {len(notice.detail)} characters; the limit is {MAX_REASON_CHARS}"
+        )
+    return notice
 
 
 def parse_heartbeat(data: Any) -> HeartbeatRequest:

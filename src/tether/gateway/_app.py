@@ -8,6 +8,8 @@ GET     /healthz                    none    liveness and protocol version
 GET     /v1/tasks?wait=N&limit=M    worker  long-poll: lease up to M tasks, wait ≤ N s
 POST    /v1/tasks/<id>/ack          worker  ``{"id","durable":true}``: stop redelivering
 POST    /v1/results                 worker  ``{"id","body","no_send"?,"metadata"?}``
+POST    /v1/tasks/<id>/reject       worker  ``{"id","reason"}``: the bridge cannot take it
+POST    /v1/notices                 worker  ``{"id","kind":"stall","age_s"}``: tell people
 POST    /v1/heartbeat               worker  ``{"client","protocol_version":1,"inflight"}``
 GET     /v1/stats                   worker  task counts, duplicates absorbed, clients
 POST    /v1/messages                user    ``{"room","text","sender"?,"id"?}`` → task id
@@ -43,6 +45,8 @@ from ..bridge._gateway_wire import (
     check_task_id,
     parse_ack,
     parse_heartbeat,
+    parse_notice,
+    parse_reject,
     parse_result,
 )
 from ..bridge._token_file import TokenFileError
@@ -70,6 +74,7 @@ _PAGE_HEADERS = [
     (b"x-frame-options", b"DENY"),
 ]
 _ACK_PATH = re.compile(r"/v1/tasks/([^/]+)/ack")
+_REJECT_PATH = re.compile(r"/v1/tasks/([^/]+)/reject")
 _MESSAGE_PATH = re.compile(r"/v1/messages/([^/]+)")
 
 
@@ -150,9 +155,15 @@ class GatewayApp:
         if _ACK_PATH.fullmatch(path):
             _allow(method, "POST")
             return self._ack
+        if _REJECT_PATH.fullmatch(path):
+            _allow(method, "POST")
+            return self._reject
         if path == "/v1/results":
             _allow(method, "POST")
             return self._result
+        if path == "/v1/notices":
+            _allow(method, "POST")
+            return self._notice
         if path == "/v1/heartbeat":
             _allow(method, "POST")
             return self._heartbeat
@@ -220,6 +231,36 @@ class GatewayApp:
         if task is None:
             raise HttpError(404, f"unknown task id {ack.id!r}")
         await send_json(send, 200, {"id": task.id, "status": task.state})
+
+    async def _reject(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        match = _REJECT_PATH.fullmatch(request.path)
+        assert match is not None
+        path_id = _valid(check_task_id, match.group(1), "task id in the path")
+        reject = _valid(parse_reject, await request.json(self.limits.max_body), path_id)
+        task = await _conflicts(self.store.reject(reject.id, reject.reason, self.clock()))
+        if task is None:
+            raise HttpError(404, f"unknown task id {reject.id!r}")
+        log.warning("gateway: the bridge rejected task %s: %s", reject.id, reject.reason)
+        self._answered.set()
+        self._answered = trio.Event()
+        await send_json(send, 200, {"id": task.id, "status": task.state})
+
+    async def _notice(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        notice = _valid(parse_notice, await request.json(self.limits.max_body))
+        task = await self.store.notice(
+            notice.id, notice.kind, notice.age_s, notice.detail, self.clock()
+        )
+        if task is None:
+            raise HttpError(404, f"unknown task id {notice.id!r}")
+        log.warning(
+            "gateway: %s notice for task %s (%.1f s in custody)",
+            notice.kind,
+            notice.id,
+            notice.age_s,
+        )
+        await send_json(send, 200, {"id": notice.id, "kind": notice.kind})
 
     async def _result(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)

@@ -56,6 +56,19 @@ CREATE TABLE IF NOT EXISTS counters (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS rejections (
+    id          TEXT PRIMARY KEY,
+    reason      TEXT NOT NULL,
+    rejected_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS notices (
+    id       TEXT NOT NULL,
+    kind     TEXT NOT NULL,
+    age_s    REAL NOT NULL,
+    detail   TEXT NOT NULL,
+    at       REAL NOT NULL,
+    PRIMARY KEY (id, kind)
+);
 CREATE TABLE IF NOT EXISTS clients (
     client           TEXT PRIMARY KEY,
     last_seen        REAL NOT NULL,
@@ -129,6 +142,8 @@ class StoreStats:
     deliveries: int
     redeliveries: int
     clients: list[ClientInfo]
+    rejected: int = 0
+    notices: int = 0
 
 
 def new_task_id(now: float) -> str:
@@ -299,6 +314,66 @@ class GatewayStore:
         assert task is not None
         return ResultOutcome(task, duplicate=False)
 
+    async def reject(self, task_id: str, reason: str, now: float) -> StoredTask | None:
+        """Close a handed-out task the worker side cannot take, keeping its reason.
+
+        None if unknown; a no-op (first reason kept) once the task is answered or closed.
+        """
+        return await self._run(self._reject, task_id, reason, now)
+
+    def _reject(self, task_id: str, reason: str, now: float) -> StoredTask | None:
+        with _transaction(self._db):
+            task = self._get(task_id)
+            if task is None:
+                return None
+            if task.state == "queued":
+                raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
+            if task.state in FINAL_STATES:
+                return task
+            self._db.execute(
+                "UPDATE tasks SET state = 'closed', answered_at = ?, lease_until = NULL"
+                " WHERE id = ?",
+                (now, task_id),
+            )
+            self._db.execute(
+                "INSERT OR IGNORE INTO rejections (id, reason, rejected_at) VALUES (?, ?, ?)",
+                (task_id, reason, now),
+            )
+            self._bump("rejected", 1)
+            task = self._get(task_id)
+        return task
+
+    async def rejection(self, task_id: str) -> str | None:
+        """Why the worker side rejected ``task_id`` (None if it did not)."""
+        return await self._run(self._rejection, task_id)
+
+    def _rejection(self, task_id: str) -> str | None:
+        row = self._db.execute("SELECT reason FROM rejections WHERE id = ?", (task_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    async def notice(
+        self, task_id: str, kind: str, age_s: float, detail: str, now: float
+    ) -> StoredTask | None:
+        """Record a notice about a task (one per id and kind; a repeat updates it)."""
+        return await self._run(self._notice, task_id, kind, age_s, detail, now)
+
+    def _notice(
+        self, task_id: str, kind: str, age_s: float, detail: str, now: float
+    ) -> StoredTask | None:
+        with _transaction(self._db):
+            task = self._get(task_id)
+            if task is None:
+                return None
+            cursor = self._db.execute(
+                "INSERT INTO notices (id, kind, age_s, detail, at) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (id, kind) DO UPDATE SET age_s = excluded.age_s,"
+                " detail = excluded.detail, at = excluded.at",
+                (task_id, kind, age_s, detail, now),
+            )
+            if cursor.rowcount:
+                self._bump("notices", 1)
+        return task
+
     async def heartbeat(
         self,
         client: str,
@@ -352,6 +427,8 @@ class GatewayStore:
             deliveries=counters.get("deliveries", 0),
             redeliveries=counters.get("redeliveries", 0),
             clients=clients,
+            rejected=counters.get("rejected", 0),
+            notices=counters.get("notices", 0),
         )
 
     def _bump(self, name: str, by: int) -> None:

@@ -1,0 +1,127 @@
+"""Delivery: the bridge loop's outbound half. Post stored replies, then mark them delivered.
+
+A reply leaves custody only when the gateway confirmed it: ``mark_delivered`` runs after the
+gateway's answer, never before, so a crash in between re-posts the reply after restart and the
+gateway absorbs the duplicate (it dedupes by task id; a duplicate receipt counts as confirmed).
+Transient trouble (gateway down, 5xx, 429) is retried with backoff inside the gateway client;
+a permanent refusal (a 4xx other than auth) dead-letters the task with the gateway's reason;
+an auth refusal ends the loop (fatal for the whole bridge).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import attrs
+import trio
+
+from ._custody import CustodyConflict, Result
+from ._gateway_client import GatewayClient, GatewayRequestError
+from ._store import Store
+
+log = logging.getLogger("tether.bridge.delivery")
+
+NO_SEND_BODY = ""
+"""The stored body of a reply that closes its task without a message (``Reply(no_send=True)``).
+
+An empty reply *with* a message is refused by the worker, so an empty stored body can only
+mean "no send"."""
+
+
+def is_no_send(result: Result) -> bool:
+    """Does this stored reply close its task without sending anything to the user?"""
+    return result.body == NO_SEND_BODY
+
+
+@attrs.define
+class DeliveryStats:
+    delivered: int = 0
+    duplicates: int = 0
+    """Replies the gateway already had (a re-post after a crash): absorbed, still delivered."""
+    no_send: int = 0
+    dead_lettered: int = 0
+
+
+@attrs.define(eq=False)
+class Delivery:
+    """Posts ready results to the gateway. ``run()`` is the supervised service."""
+
+    store: Store
+    gateway: GatewayClient
+    batch: int = 64
+    concurrency: int = 8
+    idle_interval: float = 0.05
+    """How long to wait for new results when none are ready (``nudge()`` wakes it early)."""
+    stats: DeliveryStats = attrs.field(factory=DeliveryStats, init=False)
+    _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.batch < 1 or self.concurrency < 1:
+            raise ValueError("delivery batch and concurrency must be >= 1")
+        if not (self.idle_interval > 0 and math.isfinite(self.idle_interval)):
+            raise ValueError(f"idle_interval must be > 0 seconds, got {self.idle_interval}")
+
+    def nudge(self) -> None:
+        """A result was stored: look now instead of at the next idle tick."""
+        self._wake.set()
+
+    async def run_once(self) -> int:
+        """Deliver (or dead-letter) one batch of ready results; returns how many were handled."""
+        results = await self.store.ready_results(limit=self.batch)
+        if not results:
+            return 0
+        limiter = trio.CapacityLimiter(self.concurrency)
+        async with trio.open_nursery() as nursery:
+            for result in results:
+                nursery.start_soon(self._deliver, result, limiter)
+        return len(results)
+
+    async def _deliver(self, result: Result, limiter: trio.CapacityLimiter) -> None:
+        task_id = result.task.id
+        no_send = is_no_send(result)
+        async with limiter:
+            try:
+                receipt = await self.gateway.post_result(
+                    task_id,
+                    result.body,
+                    no_send=no_send,
+                    worker=result.worker,
+                    attempt=result.attempt,
+                )
+            except GatewayRequestError as exc:
+                reason = f"the gateway refused the reply: {exc}"
+                await self._dead_letter(task_id, reason)
+                return
+            except ValueError as exc:  # the reply breaks a protocol rule: retrying cannot help
+                await self._dead_letter(task_id, f"the reply cannot be sent: {exc}")
+                return
+        try:
+            await self.store.mark_delivered(task_id)
+        except CustodyConflict as exc:
+            log.warning("delivered %s but could not mark it delivered: %s", task_id, exc)
+            return
+        self.stats.delivered += 1
+        self.stats.no_send += no_send
+        if receipt.duplicate:
+            self.stats.duplicates += 1
+            log.info("the gateway already had the reply to %s (duplicate absorbed)", task_id)
+
+    async def _dead_letter(self, task_id: str, reason: str) -> None:
+        log.error("dead-lettering %s: %s", task_id, reason)
+        try:
+            await self.store.dead_letter(task_id, reason)
+        except CustodyConflict as exc:
+            log.warning("could not dead-letter %s: %s", task_id, exc)
+            return
+        self.stats.dead_lettered += 1
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Deliver until cancelled: full batches back to back, else wait for a nudge or tick."""
+        task_status.started()
+        while True:
+            self._wake = trio.Event()
+            handled = await self.run_once()
+            if handled < self.batch:
+                with trio.move_on_after(self.idle_interval):
+                    await self._wake.wait()
