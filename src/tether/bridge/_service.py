@@ -1,0 +1,253 @@
+"""``BridgeService``: the whole bridge as supervised children of one supervisor.
+
+Start order (a soft stop runs in reverse): reconciler, delivery, gateway heartbeat, pool lead,
+workers, stall notices, and last the gateway loop (ingest). So a stopping bridge first stops
+taking new tasks, then lets its workers finish or hand back what they hold (within ``grace``),
+then delivers the replies they produced, and the reconciler goes last. Nothing in custody is
+lost either way: what is not delivered before the stop is delivered by the next run.
+
+The strategy is ``one_for_one``: a crashed worker or a failed delivery loop is restarted on
+its own. An auth refusal by the gateway is fatal for the whole bridge (every loop would hit it):
+the service stops and ``run`` raises the :class:`GatewayAuthError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from functools import partial
+from typing import Any
+
+import attrs
+import trio
+
+from .. import ChildSpec, open_runtime, open_supervisor, wait_stop_requested
+from .._util import open_nursery_unwrapped
+from ._agent import load_agent
+from ._config import BridgeConfig
+from ._custody import IN_CUSTODY
+from ._delivery import Delivery
+from ._gateway_client import (
+    GatewayAuthError,
+    GatewayClient,
+    GatewayProtocolError,
+    GatewayRequestError,
+    GatewayUnavailable,
+)
+from ._ingest import Ingest
+from ._open_store import open_store
+from ._pool import PoolLead, PoolWorker
+from ._reconcile import Reconciler
+from ._store import Store
+
+log = logging.getLogger("tether.bridge")
+
+AgentFactory = Callable[..., Any]
+ServiceRun = Callable[..., Awaitable[None]]
+
+
+def worker_names(client_name: str, count: int) -> list[str]:
+    """Worker names unique to this bridge (its gateway client name), valid as worker names."""
+    stem = re.sub(r"[^A-Za-z0-9_-]", "-", client_name)[:56] or "bridge"
+    return [f"{stem}-w{i}" for i in range(1, count + 1)]
+
+
+@attrs.define(eq=False)
+class BridgeService:
+    """One bridge. ``await nursery.start(service.run)`` (ready once every child is), or
+    ``await service.run_until_signal()`` for a process of its own.
+
+    ``store`` and ``factory`` may be given (tests, the demo); otherwise they come from
+    ``config.store`` and ``config.agent``. ``gateway_options`` go to :class:`GatewayClient`.
+    """
+
+    config: BridgeConfig
+    store: Store | None = None
+    factory: AgentFactory | None = None
+    gateway_options: dict[str, Any] = attrs.field(factory=dict)
+    ingest: Ingest | None = attrs.field(default=None, init=False)
+    delivery: Delivery | None = attrs.field(default=None, init=False)
+    gateway: GatewayClient | None = attrs.field(default=None, init=False)
+    fatal: BaseException | None = attrs.field(default=None, init=False)
+    _failed: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    @property
+    def stop_grace(self) -> float:
+        """How long the whole bridge may take to stop softly (every child's grace, summed)."""
+        return 3 * self.config.grace + 5.0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the bridge until cancelled, asked to stop (as a supervised child), or fatal."""
+        config = self.config
+        factory = self.factory if self.factory is not None else load_agent(config.agent)
+        async with AsyncExitStack() as stack:
+            store = self.store
+            if store is None:
+                store = await open_store(
+                    config.store,
+                    lease_s=config.lease_s,
+                    max_attempts=config.max_attempts,
+                    synchronous=config.synchronous,
+                )
+                stack.push_async_callback(store.aclose)
+            options: dict[str, Any] = {
+                "client_name": config.client_name,
+                "status_file": config.status_file,
+                "poll_wait": config.poll_wait,
+            }
+            options.update(self.gateway_options)
+            gateway = await stack.enter_async_context(
+                GatewayClient(config.gateway, config.token_file, **options)
+            )
+            self.gateway = gateway
+            self.ingest = Ingest(store, gateway, poll_wait=config.poll_wait)
+            self.delivery = Delivery(store, gateway)
+            supervisor = await stack.enter_async_context(
+                open_supervisor(name="bridge", strategy="one_for_one", max_restarts=10, period=30)
+            )
+            for spec in self._children(store, gateway, factory):
+                await supervisor.start_child(spec)
+            log.info(
+                "bridge running: %s -> %s, %d worker(s)", config.gateway, config.store,
+                config.workers,
+            )
+            task_status.started()
+            async with open_nursery_unwrapped() as nursery:
+
+                async def until_stop() -> None:
+                    await wait_stop_requested()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(until_stop)
+                await self._failed.wait()
+                nursery.cancel_scope.cancel()
+        if self.fatal is not None:
+            raise self.fatal
+
+    async def run_until_signal(self) -> None:
+        """The bridge as a process: SIGINT/SIGTERM stop it gracefully, then this returns."""
+        done = trio.Event()
+        error: list[BaseException] = []
+
+        async def bridge(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await self.run(task_status=task_status)
+            except Exception as exc:
+                error.append(exc)
+            finally:
+                done.set()
+
+        async with open_runtime(grace=self.config.grace) as runtime:
+            await runtime.supervisor.start_child(
+                ChildSpec("bridge", bridge, restart="temporary", shutdown_grace=self.stop_grace)
+            )
+            await done.wait()
+        if error:
+            raise error[0]
+
+    # -- the children ----------------------------------------------------------------------
+
+    def _children(
+        self, store: Store, gateway: GatewayClient, factory: AgentFactory
+    ) -> list[ChildSpec]:
+        config = self.config
+        assert self.ingest is not None and self.delivery is not None
+        reconciler = Reconciler(store)
+        specs = [
+            self._spec(
+                "reconciler",
+                _until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
+            ),
+            self._spec("delivery", partial(self._deliver, self.delivery)),
+            self._spec(
+                "heartbeat",
+                _until_stopped(partial(self._heartbeat, store, gateway)),
+                restart="transient",
+            ),
+            self._spec("lead", PoolLead(store).run),
+        ]
+        for name in worker_names(config.client_name, config.workers):
+            worker = PoolWorker(store, name, factory, concurrency=config.concurrency)
+            specs.append(self._spec(name, worker.run))
+        specs.append(self._spec("ingest", _until_stopped(self.ingest.run), grace=2.0))
+        return specs
+
+    def _spec(
+        self,
+        name: str,
+        run: ServiceRun,
+        *,
+        restart: Any = "permanent",
+        grace: float | None = None,
+    ) -> ChildSpec:
+        return ChildSpec(
+            name,
+            self._guarded,
+            run,
+            restart=restart,
+            shutdown_grace=self.config.grace if grace is None else grace,
+        )
+
+    async def _guarded(
+        self, run: ServiceRun, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run a child; a gateway auth refusal stops the whole bridge instead of a restart."""
+        try:
+            await run(task_status=task_status)
+        except* GatewayAuthError as group:
+            if self.fatal is None:
+                self.fatal = group.exceptions[0]
+            self._failed.set()
+            await wait_stop_requested()  # the bridge is stopping; this child goes with it
+
+    async def _deliver(
+        self, delivery: Delivery, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Deliver until asked to stop, then once more: replies finished during the stop go
+        out now rather than at the next start (bounded by the child's shutdown grace)."""
+        await _until_stopped(delivery.run)(task_status=task_status)
+        while await delivery.run_once():
+            pass
+
+    async def _heartbeat(
+        self,
+        store: Store,
+        gateway: GatewayClient,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Tell the gateway we live and how many tasks we hold; ends if it has no endpoint."""
+        task_status.started()
+        failing = False
+        while gateway.heartbeat_supported:
+            counts = await store.counts()
+            try:
+                await gateway.heartbeat(sum(counts[state] for state in IN_CUSTODY))
+            except (GatewayUnavailable, GatewayRequestError, GatewayProtocolError) as exc:
+                if not failing:
+                    log.warning("gateway heartbeat failed (will keep trying): %s", exc)
+                failing = True
+            else:
+                failing = False
+            await trio.sleep(self.config.heartbeat_interval)
+
+    async def notify_stall(self, task_id: str, age_s: float) -> None:
+        """The pool's stall callback: tell the gateway (raises if it could not be sent)."""
+        log.warning("task %s has been in custody for %.0f s without a reply", task_id, age_s)
+        if self.gateway is not None:
+            await self.gateway.notice(task_id, age_s)
+
+
+def _until_stopped(run: ServiceRun) -> ServiceRun:
+    """Wrap a service that ignores soft stops: a stop request ends it cleanly."""
+
+    async def stoppable(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with open_nursery_unwrapped() as nursery:
+            await nursery.start(run)
+            task_status.started()
+            await wait_stop_requested()
+            nursery.cancel_scope.cancel()
+
+    return stoppable
