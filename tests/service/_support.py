@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import signal
 import socket
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -122,3 +126,92 @@ async def wait_until(
             if await check():
                 return
             await trio.sleep(step)
+
+
+TESTS_DIR = Path(__file__).resolve().parent.parent
+BRIDGE_COMMAND = [sys.executable, "-m", "tether._cli", "bridge", "run"]
+
+
+def bridge_env() -> dict[str, str]:
+    """The child's environment: no stray TETHER_* settings; tests/ importable for agents."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH")]))
+    return env
+
+
+@attrs.define(eq=False)
+class BridgeProcess:
+    """``tether bridge run`` as a real child process (stderr kept in a log file)."""
+
+    process: trio.Process
+    log: Path
+
+    @classmethod
+    async def start(
+        cls,
+        url: str,
+        token_file: Path,
+        store: Path,
+        log: Path,
+        *,
+        agent: str = "tether.agents.echo:factory",
+        workers: int = 4,
+        extra: Sequence[str] = (),
+    ) -> BridgeProcess:
+        args = [
+            *BRIDGE_COMMAND,
+            "--gateway", url,
+            "--token-file", str(token_file),
+            "--store", str(store),
+            "--agent", agent,
+            "--workers", str(workers),
+            "--poll-wait", "1",
+            "--reconcile-interval", "0.2",
+            "--log-level", "WARNING",
+            *extra,
+        ]  # fmt: skip
+        with open(log, "ab") as sink:  # noqa: ASYNC230 - a file handle for the child
+            process = await trio.lowlevel.open_process(args, stderr=sink, env=bridge_env())
+        return cls(process, log)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+
+    async def stop(self, signum: int = signal.SIGTERM, limit_s: float = 30.0) -> int:
+        self.process.send_signal(signum)
+        with trio.fail_after(limit_s):
+            return await self.process.wait()
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+async def store_status(store: Path) -> Any:
+    """``tether store status --json`` run as a real process."""
+    result = await trio.run_process(
+        [sys.executable, "-m", "tether._cli", "store", "status", "--store", str(store), "--json"],
+        capture_stdout=True,
+        capture_stderr=True,
+        env=bridge_env(),
+    )
+    return json.loads(result.stdout)
+
+
+async def submit_many(gateway: GatewayHandle, texts: Sequence[str], prefix: str) -> list[str]:
+    """Submit every text (16 at a time) with ids ``<prefix>-<n>``; returns the ids."""
+    ids = [f"{prefix}-{i:05d}" for i in range(len(texts))]
+    limiter = trio.CapacityLimiter(16)
+
+    async def one(i: int) -> None:
+        async with limiter:
+            await gateway.submit(texts[i], id=ids[i])
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(texts)):
+            nursery.start_soon(one, i)
+    return ids
+
+
+async def answered_count(gateway: GatewayHandle) -> int:
+    tasks = (await gateway.stats())["tasks"]
+    return int(tasks["answered"] + tasks["closed"])

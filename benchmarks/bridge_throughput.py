@@ -1,0 +1,135 @@
+"""Messages per second through the whole bridge, beside the custody store's own rate.
+
+- **bridge**: a reference gateway and a ``BridgeService`` (4 workers x 4 tasks, the noop agent)
+  in this process; ``MESSAGES`` messages are submitted first, then the clock runs from the
+  bridge's start until the gateway holds every reply (poll -> commit -> ack -> assign -> claim
+  -> agent -> complete -> post -> mark delivered, all durable, ``synchronous=FULL``).
+- **store**: the same custody path without HTTP or agents, on the same kind of store: 16 lanes
+  (the bridge's 4 x 4 concurrency) each ingest -> claim -> complete -> deliver one task at a
+  time, so transitions share commits as they do in the bridge.
+
+Rounds interleaved, medians printed. The bar: the bridge reaches at least half the store's rate.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import httpx
+import trio
+
+from tether.bridge import CustodyState, SqliteStore, Task, write_token
+from tether.bridge._config import BridgeConfig
+from tether.bridge._service import BridgeService
+from tether.gateway import GatewaySettings, serve
+
+MESSAGES = 2_000
+ROUNDS = 3
+WORKERS = 4
+CONCURRENCY = 4
+LANES = WORKERS * CONCURRENCY
+
+
+async def store_rate(folder: Path) -> float:
+    store = await SqliteStore.open(folder / "store.db")
+    try:
+        ids = iter(range(MESSAGES))
+
+        async def lane(k: int) -> None:
+            worker = f"w{k}"
+            for i in ids:
+                await store.ingest_many([Task(f"t{i}", f"message {i}", room="bench")])
+                claim = await store.claim(worker, leaderless=True)
+                assert claim is not None
+                await store.complete(claim, f"reply to {claim.task.body}")
+                await store.mark_delivered(claim.task.id)
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for k in range(LANES):
+                nursery.start_soon(lane, k)
+        elapsed = time.perf_counter() - start
+        assert (await store.counts())[CustodyState.DELIVERED] == MESSAGES
+    finally:
+        await store.aclose()
+    return MESSAGES / elapsed
+
+
+async def bridge_rate(folder: Path) -> float:
+    token_file = folder / "token"
+    write_token(token_file, "bench-token")
+    settings = GatewaySettings(token_file=token_file, db=folder / "gateway.db", port=0)
+    async with trio.open_nursery() as nursery:
+        stop = trio.Event()
+        port = await nursery.start(partial(serve, settings, shutdown_trigger=stop.wait))
+        url = f"http://127.0.0.1:{port}"
+        headers = {"Authorization": "Bearer bench-token"}
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as http:
+            limiter = trio.CapacityLimiter(16)
+
+            async def submit(i: int) -> None:
+                async with limiter:
+                    response = await http.post(
+                        "/v1/messages", json={"room": "bench", "text": f"message {i}"}
+                    )
+                    response.raise_for_status()
+
+            async with trio.open_nursery() as submitters:
+                for i in range(MESSAGES):
+                    submitters.start_soon(submit, i)
+
+            config = BridgeConfig(
+                gateway=url,
+                token_file=token_file,
+                store=str(folder / "bridge.db"),
+                agent="tether.agents.noop:factory",
+                workers=WORKERS,
+                concurrency=CONCURRENCY,
+                poll_wait=5.0,
+                grace=2.0,
+                log_level="WARNING",
+            )
+            service = BridgeService(config, gateway_options={"poll_limit": 100})
+            start = time.perf_counter()
+            async with trio.open_nursery() as bridge:
+                await bridge.start(service.run)
+                while True:
+                    stats = (await http.get("/v1/stats")).json()
+                    if stats["tasks"]["answered"] + stats["tasks"]["closed"] >= MESSAGES:
+                        break
+                    await trio.sleep(0.01)
+                elapsed = time.perf_counter() - start
+                bridge.cancel_scope.cancel()
+        stop.set()
+    return MESSAGES / elapsed
+
+
+async def main() -> None:
+    logging.basicConfig(level=logging.WARNING)
+    bridge: list[float] = []
+    store: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(ROUNDS):
+            folder = Path(tmp, f"round-{r}")
+            (folder / "s").mkdir(parents=True)
+            (folder / "b").mkdir(parents=True)
+            store.append(await store_rate(folder / "s"))
+            bridge.append(await bridge_rate(folder / "b"))
+            print(
+                f"round {r + 1}: bridge {bridge[-1]:7.0f} msg/s   store {store[-1]:7.0f} msg/s",
+                file=sys.stderr,
+            )
+    b, s = statistics.median(bridge), statistics.median(store)
+    print(f"bridge end to end (noop agent, {WORKERS} workers x {CONCURRENCY}): {b:7.0f} msg/s")
+    print(f"store ingest -> deliver ({LANES} lanes):            {s:7.0f} msg/s")
+    print(f"bridge / store: {b / s:.2f} (bar: >= 0.50) {'PASS' if b >= s / 2 else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    trio.run(main)
