@@ -240,7 +240,8 @@ class GatewayApp:
         reject = _valid(parse_reject, await request.json(self.limits.max_body), path_id)
         task = await _conflicts(self.store.reject(reject.id, reject.reason, self.clock()))
         if task is None:
-            raise HttpError(404, f"unknown task id {reject.id!r}")
+            # not 404: on an optional endpoint a client reads 404 as "no such endpoint"
+            raise HttpError(409, f"unknown task id {reject.id!r}")
         log.warning("gateway: the bridge rejected task %s: %s", reject.id, reject.reason)
         self._answered.set()
         self._answered = trio.Event()
@@ -253,7 +254,7 @@ class GatewayApp:
             notice.id, notice.kind, notice.age_s, notice.detail, self.clock()
         )
         if task is None:
-            raise HttpError(404, f"unknown task id {notice.id!r}")
+            raise HttpError(409, f"unknown task id {notice.id!r}")  # not 404: see _reject
         log.warning(
             "gateway: %s notice for task %s (%.1f s in custody)",
             notice.kind,

@@ -364,13 +364,16 @@ class GatewayStore:
             task = self._get(task_id)
             if task is None:
                 return None
-            cursor = self._db.execute(
+            known = self._db.execute(
+                "SELECT 1 FROM notices WHERE id = ? AND kind = ?", (task_id, kind)
+            ).fetchone()
+            self._db.execute(
                 "INSERT INTO notices (id, kind, age_s, detail, at) VALUES (?, ?, ?, ?, ?)"
                 " ON CONFLICT (id, kind) DO UPDATE SET age_s = excluded.age_s,"
                 " detail = excluded.detail, at = excluded.at",
                 (task_id, kind, age_s, detail, now),
             )
-            if cursor.rowcount:
+            if known is None:
                 self._bump("notices", 1)
         return task
 
