@@ -129,9 +129,9 @@ def run_bridge(args: argparse.Namespace) -> int:
     import trio
 
     from ._config import load_config, prepare_data_dir
-    from ._service import BridgeService
 
     config = load_config(file=args.config, flags=_flags(args, SETTINGS))
+    from ._service import BridgeService  # after the config: a typo is reported at once
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

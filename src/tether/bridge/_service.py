@@ -25,7 +25,7 @@ import trio
 
 from .. import ChildSpec, open_runtime, open_supervisor, wait_stop_requested
 from .._util import open_nursery_unwrapped
-from ._agent import load_agent
+from ._agent import AgentFactory, load_agent
 from ._config import BridgeConfig
 from ._custody import IN_CUSTODY
 from ._delivery import Delivery
@@ -38,19 +38,25 @@ from ._gateway_client import (
 )
 from ._ingest import Ingest
 from ._open_store import open_store
-from ._pool import PoolLead, PoolWorker
+from ._pool_lead import PoolLead
+from ._pool_stall import StallWatcher
+from ._pool_worker import RELEASE_TIMEOUT, PoolWorker
 from ._reconcile import Reconciler
 from ._store import Store
 
 log = logging.getLogger("tether.bridge")
 
-AgentFactory = Callable[..., Any]
 ServiceRun = Callable[..., Awaitable[None]]
 
 
+def pool_stem(client_name: str) -> str:
+    """The prefix of this bridge's pool names (its gateway client name, made a valid worker
+    name), so bridges sharing one store never share a worker name."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", client_name)[:56] or "bridge"
+
+
 def worker_names(client_name: str, count: int) -> list[str]:
-    """Worker names unique to this bridge (its gateway client name), valid as worker names."""
-    stem = re.sub(r"[^A-Za-z0-9_-]", "-", client_name)[:56] or "bridge"
+    stem = pool_stem(client_name)
     return [f"{stem}-w{i}" for i in range(1, count + 1)]
 
 
@@ -74,9 +80,14 @@ class BridgeService:
     _failed: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     @property
+    def worker_grace(self) -> float:
+        """A worker's shutdown grace: its runs' grace, then time to give its claims back."""
+        return self.config.grace + RELEASE_TIMEOUT + 1.0
+
+    @property
     def stop_grace(self) -> float:
-        """How long the whole bridge may take to stop softly (every child's grace, summed)."""
-        return 3 * self.config.grace + 5.0
+        """How long the whole bridge may take to stop softly (every stage's grace, summed)."""
+        return 2 * self.config.grace + RELEASE_TIMEOUT + 15.0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the bridge until cancelled, asked to stop (as a supervised child), or fatal."""
@@ -155,7 +166,13 @@ class BridgeService:
         config = self.config
         assert self.ingest is not None and self.delivery is not None
         reconciler = Reconciler(store)
-        specs = [
+        stem = pool_stem(config.client_name)
+        workers = [
+            PoolWorker(store, name, factory, concurrency=config.concurrency, stop_grace=config.grace)
+            for name in worker_names(config.client_name, config.workers)
+        ]
+        stall = StallWatcher(store, stall_after=config.stall_after, notify=self.notify_stall)
+        return [
             self._spec(
                 "reconciler",
                 _until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
@@ -166,13 +183,37 @@ class BridgeService:
                 _until_stopped(partial(self._heartbeat, store, gateway)),
                 restart="transient",
             ),
-            self._spec("lead", PoolLead(store).run),
+            self._spec("lead", PoolLead(store, name=f"{stem}-lead").run),
+            self._spec("workers", partial(self._run_workers, workers), grace=self.worker_grace),
+            self._spec("stall-notices", stall.run),
+            self._spec("ingest", _until_stopped(self.ingest.run), grace=2.0),
         ]
-        for name in worker_names(config.client_name, config.workers):
-            worker = PoolWorker(store, name, factory, concurrency=config.concurrency)
-            specs.append(self._spec(name, worker.run))
-        specs.append(self._spec("ingest", _until_stopped(self.ingest.run), grace=2.0))
-        return specs
+
+    async def _run_workers(
+        self,
+        workers: list[PoolWorker],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The workers under their own one_for_one supervisor; a soft stop reaches all of them
+        at once, so they finish (or give back) their tasks in parallel, not one after another."""
+        async with open_supervisor(
+            name="workers", strategy="one_for_one", max_restarts=10, period=30
+        ) as supervisor:
+            for worker in workers:
+                await supervisor.start_child(
+                    ChildSpec(
+                        worker.name,
+                        worker.run,
+                        # a worker returns only when stopped: restart it only if it crashed
+                        restart="transient",
+                        shutdown_grace=self.worker_grace,
+                    )
+                )
+            task_status.started()
+            await wait_stop_requested()
+            for worker in workers:
+                worker.request_stop()
 
     def _spec(
         self,
