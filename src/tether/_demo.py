@@ -27,7 +27,8 @@ from .bridge._sqlite import SqliteStore
 from .bridge._token_file import ensure_token_file, read_token
 from .gateway import GatewaySettings, serve
 
-ROOM = "demo"
+ROOMS = 40
+"""Conversations: a room's messages stay on one worker, so many rooms spread the load."""
 REPLY_TIMEOUT = 45.0
 
 
@@ -114,7 +115,9 @@ async def _demo(folder: Path, count: int, workers: int, agent: str, quiet: bool)
             ChildSpec(
                 "gateway",
                 partial(serve, shutdown_trigger=wait_stop_requested),
-                GatewaySettings(token_file=token_file, db=folder / "gateway" / "gateway.db", port=0),
+                GatewaySettings(
+                    token_file=token_file, db=folder / "gateway" / "gateway.db", port=0
+                ),
             )
         )
         url = f"http://127.0.0.1:{port}"
@@ -150,7 +153,8 @@ async def _send(http: httpx.AsyncClient, texts: list[str], progress: Progress) -
         nonlocal sent
         async with limiter:
             response = await http.post(
-                "/v1/messages", json={"room": ROOM, "text": texts[i], "id": f"demo-{i:06d}"}
+                "/v1/messages",
+                json={"room": f"room-{i % ROOMS}", "text": texts[i], "id": f"demo-{i:06d}"},
             )
             response.raise_for_status()
             ids[i] = response.json()["id"]

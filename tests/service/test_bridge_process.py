@@ -48,22 +48,24 @@ async def _replies(gateway: GatewayHandle, ids: list[str]) -> dict[str, str | No
 async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
     gateway: GatewayHandle, token_file: Path, tmp_path: Path
 ) -> None:
+    started = trio.current_time()
     texts = [f"message {i}" for i in range(2000)]
     ids = await submit_many(gateway, texts, "chaos")
+    print(f"\nsubmitted in {trio.current_time() - started:.1f} s")
     store, log = tmp_path / "bridge" / "custody.db", tmp_path / "bridge.log"
     rng = random.Random(8)
     kills = 0
     for _ in range(12):
-        bridge = await BridgeProcess.start(
-            gateway.url, token_file, store, log, extra=FAST_LEASES
-        )
+        bridge = await BridgeProcess.start(gateway.url, token_file, store, log, extra=FAST_LEASES)
         await trio.sleep(rng.uniform(0.4, 1.6))
         bridge.kill()
         assert await bridge.process.wait() == -signal.SIGKILL
         kills += 1
     answered_during_chaos = await answered_count(gateway)
+    print(f"chaos done at {trio.current_time() - started:.1f} s")
     final = await BridgeProcess.start(gateway.url, token_file, store, log, extra=FAST_LEASES)
     await _all_answered(gateway, len(ids), limit_s=60)
+    print(f"all answered at {trio.current_time() - started:.1f} s")
     assert await final.stop() == 0, final.log_tail()
 
     replies = await _replies(gateway, ids)

@@ -45,11 +45,18 @@ def test_bad_configuration_is_exit_2_and_one_line(
 async def test_a_missing_token_file_is_exit_3_in_one_line(tmp_path: Path) -> None:
     result = await trio.run_process(
         [
-            sys.executable, "-m", "tether._cli", "bridge", "run",
-            "--gateway", "http://127.0.0.1:9",
-            "--token-file", str(tmp_path / "missing-token"),
-            "--store", str(tmp_path / "data" / "custody.db"),
-        ],  # fmt: skip
+            sys.executable,
+            "-m",
+            "tether._cli",
+            "bridge",
+            "run",
+            "--gateway",
+            "http://127.0.0.1:9",
+            "--token-file",
+            str(tmp_path / "missing-token"),
+            "--store",
+            str(tmp_path / "data" / "custody.db"),
+        ],
         capture_stdout=True,
         capture_stderr=True,
         check=False,

@@ -78,13 +78,13 @@ def test_a_bad_value_is_one_line_naming_setting_value_and_source(
     ],
 )
 def test_a_bad_file_is_one_line(tmp_path: Path, text: str, message: str) -> None:
-    with pytest.raises(ConfigError, match="tether.toml") as caught:
+    with pytest.raises(ConfigError, match=r"tether\.toml") as caught:
         load_config(file=_toml(tmp_path, text), environ={})
     assert message in str(caught.value)
 
 
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="config file .*nope.toml does not exist"):
+    with pytest.raises(ConfigError, match=r"config file .*nope\.toml does not exist"):
         load_config(file=tmp_path / "nope.toml", environ={})
 
 

@@ -22,11 +22,17 @@ def _flag(setting: str) -> str:
 
 
 _HELP: dict[str, tuple[str, type[Any]]] = {
-    "gateway": ("gateway base URL (default: %s)" % BridgeConfig.gateway, str),
-    "token_file": ("file holding the gateway's bearer token (default: tether-data/gateway/token)", Path),
-    "store": ("custody store: a SQLite file or a postgresql:// URL "
-              "(default: tether-data/bridge/custody.db, directory created 0700)", str),
-    "agent": ("agent factory as module:factory (default: %s)" % BridgeConfig.agent, str),
+    "gateway": (f"gateway base URL (default: {BridgeConfig.gateway})", str),
+    "token_file": (
+        "file holding the gateway's bearer token (default: tether-data/gateway/token)",
+        Path,
+    ),
+    "store": (
+        "custody store: a SQLite file or a postgresql:// URL "
+        "(default: tether-data/bridge/custody.db, directory created 0700)",
+        str,
+    ),
+    "agent": (f"agent factory as module:factory (default: {BridgeConfig.agent})", str),
     "workers": ("number of pool workers (default: 4)", int),
     "concurrency": ("tasks each worker runs at once (default: 4)", int),
     "client_name": ("name this bridge gives the gateway (default: tether-bridge)", str),
@@ -35,6 +41,8 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "max_attempts": ("attempts before a task is dead-lettered (default: 5)", int),
     "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
     "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
+    "sweep_interval": ("seconds between the pool lead's assignment sweeps (default: 0.05)", float),
+    "poll_interval": ("seconds an idle worker waits between claims (default: 0.05)", float),
     "stall_after": ("seconds in custody before a stall notice (default: 300)", float),
     "grace": ("seconds a stopping bridge waits for workers to finish (default: 10)", float),
     "status_file": ("write the gateway connection status (JSON) here", Path),
@@ -132,6 +140,7 @@ def run_bridge(args: argparse.Namespace) -> int:
 
     config = load_config(file=args.config, flags=_flags(args, SETTINGS))
     from ._service import BridgeService  # after the config: a typo is reported at once
+
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -47,6 +47,10 @@ class BridgeConfig:
     max_attempts: int = 5
     heartbeat_interval: float = 60.0
     reconcile_interval: float = 5.0
+    sweep_interval: float = 0.05
+    """Seconds between the pool lead's assignment sweeps (bounds how fast work is handed out)."""
+    poll_interval: float = 0.05
+    """Seconds an idle worker waits before looking for an assignment again."""
     stall_after: float = 300.0
     grace: float = 10.0
     """Seconds a stopping bridge gives workers to finish or release their tasks."""
@@ -96,9 +100,11 @@ def _seconds(low: float, high: float) -> Callable[[str, Any], float]:
                 value = float(value)
             except ValueError:
                 pass
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"must be a number of seconds from {low:g} to {high:g}")
-        if not low <= value <= high:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not low <= value <= high
+        ):
             raise ValueError(f"must be a number of seconds from {low:g} to {high:g}")
         return float(value)
 
@@ -164,6 +170,8 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "max_attempts": _int_range(1, 1000),
     "heartbeat_interval": _seconds(0.1, 3600),
     "reconcile_interval": _seconds(0.01, 3600),
+    "sweep_interval": _seconds(0.005, 60),
+    "poll_interval": _seconds(0.005, 60),
     "stall_after": _seconds(0.1, 7 * 86_400),
     "grace": _seconds(0, 3600),
     "status_file": _optional_path,

@@ -55,6 +55,7 @@ class Delivery:
     """How long to wait for new results when none are ready (``nudge()`` wakes it early)."""
     stats: DeliveryStats = attrs.field(factory=DeliveryStats, init=False)
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _stopping: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         if self.batch < 1 or self.concurrency < 1:
@@ -64,6 +65,15 @@ class Delivery:
 
     def nudge(self) -> None:
         """A result was stored: look now instead of at the next idle tick."""
+        self._wake.set()
+
+    def request_stop(self) -> None:
+        """Soft stop: finish the batch in hand, deliver what is ready, then ``run`` returns.
+
+        Never cancel a batch midway if you can help it: a reply the gateway took but that
+        was not yet marked delivered is posted again next time (a duplicate it absorbs).
+        """
+        self._stopping = True
         self._wake.set()
 
     async def run_once(self) -> int:
@@ -117,11 +127,14 @@ class Delivery:
         self.stats.dead_lettered += 1
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Deliver until cancelled: full batches back to back, else wait for a nudge or tick."""
+        """Deliver until cancelled or stopped: full batches back to back, else wait for a nudge
+        or the idle tick. After ``request_stop`` it delivers what is ready, then returns."""
         task_status.started()
         while True:
             self._wake = trio.Event()
             handled = await self.run_once()
-            if handled < self.batch:
+            if self._stopping and handled == 0:
+                return
+            if handled < self.batch and not self._stopping:
                 with trio.move_on_after(self.idle_interval):
                     await self._wake.wait()

@@ -6,6 +6,8 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from ._config import ConfigError, is_postgres_url
 from ._sqlite import SqliteStore
 from ._store import Store
@@ -32,13 +34,13 @@ async def open_store(
         postgres: Any = module.PostgresStore
         store: Store = await postgres.open(spec, lease_s=lease_s, max_attempts=max_attempts)
         return store
-    path = Path(spec)
-    if must_exist and not path.is_file():
+    path = trio.Path(spec)
+    if must_exist and not await path.is_file():
         raise ConfigError(f"no custody store at {path} (is --store right?)")
-    if path.is_dir():
+    if await path.is_dir():
         raise ConfigError(f"store {path} is a directory; give the path of a SQLite file")
     return await SqliteStore.open(
-        path,
+        Path(path),
         lease_s=lease_s,
         max_attempts=max_attempts,
         synchronous=synchronous,  # type: ignore[arg-type]

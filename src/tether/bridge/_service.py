@@ -77,6 +77,8 @@ class BridgeService:
     delivery: Delivery | None = attrs.field(default=None, init=False)
     gateway: GatewayClient | None = attrs.field(default=None, init=False)
     fatal: BaseException | None = attrs.field(default=None, init=False)
+    running: bool = attrs.field(default=False, init=False)
+    """True once every child started (``run`` reported ready)."""
     _failed: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     @property
@@ -121,9 +123,12 @@ class BridgeService:
             for spec in self._children(store, gateway, factory):
                 await supervisor.start_child(spec)
             log.info(
-                "bridge running: %s -> %s, %d worker(s)", config.gateway, config.store,
+                "bridge running: %s -> %s, %d worker(s)",
+                config.gateway,
+                config.store,
                 config.workers,
             )
+            self.running = True
             task_status.started()
             async with open_nursery_unwrapped() as nursery:
 
@@ -146,6 +151,8 @@ class BridgeService:
             try:
                 await self.run(task_status=task_status)
             except Exception as exc:
+                if not self.running:
+                    raise  # a start-up failure: start_child raises it below
                 error.append(exc)
             finally:
                 done.set()
@@ -164,11 +171,19 @@ class BridgeService:
         self, store: Store, gateway: GatewayClient, factory: AgentFactory
     ) -> list[ChildSpec]:
         config = self.config
-        assert self.ingest is not None and self.delivery is not None
+        assert self.ingest is not None
+        assert self.delivery is not None
         reconciler = Reconciler(store)
         stem = pool_stem(config.client_name)
         workers = [
-            PoolWorker(store, name, factory, concurrency=config.concurrency, stop_grace=config.grace)
+            PoolWorker(
+                store,
+                name,
+                factory,
+                concurrency=config.concurrency,
+                poll_interval=config.poll_interval,
+                stop_grace=config.grace,
+            )
             for name in worker_names(config.client_name, config.workers)
         ]
         stall = StallWatcher(store, stall_after=config.stall_after, notify=self.notify_stall)
@@ -183,9 +198,15 @@ class BridgeService:
                 _until_stopped(partial(self._heartbeat, store, gateway)),
                 restart="transient",
             ),
-            self._spec("lead", PoolLead(store, name=f"{stem}-lead").run),
+            # the lead and the stall watcher hold no work in hand: a stop may simply cancel them
+            self._spec(
+                "lead",
+                _until_stopped(
+                    PoolLead(store, name=f"{stem}-lead", sweep_interval=config.sweep_interval).run
+                ),
+            ),
             self._spec("workers", partial(self._run_workers, workers), grace=self.worker_grace),
-            self._spec("stall-notices", stall.run),
+            self._spec("stall-notices", _until_stopped(stall.run)),
             self._spec("ingest", _until_stopped(self.ingest.run), grace=2.0),
         ]
 
@@ -246,11 +267,17 @@ class BridgeService:
     async def _deliver(
         self, delivery: Delivery, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Deliver until asked to stop, then once more: replies finished during the stop go
-        out now rather than at the next start (bounded by the child's shutdown grace)."""
-        await _until_stopped(delivery.run)(task_status=task_status)
-        while await delivery.run_once():
-            pass
+        """Deliver until asked to stop; then finish the batch in hand and deliver what the
+        stopping workers produced (bounded by the child's shutdown grace)."""
+        async with open_nursery_unwrapped() as nursery:
+
+            async def forward_stop() -> None:
+                await wait_stop_requested()
+                delivery.request_stop()
+
+            nursery.start_soon(forward_stop)
+            await delivery.run(task_status=task_status)
+            nursery.cancel_scope.cancel()
 
     async def _heartbeat(
         self,
