@@ -44,7 +44,7 @@ async def store_rate(folder: Path) -> float:
         async def lane(k: int) -> None:
             worker = f"w{k}"
             for i in ids:
-                await store.ingest_many([Task(f"t{i}", f"message {i}", room="bench")])
+                await store.ingest_many([Task(f"t{i}", f"message {i}", room=f"room-{i % 40}")])
                 claim = await store.claim(worker, leaderless=True)
                 assert claim is not None
                 await store.complete(claim, f"reply to {claim.task.body}")
@@ -76,7 +76,7 @@ async def bridge_rate(folder: Path) -> float:
             async def submit(i: int) -> None:
                 async with limiter:
                     response = await http.post(
-                        "/v1/messages", json={"room": "bench", "text": f"message {i}"}
+                        "/v1/messages", json={"room": f"room-{i % 40}", "text": f"message {i}"}
                     )
                     response.raise_for_status()
 

@@ -16,8 +16,10 @@ import math
 import attrs
 import trio
 
+from .._converter import unstructure
 from ._custody import CustodyConflict, Result
 from ._gateway_client import GatewayClient, GatewayRequestError
+from ._gateway_wire import MAX_BATCH, ResultMetadata, ResultReceipt, ResultRequest, parse_result
 from ._store import Store
 
 log = logging.getLogger("tether.bridge.delivery")
@@ -32,6 +34,16 @@ mean "no send"."""
 def is_no_send(result: Result) -> bool:
     """Does this stored reply close its task without sending anything to the user?"""
     return result.body == NO_SEND_BODY
+
+
+def _request_for(result: Result) -> ResultRequest:
+    no_send = is_no_send(result)
+    return ResultRequest(
+        id=result.task.id,
+        body="" if no_send else result.body,
+        no_send=no_send,
+        metadata=ResultMetadata(worker=result.worker, attempt=result.attempt),
+    )
 
 
 @attrs.define
@@ -50,7 +62,6 @@ class Delivery:
     store: Store
     gateway: GatewayClient
     batch: int = 64
-    concurrency: int = 8
     idle_interval: float = 0.05
     """How long to wait for new results when none are ready (``nudge()`` wakes it early)."""
     stats: DeliveryStats = attrs.field(factory=DeliveryStats, init=False)
@@ -58,8 +69,8 @@ class Delivery:
     _stopping: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
-        if self.batch < 1 or self.concurrency < 1:
-            raise ValueError("delivery batch and concurrency must be >= 1")
+        if not 1 <= self.batch <= MAX_BATCH:
+            raise ValueError(f"delivery batch must be from 1 to {MAX_BATCH}, got {self.batch}")
         if not (self.idle_interval > 0 and math.isfinite(self.idle_interval)):
             raise ValueError(f"idle_interval must be > 0 seconds, got {self.idle_interval}")
 
@@ -77,42 +88,47 @@ class Delivery:
         self._wake.set()
 
     async def run_once(self) -> int:
-        """Deliver (or dead-letter) one batch of ready results; returns how many were handled."""
+        """Deliver (or dead-letter) one batch of ready results; returns how many were handled.
+
+        The batch goes out in one request when the gateway supports it; each reply is marked
+        delivered only after the gateway's receipt for it (a duplicate receipt included).
+        """
         results = await self.store.ready_results(limit=self.batch)
         if not results:
             return 0
-        limiter = trio.CapacityLimiter(self.concurrency)
+        sendable: list[tuple[Result, ResultRequest]] = []
         async with trio.open_nursery() as nursery:
             for result in results:
-                nursery.start_soon(self._deliver, result, limiter)
+                request = _request_for(result)
+                try:
+                    parse_result(unstructure(request))
+                except ValueError as exc:  # breaks a protocol rule: retrying cannot help
+                    nursery.start_soon(
+                        self._dead_letter, result.task.id, f"the reply cannot be sent: {exc}"
+                    )
+                else:
+                    sendable.append((result, request))
+        if not sendable:
+            return len(results)
+        answers = await self.gateway.post_results([request for _, request in sendable])
+        async with trio.open_nursery() as nursery:
+            for (result, _), answer in zip(sendable, answers, strict=True):
+                if isinstance(answer, GatewayRequestError):
+                    reason = f"the gateway refused the reply: {answer}"
+                    nursery.start_soon(self._dead_letter, result.task.id, reason)
+                else:
+                    nursery.start_soon(self._confirmed, result, answer)
         return len(results)
 
-    async def _deliver(self, result: Result, limiter: trio.CapacityLimiter) -> None:
+    async def _confirmed(self, result: Result, receipt: ResultReceipt) -> None:
         task_id = result.task.id
-        no_send = is_no_send(result)
-        async with limiter:
-            try:
-                receipt = await self.gateway.post_result(
-                    task_id,
-                    result.body,
-                    no_send=no_send,
-                    worker=result.worker,
-                    attempt=result.attempt,
-                )
-            except GatewayRequestError as exc:
-                reason = f"the gateway refused the reply: {exc}"
-                await self._dead_letter(task_id, reason)
-                return
-            except ValueError as exc:  # the reply breaks a protocol rule: retrying cannot help
-                await self._dead_letter(task_id, f"the reply cannot be sent: {exc}")
-                return
         try:
             await self.store.mark_delivered(task_id)
         except CustodyConflict as exc:
             log.warning("delivered %s but could not mark it delivered: %s", task_id, exc)
             return
         self.stats.delivered += 1
-        self.stats.no_send += no_send
+        self.stats.no_send += is_no_send(result)
         if receipt.duplicate:
             self.stats.duplicates += 1
             log.info("the gateway already had the reply to %s (duplicate absorbed)", task_id)

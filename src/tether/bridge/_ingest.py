@@ -98,8 +98,8 @@ class Ingest:
         replays = tuple(task.id for task, fresh in landed if not fresh)
         async with trio.open_nursery() as nursery:
             limiter = trio.CapacityLimiter(self.ack_concurrency)
-            for task, _ in landed:
-                nursery.start_soon(self._ack, task.id, limiter)
+            if landed:
+                nursery.start_soon(self._ack, [task.id for task, _ in landed])
             for task_id, reason in rejected:
                 nursery.start_soon(self._reject, task_id, reason, limiter)
         self.stats.ingested += len(new)
@@ -144,14 +144,11 @@ class Ingest:
             ) from exc
         return landed, rejected
 
-    async def _ack(self, task_id: str, limiter: trio.CapacityLimiter) -> None:
-        async with limiter:
-            try:
-                await self.gateway.ack(task_id)
-            except GatewayRequestError as exc:
-                # the task is safe in the store either way; the gateway may redeliver it,
-                # and the replay is a no-op here
-                log.warning("the gateway refused the ack of %s: %s", task_id, exc)
+    async def _ack(self, task_ids: list[str]) -> None:
+        for refusal in await self.gateway.ack_many(task_ids):
+            # the task is safe in the store either way; the gateway may redeliver it, and the
+            # replay is a no-op here
+            log.warning("%s", refusal)
 
     async def _reject(self, task_id: str, reason: str, limiter: trio.CapacityLimiter) -> None:
         log.warning("rejected task %s: %s", task_id, reason)

@@ -125,6 +125,16 @@ class ResultOutcome:
 
 
 @attrs.frozen
+class ItemOutcome:
+    """One id's outcome in a batch: 200, or the status its single request would have had."""
+
+    id: str
+    status: int
+    duplicate: bool = False
+    error: str | None = None
+
+
+@attrs.frozen
 class ClientInfo:
     client: str
     last_seen: float
@@ -263,19 +273,40 @@ class GatewayStore:
 
     def _ack(self, task_id: str, now: float) -> StoredTask | None:
         with _transaction(self._db):
+            return self._ack_in_transaction(task_id, now)
+
+    def _ack_in_transaction(self, task_id: str, now: float) -> StoredTask | None:
+        task = self._get(task_id)
+        if task is None:
+            return None
+        if task.state == "queued":
+            raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
+        if task.state == "leased":
+            self._db.execute(
+                "UPDATE tasks SET state = 'acked', acked_at = ?, lease_until = NULL WHERE id = ?",
+                (now, task_id),
+            )
             task = self._get(task_id)
-            if task is None:
-                return None
-            if task.state == "queued":
-                raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
-            if task.state == "leased":
-                self._db.execute(
-                    "UPDATE tasks SET state = 'acked', acked_at = ?, lease_until = NULL"
-                    " WHERE id = ?",
-                    (now, task_id),
-                )
-                task = self._get(task_id)
         return task
+
+    async def ack_many(self, ids: list[str], now: float) -> list[ItemOutcome]:
+        """Ack every id in one transaction; each gets the outcome its own ack would have."""
+        return await self._run(self._ack_many, ids, now)
+
+    def _ack_many(self, ids: list[str], now: float) -> list[ItemOutcome]:
+        outcomes = []
+        with _transaction(self._db):
+            for task_id in ids:
+                try:
+                    task = self._ack_in_transaction(task_id, now)
+                except Conflict as exc:
+                    outcomes.append(ItemOutcome(task_id, 409, error=str(exc)))
+                    continue
+                if task is None:
+                    outcomes.append(ItemOutcome(task_id, 404, error=f"unknown task id {task_id!r}"))
+                else:
+                    outcomes.append(ItemOutcome(task_id, 200))
+        return outcomes
 
     async def record_result(
         self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
@@ -290,29 +321,57 @@ class GatewayStore:
         self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
     ) -> ResultOutcome | None:
         with _transaction(self._db):
-            task = self._get(task_id)
-            if task is None:
-                return None
-            if task.state in FINAL_STATES:
-                self._bump("duplicate_results", 1)
-                return ResultOutcome(task, duplicate=True)
-            if task.state == "queued":
-                raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
-            self._db.execute(
-                "UPDATE tasks SET state = ?, reply = ?, worker = ?, answered_at = ?,"
-                " lease_until = NULL, acked_at = COALESCE(acked_at, ?) WHERE id = ?",
-                (
-                    "closed" if no_send else "answered",
-                    None if no_send else body,
-                    worker,
-                    now,
-                    now,
-                    task_id,
-                ),
-            )
-            task = self._get(task_id)
+            return self._record_in_transaction(task_id, body, no_send, worker, now)
+
+    def _record_in_transaction(
+        self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
+    ) -> ResultOutcome | None:
+        task = self._get(task_id)
+        if task is None:
+            return None
+        if task.state in FINAL_STATES:
+            self._bump("duplicate_results", 1)
+            return ResultOutcome(task, duplicate=True)
+        if task.state == "queued":
+            raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
+        self._db.execute(
+            "UPDATE tasks SET state = ?, reply = ?, worker = ?, answered_at = ?,"
+            " lease_until = NULL, acked_at = COALESCE(acked_at, ?) WHERE id = ?",
+            (
+                "closed" if no_send else "answered",
+                None if no_send else body,
+                worker,
+                now,
+                now,
+                task_id,
+            ),
+        )
+        task = self._get(task_id)
         assert task is not None
         return ResultOutcome(task, duplicate=False)
+
+    async def record_results(
+        self, results: list[tuple[str, str, bool, str | None]], now: float
+    ) -> list[ItemOutcome]:
+        """Record many ``(id, body, no_send, worker)`` results in one transaction."""
+        return await self._run(self._record_results, results, now)
+
+    def _record_results(
+        self, results: list[tuple[str, str, bool, str | None]], now: float
+    ) -> list[ItemOutcome]:
+        outcomes = []
+        with _transaction(self._db):
+            for task_id, body, no_send, worker in results:
+                try:
+                    outcome = self._record_in_transaction(task_id, body, no_send, worker, now)
+                except Conflict as exc:
+                    outcomes.append(ItemOutcome(task_id, 409, error=str(exc)))
+                    continue
+                if outcome is None:
+                    outcomes.append(ItemOutcome(task_id, 404, error=f"unknown task id {task_id!r}"))
+                else:
+                    outcomes.append(ItemOutcome(task_id, 200, duplicate=outcome.duplicate))
+        return outcomes
 
     async def reject(self, task_id: str, reason: str, now: float) -> StoredTask | None:
         """Close a handed-out task the worker side cannot take, keeping its reason.
