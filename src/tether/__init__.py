@@ -6,6 +6,13 @@ the task registry mirrors live tasks by identity.
 
 from ._background import BackgroundScope as BackgroundScope
 from ._background import ScopeClosed as ScopeClosed
+from ._child import CHILD_STATES as CHILD_STATES
+from ._child import ChildSnapshot as ChildSnapshot
+from ._child import ChildSpec as ChildSpec
+from ._child import ChildState as ChildState
+from ._child import RestartType as RestartType
+from ._child import SupervisedChild as SupervisedChild
+from ._child import SupervisorSnapshot as SupervisorSnapshot
 from ._owner import current_owner as current_owner
 from ._owner import owned_by as owned_by
 from ._owner import start_soon_owned as start_soon_owned
@@ -26,5 +33,12 @@ from ._session_types import QueueFull as QueueFull
 from ._session_types import SessionClosed as SessionClosed
 from ._session_types import SessionError as SessionError
 from ._session_types import SessionStats as SessionStats
+from ._stop import stop_requested as stop_requested
+from ._stop import wait_stop_requested as wait_stop_requested
+from ._supervisor import RestartPolicy as RestartPolicy
+from ._supervisor import Strategy as Strategy
+from ._supervisor import Supervisor as Supervisor
+from ._supervisor import SupervisorFailed as SupervisorFailed
+from ._supervisor import open_supervisor as open_supervisor
 
 __version__ = "0.1.0"

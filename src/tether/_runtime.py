@@ -1,11 +1,12 @@
-"""open_runtime(): the registry, the background scope and (later) the root supervisor."""
+"""open_runtime(): the registry, the background scope, the root supervisor and signals."""
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
 import attrs
@@ -13,6 +14,8 @@ import trio
 
 from ._background import BackgroundScope
 from ._registry import TaskRegistry
+from ._signals import ShutdownSignals, signals_usable
+from ._supervisor import RestartPolicy, Supervisor, supervising
 from ._util import open_nursery_unwrapped
 
 log = logging.getLogger("tether.runtime")
@@ -21,14 +24,22 @@ _CURRENT: contextvars.ContextVar[Runtime | None] = contextvars.ContextVar(
     "tether_runtime", default=None
 )
 
+ROOT_SUPERVISOR = "runtime"
+
 
 @attrs.define(eq=False)
 class Runtime:
-    """A running tether runtime. Get one from ``open_runtime()``."""
+    """A running tether runtime. Get one from ``open_runtime()``.
+
+    ``supervisor`` is the root supervisor (name ``"runtime"``): long-running services go there
+    as children; ``spawn`` is for short background work.
+    """
 
     registry: TaskRegistry
     background: BackgroundScope
     grace: float
+    supervisor: Supervisor = attrs.field(factory=lambda: Supervisor(name=ROOT_SUPERVISOR))
+    _signals: ShutdownSignals | None = attrs.field(default=None, repr=False)
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None) -> None:
         """Run ``fn(*args)`` as a background task owned by the runtime.
@@ -48,6 +59,17 @@ class Runtime:
         """Background tasks that ended with an uncaught exception."""
         return self.background.failures
 
+    @property
+    def handles_signals(self) -> bool:
+        """Whether SIGINT/SIGTERM are turned into a shutdown by this runtime."""
+        return self._signals is not None
+
+    def request_shutdown(self, signum: int | None = None) -> None:
+        """Behave as if a shutdown signal arrived (first call graceful, second immediate)."""
+        if self._signals is None:
+            raise RuntimeError("this runtime does not handle signals (handle_signals=False)")
+        self._signals.deliver(signum if signum is not None else signal.SIGTERM)
+
 
 def current_runtime() -> Runtime | None:
     """The runtime whose block the caller runs in, if any (sessions use its registry)."""
@@ -56,27 +78,61 @@ def current_runtime() -> Runtime | None:
 
 @asynccontextmanager
 async def open_runtime(
-    *, grace: float = 5.0, registry: TaskRegistry | None = None
+    *,
+    grace: float = 5.0,
+    registry: TaskRegistry | None = None,
+    handle_signals: bool | None = None,
+    policy: RestartPolicy | None = None,
 ) -> AsyncIterator[Runtime]:
-    """Open a runtime: install the task registry and own a background scope.
+    """Open a runtime: task registry, background scope, root supervisor, signal handling.
 
-    Leaving the block drains the background scope: no new spawns, up to ``grace`` seconds for
-    running tasks to finish, then they are cancelled.
+    Leaving the block stops the root supervisor's children (soft stop, each child's
+    ``shutdown_grace``, then cancel; reverse start order), then drains the background scope:
+    no new spawns, up to ``grace`` seconds for running tasks to finish, then they are cancelled.
+
+    Signals (``handle_signals``; default: on when called from the main thread, the only one
+    Python lets install signal handlers; ``True`` elsewhere raises ``RuntimeError``): the first
+    SIGINT or SIGTERM cancels the block's body and runs the graceful exit above, after which
+    ``open_runtime`` returns normally (a service's process exits 0). A second signal cancels
+    everything at once, and ``open_runtime`` then raises ``KeyboardInterrupt``. While the
+    runtime is open, Trio's own Ctrl-C handling is replaced by this; it is restored after.
+
+    ``policy`` configures the root supervisor (default ``RestartPolicy()``).
     """
+    if handle_signals is None:
+        handle_signals = signals_usable()
+    elif handle_signals and not signals_usable():
+        raise RuntimeError(
+            "open_runtime(handle_signals=True) must run in the main thread: Python only lets "
+            "the main thread install signal handlers"
+        )
     registry = registry if registry is not None else TaskRegistry()
+    supervisor = Supervisor(name=ROOT_SUPERVISOR, policy=policy or RestartPolicy())
     trio.lowlevel.add_instrument(registry)
     registry.adopt_running()
     try:
-        async with open_nursery_unwrapped() as bg_nursery:
-            runtime = Runtime(
-                registry=registry, background=BackgroundScope(bg_nursery), grace=grace
-            )
-            token = _CURRENT.set(runtime)
-            try:
-                yield runtime
-            finally:
-                _CURRENT.reset(token)
-                await runtime.background.drain(grace)
+        with trio.CancelScope() as immediate:
+            graceful = trio.CancelScope()
+            signals = ShutdownSignals(graceful, immediate) if handle_signals else None
+            with signals.installed() if signals is not None else nullcontext():
+                async with open_nursery_unwrapped() as bg_nursery:
+                    runtime = Runtime(
+                        registry=registry,
+                        background=BackgroundScope(bg_nursery),
+                        grace=grace,
+                        supervisor=supervisor,
+                        signals=signals,
+                    )
+                    token = _CURRENT.set(runtime)
+                    try:
+                        async with supervising(supervisor):
+                            with graceful:
+                                yield runtime
+                    finally:
+                        _CURRENT.reset(token)
+                        await runtime.background.drain(grace)
+        if immediate.cancelled_caught:
+            raise KeyboardInterrupt("second shutdown signal: the runtime was cancelled")
     finally:
         try:
             trio.lowlevel.remove_instrument(registry)

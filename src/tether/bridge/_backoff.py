@@ -1,8 +1,9 @@
 """Exponential backoff with jitter, for retrying a remote that is down or overloaded.
 
 Jitter spreads the retries of many clients so a recovering gateway is not hit by all of them
-at the same instant. It only ever shortens a delay, so the schedule stays within
-``[initial, maximum]`` bounds a user can reason about ("1 s → 60 s").
+at the same instant. The schedule itself is the runtime's (``tether._backoff.Backoff``, which
+the supervisor uses between restarts); this class adds the count of consecutive failures that
+a retry loop needs.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import random
 
 import attrs
+
+from .._backoff import Backoff as _Schedule
 
 
 @attrs.define(eq=False)
@@ -25,6 +28,7 @@ class Backoff:
     jitter: float = 0.2
     rng: random.Random = attrs.field(factory=random.Random)
     failures: int = attrs.field(default=0, init=False)
+    _schedule: _Schedule = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.initial <= self.maximum:
@@ -35,14 +39,15 @@ class Backoff:
             raise ValueError(f"backoff multiplier must be >= 1, got {self.multiplier}")
         if not 0 <= self.jitter < 1:
             raise ValueError(f"backoff jitter must be in [0, 1), got {self.jitter}")
+        self._schedule = _Schedule(
+            initial=self.initial, maximum=self.maximum, jitter=self.jitter, factor=self.multiplier
+        )
 
     def next_delay(self) -> float:
         """The delay before the next retry; each call counts one more consecutive failure."""
-        # min() before the power would overflow after ~1000 failures; cap the exponent instead
-        exponent = min(self.failures, 64)
-        raw = min(self.maximum, self.initial * self.multiplier**exponent)
+        delay = self._schedule.delay(self.failures, self.rng)
         self.failures += 1
-        return raw * (1.0 - self.jitter * self.rng.random())
+        return delay
 
     def reset(self) -> None:
         """A success: the next failure starts again from ``initial``."""

@@ -1,0 +1,73 @@
+"""SIGINT/SIGTERM → graceful shutdown, a second one → immediate cancel.
+
+The handlers are plain ``signal.signal`` handlers that hand the signal to Trio with
+``TrioToken.run_sync_soon`` (signal-safe by design), so no task sits in the registry waiting
+for signals. Python only lets the main thread install signal handlers, so ``signals_usable()``
+says whether the runtime can offer this at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import attrs
+import trio
+
+log = logging.getLogger("tether.runtime")
+
+SHUTDOWN_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
+
+
+def signals_usable() -> bool:
+    """True when this thread may install signal handlers (only Python's main thread may)."""
+    return threading.current_thread() is threading.main_thread()
+
+
+@attrs.define(eq=False)
+class ShutdownSignals:
+    """Cancels ``graceful`` on the first shutdown signal and ``immediate`` on the second."""
+
+    graceful: trio.CancelScope
+    immediate: trio.CancelScope
+    received: list[signal.Signals] = attrs.field(init=False, factory=list)
+
+    @property
+    def immediate_requested(self) -> bool:
+        return len(self.received) >= 2
+
+    def deliver(self, signum: int) -> None:
+        """Act on one signal (in the Trio thread)."""
+        sig = signal.Signals(signum)
+        self.received.append(sig)
+        if len(self.received) == 1:
+            log.warning("%s received: graceful shutdown (send it again to stop at once)", sig.name)
+            self.graceful.cancel(reason=f"{sig.name}: graceful shutdown")
+        else:
+            log.warning("%s received again: cancelling everything now", sig.name)
+            self.immediate.cancel(reason=f"{sig.name} (second shutdown signal): immediate stop")
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """Handle SIGINT and SIGTERM inside the block; the previous handlers come back after."""
+        token = trio.lowlevel.current_trio_token()
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            try:
+                token.run_sync_soon(self.deliver, signum)
+            except trio.RunFinishedError:  # the run ended between two lines of teardown
+                pass
+
+        previous: dict[signal.Signals, Any] = {}
+        try:
+            for sig in SHUTDOWN_SIGNALS:
+                previous[sig] = signal.signal(sig, handler)
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
