@@ -27,7 +27,7 @@ from .. import ChildSpec, open_runtime, open_supervisor, wait_stop_requested
 from .._util import open_nursery_unwrapped
 from ._agent import AgentFactory, load_agent
 from ._config import BridgeConfig
-from ._custody import IN_CUSTODY
+from ._custody import IN_CUSTODY, Task
 from ._delivery import Delivery
 from ._gateway_client import (
     GatewayAuthError,
@@ -183,6 +183,7 @@ class BridgeService:
                 concurrency=config.concurrency,
                 poll_interval=config.poll_interval,
                 stop_grace=config.grace,
+                after_complete=self._result_stored,
             )
             for name in worker_names(config.client_name, config.workers)
         ]
@@ -300,6 +301,11 @@ class BridgeService:
             else:
                 failing = False
             await trio.sleep(self.config.heartbeat_interval)
+
+    async def _result_stored(self, task: Task) -> None:
+        """A worker stored a reply: delivery looks now rather than at its next idle tick."""
+        if self.delivery is not None:
+            self.delivery.nudge()
 
     async def notify_stall(self, task_id: str, age_s: float) -> None:
         """The pool's stall callback: tell the gateway (raises if it could not be sent)."""
