@@ -1,4 +1,5 @@
-"""An agent for the real-process tests: echoes, crashes on 'crash', dawdles on 'slow'.
+"""An agent for the real-process tests: echoes; crashes on 'crash'; dawdles on 'slow' (0.3 s)
+and 'stall' (2 s).
 
 ``--agent service.agent_for_tests:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
@@ -20,6 +21,8 @@ async def handle(task: Task) -> str:
         raise AgentCrash(f"cannot handle {task.body!r}")
     if "slow" in task.body:
         await trio.sleep(0.3)
+    if "stall" in task.body:
+        await trio.sleep(2.0)
     return f"echo: {task.body}"
 
 

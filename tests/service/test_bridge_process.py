@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from tether.bridge import write_token
+
 from ._support import (
     BridgeProcess,
     GatewayHandle,
@@ -162,3 +164,42 @@ async def test_sigterm_under_load_exits_0_and_loses_nothing(
     assert await bridge.stop(signal.SIGINT) == 0, bridge.log_tail()
     replies = await _replies(gateway, ids)
     assert all(replies[i] == f"echo: {t}" for i, t in zip(ids, texts, strict=True))
+
+
+async def test_a_stall_notice_and_heartbeats_reach_the_gateway(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    [task_id] = await submit_many(gateway, ["stall here"], "stall")
+    store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
+    bridge = await BridgeProcess.start(
+        gateway.url,
+        token_file,
+        store,
+        log,
+        agent="service.agent_for_tests:factory",
+        extra=["--stall-after", "0.5", "--client-name", "stall-bridge"],
+    )
+    await _all_answered(gateway, 1, limit_s=30)
+    assert await bridge.stop() == 0, bridge.log_tail()
+    stats = await gateway.stats()
+    assert stats["notices"] == 1
+    [client] = stats["clients"]
+    assert client["client"] == "stall-bridge"
+    assert client["heartbeats"] >= 1
+    assert (await gateway.message(task_id))["reply"] == "echo: stall here"
+
+
+async def test_a_refused_token_stops_the_bridge_with_exit_3(
+    gateway: GatewayHandle, tmp_path: Path
+) -> None:
+    wrong = tmp_path / "wrong-token"
+    write_token(wrong, "not-the-gateways-token")
+    log = tmp_path / "bridge.log"
+    bridge = await BridgeProcess.start(gateway.url, wrong, tmp_path / "custody.db", log)
+    with trio.fail_after(30):
+        code = await bridge.process.wait()
+    assert code == 3, bridge.log_tail()
+    last = bridge.log_tail().strip().splitlines()[-1]
+    assert last.startswith("tether: error: gateway ")
+    assert "refused the token" in last
+    assert "not-the-gateways-token" not in bridge.log_tail()
