@@ -25,10 +25,11 @@ async def _take(
     return ids
 
 
-async def _answer(store: SqliteStore, body: str | None = None) -> str:
+async def _answer(store: SqliteStore, body: str | None = None, *, no_send: bool = False) -> str:
     claim = await store.claim("w1", leaderless=True)
     assert claim is not None
-    await store.complete(claim, f"answer to {claim.task.body}" if body is None else body)
+    reply = f"answer to {claim.task.body}" if body is None else body
+    await store.complete(claim, reply, no_send=no_send)
     return claim.task.id
 
 
@@ -63,11 +64,11 @@ async def test_a_duplicate_receipt_counts_as_confirmed(
     assert (await gateway.stats())["duplicate_results"] == 1
 
 
-async def test_an_empty_stored_reply_closes_the_task_without_a_message(
+async def test_a_no_send_reply_closes_the_task_without_a_message(
     gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
 ) -> None:
     [task_id] = await _take(gateway, store, client, 1)
-    await _answer(store, body="")
+    await _answer(store, body="internal note, not for the user", no_send=True)
     delivery = Delivery(store, client)
     await delivery.run_once()
     message = await gateway.message(task_id)

@@ -24,16 +24,10 @@ from ._store import Store
 
 log = logging.getLogger("tether.bridge.delivery")
 
-NO_SEND_BODY = ""
-"""The stored body of a reply that closes its task without a message (``Reply(no_send=True)``).
-
-An empty reply *with* a message is refused by the worker, so an empty stored body can only
-mean "no send"."""
-
 
 def is_no_send(result: Result) -> bool:
     """Does this stored reply close its task without sending anything to the user?"""
-    return result.body == NO_SEND_BODY
+    return result.no_send
 
 
 def _request_for(result: Result) -> ResultRequest:
