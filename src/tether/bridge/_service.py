@@ -199,15 +199,13 @@ class BridgeService:
                 _until_stopped(partial(self._heartbeat, store, gateway)),
                 restart="transient",
             ),
-            # the lead and the stall watcher hold no work in hand: a stop may simply cancel them
+            # on a soft stop the lead drops its beat, so workers go leaderless at once
             self._spec(
                 "lead",
-                _until_stopped(
-                    PoolLead(store, name=f"{stem}-lead", sweep_interval=config.sweep_interval).run
-                ),
+                PoolLead(store, name=f"{stem}-lead", sweep_interval=config.sweep_interval).run,
             ),
             self._spec("workers", partial(self._run_workers, workers), grace=self.worker_grace),
-            self._spec("stall-notices", _until_stopped(stall.run)),
+            self._spec("stall-notices", stall.run),
             self._spec("ingest", _until_stopped(self.ingest.run), grace=2.0),
         ]
 
