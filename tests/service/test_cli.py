@@ -30,6 +30,7 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
         (["bridge", "run", "--gateway", "localhost:8765"], "gateway must be an http://"),
         (["bridge", "run", "--config", "/nonexistent/bridge.toml"], "does not exist"),
         (["demo", "--messages", "0"], "--messages must be from 1 to 100000"),
+        (["bridge", "run", "--agent", "nosuch.module:factory"], "cannot import module"),
     ],
 )
 def test_bad_configuration_is_exit_2_and_one_line(

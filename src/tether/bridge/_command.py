@@ -44,6 +44,7 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "sweep_interval": ("seconds between the pool lead's assignment sweeps (default: 0.05)", float),
     "poll_interval": ("seconds an idle worker waits between claims (default: 0.05)", float),
     "stall_after": ("seconds in custody before a stall notice (default: 300)", float),
+    "retention": ("seconds delivered tasks are kept, then pruned (default: 604800)", float),
     "grace": ("seconds a stopping bridge waits for workers to finish (default: 10)", float),
     "status_file": ("write the gateway connection status (JSON) here", Path),
     "synchronous": ("SQLite durability: FULL, NORMAL or EXTRA (default: FULL)", str),
@@ -139,7 +140,14 @@ def run_bridge(args: argparse.Namespace) -> int:
     from ._config import load_config, prepare_data_dir
 
     config = load_config(file=args.config, flags=_flags(args, SETTINGS))
+    from ._agent import AgentLoadError, load_agent
+    from ._config import ConfigError
     from ._service import BridgeService  # after the config: a typo is reported at once
+
+    try:
+        factory = load_agent(config.agent)
+    except AgentLoadError as exc:
+        raise ConfigError(str(exc)) from None
 
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -151,5 +159,5 @@ def run_bridge(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    trio.run(BridgeService(config).run_until_signal)
+    trio.run(BridgeService(config, factory=factory).run_until_signal)
     return 0

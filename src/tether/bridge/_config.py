@@ -52,6 +52,9 @@ class BridgeConfig:
     poll_interval: float = 0.05
     """Seconds an idle worker waits before looking for an assignment again."""
     stall_after: float = 300.0
+    retention: float = 7 * 86_400.0
+    """Seconds a delivered task is kept (so a gateway replay of it is recognised), then pruned.
+    Keep it longer than the gateway's replay window. Dead tasks are never pruned."""
     grace: float = 10.0
     """Seconds a stopping bridge gives workers to finish or release their tasks."""
     status_file: Path | None = None
@@ -173,6 +176,7 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "sweep_interval": _seconds(0.005, 60),
     "poll_interval": _seconds(0.005, 60),
     "stall_after": _seconds(0.1, 7 * 86_400),
+    "retention": _seconds(60, 366 * 86_400),
     "grace": _seconds(0, 3600),
     "status_file": _optional_path,
     "synchronous": _choice("FULL", "NORMAL", "EXTRA"),

@@ -194,6 +194,7 @@ class BridgeService:
                 _until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
             ),
             self._spec("delivery", partial(self._deliver, self.delivery)),
+            self._spec("retention", _until_stopped(partial(self._prune, store))),
             self._spec(
                 "heartbeat",
                 _until_stopped(partial(self._heartbeat, store, gateway)),
@@ -299,6 +300,18 @@ class BridgeService:
             else:
                 failing = False
             await trio.sleep(self.config.heartbeat_interval)
+
+    async def _prune(
+        self, store: Store, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Delete delivered tasks older than ``retention``, a chunk at a time (dead ones stay)."""
+        task_status.started()
+        while True:
+            pruned = await store.prune_delivered(store.clock() - self.config.retention, limit=1000)
+            if pruned:
+                log.info("pruned %d delivered task(s) past the retention period", pruned)
+            if pruned < 1000:
+                await trio.sleep(60.0)
 
     async def _result_stored(self, task: Task) -> None:
         """A worker stored a reply: delivery looks now rather than at its next idle tick."""
