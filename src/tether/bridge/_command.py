@@ -41,6 +41,11 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "max_attempts": ("attempts before a task is dead-lettered (default: 5)", int),
     "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
     "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
+    "lead": (
+        "run a pool lead (true: room affinity, balanced assignment; false: workers claim "
+        "pending tasks directly) (default: true)",
+        str,
+    ),
     "sweep_interval": ("seconds between the pool lead's assignment sweeps (default: 0.05)", float),
     "poll_interval": ("seconds an idle worker waits between claims (default: 0.05)", float),
     "stall_after": ("seconds in custody before a stall notice (default: 300)", float),

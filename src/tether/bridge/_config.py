@@ -47,6 +47,9 @@ class BridgeConfig:
     max_attempts: int = 5
     heartbeat_interval: float = 60.0
     reconcile_interval: float = 5.0
+    lead: bool = True
+    """Run a pool lead (room affinity, balanced assignment). Without one, workers claim pending
+    tasks directly: less latency, no affinity."""
     sweep_interval: float = 0.05
     """Seconds between the pool lead's assignment sweeps (bounds how fast work is handed out)."""
     poll_interval: float = 0.05
@@ -154,6 +157,17 @@ def _store(name: str, value: Any) -> str:
     return text
 
 
+def _bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = _text(name, value).lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
 def _optional_path(name: str, value: Any) -> Path | None:
     if value is None or value == "":
         return None
@@ -173,6 +187,7 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "max_attempts": _int_range(1, 1000),
     "heartbeat_interval": _seconds(0.1, 3600),
     "reconcile_interval": _seconds(0.01, 3600),
+    "lead": _bool,
     "sweep_interval": _seconds(0.005, 60),
     "poll_interval": _seconds(0.005, 60),
     "stall_after": _seconds(0.1, 7 * 86_400),

@@ -188,7 +188,7 @@ class BridgeService:
             for name in worker_names(config.client_name, config.workers)
         ]
         stall = StallWatcher(store, stall_after=config.stall_after, notify=self.notify_stall)
-        return [
+        specs = [
             self._spec(
                 "reconciler",
                 _until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
@@ -200,15 +200,15 @@ class BridgeService:
                 _until_stopped(partial(self._heartbeat, store, gateway)),
                 restart="transient",
             ),
-            # on a soft stop the lead drops its beat, so workers go leaderless at once
-            self._spec(
-                "lead",
-                PoolLead(store, name=f"{stem}-lead", sweep_interval=config.sweep_interval).run,
-            ),
             self._spec("workers", partial(self._run_workers, workers), grace=self.worker_grace),
             self._spec("stall-notices", stall.run),
             self._spec("ingest", _until_stopped(self.ingest.run), grace=2.0),
         ]
+        if config.lead:
+            # before the workers, so a soft stop ends it after them; it drops its beat then
+            lead = PoolLead(store, name=f"{stem}-lead", sweep_interval=config.sweep_interval)
+            specs.insert(3, self._spec("lead", lead.run))
+        return specs
 
     async def _run_workers(
         self,
