@@ -11,7 +11,8 @@
 - **leaderless**: the same bridge with ``lead=False`` (workers claim pending tasks directly:
   no sweep cadence in the way, no room affinity).
 
-Rounds interleaved; medians of rates and of per-round ratios printed. The bar: the bridge reaches at least half the store's rate.
+Rounds interleaved; medians of rates and of per-round ratios printed. The bar: the bridge
+reaches at least half the store's rate.
 """
 
 from __future__ import annotations
