@@ -57,6 +57,11 @@ def test_the_config_file_can_come_from_the_environment(tmp_path: Path) -> None:
         ({}, {"store": "mysql://x"}, "store must be a file path or a postgresql:// URL"),
         ({"TETHER_POLL_WAIT": "-1"}, {}, "poll_wait must be a number of seconds from 0 to 60"),
         ({}, {"log_level": "chatty"}, "log_level must be one of DEBUG, INFO, WARNING, ERROR"),
+        (
+            {"TETHER_LEAD": "maybe"},
+            {},
+            "lead must be true or false, got 'maybe' (from TETHER_LEAD)",
+        ),
     ],
 )
 def test_a_bad_value_is_one_line_naming_setting_value_and_source(
@@ -93,3 +98,8 @@ def test_the_store_directory_is_created_private(tmp_path: Path) -> None:
     prepare_data_dir(config)
     for folder in (tmp_path / "data", tmp_path / "data" / "bridge"):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize(("text", "expected"), [("no", False), ("TRUE", True), ("0", False)])
+def test_lead_reads_the_usual_spellings_of_a_boolean(text: str, expected: bool) -> None:
+    assert load_config(environ={"TETHER_LEAD": text}).lead is expected

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import attrs
+import pytest
 
 from tether import ChildSpec, open_supervisor
 from tether.bridge import CustodyState, SqliteStore, Task
@@ -24,8 +25,9 @@ class FrozenClock:
         return self.now
 
 
+@pytest.mark.parametrize("lead", [True, False], ids=["with-lead", "leaderless"])
 async def test_a_supervised_bridge_answers_everything_prunes_old_tasks_and_stops_softly(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path, lead: bool
 ) -> None:
     clock = FrozenClock()
     path = tmp_path / "custody.db"
@@ -46,6 +48,7 @@ async def test_a_supervised_bridge_answers_everything_prunes_old_tasks_and_stops
             poll_wait=1.0,
             retention=3600.0,
             grace=2.0,
+            lead=lead,
         )
         service = BridgeService(config, store=store)
         async with open_supervisor(name="test") as supervisor:
@@ -60,7 +63,8 @@ async def test_a_supervised_bridge_answers_everything_prunes_old_tasks_and_stops
             await wait_until(all_answered)
             assert await store.state("old-1") is None  # pruned by the retention child
             names = {w.name for w in await store.workers()}
-            assert set(worker_names("tether-bridge", 2)) <= names
+            expected = set(worker_names("tether-bridge", 2))
+            assert names == (expected | {"tether-bridge-lead"} if lead else expected)
         # leaving the block stopped the bridge softly: its workers said goodbye
         assert {w.name for w in await store.workers()} == set()
         counts = await store.counts()
