@@ -585,3 +585,17 @@ async def test_two_stores_racing_on_the_same_tasks_see_no_false_conflicts(
     finally:
         for store in stores:
             await store.aclose()
+
+
+async def test_records_lists_one_state_in_ingest_order(store: Store) -> None:
+    for n in range(5):
+        await drive_to(store, f"d{n}", S.DEAD)
+        await drive_to(store, f"p{n}", S.PENDING)
+    dead = await store.records(S.DEAD)
+    assert [r.task.id for r in dead] == [f"d{n}" for n in range(5)]
+    assert all(r.state is S.DEAD and r.reason == "test: sent to dead" for r in dead)
+    newest = await store.records(S.DEAD, limit=2, newest_first=True)
+    assert [r.task.id for r in newest] == ["d4", "d3"]
+    assert [r.task.id for r in await store.records(S.PENDING, limit=1)] == ["p0"]
+    assert await store.records(S.CLAIMED) == []
+    assert dead[0] == await store.get("d0")

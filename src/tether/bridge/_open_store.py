@@ -20,6 +20,7 @@ from typing import Any
 
 import trio
 
+from ._config import ConfigError
 from ._postgres_dsn import dsn_has_password, is_postgres_dsn, redact_dsn
 from ._sqlite import Synchronous
 from ._store import Store
@@ -27,8 +28,10 @@ from ._store import Store
 log = logging.getLogger("tether.bridge.store")
 
 
-class StoreConfigError(ValueError):
-    """The store setting (path, URL, password file, schema) is unusable; says which and why."""
+class StoreConfigError(ConfigError):
+    """The store setting (path, URL, password file, schema) is unusable; says which and why.
+
+    A ``ConfigError``, so the CLI reports it in one line and exits 2 like any bad setting."""
 
 
 def read_password_file(path: Path) -> str:

@@ -622,22 +622,18 @@ class PostgresStore:
 
         def op(conn: Conn) -> TaskRecord | None:
             row = conn.execute(sql, {"id": id}).fetchone()
-            if row is None:
-                return None
-            owner, attempt, lease_until, result, reason, created_at, updated_at = row[6:]
-            return TaskRecord(
-                _task(row),
-                CustodyState(row[5]),
-                owner,
-                attempt,
-                lease_until,
-                None if result is None else _decode(result),
-                reason,
-                created_at,
-                updated_at,
-            )
+            return None if row is None else _record(row)
 
         return await self._run(op)
+
+    async def records(
+        self, state: CustodyState, *, limit: int = 20, newest_first: bool = False
+    ) -> Sequence[TaskRecord]:
+        state = CustodyState(state)
+        _check_limit(limit)
+        sql = self._sql.records_newest if newest_first else self._sql.records_oldest
+        params = {"state": state.value, "limit": limit}
+        return await self._run(lambda conn: [_record(r) for r in conn.execute(sql, params)])
 
     async def counts(self) -> Mapping[CustodyState, int]:
         sql = self._sql.counts
@@ -989,6 +985,20 @@ class _Sql:
         return f"SELECT {_RECORD_COLS} FROM {self.s}.tasks t WHERE t.id = %(id)s"
 
     @property
+    def records_oldest(self) -> str:
+        return (
+            f"SELECT {_RECORD_COLS} FROM {self.s}.tasks t WHERE t.state = %(state)s "
+            "ORDER BY t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def records_newest(self) -> str:
+        return (
+            f"SELECT {_RECORD_COLS} FROM {self.s}.tasks t WHERE t.state = %(state)s "
+            "ORDER BY t.seq DESC LIMIT %(limit)s"
+        )
+
+    @property
     def counts(self) -> str:
         return f"SELECT state, count(*) FROM {self.s}.tasks GROUP BY state"
 
@@ -1015,6 +1025,21 @@ def _task(row: Sequence[Any]) -> Task:
         room=row[2],
         priority=_RANK_PRIORITY[row[3]],
         headers=structure(json.loads(row[4]), dict[str, str]),
+    )
+
+
+def _record(row: Sequence[Any]) -> TaskRecord:
+    owner, attempt, lease_until, result, reason, created_at, updated_at = row[6:13]
+    return TaskRecord(
+        _task(row),
+        CustodyState(row[5]),
+        owner,
+        attempt,
+        lease_until,
+        None if result is None else _decode(result),
+        reason,
+        created_at,
+        updated_at,
     )
 
 

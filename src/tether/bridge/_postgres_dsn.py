@@ -1,4 +1,4 @@
-"""PostgreSQL connection strings: tell them apart from paths, and never show a password.
+"""PostgreSQL settings: tell a DSN from a path, never show a password, check schema names.
 
 A DSN may carry a password (``postgresql://u:secret@h/db`` or ``password=secret``). Anything
 tether logs or puts in an error message goes through ``redact_dsn`` first.
@@ -68,3 +68,17 @@ def redact_dsn(dsn: str) -> str:
     if port:
         where += f":{port}"
     return f"postgresql://{where}/{parts.get('dbname') or ''}"
+
+
+SCHEMA_RULE: Final = "[a-z_][a-z0-9_]{0,47}"
+_SCHEMA_RE: Final = re.compile(SCHEMA_RULE)
+
+
+def check_schema(name: object) -> str:
+    """Return ``name`` if it is a schema name tether accepts (lower case, no quoting needed)."""
+    if not isinstance(name, str) or _SCHEMA_RE.fullmatch(name) is None or name.startswith("pg_"):
+        raise ValueError(
+            f"PostgreSQL schema name must match {SCHEMA_RULE} (lower-case letters, digits and _, "
+            f"not starting with a digit or pg_, at most 48 characters); got {name!r:.80}"
+        )
+    return name

@@ -14,11 +14,12 @@ several independent stores (and each test its own).
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 import psycopg
 
+from ._postgres_dsn import SCHEMA_RULE as SCHEMA_RULE
+from ._postgres_dsn import check_schema as check_schema
 from ._sqlite_schema import SchemaTooNew
 
 MIGRATIONS: Final[tuple[str, ...]] = (
@@ -77,19 +78,6 @@ MIGRATIONS: Final[tuple[str, ...]] = (
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
-
-SCHEMA_RULE: Final = "[a-z_][a-z0-9_]{0,47}"
-_SCHEMA_RE: Final = re.compile(SCHEMA_RULE)
-
-
-def check_schema(name: object) -> str:
-    """Return ``name`` if it is a schema name tether accepts (lower case, no quoting needed)."""
-    if not isinstance(name, str) or _SCHEMA_RE.fullmatch(name) is None or name.startswith("pg_"):
-        raise ValueError(
-            f"PostgreSQL schema name must match {SCHEMA_RULE} (lower-case letters, digits and _, "
-            f"not starting with a digit or pg_, at most 48 characters); got {name!r:.80}"
-        )
-    return name
 
 
 class NoSuchStore(LookupError):
