@@ -3,31 +3,33 @@ setting's form, and the refusals that must happen before any connection is tried
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
 from tether.bridge import SqliteStore, StoreConfigError, Task, open_store, redact_dsn
-from tether.bridge._open_store import add_store_arguments, open_store_from_args
+from tether.bridge._config import ConfigError, load_config
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser()
-    add_store_arguments(parser, default="data/custody.db")
-    return parser
-
-
-async def test_a_path_opens_sqlite_through_the_cli_options(tmp_path: Path) -> None:
-    args = _parser().parse_args(["--store", str(tmp_path / "c.db")])
-    store = await open_store_from_args(args, lease_s=5.0)
+async def test_the_bridge_settings_name_the_store_and_its_password_file(
+    tmp_path: Path,
+) -> None:
+    config = load_config(
+        flags={"store": str(tmp_path / "c.db")},
+        environ={"TETHER_STORE_PASSWORD_FILE": "/etc/pw", "TETHER_STORE_SCHEMA": "chat_1"},
+    )
+    assert (config.store_password_file, config.store_schema) == (Path("/etc/pw"), "chat_1")
+    assert load_config(environ={}).store_schema == "tether"
+    with pytest.raises(ConfigError, match="store_schema"):
+        load_config(flags={"store_schema": "Bad-Name"}, environ={})
+    assert load_config(flags={"store": "host=db dbname=chat"}, environ={}).store_is_url
+    store = await open_store(config.store, lease_s=5.0)
     try:
         assert isinstance(store, SqliteStore)
         assert store.lease_s == 5.0
         assert await store.ingest(Task("t1", "hi"))
     finally:
         await store.aclose()
-    assert _parser().parse_args([]).store == "data/custody.db"
 
 
 @pytest.mark.parametrize(

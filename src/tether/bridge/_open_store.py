@@ -9,7 +9,6 @@ Messages name the database with ``redact_dsn``, never the raw string.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import stat
@@ -119,33 +118,3 @@ async def open_store(
     sqlite = await SqliteStore.open(target, synchronous=synchronous, **common, **options)
     log.info("custody store: SQLite %s", target)
     return sqlite
-
-
-def add_store_arguments(parser: argparse.ArgumentParser, *, default: str) -> None:
-    """Add ``--store``, ``--store-password-file`` and ``--store-schema`` to a command."""
-    parser.add_argument(
-        "--store",
-        default=default,
-        metavar="PATH_OR_URL",
-        help="custody store: a SQLite file path, or postgresql://user@host:port/db "
-        f"(default: {default})",
-    )
-    parser.add_argument(
-        "--store-password-file",
-        type=Path,
-        metavar="FILE",
-        help="PostgreSQL password, one line in a 0600 file (else PGPASSWORD or ~/.pgpass)",
-    )
-    parser.add_argument(
-        "--store-schema",
-        default="tether",
-        metavar="NAME",
-        help="PostgreSQL schema holding the tables (default: tether)",
-    )
-
-
-async def open_store_from_args(args: argparse.Namespace, **options: Any) -> Store:
-    """``open_store`` with the settings ``add_store_arguments`` parsed."""
-    return await open_store(
-        args.store, password_file=args.store_password_file, schema=args.store_schema, **options
-    )
