@@ -113,7 +113,11 @@ async def open_runtime(
     try:
         with trio.CancelScope() as immediate:
             graceful = trio.CancelScope()
-            signals = ShutdownSignals(graceful, immediate) if handle_signals else None
+            signals = (
+                ShutdownSignals(graceful, immediate, abort=supervisor.abort)
+                if handle_signals
+                else None
+            )
             with signals.installed() if signals is not None else nullcontext():
                 async with open_nursery_unwrapped() as bg_nursery:
                     runtime = Runtime(
