@@ -409,3 +409,57 @@ async def test_a_worker_can_send_stall_notices_for_its_own_claims(
         await wait_for(lambda: state_is(timed_store, "mine", S.RESULT), within=60)
     assert [id for id, _ in notices] == ["mine"]
     assert 10.0 <= notices[0][1] <= 11.0
+
+
+async def test_a_refused_session_run_is_released_without_burning_an_attempt(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """A ``serial`` agent with a short queue refuses calls (``QueueFull``): that task was never
+    run, so it goes back to pending with the same attempt instead of failing."""
+
+    def factory(session: Session) -> None:
+        @session.on("task", policy="serial", max_queue=1)
+        async def one_at_a_time(task: Task) -> str:
+            await trio.sleep(1)
+            return f"done {task.id}"
+
+    for i in range(6):
+        await timed_store.ingest(Task(f"t{i}", "x"))
+    worker = PoolWorker(timed_store, "w1", factory, concurrency=4)
+    async with running(worker):
+        await wait_for(lambda: _count(timed_store, S.RESULT, 6), within=120)
+    assert worker.failed == 0
+    assert worker.released > 0  # some calls were refused and given back
+    for i in range(6):
+        rec = await timed_store.get(f"t{i}")
+        assert rec is not None
+        assert (rec.state, rec.attempt, rec.reason) == (S.RESULT, 1, None)
+
+
+async def test_an_interrupted_session_run_is_released_without_burning_an_attempt(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    sessions: list[Session] = []
+    runs = 0
+
+    def factory(session: Session) -> None:
+        sessions.append(session)
+
+        @session.on("task")
+        async def slow(task: Task) -> str:
+            nonlocal runs
+            runs += 1
+            await trio.sleep(5)
+            return "finished"
+
+    await timed_store.ingest(Task("t", "x"))
+    worker = PoolWorker(timed_store, "w1", factory)
+    async with running(worker):
+        await wait_for(lambda: state_is(timed_store, "t", S.CLAIMED))
+        await trio.sleep(1)
+        assert sessions[0].interrupt("task") == 1  # HandlerCancelled for the worker's call
+        await wait_for(lambda: state_is(timed_store, "t", S.RESULT))
+    rec = await timed_store.get("t")
+    assert rec is not None
+    assert (rec.attempt, rec.result, rec.reason) == (1, "finished", None)
+    assert (runs, worker.failed, worker.released) == (2, 0, 1)

@@ -10,7 +10,11 @@
   task now belongs to someone else: its run is cancelled and nothing is stored.
 - Outcomes: a reply is stored with ``complete``; an empty reply, a reply of the wrong type or a
   handler crash becomes ``fail`` with the traceback's last line as the reason (repooled with
-  ``attempt + 1``, dead past ``max_attempts``). Nothing is lost silently.
+  ``attempt + 1``, dead past ``max_attempts``). Nothing is lost silently. A call the session
+  refused or cancelled (``QueueFull`` of a ``serial`` agent, ``HandlerDropped``,
+  ``HandlerCancelled`` from an ``interrupt``) never ran to an outcome: the claim is released
+  with the same attempt, and the slot stays taken for ``poll_interval`` so a refusing agent is
+  not hammered.
 - Soft stop (``request_stop()`` or the supervisor's stop): stop claiming, give back unclaimed
   assignments, let the runs in hand finish for ``stop_grace`` seconds, then cancel them and
   ``release`` their claims (back to pending without burning an attempt). A hard cancel also
@@ -28,6 +32,7 @@ import attrs
 import trio
 
 from .._session import Session, open_session
+from .._session_types import HandlerCancelled, HandlerDropped, QueueFull
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._custody import Claim, CustodyState, StaleLease, Task, check_worker
 from ._pool_liveness import DEFAULT_MAX_SKEW, check_seconds, live_lead
@@ -39,6 +44,10 @@ log = logging.getLogger("tether.bridge.pool.worker")
 
 RELEASE_TIMEOUT: Final = 5.0
 """Seconds a worker spends giving its claims back when it is cancelled (shielded)."""
+
+NOT_RUN: Final = (QueueFull, HandlerDropped, HandlerCancelled)
+"""What ``session.call`` raises when the session refused or cancelled the run: not a failure
+of the task, so its claim is released without burning an attempt."""
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -221,6 +230,14 @@ class PoolWorker:
                 )
 
     async def _run_claim(self, session: Session, claim: Claim, slots: trio.Semaphore) -> None:
+        try:
+            if not await self._run_entry(session, claim):
+                await trio.sleep(self.poll_interval)  # the agent refused: don't hammer it
+        finally:
+            slots.release()
+
+    async def _run_entry(self, session: Session, claim: Claim) -> bool:
+        """Run one claim to its stored outcome; ``False`` if the session did not run it."""
         id = claim.task.id
         entry = _Active(claim)
         self._active[id] = entry
@@ -228,6 +245,10 @@ class PoolWorker:
             with entry.scope:
                 try:
                     reply = reply_of(await session.call(TASK_EVENT, claim.task), id)
+                except NOT_RUN as exc:
+                    log.info("worker %s: task %s was not run: %s", self.name, id, exc)
+                    await self._release(entry)
+                    return False
                 except Exception as exc:
                     await self._fail(entry, exc)
                 else:
@@ -238,7 +259,7 @@ class PoolWorker:
             raise
         finally:
             del self._active[id]
-            slots.release()
+        return True
 
     async def _complete(self, entry: _Active, reply: Reply) -> None:
         entry.finishing = True
@@ -288,6 +309,7 @@ class PoolWorker:
         except StaleLease as exc:
             self._lose(entry, exc)
             return
+        entry.settled = True
         self.released += 1
         log.info("worker %s: released task %s unfinished", self.name, entry.claim.task.id)
 
