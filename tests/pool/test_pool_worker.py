@@ -24,7 +24,7 @@ from tether.bridge import (
 )
 
 from .conftest import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
-from .pool_support import wait_for
+from .pool_support import FakeClock, wait_for
 
 S = CustodyState
 
@@ -463,3 +463,44 @@ async def test_an_interrupted_session_run_is_released_without_burning_an_attempt
     assert rec is not None
     assert (rec.attempt, rec.result, rec.reason) == (1, "finished", None)
     assert (runs, worker.failed, worker.released) == (2, 0, 1)
+
+
+async def test_a_worker_reclaiming_its_own_expired_task_keeps_only_the_new_attempt(
+    store: SqliteStore, fake_clock: FakeClock
+) -> None:
+    """Its lease ran out while the run stalled; the reconciler repooled the task and the same
+    worker claimed attempt 2. The stale run is dropped, attempt 2 stays in hand (and renewed),
+    and the worker service survives both runs ending."""
+    gates: list[trio.Event] = []
+
+    async def stalls(task: Task) -> str:
+        gate = trio.Event()
+        gates.append(gate)
+        await gate.wait()
+        return f"reply {len(gates)}"
+
+    async def runs(n: int) -> bool:
+        return len(gates) >= n
+
+    await store.ingest(Task("t", "x"))
+    worker = PoolWorker(store, "w1", agent(stalls), heartbeat_interval=5, poll_interval=0.01)
+    async with running(worker):
+        await wait_for(lambda: runs(1), step=0.01)
+        fake_clock.advance(LEASE_S * 3)  # attempt 1's lease ran out
+        [expiry] = (await Reconciler(store).run_once()).repooled
+        assert expiry.attempt == 1
+        await wait_for(lambda: runs(2), step=0.01)  # w1 claimed attempt 2
+        await trio.sleep(0.1)
+        assert [(c.task.id, c.attempt) for c in worker.in_hand] == [("t", 2)]
+        assert worker.lost == 1  # the stale run was told at once
+        gates[0].set()  # the stale run returns (its reply must not be stored)
+        await trio.sleep(0.1)
+        assert [(c.task.id, c.attempt) for c in worker.in_hand] == [("t", 2)]
+        renewed = await store.renew(worker.in_hand[0])  # attempt 2's lease is still live
+        assert renewed.attempt == 2
+        gates[1].set()
+        await wait_for(lambda: state_is(store, "t", S.RESULT), step=0.01)
+    rec = await store.get("t")
+    assert rec is not None
+    assert (rec.attempt, rec.result) == (2, "reply 2")
+    assert (worker.completed, worker.lost) == (1, 1)

@@ -100,7 +100,9 @@ class PoolWorker:
     lost: int = attrs.field(init=False, default=0)
     """Claims the worker lost to fencing (its lease expired and someone else holds the task)."""
     leaderless: bool = attrs.field(init=False, default=False)
-    _active: dict[str, _Active] = attrs.field(init=False, factory=dict)
+    _active: dict[_Active, None] = attrs.field(init=False, factory=dict)
+    """The runs in hand, keyed by entry: the same task id may come back as a new attempt while
+    its stale run is still unwinding."""
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
     _interval: float = attrs.field(init=False, default=0.0)
     _stopping: bool = attrs.field(init=False, default=False)
@@ -138,7 +140,7 @@ class PoolWorker:
     @property
     def in_hand(self) -> list[Claim]:
         """The claims this worker is working on now."""
-        return [a.claim for a in self._active.values()]
+        return [a.claim for a in self._active if not a.lost]
 
     def now(self) -> float:
         return (self.clock or self.store.clock)()
@@ -240,7 +242,10 @@ class PoolWorker:
         """Run one claim to its stored outcome; ``False`` if the session did not run it."""
         id = claim.task.id
         entry = _Active(claim)
-        self._active[id] = entry
+        for old in [a for a in self._active if a.claim.task.id == id]:
+            # the store handed the task out again, so every older attempt here is fenced out
+            self._lose(old, StaleLease(f"task {id!r} was claimed again as attempt {claim.attempt}"))
+        self._active[entry] = None
         try:
             with entry.scope:
                 try:
@@ -258,7 +263,7 @@ class PoolWorker:
                 await self._release(entry)
             raise
         finally:
-            del self._active[id]
+            del self._active[entry]
         return True
 
     async def _complete(self, entry: _Active, reply: Reply) -> None:
@@ -325,7 +330,7 @@ class PoolWorker:
             await trio.sleep(self._interval)
             async with trio.open_nursery() as nursery:  # one writer batch
                 nursery.start_soon(self._beat)
-                for entry in list(self._active.values()):
+                for entry in list(self._active):
                     nursery.start_soon(self._renew, entry)
 
     async def _beat(self) -> None:
