@@ -7,6 +7,8 @@ reconciler. Time is a ``FakeClock`` the store reads; nothing here sleeps.
 
 from __future__ import annotations
 
+import json
+import re
 from functools import partial
 from typing import Any
 
@@ -19,6 +21,7 @@ from tether.bridge import (
     Claim,
     CustodyConflict,
     CustodyState,
+    InvalidTask,
     InvalidTaskId,
     InvalidWorkerName,
     Reconciler,
@@ -543,3 +546,22 @@ async def test_prune_delivered_keeps_everything_else(store: Store, fake_clock: F
     fake_clock.advance(100)
     assert await store.prune_delivered(fake_clock.now) == 1
     assert (await store.counts())[S.DEAD] == 1  # dead letters are never pruned
+
+
+async def test_text_that_is_not_valid_unicode_is_refused_with_nothing_stored(
+    store: Store,
+) -> None:
+    lone = json.loads('"hi \\ud800 there"')  # valid JSON, but half a surrogate pair
+    with pytest.raises(InvalidTask, match=re.escape("body of task 't1' contains a lone surrogate")):
+        await store.ingest(Task("t1", lone))
+    with pytest.raises(InvalidTask, match="room"):
+        Task("t1", "hi", room=lone)
+    assert await store.state("t1") is None
+    claim = await drive_to(store, "t2", S.CLAIMED)
+    assert claim is not None
+    with pytest.raises(InvalidTask, match="result of task 't2' contains a lone surrogate"):
+        await store.complete(claim, lone)
+    assert await store.state("t2") is S.CLAIMED
+    pair = "rocket \U0001f680"  # a real astral character (a pair in JSON) is fine
+    await store.complete(claim, pair)
+    assert (await store.ready_results())[0].body == pair

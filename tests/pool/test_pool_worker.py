@@ -504,3 +504,47 @@ async def test_a_worker_reclaiming_its_own_expired_task_keeps_only_the_new_attem
     assert rec is not None
     assert (rec.attempt, rec.result) == (2, "reply 2")
     assert (worker.completed, worker.lost) == (1, 1)
+
+
+async def test_a_reply_the_store_refuses_is_a_failure_and_the_worker_carries_on(
+    tmp_path: Path, mock_clock: StoreAwareClock
+) -> None:
+    async def replies(task: Task) -> str:
+        if task.id == "big":
+            return "x" * 1001  # over the store's max_body_bytes
+        if task.id == "surrogate":
+            return "half a pair: \ud800"  # not encodable as UTF-8
+        if task.id == "bad-error":
+            raise ValueError("half a pair: \udfff")  # the reason must still be stored
+        await trio.sleep(3)  # a sibling run in hand meanwhile
+        return "fine"
+
+    store = await SqliteStore.open(
+        tmp_path / "small.db",
+        clock=trio.current_time,
+        lease_s=LEASE_S,
+        max_attempts=MAX_ATTEMPTS,
+        max_body_bytes=1000,
+        synchronous="NORMAL",
+    )
+    try:
+        for id in ("slow", "big", "surrogate", "bad-error"):
+            await store.ingest(Task(id, "x"))
+        worker = PoolWorker(store, "w1", agent(replies))
+        async with running(worker):
+            await wait_for(lambda: _count(store, S.DEAD, 3))
+            await wait_for(lambda: state_is(store, "slow", S.RESULT))
+        big, surrogate = await store.get("big"), await store.get("surrogate")
+        assert big is not None
+        assert surrogate is not None
+        assert big.reason is not None
+        assert "BodyTooLarge: result of task 'big' is 1001 bytes" in big.reason
+        assert surrogate.reason is not None
+        assert "lone surrogate" in surrogate.reason
+        bad_error = await store.get("bad-error")
+        assert bad_error is not None
+        assert bad_error.reason is not None
+        assert bad_error.reason.endswith("ValueError: half a pair: \\udfff")
+        assert (worker.completed, worker.failed) == (1, 3 * MAX_ATTEMPTS)
+    finally:
+        await store.aclose()

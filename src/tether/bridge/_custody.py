@@ -141,9 +141,23 @@ def check_priority(value: object) -> str:
     return value
 
 
+def check_text(value: str, what: str) -> bytes:
+    """``value`` as UTF-8, or ``InvalidTask`` naming the first lone surrogate (JSON can carry
+    ``"\\ud800"``, but no store or gateway can encode it)."""
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        raise InvalidTask(
+            f"{what} contains a lone surrogate {bad!r} at index {exc.start}; "
+            "text must be valid Unicode (encodable as UTF-8)"
+        ) from None
+
+
 def check_body(value: str, limit: int, what: str = "task body") -> str:
-    """Refuse a body over ``limit`` UTF-8 bytes (the store's configured size limit)."""
-    size = len(value.encode("utf-8", "surrogatepass"))
+    """Refuse a body over ``limit`` UTF-8 bytes (the store's configured size limit), or one
+    that is not valid Unicode."""
+    size = len(check_text(value, what))
     if size > limit:
         raise BodyTooLarge(f"{what} is {size} bytes; the limit is {limit} bytes")
     return value
@@ -174,6 +188,7 @@ def _room_validator(_inst: Any, _attr: Any, value: Any) -> None:
             f"room must be None or a non-empty str of at most {MAX_ROOM_CHARS} characters "
             f"without NUL; got {value!r:.80}"
         )
+    check_text(value, "room")
 
 
 def _headers_validator(_inst: Any, _attr: Any, value: Any) -> None:

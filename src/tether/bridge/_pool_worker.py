@@ -8,8 +8,9 @@
 - Leases: a heartbeat every ``heartbeat_interval`` beats and renews every claim in hand (one
   concurrent batch, so the store commits them together). A renew that is fenced out means the
   task now belongs to someone else: its run is cancelled and nothing is stored.
-- Outcomes: a reply is stored with ``complete``; an empty reply, a reply of the wrong type or a
-  handler crash becomes ``fail`` with the traceback's last line as the reason (repooled with
+- Outcomes: a reply is stored with ``complete``; an empty reply, a reply of the wrong type, a
+  reply the store refuses (over its size limit, not valid Unicode) or a handler crash becomes
+  ``fail`` with the traceback's last line as the reason (repooled with
   ``attempt + 1``, dead past ``max_attempts``). Nothing is lost silently. A call the session
   refused or cancelled (``QueueFull`` of a ``serial`` agent, ``HandlerDropped``,
   ``HandlerCancelled`` from an ``interrupt``) never ran to an outcome: the claim is released
@@ -34,7 +35,7 @@ import trio
 from .._session import Session, open_session
 from .._session_types import HandlerCancelled, HandlerDropped, QueueFull
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
-from ._custody import Claim, CustodyState, StaleLease, Task, check_worker
+from ._custody import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
 from ._pool_liveness import DEFAULT_MAX_SKEW, check_seconds, live_lead
 from ._pool_stall import Notify, StallWatcher
 from ._pool_stop import StopSignal
@@ -51,8 +52,11 @@ of the task, so its claim is released without burning an attempt."""
 
 
 def failure_reason(exc: BaseException) -> str:
-    """The last line of ``exc``'s traceback (``"ValueError: boom"``): what a dead task shows."""
-    return traceback.format_exception_only(type(exc), exc)[-1].strip() or type(exc).__name__
+    """The last line of ``exc``'s traceback (``"ValueError: boom"``): what a dead task shows.
+
+    Lone surrogates are escaped (``\\ud800``) so the store can always record it."""
+    line = traceback.format_exception_only(type(exc), exc)[-1].strip() or type(exc).__name__
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @attrs.define(eq=False)
@@ -272,6 +276,9 @@ class PoolWorker:
             await self.store.complete(entry.claim, reply.body, no_send=reply.no_send)
         except StaleLease as exc:
             self._lose(entry, exc)
+            return
+        except InvalidTask as exc:  # the store refused the reply (too large, not Unicode)
+            await self._fail(entry, exc)
             return
         entry.settled = True
         self.completed += 1
