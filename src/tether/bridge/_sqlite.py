@@ -132,8 +132,10 @@ class SqliteStore:
             return [
                 conn.execute(
                     f"INSERT INTO tasks ({_TASK_COLS}, state, attempt, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, 'pending', 1, ?, ?) ON CONFLICT (id) DO NOTHING",
-                    row,
+                    "SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ? "
+                    "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
+                    "ON CONFLICT (id) DO NOTHING",
+                    (*row, row[0]),
                 ).rowcount
                 == 1
                 for row in rows
@@ -157,9 +159,28 @@ class SqliteStore:
             raise ValueError(f"limit must be an int >= 1, got {limit!r}")
 
         def op(conn: sqlite3.Connection) -> int:
-            return conn.execute(
+            gone = conn.execute(
                 "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks "
-                "WHERE state = 'delivered' AND updated_at < ? LIMIT ?)",
+                "WHERE state = 'delivered' AND updated_at < ? LIMIT ?) RETURNING id, updated_at",
+                (before, limit),
+            ).fetchall()
+            conn.executemany(
+                "INSERT INTO tombstones (id, delivered_at) VALUES (?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET delivered_at = excluded.delivered_at",
+                gone,
+            )
+            return len(gone)
+
+        return await self._writer.run(op)
+
+    async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM tombstones WHERE id IN (SELECT id FROM tombstones "
+                "WHERE delivered_at < ? ORDER BY delivered_at LIMIT ?)",
                 (before, limit),
             ).rowcount
 

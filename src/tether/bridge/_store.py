@@ -97,7 +97,8 @@ class Store(Protocol):
     async def aclose(self) -> None: ...
 
     async def ingest(self, task: Task) -> bool:
-        """Store ``task`` as pending. ``False`` for a replay: nothing changes, in any state."""
+        """Store ``task`` as pending. ``False`` for a replay: nothing changes, in any state,
+        and also for an id whose delivered row was pruned while its tombstone is kept."""
         ...
 
     async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
@@ -109,8 +110,15 @@ class Store(Protocol):
 
     async def prune_delivered(self, before: float, *, limit: int = ...) -> int:
         """Delete up to ``limit`` tasks delivered before ``before`` (store clock); dead tasks
-        are never pruned. Keep the retention longer than the gateway's replay window: a replay
-        of a pruned id would be ingested as new."""
+        are never pruned. In the same transaction each deleted id leaves a tombstone (the id and
+        its delivery time, nothing else), so a late replay of it is still refused by
+        ``ingest``. Returns how many tasks were deleted."""
+        ...
+
+    async def prune_tombstones(self, before: float, *, limit: int = ...) -> int:
+        """Delete up to ``limit`` tombstones of tasks delivered before ``before`` (store clock);
+        from then on such an id is ingested as a new task. Keep this retention longer than the
+        gateway's replay window. Returns how many were deleted."""
         ...
 
     async def pending(self, *, limit: int = ...) -> Sequence[Task]:
