@@ -96,6 +96,7 @@ async def test_leaderless_fallback_follows_the_leads_beat(
     await timed_store.assign("mine", "w1")
     await timed_store.ingest(Task("theirs", "x"))
     await timed_store.assign("theirs", "w2")
+    await timed_store.beat("w2", "worker", 4)  # alive: its assignment is its own
     worker = PoolWorker(timed_store, "w1", echo.factory, lead_dead_after=10.0)
     async with running(worker):
         await wait_for(lambda: state_is(timed_store, "mine", S.RESULT))
@@ -548,3 +549,35 @@ async def test_a_reply_the_store_refuses_is_a_failure_and_the_worker_carries_on(
         assert (worker.completed, worker.failed) == (1, 3 * MAX_ATTEMPTS)
     finally:
         await store.aclose()
+
+
+async def _keep_beating(store: SqliteStore, name: str) -> None:
+    while True:
+        await store.beat(name, "worker", 4)
+        await trio.sleep(1)
+
+
+async def test_a_leaderless_worker_returns_a_dead_workers_assignments_to_the_pool(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """The lead assigned to a worker, then both died: without a lead nobody else would ever
+    give that assignment back. A leaderless worker does the lead's dead-worker duty (back to
+    pending, then claimed like any pending task); a live worker's assignment stays put."""
+    await timed_store.beat("dead", "worker", 4)
+    await timed_store.ingest(Task("stranded", "x"))
+    await timed_store.assign("stranded", "dead")
+    await timed_store.ingest(Task("theirs", "x"))
+    await timed_store.assign("theirs", "alive")
+    await trio.sleep(60)  # "dead" beat a minute ago; no lead ever beat
+    worker = PoolWorker(timed_store, "w1", echo.factory, lead_dead_after=10.0)
+    await timed_store.beat("alive", "worker", 4)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_keep_beating, timed_store, "alive")
+        async with running(worker):
+            await wait_for(lambda: state_is(timed_store, "stranded", S.RESULT))
+            await trio.sleep(5)  # several more beats
+            assert await timed_store.state("theirs") is S.ASSIGNED
+        nursery.cancel_scope.cancel()
+    rec = await timed_store.get("stranded")
+    assert rec is not None
+    assert (rec.owner, rec.attempt) == ("w1", 1)

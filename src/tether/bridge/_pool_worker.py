@@ -1,8 +1,10 @@
 """A pool worker: claims tasks, runs each through its agent session, stores the outcome.
 
 - Claims: its own assignments first; pending tasks only while no lead is alive (leaderless
-  mode, judged from the beats the worker reads back with its own). It never touches another
-  worker's assignment or claim: the store's claim query cannot return them.
+  mode, judged from the beats the worker reads back with its own). It never claims another
+  worker's assignment or claim: the store's claim query cannot return them. While leaderless
+  it does the lead's dead-worker duty on each beat: assignments of a worker that is not alive
+  go back to pending (never straight to itself), or they would wait for a lead forever.
 - Concurrency: at most ``concurrency`` claims at once (a semaphore held from claim to outcome),
   so the worker never holds a lease it is not working on.
 - Leases: a heartbeat every ``heartbeat_interval`` beats and renews every claim in hand (one
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 import attrs
@@ -36,10 +38,10 @@ from .._session import Session, open_session
 from .._session_types import HandlerCancelled, HandlerDropped, QueueFull
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._custody import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
-from ._pool_liveness import DEFAULT_MAX_SKEW, check_seconds, live_lead
+from ._pool_liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._pool_stall import Notify, StallWatcher
 from ._pool_stop import StopSignal
-from ._store import Store
+from ._store import Store, WorkerInfo
 
 log = logging.getLogger("tether.bridge.pool.worker")
 
@@ -85,7 +87,8 @@ class PoolWorker:
     poll_interval: float = 0.2
     """Seconds to wait after finding nothing to claim."""
     lead_dead_after: float = 10.0
-    """The lead counts as dead (go leaderless) after this long without a beat."""
+    """The lead counts as dead (go leaderless) after this long without a beat; so does, while
+    leaderless, another worker holding assignments (they go back to pending)."""
     max_skew: float = DEFAULT_MAX_SKEW
     stop_grace: float = 4.0
     """Seconds the runs in hand get after a soft stop before they are cancelled and released.
@@ -352,6 +355,23 @@ class PoolWorker:
                 "no live lead; claiming pending tasks directly" if leaderless else "lead is back",
             )
         self.leaderless = leaderless
+        if leaderless and not self._stopping:
+            await self._return_dead_assignments(members)
+
+    async def _return_dead_assignments(self, members: Sequence[WorkerInfo]) -> None:
+        now = self.now()
+        alive = {m.name for m in members if is_alive(m, now, self.lead_dead_after, self.max_skew)}
+        view = await self.store.pool_view(pending_limit=1)
+        for owner in sorted({a.worker for a in view.assigned} - alive - {self.name}):
+            returned = await self.store.return_assignments(owner)
+            if returned:
+                log.warning(
+                    "worker %s (no live lead): returned %d assignment(s) of dead worker %s "
+                    "to pending",
+                    self.name,
+                    len(returned),
+                    owner,
+                )
 
     async def _renew(self, entry: _Active) -> None:
         if entry.lost or entry.finishing:
