@@ -269,3 +269,24 @@ async def test_a_worker_that_reclaims_after_its_lease_expired_is_fenced_by_attem
     assert (rec.state, rec.owner, rec.attempt) == (S.CLAIMED, "w", 2)
     await store.complete(second, "attempt 2's reply")
     assert (await store.ready_results())[0].body == "attempt 2's reply"
+
+
+async def test_pool_view_can_skip_the_pending_tasks_of_given_rooms(store: Store) -> None:
+    await store.ingest(Task("a1", "x", room="a"))
+    await store.ingest(Task("b1", "x", room="b"))
+    await store.ingest(Task("n1", "x"))
+    await store.ingest(Task("a2", "x", room="a"))
+    await store.ingest(Task("c1", "x", room="c"))
+    assert await store.claim("wa", leaderless=True) is not None  # a1: room "a" is wa's now
+    view = await store.pool_view(skip_rooms=["a", "c"])
+    assert [t.id for t in view.pending] == ["b1", "n1"]
+    assert view.rooms == {}  # only the rooms of the pending tasks read
+    view = await store.pool_view(pending_limit=2, skip_rooms=("b",))
+    assert [t.id for t in view.pending] == ["n1", "a2"]
+    assert view.rooms == {"a": "wa"}
+    assert [t.id for t in (await store.pool_view(skip_rooms=())).pending] == [
+        "b1",
+        "n1",
+        "a2",
+        "c1",
+    ]

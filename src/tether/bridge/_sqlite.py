@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -258,18 +258,24 @@ class SqliteStore:
 
         return await self._writer.run(op)
 
-    async def pool_view(self, *, pending_limit: int = 1000) -> PoolView:
+    async def pool_view(
+        self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
+    ) -> PoolView:
         if not (isinstance(pending_limit, int) and pending_limit >= 1):
             raise ValueError(f"pending_limit must be an int >= 1, got {pending_limit!r}")
+        if isinstance(skip_rooms, str) or not all(isinstance(r, str) for r in skip_rooms):
+            raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
+        skip = json.dumps(sorted(skip_rooms))
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> PoolView:
             pending = [
                 _task(r)
                 for r in conn.execute(
-                    f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' "
+                    f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' AND (room IS NULL "
+                    "OR room NOT IN (SELECT value FROM json_each(?))) "
                     "ORDER BY priority, rowid LIMIT ?",
-                    (pending_limit,),
+                    (skip, pending_limit),
                 )
             ]
             rooms: dict[str, str] = {}

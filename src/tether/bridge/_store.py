@@ -9,7 +9,7 @@ every implementation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -69,7 +69,8 @@ class PoolView:
     claims: Mapping[str, int]
     """Claimed tasks per worker (a worker absent here holds none)."""
     pending: tuple[Task, ...]
-    """Pending tasks in assignment order (priority, then age), at most ``pending_limit``."""
+    """Pending tasks in assignment order (priority, then age), at most ``pending_limit``, none
+    of a room in ``skip_rooms``."""
     rooms: Mapping[str, str]
     """For the rooms of ``pending``: the worker that last took a task of that room."""
 
@@ -148,8 +149,13 @@ class Store(Protocol):
         Used for a dead worker and by a worker that stops; claims are never touched."""
         ...
 
-    async def pool_view(self, *, pending_limit: int = ...) -> PoolView:
-        """Workers, assignments, claim counts, pending tasks and room affinity, consistently."""
+    async def pool_view(
+        self, *, pending_limit: int = ..., skip_rooms: Collection[str] = ...
+    ) -> PoolView:
+        """Workers, assignments, claim counts, pending tasks and room affinity, consistently.
+
+        ``pending`` leaves out the tasks of ``skip_rooms`` (default none): the lead reads past
+        rooms whose keeper is full instead of stopping at them."""
         ...
 
     async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
