@@ -90,6 +90,16 @@ _TASK_ID_RE: Final = re.compile(TASK_ID_RULE)
 _WORKER_RE: Final = re.compile(WORKER_RULE)
 MAX_ROOM_CHARS: Final = 256
 
+MAX_BODY_BYTES: Final = 1 << 20
+"""The one limit on a task body or result (UTF-8 bytes): the custody store's default, and what
+the gateway's request limit is sized from, so every stored result can be delivered."""
+JSON_ESCAPE_FACTOR: Final = 6
+"""The most bytes JSON spends on one byte of UTF-8 text: a control character is ``\\u0001``."""
+ENVELOPE_BYTES: Final = 64 * 1024
+"""Room for everything around a body in a request (id, flags, metadata) with plenty to spare."""
+MAX_REQUEST_BYTES: Final = MAX_BODY_BYTES * JSON_ESCAPE_FACTOR + ENVELOPE_BYTES
+"""The gateway's default request limit: a ``MAX_BODY_BYTES`` body JSON-escaped, plus envelope."""
+
 
 def check_task_id(value: object) -> str:
     """Return ``value`` if it is a valid task id, else raise ``InvalidTaskId`` naming the rule."""

@@ -21,6 +21,7 @@ import attrs
 from .._converter import structure, unstructure
 from ._custody import (
     IN_CUSTODY,
+    MAX_BODY_BYTES,
     PRIORITY_RANK,
     Claim,
     CustodyConflict,
@@ -77,7 +78,7 @@ class SqliteStore:
         clock: Callable[[], float] = time.time,
         lease_s: float = 60.0,
         max_attempts: int = 5,
-        max_body_bytes: int = 1 << 20,
+        max_body_bytes: int = MAX_BODY_BYTES,
         synchronous: Synchronous = "FULL",
         max_batch: int = 512,
         busy_timeout_s: float = 10.0,
