@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 from tether.bridge import CustodyConflict, CustodyState, SchemaTooNew, SqliteStore, Task
+from tether.bridge._custody import MAX_BODY_BYTES
 from tether.bridge._sqlite_schema import SCHEMA_VERSION
 
 from .custody_support import FakeClock
@@ -364,3 +365,9 @@ async def test_a_broken_job_fails_its_callers_instead_of_hanging(tmp_path: Path)
         assert await store.ingest(Task("after", "hi"))
     finally:
         await store.aclose()
+
+
+async def test_the_default_body_limit_is_the_shared_one(tmp_path: Path) -> None:
+    """The gateway's request limit is sized from the same constant (tests/gateway)."""
+    async with await SqliteStore.open(tmp_path / "c.db") as store:
+        assert store.max_body_bytes == MAX_BODY_BYTES
