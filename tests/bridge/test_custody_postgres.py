@@ -296,7 +296,7 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
     s = f'"{schema}"'
     _sql(  # take the schema back to what version 1 created
         postgres_dsn,
-        f"DROP TABLE {s}.workers, {s}.rooms, {s}.stall_notices; "
+        f"DROP TABLE {s}.workers, {s}.rooms, {s}.stall_notices, {s}.tombstones; "
         f"ALTER TABLE {s}.tasks DROP COLUMN no_send; DROP INDEX {s}.tasks_claimed_age; "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )

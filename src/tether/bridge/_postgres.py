@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -358,6 +358,13 @@ class PostgresStore:
             lambda conn: conn.execute(sql, {"before": before, "limit": limit}).rowcount
         )
 
+    async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
+        _check_limit(limit)
+        sql = self._sql.prune_tombstones
+        return await self._run(
+            lambda conn: conn.execute(sql, {"before": before, "limit": limit}).rowcount
+        )
+
     # -- lead ---------------------------------------------------------------------------------
 
     async def pending(self, *, limit: int = 100) -> Sequence[Task]:
@@ -413,17 +420,26 @@ class PostgresStore:
         sql = self._sql.return_assignments
         return await self._run(lambda conn: [r[0] for r in conn.execute(sql, params)])
 
-    async def pool_view(self, *, pending_limit: int = 1000) -> PoolView:
+    async def pool_view(
+        self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
+    ) -> PoolView:
         if not (isinstance(pending_limit, int) and pending_limit >= 1):
             raise ValueError(f"pending_limit must be an int >= 1, got {pending_limit!r}")
+        if isinstance(skip_rooms, str) or not all(isinstance(r, str) for r in skip_rooms):
+            raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
+        skip = sorted(skip_rooms)
         at = self.clock()
         sql = self._sql
+        pending_sql = sql.pending_skipping_rooms if skip else sql.pending
 
         def op(conn: Conn) -> PoolView:
             # one snapshot for every read: a read-only REPEATABLE READ transaction
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
-                pending = [_task(r) for r in conn.execute(sql.pending, {"limit": pending_limit})]
+                pending = [
+                    _task(r)
+                    for r in conn.execute(pending_sql, {"limit": pending_limit, "skip": skip})
+                ]
                 names = sorted({t.room for t in pending if t.room is not None})
                 rooms: dict[str, str] = dict(
                     conn.execute(sql.view_rooms, {"rooms": names}).fetchall()
@@ -717,23 +733,44 @@ class _Sql:
             "SELECT id, body, room, priority, headers, 'pending', 1, %(now)s, %(now)s "
             "FROM unnest(%(ids)s::text[], %(bodies)s::bytea[], %(rooms)s::text[], "
             "%(ranks)s::smallint[], %(headers)s::text[]) WITH ORDINALITY "
-            "AS v (id, body, room, priority, headers, ord) ORDER BY ord "
+            "AS v (id, body, room, priority, headers, ord) "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {self.s}.tombstones b WHERE b.id = v.id) "
+            "ORDER BY ord "
             "ON CONFLICT (id) DO NOTHING RETURNING id) "
             "SELECT id, pg_notify(%(chan)s, 'pending')::text FROM ins"
         )
 
     @property
     def prune(self) -> str:
+        # the deleted rows leave tombstones in the same statement (one transaction)
         return (
-            f"DELETE FROM {self.s}.tasks WHERE id IN (SELECT id FROM {self.s}.tasks "
+            f"WITH gone AS (DELETE FROM {self.s}.tasks WHERE id IN (SELECT id FROM {self.s}.tasks "
             "WHERE state = 'delivered' AND updated_at < %(before)s "
-            "LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+            "LIMIT %(limit)s FOR UPDATE SKIP LOCKED) RETURNING id, updated_at) "
+            f"INSERT INTO {self.s}.tombstones AS b (id, delivered_at) "
+            "SELECT id, updated_at FROM gone "
+            "ON CONFLICT (id) DO UPDATE SET delivered_at = excluded.delivered_at"
+        )
+
+    @property
+    def prune_tombstones(self) -> str:
+        return (
+            f"DELETE FROM {self.s}.tombstones WHERE id IN (SELECT id FROM {self.s}.tombstones "
+            "WHERE delivered_at < %(before)s ORDER BY delivered_at LIMIT %(limit)s)"
         )
 
     @property
     def pending(self) -> str:
         return (
             f"SELECT {_TASK_COLS} FROM {self.s}.tasks t WHERE t.state = 'pending' "
+            "ORDER BY t.priority, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def pending_skipping_rooms(self) -> str:
+        return (
+            f"SELECT {_TASK_COLS} FROM {self.s}.tasks t WHERE t.state = 'pending' "
+            "AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) "
             "ORDER BY t.priority, t.seq LIMIT %(limit)s"
         )
 

@@ -75,6 +75,14 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE {s}.tasks ADD COLUMN no_send boolean NOT NULL DEFAULT false;
     CREATE INDEX tasks_claimed_age ON {s}.tasks (created_at) WHERE state = 'claimed';
     """,
+    # 2 -> 3: ids of delivered tasks whose rows were pruned (a replay stays a replay)
+    """
+    CREATE TABLE {s}.tombstones (
+        id           text PRIMARY KEY,
+        delivered_at double precision NOT NULL
+    );
+    CREATE INDEX tombstones_age ON {s}.tombstones (delivered_at);
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
