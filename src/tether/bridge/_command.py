@@ -56,6 +56,10 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "poll_interval": ("seconds an idle worker waits between claims (default: 0.05)", float),
     "stall_after": ("seconds in custody before a stall notice (default: 300)", float),
     "retention": ("seconds delivered tasks are kept, then pruned (default: 604800)", float),
+    "tombstone_retention": (
+        "seconds a pruned delivered id still counts as a replay (default: 2592000)",
+        float,
+    ),
     "grace": ("seconds a stopping bridge waits for workers to finish (default: 10)", float),
     "status_file": ("write the gateway connection status (JSON) here", Path),
     "synchronous": ("SQLite durability: FULL, NORMAL or EXTRA (default: FULL)", str),

@@ -65,6 +65,9 @@ class BridgeConfig:
     retention: float = 7 * 86_400.0
     """Seconds a delivered task is kept (so a gateway replay of it is recognised), then pruned.
     Keep it longer than the gateway's replay window. Dead tasks are never pruned."""
+    tombstone_retention: float = 30 * 86_400.0
+    """Seconds the id of a pruned delivered task is still recognised as a replay (a tombstone),
+    counted from its delivery; then the tombstone goes too."""
     grace: float = 10.0
     """Seconds a stopping bridge gives workers to finish or release their tasks."""
     status_file: Path | None = None
@@ -206,6 +209,7 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "poll_interval": _seconds(0.005, 60),
     "stall_after": _seconds(0.1, 7 * 86_400),
     "retention": _seconds(60, 366 * 86_400),
+    "tombstone_retention": _seconds(60, 10 * 366 * 86_400),
     "grace": _seconds(0, 3600),
     "status_file": _optional_path,
     "synchronous": _choice("FULL", "NORMAL", "EXTRA"),
