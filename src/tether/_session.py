@@ -705,10 +705,16 @@ async def open_session(
             nursery=nursery,
             registry=registry,
         )
+        if runtime is not None:
+            runtime.directory.add_session(session)
         try:
             yield session
         finally:
-            await session.aclose()
+            try:
+                await session.aclose()
+            finally:
+                if runtime is not None:
+                    runtime.directory.remove_session(session)
     if session._fatal:
         if len(session._fatal) == 1:
             raise session._fatal[0]

@@ -57,7 +57,8 @@ from ._child import (
     restart_wanted,
 )
 from ._intensity import RestartIntensity
-from ._owner import owned_by, start_soon_owned
+from ._directory import current_directory
+from ._owner import current_owner, owned_by, start_soon_owned
 from ._stop import STOP_EVENT
 
 log = logging.getLogger("tether.supervisor")
@@ -261,6 +262,7 @@ class Supervisor:
         inc = Incarnation()
         child.current = inc
         child.running_since = None
+        child.backoff_until = None
         child.state.value = "starting"
         with owned_by(child.spec.name):
             return await self._nursery.start(self._run_incarnation, child, inc, name=child.name)
@@ -375,6 +377,7 @@ class Supervisor:
                 await self._restart_group(child, delay)
                 return
             child.restarts += 1
+            child.backoff_until = trio.current_time() + delay
             child.state.value = "backoff"
             child.pending = own
         await trio.sleep(delay)
@@ -406,8 +409,10 @@ class Supervisor:
             if other is not failed and other.spec.restart == "temporary":
                 other.done = True
         to_start = [c for c in members if not c.done]
+        backoff_until = trio.current_time() + delay
         for c in to_start:
             c.restarts += 1
+            c.backoff_until = backoff_until
             c.state.value = "backoff"
         await trio.sleep(delay)
         for c in to_start:
@@ -489,6 +494,9 @@ async def supervising(supervisor: Supervisor) -> AsyncIterator[Supervisor]:
     """
     if supervisor._nursery is not None:
         raise RuntimeError(f"supervisor {supervisor.name!r} is already running")
+    directory = current_directory()
+    if directory is not None:
+        directory.add_supervisor(supervisor, opened_by=current_owner())
     body_exc: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
@@ -510,6 +518,9 @@ async def supervising(supervisor: Supervisor) -> AsyncIterator[Supervisor]:
         if rest is None:  # only interrupts: not a child failure, so not a group either
             raise KeyboardInterrupt from group
         raise
+    finally:
+        if directory is not None:
+            directory.remove_supervisor(supervisor)
     failure = supervisor._failure
     if failure is not None:
         raise failure from failure.__cause__
