@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ._cli_observe import add_observe_parsers, run_ps, run_status
 from .gateway._command import add_gateway_parser, run_gateway
 
 EXIT_OK = 0
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--seconds", type=float, default=1.5, help="how long the demo runs")
     add_gateway_parser(sub, EPILOG)
+    add_observe_parsers(sub, EPILOG)
     return parser
 
 
@@ -48,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "gateway":
             return run_gateway(args)
+        if args.command == "ps":
+            return run_ps(args)
+        if args.command == "status":
+            return run_status(args)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the CLI's contract: one clear line, never a traceback

@@ -56,8 +56,8 @@ from ._child import (
     SupervisorSnapshot,
     restart_wanted,
 )
-from ._intensity import RestartIntensity
 from ._directory import current_directory
+from ._intensity import RestartIntensity
 from ._owner import current_owner, owned_by, start_soon_owned
 from ._stop import STOP_EVENT
 
