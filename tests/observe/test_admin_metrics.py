@@ -40,6 +40,7 @@ async def test_metrics_count_custody_restarts_failures_and_tasks(tmp_path: Path)
         assert claim is not None
 
         crashes = 0
+        third_run = trio.Event()
 
         async def flaky(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
             nonlocal crashes
@@ -47,37 +48,40 @@ async def test_metrics_count_custody_restarts_failures_and_tasks(tmp_path: Path)
             if crashes < 2:
                 crashes += 1
                 raise RuntimeError("boom")
+            third_run.set()
             await trio.sleep_forever()
 
         counters = [CounterSource("deliveries", "Replies delivered", lambda: delivered[0])]
-        async with running_admin(tmp_path, store=store, counters=counters) as admin:
-            async with open_supervisor(
+        async with (
+            running_admin(tmp_path, store=store, counters=counters) as admin,
+            open_supervisor(
                 name="inner", backoff_initial=0.001, backoff_max=0.002, jitter=0
-            ) as sup:
-                await sup.start_child(ChildSpec("flaky", flaky, shutdown_grace=0))
-                while crashes < 2 or sup.state("flaky").value != "running":
-                    await trio.sleep(0.001)
+            ) as sup,
+        ):
+            await sup.start_child(ChildSpec("flaky", flaky, shutdown_grace=0))
+            await third_run.wait()
+            await sup.state("flaky").wait_value("running")
 
-                async with open_session("metrics") as session:
+            async with open_session("metrics") as session:
 
-                    @session.on("bad")
-                    async def bad(payload: object) -> None:
-                        raise ValueError("handler broke")
+                @session.on("bad")
+                async def bad(payload: object) -> None:
+                    raise ValueError("handler broke")
 
-                    for _ in range(3):
-                        session.emit("bad", None)
+                for _ in range(3):
+                    session.emit("bad", None)
+                await trio.testing.wait_all_tasks_blocked()
+                delivered[0] = 7
+
+                first = parse((await admin.get("/metrics")).text)
+
+                release = trio.Event()
+                async with trio.open_nursery() as extra:
+                    for _ in range(4):
+                        extra.start_soon(release.wait)
                     await trio.testing.wait_all_tasks_blocked()
-                    delivered[0] = 7
-
-                    first = parse((await admin.get("/metrics")).text)
-
-                    release = trio.Event()
-                    async with trio.open_nursery() as extra:
-                        for _ in range(4):
-                            extra.start_soon(release.wait)
-                        await trio.testing.wait_all_tasks_blocked()
-                        with_extra = parse((await admin.get("/metrics")).text)
-                        release.set()
+                    with_extra = parse((await admin.get("/metrics")).text)
+                    release.set()
 
         def custody(state: str) -> float:
             return first[("tether_custody_tasks", (("state", state),))]
@@ -86,7 +90,8 @@ async def test_metrics_count_custody_restarts_failures_and_tasks(tmp_path: Path)
         assert custody("claimed") == 1
         assert custody("delivered") == 1
         assert custody("dead") == 1
-        assert custody("result") == 0 and custody("assigned") == 0
+        assert custody("result") == 0
+        assert custody("assigned") == 0
         assert first[("tether_custody_in_flight", ())] == 3
         assert first[("tether_dead_letters", ())] == 1
         assert first[("tether_deliveries_total", ())] == 7

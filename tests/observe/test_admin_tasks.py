@@ -89,7 +89,8 @@ async def test_render_nodes_draws_owners_and_stacks(tmp_path: Path) -> None:
         text = render_nodes(nodes)
         lonely = [line for line in text.splitlines() if "lonely" in line]
         assert len(lonely) == 1
-        assert "at " in text and "parked_in_helper" in text
+        assert "  at " in text
+        assert "parked_in_helper" in text
         first = text.splitlines()[0]
         assert first == f"{sum(1 + len(_all(n)) for n in nodes)} live tasks"
         release.set()
