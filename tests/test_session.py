@@ -451,3 +451,27 @@ async def test_a_flood_of_quick_handlers_does_not_starve_other_tasks() -> None:
             nursery.start_soon(observer)
     assert any(0 < n < 1000 for n in seen_mid_flood)
     assert session.stats().finished == 1000
+
+
+async def test_a_reused_worker_shows_the_current_runs_age_in_the_registry(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    release = trio.Event()
+
+    async def quick(_: object) -> None:
+        await trio.sleep(1)
+
+    async def slow(_: object) -> None:
+        await release.wait()
+
+    async with tether.open_runtime(grace=0) as rt, tether.open_session("ages") as session:
+        session.add_handler("quick", quick)
+        session.add_handler("slow", slow)
+        session.emit("quick", None)
+        await trio.sleep(5)  # the worker finished its run and idles
+        began = trio.current_time()
+        session.emit("slow", None)
+        await trio.sleep(2)
+        [info] = [i for i in rt.registry.snapshot() if i.name == "ages::slow::slow"]
+        assert info.started_at == began
+        release.set()

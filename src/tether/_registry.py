@@ -10,7 +10,6 @@ production (see ``benchmarks/registry_overhead.py``).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Literal
 
@@ -47,13 +46,16 @@ class TaskInfo:
 class TaskRegistry(trio.abc.Instrument):
     """Every live task, keyed by its ``trio.lowlevel.Task`` object.
 
+    Ages are in Trio's clock (``trio.current_time``, so a ``MockClock`` drives them in tests);
+    pass ``clock=`` for another.
+
     Install it with ``trio.lowlevel.add_instrument(registry)`` (``open_runtime`` does), or pass
     it to ``trio.run(..., instruments=[registry])``. Queries count ``user`` tasks by default:
     Trio's own tasks (``system``) and pytest-trio's test and fixture tasks (``harness``) are
     left out unless asked for with ``kinds=ALL_KINDS``.
     """
 
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], float] = trio.current_time
     _live: dict[trio.lowlevel.Task, tuple[str | None, float]] = attrs.field(
         init=False, factory=dict
     )
@@ -64,7 +66,10 @@ class TaskRegistry(trio.abc.Instrument):
     hook_errors: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
-        self._now = self.clock()
+        try:
+            self._now = self.clock()
+        except RuntimeError:  # built outside trio.run: the first pass of the run loop sets it
+            self._now = 0.0
 
     # -- hooks: guarded, because Trio silently removes an instrument whose hook raises --------
 
@@ -98,6 +103,16 @@ class TaskRegistry(trio.abc.Instrument):
             )
         except BaseException:  # logging itself failed: nothing else is safe
             pass
+
+    def mark_started(self, task: trio.lowlevel.Task) -> None:
+        """Restart ``task``'s age: a pooled task (a session worker) that begins a new job.
+
+        Without it, a worker reused for many handler runs would show its own age, not the
+        current run's, in ``snapshot()`` and ``render_tree()``.
+        """
+        entry = self._live.get(task)
+        if entry is not None:
+            self._live[task] = (entry[0], self._now)
 
     # -- adoption: tasks that were alive before the instrument was installed -----------------
 

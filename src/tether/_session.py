@@ -556,6 +556,7 @@ class Session:
         segment instead of one per run is what makes a run cheaper than a task spawn.
         """
         running = self._running
+        registry = self._registry
         done = 0
         with trio.CancelScope() as scope:
             while ready:
@@ -566,6 +567,8 @@ class Session:
                 self._started += 1
                 handler = run.handler
                 task.name = handler.task_name
+                if registry is not None:
+                    registry.mark_started(task)
                 running[task] = run
                 run.scope = scope
                 status = CANCELLED

@@ -6,6 +6,12 @@ the "in custody" predicate; ``Store`` is what every backend implements. ``Gatewa
 speaks gateway protocol v1.
 """
 
+from ._agent import AgentError as AgentError
+from ._agent import AgentFactory as AgentFactory
+from ._agent import AgentLoadError as AgentLoadError
+from ._agent import EmptyReply as EmptyReply
+from ._agent import Reply as Reply
+from ._agent import load_agent as load_agent
 from ._backoff import Backoff as Backoff
 from ._custody import IN_CUSTODY as IN_CUSTODY
 from ._custody import TERMINAL as TERMINAL
@@ -34,13 +40,34 @@ from ._gateway_client import GatewayUnavailable as GatewayUnavailable
 from ._gateway_wire import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ._gateway_wire import GatewayTask as GatewayTask
 from ._gateway_wire import ResultReceipt as ResultReceipt
+from ._pool_files import FileExchange as FileExchange
+from ._pool_files import HeaderRefused as HeaderRefused
+from ._pool_files import ResultRefused as ResultRefused
+from ._pool_files import file_exchange_worker as file_exchange_worker
+from ._pool_lead import Assigned as Assigned
+from ._pool_lead import Deferred as Deferred
+from ._pool_lead import PoolLead as PoolLead
+from ._pool_lead import Returned as Returned
+from ._pool_lead import SweepReport as SweepReport
+from ._pool_lead import plan_sweep as plan_sweep
+from ._pool_liveness import is_alive as is_alive
+from ._pool_liveness import live_lead as live_lead
+from ._pool_stall import StallPass as StallPass
+from ._pool_stall import StallWatcher as StallWatcher
+from ._pool_worker import PoolWorker as PoolWorker
 from ._reconcile import Reconciler as Reconciler
 from ._reconcile import ReconcileReport as ReconcileReport
 from ._sqlite import SqliteStore as SqliteStore
 from ._sqlite_schema import SchemaTooNew as SchemaTooNew
 from ._status_file import ConnectionStatus as ConnectionStatus
+from ._store import WORKER_ROLES as WORKER_ROLES
+from ._store import Assignment as Assignment
 from ._store import LeaseExpiry as LeaseExpiry
+from ._store import PoolView as PoolView
+from ._store import StallCandidate as StallCandidate
 from ._store import Store as Store
+from ._store import WorkerInfo as WorkerInfo
+from ._store import WorkerRole as WorkerRole
 from ._token_file import TokenFileError as TokenFileError
 from ._token_file import ensure_token_file as ensure_token_file
 from ._token_file import read_token as read_token

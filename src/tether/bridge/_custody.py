@@ -216,6 +216,8 @@ class Result:
     body: str
     worker: str
     attempt: int
+    no_send: bool = False
+    """The agent asked delivery to confirm the task without posting a message."""
 
 
 @attrs.frozen

@@ -36,7 +36,15 @@ from ._custody import (
 )
 from ._sqlite_schema import migrate
 from ._sqlite_writer import SqliteWriter
-from ._store import LeaseExpiry
+from ._store import (
+    WORKER_ROLES,
+    Assignment,
+    LeaseExpiry,
+    PoolView,
+    StallCandidate,
+    WorkerInfo,
+    WorkerRole,
+)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -165,12 +173,7 @@ class SqliteStore:
         now = self.clock()
 
         def op(conn: sqlite3.Connection) -> None:
-            cur = conn.execute(
-                "UPDATE tasks SET state = 'assigned', owner = ?, updated_at = ? "
-                "WHERE id = ? AND state = 'pending'",
-                (worker, now, id),
-            )
-            if cur.rowcount != 1:
+            if not _assign(conn, id, worker, now):
                 rec = _require(conn, id)
                 raise CustodyConflict(
                     f"cannot assign task {id!r} to {worker!r}: it is {rec.state.value}"
@@ -211,6 +214,102 @@ class SqliteStore:
 
         return await self._writer.run(op)
 
+    async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
+        checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> list[bool]:
+            return [_assign(conn, id, worker, now) for id, worker in checked]
+
+        return await self._writer.run(op) if checked else []
+
+    async def return_assignments(self, worker: str) -> Sequence[str]:
+        check_worker(worker)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "UPDATE tasks SET state = 'pending', owner = NULL, updated_at = ? "
+                "WHERE state = 'assigned' AND owner = ? RETURNING id",
+                (now, worker),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        return await self._writer.run(op)
+
+    async def pool_view(self, *, pending_limit: int = 1000) -> PoolView:
+        if not (isinstance(pending_limit, int) and pending_limit >= 1):
+            raise ValueError(f"pending_limit must be an int >= 1, got {pending_limit!r}")
+        at = self.clock()
+
+        def op(conn: sqlite3.Connection) -> PoolView:
+            pending = [
+                _task(r)
+                for r in conn.execute(
+                    f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' "
+                    "ORDER BY priority, rowid LIMIT ?",
+                    (pending_limit,),
+                )
+            ]
+            rooms: dict[str, str] = {}
+            for room in {t.room for t in pending if t.room is not None}:
+                row = conn.execute("SELECT worker FROM rooms WHERE room = ?", (room,)).fetchone()
+                if row is not None:
+                    rooms[room] = row[0]
+            return PoolView(
+                at=at,
+                workers=tuple(_workers(conn)),
+                assigned=tuple(
+                    Assignment(*r)
+                    for r in conn.execute(
+                        "SELECT id, owner, room, updated_at FROM tasks "
+                        "WHERE state = 'assigned' ORDER BY updated_at, rowid"
+                    )
+                ),
+                claims=dict(
+                    conn.execute(
+                        "SELECT owner, count(*) FROM tasks WHERE state = 'claimed' GROUP BY owner"
+                    ).fetchall()
+                ),
+                pending=tuple(pending),
+                rooms=rooms,
+            )
+
+        return await self._writer.run(op, readonly=True)
+
+    # -- liveness -----------------------------------------------------------------------------
+
+    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+        check_worker(worker)
+        if role not in WORKER_ROLES:
+            raise ValueError(f"role must be 'lead' or 'worker', got {role!r}")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> list[WorkerInfo]:
+            conn.execute(
+                "INSERT INTO workers (name, role, capacity, last_beat, started_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                "role = excluded.role, capacity = excluded.capacity, "
+                "last_beat = excluded.last_beat",
+                (worker, role, capacity, now, now),
+            )
+            return _workers(conn)
+
+        return await self._writer.run(op)
+
+    async def workers(self) -> Sequence[WorkerInfo]:
+        return await self._writer.run(_workers, readonly=True)
+
+    async def remove_worker(self, worker: str) -> bool:
+        check_worker(worker)
+
+        def op(conn: sqlite3.Connection) -> bool:
+            return conn.execute("DELETE FROM workers WHERE name = ?", (worker,)).rowcount == 1
+
+        return await self._writer.run(op)
+
     # -- worker -------------------------------------------------------------------------------
 
     async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
@@ -238,6 +337,8 @@ class SqliteStore:
             )
             if cur.rowcount != 1:  # cannot happen under the write lock; never hand out twice
                 raise CustodyConflict(f"task {row[0]!r} moved while being claimed")
+            if row[2] is not None:
+                _note_room(conn, row[2], worker, now)
             return Claim(_task(row), worker, row[5], lease_until)
 
         return await self._writer.run(op)
@@ -260,18 +361,20 @@ class SqliteStore:
         new_until = await self._writer.run(op)
         return attrs.evolve(claim, lease_until=new_until)
 
-    async def complete(self, claim: Claim, body: str) -> None:
+    async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
         worker, attempt, id = _fence_args(claim)
         if not isinstance(body, str):
             raise TypeError(f"a result body must be a str, got {type(body).__name__}")
         check_body(body, self.max_body_bytes, what=f"result of task {id!r}")
+        if not isinstance(no_send, bool):
+            raise TypeError(f"no_send must be a bool, got {type(no_send).__name__}")
         now = self.clock()
 
         def op(conn: sqlite3.Connection) -> None:
             cur = conn.execute(
-                "UPDATE tasks SET state = 'result', result = ?, lease_until = NULL, "
+                "UPDATE tasks SET state = 'result', result = ?, no_send = ?, lease_until = NULL, "
                 f"updated_at = ? WHERE {_FENCE}",
-                (body, now, id, worker, attempt, now),
+                (body, int(no_send), now, id, worker, attempt, now),
             )
             if cur.rowcount != 1:
                 raise _stale(conn, claim, now, "complete")
@@ -300,6 +403,81 @@ class SqliteStore:
 
         await self._writer.run(op)
         return CustodyState.DEAD if dead else CustodyState.PENDING
+
+    async def release(self, claim: Claim) -> None:
+        worker, attempt, id = _fence_args(claim)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'pending', owner = NULL, lease_until = NULL, "
+                f"updated_at = ? WHERE {_FENCE}",
+                (now, id, worker, attempt, now),
+            )
+            if cur.rowcount != 1:
+                raise _stale(conn, claim, now, "release")
+
+        await self._writer.run(op)
+
+    # -- stall notices ------------------------------------------------------------------------
+
+    async def stall_candidates(
+        self, older_than: float, *, worker: str | None = None, limit: int = 1000
+    ) -> Sequence[StallCandidate]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        if worker is not None:
+            check_worker(worker)
+
+        def op(conn: sqlite3.Connection) -> list[StallCandidate]:
+            rows = conn.execute(
+                "SELECT t.id, t.room, t.owner, t.created_at FROM tasks t "
+                "WHERE t.state = 'claimed' AND t.created_at <= ? AND (? IS NULL OR t.owner = ?) "
+                "AND NOT EXISTS (SELECT 1 FROM stall_notices s WHERE s.id = t.id) "
+                "ORDER BY t.created_at, t.rowid LIMIT ?",
+                (older_than, worker, worker, limit),
+            )
+            return [StallCandidate(*r) for r in rows]
+
+        return await self._writer.run(op, readonly=True)
+
+    async def mark_stall_notified(self, id: str) -> bool:
+        check_task_id(id)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> bool:
+            return (
+                conn.execute(
+                    "INSERT INTO stall_notices (id, notified_at) VALUES (?, ?) "
+                    "ON CONFLICT (id) DO NOTHING",
+                    (id, now),
+                ).rowcount
+                == 1
+            )
+
+        return await self._writer.run(op)
+
+    async def clear_stall_notice(self, id: str) -> None:
+        check_task_id(id)
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM stall_notices WHERE id = ?", (id,))
+
+        await self._writer.run(op)
+
+    async def prune_stall_notices(self, *, limit: int = 10_000) -> int:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM stall_notices WHERE id IN (SELECT s.id FROM stall_notices s "
+                "LEFT JOIN tasks t ON t.id = s.id "
+                f"WHERE t.id IS NULL OR t.state NOT IN ({_IN_CUSTODY_SQL}) LIMIT ?)",
+                (limit,),
+            ).rowcount
+
+        return await self._writer.run(op)
 
     # -- reconciler ---------------------------------------------------------------------------
 
@@ -365,11 +543,11 @@ class SqliteStore:
 
         def op(conn: sqlite3.Connection) -> list[Result]:
             rows = conn.execute(
-                f"SELECT {_TASK_COLS}, result, owner, attempt FROM tasks "
+                f"SELECT {_TASK_COLS}, result, owner, attempt, no_send FROM tasks "
                 "WHERE state = 'result' ORDER BY priority, rowid LIMIT ?",
                 (limit,),
             ).fetchall()
-            return [Result(_task(r), r[5], r[6], r[7]) for r in rows]
+            return [Result(_task(r), r[5], r[6], r[7], bool(r[8])) for r in rows]
 
         return await self._writer.run(op, readonly=True)
 
@@ -472,6 +650,36 @@ def _connect(path: Path, synchronous: Synchronous, busy_timeout_s: float) -> sql
         conn.close()
         raise RuntimeError(f"{path}: could not switch SQLite to WAL mode (got {mode!r})")
     return conn
+
+
+def _assign(conn: sqlite3.Connection, id: str, worker: str, now: float) -> bool:
+    row = conn.execute(
+        "UPDATE tasks SET state = 'assigned', owner = ?, updated_at = ? "
+        "WHERE id = ? AND state = 'pending' RETURNING room",
+        (worker, now, id),
+    ).fetchone()
+    if row is None:
+        return False
+    if row[0] is not None:
+        _note_room(conn, row[0], worker, now)
+    return True
+
+
+def _note_room(conn: sqlite3.Connection, room: str, worker: str, now: float) -> None:
+    conn.execute(
+        "INSERT INTO rooms (room, worker, at) VALUES (?, ?, ?) "
+        "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at",
+        (room, worker, now),
+    )
+
+
+def _workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
+    return [
+        WorkerInfo(*r)
+        for r in conn.execute(
+            "SELECT name, role, capacity, last_beat, started_at FROM workers ORDER BY name"
+        )
+    ]
 
 
 def _task(row: Sequence[Any]) -> Task:

@@ -41,6 +41,27 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_leases ON tasks (lease_until) WHERE state = 'claimed';
     CREATE INDEX tasks_results ON tasks (priority) WHERE state = 'result';
     """,
+    # 1 -> 2: the worker pool (beats, room affinity, stall notices, replies that are not sent)
+    """
+    CREATE TABLE workers (
+        name        TEXT PRIMARY KEY NOT NULL,
+        role        TEXT NOT NULL CHECK (role IN ('lead', 'worker')),
+        capacity    INTEGER NOT NULL CHECK (capacity >= 0),
+        last_beat   REAL NOT NULL,
+        started_at  REAL NOT NULL
+    );
+    CREATE TABLE rooms (
+        room        TEXT PRIMARY KEY NOT NULL,
+        worker      TEXT NOT NULL,
+        at          REAL NOT NULL
+    );
+    CREATE TABLE stall_notices (
+        id          TEXT PRIMARY KEY NOT NULL,
+        notified_at REAL NOT NULL
+    );
+    ALTER TABLE tasks ADD COLUMN no_send INTEGER NOT NULL DEFAULT 0 CHECK (no_send IN (0, 1));
+    CREATE INDEX tasks_claimed_age ON tasks (created_at) WHERE state = 'claimed'
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -40,6 +40,19 @@ class _Job(Generic[T]):
     error: BaseException | None = None
 
 
+_in_flight = 0
+
+
+def jobs_in_flight() -> int:
+    """Jobs queued to any writer in this process and not yet answered.
+
+    A test clock reads it so that it does not jump virtual time while the database works: Trio
+    sees a caller waiting on the writer thread as idle, and a ``MockClock`` with autojump would
+    otherwise skip to the next timer (perhaps past a lease) during a single commit.
+    """
+    return _in_flight
+
+
 def _uncancellable(_raise_cancel: Any) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.FAILED
 
@@ -76,11 +89,16 @@ class SqliteWriter:
         job: _Job[T] = _Job(
             fn, readonly, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()
         )
+        global _in_flight
+        _in_flight += 1
         self._queue.put(job)
         # Once queued the job will run, so the wait cannot be cancelled: the caller learns the
         # outcome (a claim abandoned by a cancelled caller would sit out a whole lease) and a
         # pending cancellation strikes at its next checkpoint. (Cheaper than a shielded scope.)
-        await trio.lowlevel.wait_task_rescheduled(_uncancellable)
+        try:
+            await trio.lowlevel.wait_task_rescheduled(_uncancellable)
+        finally:
+            _in_flight -= 1
         if job.error is not None:
             raise job.error
         return job.value  # type: ignore[no-any-return]

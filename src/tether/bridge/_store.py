@@ -10,7 +10,7 @@ every implementation.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, runtime_checkable
 
 import attrs
 
@@ -29,6 +29,59 @@ class LeaseExpiry:
     outcome: CustodyState
     """``PENDING`` (repooled with ``attempt + 1``) or ``DEAD`` (``max_attempts`` reached)."""
     reason: str
+
+
+WorkerRole = Literal["lead", "worker"]
+WORKER_ROLES: Final[tuple[WorkerRole, ...]] = ("lead", "worker")
+
+
+@attrs.frozen
+class WorkerInfo:
+    """A pool member's last beat, as the store holds it (liveness is judged by the reader)."""
+
+    name: str
+    role: WorkerRole
+    capacity: int
+    """How many tasks (assigned + claimed) the member takes at once; 0 for the lead."""
+    last_beat: float
+    started_at: float
+    """When this member's current run began beating (it is reset by ``remove_worker``)."""
+
+
+@attrs.frozen
+class Assignment:
+    """A task the lead assigned to ``worker`` at ``since`` (store clock), not yet claimed."""
+
+    id: str
+    worker: str
+    room: str | None
+    since: float
+
+
+@attrs.frozen
+class PoolView:
+    """Everything one lead sweep decides from, read in one transaction."""
+
+    at: float
+    workers: tuple[WorkerInfo, ...]
+    assigned: tuple[Assignment, ...]
+    """Every assignment, oldest first."""
+    claims: Mapping[str, int]
+    """Claimed tasks per worker (a worker absent here holds none)."""
+    pending: tuple[Task, ...]
+    """Pending tasks in assignment order (priority, then age), at most ``pending_limit``."""
+    rooms: Mapping[str, str]
+    """For the rooms of ``pending``: the worker that last took a task of that room."""
+
+
+@attrs.frozen
+class StallCandidate:
+    """A claimed task older than the stall threshold with no stall notice recorded yet."""
+
+    id: str
+    room: str | None
+    worker: str
+    created_at: float
 
 
 @runtime_checkable
@@ -75,6 +128,35 @@ class Store(Protocol):
         """
         ...
 
+    async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
+        """Assign each ``(id, worker)`` in one transaction: ``True`` where the task was pending
+        and is now assigned, ``False`` where it had moved on (nothing changes for it). Records
+        each task's room as last handled by that worker (room affinity)."""
+        ...
+
+    async def return_assignments(self, worker: str) -> Sequence[str]:
+        """Every task assigned to ``worker`` -> pending, in one transaction; their ids.
+
+        Used for a dead worker and by a worker that stops; claims are never touched."""
+        ...
+
+    async def pool_view(self, *, pending_limit: int = ...) -> PoolView:
+        """Workers, assignments, claim counts, pending tasks and room affinity, consistently."""
+        ...
+
+    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+        """Record a beat of ``worker`` now (store clock); return every member's last beat, so a
+        worker learns whether the lead lives in the same round trip."""
+        ...
+
+    async def workers(self) -> Sequence[WorkerInfo]:
+        """Every pool member's last beat, by name."""
+        ...
+
+    async def remove_worker(self, worker: str) -> bool:
+        """Forget ``worker``'s beat (a clean stop); ``False`` if it had none."""
+        ...
+
     async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
         """The worker's next lease: its own assignments first (by priority, then age); pending
         tasks only when ``leaderless``. ``None`` if nothing is there."""
@@ -84,8 +166,9 @@ class Store(Protocol):
         """Extend a live lease by ``lease_s`` from now; ``StaleLease`` if fenced out."""
         ...
 
-    async def complete(self, claim: Claim, body: str) -> None:
-        """claimed -> result with ``body``; ``StaleLease`` if fenced out."""
+    async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
+        """claimed -> result with ``body``; ``StaleLease`` if fenced out. ``no_send``: delivery
+        confirms the task to the gateway without posting a message."""
         ...
 
     async def fail(self, claim: Claim, reason: str) -> CustodyState:
@@ -93,6 +176,31 @@ class Store(Protocol):
 
         Returns the new state; ``StaleLease`` if fenced out.
         """
+        ...
+
+    async def release(self, claim: Claim) -> None:
+        """claimed -> pending with the SAME attempt: the worker gives work back unfinished
+        (a soft stop), which is not a failure. ``StaleLease`` if fenced out."""
+        ...
+
+    async def stall_candidates(
+        self, older_than: float, *, worker: str | None = None, limit: int = ...
+    ) -> Sequence[StallCandidate]:
+        """Claimed tasks created at or before ``older_than`` (store clock) with no stall notice
+        recorded, oldest first; only ``worker``'s claims if given."""
+        ...
+
+    async def mark_stall_notified(self, id: str) -> bool:
+        """Record that ``id``'s stall notice is being sent; ``False`` if one already was (by
+        anyone, before any restart): the caller must not send it."""
+        ...
+
+    async def clear_stall_notice(self, id: str) -> None:
+        """Forget ``id``'s stall notice after its send failed, so the next pass retries it."""
+        ...
+
+    async def prune_stall_notices(self, *, limit: int = ...) -> int:
+        """Delete up to ``limit`` stall-notice records whose task is terminal (or gone)."""
         ...
 
     async def expire_leases(self, *, limit: int = ...) -> Sequence[LeaseExpiry]:

@@ -1,0 +1,1 @@
+"""Bundled agents for demos, tests and benchmarks (``--agent tether.agents.echo:factory``)."""

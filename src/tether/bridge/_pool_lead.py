@@ -1,0 +1,341 @@
+"""The pool lead: assigns pending tasks to live workers and takes back what cannot move.
+
+Each sweep reads one consistent ``PoolView`` and decides, as a pure function of it
+(``plan_sweep``), what to do:
+
+- *Dead workers.* Assignments of a worker that is not alive (``is_alive``) go back to pending.
+  Its claims are left alone: a claim is a lease, and the reconciler repools it when the lease
+  expires, so a live worker's claim is never touched by the lead.
+- *Stuck assignments.* An assignment not claimed within ``stuck_after`` seconds goes back to
+  pending, unless its worker is busy with claims (it will claim when a slot frees): then it is
+  deferred, until ``stuck_cap`` seconds, when it goes back regardless.
+- *Pending tasks*, in priority order (urgent, normal, low) then age: a task of a room goes to
+  the worker that last took that room while that worker lives (it waits while that worker is
+  full, so a conversation stays on one worker); otherwise to the least-loaded live worker
+  (assigned + claimed), ties broken round-robin by name. A worker at its capacity gets nothing.
+
+A returned task is never handed straight to another worker: it goes back to pending, and only a
+later sweep (reading a fresh view) assigns it again. That keeps every move a compare-and-set the
+store can check, and a worker that claims meanwhile simply wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Final, Literal
+
+import attrs
+import trio
+
+from .._converter import structure, unstructure
+from ._custody import check_worker
+from ._pool_liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive
+from ._pool_stop import StopSignal
+from ._store import PoolView, Store
+
+log = logging.getLogger("tether.bridge.pool.lead")
+
+SWEEP_SCHEMA_VERSION: Final = 1
+
+
+@attrs.frozen
+class Assigned:
+    id: str
+    worker: str
+    why: Literal["affinity", "least_loaded"]
+
+
+@attrs.frozen
+class Returned:
+    """An assignment the lead sent back to pending, with its evidence."""
+
+    id: str
+    worker: str
+    why: Literal["dead_worker", "stuck"]
+    age: float
+    """Seconds since it was assigned."""
+
+
+@attrs.frozen
+class Deferred:
+    """A stuck assignment left in place because its worker is busy with ``claims`` claims."""
+
+    id: str
+    worker: str
+    age: float
+    claims: int
+
+
+@attrs.frozen
+class SweepPlan:
+    dead_workers: tuple[str, ...]
+    stuck: tuple[Returned, ...]
+    deferred: tuple[Deferred, ...]
+    assign: tuple[Assigned, ...]
+    waiting: int
+    """Pending tasks (of those read) left for later: every fitting worker was full."""
+    last_pick: str | None
+
+
+@attrs.frozen
+class SweepReport:
+    """What one sweep did (a versioned document: ``to_document`` / ``from_document``)."""
+
+    at: float
+    lead: str
+    live_workers: tuple[str, ...]
+    assigned: tuple[Assigned, ...] = ()
+    returned: tuple[Returned, ...] = ()
+    deferred: tuple[Deferred, ...] = ()
+    lost: tuple[str, ...] = ()
+    """Planned assignments whose task had moved on meanwhile (a leaderless claim won)."""
+    waiting: int = 0
+    schema_version: int = SWEEP_SCHEMA_VERSION
+
+    def to_document(self) -> dict[str, Any]:
+        return unstructure(self)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_document(cls, doc: Any) -> SweepReport:
+        report = structure(doc, cls)
+        if report.schema_version != SWEEP_SCHEMA_VERSION:
+            raise ValueError(
+                f"sweep report schema_version {report.schema_version} is not supported "
+                f"(expected {SWEEP_SCHEMA_VERSION})"
+            )
+        return report
+
+
+def plan_sweep(
+    view: PoolView,
+    *,
+    now: float,
+    dead_after: float,
+    stuck_after: float,
+    stuck_cap: float,
+    capacity: int | None = None,
+    max_skew: float = DEFAULT_MAX_SKEW,
+    last_pick: str | None = None,
+) -> SweepPlan:
+    """Decide one sweep from ``view`` (pure: the same view gives the same plan)."""
+    live = {
+        w.name: w
+        for w in view.workers
+        if w.role == "worker" and is_alive(w, now, dead_after, max_skew)
+    }
+    cap = {
+        name: w.capacity if capacity is None else min(w.capacity, capacity)
+        for name, w in live.items()
+    }
+    load = {name: view.claims.get(name, 0) for name in live}
+    dead_workers: set[str] = set()
+    stuck: list[Returned] = []
+    deferred: list[Deferred] = []
+    for a in view.assigned:
+        age = now - a.since
+        if a.worker not in live:
+            dead_workers.add(a.worker)
+        elif age >= stuck_after and (view.claims.get(a.worker, 0) == 0 or age >= stuck_cap):
+            stuck.append(Returned(a.id, a.worker, "stuck", age))
+        else:
+            if age >= stuck_after:
+                deferred.append(Deferred(a.id, a.worker, age, view.claims.get(a.worker, 0)))
+            load[a.worker] += 1
+
+    rooms = dict(view.rooms)
+    names = sorted(live)
+    assign: list[Assigned] = []
+    waiting = 0
+    for task in view.pending:
+        keeper = rooms.get(task.room) if task.room is not None else None
+        if keeper is not None and keeper in live:
+            if load[keeper] < cap[keeper]:
+                assign.append(Assigned(task.id, keeper, "affinity"))
+                load[keeper] += 1
+            else:
+                waiting += 1
+            continue
+        free = [n for n in names if load[n] < cap[n]]
+        if not free:
+            waiting += 1
+            continue
+        least = min(load[n] for n in free)
+        tied = [n for n in free if load[n] == least]
+        pick = next((n for n in tied if last_pick is not None and n > last_pick), tied[0])
+        last_pick = pick
+        assign.append(Assigned(task.id, pick, "least_loaded"))
+        load[pick] += 1
+        if task.room is not None:
+            rooms[task.room] = pick
+    return SweepPlan(
+        dead_workers=tuple(sorted(dead_workers)),
+        stuck=tuple(stuck),
+        deferred=tuple(deferred),
+        assign=tuple(assign),
+        waiting=waiting,
+        last_pick=last_pick,
+    )
+
+
+@attrs.define(eq=False)
+class PoolLead:
+    """The lead as a service: ``await nursery.start(lead.run)``; or ``await sweep_once()``."""
+
+    store: Store
+    name: str = "lead"
+    sweep_interval: float = 0.5
+    dead_after: float = 10.0
+    stuck_after: float = 30.0
+    stuck_cap: float | None = None
+    """Seconds after which a stuck assignment goes back even while its worker is busy
+    (default ``3 * stuck_after``)."""
+    capacity: int | None = None
+    """An upper bound on each worker's load, over the capacity the worker beats (None: none)."""
+    max_skew: float = DEFAULT_MAX_SKEW
+    pending_limit: int = 1000
+    clock: Callable[[], float] | None = None
+    sweeps: int = attrs.field(init=False, default=0)
+    last_report: SweepReport | None = attrs.field(init=False, default=None)
+    _last_pick: str | None = attrs.field(init=False, default=None)
+    _window: int = attrs.field(init=False, default=0)
+    _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
+
+    def __attrs_post_init__(self) -> None:
+        check_worker(self.name)
+        check_seconds("sweep_interval", self.sweep_interval)
+        check_seconds("dead_after", self.dead_after)
+        check_seconds("stuck_after", self.stuck_after)
+        check_seconds("max_skew", self.max_skew, allow_zero=True)
+        if self.stuck_cap is None:
+            self.stuck_cap = 3 * self.stuck_after
+        elif check_seconds("stuck_cap", self.stuck_cap) < self.stuck_after:
+            raise ValueError(
+                f"stuck_cap ({self.stuck_cap!r}) must be >= stuck_after ({self.stuck_after!r})"
+            )
+        if self.capacity is not None and (
+            isinstance(self.capacity, bool)
+            or not isinstance(self.capacity, int)
+            or self.capacity < 1
+        ):
+            raise ValueError(f"capacity must be None or an int >= 1, got {self.capacity!r}")
+
+    def now(self) -> float:
+        return (self.clock or self.store.clock)()
+
+    def request_stop(self) -> None:
+        """Soft stop: finish the sweep in hand, then leave (and drop the lead's beat)."""
+        self._stop.set()
+
+    async def sweep_once(self) -> SweepReport:
+        """Beat, read the pool, return dead and stuck assignments, assign pending tasks."""
+        view: PoolView | None = None
+
+        async def read() -> None:
+            nonlocal view
+            view = await self.store.pool_view(pending_limit=self._window or self.pending_limit)
+
+        async with trio.open_nursery() as nursery:  # one writer batch for both
+            nursery.start_soon(self.store.beat, self.name, "lead", 0)
+            nursery.start_soon(read)
+        assert view is not None
+        now = self.now()
+        assert self.stuck_cap is not None
+        plan = plan_sweep(
+            view,
+            now=now,
+            dead_after=self.dead_after,
+            stuck_after=self.stuck_after,
+            stuck_cap=self.stuck_cap,
+            capacity=self.capacity,
+            max_skew=self.max_skew,
+            last_pick=self._last_pick,
+        )
+        self._last_pick = plan.last_pick
+        self._window = self._next_window(view, now)
+        returned = await self._return(view, plan, now)
+        lost: tuple[str, ...] = ()
+        if plan.assign:
+            done = await self.store.assign_many([(a.id, a.worker) for a in plan.assign])
+            lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
+        assigned = tuple(a for a in plan.assign if a.id not in lost)
+        report = SweepReport(
+            at=now,
+            lead=self.name,
+            live_workers=tuple(
+                sorted(
+                    w.name
+                    for w in view.workers
+                    if w.role == "worker" and is_alive(w, now, self.dead_after, self.max_skew)
+                )
+            ),
+            assigned=assigned,
+            returned=returned,
+            deferred=plan.deferred,
+            lost=lost,
+            waiting=plan.waiting,
+        )
+        for r in returned:
+            log.warning(
+                "lead %s: returned task %s of worker %s to pending (%s, assigned %.1fs ago)",
+                self.name,
+                r.id,
+                r.worker,
+                r.why,
+                r.age,
+            )
+        self.sweeps += 1
+        self.last_report = report
+        return report
+
+    def _next_window(self, view: PoolView, now: float) -> int:
+        """How many pending tasks the next sweep reads: a few times what the live workers can
+        take in total (reading a deep backlog every sweep costs more than the assigning), never
+        more than ``pending_limit``. The surplus leaves room for room tasks that must wait."""
+        total = sum(
+            w.capacity
+            for w in view.workers
+            if w.role == "worker" and is_alive(w, now, self.dead_after, self.max_skew)
+        )
+        return max(1, min(self.pending_limit, max(64, 4 * total)))
+
+    async def _return(self, view: PoolView, plan: SweepPlan, now: float) -> tuple[Returned, ...]:
+        since = {a.id: a.since for a in view.assigned}
+        returned: list[Returned] = []
+
+        async def dead(worker: str) -> None:
+            for id in await self.store.return_assignments(worker):
+                returned.append(Returned(id, worker, "dead_worker", now - since.get(id, now)))
+
+        async def stuck(r: Returned) -> None:
+            if await self.store.unassign(r.id, r.worker):
+                returned.append(r)
+
+        async with trio.open_nursery() as nursery:  # concurrent calls share one commit
+            for worker in plan.dead_workers:
+                nursery.start_soon(dead, worker)
+            for r in plan.stuck:
+                nursery.start_soon(stuck, r)
+        return tuple(sorted(returned, key=lambda r: r.id))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Sweep every ``sweep_interval`` seconds until stopped (ready after the first sweep).
+
+        On a soft stop the lead removes its beat, so workers go leaderless at once instead of
+        after ``dead_after``.
+        """
+        self._stop = StopSignal()  # a new run (a supervisor restart) starts unstopped
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                self._stop.forward_supervisor_stop, name=f"pool-lead:{self.name}::stop"
+            )
+            await self.sweep_once()
+            task_status.started()
+            while not self._stop.is_set():
+                with trio.move_on_after(self.sweep_interval):
+                    await self._stop.wait()
+                if self._stop.is_set():
+                    break
+                await self.sweep_once()
+            nursery.cancel_scope.cancel()
+        await self.store.remove_worker(self.name)

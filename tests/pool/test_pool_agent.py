@@ -1,0 +1,110 @@
+"""Agents: loading ``module:factory``, the bundled agents, reply rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from tether import open_session
+from tether.agents import echo, flaky, noop
+from tether.bridge import AgentLoadError, EmptyReply, Reply, Task, load_agent
+from tether.bridge._agent import AgentError, install_agent, reply_of
+
+not_callable = 42
+
+
+def test_load_agent_returns_the_factory() -> None:
+    assert load_agent("tether.agents.echo:factory") is echo.factory
+    assert load_agent("tether.agents.flaky:factory") is flaky.factory
+    assert load_agent(f"{__name__}:Holder.factory") is Holder.factory
+
+
+class Holder:
+    @staticmethod
+    def factory(session: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("tether.agents.echo", "must look like 'package.module:factory'"),
+        ("tether.agents.echo:", "must look like"),
+        (":factory", "must look like"),
+        ("a b:factory", "must look like"),
+        ("no_such_module_xyz:factory", "cannot import module 'no_such_module_xyz'"),
+        ("tether.agents.echo:nope", "has no attribute 'nope'"),
+        (f"{__name__}:not_callable", "is a int, not a callable factory"),
+    ],
+)
+def test_load_agent_errors_are_one_line_and_say_what_is_wrong(spec: str, message: str) -> None:
+    with pytest.raises(AgentLoadError, match=message) as info:
+        load_agent(spec)
+    assert "\n" not in str(info.value)
+
+
+async def _ask(factory: Any, task: Task) -> Reply:
+    async with open_session("agent-test") as session:
+        install_agent(session, factory)
+        return reply_of(await session.call("task", task), task.id)
+
+
+async def test_bundled_echo_and_noop_agents_reply() -> None:
+    assert await _ask(echo.factory, Task("t", "hi")) == Reply("echo: hi")
+    assert await _ask(noop.factory, Task("t", "hi")) == Reply("ok")
+
+
+async def test_flaky_fails_exactly_the_predicted_task_ids() -> None:
+    ids = [f"task-{i}" for i in range(40)]
+    predicted = {id for id in ids if flaky.fails(id, 0.5)}
+    assert 5 < len(predicted) < 35  # some fail, some do not
+    headers = {"flaky-delay": "0", "flaky-fail-rate": "0.5"}
+    failed = set()
+    for id in ids:
+        try:
+            reply = await _ask(flaky.factory, Task(id, "b", headers=headers))
+        except flaky.FlakyFailure:
+            failed.add(id)
+        else:
+            assert reply == Reply("flaky: b")
+    assert failed == predicted
+
+
+async def test_flaky_takes_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_FLAKY_DELAY", "0.2")
+    monkeypatch.setenv("TETHER_FLAKY_FAIL_RATE", "0")
+    start = trio.current_time()
+    assert await _ask(flaky.factory, Task("t", "b")) == Reply("flaky: b")
+    assert trio.current_time() - start >= 0.2
+
+
+async def test_flaky_refuses_bad_settings() -> None:
+    with pytest.raises(ValueError, match="flaky-fail-rate"):
+        await _ask(flaky.factory, Task("t", "b", headers={"flaky-fail-rate": "2"}))
+
+
+def test_reply_rules() -> None:
+    assert reply_of(["x"], "t") == Reply("x")
+    assert reply_of([Reply("", no_send=True)], "t") == Reply("", no_send=True)
+    with pytest.raises(EmptyReply, match="empty reply"):
+        reply_of([""], "t")
+    with pytest.raises(AgentError, match="must return a str"):
+        reply_of([b"bytes"], "t")
+    with pytest.raises(AgentError, match="expected one reply"):
+        reply_of([], "t")
+    with pytest.raises(TypeError):
+        Reply(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Reply("x", no_send="yes")  # type: ignore[arg-type]
+
+
+async def test_an_agent_registering_two_task_handlers_is_refused() -> None:
+    def twice(session: Any) -> None:
+        echo.factory(session)
+        echo.factory(session)
+
+    async with open_session("agent-test") as session:
+        with pytest.raises(AgentError, match="registered 2 handler"):
+            install_agent(session, twice)
