@@ -463,6 +463,12 @@ class Session:
     def _refuse(self, run: Run) -> None:
         """A run that will never start: count it and tell its caller, if any."""
         self._dropped += 1
+        log.debug(
+            "session %r: dropped a run of %s (%s policy or close)",
+            self.name,
+            run.handler.task_name,
+            run.handler.policy,
+        )
         if run.waiter is not None:
             run.waiter.settle(
                 run.index,
