@@ -77,3 +77,27 @@ async def test_a_missing_or_open_token_file_is_a_startup_error(tmp_path: Path) -
 def test_settings_refuse_a_bad_port(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="admin port"):
         AdminSettings(tmp_path / "t", port=70000)
+
+
+async def test_admin_as_a_supervised_child_reports_its_port_and_stops_softly(
+    tmp_path: Path,
+) -> None:
+    from tether.observe import admin_child
+
+    from ._support import admin_token_file
+
+    settings = AdminSettings(admin_token_file(tmp_path), port=0)
+    async with open_runtime(handle_signals=False) as runtime:
+        port = await runtime.supervisor.start_child(
+            admin_child(Observed.of_runtime(runtime), settings)
+        )
+        headers = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            health = await client.get("/healthz", headers=headers)
+            assert health.status_code == 200
+            assert [c["child"] for c in health.json()["children"]] == ["admin"]
+        with trio.fail_after(5):
+            await runtime.supervisor.terminate_child("admin")
+        with pytest.raises(httpx.ConnectError):
+            async with httpx.AsyncClient() as client:
+                await client.get(f"http://127.0.0.1:{port}/healthz")

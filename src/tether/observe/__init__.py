@@ -21,6 +21,7 @@ from ._observed import CounterSource as CounterSource
 from ._observed import Observed as Observed
 from ._server import DEFAULT_ADMIN_PORT as DEFAULT_ADMIN_PORT
 from ._server import AdminSettings as AdminSettings
+from ._server import admin_child as admin_child
 from ._server import serve_admin as serve_admin
 from ._status import StatusReport as StatusReport
 from ._status import render_status as render_status

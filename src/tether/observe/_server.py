@@ -13,6 +13,8 @@ import hypercorn.config
 import hypercorn.trio
 import trio
 
+from .._child import ChildSpec
+from .._stop import wait_stop_requested
 from .._util import open_nursery_unwrapped
 from ..bridge._token_file import read_token
 from ..gateway._auth import TokenSource
@@ -70,6 +72,18 @@ async def serve_admin(
         if shutdown_trigger is not None:
             await shutdown_trigger()
             stop.set()
+
+
+def admin_child(observed: Observed, settings: AdminSettings, *, name: str = "admin") -> ChildSpec:
+    """The admin endpoint as a supervised child (its ``start_child`` returns the bound port);
+    a soft stop lets in-flight requests finish."""
+    return ChildSpec(
+        name,
+        partial(serve_admin, shutdown_trigger=wait_stop_requested),
+        observed,
+        settings,
+        shutdown_grace=settings.graceful_timeout + 1.0,
+    )
 
 
 def _config(settings: AdminSettings) -> hypercorn.config.Config:
