@@ -18,6 +18,7 @@ import trio
 from ._registry import USER_ONLY, TaskKind, TaskRegistry
 
 MAX_STACK_FRAMES = 64
+_TRAPS = os.path.join("trio", "_core", "_traps.py")
 
 
 @attrs.frozen
@@ -38,13 +39,16 @@ class TaskNode:
 def await_stack(task: trio.lowlevel.Task, *, limit: int = MAX_STACK_FRAMES) -> list[str]:
     """Where ``task`` is suspended: ``"file:line in function"``, outermost first."""
     frames: list[str] = []
+    trap_frames = 0  # trailing frames inside Trio's yield traps: the same on every stack
     for frame, lineno in task.iter_await_frames():
         if len(frames) >= limit:
             frames.append("...")
+            trap_frames = 0
             break
         code = frame.f_code
+        trap_frames = trap_frames + 1 if code.co_filename.endswith(_TRAPS) else 0
         frames.append(f"{_short_path(code.co_filename)}:{lineno} in {code.co_qualname}")
-    return frames
+    return frames[: len(frames) - trap_frames]
 
 
 def _short_path(path: str) -> str:
