@@ -8,8 +8,8 @@ What it promises its caller:
 - an auth refusal (401/403) re-reads the token file once (the token may have been rotated)
   and retries; refused again, it raises :class:`GatewayAuthError` with one clear line;
 - any other refusal (4xx) raises :class:`GatewayRequestError` with the gateway's reason;
-- optional endpoints (heartbeat) that the gateway does not have (404/405) are logged once
-  and not called again;
+- optional endpoints (heartbeat, reject, notices) that the gateway does not have (404/405)
+  are logged once and not called again;
 - a status file (when configured) always says whether the gateway is reachable.
 """
 
@@ -19,7 +19,7 @@ import importlib.metadata
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -31,10 +31,16 @@ import trio
 from .._converter import unstructure
 from ._backoff import Backoff
 from ._gateway_wire import (
+    MAX_BATCH,
     PROTOCOL_VERSION,
+    AckBatchRequest,
     AckRequest,
+    BatchItem,
     GatewayTask,
     HeartbeatRequest,
+    NoticeRequest,
+    RejectRequest,
+    ResultBatchRequest,
     ResultMetadata,
     ResultReceipt,
     ResultRequest,
@@ -105,6 +111,9 @@ class GatewayClient:
     transport: httpx.AsyncBaseTransport | None = None
 
     heartbeat_supported: bool = attrs.field(default=True, init=False)
+    batches_supported: bool = attrs.field(default=True, init=False)
+    reject_supported: bool = attrs.field(default=True, init=False)
+    notices_supported: bool = attrs.field(default=True, init=False)
     rejected_tasks: int = attrs.field(default=0, init=False)
     _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
     _token: str = attrs.field(default="", init=False)
@@ -222,6 +231,164 @@ class GatewayClient:
             return parse_lenient(_json_object(response, "POST /v1/results"), ResultReceipt)
         except ValueError as exc:
             raise GatewayProtocolError(f"POST /v1/results: {exc}") from None
+
+    async def ack_many(self, task_ids: Sequence[str]) -> list[GatewayRequestError]:
+        """Ack many tasks (call only after their commit): one request per ``MAX_BATCH`` ids
+        when the gateway has ``POST /v1/acks``, else one ack each. Returns the refusals (an
+        id the gateway does not know, or never handed out), one per refused id."""
+        for task_id in task_ids:
+            check_task_id(task_id)
+        refused: list[GatewayRequestError] = []
+        for start in range(0, len(task_ids), MAX_BATCH):
+            chunk = list(task_ids[start : start + MAX_BATCH])
+            items = await self._batch(
+                "/v1/acks", unstructure(AckBatchRequest(ids=chunk, durable=True)), "acks"
+            )
+            if items is None:
+                refused.extend(await self._one_by_one(chunk, self.ack))
+                continue
+            refused.extend(
+                GatewayRequestError(i.status, i.error or "refused", f"the ack of {i.id}")
+                for i in items
+                if i.status != 200
+            )
+        return refused
+
+    async def post_results(
+        self, results: Sequence[ResultRequest]
+    ) -> list[ResultReceipt | GatewayRequestError]:
+        """Deliver many results, in order: a receipt each, or the gateway's refusal of it.
+
+        One request per ``MAX_BATCH`` when the gateway has ``POST /v1/results/batch``, else
+        one ``post_result`` each. Safe to repeat, like ``post_result``.
+        """
+        for result in results:
+            parse_result(unstructure(result))  # the server's own checks, failing here, clearly
+        answers: list[ResultReceipt | GatewayRequestError] = []
+        for start in range(0, len(results), MAX_BATCH):
+            chunk = list(results[start : start + MAX_BATCH])
+            items = await self._batch(
+                "/v1/results/batch", unstructure(ResultBatchRequest(results=chunk)), "results"
+            )
+            if items is None:
+                answers.extend(await self._post_one_by_one(chunk))
+                continue
+            for item in items:
+                if item.status == 200:
+                    answers.append(ResultReceipt(id=item.id, duplicate=item.duplicate))
+                else:
+                    what = f"the result of {item.id}"
+                    answers.append(GatewayRequestError(item.status, item.error or "refused", what))
+        return answers
+
+    async def _batch(self, path: str, payload: Any, what: str) -> list[BatchItem] | None:
+        """POST a batch; its items in order, or None when the gateway has no such endpoint."""
+        if not self.batches_supported:
+            return None
+        response = await self._request(
+            "POST", path, what=f"a batch of {what}", payload=payload, optional=True
+        )
+        if response is None:
+            self.batches_supported = False
+            log.info("gateway %s has no batch endpoints; one request per task", self.base_url)
+            return None
+        data = _json_object(response, f"POST {path}")
+        raw = data.get("items")
+        if not isinstance(raw, list):
+            raise GatewayProtocolError(f"POST {path}: the response has no 'items' array")
+        try:
+            return [parse_lenient(item, BatchItem) for item in raw]
+        except ValueError as exc:
+            raise GatewayProtocolError(f"POST {path}: {exc}") from None
+
+    async def _one_by_one(
+        self, task_ids: list[str], call: Callable[[str], Any]
+    ) -> list[GatewayRequestError]:
+        refused: list[GatewayRequestError] = []
+        limiter = trio.CapacityLimiter(16)
+
+        async def one(task_id: str) -> None:
+            async with limiter:
+                try:
+                    await call(task_id)
+                except GatewayRequestError as exc:
+                    refused.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for task_id in task_ids:
+                nursery.start_soon(one, task_id)
+        return refused
+
+    async def _post_one_by_one(
+        self, results: list[ResultRequest]
+    ) -> list[ResultReceipt | GatewayRequestError]:
+        answers: list[ResultReceipt | GatewayRequestError | None] = [None] * len(results)
+        limiter = trio.CapacityLimiter(16)
+
+        async def one(i: int, r: ResultRequest) -> None:
+            async with limiter:
+                try:
+                    answers[i] = await self.post_result(
+                        r.id,
+                        r.body,
+                        no_send=r.no_send,
+                        worker=r.metadata.worker,
+                        attempt=r.metadata.attempt,
+                    )
+                except GatewayRequestError as exc:
+                    answers[i] = exc
+
+        async with trio.open_nursery() as nursery:
+            for i, r in enumerate(results):
+                nursery.start_soon(one, i, r)
+        return [a for a in answers if a is not None]
+
+    async def reject(self, task_id: str, reason: str) -> bool:
+        """Tell the gateway this bridge cannot take ``task_id`` (it is closed there, with the
+        reason). False when the gateway has no reject endpoint: the task will be redelivered.
+        """
+        if not self.reject_supported:
+            return False
+        check_task_id(task_id)
+        reason = " ".join(reason.split())[:2000] or "rejected"
+        payload = unstructure(RejectRequest(id=task_id, reason=reason))
+        response = await self._request(
+            "POST",
+            f"/v1/tasks/{task_id}/reject",
+            what=f"the rejection of {task_id}",
+            payload=payload,
+            optional=True,
+        )
+        if response is None:
+            self.reject_supported = False
+            log.warning(
+                "gateway %s has no reject endpoint; rejected tasks will be redelivered",
+                self.base_url,
+            )
+            return False
+        return True
+
+    async def notice(self, task_id: str, age_s: float, *, kind: str = "stall") -> bool:
+        """Send one notice about a task (a stall); False when the gateway has no endpoint.
+
+        Not retried: raises :class:`GatewayUnavailable` so the caller tries again next pass.
+        """
+        if not self.notices_supported:
+            return False
+        payload = unstructure(NoticeRequest(id=task_id, kind=kind, age_s=round(age_s, 3)))
+        response = await self._request(
+            "POST",
+            "/v1/notices",
+            what=f"the {kind} notice for {task_id}",
+            payload=payload,
+            optional=True,
+            retry=False,
+        )
+        if response is None:
+            self.notices_supported = False
+            log.info("gateway %s has no notices endpoint; notices stay in the log", self.base_url)
+            return False
+        return True
 
     async def heartbeat(self, inflight: int) -> bool:
         """Send one heartbeat; False when the gateway has no heartbeat endpoint.

@@ -103,6 +103,62 @@ class ResultReceipt:
     duplicate: bool
 
 
+MAX_BATCH = 100
+"""Most ids (or results) one batch request may carry."""
+
+
+@attrs.frozen
+class AckBatchRequest:
+    """``POST /v1/acks``: ack many tasks in one request (and one commit at the gateway)."""
+
+    ids: list[str]
+    durable: bool
+
+
+@attrs.frozen
+class ResultBatchRequest:
+    """``POST /v1/results/batch``: many results in one request (and one commit)."""
+
+    results: list[ResultRequest]
+
+
+@attrs.frozen
+class BatchItem:
+    """One entry of a batch answer: ``status`` 200 (done; ``duplicate`` for results) or the
+    HTTP status the single request would have had (404 unknown id, 409 conflict), ``error``
+    saying why."""
+
+    id: str
+    status: int
+    duplicate: bool = False
+    error: str | None = None
+
+
+@attrs.frozen
+class RejectRequest:
+    """``POST /v1/tasks/<id>/reject``: the bridge cannot take this task, and why."""
+
+    id: str
+    reason: str
+
+
+@attrs.frozen
+class NoticeRequest:
+    """``POST /v1/notices``: something about a task the people behind the gateway should see.
+
+    ``kind`` is ``"stall"`` (a task in custody for ``age_s`` seconds without a reply).
+    """
+
+    id: str
+    kind: str
+    age_s: float
+    detail: str = ""
+
+
+NOTICE_KINDS = frozenset({"stall"})
+MAX_REASON_CHARS = 2000
+
+
 @attrs.frozen
 class HeartbeatRequest:
     client: str
@@ -132,6 +188,71 @@ def parse_result(data: Any) -> ResultRequest:
     if not result.no_send and not result.body:
         raise ValueError("body is empty: send no_send=true to close a task without a message")
     return result
+
+
+def parse_ack_batch(data: Any) -> AckBatchRequest:
+    batch = structure(require_object(data), AckBatchRequest)
+    _check_batch_size(len(batch.ids), "ids")
+    for i, task_id in enumerate(batch.ids):
+        check_task_id(task_id, f"ids[{i}]")
+    if len(set(batch.ids)) != len(batch.ids):
+        raise ValueError("ids must not repeat an id")
+    if not batch.durable:
+        raise ValueError("durable must be true: ack tasks only after they are committed")
+    return batch
+
+
+def parse_result_batch(data: Any) -> ResultBatchRequest:
+    obj = require_object(data)
+    raw = obj.get("results")
+    if not isinstance(raw, list):
+        raise ValueError("results must be an array of results")  # noqa: TRY004
+    _check_batch_size(len(raw), "results")
+    extra = sorted(set(obj) - {"results"})
+    if extra:
+        raise ValueError(f"unknown field {extra[0]!r}")
+    results = []
+    for i, item in enumerate(raw):
+        try:
+            results.append(parse_result(item))
+        except ValueError as exc:
+            raise ValueError(f"results[{i}]: {exc}") from None
+    if len({r.id for r in results}) != len(results):
+        raise ValueError("results must not repeat an id")
+    return ResultBatchRequest(results)
+
+
+def _check_batch_size(size: int, what: str) -> None:
+    if not 1 <= size <= MAX_BATCH:
+        raise ValueError(f"{what} must hold 1 to {MAX_BATCH} entries, got {size}")
+
+
+def parse_reject(data: Any, path_id: str) -> RejectRequest:
+    reject = structure(require_object(data), RejectRequest)
+    check_task_id(reject.id, "id")
+    if reject.id != path_id:
+        raise ValueError(
+            f"reject body id {reject.id!r} does not match the id in the path {path_id!r}"
+        )
+    if not reject.reason.strip() or len(reject.reason) > MAX_REASON_CHARS:
+        raise ValueError(f"reason must be 1-{MAX_REASON_CHARS} characters, not blank")
+    return reject
+
+
+def parse_notice(data: Any) -> NoticeRequest:
+    notice = structure(require_object(data), NoticeRequest)
+    check_task_id(notice.id, "id")
+    if notice.kind not in NOTICE_KINDS:
+        raise ValueError(
+            f"kind must be one of {', '.join(sorted(NOTICE_KINDS))}; got {notice.kind!r}"
+        )
+    if not notice.age_s >= 0:
+        raise ValueError(f"age_s must be >= 0, got {notice.age_s}")
+    if len(notice.detail) > MAX_REASON_CHARS:
+        raise ValueError(
+            f"detail has {len(notice.detail)} characters; the limit is {MAX_REASON_CHARS}"
+        )
+    return notice
 
 
 def parse_heartbeat(data: Any) -> HeartbeatRequest:

@@ -683,6 +683,21 @@ class SqliteStore:
 
         return await self._writer.run(op, readonly=True)
 
+    async def records(
+        self, state: CustodyState, *, limit: int = 20, newest_first: bool = False
+    ) -> Sequence[TaskRecord]:
+        state = CustodyState(state)
+        order = "DESC" if newest_first else "ASC"
+
+        def op(conn: sqlite3.Connection) -> list[TaskRecord]:
+            rows = conn.execute(
+                f"SELECT {_RECORD_COLS} FROM tasks WHERE state = ? ORDER BY rowid {order} LIMIT ?",
+                (state.value, limit),
+            )
+            return [TaskRecord(_task(row), CustodyState(row[5]), *row[6:]) for row in rows]
+
+        return await self._writer.run(op, readonly=True)
+
 
 # -- helpers (run in the writer thread) ---------------------------------------------------------
 

@@ -219,6 +219,14 @@ class Store(Protocol):
         """Ids still in custody (pending, assigned, claimed, result), oldest first."""
         ...
 
+    async def records(
+        self, state: CustodyState, *, limit: int = ..., newest_first: bool = False
+    ) -> Sequence[TaskRecord]:
+        """Up to ``limit`` full records in ``state``, in ingest order (oldest first, unless
+        ``newest_first``): what ``tether store status`` shows (oldest in flight, dead letters
+        with their reasons)."""
+        ...
+
     async def ready_results(self, *, limit: int = ...) -> Sequence[Result]:
         """Stored replies waiting for delivery, by priority then age."""
         ...

@@ -7,7 +7,11 @@ GET     /                           none    the chat page (and /app.js, /style.c
 GET     /healthz                    none    liveness and protocol version
 GET     /v1/tasks?wait=N&limit=M    worker  long-poll: lease up to M tasks, wait ≤ N s
 POST    /v1/tasks/<id>/ack          worker  ``{"id","durable":true}``: stop redelivering
+POST    /v1/acks                    worker  ``{"ids":[...],"durable":true}``: many acks at once
+POST    /v1/results/batch           worker  ``{"results":[...]}``: many results at once
 POST    /v1/results                 worker  ``{"id","body","no_send"?,"metadata"?}``
+POST    /v1/tasks/<id>/reject       worker  ``{"id","reason"}``: the bridge cannot take it
+POST    /v1/notices                 worker  ``{"id","kind":"stall","age_s"}``: tell people
 POST    /v1/heartbeat               worker  ``{"client","protocol_version":1,"inflight"}``
 GET     /v1/stats                   worker  task counts, duplicates absorbed, clients
 POST    /v1/messages                user    ``{"room","text","sender"?,"id"?}`` → task id
@@ -38,17 +42,22 @@ from .._converter import unstructure
 from .._util import open_nursery_unwrapped
 from ..bridge._gateway_wire import (
     PROTOCOL_VERSION,
+    BatchItem,
     ResultReceipt,
     check_label,
     check_task_id,
     parse_ack,
+    parse_ack_batch,
     parse_heartbeat,
+    parse_notice,
+    parse_reject,
     parse_result,
+    parse_result_batch,
 )
 from ..bridge._token_file import TokenFileError
 from ._asgi import HttpError, Receive, Request, Scope, Send, send_bytes, send_json
 from ._auth import TokenSource, bearer_token
-from ._store import FINAL_STATES, Conflict, GatewayStore, StoredTask
+from ._store import FINAL_STATES, Conflict, GatewayStore, ItemOutcome, StoredTask
 from ._wire import message_view, parse_message, task_for_worker
 
 log = logging.getLogger("tether.gateway")
@@ -70,6 +79,7 @@ _PAGE_HEADERS = [
     (b"x-frame-options", b"DENY"),
 ]
 _ACK_PATH = re.compile(r"/v1/tasks/([^/]+)/ack")
+_REJECT_PATH = re.compile(r"/v1/tasks/([^/]+)/reject")
 _MESSAGE_PATH = re.compile(r"/v1/messages/([^/]+)")
 
 
@@ -150,9 +160,21 @@ class GatewayApp:
         if _ACK_PATH.fullmatch(path):
             _allow(method, "POST")
             return self._ack
+        if _REJECT_PATH.fullmatch(path):
+            _allow(method, "POST")
+            return self._reject
         if path == "/v1/results":
             _allow(method, "POST")
             return self._result
+        if path == "/v1/acks":
+            _allow(method, "POST")
+            return self._ack_batch
+        if path == "/v1/results/batch":
+            _allow(method, "POST")
+            return self._result_batch
+        if path == "/v1/notices":
+            _allow(method, "POST")
+            return self._notice
         if path == "/v1/heartbeat":
             _allow(method, "POST")
             return self._heartbeat
@@ -220,6 +242,57 @@ class GatewayApp:
         if task is None:
             raise HttpError(404, f"unknown task id {ack.id!r}")
         await send_json(send, 200, {"id": task.id, "status": task.state})
+
+    async def _ack_batch(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        batch = _valid(parse_ack_batch, await request.json(self.limits.max_body))
+        outcomes = await self.store.ack_many(batch.ids, self.clock())
+        await send_json(send, 200, {"items": [unstructure(_item(o)) for o in outcomes]})
+
+    async def _result_batch(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        batch = _valid(parse_result_batch, await request.json(self.limits.max_body))
+        outcomes = await self.store.record_results(
+            [(r.id, r.body, r.no_send, r.metadata.worker) for r in batch.results], self.clock()
+        )
+        if any(o.status == 200 and not o.duplicate for o in outcomes):
+            self._answered.set()
+            self._answered = trio.Event()
+        duplicates = sum(o.duplicate for o in outcomes)
+        if duplicates:
+            log.info("gateway: %d duplicate result(s) absorbed", duplicates)
+        await send_json(send, 200, {"items": [unstructure(_item(o)) for o in outcomes]})
+
+    async def _reject(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        match = _REJECT_PATH.fullmatch(request.path)
+        assert match is not None
+        path_id = _valid(check_task_id, match.group(1), "task id in the path")
+        reject = _valid(parse_reject, await request.json(self.limits.max_body), path_id)
+        task = await _conflicts(self.store.reject(reject.id, reject.reason, self.clock()))
+        if task is None:
+            # not 404: on an optional endpoint a client reads 404 as "no such endpoint"
+            raise HttpError(409, f"unknown task id {reject.id!r}")
+        log.warning("gateway: the bridge rejected task %s: %s", reject.id, reject.reason)
+        self._answered.set()
+        self._answered = trio.Event()
+        await send_json(send, 200, {"id": task.id, "status": task.state})
+
+    async def _notice(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        notice = _valid(parse_notice, await request.json(self.limits.max_body))
+        task = await self.store.notice(
+            notice.id, notice.kind, notice.age_s, notice.detail, self.clock()
+        )
+        if task is None:
+            raise HttpError(409, f"unknown task id {notice.id!r}")  # not 404: see _reject
+        log.warning(
+            "gateway: %s notice for task %s (%.1f s in custody)",
+            notice.kind,
+            notice.id,
+            notice.age_s,
+        )
+        await send_json(send, 200, {"id": notice.id, "kind": notice.kind})
 
     async def _result(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)
@@ -307,6 +380,12 @@ class GatewayApp:
         if disconnected() or task is None:
             return
         await send_json(send, 200, unstructure(message_view(task)))
+
+
+def _item(outcome: ItemOutcome) -> BatchItem:
+    return BatchItem(
+        id=outcome.id, status=outcome.status, duplicate=outcome.duplicate, error=outcome.error
+    )
 
 
 @asynccontextmanager

@@ -56,6 +56,19 @@ CREATE TABLE IF NOT EXISTS counters (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS rejections (
+    id          TEXT PRIMARY KEY,
+    reason      TEXT NOT NULL,
+    rejected_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS notices (
+    id       TEXT NOT NULL,
+    kind     TEXT NOT NULL,
+    age_s    REAL NOT NULL,
+    detail   TEXT NOT NULL,
+    at       REAL NOT NULL,
+    PRIMARY KEY (id, kind)
+);
 CREATE TABLE IF NOT EXISTS clients (
     client           TEXT PRIMARY KEY,
     last_seen        REAL NOT NULL,
@@ -112,6 +125,16 @@ class ResultOutcome:
 
 
 @attrs.frozen
+class ItemOutcome:
+    """One id's outcome in a batch: 200, or the status its single request would have had."""
+
+    id: str
+    status: int
+    duplicate: bool = False
+    error: str | None = None
+
+
+@attrs.frozen
 class ClientInfo:
     client: str
     last_seen: float
@@ -129,6 +152,8 @@ class StoreStats:
     deliveries: int
     redeliveries: int
     clients: list[ClientInfo]
+    rejected: int = 0
+    notices: int = 0
 
 
 def new_task_id(now: float) -> str:
@@ -248,19 +273,40 @@ class GatewayStore:
 
     def _ack(self, task_id: str, now: float) -> StoredTask | None:
         with _transaction(self._db):
+            return self._ack_in_transaction(task_id, now)
+
+    def _ack_in_transaction(self, task_id: str, now: float) -> StoredTask | None:
+        task = self._get(task_id)
+        if task is None:
+            return None
+        if task.state == "queued":
+            raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
+        if task.state == "leased":
+            self._db.execute(
+                "UPDATE tasks SET state = 'acked', acked_at = ?, lease_until = NULL WHERE id = ?",
+                (now, task_id),
+            )
             task = self._get(task_id)
-            if task is None:
-                return None
-            if task.state == "queued":
-                raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
-            if task.state == "leased":
-                self._db.execute(
-                    "UPDATE tasks SET state = 'acked', acked_at = ?, lease_until = NULL"
-                    " WHERE id = ?",
-                    (now, task_id),
-                )
-                task = self._get(task_id)
         return task
+
+    async def ack_many(self, ids: list[str], now: float) -> list[ItemOutcome]:
+        """Ack every id in one transaction; each gets the outcome its own ack would have."""
+        return await self._run(self._ack_many, ids, now)
+
+    def _ack_many(self, ids: list[str], now: float) -> list[ItemOutcome]:
+        outcomes = []
+        with _transaction(self._db):
+            for task_id in ids:
+                try:
+                    task = self._ack_in_transaction(task_id, now)
+                except Conflict as exc:
+                    outcomes.append(ItemOutcome(task_id, 409, error=str(exc)))
+                    continue
+                if task is None:
+                    outcomes.append(ItemOutcome(task_id, 404, error=f"unknown task id {task_id!r}"))
+                else:
+                    outcomes.append(ItemOutcome(task_id, 200))
+        return outcomes
 
     async def record_result(
         self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
@@ -275,29 +321,120 @@ class GatewayStore:
         self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
     ) -> ResultOutcome | None:
         with _transaction(self._db):
+            return self._record_in_transaction(task_id, body, no_send, worker, now)
+
+    def _record_in_transaction(
+        self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
+    ) -> ResultOutcome | None:
+        task = self._get(task_id)
+        if task is None:
+            return None
+        if task.state in FINAL_STATES:
+            self._bump("duplicate_results", 1)
+            return ResultOutcome(task, duplicate=True)
+        if task.state == "queued":
+            raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
+        self._db.execute(
+            "UPDATE tasks SET state = ?, reply = ?, worker = ?, answered_at = ?,"
+            " lease_until = NULL, acked_at = COALESCE(acked_at, ?) WHERE id = ?",
+            (
+                "closed" if no_send else "answered",
+                None if no_send else body,
+                worker,
+                now,
+                now,
+                task_id,
+            ),
+        )
+        task = self._get(task_id)
+        assert task is not None
+        return ResultOutcome(task, duplicate=False)
+
+    async def record_results(
+        self, results: list[tuple[str, str, bool, str | None]], now: float
+    ) -> list[ItemOutcome]:
+        """Record many ``(id, body, no_send, worker)`` results in one transaction."""
+        return await self._run(self._record_results, results, now)
+
+    def _record_results(
+        self, results: list[tuple[str, str, bool, str | None]], now: float
+    ) -> list[ItemOutcome]:
+        outcomes = []
+        with _transaction(self._db):
+            for task_id, body, no_send, worker in results:
+                try:
+                    outcome = self._record_in_transaction(task_id, body, no_send, worker, now)
+                except Conflict as exc:
+                    outcomes.append(ItemOutcome(task_id, 409, error=str(exc)))
+                    continue
+                if outcome is None:
+                    outcomes.append(ItemOutcome(task_id, 404, error=f"unknown task id {task_id!r}"))
+                else:
+                    outcomes.append(ItemOutcome(task_id, 200, duplicate=outcome.duplicate))
+        return outcomes
+
+    async def reject(self, task_id: str, reason: str, now: float) -> StoredTask | None:
+        """Close a handed-out task the worker side cannot take, keeping its reason.
+
+        None if unknown; a no-op (first reason kept) once the task is answered or closed.
+        """
+        return await self._run(self._reject, task_id, reason, now)
+
+    def _reject(self, task_id: str, reason: str, now: float) -> StoredTask | None:
+        with _transaction(self._db):
             task = self._get(task_id)
             if task is None:
                 return None
-            if task.state in FINAL_STATES:
-                self._bump("duplicate_results", 1)
-                return ResultOutcome(task, duplicate=True)
             if task.state == "queued":
                 raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
+            if task.state in FINAL_STATES:
+                return task
             self._db.execute(
-                "UPDATE tasks SET state = ?, reply = ?, worker = ?, answered_at = ?,"
-                " lease_until = NULL, acked_at = COALESCE(acked_at, ?) WHERE id = ?",
-                (
-                    "closed" if no_send else "answered",
-                    None if no_send else body,
-                    worker,
-                    now,
-                    now,
-                    task_id,
-                ),
+                "UPDATE tasks SET state = 'closed', answered_at = ?, lease_until = NULL"
+                " WHERE id = ?",
+                (now, task_id),
             )
+            self._db.execute(
+                "INSERT OR IGNORE INTO rejections (id, reason, rejected_at) VALUES (?, ?, ?)",
+                (task_id, reason, now),
+            )
+            self._bump("rejected", 1)
             task = self._get(task_id)
-        assert task is not None
-        return ResultOutcome(task, duplicate=False)
+        return task
+
+    async def rejection(self, task_id: str) -> str | None:
+        """Why the worker side rejected ``task_id`` (None if it did not)."""
+        return await self._run(self._rejection, task_id)
+
+    def _rejection(self, task_id: str) -> str | None:
+        row = self._db.execute("SELECT reason FROM rejections WHERE id = ?", (task_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    async def notice(
+        self, task_id: str, kind: str, age_s: float, detail: str, now: float
+    ) -> StoredTask | None:
+        """Record a notice about a task (one per id and kind; a repeat updates it)."""
+        return await self._run(self._notice, task_id, kind, age_s, detail, now)
+
+    def _notice(
+        self, task_id: str, kind: str, age_s: float, detail: str, now: float
+    ) -> StoredTask | None:
+        with _transaction(self._db):
+            task = self._get(task_id)
+            if task is None:
+                return None
+            known = self._db.execute(
+                "SELECT 1 FROM notices WHERE id = ? AND kind = ?", (task_id, kind)
+            ).fetchone()
+            self._db.execute(
+                "INSERT INTO notices (id, kind, age_s, detail, at) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (id, kind) DO UPDATE SET age_s = excluded.age_s,"
+                " detail = excluded.detail, at = excluded.at",
+                (task_id, kind, age_s, detail, now),
+            )
+            if known is None:
+                self._bump("notices", 1)
+        return task
 
     async def heartbeat(
         self,
@@ -352,6 +489,8 @@ class GatewayStore:
             deliveries=counters.get("deliveries", 0),
             redeliveries=counters.get("redeliveries", 0),
             clients=clients,
+            rejected=counters.get("rejected", 0),
+            notices=counters.get("notices", 0),
         )
 
     def _bump(self, name: str, by: int) -> None:

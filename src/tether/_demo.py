@@ -1,0 +1,229 @@
+"""``tether demo``: the main job end to end, in one process, in a temporary directory.
+
+A reference gateway on 127.0.0.1 (free port), a bridge with 4 workers and the echo agent, and
+a few hundred chat messages sent through the gateway's user side. Halfway through, the bridge
+is stopped and started again (like a deploy): the custody store carries every task across.
+At the end every message is checked for its reply, and the summary says how many were sent,
+replied, lost (none, or the exit code is 1) and how many duplicate replies the gateway absorbed.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+import httpx
+import trio
+
+from . import ChildSpec, open_runtime, wait_stop_requested
+from .bridge._config import BridgeConfig
+from .bridge._service import BridgeService
+from .bridge._sqlite import SqliteStore
+from .bridge._token_file import ensure_token_file, read_token
+from .gateway import GatewaySettings, serve
+
+ROOMS = 40
+"""Conversations: a room's messages stay on one worker, so many rooms spread the load."""
+REPLY_TIMEOUT = 45.0
+
+
+@attrs.define
+class DemoResult:
+    sent: int
+    replied: int
+    wrong: int
+    lost: int
+    duplicates: int
+    seconds: float
+    samples: list[tuple[str, str]]
+
+
+@attrs.define(eq=False)
+class Progress:
+    """A one-line progress bar on stderr (redrawn in place on a terminal, sparse otherwise)."""
+
+    total: int
+    out: TextIO = sys.stderr
+    enabled: bool = True
+    width: int = 30
+    _shown: int = -1
+
+    def show(self, done: int, label: str) -> None:
+        if not self.enabled:
+            return
+        tty = self.out.isatty()
+        step = max(1, self.total // 10)
+        if not tty and done != self.total and done // step == self._shown // step:
+            return
+        self._shown = done
+        filled = self.width * done // max(1, self.total)
+        bar = "#" * filled + "." * (self.width - filled)
+        line = f"[{bar}] {done:>5}/{self.total} {label}"
+        self.out.write(("\r" + line) if tty else line + "\n")
+        self.out.flush()
+
+    def end(self) -> None:
+        if self.enabled and self.out.isatty():
+            self.out.write("\n")
+            self.out.flush()
+
+
+def run_demo(
+    *,
+    messages: int = 300,
+    workers: int = 4,
+    agent: str = "tether.agents.echo:factory",
+    quiet: bool = False,
+) -> int:
+    """Run the demo; print the summary; 0 when every message got its reply."""
+    if not 1 <= messages <= 100_000:
+        from .bridge._config import ConfigError
+
+        raise ConfigError(f"--messages must be from 1 to 100000, got {messages}")
+    if not 1 <= workers <= 64:
+        from .bridge._config import ConfigError
+
+        raise ConfigError(f"--workers must be from 1 to 64, got {workers}")
+    with tempfile.TemporaryDirectory(prefix="tether-demo-") as folder:
+        result = trio.run(partial(_demo, Path(folder), messages, workers, agent, quiet))
+    print("sample replies:")
+    for text, reply in result.samples:
+        print(f"  {text!r} -> {reply!r}")
+    rate = result.replied / result.seconds if result.seconds else 0.0
+    print(
+        f"sent {result.sent} / replied {result.replied} / lost {result.lost} / "
+        f"duplicates absorbed {result.duplicates}"
+        + (f" / wrong replies {result.wrong}" if result.wrong else "")
+        + f"  ({result.seconds:.1f} s, {rate:.0f} messages/s, bridge restarted once midway)"
+    )
+    return 0 if result.lost == 0 and result.wrong == 0 else 1
+
+
+async def _demo(folder: Path, count: int, workers: int, agent: str, quiet: bool) -> DemoResult:
+    token_file = folder / "gateway" / "token"
+    ensure_token_file(token_file)
+    token = read_token(token_file)
+    progress = Progress(count, enabled=not quiet)
+    started = time.monotonic()
+    async with open_runtime(grace=5.0) as runtime:
+        port: int = await runtime.supervisor.start_child(
+            ChildSpec(
+                "gateway",
+                partial(serve, shutdown_trigger=wait_stop_requested),
+                GatewaySettings(
+                    token_file=token_file, db=folder / "gateway" / "gateway.db", port=0
+                ),
+            )
+        )
+        url = f"http://127.0.0.1:{port}"
+        config = BridgeConfig(
+            gateway=url,
+            token_file=token_file,
+            store=str(folder / "bridge" / "custody.db"),
+            agent=agent,
+            workers=workers,
+            poll_wait=5.0,
+            grace=5.0,
+            log_level="WARNING",
+        )
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http,
+            await SqliteStore.open(config.store, synchronous="NORMAL") as store,
+        ):
+            texts = [f"hello #{i}" for i in range(count)]
+            ids = await _send(http, texts, progress)
+            await _run_bridge_until(runtime, config, store, http, count // 2, progress, "first")
+            await _run_bridge_until(runtime, config, store, http, count, progress, "second")
+            progress.end()
+            return await _check(http, ids, texts, time.monotonic() - started)
+
+
+async def _send(http: httpx.AsyncClient, texts: list[str], progress: Progress) -> list[str]:
+    ids: list[str] = [""] * len(texts)
+    limiter = trio.CapacityLimiter(16)
+    sent = 0
+
+    async def one(i: int) -> None:
+        nonlocal sent
+        async with limiter:
+            response = await http.post(
+                "/v1/messages",
+                json={"room": f"room-{i % ROOMS}", "text": texts[i], "id": f"demo-{i:06d}"},
+            )
+            response.raise_for_status()
+            ids[i] = response.json()["id"]
+            sent += 1
+            progress.show(sent, "sent")
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(texts)):
+            nursery.start_soon(one, i)
+    return ids
+
+
+async def _answered(http: httpx.AsyncClient) -> tuple[int, int]:
+    response = await http.get("/v1/stats")
+    response.raise_for_status()
+    stats: Any = response.json()
+    return stats["tasks"]["answered"] + stats["tasks"]["closed"], stats["duplicate_results"]
+
+
+async def _run_bridge_until(
+    runtime: Any,
+    config: BridgeConfig,
+    store: SqliteStore,
+    http: httpx.AsyncClient,
+    target: int,
+    progress: Progress,
+    which: str,
+) -> None:
+    """Run a bridge until ``target`` messages are answered, then stop it softly."""
+    service = BridgeService(config, store=store)
+    name = f"bridge-{which}"
+    await runtime.supervisor.start_child(
+        ChildSpec(name, service.run, restart="temporary", shutdown_grace=service.stop_grace)
+    )
+    with trio.move_on_after(REPLY_TIMEOUT):
+        while True:
+            done, _ = await _answered(http)
+            progress.show(done, f"replied ({which} bridge)")
+            if done >= target:
+                break
+            await trio.sleep(0.05)
+    await runtime.supervisor.terminate_child(name)
+    if service.fatal is not None:
+        raise service.fatal
+
+
+async def _check(
+    http: httpx.AsyncClient, ids: list[str], texts: list[str], seconds: float
+) -> DemoResult:
+    replied = wrong = 0
+    samples: list[tuple[str, str]] = []
+    for task_id, text in zip(ids, texts, strict=True):
+        response = await http.get(f"/v1/messages/{task_id}")
+        response.raise_for_status()
+        reply = response.json()["reply"]
+        if reply is None:
+            continue
+        replied += 1
+        if text not in reply:
+            wrong += 1
+        if len(samples) < 3:
+            samples.append((text, reply))
+    _, duplicates = await _answered(http)
+    return DemoResult(
+        sent=len(ids),
+        replied=replied,
+        wrong=wrong,
+        lost=len(ids) - replied,
+        duplicates=duplicates,
+        seconds=seconds,
+        samples=samples,
+    )

@@ -1,0 +1,168 @@
+"""``tether bridge run`` and ``tether store status``: the bridge from the command line.
+
+Heavy imports (trio, the store, the service) happen only when a command runs, so ``--help``
+stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._config import SETTINGS, BridgeConfig, env_name
+
+EXIT_AUTH = 3
+
+
+def _flag(setting: str) -> str:
+    return "--" + setting.replace("_", "-")
+
+
+_HELP: dict[str, tuple[str, type[Any]]] = {
+    "gateway": (f"gateway base URL (default: {BridgeConfig.gateway})", str),
+    "token_file": (
+        "file holding the gateway's bearer token (default: tether-data/gateway/token)",
+        Path,
+    ),
+    "store": (
+        "custody store: a SQLite file or a postgresql:// URL "
+        "(default: tether-data/bridge/custody.db, directory created 0700)",
+        str,
+    ),
+    "agent": (f"agent factory as module:factory (default: {BridgeConfig.agent})", str),
+    "workers": ("number of pool workers (default: 4)", int),
+    "concurrency": ("tasks each worker runs at once (default: 4)", int),
+    "client_name": ("name this bridge gives the gateway (default: tether-bridge)", str),
+    "poll_wait": ("long-poll wait in seconds (default: 30)", float),
+    "lease_s": ("a worker's lease on a task, renewed by its heartbeat (default: 60)", float),
+    "max_attempts": ("attempts before a task is dead-lettered (default: 5)", int),
+    "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
+    "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
+    "lead": (
+        "run a pool lead (true: room affinity, balanced assignment; false: workers claim "
+        "pending tasks directly) (default: true)",
+        str,
+    ),
+    "sweep_interval": ("seconds between the pool lead's assignment sweeps (default: 0.05)", float),
+    "poll_interval": ("seconds an idle worker waits between claims (default: 0.05)", float),
+    "stall_after": ("seconds in custody before a stall notice (default: 300)", float),
+    "retention": ("seconds delivered tasks are kept, then pruned (default: 604800)", float),
+    "grace": ("seconds a stopping bridge waits for workers to finish (default: 10)", float),
+    "status_file": ("write the gateway connection status (JSON) here", Path),
+    "synchronous": ("SQLite durability: FULL, NORMAL or EXTRA (default: FULL)", str),
+    "log_level": ("DEBUG, INFO, WARNING or ERROR (default: INFO)", str),
+}
+assert set(_HELP) == set(SETTINGS)
+
+CONFIG_HELP = f"""configuration (later sources win):
+  defaults < TOML file (--config or $TETHER_CONFIG, a [bridge] table with the
+  settings' names, e.g. workers = 8) < environment ({env_name("workers")}, ...) < flags
+"""
+
+
+def add_bridge_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
+) -> None:
+    bridge = sub.add_parser(
+        "bridge",
+        help="the bridge: gateway -> custody store -> agent workers -> gateway",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = bridge.add_subparsers(dest="bridge_command", required=True, metavar="ACTION")
+    run = actions.add_parser(
+        "run",
+        help="run a bridge until SIGINT/SIGTERM",
+        description=(
+            "Run the bridge: poll the gateway, keep every task in the custody store until its "
+            "reply is delivered, run the agent in a pool of workers. SIGINT/SIGTERM stop it "
+            "gracefully (workers finish or hand back their tasks; nothing is lost)."
+        ),
+        epilog=CONFIG_HELP + "\n" + epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--config", type=Path, default=None, help="a TOML config file")
+    for setting, (text, kind) in _HELP.items():
+        run.add_argument(_flag(setting), dest=setting, type=kind, default=None, help=text)
+
+    store = sub.add_parser(
+        "store",
+        help="inspect the custody store",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    store_actions = store.add_subparsers(dest="store_command", required=True, metavar="ACTION")
+    status = store_actions.add_parser(
+        "status",
+        help="counts per custody state, oldest in flight, dead letters with reasons",
+        epilog=CONFIG_HELP + "\n" + epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    status.add_argument("--config", type=Path, default=None, help="a TOML config file")
+    status.add_argument("--store", default=None, help=_HELP["store"][0])
+    status.add_argument("--limit", type=int, default=10, help="rows per list (default: 10)")
+    status.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def _flags(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
+
+
+def run_store(args: argparse.Namespace) -> int:
+    import trio
+
+    from ._config import ConfigError, load_config
+    from ._open_store import open_store
+    from ._store_status import render_status, store_status
+
+    config = load_config(file=args.config, flags=_flags(args, ("store",)))
+    if args.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {args.limit}")
+
+    async def status() -> int:
+        store = await open_store(config.store, must_exist=True)
+        try:
+            snapshot = await store_status(store, limit=args.limit)
+        finally:
+            await store.aclose()
+        if args.json:
+            print(json.dumps(snapshot.to_document(), indent=2))
+        else:
+            print(render_status(snapshot, config.store))
+        return 0
+
+    return trio.run(status)
+
+
+def run_bridge(args: argparse.Namespace) -> int:
+    import logging
+
+    import trio
+
+    from ._config import load_config, prepare_data_dir
+
+    config = load_config(file=args.config, flags=_flags(args, SETTINGS))
+    from ._agent import AgentLoadError, load_agent
+    from ._config import ConfigError
+    from ._service import BridgeService  # after the config: a typo is reported at once
+
+    try:
+        factory = load_agent(config.agent)
+    except AgentLoadError as exc:
+        raise ConfigError(str(exc)) from None
+
+    logging.basicConfig(
+        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    prepare_data_dir(config)
+    print(
+        f"tether bridge: {config.gateway} -> {config.store}, agent {config.agent}, "
+        f"{config.workers} worker(s); Ctrl+C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+    trio.run(BridgeService(config, factory=factory).run_until_signal)
+    return 0

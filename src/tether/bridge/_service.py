@@ -1,0 +1,338 @@
+"""``BridgeService``: the whole bridge as supervised children of one supervisor.
+
+Start order (a soft stop runs in reverse): reconciler, delivery, gateway heartbeat, pool lead,
+workers, stall notices, and last the gateway loop (ingest). So a stopping bridge first stops
+taking new tasks, then lets its workers finish or hand back what they hold (within ``grace``),
+then delivers the replies they produced, and the reconciler goes last. Nothing in custody is
+lost either way: what is not delivered before the stop is delivered by the next run.
+
+The strategy is ``one_for_one``: a crashed worker or a failed delivery loop is restarted on
+its own. An auth refusal by the gateway is fatal for the whole bridge (every loop would hit it):
+the service stops and ``run`` raises the :class:`GatewayAuthError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from functools import partial
+from typing import Any
+
+import attrs
+import trio
+
+from .. import ChildSpec, open_runtime, open_supervisor, wait_stop_requested
+from .._util import open_nursery_unwrapped
+from ._agent import AgentFactory, load_agent
+from ._config import BridgeConfig
+from ._custody import IN_CUSTODY, Task
+from ._delivery import Delivery
+from ._gateway_client import (
+    GatewayAuthError,
+    GatewayClient,
+    GatewayProtocolError,
+    GatewayRequestError,
+    GatewayUnavailable,
+)
+from ._ingest import Ingest
+from ._open_store import open_store
+from ._pool_lead import PoolLead
+from ._pool_stall import StallWatcher
+from ._pool_worker import RELEASE_TIMEOUT, PoolWorker
+from ._reconcile import Reconciler
+from ._store import Store
+
+log = logging.getLogger("tether.bridge")
+
+ServiceRun = Callable[..., Awaitable[None]]
+
+
+def pool_stem(client_name: str) -> str:
+    """The prefix of this bridge's pool names (its gateway client name, made a valid worker
+    name), so bridges sharing one store never share a worker name."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", client_name)[:56] or "bridge"
+
+
+def worker_names(client_name: str, count: int) -> list[str]:
+    stem = pool_stem(client_name)
+    return [f"{stem}-w{i}" for i in range(1, count + 1)]
+
+
+@attrs.define(eq=False)
+class BridgeService:
+    """One bridge. ``await nursery.start(service.run)`` (ready once every child is), or
+    ``await service.run_until_signal()`` for a process of its own.
+
+    ``store`` and ``factory`` may be given (tests, the demo); otherwise they come from
+    ``config.store`` and ``config.agent``. ``gateway_options`` go to :class:`GatewayClient`.
+    """
+
+    config: BridgeConfig
+    store: Store | None = None
+    factory: AgentFactory | None = None
+    gateway_options: dict[str, Any] = attrs.field(factory=dict)
+    ingest: Ingest | None = attrs.field(default=None, init=False)
+    delivery: Delivery | None = attrs.field(default=None, init=False)
+    gateway: GatewayClient | None = attrs.field(default=None, init=False)
+    fatal: BaseException | None = attrs.field(default=None, init=False)
+    running: bool = attrs.field(default=False, init=False)
+    """True once every child started (``run`` reported ready)."""
+    _failed: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    @property
+    def worker_grace(self) -> float:
+        """A worker's shutdown grace: its runs' grace, then time to give its claims back."""
+        return self.config.grace + RELEASE_TIMEOUT + 1.0
+
+    @property
+    def stop_grace(self) -> float:
+        """How long the whole bridge may take to stop softly (every stage's grace, summed)."""
+        return 2 * self.config.grace + RELEASE_TIMEOUT + 15.0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the bridge until cancelled, asked to stop (as a supervised child), or fatal."""
+        config = self.config
+        factory = self.factory if self.factory is not None else load_agent(config.agent)
+        async with AsyncExitStack() as stack:
+            store = self.store
+            if store is None:
+                store = await open_store(
+                    config.store,
+                    lease_s=config.lease_s,
+                    max_attempts=config.max_attempts,
+                    synchronous=config.synchronous,
+                )
+                stack.push_async_callback(store.aclose)
+            options: dict[str, Any] = {
+                "client_name": config.client_name,
+                "status_file": config.status_file,
+                "poll_wait": config.poll_wait,
+            }
+            options.update(self.gateway_options)
+            gateway = await stack.enter_async_context(
+                GatewayClient(config.gateway, config.token_file, **options)
+            )
+            self.gateway = gateway
+            self.ingest = Ingest(store, gateway, poll_wait=config.poll_wait)
+            self.delivery = Delivery(store, gateway)
+            supervisor = await stack.enter_async_context(
+                open_supervisor(name="bridge", strategy="one_for_one", max_restarts=10, period=30)
+            )
+            for spec in self._children(store, gateway, factory):
+                await supervisor.start_child(spec)
+            log.info(
+                "bridge running: %s -> %s, %d worker(s)",
+                config.gateway,
+                config.store,
+                config.workers,
+            )
+            self.running = True
+            task_status.started()
+            async with open_nursery_unwrapped() as nursery:
+
+                async def until_stop() -> None:
+                    await wait_stop_requested()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(until_stop)
+                await self._failed.wait()
+                nursery.cancel_scope.cancel()
+        if self.fatal is not None:
+            raise self.fatal
+
+    async def run_until_signal(self) -> None:
+        """The bridge as a process: SIGINT/SIGTERM stop it gracefully, then this returns."""
+        done = trio.Event()
+        error: list[BaseException] = []
+
+        async def bridge(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await self.run(task_status=task_status)
+            except Exception as exc:
+                if not self.running:
+                    raise  # a start-up failure: start_child raises it below
+                error.append(exc)
+            finally:
+                done.set()
+
+        async with open_runtime(grace=self.config.grace) as runtime:
+            await runtime.supervisor.start_child(
+                ChildSpec("bridge", bridge, restart="temporary", shutdown_grace=self.stop_grace)
+            )
+            await done.wait()
+        if error:
+            raise error[0]
+
+    # -- the children ----------------------------------------------------------------------
+
+    def _children(
+        self, store: Store, gateway: GatewayClient, factory: AgentFactory
+    ) -> list[ChildSpec]:
+        config = self.config
+        assert self.ingest is not None
+        assert self.delivery is not None
+        reconciler = Reconciler(store)
+        stem = pool_stem(config.client_name)
+        workers = [
+            PoolWorker(
+                store,
+                name,
+                factory,
+                concurrency=config.concurrency,
+                poll_interval=config.poll_interval,
+                stop_grace=config.grace,
+                after_complete=self._result_stored,
+            )
+            for name in worker_names(config.client_name, config.workers)
+        ]
+        stall = StallWatcher(store, stall_after=config.stall_after, notify=self.notify_stall)
+        specs = [
+            self._spec(
+                "reconciler",
+                _until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
+            ),
+            self._spec("delivery", partial(self._deliver, self.delivery)),
+            self._spec("retention", _until_stopped(partial(self._prune, store))),
+            self._spec(
+                "heartbeat",
+                _until_stopped(partial(self._heartbeat, store, gateway)),
+                restart="transient",
+            ),
+            self._spec("workers", partial(self._run_workers, workers), grace=self.worker_grace),
+            self._spec("stall-notices", stall.run),
+            self._spec("ingest", _until_stopped(self.ingest.run), grace=2.0),
+        ]
+        if config.lead:
+            # before the workers, so a soft stop ends it after them; it drops its beat then
+            lead = PoolLead(store, name=f"{stem}-lead", sweep_interval=config.sweep_interval)
+            specs.insert(3, self._spec("lead", lead.run))
+        return specs
+
+    async def _run_workers(
+        self,
+        workers: list[PoolWorker],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The workers under their own one_for_one supervisor; a soft stop reaches all of them
+        at once, so they finish (or give back) their tasks in parallel, not one after another."""
+        async with open_supervisor(
+            name="workers", strategy="one_for_one", max_restarts=10, period=30
+        ) as supervisor:
+            for worker in workers:
+                await supervisor.start_child(
+                    ChildSpec(
+                        worker.name,
+                        worker.run,
+                        # a worker returns only when stopped: restart it only if it crashed
+                        restart="transient",
+                        shutdown_grace=self.worker_grace,
+                    )
+                )
+            task_status.started()
+            await wait_stop_requested()
+            for worker in workers:
+                worker.request_stop()
+
+    def _spec(
+        self,
+        name: str,
+        run: ServiceRun,
+        *,
+        restart: Any = "permanent",
+        grace: float | None = None,
+    ) -> ChildSpec:
+        return ChildSpec(
+            name,
+            self._guarded,
+            run,
+            restart=restart,
+            shutdown_grace=self.config.grace if grace is None else grace,
+        )
+
+    async def _guarded(
+        self, run: ServiceRun, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run a child; a gateway auth refusal stops the whole bridge instead of a restart."""
+        try:
+            await run(task_status=task_status)
+        except* GatewayAuthError as group:
+            if self.fatal is None:
+                self.fatal = group.exceptions[0]
+            self._failed.set()
+            await wait_stop_requested()  # the bridge is stopping; this child goes with it
+
+    async def _deliver(
+        self, delivery: Delivery, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Deliver until asked to stop; then finish the batch in hand and deliver what the
+        stopping workers produced (bounded by the child's shutdown grace)."""
+        async with open_nursery_unwrapped() as nursery:
+
+            async def forward_stop() -> None:
+                await wait_stop_requested()
+                delivery.request_stop()
+
+            nursery.start_soon(forward_stop)
+            await delivery.run(task_status=task_status)
+            nursery.cancel_scope.cancel()
+
+    async def _heartbeat(
+        self,
+        store: Store,
+        gateway: GatewayClient,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Tell the gateway we live and how many tasks we hold; ends if it has no endpoint."""
+        task_status.started()
+        failing = False
+        while gateway.heartbeat_supported:
+            counts = await store.counts()
+            try:
+                await gateway.heartbeat(sum(counts[state] for state in IN_CUSTODY))
+            except (GatewayUnavailable, GatewayRequestError, GatewayProtocolError) as exc:
+                if not failing:
+                    log.warning("gateway heartbeat failed (will keep trying): %s", exc)
+                failing = True
+            else:
+                failing = False
+            await trio.sleep(self.config.heartbeat_interval)
+
+    async def _prune(
+        self, store: Store, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Delete delivered tasks older than ``retention``, a chunk at a time (dead ones stay)."""
+        task_status.started()
+        while True:
+            pruned = await store.prune_delivered(store.clock() - self.config.retention, limit=1000)
+            if pruned:
+                log.info("pruned %d delivered task(s) past the retention period", pruned)
+            if pruned < 1000:
+                await trio.sleep(60.0)
+
+    async def _result_stored(self, task: Task) -> None:
+        """A worker stored a reply: delivery looks now rather than at its next idle tick."""
+        if self.delivery is not None:
+            self.delivery.nudge()
+
+    async def notify_stall(self, task_id: str, age_s: float) -> None:
+        """The pool's stall callback: tell the gateway (raises if it could not be sent)."""
+        log.warning("task %s has been in custody for %.0f s without a reply", task_id, age_s)
+        if self.gateway is not None:
+            await self.gateway.notice(task_id, age_s)
+
+
+def _until_stopped(run: ServiceRun) -> ServiceRun:
+    """Wrap a service that ignores soft stops: a stop request ends it cleanly."""
+
+    async def stoppable(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with open_nursery_unwrapped() as nursery:
+            await nursery.start(run)
+            task_status.started()
+            await wait_stop_requested()
+            nursery.cancel_scope.cancel()
+
+    return stoppable

@@ -1,0 +1,218 @@
+"""Helpers for the bridge service tests: a restartable real gateway and user-side calls."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import trio
+
+from tether.bridge import GatewayClient
+from tether.gateway import GatewaySettings, serve
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def gateway_client(url: str, token_file: Path, **overrides: Any) -> GatewayClient:
+    """A client with test-sized timings: short polls, backoff from 50 ms."""
+    fields: dict[str, Any] = {
+        "client_name": "bridge-test",
+        "poll_wait": 0.5,
+        "backoff_initial": 0.05,
+        "backoff_maximum": 0.5,
+    }
+    fields.update(overrides)
+    return GatewayClient(url, token_file, **fields)
+
+
+@attrs.define(eq=False)
+class LiveGateway:
+    """A reference gateway on a fixed free port that a test can stop and start again."""
+
+    nursery: trio.Nursery
+    token_file: Path
+    db: Path
+    lease: float = 1.0
+    port: int = attrs.field(factory=free_port)
+    _stop: trio.Event | None = None
+    _stopped: trio.Event | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        settings = GatewaySettings(
+            token_file=self.token_file, db=self.db, port=self.port, lease=self.lease
+        )
+        stop, stopped = trio.Event(), trio.Event()
+
+        async def run(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await serve(settings, shutdown_trigger=stop.wait, task_status=task_status)
+            finally:
+                stopped.set()
+
+        await self.nursery.start(partial(run))
+        self._stop, self._stopped = stop, stopped
+
+    async def stop(self) -> None:
+        if self._stop is not None and self._stopped is not None:
+            self._stop.set()
+            await self._stopped.wait()
+        self._stop = self._stopped = None
+
+
+@attrs.define(eq=False)
+class GatewayHandle:
+    """The running gateway and plain HTTP calls on its user side and stats."""
+
+    live: LiveGateway
+    http: httpx.AsyncClient
+
+    @property
+    def url(self) -> str:
+        return self.live.url
+
+    def headers(self) -> dict[str, str]:
+        token = self.live.token_file.read_text().strip()
+        return {"Authorization": f"Bearer {token}"}
+
+    async def submit(self, text: str, room: str = "lobby", id: str | None = None) -> str:
+        payload: dict[str, Any] = {"room": room, "text": text}
+        if id is not None:
+            payload["id"] = id
+        response = await self.http.post(
+            f"{self.url}/v1/messages", json=payload, headers=self.headers()
+        )
+        assert response.status_code in (200, 201), response.text
+        task_id: str = response.json()["id"]
+        return task_id
+
+    async def message(self, task_id: str, wait: float = 0) -> Any:
+        response = await self.http.get(
+            f"{self.url}/v1/messages/{task_id}", params={"wait": wait}, headers=self.headers()
+        )
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def stats(self) -> Any:
+        response = await self.http.get(f"{self.url}/v1/stats", headers=self.headers())
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[bool]], limit_s: float = 10.0, step: float = 0.02
+) -> None:
+    """Poll ``check`` until it is true; fail the test after ``limit_s`` seconds."""
+    with trio.fail_after(limit_s):
+        for _ in itertools.count():
+            if await check():
+                return
+            await trio.sleep(step)
+
+
+TESTS_DIR = Path(__file__).resolve().parent.parent
+BRIDGE_COMMAND = [sys.executable, "-m", "tether._cli", "bridge", "run"]
+
+
+def bridge_env() -> dict[str, str]:
+    """The child's environment: no stray TETHER_* settings; tests/ importable for agents."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH")]))
+    return env
+
+
+@attrs.define(eq=False)
+class BridgeProcess:
+    """``tether bridge run`` as a real child process (stderr kept in a log file)."""
+
+    process: trio.Process
+    log: Path
+
+    @classmethod
+    async def start(
+        cls,
+        url: str,
+        token_file: Path,
+        store: Path,
+        log: Path,
+        *,
+        agent: str = "tether.agents.echo:factory",
+        workers: int = 4,
+        extra: Sequence[str] = (),
+    ) -> BridgeProcess:
+        args = [
+            *BRIDGE_COMMAND,
+            "--gateway", url,
+            "--token-file", str(token_file),
+            "--store", str(store),
+            "--agent", agent,
+            "--workers", str(workers),
+            "--poll-wait", "1",
+            "--reconcile-interval", "0.2",
+            "--log-level", "WARNING",
+            *extra,
+        ]  # fmt: skip
+        with open(log, "ab") as sink:  # noqa: ASYNC230 - a file handle for the child
+            process = await trio.lowlevel.open_process(args, stderr=sink, env=bridge_env())
+        return cls(process, log)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+
+    async def stop(self, signum: int = signal.SIGTERM, limit_s: float = 30.0) -> int:
+        self.process.send_signal(signum)
+        with trio.fail_after(limit_s):
+            return await self.process.wait()
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+async def store_status(store: Path) -> Any:
+    """``tether store status --json`` run as a real process."""
+    result = await trio.run_process(
+        [sys.executable, "-m", "tether._cli", "store", "status", "--store", str(store), "--json"],
+        capture_stdout=True,
+        capture_stderr=True,
+        env=bridge_env(),
+    )
+    return json.loads(result.stdout)
+
+
+async def submit_many(gateway: GatewayHandle, texts: Sequence[str], prefix: str) -> list[str]:
+    """Submit every text (16 at a time) with ids ``<prefix>-<n>``, spread over 40 rooms (a
+    room's tasks stay on one worker); returns the ids."""
+    ids = [f"{prefix}-{i:05d}" for i in range(len(texts))]
+    limiter = trio.CapacityLimiter(16)
+
+    async def one(i: int) -> None:
+        async with limiter:
+            await gateway.submit(texts[i], room=f"room-{i % 40}", id=ids[i])
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(texts)):
+            nursery.start_soon(one, i)
+    return ids
+
+
+async def answered_count(gateway: GatewayHandle) -> int:
+    tasks = (await gateway.stats())["tasks"]
+    return int(tasks["answered"] + tasks["closed"])

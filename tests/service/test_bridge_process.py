@@ -1,0 +1,205 @@
+"""The bridge as real processes on 127.0.0.1: SIGKILL chaos, gateway outage, crashing agent,
+SIGTERM under load. The gateway runs in the test; each bridge is ``tether bridge run``."""
+
+from __future__ import annotations
+
+import random
+import signal
+from pathlib import Path
+
+import pytest
+import trio
+
+from tether.bridge import write_token
+
+from ._support import (
+    BridgeProcess,
+    GatewayHandle,
+    answered_count,
+    store_status,
+    submit_many,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow
+
+FAST_LEASES = ["--lease-s", "2", "--grace", "5"]
+
+
+async def _all_answered(gateway: GatewayHandle, n: int, limit_s: float) -> None:
+    async def done() -> bool:
+        return await answered_count(gateway) >= n
+
+    await wait_until(done, limit_s=limit_s, step=0.1)
+
+
+async def _replies(gateway: GatewayHandle, ids: list[str]) -> dict[str, str | None]:
+    limiter = trio.CapacityLimiter(16)
+    replies: dict[str, str | None] = {}
+
+    async def one(task_id: str) -> None:
+        async with limiter:
+            replies[task_id] = (await gateway.message(task_id))["reply"]
+
+    async with trio.open_nursery() as nursery:
+        for task_id in ids:
+            nursery.start_soon(one, task_id)
+    return replies
+
+
+async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    started = trio.current_time()
+    texts = [f"message {i}" for i in range(2000)]
+    ids = await submit_many(gateway, texts, "chaos")
+    print(f"\nsubmitted in {trio.current_time() - started:.1f} s")
+    store, log = tmp_path / "bridge" / "custody.db", tmp_path / "bridge.log"
+    rng = random.Random(8)
+    kills = 0
+    for _ in range(12):
+        bridge = await BridgeProcess.start(gateway.url, token_file, store, log, extra=FAST_LEASES)
+        await trio.sleep(rng.uniform(0.4, 1.6))
+        bridge.kill()
+        assert await bridge.process.wait() == -signal.SIGKILL
+        kills += 1
+    answered_during_chaos = await answered_count(gateway)
+    print(f"chaos done at {trio.current_time() - started:.1f} s")
+    final = await BridgeProcess.start(gateway.url, token_file, store, log, extra=FAST_LEASES)
+    await _all_answered(gateway, len(ids), limit_s=60)
+    print(f"all answered at {trio.current_time() - started:.1f} s")
+    assert await final.stop() == 0, final.log_tail()
+
+    replies = await _replies(gateway, ids)
+    wrong = [(i, replies[i]) for i, t in zip(ids, texts, strict=True) if replies[i] != f"echo: {t}"]
+    assert not wrong, wrong[:5]
+    stats = await gateway.stats()
+    assert stats["tasks"]["answered"] == len(ids)  # exactly one reply each: the gateway keeps one
+    status = await store_status(store)
+    assert status["in_custody"] == 0
+    assert status["counts"]["delivered"] == len(ids)
+    assert status["counts"]["dead"] == 0
+    print(
+        f"\nchaos: {kills} SIGKILLs, {answered_during_chaos} answered during the chaos, "
+        f"duplicates absorbed by the gateway: {stats['duplicate_results']}, "
+        f"redeliveries: {stats['redeliveries']}"
+    )
+    assert kills >= 10
+    assert answered_during_chaos > 0  # the kills really landed while work was in progress
+
+
+async def test_the_gateway_going_down_and_back_up_loses_nothing(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    first = await submit_many(gateway, [f"before {i}" for i in range(100)], "before")
+    store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
+    bridge = await BridgeProcess.start(gateway.url, token_file, store, log)
+    await _all_answered(gateway, 20, limit_s=30)
+    await gateway.live.stop()
+    await trio.sleep(1.5)  # the bridge backs off; its workers go on with what they hold
+    await gateway.live.start()
+    second = await submit_many(gateway, [f"after {i}" for i in range(100)], "after")
+    await _all_answered(gateway, 200, limit_s=40)
+    assert await bridge.stop() == 0, bridge.log_tail()
+    replies = await _replies(gateway, first + second)
+    assert all(reply is not None and reply.startswith("echo: ") for reply in replies.values())
+    assert (await gateway.stats())["tasks"]["answered"] == 200
+    assert "gateway unreachable" in bridge.log_tail()
+
+
+async def test_an_agent_that_crashes_is_retried_then_dead_lettered_with_its_reason(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    texts = [f"crash {i}" if i % 10 == 0 else f"fine {i}" for i in range(50)]
+    ids = await submit_many(gateway, texts, "mixed")
+    store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
+    bridge = await BridgeProcess.start(
+        gateway.url,
+        token_file,
+        store,
+        log,
+        agent="service.agent_for_tests:factory",
+        extra=["--max-attempts", "2"],
+    )
+    await _all_answered(gateway, 45, limit_s=30)
+
+    async def crashes_dead() -> bool:
+        return bool((await store_status(store))["counts"]["dead"] == 5)
+
+    await wait_until(crashes_dead, limit_s=30, step=0.2)
+    assert await bridge.stop() == 0, bridge.log_tail()
+    status = await store_status(store)
+    assert status["counts"]["delivered"] == 45
+    dead = {entry["id"]: entry for entry in status["dead_letters"]}
+    assert sorted(dead) == [i for i, t in zip(ids, texts, strict=True) if t.startswith("crash")]
+    for entry in dead.values():
+        assert "AgentCrash" in entry["reason"]
+        assert "cannot handle" in entry["reason"]
+        assert entry["attempt"] == 2
+    replies = await _replies(gateway, ids)
+    for task_id, text in zip(ids, texts, strict=True):
+        assert replies[task_id] == (None if text.startswith("crash") else f"echo: {text}")
+
+
+async def test_sigterm_under_load_exits_0_and_loses_nothing(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    texts = [f"slow {i}" for i in range(300)]
+    ids = await submit_many(gateway, texts, "load")
+    store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
+    agent = "service.agent_for_tests:factory"
+    bridge = await BridgeProcess.start(gateway.url, token_file, store, log, agent=agent)
+    await _all_answered(gateway, 30, limit_s=30)
+    assert await bridge.stop(signal.SIGTERM) == 0, bridge.log_tail()
+    status = await store_status(store)
+    # workers finished or handed back what they held: nothing is left claimed or assigned
+    assert status["counts"]["claimed"] == 0
+    assert status["counts"]["assigned"] == 0
+    assert status["counts"]["dead"] == 0
+    answered = await answered_count(gateway)
+    assert answered < len(ids)  # the stop really interrupted the load
+    # a new bridge takes up the rest: every message answered, none twice
+    bridge = await BridgeProcess.start(gateway.url, token_file, store, log, agent=agent)
+    await _all_answered(gateway, len(ids), limit_s=60)
+    assert await bridge.stop(signal.SIGINT) == 0, bridge.log_tail()
+    replies = await _replies(gateway, ids)
+    assert all(replies[i] == f"echo: {t}" for i, t in zip(ids, texts, strict=True))
+
+
+async def test_a_stall_notice_and_heartbeats_reach_the_gateway(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    [task_id] = await submit_many(gateway, ["stall here"], "stall")
+    store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
+    bridge = await BridgeProcess.start(
+        gateway.url,
+        token_file,
+        store,
+        log,
+        agent="service.agent_for_tests:factory",
+        extra=["--stall-after", "0.5", "--client-name", "stall-bridge"],
+    )
+    await _all_answered(gateway, 1, limit_s=30)
+    assert await bridge.stop() == 0, bridge.log_tail()
+    stats = await gateway.stats()
+    assert stats["notices"] == 1
+    [client] = stats["clients"]
+    assert client["client"] == "stall-bridge"
+    assert client["heartbeats"] >= 1
+    assert (await gateway.message(task_id))["reply"] == "echo: stall here"
+
+
+async def test_a_refused_token_stops_the_bridge_with_exit_3(
+    gateway: GatewayHandle, tmp_path: Path
+) -> None:
+    wrong = tmp_path / "wrong-token"
+    write_token(wrong, "not-the-gateways-token")
+    log = tmp_path / "bridge.log"
+    bridge = await BridgeProcess.start(gateway.url, wrong, tmp_path / "custody.db", log)
+    with trio.fail_after(30):
+        code = await bridge.process.wait()
+    assert code == 3, bridge.log_tail()
+    last = bridge.log_tail().strip().splitlines()[-1]
+    assert last.startswith("tether: error: gateway ")
+    assert "refused the token" in last
+    assert "not-the-gateways-token" not in bridge.log_tail()

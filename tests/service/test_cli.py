@@ -1,0 +1,70 @@
+"""The `tether` command's contract: exit codes documented, errors in one line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from tether._cli import build_parser, main
+
+
+def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["bridge", "run", "--help"])
+    assert caught.value.code == 0
+    out = capsys.readouterr().out
+    for line in ("0  success", "1  a runtime error", "2  bad usage", "3  the gateway refused"):
+        assert line in out
+    for flag in ("--gateway", "--token-file", "--store", "--agent", "--workers", "--config"):
+        assert flag in out
+    assert "TETHER_WORKERS" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bridge", "run", "--workers", "0"], "workers must be an integer from 1 to 256"),
+        (["bridge", "run", "--gateway", "localhost:8765"], "gateway must be an http://"),
+        (["bridge", "run", "--config", "/nonexistent/bridge.toml"], "does not exist"),
+        (["demo", "--messages", "0"], "--messages must be from 1 to 100000"),
+        (["bridge", "run", "--agent", "nosuch.module:factory"], "cannot import module"),
+    ],
+)
+def test_bad_configuration_is_exit_2_and_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tether: error: ")
+    assert message in err
+    assert err.count("\n") == 1
+
+
+async def test_a_missing_token_file_is_exit_3_in_one_line(tmp_path: Path) -> None:
+    result = await trio.run_process(
+        [
+            sys.executable,
+            "-m",
+            "tether._cli",
+            "bridge",
+            "run",
+            "--gateway",
+            "http://127.0.0.1:9",
+            "--token-file",
+            str(tmp_path / "missing-token"),
+            "--store",
+            str(tmp_path / "data" / "custody.db"),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 3, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("tether: error: cannot use the gateway token")
+    assert "missing-token does not exist" in last
+    assert "Traceback" not in err

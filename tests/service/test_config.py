@@ -1,0 +1,105 @@
+"""Bridge configuration: precedence, validation with one-line errors, the data directory."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from tether.bridge._config import BridgeConfig, ConfigError, load_config, prepare_data_dir
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "tether.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_need_nothing() -> None:
+    config = load_config(environ={})
+    assert config == BridgeConfig()
+    assert config.store == "tether-data/bridge/custody.db"
+    assert config.token_file == Path("tether-data/gateway/token")
+
+
+def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
+    file = _toml(
+        tmp_path,
+        '[bridge]\nworkers = 2\nagent = "pkg.mod:make"\ngateway = "http://file:1"\ngrace = 3\n',
+    )
+    environ = {"TETHER_WORKERS": "6", "TETHER_GATEWAY": "http://env:2/"}
+    config = load_config(file=file, environ=environ, flags={"workers": 8, "grace": None})
+    assert config.workers == 8  # flag
+    assert config.gateway == "http://env:2"  # environment over file, trailing / dropped
+    assert config.agent == "pkg.mod:make"  # file over default
+    assert config.grace == 3.0  # an unset flag (None) does not override
+    assert config.concurrency == 4  # default
+
+
+def test_the_config_file_can_come_from_the_environment(tmp_path: Path) -> None:
+    file = _toml(tmp_path, '[bridge]\nstore = "postgresql://db/tether"\n')
+    config = load_config(environ={"TETHER_CONFIG": str(file)})
+    assert config.store_is_url
+
+
+@pytest.mark.parametrize(
+    ("environ", "flags", "message"),
+    [
+        (
+            {"TETHER_WORKERS": "many"},
+            {},
+            "workers must be an integer from 1 to 256, got 'many' (from TETHER_WORKERS)",
+        ),
+        ({}, {"workers": 0}, "workers must be an integer from 1 to 256, got 0 (from --workers)"),
+        ({}, {"gateway": "ftp://x"}, "gateway must be an http:// or https:// URL"),
+        ({}, {"agent": "no_colon"}, "agent must look like module.path:factory"),
+        ({}, {"store": "mysql://x"}, "store must be a file path or a postgresql:// URL"),
+        ({"TETHER_POLL_WAIT": "-1"}, {}, "poll_wait must be a number of seconds from 0 to 60"),
+        ({}, {"log_level": "chatty"}, "log_level must be one of DEBUG, INFO, WARNING, ERROR"),
+        (
+            {"TETHER_LEAD": "maybe"},
+            {},
+            "lead must be true or false, got 'maybe' (from TETHER_LEAD)",
+        ),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_setting_value_and_source(
+    environ: dict[str, str], flags: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ=environ, flags=flags)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[bridge]\nworkres = 3\n", "unknown setting 'workres' in [bridge]"),
+        ("workers = 3\n", "settings go in a [bridge] table"),
+        ("[bridge\n", "is not valid TOML"),
+        ('[bridge]\nworkers = "3x"\n', "workers must be an integer from 1 to 256, got '3x'"),
+    ],
+)
+def test_a_bad_file_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=r"tether\.toml") as caught:
+        load_config(file=_toml(tmp_path, text), environ={})
+    assert message in str(caught.value)
+
+
+def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config file .*nope\.toml does not exist"):
+        load_config(file=tmp_path / "nope.toml", environ={})
+
+
+def test_the_store_directory_is_created_private(tmp_path: Path) -> None:
+    config = load_config(environ={}, flags={"store": str(tmp_path / "data" / "bridge" / "c.db")})
+    prepare_data_dir(config)
+    for folder in (tmp_path / "data", tmp_path / "data" / "bridge"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize(("text", "expected"), [("no", False), ("TRUE", True), ("0", False)])
+def test_lead_reads_the_usual_spellings_of_a_boolean(text: str, expected: bool) -> None:
+    assert load_config(environ={"TETHER_LEAD": text}).lead is expected

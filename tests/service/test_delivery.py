@@ -1,0 +1,130 @@
+"""Delivery against the real reference gateway: delivered only once the gateway confirmed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
+from tether.bridge._delivery import Delivery
+from tether.bridge._ingest import Ingest
+
+from ._support import GatewayHandle, gateway_client, wait_until
+
+
+async def _take(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient, n: int
+) -> list[str]:
+    """Submit ``n`` messages and ingest them (the bridge now holds them, acked)."""
+    ids = [await gateway.submit(f"question {i}") for i in range(n)]
+    with trio.fail_after(10):
+        taken: list[str] = []
+        while len(taken) < n:
+            taken.extend((await Ingest(store, client).run_once(wait=1)).ingested)
+    return ids
+
+
+async def _answer(store: SqliteStore, body: str | None = None, *, no_send: bool = False) -> str:
+    claim = await store.claim("w1", leaderless=True)
+    assert claim is not None
+    reply = f"answer to {claim.task.body}" if body is None else body
+    await store.complete(claim, reply, no_send=no_send)
+    return claim.task.id
+
+
+async def test_replies_are_posted_then_marked_delivered(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    ids = await _take(gateway, store, client, 3)
+    for _ in ids:
+        await _answer(store)
+    delivery = Delivery(store, client)
+    assert await delivery.run_once() == 3
+    for i, task_id in enumerate(ids):
+        message = await gateway.message(task_id)
+        assert (message["status"], message["reply"]) == ("answered", f"answer to question {i}")
+        assert message["worker"] == "w1"
+        assert await store.state(task_id) is CustodyState.DELIVERED
+    assert (delivery.stats.delivered, delivery.stats.duplicates) == (3, 0)
+    assert await delivery.run_once() == 0
+
+
+async def test_a_duplicate_receipt_counts_as_confirmed(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    [task_id] = await _take(gateway, store, client, 1)
+    await _answer(store)
+    # the reply reached the gateway, then the bridge died before marking it delivered
+    await client.post_result(task_id, "answer to question 0", worker="w1")
+    delivery = Delivery(store, client)
+    await delivery.run_once()
+    assert await store.state(task_id) is CustodyState.DELIVERED
+    assert (delivery.stats.delivered, delivery.stats.duplicates) == (1, 1)
+    assert (await gateway.stats())["duplicate_results"] == 1
+
+
+async def test_a_no_send_reply_closes_the_task_without_a_message(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    [task_id] = await _take(gateway, store, client, 1)
+    await _answer(store, body="internal note, not for the user", no_send=True)
+    delivery = Delivery(store, client)
+    await delivery.run_once()
+    message = await gateway.message(task_id)
+    assert (message["status"], message["reply"]) == ("closed", None)
+    assert await store.state(task_id) is CustodyState.DELIVERED
+    assert delivery.stats.no_send == 1
+
+
+async def test_a_permanent_refusal_dead_letters_with_the_gateways_reason(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    # a task this gateway never heard of (e.g. its database was reset): 404, forever
+    await store.ingest(Task(id="lost-123", body="hi", room="lobby"))
+    await _answer(store)
+    delivery = Delivery(store, client)
+    await delivery.run_once()
+    record = await store.get("lost-123")
+    assert record is not None
+    assert record.state is CustodyState.DEAD
+    assert record.reason is not None
+    assert "404" in record.reason
+    assert "unknown task id" in record.reason
+    assert delivery.stats.dead_lettered == 1
+
+
+async def test_a_down_gateway_is_waited_out_and_nothing_is_marked_early(
+    gateway: GatewayHandle, store: SqliteStore, token_file: Path
+) -> None:
+    async with gateway_client(gateway.url, token_file) as client:
+        [task_id] = await _take(gateway, store, client, 1)
+        await _answer(store)
+        await gateway.live.stop()
+        delivery = Delivery(store, client)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(delivery.run)
+            await trio.sleep(0.5)  # several failed attempts, backing off
+            assert await store.state(task_id) is CustodyState.RESULT
+            assert client.status.connected is False
+            await gateway.live.start()
+
+            async def delivered() -> bool:
+                return await store.state(task_id) is CustodyState.DELIVERED
+
+            await wait_until(delivered)
+            nursery.cancel_scope.cancel()
+    assert (await gateway.message(task_id))["status"] == "answered"
+
+
+async def test_a_reply_stored_while_the_bridge_was_down_is_delivered_after_restart(
+    gateway: GatewayHandle, tmp_path: Path, client: GatewayClient
+) -> None:
+    path = tmp_path / "restart.db"
+    async with await SqliteStore.open(path) as store:
+        [task_id] = await _take(gateway, store, client, 1)
+        await _answer(store)
+    async with await SqliteStore.open(path) as store:
+        await Delivery(store, client).run_once()
+        assert await store.state(task_id) is CustodyState.DELIVERED
+    assert (await gateway.message(task_id))["status"] == "answered"

@@ -1,0 +1,124 @@
+"""Ingest against the real reference gateway: commit first, then ack; failures ack nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
+from tether.bridge._ingest import Ingest, IngestCommitFailed
+
+from ._support import GatewayHandle, wait_until
+
+
+async def test_a_round_commits_then_acks_every_task(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    ids = [await gateway.submit(f"hello {i}") for i in range(5)]
+    ingest = Ingest(store, client)
+    done = await ingest.run_once(wait=1)
+    assert sorted(done.ingested) == sorted(ids)
+    for task_id in ids:
+        assert await store.state(task_id) is CustodyState.PENDING
+        assert (await gateway.message(task_id))["status"] == "acked"
+    record = await store.get(ids[0])
+    assert record is not None
+    assert record.task.body == "hello 0"
+    assert record.task.room == "lobby"
+    assert record.task.headers == {"sender": "user", "delivery": "1"}
+
+
+@attrs.define(eq=False)
+class CommitFailsOnce:
+    """A real store whose next ``ingest_many`` fails like a full disk would."""
+
+    inner: SqliteStore
+    failures: int = 1
+
+    async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
+        if self.failures:
+            self.failures -= 1
+            raise OSError(28, "No space left on device")
+        return await self.inner.ingest_many(tasks)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_failed_commit_withholds_every_ack_and_the_gateway_redelivers(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    ids = [await gateway.submit(f"m{i}") for i in range(3)]
+    ingest = Ingest(CommitFailsOnce(store), client)
+    with pytest.raises(IngestCommitFailed, match="none acked"):
+        await ingest.run_once(wait=1)
+    for task_id in ids:
+        assert (await gateway.message(task_id))["status"] == "leased"
+        assert await store.state(task_id) is None
+    # the gateway hands them out again once the 1 s lease runs out; this time they land
+    landed: list[str] = []
+    with trio.fail_after(10):
+        while len(landed) < 3:
+            landed.extend((await ingest.run_once(wait=2)).ingested)
+    assert sorted(landed) == sorted(ids)
+    for task_id in ids:
+        message = await gateway.message(task_id)
+        assert (message["status"], message["deliveries"]) == ("acked", 2)
+    assert ingest.stats.failed_commits == 1
+
+
+async def test_a_task_the_store_refuses_is_rejected_and_reported_while_the_rest_lands(
+    gateway: GatewayHandle, tmp_path: Path, client: GatewayClient
+) -> None:
+    async with await SqliteStore.open(tmp_path / "small.db", max_body_bytes=64) as store:
+        good = [await gateway.submit(f"short {i}") for i in range(3)]
+        bad = await gateway.submit("x" * 200)
+        done = await Ingest(store, client).run_once(wait=1)
+        assert sorted(done.ingested) == sorted(good)
+        [(rejected_id, reason)] = done.rejected
+        assert rejected_id == bad
+        assert "200 bytes" in reason
+        assert "limit is 64" in reason
+        assert await store.state(bad) is None
+        for task_id in good:
+            assert await store.state(task_id) is CustodyState.PENDING
+            assert (await gateway.message(task_id))["status"] == "acked"
+        assert (await gateway.message(bad))["status"] == "closed"
+        assert (await gateway.stats())["rejected"] == 1
+
+
+async def test_a_replayed_task_is_acked_again_and_changes_nothing(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    task_id = await gateway.submit("once")
+    await store.ingest(Task(id=task_id, body="once", room="lobby"))
+    claim = await store.claim("w1", leaderless=True)
+    assert claim is not None
+    done = await Ingest(store, client).run_once(wait=1)
+    assert done.replays == (task_id,)
+    assert done.ingested == ()
+    assert await store.state(task_id) is CustodyState.CLAIMED
+    assert (await gateway.message(task_id))["status"] == "acked"
+
+
+async def test_run_keeps_polling_until_cancelled(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    ingest = Ingest(store, client, poll_wait=0.5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ingest.run)
+        first = await gateway.submit("first")
+        second = await gateway.submit("second")
+
+        async def both() -> bool:
+            return ingest.stats.ingested >= 2
+
+        await wait_until(both)
+        nursery.cancel_scope.cancel()
+    assert await store.state(first) is CustodyState.PENDING
+    assert await store.state(second) is CustodyState.PENDING

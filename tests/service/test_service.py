@@ -1,0 +1,78 @@
+"""BridgeService in process: supervised end to end, soft stop, retention pruning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import pytest
+
+from tether import ChildSpec, open_supervisor
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge._config import BridgeConfig
+from tether.bridge._service import BridgeService, worker_names
+
+from ._support import GatewayHandle, answered_count, submit_many, wait_until
+
+
+@attrs.define
+class FrozenClock:
+    """The store's clock: still, unless the test moves it."""
+
+    now: float = 2_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("lead", [True, False], ids=["with-lead", "leaderless"])
+async def test_a_supervised_bridge_answers_everything_prunes_old_tasks_and_stops_softly(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path, lead: bool
+) -> None:
+    clock = FrozenClock()
+    path = tmp_path / "custody.db"
+    async with await SqliteStore.open(path, clock=clock) as store:
+        await store.ingest(Task(id="old-1", body="long ago", room="r"))
+        claim = await store.claim("w0", leaderless=True)
+        assert claim is not None
+        await store.complete(claim, "done long ago")
+        await store.mark_delivered("old-1")
+        clock.now += 3600 + 1  # past the retention below
+
+        ids = await submit_many(gateway, [f"hi {i}" for i in range(40)], "svc")
+        config = BridgeConfig(
+            gateway=gateway.url,
+            token_file=token_file,
+            store=str(path),
+            workers=2,
+            poll_wait=1.0,
+            retention=3600.0,
+            grace=2.0,
+            lead=lead,
+        )
+        service = BridgeService(config, store=store)
+        async with open_supervisor(name="test") as supervisor:
+            await supervisor.start_child(
+                ChildSpec("bridge", service.run, shutdown_grace=service.stop_grace)
+            )
+            assert service.running
+
+            async def all_answered() -> bool:
+                return await answered_count(gateway) == len(ids)
+
+            await wait_until(all_answered)
+            assert await store.state("old-1") is None  # pruned by the retention child
+            names = {w.name for w in await store.workers()}
+            expected = set(worker_names("tether-bridge", 2))
+            assert names == (expected | {"tether-bridge-lead"} if lead else expected)
+        # leaving the block stopped the bridge softly: its workers said goodbye
+        assert {w.name for w in await store.workers()} == set()
+        counts = await store.counts()
+        assert counts[CustodyState.DELIVERED] == len(ids)
+        assert sum(counts.values()) == len(ids)
+    assert service.delivery is not None
+    assert service.delivery.stats.delivered == len(ids)
+    assert service.ingest is not None
+    assert service.ingest.stats.ingested == len(ids)
+    for task_id in ids[:3]:
+        assert (await gateway.message(task_id))["reply"].startswith("echo: hi ")

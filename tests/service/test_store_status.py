@@ -1,0 +1,73 @@
+"""``tether store status``: counts per state, oldest in flight, dead letters with reasons."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from tether._cli import main
+from tether.bridge import SqliteStore, Task
+
+
+async def _fill(path: Path) -> None:
+    async with await SqliteStore.open(path, max_attempts=1) as store:
+        for i in range(4):
+            await store.ingest(Task(id=f"t{i}", body=f"b{i}", room="lobby"))
+        first = await store.claim("w1", leaderless=True)
+        assert first is not None
+        await store.fail(first, "agent crashed: ZeroDivisionError: division by zero")
+        second = await store.claim("w2", leaderless=True)
+        assert second is not None
+        await store.complete(second, "done")
+
+
+def test_status_shows_counts_oldest_in_flight_and_dead_letters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "custody.db"
+    trio.run(_fill, path)
+    assert main(["store", "status", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "pending           2" in out
+    assert "result            1" in out
+    assert "dead              1" in out
+    assert "in custody        3" in out
+    # oldest first: t1 (the result) was ingested before t2 and t3
+    lines = out.splitlines()
+    oldest = lines.index("oldest in flight:")
+    assert lines[oldest + 1].startswith("  t1  result by w2")
+    assert "t0" in out
+    assert "division by zero" in out
+
+
+def test_status_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "custody.db"
+    trio.run(_fill, path)
+    assert main(["store", "status", "--store", str(path), "--json", "--limit", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["counts"] == {
+        "pending": 2,
+        "assigned": 0,
+        "claimed": 0,
+        "result": 1,
+        "delivered": 0,
+        "dead": 1,
+    }
+    assert [e["id"] for e in doc["oldest_in_flight"]] == ["t1", "t2"]
+    [dead] = doc["dead_letters"]
+    assert dead["id"] == "t0"
+    assert "ZeroDivisionError" in dead["reason"]
+
+
+def test_a_missing_store_is_a_usage_error_not_a_new_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "nowhere" / "custody.db"
+    assert main(["store", "status", "--store", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "no custody store at" in err
+    assert not path.parent.exists()
