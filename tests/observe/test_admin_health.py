@@ -7,8 +7,10 @@ from pathlib import Path
 
 import trio
 
-from tether import ChildSpec, open_supervisor
+from tether import ChildSpec, open_supervisor, wait_stop_requested
+from tether._converter import structure
 from tether.bridge import ConnectionStatus
+from tether.observe import StatusReport, render_status
 
 from ._support import running_admin
 
@@ -69,6 +71,41 @@ async def test_healthy_then_a_child_in_backoff_makes_it_503(tmp_path: Path) -> N
             [child] = inner_view["children"]
             assert child["state"] == "backoff"
             assert 59 < child["backoff_s"] <= 60  # restart due in about backoff_initial
+            text = render_status(structure(status, StatusReport))
+            [line] = [ln for ln in text.splitlines() if ln.strip().startswith("fragile")]
+            assert "backoff" in line
+            assert "restarts=1" in line
+            assert "restart in 59." in line or "restart in 60.0s" in line
+            assert "lost the database" in line
+            assert text.startswith("health: unhealthy\n  ! child 'fragile'")
+
+
+async def test_a_supervisor_shutting_down_is_stopping_and_503(tmp_path: Path) -> None:
+    stop_seen = trio.Event()
+    let_go = trio.Event()
+
+    async def slow_to_stop(
+        *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        await wait_stop_requested()
+        stop_seen.set()
+        await let_go.wait()
+
+    async with running_admin(tmp_path) as admin, trio.open_nursery() as nursery:
+
+        async def inner_supervisor() -> None:
+            async with open_supervisor(name="inner") as inner:
+                await inner.start_child(ChildSpec("slow", slow_to_stop, shutdown_grace=30))
+
+        nursery.start_soon(inner_supervisor)
+        await stop_seen.wait()  # the block ended: the supervisor is stopping its child
+        response = await admin.get("/healthz")
+        assert response.status_code == 503
+        doc = response.json()
+        assert doc["status"] == "stopping"
+        assert doc["problems"][0] == "shutting down"
+        let_go.set()
 
 
 async def test_a_transient_child_that_returned_is_not_a_problem(tmp_path: Path) -> None:
