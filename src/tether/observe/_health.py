@@ -48,10 +48,12 @@ class HealthReport:
 
 
 def child_problem(supervisor: str, child: ChildSnapshot) -> str | None:
+    """One sentence saying why ``child`` is not healthy (None when it is)."""
     if child.healthy:
         return None
+    state = "in backoff" if child.state == "backoff" else child.state
     error = f" (last error: {child.last_error})" if child.last_error else ""
-    return f"child {child.name!r} of supervisor {supervisor!r} is {child.state}{error}"
+    return f"child {child.name!r} of supervisor {supervisor!r} is {state}{error}"
 
 
 def gateway_check(status: ConnectionStatus, now: float, window: float) -> GatewayHealth:
