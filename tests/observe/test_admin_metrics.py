@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -119,3 +120,25 @@ async def test_metrics_without_store_or_gateway_leave_those_families_out(tmp_pat
         assert "tether_registry_tasks" in names
         assert "tether_custody_tasks" not in names
         assert "tether_gateway_connected" not in names
+
+
+async def test_a_store_that_cannot_answer_is_reported_not_a_500(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await SqliteStore.open(tmp_path / "custody.db", synchronous="NORMAL")
+    await store.ingest(Task(id="t1", body="x"))
+    async with running_admin(tmp_path, store=store) as admin:
+        up = parse((await admin.get("/metrics")).text)
+        assert up[("tether_custody_store_up", ())] == 1
+        assert up[("tether_custody_in_flight", ())] == 1
+        await store.aclose()
+        response = await admin.get("/metrics")
+        assert response.status_code == 200
+        down = parse(response.text)
+        assert down[("tether_custody_store_up", ())] == 0
+        assert ("tether_custody_in_flight", ()) not in down
+        assert ("tether_registry_tasks", (("kind", "user"),)) in down
+        status = (await admin.get("/status")).json()
+        assert status["custody"] is None
+        assert status["custody_error"]
+    assert "cannot read the custody store's counts" in caplog.text

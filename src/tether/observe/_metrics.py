@@ -9,7 +9,7 @@ before rendering (the only awaited part).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Final
 
 import attrs
@@ -22,7 +22,7 @@ from .._registry import ALL_KINDS, TaskRegistry
 from ..bridge._custody import IN_CUSTODY, CustodyState
 from ._health import gateway_check
 from ._observed import Observed
-from ._status import custody_counts
+from ._status import CustodyReading, read_custody
 
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 
@@ -30,7 +30,7 @@ CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 @attrs.define(eq=False)
 class _LiveCollector(Collector):
     observed: Observed
-    custody: Mapping[CustodyState, int] | None = None
+    custody: CustodyReading | None = None
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         yield from self._registry_metrics(self.observed.registry)
@@ -105,7 +105,15 @@ class _LiveCollector(Collector):
         )
 
     def _custody_metrics(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        counts = self.custody
+        reading = self.custody
+        if reading is None:
+            return
+        yield GaugeMetricFamily(
+            "tether_custody_store_up",
+            "1 when the custody store answered this scrape",
+            value=int(reading.counts is not None),
+        )
+        counts = reading.counts
         if counts is None:
             return
         tasks = GaugeMetricFamily(
@@ -163,9 +171,9 @@ class Metrics:
         self.registry.register(self._collector)
 
     async def render(self) -> bytes:
-        counts = await custody_counts(self.observed)
+        reading = await read_custody(self.observed)
         # no checkpoint between here and the end: the scrape sees one instant
-        self._collector.custody = counts
+        self._collector.custody = reading
         try:
             return generate_latest(self.registry)
         finally:

@@ -3,6 +3,8 @@ the gateway connection, as one document that ``tether status`` renders."""
 
 from __future__ import annotations
 
+import logging
+
 import attrs
 import trio
 
@@ -11,6 +13,8 @@ from ..bridge._custody import IN_CUSTODY, CustodyState
 from ..bridge._status_file import ConnectionStatus
 from ._health import HealthReport, check_health
 from ._observed import Observed
+
+log = logging.getLogger("tether.admin")
 
 
 @attrs.frozen
@@ -54,6 +58,7 @@ class StatusReport:
     sessions: list[SessionView]
     custody: dict[str, int] | None
     in_flight: int | None
+    custody_error: str | None
     gateway: ConnectionStatus | None
     live_tasks: int
     handler_failures: int
@@ -76,15 +81,32 @@ def child_view(child: ChildSnapshot, now: float) -> ChildView:
     )
 
 
-async def custody_counts(observed: Observed) -> dict[CustodyState, int] | None:
+@attrs.frozen
+class CustodyReading:
+    """The store's counts, or why they could not be read (``counts`` None, ``error`` set).
+
+    A store that cannot answer (closed during a shutdown, a database outage) must not turn
+    every scrape into a 500: the rest of the picture is still worth having."""
+
+    counts: dict[CustodyState, int] | None
+    error: str | None = None
+
+
+async def read_custody(observed: Observed) -> CustodyReading | None:
+    """None when no store is observed."""
     if observed.store is None:
         return None
-    counts = await observed.store.counts()
-    return {state: int(counts.get(state, 0)) for state in CustodyState}
+    try:
+        counts = await observed.store.counts()
+    except Exception as exc:
+        log.warning("cannot read the custody store's counts: %r", exc)
+        return CustodyReading(None, repr(exc))
+    return CustodyReading({state: int(counts.get(state, 0)) for state in CustodyState})
 
 
 async def status_report(observed: Observed) -> StatusReport:
-    counts = await custody_counts(observed)
+    reading = await read_custody(observed)
+    counts = None if reading is None else reading.counts
     now = trio.current_time()
     supervisors = []
     for entry in observed.directory.supervisors():
@@ -119,6 +141,7 @@ async def status_report(observed: Observed) -> StatusReport:
         sessions=sessions,
         custody=None if counts is None else {s.value: n for s, n in counts.items()},
         in_flight=None if counts is None else sum(counts[s] for s in IN_CUSTODY),
+        custody_error=None if reading is None else reading.error,
         gateway=None if observed.gateway is None else observed.gateway(),
         live_tasks=observed.registry.count(),
         handler_failures=observed.directory.handler_failures(),
@@ -152,6 +175,8 @@ def render_status(report: StatusReport) -> str:
     if report.custody is not None:
         counts = ", ".join(f"{state} {n}" for state, n in report.custody.items())
         lines.append(f"custody: {report.in_flight} in flight ({counts})")
+    elif report.custody_error is not None:
+        lines.append(f"custody: cannot read the store: {report.custody_error}")
     gw = report.gateway
     if gw is not None:
         state = "connected" if gw.connected else "NOT connected"
