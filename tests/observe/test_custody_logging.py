@@ -94,3 +94,30 @@ async def test_a_dead_letter_is_an_error_line_naming_the_task(
     [dead] = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert "lost-1" in dead.getMessage()
     assert "HTTP 400" in dead.getMessage()
+
+
+async def test_a_task_the_gateway_client_skips_is_logged_with_its_id(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    import httpx
+
+    from tether.bridge import GatewayClient, write_token
+
+    tasks = [{"id": "../../etc/passwd", "body": "x"}, {"id": "no-body"}, {"body": "no id"}]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"tasks": tasks})
+
+    token = tmp_path / "token"
+    write_token(token, "token-for-skips-1")
+    transport = httpx.MockTransport(answer)
+    async with GatewayClient(
+        "http://gw.invalid", token, client_name="t", transport=transport
+    ) as client:
+        assert await client.poll_tasks(wait=0) == []
+    skipped = [r for r in caplog.records if "cannot take" in r.getMessage()]
+    assert [r.task_id for r in skipped] == [  # type: ignore[attr-defined]
+        "'../../etc/passwd'",
+        "'no-body'",
+        "(no id)",
+    ]
