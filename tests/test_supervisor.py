@@ -316,7 +316,12 @@ async def test_cancellation_from_outside_is_not_a_failure(
     assert starts == [0]
     assert sup.child("c").restarts == 0
     assert sup.child("c").last_error is None
-    assert caplog.records == []
+    # the outside cancel still got the child its soft stop and grace (5 s, then cancelled)
+    assert trio.current_time() == 3 + 5
+    assert [r.getMessage() for r in caplog.records] == [
+        "supervisor 'supervisor': child 'c' did not stop within 5s; cancelling "
+        "(the supervisor block ended)"
+    ]
 
 
 async def test_keyboard_interrupt_in_a_child_is_not_a_failure_and_comes_out_bare(

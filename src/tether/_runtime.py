@@ -121,7 +121,11 @@ async def open_runtime(
     try:
         with trio.CancelScope() as immediate:
             graceful = trio.CancelScope()
-            signals = ShutdownSignals(graceful, immediate) if handle_signals else None
+            signals = (
+                ShutdownSignals(graceful, immediate, abort=supervisor.abort)
+                if handle_signals
+                else None
+            )
             dumps = (
                 tree_dump_on_signal(registry, tree_dump_signal)
                 if handle_signals and tree_dump_signal is not None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -31,10 +31,16 @@ def signals_usable() -> bool:
 
 @attrs.define(eq=False)
 class ShutdownSignals:
-    """Cancels ``graceful`` on the first shutdown signal and ``immediate`` on the second."""
+    """Cancels ``graceful`` on the first shutdown signal and ``immediate`` on the second.
+
+    ``abort`` (if given) is called on the second signal too: supervisors shield their children
+    and their shutdown from enclosing cancellations, so cancelling ``immediate`` alone would
+    not reach them (the runtime passes its root supervisor's ``abort``).
+    """
 
     graceful: trio.CancelScope
     immediate: trio.CancelScope
+    abort: Callable[[str], None] | None = None
     received: list[signal.Signals] = attrs.field(init=False, factory=list)
 
     @property
@@ -50,7 +56,10 @@ class ShutdownSignals:
             self.graceful.cancel(reason=f"{sig.name}: graceful shutdown")
         else:
             log.warning("%s received again: cancelling everything now", sig.name)
-            self.immediate.cancel(reason=f"{sig.name} (second shutdown signal): immediate stop")
+            reason = f"{sig.name} (second shutdown signal): immediate stop"
+            self.immediate.cancel(reason=reason)
+            if self.abort is not None:
+                self.abort(reason)
 
     @contextmanager
     def installed(self) -> Iterator[None]:

@@ -29,6 +29,15 @@ A child that raises before calling ``task_status.started()`` on its *first* star
 supervised: ``start_child`` raises that error to the caller and forgets the child. On a
 restart the same thing counts as a failure of that incarnation (backoff, intensity).
 
+Shutdown survives an enclosing cancellation. A ready child's cancel scope is shielded, so a
+cancellation from outside the supervisor (a deadline around the block, the runtime's graceful
+stop) ends only the block's body; the shutdown then runs in a shielded scope and still gives
+each child its soft stop and its grace. That scope has a deadline, the sum of the live
+children's graces plus ``SHUTDOWN_MARGIN``: a child that outlives even its hard cancel cannot
+hold a cancelled caller past it (the rest are then cancelled at once). ``Supervisor.abort()``
+is the way around the shields: it cancels every child, the shutdown in progress and every
+supervisor opened inside a child, with no soft stop (the runtime calls it on a second signal).
+
 Structural operations (start, restart, stop, terminate) run one at a time under one lock, so
 a child must not call ``start_child``/``terminate_child`` on its own supervisor before it has
 called ``task_status.started()`` (it would wait for itself).
@@ -36,6 +45,7 @@ called ``task_status.started()`` (it would wait for itself).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import random
 from collections.abc import AsyncIterator, Callable
@@ -65,6 +75,14 @@ log = logging.getLogger("tether.supervisor")
 
 Strategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
+
+SHUTDOWN_MARGIN = 1.0
+"""Seconds a shutdown may run past the sum of its children's graces before it cancels the rest."""
+
+# the supervisor whose child the current task belongs to, so a nested one can be aborted with it
+_ENCLOSING: contextvars.ContextVar[Supervisor | None] = contextvars.ContextVar(
+    "tether_enclosing_supervisor", default=None
+)
 
 
 class SupervisorFailed(Exception):
@@ -161,6 +179,9 @@ class Supervisor:
     _closing: bool = attrs.field(init=False, default=False)
     _closed: trio.Event = attrs.field(init=False, factory=trio.Event)
     _failure: SupervisorFailed | None = attrs.field(init=False, default=None)
+    _nested: set[Supervisor] = attrs.field(init=False, factory=set)
+    _shutdown_scope: trio.CancelScope | None = attrs.field(init=False, default=None)
+    _abort_reason: str | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._intensity = self.policy.intensity()
@@ -269,6 +290,8 @@ class Supervisor:
 
     def _mark_ready(self, child: SupervisedChild, inc: Incarnation) -> None:
         inc.ready = True
+        # from now on only this supervisor stops the child (soft, then hard); see abort()
+        inc.scope.shield = True
         if child.current is inc:
             child.running_since = trio.current_time()
             child.state.value = "running"
@@ -280,6 +303,7 @@ class Supervisor:
         task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         STOP_EVENT.set(inc.stop)
+        _ENCLOSING.set(self)
         status = _ReadyStatus(task_status, partial(self._mark_ready, child, inc))
         error: Exception | None = None
         try:
@@ -299,6 +323,8 @@ class Supervisor:
         if not status.ready:
             return  # Trio raises "exited without calling started()" in the starter
         if inc.stopped_by_supervisor or self._closing:
+            if child.current is inc and child.state.value != "failed":
+                child.state.value = "stopped"
             if error is not None:
                 child.last_error = error
                 log.warning(
@@ -474,14 +500,65 @@ class Supervisor:
                 child.pending.cancel(reason=reason)
             await self._stop_child(child, reason=reason)
 
+    def _cancel_children(self, reason: str) -> None:
+        for child in self._children:
+            inc = child.current
+            if inc is not None and not inc.exited.is_set():
+                inc.stopped_by_supervisor = True
+                inc.scope.cancel(reason=reason)
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Cancel every child now: no soft stop, no grace; the block then ends at once.
+
+        Also cancels a shutdown in progress and every supervisor opened inside one of this
+        supervisor's children. The runtime calls this on the second shutdown signal: the
+        shields that keep an enclosing cancellation from skipping the graceful shutdown must
+        not keep an explicit "stop now" out as well.
+        """
+        if self._abort_reason is not None:
+            return
+        self._abort_reason = reason
+        self._closing = True
+        log.warning("supervisor %r: aborting (%s)", self.name, reason)
+        for scope in list(self._handlers):
+            scope.cancel(reason=f"supervisor {self.name!r} aborted: {reason}")
+        if self._shutdown_scope is not None:
+            self._shutdown_scope.cancel(reason=f"supervisor {self.name!r} aborted: {reason}")
+        for nested in list(self._nested):
+            nested.abort(reason)
+        self._cancel_children(f"supervisor {self.name!r} aborted: {reason}")
+
+    def _shutdown_deadline(self) -> float:
+        live = [
+            c for c in self._children if c.current is not None and not c.current.exited.is_set()
+        ]
+        return trio.current_time() + sum(c.spec.shutdown_grace for c in live) + SHUTDOWN_MARGIN
+
     async def _shutdown(self, reason: str) -> None:
+        """Stop every child, soft then hard, even when the caller's context is cancelled."""
         if self._closed.is_set():
             return
         self._closing = True
         for scope in list(self._handlers):
             scope.cancel(reason=f"supervisor {self.name!r} shutting down")
-        async with self._lock:
-            await self._stop_all(reason=reason)
+        scope = trio.CancelScope(shield=True, deadline=self._shutdown_deadline())
+        if self._abort_reason is not None:
+            scope.cancel(reason=f"supervisor {self.name!r} aborted: {self._abort_reason}")
+        self._shutdown_scope = scope
+        try:
+            with scope:
+                async with self._lock:
+                    await self._stop_all(reason=reason)
+        finally:
+            self._shutdown_scope = None
+        if scope.cancelled_caught and self._abort_reason is None:
+            log.warning(
+                "supervisor %r: shutdown still running at its deadline (children's graces "
+                "+ %gs); cancelling the remaining children",
+                self.name,
+                SHUTDOWN_MARGIN,
+            )
+        self._cancel_children(f"supervisor {self.name!r} shutdown ({reason}) ended")
         self._closed.set()
 
 
@@ -489,7 +566,8 @@ class Supervisor:
 async def supervising(supervisor: Supervisor) -> AsyncIterator[Supervisor]:
     """Run ``supervisor`` for the duration of the block (``open_supervisor`` and the runtime).
 
-    Leaving the block stops every child (soft, grace, hard; reverse start order). The body's
+    Leaving the block stops every child (soft, grace, hard; reverse start order), also when an
+    enclosing cancellation ends it (the shutdown is shielded, bounded by the graces). The body's
     own exception comes out as itself; ``SupervisorFailed`` comes out bare.
     """
     if supervisor._nursery is not None:
@@ -497,6 +575,11 @@ async def supervising(supervisor: Supervisor) -> AsyncIterator[Supervisor]:
     directory = current_directory()
     if directory is not None:
         directory.add_supervisor(supervisor, opened_by=current_owner())
+    enclosing = _ENCLOSING.get()
+    if enclosing is not None:
+        enclosing._nested.add(supervisor)
+        if enclosing._abort_reason is not None:
+            supervisor.abort(enclosing._abort_reason)
     body_exc: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
@@ -521,6 +604,8 @@ async def supervising(supervisor: Supervisor) -> AsyncIterator[Supervisor]:
     finally:
         if directory is not None:
             directory.remove_supervisor(supervisor)
+        if enclosing is not None:
+            enclosing._nested.discard(supervisor)
     failure = supervisor._failure
     if failure is not None:
         raise failure from failure.__cause__

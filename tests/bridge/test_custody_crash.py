@@ -1,9 +1,17 @@
-"""Crash safety: a real process ingesting and completing tasks is SIGKILLed at random points.
+"""Process-crash safety: a real process ingesting and completing tasks is SIGKILLed at random.
 
 Every ingest that returned before the kill (the moment the bridge would ack the gateway) must
 be in the store after reopening, every completion that returned must be a stored result, and the
 database must pass SQLite's integrity check. Many rounds share one database file, so a kill can
 also land during the open/recovery of the previous round's leftovers.
+
+What this proves, precisely: a commit that returned is in the database file or its WAL *as the
+kernel sees them* (the transaction reached ``write()``, and recovery of a half-written WAL is
+sound). It cannot prove durability against power loss or an OS crash: SIGKILL leaves the page
+cache intact, so this test passes even with ``synchronous=OFF`` (no fsync at all). Power-loss
+durability comes from ``synchronous=FULL`` with WAL (SQLite fsyncs the WAL on every commit),
+which is SQLite's guarantee; ``test_every_open_defaults_to_synchronous_full_and_wal`` in
+``test_custody_sqlite.py`` pins that setting.
 """
 
 from __future__ import annotations

@@ -56,6 +56,33 @@ async def test_an_existing_file_is_made_private_and_synchronous_is_configurable(
         await store.aclose()
 
 
+async def test_every_open_defaults_to_synchronous_full_and_wal(tmp_path: Path) -> None:
+    """Power-loss durability rests on these two settings (the SIGKILL test cannot show it).
+
+    ``synchronous`` is a per-connection setting, not stored in the file, so the default must be
+    applied on every open, also of a file last opened with a weaker setting.
+    """
+    db = tmp_path / "custody.db"
+    weak = await SqliteStore.open(db, synchronous="OFF")
+    try:
+        assert await _pragma(weak, "synchronous") == 0
+    finally:
+        await weak.aclose()
+    for _ in range(2):  # reopening an existing file, twice
+        store = await SqliteStore.open(db)
+        try:
+            assert await _pragma(store, "synchronous") == 2  # FULL
+            assert await _pragma(store, "journal_mode") == "wal"
+        finally:
+            await store.aclose()
+    fresh = await SqliteStore.open(tmp_path / "fresh.db")
+    try:
+        assert await _pragma(fresh, "synchronous") == 2
+        assert await _pragma(fresh, "journal_mode") == "wal"
+    finally:
+        await fresh.aclose()
+
+
 def _insert(conn: sqlite3.Connection, id: str, state: str, **cols: Any) -> None:
     row = {
         "id": id,

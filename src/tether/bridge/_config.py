@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import attrs
 
+from .._fs import ensure_private_dir
 from .._logging import LogFormat
 
 DEFAULT_DATA_DIR: Final = Path("tether-data")
@@ -310,13 +311,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def prepare_data_dir(config: BridgeConfig) -> None:
-    """Create the SQLite store's directory (and its parents under our control) mode 0700."""
+    """Create the SQLite store's directory and every missing parent, each mode 0700."""
     if config.store_is_url:
         return
-    folder = Path(config.store).parent
-    missing = []
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    for each in reversed(missing):
-        each.mkdir(mode=0o700)
+    ensure_private_dir(Path(config.store).parent)

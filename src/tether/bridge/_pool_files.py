@@ -32,6 +32,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from .._fs import ensure_private_dir
 from .._session import Session
 from ._agent import TASK_EVENT, AgentError, Reply
 from ._atomic_file import write_atomic
@@ -150,7 +151,7 @@ class FileExchange:
     def __attrs_post_init__(self) -> None:
         check_seconds("poll_interval", self.poll_interval)
         for d in (self.root, self.outbox, self.results, self.archive_dir, self.refused_dir):
-            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            ensure_private_dir(d)
 
     @property
     def outbox(self) -> Path:

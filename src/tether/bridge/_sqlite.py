@@ -4,6 +4,13 @@ Every transition is a single ``UPDATE ... WHERE`` naming the state it expects (a
 the owner, the attempt and a live ``lease_until``), so it either moves the task or changes
 nothing; the rowcount says which. Queries read the state set and the "in custody" predicate from
 ``_custody``; the schema's CHECK constraint refuses any other state.
+
+Durability: by default every connection runs ``journal_mode=WAL`` and ``synchronous=FULL``, so
+SQLite fsyncs the WAL before a commit returns and a returned transition survives power loss or
+an OS crash (SQLite's guarantee for that pair; a test pins the settings, none can pull the
+plug). ``synchronous="NORMAL"`` still survives a *process* crash (the page cache outlives a
+SIGKILL), which is all ``tests/bridge/test_custody_crash.py`` can and does demonstrate, but may
+lose the last commits on power loss.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from .._converter import structure, unstructure
+from .._fs import create_private_file, ensure_private_dir, restrict_file
 from . import _custody_log as _clog
 from ._custody import (
     IN_CUSTODY,
@@ -86,7 +94,8 @@ class SqliteStore:
     ) -> SqliteStore:
         """Open (creating and migrating if needed) the store at ``path``.
 
-        The file is made 0600 (and a missing parent directory 0700). ``synchronous="FULL"``
+        The file is created 0600 before SQLite opens it (an existing looser one is tightened)
+        and every missing parent directory 0700 (``tether._fs``). ``synchronous="FULL"``
         makes every commit survive power loss; ``"NORMAL"`` survives a process crash only.
         ``max_batch`` caps how many transitions share one commit (1 = a commit each).
         """
@@ -703,13 +712,13 @@ class SqliteStore:
 
 
 def _connect(path: Path, synchronous: Synchronous, busy_timeout_s: float) -> sqlite3.Connection:
-    if not path.parent.exists():
-        os.makedirs(path.parent, mode=0o700, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # SQLite gives the -wal and -shm files this mode too
-    finally:
-        os.close(fd)
+    ensure_private_dir(path.parent)
+    # 0600 before SQLite opens it: SQLite gives the -wal and -shm files the database's mode
+    if not create_private_file(path):
+        for suffix in ("", "-wal", "-shm"):
+            existing = path.with_name(path.name + suffix)
+            if existing.exists():
+                restrict_file(existing)
     conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
     try:
         (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()

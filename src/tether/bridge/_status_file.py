@@ -15,6 +15,7 @@ import attrs
 import trio
 
 from .._converter import unstructure
+from .._fs import ensure_private_dir
 from ._atomic_file import write_atomic
 
 STATUS_SCHEMA_VERSION = 1
@@ -76,6 +77,8 @@ class StatusFile:
                 return
             stamped = attrs.evolve(status, updated_at=utc_now_iso())
             data = (json.dumps(unstructure(stamped), indent=2, sort_keys=True) + "\n").encode()
+            if self._written is None:  # first write: missing parents are created 0700
+                await trio.to_thread.run_sync(ensure_private_dir, self.path.parent)
             await trio.to_thread.run_sync(write_atomic, self.path, data, 0o600)
             self._written = status
             self._written_at = now

@@ -12,6 +12,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from .._fs import ensure_private_dir
 from .._logging import register_secret
 from ._atomic_file import write_atomic
 
@@ -59,10 +60,10 @@ def write_token(path: Path, token: str) -> None:
 def ensure_token_file(path: Path) -> bool:
     """Create ``path`` with a fresh random token if it does not exist; True when created.
 
-    A missing parent directory is created 0700.
+    Missing parent directories are created 0700 (every one of them).
     """
     if path.exists():
         return False
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ensure_private_dir(path.parent)
     write_token(path, secrets.token_urlsafe(32))
     return True

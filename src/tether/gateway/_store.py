@@ -22,6 +22,8 @@ from typing import Any, Literal, TypeVar
 import attrs
 import trio
 
+from .._fs import create_private_file, ensure_private_dir, restrict_file
+
 T = TypeVar("T")
 
 SCHEMA_VERSION = 1
@@ -516,12 +518,14 @@ class _transaction:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ensure_private_dir(path.parent)
+    # 0600 before sqlite3.connect creates it (SQLite gives -wal/-shm the database's mode)
+    if not create_private_file(path):
+        restrict_file(path)
     # check_same_thread=False: trio's thread cache may run successive calls on different
     # threads; the store's limiter guarantees one call at a time.
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
-        path.chmod(0o600)
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = FULL")
         db.execute("PRAGMA busy_timeout = 5000")

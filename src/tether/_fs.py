@@ -1,0 +1,97 @@
+"""Private directories (0700) and files (0600) for everything tether keeps on disk.
+
+Stores, tokens, status files and exchanged messages are private to the user running tether.
+``os.makedirs(p, mode=0o700)`` is not enough: it gives only the last component that mode (the
+parents get the umask default, usually 0755), and every mode passed to ``mkdir``/``open`` is
+filtered by the umask. So:
+
+- ``ensure_private_dir`` creates *every* missing component 0700, exactly (``chmod`` after
+  ``mkdir``, whatever the umask), and never changes a directory that already exists (it may be
+  shared on purpose, e.g. a home directory or ``/tmp``).
+- An existing directory we put private things under that group or others can write to, and
+  that lacks the sticky bit, is reported with a WARNING on the ``tether.fs`` logger: another
+  user could rename or replace what we create there. It is not refused: our own entries are
+  still created 0700/0600, and refusing would break setups the user chose knowingly
+  (a sticky, world-writable ``/tmp`` is the common case and is not reported).
+- ``create_private_file`` creates a file 0600 with ``O_CREAT | O_EXCL`` *before* anything
+  writes to it (SQLite included: it gives its ``-wal``/``-shm`` files the database's mode), so
+  there is no window in which the file exists with a looser mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from pathlib import Path
+
+log = logging.getLogger("tether.fs")
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def shared_writable(mode: int) -> bool:
+    """Whether a directory with ``mode`` lets group or others replace entries in it."""
+    return bool(mode & (stat.S_IWGRP | stat.S_IWOTH)) and not mode & stat.S_ISVTX
+
+
+def ensure_private_dir(path: str | os.PathLike[str]) -> Path:
+    """Make ``path`` a directory, creating each missing component with mode 0700; return it.
+
+    Existing directories are left as they are (never loosened, never tightened); the nearest
+    existing one is checked with ``shared_writable`` and a WARNING is logged if it is. Raises
+    ``NotADirectoryError`` naming the component that exists but is not a directory. Blocking.
+    """
+    target = Path(path)
+    missing: list[Path] = []
+    current = target.absolute()
+    while not current.exists():
+        if current.is_symlink():  # a dangling link: mkdir would fail obscurely
+            raise NotADirectoryError(f"{current} is a dangling symlink, not a directory")
+        missing.append(current)
+        current = current.parent
+    if not current.is_dir():
+        raise NotADirectoryError(f"cannot create {target}: {current} is not a directory")
+    existing_mode = current.stat().st_mode
+    if shared_writable(existing_mode):
+        log.warning(
+            "%s is writable by group or others (mode %04o, no sticky bit): others could "
+            "replace the private files tether keeps under it",
+            current,
+            stat.S_IMODE(existing_mode),
+        )
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, PRIVATE_DIR_MODE)
+        except FileExistsError:  # created concurrently: leave it to its creator
+            if not directory.is_dir():
+                raise NotADirectoryError(f"{directory} exists and is not a directory") from None
+            continue
+        os.chmod(directory, PRIVATE_DIR_MODE)  # mkdir's mode went through the umask
+    return target
+
+
+def create_private_file(path: str | os.PathLike[str]) -> bool:
+    """Create ``path`` empty with mode 0600 unless it exists; True when this call created it.
+
+    Uses ``O_CREAT | O_EXCL`` (no symlink is followed, no existing file is touched) and sets
+    the mode exactly, whatever the umask. Its directory must exist (``ensure_private_dir``).
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        return False
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+    finally:
+        os.close(fd)
+    return True
+
+
+def restrict_file(path: str | os.PathLike[str]) -> None:
+    """Take group and other permissions off an existing file of ours (an older, looser one)."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o077:
+        log.warning("%s had mode %04o; setting 0600", path, mode)
+        os.chmod(path, mode & 0o700)
