@@ -21,6 +21,7 @@ import attrs
 
 from .._fs import ensure_private_dir
 from .._logging import LogFormat
+from ._postgres_dsn import check_schema, is_postgres_dsn
 
 DEFAULT_DATA_DIR: Final = Path("tether-data")
 DEFAULT_GATEWAY: Final = "http://127.0.0.1:8765"
@@ -39,7 +40,11 @@ class BridgeConfig:
     gateway: str = DEFAULT_GATEWAY
     token_file: Path = DEFAULT_DATA_DIR / "gateway" / "token"
     store: str = str(DEFAULT_DATA_DIR / "bridge" / "custody.db")
-    """A SQLite file path, or a ``postgresql://`` URL."""
+    """A SQLite file path, or a ``postgresql://`` URL (never with a password in it)."""
+    store_password_file: Path | None = None
+    """PostgreSQL password, one line in a 0600 file (else ``PGPASSWORD`` or ``~/.pgpass``)."""
+    store_schema: str = "tether"
+    """PostgreSQL schema holding the custody tables."""
     agent: str = DEFAULT_AGENT
     workers: int = 4
     concurrency: int = 4
@@ -81,7 +86,8 @@ class BridgeConfig:
 
 
 def is_postgres_url(value: str) -> bool:
-    return value.startswith(("postgres://", "postgresql://"))
+    """A ``postgresql://`` URL or a libpq ``key=value`` string, not a SQLite path."""
+    return is_postgres_dsn(value)
 
 
 # -- parsing and validation ----------------------------------------------------------------------
@@ -168,6 +174,10 @@ def _store(name: str, value: Any) -> str:
     return text
 
 
+def _schema(name: str, value: Any) -> str:
+    return check_schema(_text(name, value))
+
+
 def _bool(name: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -212,6 +222,8 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "gateway": _url,
     "token_file": _path,
     "store": _store,
+    "store_password_file": _optional_path,
+    "store_schema": _schema,
     "agent": _agent,
     "workers": _int_range(1, 256),
     "concurrency": _int_range(1, 1024),

@@ -115,7 +115,9 @@ class BridgeService:
                     config.store,
                     lease_s=config.lease_s,
                     max_attempts=config.max_attempts,
-                    synchronous=config.synchronous,
+                    synchronous=config.synchronous,  # type: ignore[arg-type]
+                    password_file=config.store_password_file,
+                    schema=config.store_schema,
                 )
                 stack.push_async_callback(store.aclose)
             options: dict[str, Any] = {
