@@ -79,10 +79,13 @@ async def test_a_dead_letter_is_an_error_line_naming_the_task(
     await store.release(claim)
     await store.dead_letter("lost-1", "the gateway refused the reply: HTTP 400")
     await store.dead_letter("lost-1", "again")  # already dead: no second line
-    assert transitions(caplog) == [
-        ("lost-1", "claimed", "pending", INFO),
-        ("lost-1", "pending", "dead", E),
-    ]
+    moves = transitions(caplog)
+    assert moves[0] == ("lost-1", "claimed", "pending", INFO)
+    # a backend may not know which in-custody state a dead letter left ("?")
+    assert moves[1:] in (
+        [("lost-1", "pending", "dead", E)],
+        [("lost-1", "?", "dead", E)],
+    )
     [dead] = [r for r in caplog.records if r.levelno == E]
     assert "lost-1" in dead.getMessage()
     assert "HTTP 400" in dead.getMessage()
