@@ -182,6 +182,7 @@ async def test_owner_labels_come_from_the_spawner_and_are_inherited(
         assert info["child"].owner == "session:alpha"
         assert info["grandchild"].owner == "session:alpha"
         assert info["grandchild"].parent == "child"
+        assert info["grandchild"].parent_id == info["child"].task_id
         assert info["unowned"].owner is None
         assert {t.name for t in registry.owned_by("session:alpha")} == {"child", "grandchild"}
         release.set()

@@ -32,7 +32,11 @@ _HARNESS_PREFIXES = ("<test ", "<fixture ")
 
 @attrs.frozen
 class TaskInfo:
-    """A snapshot of one live task. ``parent`` is the parent task's name (a label)."""
+    """A snapshot of one live task.
+
+    ``parent`` is the parent task's name (a label, shared by design); ``parent_id`` is the
+    parent's ``task_id``, which, unlike the name, is enough to rebuild the tree.
+    """
 
     name: str
     owner: str | None
@@ -40,6 +44,7 @@ class TaskInfo:
     started_at: float
     parent: str | None
     task_id: int
+    parent_id: int | None = None
 
 
 @attrs.define(eq=False)
@@ -203,6 +208,7 @@ class TaskRegistry(trio.abc.Instrument):
                     started_at=started,
                     parent=None if parent is None else parent.name,
                     task_id=id(task),
+                    parent_id=None if parent is None else id(parent),
                 )
             )
         infos.sort(key=lambda i: i.started_at)

@@ -275,3 +275,32 @@ async def test_a_busy_room_at_the_head_of_the_queue_does_not_starve_idle_workers
     assert sorted((a.id, a.worker) for a in report.assigned) == [(f"o{i}", "wb") for i in range(4)]
     assert report.waiting == 12  # 10 of the busy room read on the first page, 2 over wb's capacity
     assert await store.state("r000") is S.PENDING
+
+
+async def test_paging_past_rooms_its_own_plan_filled_keeps_what_each_page_assigned(
+    store: SqliteStore,
+) -> None:
+    """Rooms whose keepers this very sweep fills are paged past; what the earlier pages
+    assigned must still be assigned (a sweep that planned only its last page assigned nothing
+    once every room had been paged past, and a restarted bridge stalled)."""
+    for worker, room in (("wa", "A"), ("wb", "B")):
+        await store.beat(worker, "worker", 2)
+        await store.ingest(Task(f"seed-{room}", "x", room=room))
+        await store.assign(f"seed-{room}", worker)  # the worker keeps the room ...
+        claim = await store.claim(worker)
+        assert claim is not None
+        await store.complete(claim, "done")  # ... and holds nothing now
+    await store.beat("wc", "worker", 2)
+    await store.ingest_many([Task(f"a{i}", "x", room="A") for i in range(4)])
+    await store.ingest_many([Task(f"b{i}", "x", room="B") for i in range(4)])
+    await store.ingest_many([Task(f"f{i}", "x") for i in range(2)])
+    report = await lead(store, pending_limit=4).sweep_once()
+    assert sorted((a.id, a.worker) for a in report.assigned) == [
+        ("a0", "wa"),
+        ("a1", "wa"),
+        ("b0", "wb"),
+        ("b1", "wb"),
+        ("f0", "wc"),
+        ("f1", "wc"),
+    ]
+    assert report.waiting == 4  # a2, a3, b2, b3 wait for their keepers

@@ -139,6 +139,11 @@ def bridge_env() -> dict[str, str]:
     return env
 
 
+STARTED: list[trio.Process] = []
+"""Every bridge process a test started: the ``reap_bridges`` fixture SIGKILLs what is left, so
+a failing test never leaves a bridge running (and loading the machine) after it."""
+
+
 @attrs.define(eq=False)
 class BridgeProcess:
     """``tether bridge run`` as a real child process (stderr kept in a log file)."""
@@ -172,6 +177,7 @@ class BridgeProcess:
         ]  # fmt: skip
         with open(log, "ab") as sink:  # noqa: ASYNC230 - a file handle for the child
             process = await trio.lowlevel.open_process(args, stderr=sink, env=bridge_env())
+        STARTED.append(process)
         return cls(process, log)
 
     def kill(self) -> None:

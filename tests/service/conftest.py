@@ -11,7 +11,19 @@ import trio
 
 from tether.bridge import GatewayClient, SqliteStore, write_token
 
-from ._support import GatewayHandle, LiveGateway, gateway_client
+from ._support import STARTED, GatewayHandle, LiveGateway, gateway_client
+
+
+@pytest.fixture(autouse=True)
+async def reap_bridges() -> AsyncIterator[None]:
+    """SIGKILL (and wait for) every bridge process a test left running, pass or fail."""
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.returncode is None:
+            process.kill()
+            with trio.move_on_after(10):
+                await process.wait()
 
 
 @pytest.fixture

@@ -190,6 +190,15 @@ def plan_sweep(
     )
 
 
+def _merge_pages(earlier: PoolView, page: PoolView) -> PoolView:
+    """``page``'s fresh worker, assignment and claim state, with the pending tasks of every
+    page read so far, in queue order (a later page re-reads still-pending tasks of the rooms
+    it does not skip: they are counted once)."""
+    seen = {t.id for t in earlier.pending}
+    pending = (*earlier.pending, *(t for t in page.pending if t.id not in seen))
+    return attrs.evolve(page, pending=pending, rooms={**earlier.rooms, **page.rooms})
+
+
 @attrs.define(eq=False)
 class PoolLead:
     """The lead as a service: ``await nursery.start(lead.run)``; or ``await sweep_once()``."""
@@ -245,22 +254,27 @@ class PoolLead:
         If the page of pending tasks read ends with tasks waiting for a full keeper while
         workers have capacity to spare, the lead reads again without those rooms (up to
         ``MAX_PAGES`` reads), so a busy room at the head of the queue never starves the rest.
+        Every plan covers all the pages read so far: a room is paged past because its keeper
+        is full, possibly with tasks this sweep assigns from an earlier page.
         """
         view: PoolView | None = None
         limit = self._window or self.pending_limit
         skip: set[str] = set()
 
-        async def read() -> None:
+        async def read() -> PoolView:
+            return await self.store.pool_view(pending_limit=limit, skip_rooms=skip)
+
+        async def first_read() -> None:
             nonlocal view
-            view = await self.store.pool_view(pending_limit=limit, skip_rooms=skip)
+            view = await read()
 
         async with trio.open_nursery() as nursery:  # one writer batch for both
             nursery.start_soon(self.store.beat, self.name, "lead", 0)
-            nursery.start_soon(read)
+            nursery.start_soon(first_read)
         assert self.stuck_cap is not None
-        skipped = 0
+        assert view is not None
+        page_view = view
         for page in range(1, MAX_PAGES + 1):
-            assert view is not None
             now = self.now()
             plan = plan_sweep(
                 view,
@@ -273,11 +287,11 @@ class PoolLead:
                 last_pick=self._last_pick,
             )
             more = set(plan.blocked_rooms) - skip
-            if page == MAX_PAGES or not (more and plan.spare and len(view.pending) >= limit):
+            if page == MAX_PAGES or not (more and plan.spare and len(page_view.pending) >= limit):
                 break
-            skipped += sum(1 for t in view.pending if t.room in more)
             skip |= more
-            await read()
+            page_view = await read()
+            view = _merge_pages(view, page_view)
         assert view is not None
         self._last_pick = plan.last_pick
         self._window = self._next_window(view, now)
@@ -301,7 +315,7 @@ class PoolLead:
             returned=returned,
             deferred=plan.deferred,
             lost=lost,
-            waiting=plan.waiting + skipped,
+            waiting=plan.waiting,
         )
         for r in returned:
             log.warning(
