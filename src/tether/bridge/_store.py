@@ -162,6 +162,15 @@ class Store(Protocol):
         tasks only when ``leaderless``. ``None`` if nothing is there."""
         ...
 
+    async def claim_many(
+        self, worker: str, limit: int, *, leaderless: bool = False
+    ) -> Sequence[Claim]:
+        """Up to ``limit`` leases in ONE transaction, in the order ``limit`` calls of ``claim``
+        would hand them out (own assignments by priority then age, then pending tasks only when
+        ``leaderless``); each is fenced on its own like a ``claim``'s. Empty if nothing is
+        there; ``ValueError`` unless ``limit`` is an int from 1 to ``MAX_CLAIM_BATCH``."""
+        ...
+
     async def renew(self, claim: Claim) -> Claim:
         """Extend a live lease by ``lease_s`` from now; ``StaleLease`` if fenced out."""
         ...
