@@ -200,7 +200,7 @@ async def test_a_worker_fills_all_its_free_slots_with_one_claim_many(
     await timed_store.ingest_many([Task(f"t{i}", "x") for i in range(6)])
     await timed_store.assign_many([(f"t{i}", "w1") for i in range(6)])
     worker = PoolWorker(
-        store,  # type: ignore[arg-type]
+        store,
         "w1",
         factory,
         concurrency=4,
