@@ -359,6 +359,32 @@ async def test_assign_and_unassign_are_compare_and_set(store: Store) -> None:
     assert await store.state("t1") is S.CLAIMED
 
 
+async def test_mark_delivered_many_marks_results_and_leaves_everything_else(
+    store: Store,
+) -> None:
+    for id in ("r1", "r2", "r3"):
+        await drive_to(store, id, S.RESULT)
+    await drive_to(store, "d1", S.DELIVERED)
+    await drive_to(store, "c1", S.CLAIMED)
+    await store.ingest(Task("p1", "hi"))
+    marked = await store.mark_delivered_many(["r1", "p1", "d1", "ghost", "c1", "r3"])
+    assert marked == [True, False, True, False, False, True]
+    assert [await store.state(i) for i in ("r1", "r2", "r3", "d1", "c1", "p1", "ghost")] == [
+        S.DELIVERED,
+        S.RESULT,
+        S.DELIVERED,
+        S.DELIVERED,
+        S.CLAIMED,
+        S.PENDING,
+        None,
+    ]
+    assert [r.task.id for r in await store.ready_results()] == ["r2"]
+    assert await store.mark_delivered_many([]) == []
+    with pytest.raises(InvalidTaskId):
+        await store.mark_delivered_many(["r2", "bad id"])  # validated first: nothing moves
+    assert await store.state("r2") is S.RESULT
+
+
 async def test_delivery_and_dead_letter_rules(store: Store) -> None:
     await drive_to(store, "r1", S.RESULT)
     await store.ingest(Task("p1", "hi"))

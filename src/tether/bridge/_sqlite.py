@@ -590,6 +590,28 @@ class SqliteStore:
 
         await self._writer.run(op)
 
+    async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
+        for id in ids:
+            check_task_id(id)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> list[bool]:
+            done: list[bool] = []
+            for id in ids:
+                cur = conn.execute(
+                    "UPDATE tasks SET state = 'delivered', updated_at = ? "
+                    "WHERE id = ? AND state = 'result'",
+                    (now, id),
+                )
+                if cur.rowcount == 1:
+                    done.append(True)
+                else:
+                    rec = _record(conn, id)
+                    done.append(rec is not None and rec.state is CustodyState.DELIVERED)
+            return done
+
+        return await self._writer.run(op)
+
     async def dead_letter(self, id: str, reason: str) -> None:
         check_task_id(id)
         reason = _check_reason(reason)

@@ -244,6 +244,12 @@ class Store(Protocol):
         """result -> delivered (a repeat on a delivered id is a no-op); else ``CustodyConflict``."""
         ...
 
+    async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
+        """``mark_delivered`` for each id in ONE transaction: ``True`` where the task is now
+        delivered (or already was), ``False`` where it is unknown or in another state (nothing
+        changes for it). Every id is validated first: a malformed one refuses the call."""
+        ...
+
     async def dead_letter(self, id: str, reason: str) -> None:
         """Any in-custody state -> dead with ``reason`` (no-op if already dead); a delivered
         task raises ``CustodyConflict``."""
