@@ -205,6 +205,10 @@ class Session:
         """The task names of ``event``'s handlers, in registration order."""
         return [h.task_name for h in self._handlers.get(event, ())]
 
+    def handler_policies(self, event: str) -> list[Policy]:
+        """The policies of ``event``'s handlers, in registration order."""
+        return [h.policy for h in self._handlers.get(event, ())]
+
     # -- events ------------------------------------------------------------------------------
 
     def emit(self, event: str, payload: Any = None) -> None:

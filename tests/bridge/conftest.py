@@ -1,19 +1,57 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from tether.bridge import Store
+from tether.bridge._postgres_throwaway import NoPostgres, throwaway_postgres
 
 from .custody_support import BACKENDS, Backend, FakeClock
+
+PG_DSN_ENV = "TETHER_TEST_PG_DSN"
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """A database of its own for this test session, dropped at the end.
+
+    ``TETHER_TEST_PG_DSN`` (what ``.ci/run`` exports) names the server; without it the session
+    starts a throwaway server (initdb + pg_ctl, no fsync: these tests check transactions, not
+    disks). Neither possible: the postgres cases are skipped, saying why. A DSN that is set
+    but does not work fails the tests: CI must really run them.
+    """
+    given = os.environ.get(PG_DSN_ENV)
+    if given:
+        yield from _own_database(given)
+        return
+    try:
+        with throwaway_postgres(fsync=False) as server:
+            yield server.dsn
+    except NoPostgres as exc:
+        pytest.skip(f"PostgreSQL backend not tested: {exc} and {PG_DSN_ENV} is not set")
+
+
+def _own_database(server_dsn: str) -> Iterator[str]:
+    name = f"tether_test_{secrets.token_hex(6)}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_conninfo(server_dsn, dbname=name)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return BACKENDS[request.param](tmp_path)
+    return BACKENDS[request.param](tmp_path, request.getfixturevalue)
 
 
 @pytest.fixture

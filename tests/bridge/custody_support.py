@@ -1,19 +1,22 @@
 """Shared pieces of the custody conformance suite: a fake clock, store backends, drivers.
 
 A backend knows how to make a fresh store location and open a store there (again, for the
-reopen cases). Today only SQLite; the PostgreSQL backend adds itself to ``BACKENDS``.
+reopen cases). SQLite's location is a file in the test's tmp dir; PostgreSQL's is a fresh schema
+in the session's test database (creating a schema takes milliseconds, a database seconds).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
 
-from tether.bridge import Claim, CustodyState, SqliteStore, Store, Task
+from tether.bridge import Claim, CustodyState, PostgresStore, SqliteStore, Store, Task
 
 LEASE_S = 30.0
 MAX_ATTEMPTS = 3
@@ -58,7 +61,31 @@ class SqliteBackend:
         return await SqliteStore.open(where, clock=clock, **options)
 
 
-BACKENDS: dict[str, Callable[[Path], Backend]] = {"sqlite": SqliteBackend}
+_schemas = itertools.count(1)
+
+
+@attrs.define
+class PostgresBackend:
+    dsn: str
+    name: str = "postgres"
+
+    def fresh(self) -> str:
+        return f"t{next(_schemas)}_{secrets.token_hex(4)}"
+
+    async def open(self, where: Any, clock: Callable[[], float], **options: Any) -> Store:
+        options.setdefault("lease_s", LEASE_S)
+        options.setdefault("max_attempts", MAX_ATTEMPTS)
+        options.setdefault("pool_size", 4)
+        return await PostgresStore.open(self.dsn, schema=where, clock=clock, **options)
+
+
+BackendFactory = Callable[[Path, Callable[[str], Any]], Backend]
+"""Makes a backend from the test's tmp dir and ``request.getfixturevalue``."""
+
+BACKENDS: dict[str, BackendFactory] = {
+    "sqlite": lambda tmp_path, _fixture: SqliteBackend(tmp_path),
+    "postgres": lambda _tmp_path, fixture: PostgresBackend(fixture("postgres_dsn")),
+}
 
 
 def worker_for(id: str) -> str:

@@ -7,6 +7,8 @@ reconciler. Time is a ``FakeClock`` the store reads; nothing here sleeps.
 
 from __future__ import annotations
 
+import json
+import re
 from functools import partial
 from typing import Any
 
@@ -19,6 +21,7 @@ from tether.bridge import (
     Claim,
     CustodyConflict,
     CustodyState,
+    InvalidTask,
     InvalidTaskId,
     InvalidWorkerName,
     Reconciler,
@@ -515,6 +518,21 @@ async def test_bodies_rooms_and_headers_are_stored_as_given(store: Store) -> Non
     assert result.task == task
 
 
+async def test_nul_in_bodies_and_headers_round_trips(store: Store) -> None:
+    # a chat message may hold NUL; PostgreSQL text cannot, so backends must store bytes
+    body = "a\0b \U0001f600"
+    await store.ingest(Task("nul", body, headers={"h": "x\0y"}))
+    claim = await _claim(store, "w1", leaderless=True)
+    assert claim.task.body == body
+    assert claim.task.headers == {"h": "x\0y"}
+    await store.complete(claim, "reply\0with nul")
+    [result] = await store.ready_results()
+    assert result.body == "reply\0with nul"
+    rec = await store.get("nul")
+    assert rec is not None
+    assert (rec.task.body, rec.result) == (body, "reply\0with nul")
+
+
 async def test_bad_task_fields_are_refused() -> None:
     with pytest.raises(ValueError, match="priority"):
         Task("t1", "hi", priority="asap")
@@ -650,3 +668,97 @@ async def test_prune_delivered_keeps_everything_else(store: Store, fake_clock: F
     fake_clock.advance(100)
     assert await store.prune_delivered(fake_clock.now) == 1
     assert (await store.counts())[S.DEAD] == 1  # dead letters are never pruned
+
+
+async def test_two_stores_racing_on_the_same_tasks_see_no_false_conflicts(
+    backend: Backend, where: Any, fake_clock: FakeClock
+) -> None:
+    # two bridges (two store handles, two connections) confirm and dead-letter the same tasks
+    # at once: the loser of each race must see a no-op, never a conflict with a stale state
+    stores = [await backend.open(where, fake_clock) for _ in range(2)]
+    try:
+        for n in range(30):
+            await drive_to(stores[0], f"r{n}", S.RESULT)
+            await drive_to(stores[0], f"p{n}", S.PENDING)
+
+        async def race(store: Store) -> None:
+            for n in range(30):
+                await store.mark_delivered(f"r{n}")
+                await store.dead_letter(f"p{n}", "both gave up")
+
+        async with trio.open_nursery() as nursery:
+            for store in stores:
+                for _ in range(3):
+                    nursery.start_soon(race, store)
+        counts = await stores[1].counts()
+        assert (counts[S.DELIVERED], counts[S.DEAD]) == (30, 30)
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
+async def test_records_lists_one_state_in_ingest_order(store: Store) -> None:
+    for n in range(5):
+        await drive_to(store, f"d{n}", S.DEAD)
+        await drive_to(store, f"p{n}", S.PENDING)
+    dead = await store.records(S.DEAD)
+    assert [r.task.id for r in dead] == [f"d{n}" for n in range(5)]
+    assert all(r.state is S.DEAD and r.reason == "test: sent to dead" for r in dead)
+    newest = await store.records(S.DEAD, limit=2, newest_first=True)
+    assert [r.task.id for r in newest] == ["d4", "d3"]
+    assert [r.task.id for r in await store.records(S.PENDING, limit=1)] == ["p0"]
+    assert await store.records(S.CLAIMED) == []
+    assert dead[0] == await store.get("d0")
+
+
+async def test_text_that_is_not_valid_unicode_is_refused_with_nothing_stored(
+    store: Store,
+) -> None:
+    lone = json.loads('"hi \\ud800 there"')  # valid JSON, but half a surrogate pair
+    with pytest.raises(InvalidTask, match=re.escape("body of task 't1' contains a lone surrogate")):
+        await store.ingest(Task("t1", lone))
+    with pytest.raises(InvalidTask, match="room"):
+        Task("t1", "hi", room=lone)
+    assert await store.state("t1") is None
+    claim = await drive_to(store, "t2", S.CLAIMED)
+    assert claim is not None
+    with pytest.raises(InvalidTask, match="result of task 't2' contains a lone surrogate"):
+        await store.complete(claim, lone)
+    assert await store.state("t2") is S.CLAIMED
+    pair = "rocket \U0001f680"  # a real astral character (a pair in JSON) is fine
+    await store.complete(claim, pair)
+    assert (await store.ready_results())[0].body == pair
+
+
+async def test_a_pruned_delivered_id_stays_a_replay_until_its_tombstone_is_pruned(
+    backend: Backend, where: Any, fake_clock: FakeClock
+) -> None:
+    """DESIGN: an id already delivered is acknowledged again as a no-op, also after the
+    retention prune deleted its row: an id-only tombstone outlives the task."""
+    store = await backend.open(where, fake_clock)
+    try:
+        await drive_to(store, "done", S.DELIVERED)
+        delivered_at = fake_clock.now
+        fake_clock.advance(3600)
+        await drive_to(store, "later", S.DELIVERED)
+        assert await store.prune_delivered(delivered_at + 1) == 1
+        assert await store.state("done") is None  # the row is gone ...
+        assert await store.ingest(Task("done", "replayed")) is False  # ... its id is not
+        assert await store.ingest_many([Task("new", "x"), Task("done", "again")]) == [True, False]
+        assert await store.state("done") is None
+    finally:
+        await store.aclose()
+    store = await backend.open(where, fake_clock)  # tombstones are durable
+    try:
+        assert await store.ingest(Task("done", "after a restart")) is False
+        with pytest.raises(ValueError, match="limit"):
+            await store.prune_tombstones(fake_clock.now, limit=0)
+        assert await store.prune_tombstones(delivered_at) == 0  # older than that only
+        assert await store.prune_tombstones(delivered_at + 1) == 1
+        assert await store.ingest(Task("done", "a new task by now")) is True
+        assert await store.state("done") is S.PENDING
+        assert await store.prune_delivered(fake_clock.now + 1) == 1  # "later"
+        assert await store.ingest(Task("later", "replayed")) is False
+        assert await store.counts() == {**dict.fromkeys(CustodyState, 0), S.PENDING: 2}
+    finally:
+        await store.aclose()

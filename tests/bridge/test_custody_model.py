@@ -1,10 +1,12 @@
 """A hypothesis stateful test: random custody operations against a plain-Python model.
 
-Rules drive ingest / assign / unassign / claim / renew / complete / fail / clock advance /
-reconcile / deliver / dead-letter / reopen on a real store, and the model predicts every
+Rules drive ingest / assign / unassign / claim / renew / complete / fail / release / clock
+advance / reconcile / deliver / dead-letter / reopen on a real store, and the model predicts every
 answer. After every step the whole store is compared with the model, so an acknowledged id is
 never lost, is in exactly the state the model says (one state), and a fenced holder's complete,
-renew or fail always raises ``StaleLease`` and changes nothing.
+renew, fail or release always raises ``StaleLease`` and changes nothing. ``release`` keeps the
+attempt, so another worker's later claim differs from a released one only by its owner: the
+model checks the owner half of the fence as well as the attempt half.
 
 How it runs under pytest-trio: hypothesis rules are synchronous, and a pytest-trio test owns
 its Trio run, so the test function is a plain ``def`` (pytest-trio leaves those alone) and every
@@ -204,6 +206,18 @@ class CustodyMachine(RuleBasedStateMachine):
         else:
             assert state is S.PENDING
             m.state, m.owner, m.lease_until, m.attempt = S.PENDING, None, None, m.attempt + 1
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0))
+    def release(self, pick: int) -> None:
+        claim = self.claims[pick % len(self.claims)]
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.release, claim)
+            return
+        _run(self.store.release, claim)
+        m = self.model[claim.task.id]
+        m.state, m.owner, m.lease_until = S.PENDING, None, None  # the same attempt
 
     @rule(seconds=st.sampled_from([1.0, LEASE_S / 2, LEASE_S, LEASE_S * 3]))
     def advance(self, seconds: float) -> None:

@@ -220,3 +220,84 @@ async def test_pool_records_survive_a_reopen(
         assert [w.name for w in await store.workers()] == ["w1"]
     finally:
         await store.aclose()
+
+
+async def test_a_released_claim_is_fenced_out_once_another_worker_holds_the_same_attempt(
+    store: Store,
+) -> None:
+    """After a release, B's claim has the same attempt as A's: only the owner tells them apart."""
+    await store.ingest(Task("t", "x"))
+    a = await store.claim("wa", leaderless=True)
+    assert a is not None
+    await store.release(a)
+    b = await store.claim("wb", leaderless=True)
+    assert b is not None
+    assert (b.worker, b.attempt) == ("wb", a.attempt)
+    for stale_call in (
+        lambda: store.complete(a, "A's late reply"),
+        lambda: store.renew(a),
+        lambda: store.fail(a, "A's late failure"),
+        lambda: store.release(a),
+    ):
+        with pytest.raises(StaleLease, match="worker 'wa'"):
+            await stale_call()
+    rec = await store.get("t")
+    assert rec is not None
+    assert (rec.state, rec.owner, rec.attempt, rec.lease_until) == (
+        S.CLAIMED,
+        "wb",
+        1,
+        b.lease_until,
+    )
+    await store.complete(b, "B's reply")
+    [result] = await store.ready_results()
+    assert (result.body, result.worker) == ("B's reply", "wb")
+
+
+async def test_a_worker_that_reclaims_after_its_lease_expired_is_fenced_by_attempt(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """Same worker, same task, a later attempt: only the attempt tells the copies apart."""
+    await store.ingest(Task("t", "x"))
+    first = await store.claim("w", leaderless=True)
+    assert first is not None
+    fake_clock.advance(LEASE_S + 1)
+    assert len(await store.expire_leases()) == 1
+    second = await store.claim("w", leaderless=True)
+    assert second is not None
+    assert (second.worker, second.attempt) == ("w", first.attempt + 1)
+    assert first.lease_until < second.lease_until
+    for stale_call in (
+        lambda: store.complete(first, "attempt 1's reply"),
+        lambda: store.renew(first),
+        lambda: store.fail(first, "attempt 1's failure"),
+        lambda: store.release(first),
+    ):
+        with pytest.raises(StaleLease, match="attempt 1"):
+            await stale_call()
+    rec = await store.get("t")
+    assert rec is not None
+    assert (rec.state, rec.owner, rec.attempt) == (S.CLAIMED, "w", 2)
+    await store.complete(second, "attempt 2's reply")
+    assert (await store.ready_results())[0].body == "attempt 2's reply"
+
+
+async def test_pool_view_can_skip_the_pending_tasks_of_given_rooms(store: Store) -> None:
+    await store.ingest(Task("a1", "x", room="a"))
+    await store.ingest(Task("b1", "x", room="b"))
+    await store.ingest(Task("n1", "x"))
+    await store.ingest(Task("a2", "x", room="a"))
+    await store.ingest(Task("c1", "x", room="c"))
+    assert await store.claim("wa", leaderless=True) is not None  # a1: room "a" is wa's now
+    view = await store.pool_view(skip_rooms=["a", "c"])
+    assert [t.id for t in view.pending] == ["b1", "n1"]
+    assert view.rooms == {}  # only the rooms of the pending tasks read
+    view = await store.pool_view(pending_limit=2, skip_rooms=("b",))
+    assert [t.id for t in view.pending] == ["n1", "a2"]
+    assert view.rooms == {"a": "wa"}
+    assert [t.id for t in (await store.pool_view(skip_rooms=())).pending] == [
+        "b1",
+        "n1",
+        "a2",
+        "c1",
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import trio
 import trio.testing
 
 from tether.bridge import CustodyConflict, CustodyState, SchemaTooNew, SqliteStore, Task
+from tether.bridge._custody import MAX_BODY_BYTES
 from tether.bridge._sqlite_schema import SCHEMA_VERSION
 
 from .custody_support import FakeClock
@@ -250,23 +252,33 @@ async def test_cancellation_before_a_call_stores_nothing(tmp_path: Path) -> None
 async def test_a_caller_cancelled_mid_call_still_learns_the_outcome(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "c.db")
     answers: list[bool] = []
+    entered, gate = threading.Event(), threading.Event()
+
+    def occupy_the_writer(conn: sqlite3.Connection) -> None:
+        entered.set()
+        gate.wait(10)
+
     try:
         async with trio.open_nursery() as nursery:
+            # hold the writer thread so the caller's ingest is surely queued when the cancel lands
+            nursery.start_soon(store._writer.run, occupy_the_writer)
+            await trio.to_thread.run_sync(entered.wait, 10)
             scope = trio.CancelScope()
 
             async def caller() -> None:
                 with scope:
                     answers.append(await store.ingest(Task("t1", "hi")))
-                    await trio.lowlevel.checkpoint()
-                    answers.append(False)  # never reached: the cancel strikes here
+                    await trio.sleep_forever()  # the cancel strikes at the next checkpoint
 
             nursery.start_soon(caller)
             await trio.testing.wait_all_tasks_blocked()
             scope.cancel()
+            gate.set()
         assert answers == [True]
         assert scope.cancelled_caught
         assert await store.state("t1") is CustodyState.PENDING
     finally:
+        gate.set()
         await store.aclose()
 
 
@@ -362,3 +374,9 @@ async def test_claim_many_is_one_commit(tmp_path: Path) -> None:
         claims = await store.claim_many("w1", 8, leaderless=True)
         assert len(claims) == 8
         assert store.commits - before == 1
+
+
+async def test_the_default_body_limit_is_the_shared_one(tmp_path: Path) -> None:
+    """The gateway's request limit is sized from the same constant (tests/gateway)."""
+    async with await SqliteStore.open(tmp_path / "c.db") as store:
+        assert store.max_body_bytes == MAX_BODY_BYTES

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tether.bridge._custody import MAX_BODY_BYTES, check_body
 from tether.gateway import AppLimits
 
 from .conftest import StartGateway
@@ -49,6 +50,9 @@ BAD_REQUESTS = [
     ("GET", "/v1/tasks?limit=0", b"", {}, 400, "'limit'"),
     ("GET", "/v1/tasks?wait=1&wait=2", b"", {}, 400, "more than once"),
     ("POST", "/v1/results", _raw({"id": "a..b", "body": "x"}), JSON, 400, "'a..b'"),
+    # valid JSON, but a lone surrogate no store can encode: refused, not a 500
+    ("POST", "/v1/messages", b'{"room": "r", "text": "hi \\ud800"}', JSON, 400, "lone surrogate"),
+    ("POST", "/v1/results", b'{"id": "t1", "body": "\\udc00 x"}', JSON, 400, "lone surrogate"),
     ("POST", "/v1/results", _raw({"id": "t1"}), JSON, 400, "no_send=true"),
     (
         "POST",
@@ -164,3 +168,25 @@ async def test_resubmitting_an_id_is_idempotent_and_other_content_conflicts(
     assert (first.status_code, again.status_code, other.status_code) == (201, 200, 409)
     assert first.json()["id"] == again.json()["id"] == "client-chosen-1"
     assert (await gateway.stats(http))["tasks"]["queued"] == 1
+
+
+async def test_any_result_the_store_accepts_fits_in_a_gateway_request(
+    start_gateway: StartGateway, http: httpx.AsyncClient
+) -> None:
+    """One body limit (``MAX_BODY_BYTES``) for the custody store and the gateway: a result of
+    the store's largest size in the costliest characters to JSON-escape (control characters,
+    six bytes each) still fits the gateway's default request limit with its envelope."""
+    body = "\x01" * MAX_BODY_BYTES
+    assert check_body(body, MAX_BODY_BYTES) == body  # the store would accept it
+    assert AppLimits().max_body >= len(_raw({"id": "x" * 128, "body": body}))
+    gateway = await start_gateway()  # default limits
+    task_id = await gateway.submit(http, "a question")
+    polled = await http.get(f"{gateway.url}/v1/tasks", headers=gateway.headers())
+    assert [t["id"] for t in polled.json()["tasks"]] == [task_id]
+    response = await http.post(
+        f"{gateway.url}/v1/results",
+        content=_raw({"id": task_id, "body": body}),
+        headers={**gateway.headers(), **JSON},
+    )
+    assert response.status_code == 200, response.text[:200]
+    assert (await gateway.message(http, task_id))["reply"] == body

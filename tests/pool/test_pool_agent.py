@@ -108,3 +108,20 @@ async def test_an_agent_registering_two_task_handlers_is_refused() -> None:
     async with open_session("agent-test") as session:
         with pytest.raises(AgentError, match="registered 2 handler"):
             install_agent(session, twice)
+
+
+@pytest.mark.parametrize("policy", ["replace", "drop"])
+async def test_an_agent_whose_task_handler_cancels_or_skips_runs_is_refused(policy: Any) -> None:
+    def factory(session: Any) -> None:
+        session.add_handler("task", lambda task: "ok", policy=policy)
+
+    with pytest.raises(AgentError, match=f"policy '{policy}', which cancels or skips runs"):
+        await _ask(factory, Task("t", "hi"))
+
+
+@pytest.mark.parametrize("policy", ["concurrent", "serial"])
+async def test_agents_that_run_every_call_are_accepted(policy: Any) -> None:
+    def factory(session: Any) -> None:
+        session.add_handler("task", lambda task: f"ok {task.id}", policy=policy)
+
+    assert await _ask(factory, Task("t", "hi")) == Reply("ok t")

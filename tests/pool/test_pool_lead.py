@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -218,8 +219,10 @@ async def test_the_lead_beats_and_reports_a_versioned_document(store: SqliteStor
 class RacingStore(SqliteStore):
     """A worker claims leaderlessly right after every pool view is read."""
 
-    async def pool_view(self, *, pending_limit: int = 1000) -> PoolView:
-        view = await super().pool_view(pending_limit=pending_limit)
+    async def pool_view(
+        self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
+    ) -> PoolView:
+        view = await super().pool_view(pending_limit=pending_limit, skip_rooms=skip_rooms)
         assert await self.claim("racer", leaderless=True) is not None
         return view
 
@@ -252,3 +255,23 @@ async def test_a_lost_race_is_reported_not_forced(tmp_path: Path, fake_clock: Fa
 async def test_bad_lead_options_are_refused(store: SqliteStore, option: str, value: object) -> None:
     with pytest.raises(ValueError, match=option if option != "name" else "worker name"):
         lead(store, **{option: value})
+
+
+async def test_a_busy_room_at_the_head_of_the_queue_does_not_starve_idle_workers(
+    store: SqliteStore,
+) -> None:
+    """The first page of pending tasks all belong to a room whose keeper is full: the lead
+    pages past that room, so the other worker still gets the tasks anyone may take."""
+    await store.beat("wa", "worker", 4)
+    await store.beat("wb", "worker", 4)
+    await store.ingest(Task("first", "x", room="busy"))
+    await store.assign("first", "wa")  # wa keeps the room "busy"
+    for i in range(3):
+        await store.ingest(Task(f"pre{i}", "x"))
+        await store.assign(f"pre{i}", "wa")  # and is full
+    await store.ingest_many([Task(f"r{i:03}", "x", room="busy") for i in range(100)])
+    await store.ingest_many([Task(f"o{i}", "x") for i in range(6)])  # anyone may take these
+    report = await lead(store, pending_limit=10).sweep_once()
+    assert sorted((a.id, a.worker) for a in report.assigned) == [(f"o{i}", "wb") for i in range(4)]
+    assert report.waiting == 12  # 10 of the busy room read on the first page, 2 over wb's capacity
+    assert await store.state("r000") is S.PENDING

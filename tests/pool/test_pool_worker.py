@@ -24,7 +24,7 @@ from tether.bridge import (
 )
 
 from .conftest import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
-from .pool_support import wait_for
+from .pool_support import FakeClock, wait_for
 
 S = CustodyState
 
@@ -96,6 +96,7 @@ async def test_leaderless_fallback_follows_the_leads_beat(
     await timed_store.assign("mine", "w1")
     await timed_store.ingest(Task("theirs", "x"))
     await timed_store.assign("theirs", "w2")
+    await timed_store.beat("w2", "worker", 4)  # alive: its assignment is its own
     worker = PoolWorker(timed_store, "w1", echo.factory, lead_dead_after=10.0)
     async with running(worker):
         await wait_for(lambda: state_is(timed_store, "mine", S.RESULT))
@@ -409,3 +410,174 @@ async def test_a_worker_can_send_stall_notices_for_its_own_claims(
         await wait_for(lambda: state_is(timed_store, "mine", S.RESULT), within=60)
     assert [id for id, _ in notices] == ["mine"]
     assert 10.0 <= notices[0][1] <= 11.0
+
+
+async def test_a_refused_session_run_is_released_without_burning_an_attempt(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """A ``serial`` agent with a short queue refuses calls (``QueueFull``): that task was never
+    run, so it goes back to pending with the same attempt instead of failing."""
+
+    def factory(session: Session) -> None:
+        @session.on("task", policy="serial", max_queue=1)
+        async def one_at_a_time(task: Task) -> str:
+            await trio.sleep(1)
+            return f"done {task.id}"
+
+    for i in range(6):
+        await timed_store.ingest(Task(f"t{i}", "x"))
+    worker = PoolWorker(timed_store, "w1", factory, concurrency=4)
+    async with running(worker):
+        await wait_for(lambda: _count(timed_store, S.RESULT, 6), within=120)
+    assert worker.failed == 0
+    assert worker.released > 0  # some calls were refused and given back
+    for i in range(6):
+        rec = await timed_store.get(f"t{i}")
+        assert rec is not None
+        assert (rec.state, rec.attempt, rec.reason) == (S.RESULT, 1, None)
+
+
+async def test_an_interrupted_session_run_is_released_without_burning_an_attempt(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    sessions: list[Session] = []
+    runs = 0
+
+    def factory(session: Session) -> None:
+        sessions.append(session)
+
+        @session.on("task")
+        async def slow(task: Task) -> str:
+            nonlocal runs
+            runs += 1
+            await trio.sleep(5)
+            return "finished"
+
+    await timed_store.ingest(Task("t", "x"))
+    worker = PoolWorker(timed_store, "w1", factory)
+    async with running(worker):
+        await wait_for(lambda: state_is(timed_store, "t", S.CLAIMED))
+        await trio.sleep(1)
+        assert sessions[0].interrupt("task") == 1  # HandlerCancelled for the worker's call
+        await wait_for(lambda: state_is(timed_store, "t", S.RESULT))
+    rec = await timed_store.get("t")
+    assert rec is not None
+    assert (rec.attempt, rec.result, rec.reason) == (1, "finished", None)
+    assert (runs, worker.failed, worker.released) == (2, 0, 1)
+
+
+async def test_a_worker_reclaiming_its_own_expired_task_keeps_only_the_new_attempt(
+    store: SqliteStore, fake_clock: FakeClock
+) -> None:
+    """Its lease ran out while the run stalled; the reconciler repooled the task and the same
+    worker claimed attempt 2. The stale run is dropped, attempt 2 stays in hand (and renewed),
+    and the worker service survives both runs ending."""
+    gates: list[trio.Event] = []
+
+    async def stalls(task: Task) -> str:
+        gate = trio.Event()
+        gates.append(gate)
+        await gate.wait()
+        return f"reply {len(gates)}"
+
+    async def runs(n: int) -> bool:
+        return len(gates) >= n
+
+    await store.ingest(Task("t", "x"))
+    worker = PoolWorker(store, "w1", agent(stalls), heartbeat_interval=5, poll_interval=0.01)
+    async with running(worker):
+        await wait_for(lambda: runs(1), step=0.01)
+        fake_clock.advance(LEASE_S * 3)  # attempt 1's lease ran out
+        [expiry] = (await Reconciler(store).run_once()).repooled
+        assert expiry.attempt == 1
+        await wait_for(lambda: runs(2), step=0.01)  # w1 claimed attempt 2
+        await trio.sleep(0.1)
+        assert [(c.task.id, c.attempt) for c in worker.in_hand] == [("t", 2)]
+        assert worker.lost == 1  # the stale run was told at once
+        gates[0].set()  # the stale run returns (its reply must not be stored)
+        await trio.sleep(0.1)
+        assert [(c.task.id, c.attempt) for c in worker.in_hand] == [("t", 2)]
+        renewed = await store.renew(worker.in_hand[0])  # attempt 2's lease is still live
+        assert renewed.attempt == 2
+        gates[1].set()
+        await wait_for(lambda: state_is(store, "t", S.RESULT), step=0.01)
+    rec = await store.get("t")
+    assert rec is not None
+    assert (rec.attempt, rec.result) == (2, "reply 2")
+    assert (worker.completed, worker.lost) == (1, 1)
+
+
+async def test_a_reply_the_store_refuses_is_a_failure_and_the_worker_carries_on(
+    tmp_path: Path, mock_clock: StoreAwareClock
+) -> None:
+    async def replies(task: Task) -> str:
+        if task.id == "big":
+            return "x" * 1001  # over the store's max_body_bytes
+        if task.id == "surrogate":
+            return "half a pair: \ud800"  # not encodable as UTF-8
+        if task.id == "bad-error":
+            raise ValueError("half a pair: \udfff")  # the reason must still be stored
+        await trio.sleep(3)  # a sibling run in hand meanwhile
+        return "fine"
+
+    store = await SqliteStore.open(
+        tmp_path / "small.db",
+        clock=trio.current_time,
+        lease_s=LEASE_S,
+        max_attempts=MAX_ATTEMPTS,
+        max_body_bytes=1000,
+        synchronous="NORMAL",
+    )
+    try:
+        for id in ("slow", "big", "surrogate", "bad-error"):
+            await store.ingest(Task(id, "x"))
+        worker = PoolWorker(store, "w1", agent(replies))
+        async with running(worker):
+            await wait_for(lambda: _count(store, S.DEAD, 3))
+            await wait_for(lambda: state_is(store, "slow", S.RESULT))
+        big, surrogate = await store.get("big"), await store.get("surrogate")
+        assert big is not None
+        assert surrogate is not None
+        assert big.reason is not None
+        assert "BodyTooLarge: result of task 'big' is 1001 bytes" in big.reason
+        assert surrogate.reason is not None
+        assert "lone surrogate" in surrogate.reason
+        bad_error = await store.get("bad-error")
+        assert bad_error is not None
+        assert bad_error.reason is not None
+        assert bad_error.reason.endswith("ValueError: half a pair: \\udfff")
+        assert (worker.completed, worker.failed) == (1, 3 * MAX_ATTEMPTS)
+    finally:
+        await store.aclose()
+
+
+async def _keep_beating(store: SqliteStore, name: str) -> None:
+    while True:
+        await store.beat(name, "worker", 4)
+        await trio.sleep(1)
+
+
+async def test_a_leaderless_worker_returns_a_dead_workers_assignments_to_the_pool(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """The lead assigned to a worker, then both died: without a lead nobody else would ever
+    give that assignment back. A leaderless worker does the lead's dead-worker duty (back to
+    pending, then claimed like any pending task); a live worker's assignment stays put."""
+    await timed_store.beat("dead", "worker", 4)
+    await timed_store.ingest(Task("stranded", "x"))
+    await timed_store.assign("stranded", "dead")
+    await timed_store.ingest(Task("theirs", "x"))
+    await timed_store.assign("theirs", "alive")
+    await trio.sleep(60)  # "dead" beat a minute ago; no lead ever beat
+    worker = PoolWorker(timed_store, "w1", echo.factory, lead_dead_after=10.0)
+    await timed_store.beat("alive", "worker", 4)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_keep_beating, timed_store, "alive")
+        async with running(worker):
+            await wait_for(lambda: state_is(timed_store, "stranded", S.RESULT))
+            await trio.sleep(5)  # several more beats
+            assert await timed_store.state("theirs") is S.ASSIGNED
+        nursery.cancel_scope.cancel()
+    rec = await timed_store.get("stranded")
+    assert rec is not None
+    assert (rec.owner, rec.attempt) == ("w1", 1)

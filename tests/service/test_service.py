@@ -62,6 +62,8 @@ async def test_a_supervised_bridge_answers_everything_prunes_old_tasks_and_stops
 
             await wait_until(all_answered)
             assert await store.state("old-1") is None  # pruned by the retention child
+            # ... and its tombstone keeps a late replay a no-op
+            assert await store.ingest(Task(id="old-1", body="long ago", room="r")) is False
             names = {w.name for w in await store.workers()}
             expected = set(worker_names("tether-bridge", 2))
             assert names == (expected | {"tether-bridge-lead"} if lead else expected)

@@ -6,6 +6,8 @@ the "in custody" predicate; ``Store`` is what every backend implements. ``Gatewa
 speaks gateway protocol v1.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._agent import AgentError as AgentError
 from ._agent import AgentFactory as AgentFactory
 from ._agent import AgentLoadError as AgentLoadError
@@ -41,6 +43,8 @@ from ._gateway_client import GatewayUnavailable as GatewayUnavailable
 from ._gateway_wire import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ._gateway_wire import GatewayTask as GatewayTask
 from ._gateway_wire import ResultReceipt as ResultReceipt
+from ._open_store import StoreConfigError as StoreConfigError
+from ._open_store import open_store as open_store
 from ._pool_files import FileExchange as FileExchange
 from ._pool_files import HeaderRefused as HeaderRefused
 from ._pool_files import ResultRefused as ResultRefused
@@ -56,6 +60,7 @@ from ._pool_liveness import live_lead as live_lead
 from ._pool_stall import StallPass as StallPass
 from ._pool_stall import StallWatcher as StallWatcher
 from ._pool_worker import PoolWorker as PoolWorker
+from ._postgres_dsn import redact_dsn as redact_dsn
 from ._reconcile import Reconciler as Reconciler
 from ._reconcile import ReconcileReport as ReconcileReport
 from ._sqlite import SqliteStore as SqliteStore
@@ -75,3 +80,17 @@ from ._token_file import read_token as read_token
 from ._token_file import write_token as write_token
 from ._wakeup import PoolWakeups as PoolWakeups
 from ._wakeup import Wakeup as Wakeup
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresStore as PostgresStore
+    from ._postgres import StoreConnectionLost as StoreConnectionLost
+    from ._postgres import StoreTimeout as StoreTimeout
+
+
+def __getattr__(name: str) -> Any:
+    # the PostgreSQL names need psycopg, the optional 'postgres' extra: import on first use
+    if name in ("PostgresStore", "StoreConnectionLost", "StoreTimeout"):
+        from . import _postgres
+
+        return getattr(_postgres, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

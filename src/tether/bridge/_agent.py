@@ -22,6 +22,9 @@ AgentFactory = Callable[[Session], None]
 """Registers a ``"task"`` handler on an already-open session."""
 
 TASK_EVENT: Final = "task"
+TASK_POLICIES: Final = frozenset({"concurrent", "serial"})
+"""Handler policies an agent may use: ``replace`` and ``drop`` cancel or skip runs on purpose,
+which for a task queue means churning claims that never finish."""
 
 _SPEC_RE: Final = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
 
@@ -81,7 +84,8 @@ def load_agent(spec: str) -> AgentFactory:
 
 
 def install_agent(session: Session, factory: AgentFactory) -> None:
-    """Run ``factory(session)`` and check that it registered exactly one ``"task"`` handler."""
+    """Run ``factory(session)`` and check that it registered exactly one ``"task"`` handler,
+    with a policy that runs every call (``concurrent`` or ``serial``)."""
     factory(session)
     handlers = session.handler_names(TASK_EVENT)
     if len(handlers) != 1:
@@ -90,6 +94,13 @@ def install_agent(session: Session, factory: AgentFactory) -> None:
             f"agent factory {getattr(factory, '__qualname__', factory)!r} registered {what} "
             f"handler(s) for the event {TASK_EVENT!r} on session {session.name!r}; it must "
             "register exactly one"
+        )
+    policy = session.handler_policies(TASK_EVENT)[0]
+    if policy not in TASK_POLICIES:
+        raise AgentError(
+            f"agent factory {getattr(factory, '__qualname__', factory)!r} registered its "
+            f"{TASK_EVENT!r} handler with policy {policy!r}, which cancels or skips runs; a "
+            f"task must run to an outcome, so use one of {sorted(TASK_POLICIES)}"
         )
 
 

@@ -32,6 +32,12 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "(default: tether-data/bridge/custody.db, directory created 0700)",
         str,
     ),
+    "store_password_file": (
+        "PostgreSQL password, one line in a 0600 file (else PGPASSWORD or ~/.pgpass; never "
+        "in the URL)",
+        Path,
+    ),
+    "store_schema": ("PostgreSQL schema holding the custody tables (default: tether)", str),
     "agent": (f"agent factory as module:factory (default: {BridgeConfig.agent})", str),
     "workers": ("number of pool workers (default: 4)", int),
     "concurrency": ("tasks each worker runs at once (default: 4)", int),
@@ -50,6 +56,10 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "poll_interval": ("seconds an idle worker waits between claims (default: 0.05)", float),
     "stall_after": ("seconds in custody before a stall notice (default: 300)", float),
     "retention": ("seconds delivered tasks are kept, then pruned (default: 604800)", float),
+    "tombstone_retention": (
+        "seconds a pruned delivered id still counts as a replay (default: 2592000)",
+        float,
+    ),
     "grace": ("seconds a stopping bridge waits for workers to finish (default: 10)", float),
     "status_file": ("write the gateway connection status (JSON) here", Path),
     "synchronous": ("SQLite durability: FULL, NORMAL or EXTRA (default: FULL)", str),
@@ -103,6 +113,9 @@ def add_bridge_parsers(
     )
     status.add_argument("--config", type=Path, default=None, help="a TOML config file")
     status.add_argument("--store", default=None, help=_HELP["store"][0])
+    for setting in ("store_password_file", "store_schema"):
+        text, kind = _HELP[setting]
+        status.add_argument(_flag(setting), type=kind, default=None, help=text)
     status.add_argument("--limit", type=int, default=10, help="rows per list (default: 10)")
     status.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -118,12 +131,19 @@ def run_store(args: argparse.Namespace) -> int:
     from ._open_store import open_store
     from ._store_status import render_status, store_status
 
-    config = load_config(file=args.config, flags=_flags(args, ("store",)))
+    config = load_config(
+        file=args.config, flags=_flags(args, ("store", "store_password_file", "store_schema"))
+    )
     if args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
 
     async def status() -> int:
-        store = await open_store(config.store, must_exist=True)
+        store = await open_store(
+            config.store,
+            must_exist=True,
+            password_file=config.store_password_file,
+            schema=config.store_schema,
+        )
         try:
             snapshot = await store_status(store, limit=args.limit)
         finally:

@@ -20,6 +20,7 @@ from typing import Any, Final
 import attrs
 
 from .._fs import ensure_private_dir
+from ._postgres_dsn import check_schema, is_postgres_dsn
 
 DEFAULT_DATA_DIR: Final = Path("tether-data")
 DEFAULT_GATEWAY: Final = "http://127.0.0.1:8765"
@@ -38,7 +39,11 @@ class BridgeConfig:
     gateway: str = DEFAULT_GATEWAY
     token_file: Path = DEFAULT_DATA_DIR / "gateway" / "token"
     store: str = str(DEFAULT_DATA_DIR / "bridge" / "custody.db")
-    """A SQLite file path, or a ``postgresql://`` URL."""
+    """A SQLite file path, or a ``postgresql://`` URL (never with a password in it)."""
+    store_password_file: Path | None = None
+    """PostgreSQL password, one line in a 0600 file (else ``PGPASSWORD`` or ``~/.pgpass``)."""
+    store_schema: str = "tether"
+    """PostgreSQL schema holding the custody tables."""
     agent: str = DEFAULT_AGENT
     workers: int = 4
     concurrency: int = 4
@@ -61,6 +66,9 @@ class BridgeConfig:
     retention: float = 7 * 86_400.0
     """Seconds a delivered task is kept (so a gateway replay of it is recognised), then pruned.
     Keep it longer than the gateway's replay window. Dead tasks are never pruned."""
+    tombstone_retention: float = 30 * 86_400.0
+    """Seconds the id of a pruned delivered task is still recognised as a replay (a tombstone),
+    counted from its delivery; then the tombstone goes too."""
     grace: float = 10.0
     """Seconds a stopping bridge gives workers to finish or release their tasks."""
     status_file: Path | None = None
@@ -73,7 +81,8 @@ class BridgeConfig:
 
 
 def is_postgres_url(value: str) -> bool:
-    return value.startswith(("postgres://", "postgresql://"))
+    """A ``postgresql://`` URL or a libpq ``key=value`` string, not a SQLite path."""
+    return is_postgres_dsn(value)
 
 
 # -- parsing and validation ----------------------------------------------------------------------
@@ -160,6 +169,10 @@ def _store(name: str, value: Any) -> str:
     return text
 
 
+def _schema(name: str, value: Any) -> str:
+    return check_schema(_text(name, value))
+
+
 def _bool(name: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -181,6 +194,8 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "gateway": _url,
     "token_file": _path,
     "store": _store,
+    "store_password_file": _optional_path,
+    "store_schema": _schema,
     "agent": _agent,
     "workers": _int_range(1, 256),
     "concurrency": _int_range(1, 1024),
@@ -195,6 +210,7 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "poll_interval": _seconds(0.005, 60),
     "stall_after": _seconds(0.1, 7 * 86_400),
     "retention": _seconds(60, 366 * 86_400),
+    "tombstone_retention": _seconds(60, 10 * 366 * 86_400),
     "grace": _seconds(0, 3600),
     "status_file": _optional_path,
     "synchronous": _choice("FULL", "NORMAL", "EXTRA"),

@@ -90,6 +90,16 @@ _TASK_ID_RE: Final = re.compile(TASK_ID_RULE)
 _WORKER_RE: Final = re.compile(WORKER_RULE)
 MAX_ROOM_CHARS: Final = 256
 
+MAX_BODY_BYTES: Final = 1 << 20
+"""The one limit on a task body or result (UTF-8 bytes): the custody store's default, and what
+the gateway's request limit is sized from, so every stored result can be delivered."""
+JSON_ESCAPE_FACTOR: Final = 6
+"""The most bytes JSON spends on one byte of UTF-8 text: a control character is ``\\u0001``."""
+ENVELOPE_BYTES: Final = 64 * 1024
+"""Room for everything around a body in a request (id, flags, metadata) with plenty to spare."""
+MAX_REQUEST_BYTES: Final = MAX_BODY_BYTES * JSON_ESCAPE_FACTOR + ENVELOPE_BYTES
+"""The gateway's default request limit: a ``MAX_BODY_BYTES`` body JSON-escaped, plus envelope."""
+
 
 def check_task_id(value: object) -> str:
     """Return ``value`` if it is a valid task id, else raise ``InvalidTaskId`` naming the rule."""
@@ -152,9 +162,23 @@ def check_priority(value: object) -> str:
     return value
 
 
+def check_text(value: str, what: str) -> bytes:
+    """``value`` as UTF-8, or ``InvalidTask`` naming the first lone surrogate (JSON can carry
+    ``"\\ud800"``, but no store or gateway can encode it)."""
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        raise InvalidTask(
+            f"{what} contains a lone surrogate {bad!r} at index {exc.start}; "
+            "text must be valid Unicode (encodable as UTF-8)"
+        ) from None
+
+
 def check_body(value: str, limit: int, what: str = "task body") -> str:
-    """Refuse a body over ``limit`` UTF-8 bytes (the store's configured size limit)."""
-    size = len(value.encode("utf-8", "surrogatepass"))
+    """Refuse a body over ``limit`` UTF-8 bytes (the store's configured size limit), or one
+    that is not valid Unicode."""
+    size = len(check_text(value, what))
     if size > limit:
         raise BodyTooLarge(f"{what} is {size} bytes; the limit is {limit} bytes")
     return value
@@ -185,6 +209,7 @@ def _room_validator(_inst: Any, _attr: Any, value: Any) -> None:
             f"room must be None or a non-empty str of at most {MAX_ROOM_CHARS} characters "
             f"without NUL; got {value!r:.80}"
         )
+    check_text(value, "room")
 
 
 def _headers_validator(_inst: Any, _attr: Any, value: Any) -> None:

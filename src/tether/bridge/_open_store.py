@@ -1,47 +1,120 @@
-"""Open the custody store a setting names: a SQLite file path or a ``postgresql://`` URL."""
+"""Pick the custody backend from one setting: a file path (SQLite) or a ``postgresql://`` URL.
+
+``tether bridge run --store PATH_OR_URL`` (or the config file's ``store``) goes through
+``open_store``. A PostgreSQL password never rides in the URL (it would show in ``ps``, shell
+history and config dumps): it comes from ``--store-password-file`` (a private file, like the
+bearer token) or libpq's own environment (``PGPASSWORD``, ``PGPASSFILE``, ``~/.pgpass``).
+Messages name the database with ``redact_dsn``, never the raw string.
+"""
 
 from __future__ import annotations
 
-import importlib
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from ._config import ConfigError, is_postgres_url
-from ._sqlite import SqliteStore
+from ._config import ConfigError
+from ._postgres_dsn import dsn_has_password, is_postgres_dsn, redact_dsn
+from ._sqlite import Synchronous
 from ._store import Store
+
+log = logging.getLogger("tether.bridge.store")
+
+
+class StoreConfigError(ConfigError):
+    """The store setting (path, URL, password file, schema) is unusable; says which and why.
+
+    A ``ConfigError``, so the CLI reports it in one line and exits 2 like any bad setting."""
+
+
+def read_password_file(path: Path) -> str:
+    """The password in ``path``: one line, the file private to its owner (0600)."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreConfigError(f"password file {path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise StoreConfigError(
+                f"password file {path} is accessible by group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod 600 {path}"
+            )
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise StoreConfigError(f"password file {path} does not exist") from None
+    except PermissionError:
+        raise StoreConfigError(f"password file {path} is not readable") from None
+    except UnicodeDecodeError:
+        raise StoreConfigError(f"password file {path} is not UTF-8 text") from None
+    password = raw.removesuffix("\n").removesuffix("\r")
+    if not password or "\n" in password or "\0" in password:
+        raise StoreConfigError(f"password file {path} must hold one non-empty line")
+    return password
 
 
 async def open_store(
-    spec: str,
+    url_or_path: str | os.PathLike[str],
     *,
-    must_exist: bool = False,
+    password_file: Path | None = None,
+    schema: str = "tether",
+    clock: Callable[[], float] = time.time,
     lease_s: float = 60.0,
     max_attempts: int = 5,
-    synchronous: str = "FULL",
+    must_exist: bool = False,
+    synchronous: Synchronous = "FULL",
+    **options: Any,
 ) -> Store:
-    """The store at ``spec``. ``must_exist`` refuses to create a new SQLite file (for tools
-    that only inspect, like ``tether store status``)."""
-    if is_postgres_url(spec):
+    """Open the custody store ``url_or_path`` names: ``SqliteStore`` or ``PostgresStore``.
+
+    ``must_exist`` refuses to create a store (for tools that only inspect): a missing SQLite
+    file, or a PostgreSQL schema that was never created. ``synchronous`` applies to SQLite
+    only. Other ``options`` go to the backend's ``open`` (e.g. ``pool_size`` for PostgreSQL).
+    """
+    common: dict[str, Any] = {"clock": clock, "lease_s": lease_s, "max_attempts": max_attempts}
+    target = os.fspath(url_or_path)
+    if not target:
+        raise StoreConfigError("the store setting is empty: give a file path or postgresql:// URL")
+    if isinstance(url_or_path, str) and is_postgres_dsn(target):
+        shown = redact_dsn(target)
         try:
-            module = importlib.import_module("tether.bridge._postgres")
+            from ._postgres import PostgresStore
+            from ._postgres_schema import NoSuchStore
         except ImportError as exc:
-            raise ConfigError(
-                f"a PostgreSQL store needs the postgres extra (pip install 'tether[postgres]'): "
-                f"{exc}"
+            raise StoreConfigError(
+                f"the store {shown} needs PostgreSQL support: install tether[postgres] ({exc})"
             ) from None
-        postgres: Any = module.PostgresStore
-        store: Store = await postgres.open(spec, lease_s=lease_s, max_attempts=max_attempts)
+        if dsn_has_password(target):
+            raise StoreConfigError(
+                f"the store URL {shown} carries a password; remove it and use "
+                "--store-password-file (a 0600 file) or the PGPASSWORD environment variable"
+            )
+        password = None if password_file is None else read_password_file(password_file)
+        try:
+            store = await PostgresStore.open(
+                target, schema=schema, password=password, create=not must_exist, **common, **options
+            )
+        except (ValueError, NoSuchStore) as exc:
+            raise StoreConfigError(str(exc)) from None
+        log.info("custody store: PostgreSQL %s, schema %s", shown, schema)
         return store
-    path = trio.Path(spec)
-    if must_exist and not await path.is_file():
-        raise ConfigError(f"no custody store at {path} (is --store right?)")
+    if password_file is not None:
+        raise StoreConfigError(
+            f"--store-password-file is for a postgresql:// store, but the store is a file: {target}"
+        )
+    if schema != "tether":
+        raise StoreConfigError("--store-schema is for a postgresql:// store")
+    from ._sqlite import SqliteStore
+
+    path = trio.Path(target)
     if await path.is_dir():
-        raise ConfigError(f"store {path} is a directory; give the path of a SQLite file")
-    return await SqliteStore.open(
-        Path(path),
-        lease_s=lease_s,
-        max_attempts=max_attempts,
-        synchronous=synchronous,  # type: ignore[arg-type]
-    )
+        raise StoreConfigError(f"store {target} is a directory; give the path of a SQLite file")
+    if must_exist and not await path.is_file():
+        raise StoreConfigError(f"no custody store at {target} (is --store right?)")
+    sqlite = await SqliteStore.open(target, synchronous=synchronous, **common, **options)
+    log.info("custody store: SQLite %s", target)
+    return sqlite

@@ -13,6 +13,8 @@ Each sweep reads one consistent ``PoolView`` and decides, as a pure function of 
   the worker that last took that room while that worker lives (it waits while that worker is
   full, so a conversation stays on one worker); otherwise to the least-loaded live worker
   (assigned + claimed), ties broken round-robin by name. A worker at its capacity gets nothing.
+  When a page of pending tasks is held up by rooms whose keeper is full while other workers
+  have room, the sweep reads the next tasks without those rooms (no head-of-line blocking).
 
 Sweeps run every ``sweep_interval`` and, given ``wakeups`` (``PoolWakeups``), as soon as the
 pool's work changes: ingest committed new tasks, or a worker freed a slot. Rings that arrive
@@ -45,6 +47,8 @@ from ._wakeup import PoolWakeups, Wakeup
 log = logging.getLogger("tether.bridge.pool.lead")
 
 SWEEP_SCHEMA_VERSION: Final = 1
+MAX_PAGES: Final = 8
+"""Pending pages one sweep reads at most while rooms with a full keeper fill them."""
 
 
 @attrs.frozen
@@ -84,6 +88,10 @@ class SweepPlan:
     waiting: int
     """Pending tasks (of those read) left for later: every fitting worker was full."""
     last_pick: str | None
+    blocked_rooms: tuple[str, ...] = ()
+    """Rooms with a task left waiting because the room's live keeper is full."""
+    spare: int = 0
+    """Free capacity left on the live workers after this plan."""
 
 
 @attrs.frozen
@@ -155,14 +163,16 @@ def plan_sweep(
     names = sorted(live)
     assign: list[Assigned] = []
     waiting = 0
+    blocked: set[str] = set()
     for task in view.pending:
         keeper = rooms.get(task.room) if task.room is not None else None
-        if keeper is not None and keeper in live:
+        if keeper is not None and keeper in live and task.room is not None:
             if load[keeper] < cap[keeper]:
                 assign.append(Assigned(task.id, keeper, "affinity"))
                 load[keeper] += 1
             else:
                 waiting += 1
+                blocked.add(task.room)
             continue
         free = [n for n in names if load[n] < cap[n]]
         if not free:
@@ -183,6 +193,8 @@ def plan_sweep(
         assign=tuple(assign),
         waiting=waiting,
         last_pick=last_pick,
+        blocked_rooms=tuple(sorted(blocked)),
+        spare=sum(max(0, cap[n] - load[n]) for n in live),
     )
 
 
@@ -242,30 +254,46 @@ class PoolLead:
         self._stop.set()
 
     async def sweep_once(self) -> SweepReport:
-        """Beat, read the pool, return dead and stuck assignments, assign pending tasks."""
+        """Beat, read the pool, return dead and stuck assignments, assign pending tasks.
+
+        If the page of pending tasks read ends with tasks waiting for a full keeper while
+        workers have capacity to spare, the lead reads again without those rooms (up to
+        ``MAX_PAGES`` reads), so a busy room at the head of the queue never starves the rest.
+        """
         self._doorbell.clear()  # this sweep reads everything rung for so far
         view: PoolView | None = None
+        limit = self._window or self.pending_limit
+        skip: set[str] = set()
 
         async def read() -> None:
             nonlocal view
-            view = await self.store.pool_view(pending_limit=self._window or self.pending_limit)
+            view = await self.store.pool_view(pending_limit=limit, skip_rooms=skip)
 
         async with trio.open_nursery() as nursery:  # one writer batch for both
             nursery.start_soon(self.store.beat, self.name, "lead", 0)
             nursery.start_soon(read)
-        assert view is not None
-        now = self.now()
         assert self.stuck_cap is not None
-        plan = plan_sweep(
-            view,
-            now=now,
-            dead_after=self.dead_after,
-            stuck_after=self.stuck_after,
-            stuck_cap=self.stuck_cap,
-            capacity=self.capacity,
-            max_skew=self.max_skew,
-            last_pick=self._last_pick,
-        )
+        skipped = 0
+        for page in range(1, MAX_PAGES + 1):
+            assert view is not None
+            now = self.now()
+            plan = plan_sweep(
+                view,
+                now=now,
+                dead_after=self.dead_after,
+                stuck_after=self.stuck_after,
+                stuck_cap=self.stuck_cap,
+                capacity=self.capacity,
+                max_skew=self.max_skew,
+                last_pick=self._last_pick,
+            )
+            more = set(plan.blocked_rooms) - skip
+            if page == MAX_PAGES or not (more and plan.spare and len(view.pending) >= limit):
+                break
+            skipped += sum(1 for t in view.pending if t.room in more)
+            skip |= more
+            await read()
+        assert view is not None
         self._last_pick = plan.last_pick
         self._window = self._next_window(view, now)
         returned = await self._return(view, plan, now)
@@ -292,7 +320,7 @@ class PoolLead:
             returned=returned,
             deferred=plan.deferred,
             lost=lost,
-            waiting=plan.waiting,
+            waiting=plan.waiting + skipped,
         )
         for r in returned:
             log.warning(

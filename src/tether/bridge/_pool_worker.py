@@ -1,19 +1,27 @@
 """A pool worker: claims tasks, runs each through its agent session, stores the outcome.
 
 - Claims: its own assignments first; pending tasks only while no lead is alive (leaderless
-  mode, judged from the beats the worker reads back with its own). It never touches another
-  worker's assignment or claim: the store's claim query cannot return them. Every free slot is
-  filled by ONE ``claim_many`` call (one commit), not a claim each. When nothing is there it
-  waits ``poll_interval``, or less: the lead rings its doorbell (``PoolWakeups``) when it
-  assigned to it, and ingest does when a leaderless worker could claim new pending tasks.
+  mode, judged from the beats the worker reads back with its own). It never claims another
+  worker's assignment or claim: the store's claim query cannot return them. While leaderless
+  it does the lead's dead-worker duty on each beat: assignments of a worker that is not alive
+  go back to pending (never straight to itself), or they would wait for a lead forever.
+  Every free slot is filled by ONE ``claim_many`` call (one commit), not a claim each. When
+  nothing is there it waits ``poll_interval``, or less: the lead rings its doorbell
+  (``PoolWakeups``) when it assigned to it, and ingest does when a leaderless worker could
+  claim new pending tasks.
 - Concurrency: at most ``concurrency`` claims at once (a semaphore held from claim to outcome),
   so the worker never holds a lease it is not working on.
 - Leases: a heartbeat every ``heartbeat_interval`` beats and renews every claim in hand (one
   concurrent batch, so the store commits them together). A renew that is fenced out means the
   task now belongs to someone else: its run is cancelled and nothing is stored.
-- Outcomes: a reply is stored with ``complete``; an empty reply, a reply of the wrong type or a
-  handler crash becomes ``fail`` with the traceback's last line as the reason (repooled with
-  ``attempt + 1``, dead past ``max_attempts``). Nothing is lost silently.
+- Outcomes: a reply is stored with ``complete``; an empty reply, a reply of the wrong type, a
+  reply the store refuses (over its size limit, not valid Unicode) or a handler crash becomes
+  ``fail`` with the traceback's last line as the reason (repooled with
+  ``attempt + 1``, dead past ``max_attempts``). Nothing is lost silently. A call the session
+  refused or cancelled (``QueueFull`` of a ``serial`` agent, ``HandlerDropped``,
+  ``HandlerCancelled`` from an ``interrupt``) never ran to an outcome: the claim is released
+  with the same attempt, and the slot stays taken for ``poll_interval`` so a refusing agent is
+  not hammered.
 - Soft stop (``request_stop()`` or the supervisor's stop): stop claiming, give back unclaimed
   assignments, let the runs in hand finish for ``stop_grace`` seconds, then cancel them and
   ``release`` their claims (back to pending without burning an attempt). A hard cancel also
@@ -24,19 +32,20 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 import attrs
 import trio
 
 from .._session import Session, open_session
+from .._session_types import HandlerCancelled, HandlerDropped, QueueFull
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
-from ._custody import Claim, CustodyState, StaleLease, Task, check_worker
-from ._pool_liveness import DEFAULT_MAX_SKEW, check_seconds, live_lead
+from ._custody import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
+from ._pool_liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._pool_stall import Notify, StallWatcher
 from ._pool_stop import StopSignal
-from ._store import Store
+from ._store import Store, WorkerInfo
 from ._wakeup import PoolWakeups, Wakeup
 
 log = logging.getLogger("tether.bridge.pool.worker")
@@ -44,10 +53,17 @@ log = logging.getLogger("tether.bridge.pool.worker")
 RELEASE_TIMEOUT: Final = 5.0
 """Seconds a worker spends giving its claims back when it is cancelled (shielded)."""
 
+NOT_RUN: Final = (QueueFull, HandlerDropped, HandlerCancelled)
+"""What ``session.call`` raises when the session refused or cancelled the run: not a failure
+of the task, so its claim is released without burning an attempt."""
+
 
 def failure_reason(exc: BaseException) -> str:
-    """The last line of ``exc``'s traceback (``"ValueError: boom"``): what a dead task shows."""
-    return traceback.format_exception_only(type(exc), exc)[-1].strip() or type(exc).__name__
+    """The last line of ``exc``'s traceback (``"ValueError: boom"``): what a dead task shows.
+
+    Lone surrogates are escaped (``\\ud800``) so the store can always record it."""
+    line = traceback.format_exception_only(type(exc), exc)[-1].strip() or type(exc).__name__
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @attrs.define(eq=False)
@@ -79,7 +95,8 @@ class PoolWorker:
     """The pool's switchboard: rung when work is assigned to this worker; the worker rings it
     when it frees a slot (so the lead refills it). ``None``: polling only."""
     lead_dead_after: float = 10.0
-    """The lead counts as dead (go leaderless) after this long without a beat."""
+    """The lead counts as dead (go leaderless) after this long without a beat; so does, while
+    leaderless, another worker holding assignments (they go back to pending)."""
     max_skew: float = DEFAULT_MAX_SKEW
     stop_grace: float = 4.0
     """Seconds the runs in hand get after a soft stop before they are cancelled and released.
@@ -98,7 +115,9 @@ class PoolWorker:
     lost: int = attrs.field(init=False, default=0)
     """Claims the worker lost to fencing (its lease expired and someone else holds the task)."""
     leaderless: bool = attrs.field(init=False, default=False)
-    _active: dict[str, _Active] = attrs.field(init=False, factory=dict)
+    _active: dict[_Active, None] = attrs.field(init=False, factory=dict)
+    """The runs in hand, keyed by entry: the same task id may come back as a new attempt while
+    its stale run is still unwinding."""
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
     _interval: float = attrs.field(init=False, default=0.0)
     _stopping: bool = attrs.field(init=False, default=False)
@@ -139,7 +158,7 @@ class PoolWorker:
     @property
     def in_hand(self) -> list[Claim]:
         """The claims this worker is working on now."""
-        return [a.claim for a in self._active.values()]
+        return [a.claim for a in self._active if not a.lost]
 
     def now(self) -> float:
         return (self.clock or self.store.clock)()
@@ -242,13 +261,30 @@ class PoolWorker:
                     await self._doorbell.wait(self.poll_interval)
 
     async def _run_claim(self, session: Session, claim: Claim, slots: trio.Semaphore) -> None:
+        try:
+            if not await self._run_entry(session, claim):
+                await trio.sleep(self.poll_interval)  # the agent refused: don't hammer it
+        finally:
+            slots.release()
+            if self.wakeups is not None:
+                self.wakeups.capacity_freed()  # the lead refills the slot
+
+    async def _run_entry(self, session: Session, claim: Claim) -> bool:
+        """Run one claim to its stored outcome; ``False`` if the session did not run it."""
         id = claim.task.id
         entry = _Active(claim)
-        self._active[id] = entry
+        for old in [a for a in self._active if a.claim.task.id == id]:
+            # the store handed the task out again, so every older attempt here is fenced out
+            self._lose(old, StaleLease(f"task {id!r} was claimed again as attempt {claim.attempt}"))
+        self._active[entry] = None
         try:
             with entry.scope:
                 try:
                     reply = reply_of(await session.call(TASK_EVENT, claim.task), id)
+                except NOT_RUN as exc:
+                    log.info("worker %s: task %s was not run: %s", self.name, id, exc)
+                    await self._release(entry)
+                    return False
                 except Exception as exc:
                     await self._fail(entry, exc)
                 else:
@@ -258,10 +294,8 @@ class PoolWorker:
                 await self._release(entry)
             raise
         finally:
-            del self._active[id]
-            slots.release()
-            if self.wakeups is not None:
-                self.wakeups.capacity_freed()
+            del self._active[entry]
+        return True
 
     async def _complete(self, entry: _Active, reply: Reply) -> None:
         entry.finishing = True
@@ -269,6 +303,9 @@ class PoolWorker:
             await self.store.complete(entry.claim, reply.body, no_send=reply.no_send)
         except StaleLease as exc:
             self._lose(entry, exc)
+            return
+        except InvalidTask as exc:  # the store refused the reply (too large, not Unicode)
+            await self._fail(entry, exc)
             return
         entry.settled = True
         self.completed += 1
@@ -311,6 +348,7 @@ class PoolWorker:
         except StaleLease as exc:
             self._lose(entry, exc)
             return
+        entry.settled = True
         self.released += 1
         log.info("worker %s: released task %s unfinished", self.name, entry.claim.task.id)
 
@@ -326,7 +364,7 @@ class PoolWorker:
             await trio.sleep(self._interval)
             async with trio.open_nursery() as nursery:  # one writer batch
                 nursery.start_soon(self._beat)
-                for entry in list(self._active.values()):
+                for entry in list(self._active):
                     nursery.start_soon(self._renew, entry)
 
     async def _beat(self) -> None:
@@ -343,6 +381,23 @@ class PoolWorker:
         self.leaderless = leaderless
         if self.wakeups is not None:
             self.wakeups.set_leaderless(self.name, leaderless and not self._stopping)
+        if leaderless and not self._stopping:
+            await self._return_dead_assignments(members)
+
+    async def _return_dead_assignments(self, members: Sequence[WorkerInfo]) -> None:
+        now = self.now()
+        alive = {m.name for m in members if is_alive(m, now, self.lead_dead_after, self.max_skew)}
+        view = await self.store.pool_view(pending_limit=1)
+        for owner in sorted({a.worker for a in view.assigned} - alive - {self.name}):
+            returned = await self.store.return_assignments(owner)
+            if returned:
+                log.warning(
+                    "worker %s (no live lead): returned %d assignment(s) of dead worker %s "
+                    "to pending",
+                    self.name,
+                    len(returned),
+                    owner,
+                )
 
     async def _renew(self, entry: _Active) -> None:
         if entry.lost or entry.finishing:

@@ -105,7 +105,9 @@ class BridgeService:
                     config.store,
                     lease_s=config.lease_s,
                     max_attempts=config.max_attempts,
-                    synchronous=config.synchronous,
+                    synchronous=config.synchronous,  # type: ignore[arg-type]
+                    password_file=config.store_password_file,
+                    schema=config.store_schema,
                 )
                 stack.push_async_callback(store.aclose)
             options: dict[str, Any] = {
@@ -313,13 +315,23 @@ class BridgeService:
     async def _prune(
         self, store: Store, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Delete delivered tasks older than ``retention``, a chunk at a time (dead ones stay)."""
+        """Delete delivered tasks older than ``retention``, a chunk at a time (dead ones stay).
+
+        Each pruned id leaves a tombstone so a late gateway replay is still a no-op; tombstones
+        go after ``tombstone_retention``.
+        """
         task_status.started()
         while True:
-            pruned = await store.prune_delivered(store.clock() - self.config.retention, limit=1000)
+            now = store.clock()
+            pruned = await store.prune_delivered(now - self.config.retention, limit=1000)
             if pruned:
                 log.info("pruned %d delivered task(s) past the retention period", pruned)
-            if pruned < 1000:
+            forgotten = await store.prune_tombstones(
+                now - self.config.tombstone_retention, limit=1000
+            )
+            if forgotten:
+                log.info("forgot %d tombstone(s) past the tombstone retention", forgotten)
+            if pruned < 1000 and forgotten < 1000:
                 await trio.sleep(60.0)
 
     async def _result_stored(self, task: Task) -> None:

@@ -19,7 +19,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -29,6 +29,7 @@ from .._converter import structure, unstructure
 from .._fs import create_private_file, ensure_private_dir, restrict_file
 from ._custody import (
     IN_CUSTODY,
+    MAX_BODY_BYTES,
     PRIORITY_RANK,
     Claim,
     CustodyConflict,
@@ -86,7 +87,7 @@ class SqliteStore:
         clock: Callable[[], float] = time.time,
         lease_s: float = 60.0,
         max_attempts: int = 5,
-        max_body_bytes: int = 1 << 20,
+        max_body_bytes: int = MAX_BODY_BYTES,
         synchronous: Synchronous = "FULL",
         max_batch: int = 512,
         busy_timeout_s: float = 10.0,
@@ -142,8 +143,10 @@ class SqliteStore:
             return [
                 conn.execute(
                     f"INSERT INTO tasks ({_TASK_COLS}, state, attempt, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, 'pending', 1, ?, ?) ON CONFLICT (id) DO NOTHING",
-                    row,
+                    "SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ? "
+                    "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
+                    "ON CONFLICT (id) DO NOTHING",
+                    (*row, row[0]),
                 ).rowcount
                 == 1
                 for row in rows
@@ -167,9 +170,28 @@ class SqliteStore:
             raise ValueError(f"limit must be an int >= 1, got {limit!r}")
 
         def op(conn: sqlite3.Connection) -> int:
-            return conn.execute(
+            gone = conn.execute(
                 "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks "
-                "WHERE state = 'delivered' AND updated_at < ? LIMIT ?)",
+                "WHERE state = 'delivered' AND updated_at < ? LIMIT ?) RETURNING id, updated_at",
+                (before, limit),
+            ).fetchall()
+            conn.executemany(
+                "INSERT INTO tombstones (id, delivered_at) VALUES (?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET delivered_at = excluded.delivered_at",
+                gone,
+            )
+            return len(gone)
+
+        return await self._writer.run(op)
+
+    async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM tombstones WHERE id IN (SELECT id FROM tombstones "
+                "WHERE delivered_at < ? ORDER BY delivered_at LIMIT ?)",
                 (before, limit),
             ).rowcount
 
@@ -247,18 +269,24 @@ class SqliteStore:
 
         return await self._writer.run(op)
 
-    async def pool_view(self, *, pending_limit: int = 1000) -> PoolView:
+    async def pool_view(
+        self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
+    ) -> PoolView:
         if not (isinstance(pending_limit, int) and pending_limit >= 1):
             raise ValueError(f"pending_limit must be an int >= 1, got {pending_limit!r}")
+        if isinstance(skip_rooms, str) or not all(isinstance(r, str) for r in skip_rooms):
+            raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
+        skip = json.dumps(sorted(skip_rooms))
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> PoolView:
             pending = [
                 _task(r)
                 for r in conn.execute(
-                    f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' "
+                    f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' AND (room IS NULL "
+                    "OR room NOT IN (SELECT value FROM json_each(?))) "
                     "ORDER BY priority, rowid LIMIT ?",
-                    (pending_limit,),
+                    (skip, pending_limit),
                 )
             ]
             rooms: dict[str, str] = {}

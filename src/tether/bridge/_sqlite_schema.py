@@ -62,6 +62,14 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE tasks ADD COLUMN no_send INTEGER NOT NULL DEFAULT 0 CHECK (no_send IN (0, 1));
     CREATE INDEX tasks_claimed_age ON tasks (created_at) WHERE state = 'claimed'
     """,
+    # 2 -> 3: ids of delivered tasks whose rows were pruned (a replay stays a replay)
+    """
+    CREATE TABLE tombstones (
+        id           TEXT PRIMARY KEY NOT NULL,
+        delivered_at REAL NOT NULL
+    );
+    CREATE INDEX tombstones_age ON tombstones (delivered_at)
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -9,7 +9,7 @@ every implementation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -69,7 +69,8 @@ class PoolView:
     claims: Mapping[str, int]
     """Claimed tasks per worker (a worker absent here holds none)."""
     pending: tuple[Task, ...]
-    """Pending tasks in assignment order (priority, then age), at most ``pending_limit``."""
+    """Pending tasks in assignment order (priority, then age), at most ``pending_limit``, none
+    of a room in ``skip_rooms``."""
     rooms: Mapping[str, str]
     """For the rooms of ``pending``: the worker that last took a task of that room."""
 
@@ -97,7 +98,8 @@ class Store(Protocol):
     async def aclose(self) -> None: ...
 
     async def ingest(self, task: Task) -> bool:
-        """Store ``task`` as pending. ``False`` for a replay: nothing changes, in any state."""
+        """Store ``task`` as pending. ``False`` for a replay: nothing changes, in any state,
+        and also for an id whose delivered row was pruned while its tombstone is kept."""
         ...
 
     async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
@@ -109,8 +111,15 @@ class Store(Protocol):
 
     async def prune_delivered(self, before: float, *, limit: int = ...) -> int:
         """Delete up to ``limit`` tasks delivered before ``before`` (store clock); dead tasks
-        are never pruned. Keep the retention longer than the gateway's replay window: a replay
-        of a pruned id would be ingested as new."""
+        are never pruned. In the same transaction each deleted id leaves a tombstone (the id and
+        its delivery time, nothing else), so a late replay of it is still refused by
+        ``ingest``. Returns how many tasks were deleted."""
+        ...
+
+    async def prune_tombstones(self, before: float, *, limit: int = ...) -> int:
+        """Delete up to ``limit`` tombstones of tasks delivered before ``before`` (store clock);
+        from then on such an id is ingested as a new task. Keep this retention longer than the
+        gateway's replay window. Returns how many were deleted."""
         ...
 
     async def pending(self, *, limit: int = ...) -> Sequence[Task]:
@@ -140,8 +149,13 @@ class Store(Protocol):
         Used for a dead worker and by a worker that stops; claims are never touched."""
         ...
 
-    async def pool_view(self, *, pending_limit: int = ...) -> PoolView:
-        """Workers, assignments, claim counts, pending tasks and room affinity, consistently."""
+    async def pool_view(
+        self, *, pending_limit: int = ..., skip_rooms: Collection[str] = ...
+    ) -> PoolView:
+        """Workers, assignments, claim counts, pending tasks and room affinity, consistently.
+
+        ``pending`` leaves out the tasks of ``skip_rooms`` (default none): the lead reads past
+        rooms whose keeper is full instead of stopping at them."""
         ...
 
     async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:

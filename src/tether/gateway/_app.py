@@ -40,6 +40,7 @@ import trio
 
 from .._converter import unstructure
 from .._util import open_nursery_unwrapped
+from ..bridge._custody import MAX_REQUEST_BYTES
 from ..bridge._gateway_wire import (
     PROTOCOL_VERSION,
     BatchItem,
@@ -85,9 +86,10 @@ _MESSAGE_PATH = re.compile(r"/v1/messages/([^/]+)")
 
 @attrs.frozen
 class AppLimits:
-    """Bounds on what one request may ask for."""
+    """Bounds on what one request may ask for. ``max_body`` (bytes) defaults to what carries
+    the custody store's largest result JSON-escaped (``MAX_REQUEST_BYTES``)."""
 
-    max_body: int = 256 * 1024
+    max_body: int = MAX_REQUEST_BYTES
     max_wait: float = 60.0
     max_poll_limit: int = 100
     max_history: int = 200

@@ -104,11 +104,21 @@ class Request:
         if not raw:
             raise HttpError(400, "request body is empty; expected a JSON object")
         try:
-            return json.loads(raw.decode("utf-8"))
+            data = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
             raise HttpError(400, "request body is not UTF-8") from None
         except json.JSONDecodeError as exc:
             raise HttpError(400, f"request body is not valid JSON: {exc}") from None
+        if b"\\u" in raw:  # only a \u escape can smuggle in a lone surrogate
+            try:
+                json.dumps(data, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise HttpError(
+                    400,
+                    f"request body contains a lone surrogate {exc.object[exc.start]!r} in a "
+                    "JSON string; text must be valid Unicode (encodable as UTF-8)",
+                ) from None
+        return data
 
 
 async def send_json(

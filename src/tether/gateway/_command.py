@@ -22,6 +22,8 @@ DEFAULT_DIR = Path("tether-data") / "gateway"
 def add_gateway_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
 ) -> None:
+    from ..bridge._custody import MAX_REQUEST_BYTES
+
     gateway = sub.add_parser(
         "gateway",
         help="the reference gateway (protocol v1)",
@@ -70,8 +72,9 @@ def add_gateway_parser(
     serve.add_argument(
         "--max-body",
         type=int,
-        default=256 * 1024,
-        help="largest request body in bytes (default: %(default)s)",
+        default=MAX_REQUEST_BYTES,
+        help="largest request body in bytes (default: %(default)s, which carries the custody "
+        "store's largest result JSON-escaped)",
     )
 
 
