@@ -51,6 +51,7 @@ WORKERS = 4
 CONCURRENCY = 4
 LANES = WORKERS * CONCURRENCY
 TOKEN = "bench-token"
+STALL_S = 30.0
 _URL = re.compile(r"tether gateway: (http://\S+?)/ ")
 
 
@@ -121,6 +122,21 @@ async def store_rate(folder: Path) -> float:
     return MESSAGES / elapsed
 
 
+async def _until_delivered(service: BridgeService, store: SqliteStore) -> None:
+    """Wait until delivery has confirmed every message; fail loudly (with the store's counts)
+    if it makes no progress for ``STALL_S`` seconds instead of hanging the benchmark."""
+    assert service.delivery is not None
+    stats = service.delivery.stats
+    seen, since = -1, time.perf_counter()
+    while stats.delivered < MESSAGES:
+        if stats.delivered != seen:
+            seen, since = stats.delivered, time.perf_counter()
+        elif time.perf_counter() - since > STALL_S:
+            counts = {k.value: v for k, v in (await store.counts()).items()}
+            raise RuntimeError(f"stalled at {seen} of {MESSAGES} delivered; store: {counts}")
+        await trio.sleep(0.005)  # in-process: polling the gateway would load both sides
+
+
 async def bridge_rate(folder: Path, *, lead: bool) -> float:
     async with (
         gateway_process(folder) as url,
@@ -154,15 +170,17 @@ async def bridge_rate(folder: Path, *, lead: bool) -> float:
             synchronous="FULL",
             log_level="WARNING",
         )
-        service = BridgeService(config, gateway_options={"poll_limit": 100})
+        store = await SqliteStore.open(folder / "bridge.db", synchronous="FULL")
+        service = BridgeService(config, store=store, gateway_options={"poll_limit": 100})
         start = time.perf_counter()
-        async with trio.open_nursery() as bridge:
-            await bridge.start(service.run)
-            assert service.delivery is not None
-            while service.delivery.stats.delivered < MESSAGES:  # noqa: ASYNC110
-                await trio.sleep(0.005)  # in-process: polling the gateway would load both sides
-            elapsed = time.perf_counter() - start
-            bridge.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as bridge:
+                await bridge.start(service.run)
+                await _until_delivered(service, store)
+                elapsed = time.perf_counter() - start
+                bridge.cancel_scope.cancel()
+        finally:
+            await store.aclose()
         stats = (await http.get("/v1/stats")).json()
         assert stats["tasks"]["answered"] == MESSAGES, stats  # every reply is at the gateway
     return MESSAGES / elapsed
