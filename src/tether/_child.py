@@ -98,6 +98,8 @@ class SupervisedChild:
     restarts: int = 0
     last_error: BaseException | None = None
     running_since: float | None = None
+    # when the restart being waited out is due (Trio time), while the state is "backoff"
+    backoff_until: float | None = None
     # backoff attempt: restarts since the child last stayed up for backoff_reset seconds
     attempt: int = 0
     current: Incarnation | None = None
@@ -118,12 +120,19 @@ class SupervisedChild:
             restarts=self.restarts,
             last_error=None if self.last_error is None else repr(self.last_error),
             running_since=self.running_since,
+            backoff_until=self.backoff_until if self.state.value == "backoff" else None,
+            ended_for_good=self.done,
         )
 
 
 @attrs.frozen
 class ChildSnapshot:
-    """A child's state at one instant. ``running_since`` is Trio time (``trio.current_time``)."""
+    """A child's state at one instant. Times are Trio time (``trio.current_time``).
+
+    ``backoff_until`` is when a child in ``backoff`` is due to start again;
+    ``ended_for_good`` is true once no strategy will restart it (a temporary child that ended,
+    a transient one that returned, a terminated one).
+    """
 
     name: str
     state: ChildState
@@ -131,6 +140,16 @@ class ChildSnapshot:
     restarts: int
     last_error: str | None
     running_since: float | None
+    backoff_until: float | None = None
+    ended_for_good: bool = False
+
+    @property
+    def healthy(self) -> bool:
+        """Running, or finished on purpose: a child that returned and is not restarted (a
+        transient service with nothing left to do) is no problem to alert on."""
+        if self.state == "running":
+            return True
+        return self.ended_for_good and self.state == "stopped"
 
 
 @attrs.frozen

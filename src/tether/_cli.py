@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ._cli_observe import add_observe_parsers, run_ps, run_status
 from .bridge._command import EXIT_AUTH, add_bridge_parsers, run_bridge, run_store
 from .gateway._command import add_gateway_parser, run_gateway
 
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     tree.add_argument("--seconds", type=float, default=1.5, help="how long it runs")
     add_bridge_parsers(sub, EPILOG)
     add_gateway_parser(sub, EPILOG)
+    add_observe_parsers(sub, EPILOG)
     return parser
 
 
@@ -86,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_store(args)
         if args.command == "gateway":
             return run_gateway(args)
+        if args.command == "ps":
+            return run_ps(args)
+        if args.command == "status":
+            return run_status(args)
     except KeyboardInterrupt:
         return 130
     except ConfigError as exc:

@@ -170,6 +170,21 @@ class TaskRegistry(trio.abc.Instrument):
     def __contains__(self, task: object) -> bool:
         return task in self._live
 
+    def entries(
+        self, *, kinds: Iterable[TaskKind] = USER_ONLY
+    ) -> list[tuple[trio.lowlevel.Task, str | None, TaskKind, float]]:
+        """``(task, owner, kind, started_at)`` for each live task of the given kinds: the live
+        objects behind ``snapshot()``, for observers that walk the tree (call it in the Trio
+        thread and do not keep the tasks)."""
+        wanted = frozenset(kinds)
+        classify = _Classifier()
+        out = []
+        for task, (owner, started) in list(self._live.items()):
+            kind = classify(task)
+            if kind in wanted:
+                out.append((task, owner, kind, started))
+        return out
+
     def snapshot(self, *, kinds: Iterable[TaskKind] = USER_ONLY) -> list[TaskInfo]:
         """Frozen records of the live tasks, oldest first."""
         wanted = frozenset(kinds)

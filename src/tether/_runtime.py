@@ -13,9 +13,11 @@ import attrs
 import trio
 
 from ._background import BackgroundScope
+from ._directory import DIRECTORY, Directory
 from ._registry import TaskRegistry
 from ._signals import ShutdownSignals, signals_usable
 from ._supervisor import RestartPolicy, Supervisor, supervising
+from ._tree_dump import TREE_DUMP_SIGNAL, tree_dump_on_signal
 from ._util import open_nursery_unwrapped
 
 log = logging.getLogger("tether.runtime")
@@ -40,6 +42,8 @@ class Runtime:
     grace: float
     supervisor: Supervisor = attrs.field(factory=lambda: Supervisor(name=ROOT_SUPERVISOR))
     _signals: ShutdownSignals | None = attrs.field(default=None, repr=False)
+    directory: Directory = attrs.field(factory=Directory, repr=False)
+    """The supervisors and sessions open in this runtime (for observers)."""
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None) -> None:
         """Run ``fn(*args)`` as a background task owned by the runtime.
@@ -83,6 +87,7 @@ async def open_runtime(
     registry: TaskRegistry | None = None,
     handle_signals: bool | None = None,
     policy: RestartPolicy | None = None,
+    tree_dump_signal: int | None = TREE_DUMP_SIGNAL,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: task registry, background scope, root supervisor, signal handling.
 
@@ -96,6 +101,9 @@ async def open_runtime(
     ``open_runtime`` returns normally (a service's process exits 0). A second signal cancels
     everything at once, and ``open_runtime`` then raises ``KeyboardInterrupt``. While the
     runtime is open, Trio's own Ctrl-C handling is replaced by this; it is restored after.
+
+    ``tree_dump_signal`` (default SIGUSR1; None turns it off): while signals are handled,
+    this signal logs the live task tree with each task's await stack (``_tree_dump``).
 
     ``policy`` configures the root supervisor (default ``RestartPolicy()``).
     """
@@ -118,7 +126,12 @@ async def open_runtime(
                 if handle_signals
                 else None
             )
-            with signals.installed() if signals is not None else nullcontext():
+            dumps = (
+                tree_dump_on_signal(registry, tree_dump_signal)
+                if handle_signals and tree_dump_signal is not None
+                else nullcontext()
+            )
+            with signals.installed() if signals is not None else nullcontext(), dumps:
                 async with open_nursery_unwrapped() as bg_nursery:
                     runtime = Runtime(
                         registry=registry,
@@ -128,11 +141,13 @@ async def open_runtime(
                         signals=signals,
                     )
                     token = _CURRENT.set(runtime)
+                    dir_token = DIRECTORY.set(runtime.directory)
                     try:
                         async with supervising(supervisor):
                             with graceful:
                                 yield runtime
                     finally:
+                        DIRECTORY.reset(dir_token)
                         _CURRENT.reset(token)
                         await runtime.background.drain(grace)
         if immediate.cancelled_caught:

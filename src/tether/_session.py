@@ -467,6 +467,12 @@ class Session:
     def _refuse(self, run: Run) -> None:
         """A run that will never start: count it and tell its caller, if any."""
         self._dropped += 1
+        log.debug(
+            "session %r: dropped a run of %s (%s policy or close)",
+            self.name,
+            run.handler.task_name,
+            run.handler.policy,
+        )
         if run.waiter is not None:
             run.waiter.settle(
                 run.index,
@@ -712,10 +718,16 @@ async def open_session(
             nursery=nursery,
             registry=registry,
         )
+        if runtime is not None:
+            runtime.directory.add_session(session)
         try:
             yield session
         finally:
-            await session.aclose()
+            try:
+                await session.aclose()
+            finally:
+                if runtime is not None:
+                    runtime.directory.remove_session(session)
     if session._fatal:
         if len(session._fatal) == 1:
             raise session._fatal[0]

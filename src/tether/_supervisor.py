@@ -66,8 +66,9 @@ from ._child import (
     SupervisorSnapshot,
     restart_wanted,
 )
+from ._directory import current_directory
 from ._intensity import RestartIntensity
-from ._owner import owned_by, start_soon_owned
+from ._owner import current_owner, owned_by, start_soon_owned
 from ._stop import STOP_EVENT
 
 log = logging.getLogger("tether.supervisor")
@@ -282,6 +283,7 @@ class Supervisor:
         inc = Incarnation()
         child.current = inc
         child.running_since = None
+        child.backoff_until = None
         child.state.value = "starting"
         with owned_by(child.spec.name):
             return await self._nursery.start(self._run_incarnation, child, inc, name=child.name)
@@ -401,6 +403,7 @@ class Supervisor:
                 await self._restart_group(child, delay)
                 return
             child.restarts += 1
+            child.backoff_until = trio.current_time() + delay
             child.state.value = "backoff"
             child.pending = own
         await trio.sleep(delay)
@@ -432,8 +435,10 @@ class Supervisor:
             if other is not failed and other.spec.restart == "temporary":
                 other.done = True
         to_start = [c for c in members if not c.done]
+        backoff_until = trio.current_time() + delay
         for c in to_start:
             c.restarts += 1
+            c.backoff_until = backoff_until
             c.state.value = "backoff"
         await trio.sleep(delay)
         for c in to_start:
@@ -567,6 +572,9 @@ async def supervising(supervisor: Supervisor) -> AsyncIterator[Supervisor]:
     """
     if supervisor._nursery is not None:
         raise RuntimeError(f"supervisor {supervisor.name!r} is already running")
+    directory = current_directory()
+    if directory is not None:
+        directory.add_supervisor(supervisor, opened_by=current_owner())
     enclosing = _ENCLOSING.get()
     if enclosing is not None:
         enclosing._nested.add(supervisor)
@@ -594,6 +602,8 @@ async def supervising(supervisor: Supervisor) -> AsyncIterator[Supervisor]:
             raise KeyboardInterrupt from group
         raise
     finally:
+        if directory is not None:
+            directory.remove_supervisor(supervisor)
         if enclosing is not None:
             enclosing._nested.discard(supervisor)
     failure = supervisor._failure

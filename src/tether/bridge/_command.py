@@ -64,6 +64,22 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "status_file": ("write the gateway connection status (JSON) here", Path),
     "synchronous": ("SQLite durability: FULL, NORMAL or EXTRA (default: FULL)", str),
     "log_level": ("DEBUG, INFO, WARNING or ERROR (default: INFO)", str),
+    "log_format": ("text, or json for one JSON object per line (default: text)", str),
+    "admin_port": (
+        "serve the admin endpoint (/healthz, /metrics, /tasks, /status) on this port; "
+        "0 picks a free one (default: off)",
+        int,
+    ),
+    "admin_host": ("address the admin endpoint binds (default: 127.0.0.1)", str),
+    "admin_token_file": (
+        "bearer token of the admin endpoint, created 0600 if missing "
+        "(default: tether-data/bridge/admin-token)",
+        Path,
+    ),
+    "health_window": (
+        "/healthz fails when the gateway has not answered for this many seconds (default: 120)",
+        float,
+    ),
 }
 assert set(_HELP) == set(SETTINGS)
 
@@ -158,11 +174,11 @@ def run_store(args: argparse.Namespace) -> int:
 
 
 def run_bridge(args: argparse.Namespace) -> int:
-    import logging
-
     import trio
 
+    from .._logging import configure_logging
     from ._config import load_config, prepare_data_dir
+    from ._token_file import ensure_token_file
 
     config = load_config(file=args.config, flags=_flags(args, SETTINGS))
     from ._agent import AgentLoadError, load_agent
@@ -174,15 +190,25 @@ def run_bridge(args: argparse.Namespace) -> int:
     except AgentLoadError as exc:
         raise ConfigError(str(exc)) from None
 
-    logging.basicConfig(
-        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(config.log_level, config.log_format)
     prepare_data_dir(config)
+    if config.admin_port is not None and ensure_token_file(config.admin_token_file):
+        print(f"tether: created admin token file {config.admin_token_file}", file=sys.stderr)
     print(
         f"tether bridge: {config.gateway} -> {config.store}, agent {config.agent}, "
         f"{config.workers} worker(s); Ctrl+C stops",
         file=sys.stderr,
         flush=True,
     )
-    trio.run(BridgeService(config, factory=factory).run_until_signal)
+
+    def admin_ready(port: int) -> None:
+        host = f"[{config.admin_host}]" if ":" in config.admin_host else config.admin_host
+        print(
+            f"tether bridge: admin endpoint http://{host}:{port} "
+            f"(token in {config.admin_token_file})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    trio.run(BridgeService(config, factory=factory, admin_ready=admin_ready).run_until_signal)
     return 0

@@ -20,6 +20,7 @@ from typing import Any, Final
 import attrs
 
 from .._fs import ensure_private_dir
+from .._logging import LogFormat
 from ._postgres_dsn import check_schema, is_postgres_dsn
 
 DEFAULT_DATA_DIR: Final = Path("tether-data")
@@ -74,6 +75,14 @@ class BridgeConfig:
     status_file: Path | None = None
     synchronous: str = "FULL"
     log_level: str = "INFO"
+    log_format: LogFormat = "text"
+    """``text`` or ``json`` (one JSON object per line, see ``tether._logging``)."""
+    admin_port: int | None = None
+    """The admin endpoint (health, metrics, task tree); None = off, 0 = a free port."""
+    admin_host: str = "127.0.0.1"
+    admin_token_file: Path = DEFAULT_DATA_DIR / "bridge" / "admin-token"
+    health_window: float = 120.0
+    """``/healthz`` fails when the gateway has not answered for this many seconds."""
 
     @property
     def store_is_url(self) -> bool:
@@ -184,6 +193,29 @@ def _bool(name: str, value: Any) -> bool:
     raise ValueError("must be true or false")
 
 
+def _lower_choice(*options: str) -> Callable[[str, Any], str]:
+    def parse(name: str, value: Any) -> str:
+        text = _text(name, value).lower()
+        if text not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return text
+
+    return parse
+
+
+def _optional_port(name: str, value: Any) -> int | None:
+    if value is None or value == "" or (isinstance(value, str) and value.lower() == "off"):
+        return None
+    return _int_range(0, 65535)(name, value)
+
+
+def _host(name: str, value: Any) -> str:
+    text = _text(name, value)
+    if not re.fullmatch(r"[A-Za-z0-9.:-]{1,255}", text):
+        raise ValueError("must be a host name or an IP address")
+    return text
+
+
 def _optional_path(name: str, value: Any) -> Path | None:
     if value is None or value == "":
         return None
@@ -215,6 +247,11 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "status_file": _optional_path,
     "synchronous": _choice("FULL", "NORMAL", "EXTRA"),
     "log_level": _choice("DEBUG", "INFO", "WARNING", "ERROR"),
+    "log_format": _lower_choice("text", "json"),
+    "admin_port": _optional_port,
+    "admin_host": _host,
+    "admin_token_file": _path,
+    "health_window": _seconds(1, 86_400),
 }
 SETTINGS: Final = tuple(_PARSERS)
 

@@ -189,7 +189,14 @@ class GatewayClient:
                 check_task_id(task.id)
             except ValueError as exc:
                 self.rejected_tasks += 1
-                log.warning("gateway sent a task this bridge cannot take, skipped: %s", exc)
+                raw_id = raw.get("id") if isinstance(raw, dict) else None
+                shown = repr(raw_id)[:140] if raw_id is not None else "(no id)"
+                log.warning(
+                    "gateway sent a task this bridge cannot take, skipped: id %s: %s",
+                    shown,
+                    exc,
+                    extra={"task_id": shown},
+                )
                 continue
             tasks.append(task)
         return tasks

@@ -22,6 +22,7 @@ a database must keep their clocks synchronised (NTP) well within ``lease_s``.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final, TypeVar
@@ -33,6 +34,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from .._converter import structure, unstructure
+from . import _custody_log as _clog
 from ._custody import (
     IN_CUSTODY,
     PRIORITY_RANK,
@@ -340,7 +342,9 @@ class PostgresStore:
                 inserted.discard(row[0])  # a duplicate later in the batch is a replay
             return first
 
-        return await self._run(op)
+        new = await self._run(op)
+        _clog.ingested(ids, new)
+        return new
 
     def _ingest_row(self, task: Task) -> tuple[Any, ...]:
         if not isinstance(task, Task):
@@ -355,9 +359,11 @@ class PostgresStore:
     async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
         _check_limit(limit)
         sql = self._sql.prune
-        return await self._run(
+        count: int = await self._run(
             lambda conn: conn.execute(sql, {"before": before, "limit": limit}).rowcount
         )
+        _clog.pruned(count, before)
+        return count
 
     async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
         _check_limit(limit)
@@ -388,6 +394,7 @@ class PostgresStore:
                 f"cannot assign task {id!r} to {worker!r}: it is {before.state.value}"
                 f"{before.owner_note}, not pending"
             )
+        _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
 
     async def unassign(self, id: str, worker: str) -> bool:
         check_task_id(id)
@@ -395,6 +402,8 @@ class PostgresStore:
         params = {"id": id, "worker": worker, "now": self.clock(), "chan": self._channel}
         params["payload"] = PENDING
         _, before = await self._cas(self._sql.unassign, params)
+        if before is None:
+            _clog.moved(id, CustodyState.ASSIGNED, CustodyState.PENDING, worker=worker)
         return before is None
 
     async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
@@ -413,13 +422,18 @@ class PostgresStore:
             return {r[0] for r in conn.execute(sql, params)}
 
         moved = await self._run(op)
+        for id, worker in unique:
+            if id in moved:
+                _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
         return [id in moved and first[id] == n for n, (id, _) in enumerate(checked)]
 
     async def return_assignments(self, worker: str) -> Sequence[str]:
         check_worker(worker)
         params = {"worker": worker, "now": self.clock(), "chan": self._channel}
         sql = self._sql.return_assignments
-        return await self._run(lambda conn: [r[0] for r in conn.execute(sql, params)])
+        ids: list[str] = await self._run(lambda conn: [r[0] for r in conn.execute(sql, params)])
+        _clog.returned(ids, CustodyState.ASSIGNED, worker=worker, why="assignment given back")
+        return ids
 
     async def pool_view(
         self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
@@ -495,7 +509,12 @@ class PostgresStore:
                 return None
             return Claim(_task(row), worker, row[5], lease_until)
 
-        return await self._run(op)
+        claim: Claim | None = await self._run(op)
+        if claim is not None:
+            _clog.moved(
+                claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
+            )
+        return claim
 
     async def claim_many(
         self, worker: str, limit: int, *, leaderless: bool = False
@@ -539,6 +558,13 @@ class PostgresStore:
         _, before = await self._cas(self._sql.complete, params)
         if before is not None:
             raise _stale(before, claim, params["now"], "complete")
+        _clog.moved(
+            claim.task.id,
+            CustodyState.CLAIMED,
+            CustodyState.RESULT,
+            worker=claim.worker,
+            attempt=claim.attempt,
+        )
 
     async def fail(self, claim: Claim, reason: str) -> CustodyState:
         params = self._fence_params(claim)
@@ -551,7 +577,17 @@ class PostgresStore:
         _, before = await self._cas(sql, params)
         if before is not None:
             raise _stale(before, claim, params["now"], "fail")
-        return CustodyState.DEAD if dead else CustodyState.PENDING
+        target = CustodyState.DEAD if dead else CustodyState.PENDING
+        _clog.moved(
+            claim.task.id,
+            CustodyState.CLAIMED,
+            target,
+            worker=claim.worker,
+            attempt=claim.attempt,
+            reason=reason,
+            level=None if dead else logging.WARNING,
+        )
+        return target
 
     def _fence_params(self, claim: Claim) -> dict[str, Any]:
         if not isinstance(claim, Claim):
@@ -569,6 +605,13 @@ class PostgresStore:
         _, before = await self._cas(self._sql.release, params)
         if before is not None:
             raise _stale(before, claim, params["now"], "release")
+        _clog.moved(
+            claim.task.id,
+            CustodyState.CLAIMED,
+            CustodyState.PENDING,
+            worker=claim.worker,
+            reason="released unfinished",
+        )
 
     # -- stall notices ------------------------------------------------------------------------
 
@@ -613,7 +656,18 @@ class PostgresStore:
                 for id, owner, attempt, until, state, reason, _seq, _signal in rows
             ]
 
-        return await self._run(op)
+        expiries: list[LeaseExpiry] = await self._run(op)
+        for expiry in expiries:
+            _clog.moved(
+                expiry.id,
+                CustodyState.CLAIMED,
+                expiry.outcome,
+                worker=expiry.worker,
+                attempt=expiry.attempt,
+                reason=expiry.reason,
+                level=logging.DEBUG,  # the reconciler reports each one, with its evidence
+            )
+        return expiries
 
     # -- delivery -----------------------------------------------------------------------------
 
@@ -636,6 +690,8 @@ class PostgresStore:
             raise CustodyConflict(
                 f"cannot mark task {id!r} delivered: it is {before.state.value}, not result"
             )
+        if before is None:
+            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
 
     async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
         checked = [check_task_id(id) for id in ids]
@@ -657,10 +713,13 @@ class PostgresStore:
 
     async def dead_letter(self, id: str, reason: str) -> None:
         check_task_id(id)
-        params = {"id": id, "reason": _check_reason(reason), "now": self.clock()}
+        reason = _check_reason(reason)
+        params = {"id": id, "reason": reason, "now": self.clock()}
         _, before = await self._cas(self._sql.dead_letter, params)
         if before is not None and before.state is not CustodyState.DEAD:
             raise CustodyConflict(f"cannot dead-letter task {id!r}: it is {before.state.value}")
+        if before is None:  # the statement does not say which state it left: logged as "?"
+            _clog.moved(id, None, CustodyState.DEAD, reason=reason)
 
     # -- reads --------------------------------------------------------------------------------
 

@@ -18,12 +18,19 @@ import re
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
-from .. import ChildSpec, open_runtime, open_supervisor, wait_stop_requested
+from .. import (
+    ChildSpec,
+    Supervisor,
+    current_runtime,
+    open_runtime,
+    open_supervisor,
+    wait_stop_requested,
+)
 from .._util import open_nursery_unwrapped
 from ._agent import AgentFactory, load_agent
 from ._config import BridgeConfig
@@ -44,6 +51,9 @@ from ._pool_worker import RELEASE_TIMEOUT, PoolWorker
 from ._reconcile import Reconciler
 from ._store import Store
 from ._wakeup import PoolWakeups
+
+if TYPE_CHECKING:
+    from ..observe import CounterSource
 
 log = logging.getLogger("tether.bridge")
 
@@ -74,6 +84,9 @@ class BridgeService:
     store: Store | None = None
     factory: AgentFactory | None = None
     gateway_options: dict[str, Any] = attrs.field(factory=dict)
+    admin_ready: Callable[[int], None] | None = None
+    """Called with the admin endpoint's bound port once it serves (``config.admin_port``)."""
+    admin_port: int | None = attrs.field(default=None, init=False)
     ingest: Ingest | None = attrs.field(default=None, init=False)
     delivery: Delivery | None = attrs.field(default=None, init=False)
     gateway: GatewayClient | None = attrs.field(default=None, init=False)
@@ -125,6 +138,8 @@ class BridgeService:
             supervisor = await stack.enter_async_context(
                 open_supervisor(name="bridge", strategy="one_for_one", max_restarts=10, period=30)
             )
+            if config.admin_port is not None:
+                await self._start_admin(supervisor, store, gateway)
             for spec in self._children(store, gateway, factory):
                 await supervisor.start_child(spec)
             log.info(
@@ -171,6 +186,67 @@ class BridgeService:
             raise error[0]
 
     # -- the children ----------------------------------------------------------------------
+
+    async def _start_admin(
+        self, supervisor: Supervisor, store: Store, gateway: GatewayClient
+    ) -> None:
+        """The admin endpoint, first child of the bridge's supervisor: up before the others
+        start (health shows them starting) and the last to stop (it shows the shutdown)."""
+        from ..observe import AdminSettings, Observed, admin_child  # hypercorn: only when used
+
+        runtime = current_runtime()
+        if runtime is None:
+            raise RuntimeError(
+                "the bridge's admin endpoint needs open_runtime() around BridgeService.run "
+                "(run_until_signal opens one)"
+            )
+        config = self.config
+        observed = Observed.of_runtime(
+            runtime,
+            store=store,
+            gateway=lambda: gateway.status,
+            gateway_window=config.health_window,
+            counters=self._counters(),
+        )
+        settings = AdminSettings(
+            token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0
+        )
+        self.admin_port = await supervisor.start_child(admin_child(observed, settings))
+        log.info("admin endpoint on %s:%d", config.admin_host, self.admin_port)
+        if self.admin_ready is not None:
+            self.admin_ready(self.admin_port)
+
+    def _counters(self) -> list[CounterSource]:
+        from ..observe import CounterSource
+
+        ingest, delivery = self.ingest, self.delivery
+        assert ingest is not None
+        assert delivery is not None
+        return [
+            CounterSource(
+                "ingested",
+                "Tasks taken into custody from the gateway",
+                lambda: ingest.stats.ingested,
+            ),
+            CounterSource(
+                "ingest_replays",
+                "Polled tasks already in custody (acked again, nothing changed)",
+                lambda: ingest.stats.replays,
+            ),
+            CounterSource(
+                "ingest_rejected",
+                "Polled tasks the store refused (rejected to the gateway)",
+                lambda: ingest.stats.rejected,
+            ),
+            CounterSource(
+                "deliveries", "Replies the gateway confirmed", lambda: delivery.stats.delivered
+            ),
+            CounterSource(
+                "delivery_dead_letters",
+                "Replies dead-lettered because the gateway refused them",
+                lambda: delivery.stats.dead_lettered,
+            ),
+        ]
 
     def _children(
         self, store: Store, gateway: GatewayClient, factory: AgentFactory

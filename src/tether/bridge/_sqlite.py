@@ -16,6 +16,7 @@ lose the last commits on power loss.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -27,6 +28,7 @@ import attrs
 
 from .._converter import structure, unstructure
 from .._fs import create_private_file, ensure_private_dir, restrict_file
+from . import _custody_log as _clog
 from ._custody import (
     IN_CUSTODY,
     MAX_BODY_BYTES,
@@ -152,7 +154,9 @@ class SqliteStore:
                 for row in rows
             ]
 
-        return await self._writer.run(op) if rows else []
+        new = await self._writer.run(op) if rows else []
+        _clog.ingested((row[0] for row in rows), new)
+        return new
 
     def _ingest_row(self, task: Task) -> tuple[Any, ...]:
         if not isinstance(task, Task):
@@ -195,7 +199,9 @@ class SqliteStore:
                 (before, limit),
             ).rowcount
 
-        return await self._writer.run(op)
+        count: int = await self._writer.run(op)
+        _clog.pruned(count, before)
+        return count
 
     # -- lead ---------------------------------------------------------------------------------
 
@@ -213,6 +219,7 @@ class SqliteStore:
                 )
 
         await self._writer.run(op)
+        _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
 
     async def pending(self, *, limit: int = 100) -> Sequence[Task]:
         if not (isinstance(limit, int) and limit >= 1):
@@ -244,7 +251,10 @@ class SqliteStore:
                 return False
             return True
 
-        return await self._writer.run(op)
+        done: bool = await self._writer.run(op)
+        if done:
+            _clog.moved(id, CustodyState.ASSIGNED, CustodyState.PENDING, worker=worker)
+        return done
 
     async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
         checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
@@ -253,7 +263,11 @@ class SqliteStore:
         def op(conn: sqlite3.Connection) -> list[bool]:
             return [_assign(conn, id, worker, now) for id, worker in checked]
 
-        return await self._writer.run(op) if checked else []
+        done: list[bool] = await self._writer.run(op) if checked else []
+        for (id, worker), ok in zip(checked, done, strict=True):
+            if ok:
+                _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
+        return done
 
     async def return_assignments(self, worker: str) -> Sequence[str]:
         check_worker(worker)
@@ -267,7 +281,9 @@ class SqliteStore:
             ).fetchall()
             return [r[0] for r in rows]
 
-        return await self._writer.run(op)
+        ids: list[str] = await self._writer.run(op)
+        _clog.returned(ids, CustodyState.ASSIGNED, worker=worker, why="assignment given back")
+        return ids
 
     async def pool_view(
         self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
@@ -389,7 +405,12 @@ class SqliteStore:
                 claims.append(Claim(_task(row), worker, row[5], lease_until))
             return claims
 
-        return await self._writer.run(op)
+        claim: Claim | None = await self._writer.run(op)
+        if claim is not None:
+            _clog.moved(
+                claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
+            )
+        return claim
 
     async def renew(self, claim: Claim) -> Claim:
         worker, attempt, id = _fence_args(claim)
@@ -428,6 +449,7 @@ class SqliteStore:
                 raise _stale(conn, claim, now, "complete")
 
         await self._writer.run(op)
+        _clog.moved(id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt)
 
     async def fail(self, claim: Claim, reason: str) -> CustodyState:
         worker, attempt, id = _fence_args(claim)
@@ -450,7 +472,17 @@ class SqliteStore:
                 raise _stale(conn, claim, now, "fail")
 
         await self._writer.run(op)
-        return CustodyState.DEAD if dead else CustodyState.PENDING
+        target = CustodyState.DEAD if dead else CustodyState.PENDING
+        _clog.moved(
+            id,
+            CustodyState.CLAIMED,
+            target,
+            worker=worker,
+            attempt=attempt,
+            reason=reason,
+            level=None if dead else logging.WARNING,
+        )
+        return target
 
     async def release(self, claim: Claim) -> None:
         worker, attempt, id = _fence_args(claim)
@@ -466,6 +498,13 @@ class SqliteStore:
                 raise _stale(conn, claim, now, "release")
 
         await self._writer.run(op)
+        _clog.moved(
+            id,
+            CustodyState.CLAIMED,
+            CustodyState.PENDING,
+            worker=worker,
+            reason="released unfinished",
+        )
 
     # -- stall notices ------------------------------------------------------------------------
 
@@ -581,7 +620,18 @@ class SqliteStore:
                 for id, owner, attempt, until in evidence
             ]
 
-        return await self._writer.run(op)
+        expiries: list[LeaseExpiry] = await self._writer.run(op)
+        for expiry in expiries:
+            _clog.moved(
+                expiry.id,
+                CustodyState.CLAIMED,
+                expiry.outcome,
+                worker=expiry.worker,
+                attempt=expiry.attempt,
+                reason=expiry.reason,
+                level=logging.DEBUG,  # the reconciler reports each one, with its evidence
+            )
+        return expiries
 
     # -- delivery -----------------------------------------------------------------------------
 
@@ -603,7 +653,7 @@ class SqliteStore:
         check_task_id(id)
         now = self.clock()
 
-        def op(conn: sqlite3.Connection) -> None:
+        def op(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
                 "UPDATE tasks SET state = 'delivered', updated_at = ? "
                 "WHERE id = ? AND state = 'result'",
@@ -615,8 +665,11 @@ class SqliteStore:
                     raise CustodyConflict(
                         f"cannot mark task {id!r} delivered: it is {rec.state.value}, not result"
                     )
+                return False
+            return True
 
-        await self._writer.run(op)
+        if await self._writer.run(op):
+            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
 
     async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
         for id in ids:
@@ -645,7 +698,8 @@ class SqliteStore:
         reason = _check_reason(reason)
         now = self.clock()
 
-        def op(conn: sqlite3.Connection) -> None:
+        def op(conn: sqlite3.Connection) -> CustodyState | None:
+            before = conn.execute("SELECT state FROM tasks WHERE id = ?", (id,)).fetchone()
             cur = conn.execute(
                 "UPDATE tasks SET state = 'dead', lease_until = NULL, reason = ?, "
                 f"updated_at = ? WHERE id = ? AND state IN ({_IN_CUSTODY_SQL})",
@@ -657,8 +711,12 @@ class SqliteStore:
                     raise CustodyConflict(
                         f"cannot dead-letter task {id!r}: it is {rec.state.value}"
                     )
+                return None
+            return CustodyState(before[0])
 
-        await self._writer.run(op)
+        source = await self._writer.run(op)
+        if source is not None:
+            _clog.moved(id, source, CustodyState.DEAD, reason=reason)
 
     # -- reads --------------------------------------------------------------------------------
 

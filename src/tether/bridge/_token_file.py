@@ -13,6 +13,7 @@ import stat
 from pathlib import Path
 
 from .._fs import ensure_private_dir
+from .._logging import register_secret
 from ._atomic_file import write_atomic
 
 
@@ -43,13 +44,16 @@ def read_token(path: Path) -> str:
         raise TokenFileError(
             f"token file {path} must hold one token of printable ASCII without spaces"
         )
-    return token.decode("ascii")
+    secret = token.decode("ascii")
+    register_secret(secret)  # whatever logs it by mistake later prints [redacted]
+    return secret
 
 
 def write_token(path: Path, token: str) -> None:
     """Atomically write ``token`` to ``path`` (0600), e.g. to rotate it."""
     if not token or any(not 0x21 <= ord(c) <= 0x7E for c in token):
         raise ValueError("a token must be non-empty printable ASCII without spaces")
+    register_secret(token)
     write_atomic(path, (token + "\n").encode("ascii"), mode=0o600)
 
 

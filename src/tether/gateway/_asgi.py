@@ -151,3 +151,24 @@ async def send_bytes(
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+async def serve_lifespan(receive: Receive, send: Send) -> None:
+    """Answer the ASGI lifespan protocol (nothing to set up or tear down)."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def allow_methods(method: str, *allowed: str) -> None:
+    """Raise 405 (with ``Allow``) unless ``method`` is one of ``allowed``."""
+    if method not in allowed:
+        raise HttpError(
+            405,
+            f"method {method} not allowed here; use {' or '.join(allowed)}",
+            [(b"allow", ", ".join(allowed).encode())],
+        )

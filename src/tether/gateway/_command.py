@@ -6,7 +6,6 @@ The server itself is imported only when the command runs.
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 from functools import partial
@@ -70,6 +69,12 @@ def add_gateway_parser(
         help="seconds a handed-out task waits for its ack before redelivery (default: %(default)s)",
     )
     serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="log lines as text or one JSON object each (default: %(default)s)",
+    )
+    serve.add_argument(
         "--max-body",
         type=int,
         default=MAX_REQUEST_BYTES,
@@ -82,6 +87,7 @@ def run_gateway(args: argparse.Namespace) -> int:
     """Run ``tether gateway <action>``; returns the exit code."""
     import trio
 
+    from .._logging import configure_logging
     from ..bridge._token_file import ensure_token_file
     from ._app import AppLimits
     from ._server import GatewaySettings
@@ -101,9 +107,7 @@ def run_gateway(args: argparse.Namespace) -> int:
         return 2
     if ensure_token_file(settings.token_file):
         print(f"tether: created token file {settings.token_file}", file=sys.stderr)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging("INFO", args.log_format)
     trio.run(_serve_until_signal, settings)
     return 0
 

@@ -1,0 +1,145 @@
+"""Logging for tether services: text or one JSON object per line, secrets redacted.
+
+Plain stdlib ``logging`` (a library must not impose more), plus what an operator of a running
+service needs: ``--log-format json`` for log shippers (time, level, logger, message, the Trio
+task and its owner, the exception), and a guarantee that a bearer token never reaches a log
+line, whatever a message or a traceback happens to contain (``register_secret``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from datetime import UTC, datetime
+from typing import Any, Literal, TextIO, get_args
+
+import trio
+
+from ._owner import current_owner
+
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+REDACTED = "[redacted]"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_secrets: set[str] = set()
+_secrets_lock = threading.Lock()
+
+
+def register_secret(secret: str) -> None:
+    """Never let ``secret`` appear in a log line formatted by tether's formatters.
+
+    Token readers call it for every token they read; secrets shorter than 8 characters are
+    not registered (redacting them would mangle ordinary words, and no real token is that
+    short).
+    """
+    if len(secret) >= 8:
+        with _secrets_lock:
+            _secrets.add(secret)
+
+
+def redact(text: str) -> str:
+    for secret in list(_secrets):
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def _task_context() -> tuple[str | None, str | None]:
+    """The running Trio task's name and owner label (None outside Trio, e.g. a thread)."""
+    try:
+        task = trio.lowlevel.current_task()
+    except RuntimeError:
+        return None, None
+    return task.name, current_owner()
+
+
+class RedactingFormatter(logging.Formatter):
+    """The stdlib text format, with registered secrets replaced by ``[redacted]``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (ISO 8601 UTC), ``level``, ``logger``, ``message``,
+    ``task`` and ``owner`` (the Trio task that logged, when there is one), ``thread`` outside
+    the main thread, ``exc`` (the formatted traceback) and any ``extra={...}`` fields."""
+
+    _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        task = getattr(record, "trio_task", None)
+        if task is not None:
+            doc["task"] = task
+            owner = getattr(record, "trio_owner", None)
+            if owner is not None:
+                doc["owner"] = owner
+        if record.threadName not in (None, "MainThread"):
+            doc["thread"] = record.threadName
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            doc["exc"] = record.exc_text
+        if record.stack_info:
+            doc["stack"] = self.formatStack(record.stack_info)
+        for key, value in record.__dict__.items():
+            if key not in self._STANDARD and not key.startswith("trio_") and key not in doc:
+                doc[key] = value if _is_json_scalar(value) else repr(value)
+        return redact(json.dumps(doc, ensure_ascii=False, default=repr))
+
+
+def _is_json_scalar(value: object) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+class TaskContextFilter(logging.Filter):
+    """Stamps each record with the Trio task and owner it was logged from. A handler filter:
+    it runs in the logging thread, i.e. in the task that called the logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "trio_task"):
+            record.trio_task, record.trio_owner = _task_context()
+        return True
+
+
+def make_handler(fmt: LogFormat = "text", stream: TextIO | None = None) -> logging.Handler:
+    """A stream handler with tether's formatter for ``fmt`` (secrets redacted either way)."""
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}; got {fmt!r}")
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.addFilter(TaskContextFilter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else RedactingFormatter(TEXT_FORMAT))
+    return handler
+
+
+def configure_logging(
+    level: str | int = "INFO", fmt: LogFormat = "text", stream: TextIO | None = None
+) -> logging.Handler:
+    """Send every log record at ``level`` or above to ``stream`` (default stderr) in ``fmt``.
+
+    Replaces the root logger's handlers (a service configures logging once, at start) and
+    returns the new handler.
+    """
+    if isinstance(level, str):
+        if level.upper() not in LOG_LEVELS:
+            raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}; got {level!r}")
+        level = level.upper()
+    handler = make_handler(fmt, stream)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler

@@ -1,0 +1,180 @@
+"""``GET /metrics``: Prometheus text, read from the live objects at scrape time.
+
+A custom collector on a private ``CollectorRegistry`` (never prometheus_client's global one:
+two runtimes in one process, or a test suite, must not share or collide). Nothing is counted
+twice in a separate metrics layer that could drift from the truth: each scrape reads the
+supervisors, the registry and the sessions directly, and asks the store for its counts just
+before rendering (the only awaited part).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Final
+
+import attrs
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from .._child import CHILD_STATES
+from .._registry import ALL_KINDS, TaskRegistry
+from ..bridge._custody import IN_CUSTODY, CustodyState
+from ._health import gateway_check
+from ._observed import Observed
+from ._status import CustodyReading, read_custody
+
+CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+
+
+@attrs.define(eq=False)
+class _LiveCollector(Collector):
+    observed: Observed
+    custody: CustodyReading | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield from self._registry_metrics(self.observed.registry)
+        yield from self._supervisor_metrics()
+        yield from self._session_metrics()
+        yield from self._custody_metrics()
+        yield from self._gateway_metrics()
+        for source in self.observed.counters:
+            yield CounterMetricFamily(
+                f"tether_{source.name}", source.documentation, value=source.read()
+            )
+
+    def _registry_metrics(
+        self, registry: TaskRegistry
+    ) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        tasks = GaugeMetricFamily(
+            "tether_registry_tasks", "Live Trio tasks in the task registry", labels=["kind"]
+        )
+        counts = dict.fromkeys(sorted(ALL_KINDS), 0)
+        for _task, _owner, kind, _started in registry.entries(kinds=ALL_KINDS):
+            counts[kind] += 1
+        for kind, n in counts.items():
+            tasks.add_metric([kind], n)
+        yield tasks
+        yield CounterMetricFamily(
+            "tether_registry_hook_errors",
+            "Task registry instrument hooks that raised (and were contained)",
+            value=registry.hook_errors,
+        )
+        runtime = self.observed.runtime
+        if runtime is not None:
+            yield CounterMetricFamily(
+                "tether_background_failures",
+                "Background tasks (Runtime.spawn) that ended with an uncaught exception",
+                value=runtime.failed_count,
+            )
+
+    def _supervisor_metrics(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        restarts = CounterMetricFamily(
+            "tether_child_restarts",
+            "Restarts of each supervised child",
+            labels=["supervisor", "child"],
+        )
+        state = GaugeMetricFamily(
+            "tether_child_state",
+            "1 for the state each supervised child is in, 0 for the others",
+            labels=["supervisor", "child", "state"],
+        )
+        up = GaugeMetricFamily(
+            "tether_child_up",
+            "1 when the supervised child is running (or ended for good on purpose)",
+            labels=["supervisor", "child"],
+        )
+        for entry in self.observed.directory.supervisors():
+            snap = entry.supervisor.snapshot()
+            for child in snap.children:
+                restarts.add_metric([snap.name, child.name], child.restarts)
+                up.add_metric([snap.name, child.name], 1 if child.healthy else 0)
+                for name in CHILD_STATES:
+                    state.add_metric([snap.name, child.name, name], int(child.state == name))
+        yield restarts
+        yield state
+        yield up
+
+    def _session_metrics(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        directory = self.observed.directory
+        yield GaugeMetricFamily("tether_sessions", "Open sessions", value=len(directory.sessions()))
+        yield CounterMetricFamily(
+            "tether_handler_failures",
+            "Session handler runs that raised, in all sessions (open or closed)",
+            value=directory.handler_failures(),
+        )
+
+    def _custody_metrics(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        reading = self.custody
+        if reading is None:
+            return
+        yield GaugeMetricFamily(
+            "tether_custody_store_up",
+            "1 when the custody store answered this scrape",
+            value=int(reading.counts is not None),
+        )
+        counts = reading.counts
+        if counts is None:
+            return
+        tasks = GaugeMetricFamily(
+            "tether_custody_tasks", "Tasks in the custody store, per state", labels=["state"]
+        )
+        for custody_state in CustodyState:
+            tasks.add_metric([custody_state.value], counts.get(custody_state, 0))
+        yield tasks
+        yield GaugeMetricFamily(
+            "tether_custody_in_flight",
+            "Tasks still in custody (pending, assigned, claimed or result)",
+            value=sum(counts.get(s, 0) for s in IN_CUSTODY),
+        )
+        yield GaugeMetricFamily(
+            "tether_dead_letters",
+            "Dead-lettered tasks held in the store (never deleted silently)",
+            value=counts.get(CustodyState.DEAD, 0),
+        )
+
+    def _gateway_metrics(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        observed = self.observed
+        if observed.gateway is None:
+            return
+        status = observed.gateway()
+        check = gateway_check(status, observed.wall_clock(), observed.gateway_window)
+        yield GaugeMetricFamily(
+            "tether_gateway_connected",
+            "1 when the last request to the gateway succeeded",
+            value=int(status.connected),
+        )
+        yield GaugeMetricFamily(
+            "tether_gateway_consecutive_failures",
+            "Failed gateway requests since the last success",
+            value=status.consecutive_failures,
+        )
+        if check.age_s is not None:
+            yield GaugeMetricFamily(
+                "tether_gateway_last_ok_age_seconds",
+                "Seconds since the gateway last answered",
+                value=check.age_s,
+            )
+
+
+@attrs.define(eq=False)
+class Metrics:
+    """The admin endpoint's metrics: ``await metrics.render()`` is one scrape."""
+
+    observed: Observed
+    registry: CollectorRegistry = attrs.field(init=False)
+    _collector: _LiveCollector = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._collector = _LiveCollector(self.observed)
+        self.registry.register(self._collector)
+
+    async def render(self) -> bytes:
+        reading = await read_custody(self.observed)
+        # no checkpoint between here and the end: the scrape sees one instant
+        self._collector.custody = reading
+        try:
+            return generate_latest(self.registry)
+        finally:
+            self._collector.custody = None

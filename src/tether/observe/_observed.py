@@ -1,0 +1,73 @@
+"""What the admin endpoint reports on: one runtime, and optionally a custody store and a
+gateway connection."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import attrs
+
+from .._directory import Directory
+from .._registry import TaskRegistry
+from .._runtime import Runtime
+from ..bridge._status_file import ConnectionStatus
+from ..bridge._store import Store
+
+DEFAULT_GATEWAY_WINDOW = 120.0
+
+
+@attrs.frozen
+class CounterSource:
+    """A monotonic count some service keeps (e.g. replies delivered), read at scrape time.
+
+    ``name`` becomes the Prometheus counter ``tether_<name>_total``.
+    """
+
+    name: str
+    documentation: str
+    read: Callable[[], float]
+
+
+@attrs.define(eq=False)
+class Observed:
+    """The live objects behind ``/healthz``, ``/metrics``, ``/tasks`` and ``/status``.
+
+    ``gateway`` (optional) returns the gateway client's current :class:`ConnectionStatus`; when
+    it is set, health also requires that the gateway answered within ``gateway_window``
+    seconds. ``counters`` are extra counters (the bridge adds deliveries and dead letters).
+    ``wall_clock`` is compared with the status's wall-clock ``last_ok``.
+    """
+
+    registry: TaskRegistry
+    directory: Directory
+    runtime: Runtime | None = None
+    store: Store | None = None
+    gateway: Callable[[], ConnectionStatus] | None = None
+    gateway_window: float = DEFAULT_GATEWAY_WINDOW
+    counters: list[CounterSource] = attrs.field(factory=list)
+    wall_clock: Callable[[], float] = time.time
+
+    def __attrs_post_init__(self) -> None:
+        if not self.gateway_window > 0:
+            raise ValueError(f"gateway_window must be > 0 seconds, got {self.gateway_window!r}")
+
+    @classmethod
+    def of_runtime(
+        cls,
+        runtime: Runtime,
+        *,
+        store: Store | None = None,
+        gateway: Callable[[], ConnectionStatus] | None = None,
+        gateway_window: float = DEFAULT_GATEWAY_WINDOW,
+        counters: list[CounterSource] | None = None,
+    ) -> Observed:
+        return cls(
+            registry=runtime.registry,
+            directory=runtime.directory,
+            runtime=runtime,
+            store=store,
+            gateway=gateway,
+            gateway_window=gateway_window,
+            counters=list(counters or ()),
+        )

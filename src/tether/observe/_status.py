@@ -1,0 +1,204 @@
+"""``GET /status``: supervisors and their children (with backoff), sessions, custody counts and
+the gateway connection, as one document that ``tether status`` renders."""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+import trio
+
+from .._child import ChildSnapshot
+from ..bridge._custody import IN_CUSTODY, CustodyState
+from ..bridge._status_file import ConnectionStatus
+from ._health import HealthReport, check_health
+from ._observed import Observed
+
+log = logging.getLogger("tether.admin")
+
+
+@attrs.frozen
+class ChildView:
+    """``uptime_s`` while running; ``backoff_s`` (seconds until the restart) while in backoff."""
+
+    name: str
+    state: str
+    restart: str
+    restarts: int
+    last_error: str | None
+    uptime_s: float | None
+    backoff_s: float | None
+
+
+@attrs.frozen
+class SupervisorView:
+    name: str
+    opened_by: str | None
+    strategy: str
+    closing: bool
+    recent_restarts: int
+    children: list[ChildView]
+
+
+@attrs.frozen
+class SessionView:
+    name: str
+    running: int
+    queued: int
+    finished: int
+    failed: int
+    cancelled: int
+    dropped: int
+
+
+@attrs.frozen
+class StatusReport:
+    health: HealthReport
+    supervisors: list[SupervisorView]
+    sessions: list[SessionView]
+    custody: dict[str, int] | None
+    in_flight: int | None
+    custody_error: str | None
+    gateway: ConnectionStatus | None
+    live_tasks: int
+    handler_failures: int
+    background_failures: int | None
+
+
+def child_view(child: ChildSnapshot, now: float) -> ChildView:
+    return ChildView(
+        name=child.name,
+        state=child.state,
+        restart=child.restart,
+        restarts=child.restarts,
+        last_error=child.last_error,
+        uptime_s=None
+        if child.running_since is None or child.state != "running"
+        else round(now - child.running_since, 3),
+        backoff_s=None
+        if child.backoff_until is None
+        else round(max(0.0, child.backoff_until - now), 3),
+    )
+
+
+@attrs.frozen
+class CustodyReading:
+    """The store's counts, or why they could not be read (``counts`` None, ``error`` set).
+
+    A store that cannot answer (closed during a shutdown, a database outage) must not turn
+    every scrape into a 500: the rest of the picture is still worth having."""
+
+    counts: dict[CustodyState, int] | None
+    error: str | None = None
+
+
+async def read_custody(observed: Observed) -> CustodyReading | None:
+    """None when no store is observed."""
+    if observed.store is None:
+        return None
+    try:
+        counts = await observed.store.counts()
+    except Exception as exc:
+        log.warning("cannot read the custody store's counts: %r", exc)
+        return CustodyReading(None, repr(exc))
+    return CustodyReading({state: int(counts.get(state, 0)) for state in CustodyState})
+
+
+async def status_report(observed: Observed) -> StatusReport:
+    reading = await read_custody(observed)
+    counts = None if reading is None else reading.counts
+    now = trio.current_time()
+    supervisors = []
+    for entry in observed.directory.supervisors():
+        snap = entry.supervisor.snapshot()
+        supervisors.append(
+            SupervisorView(
+                name=snap.name,
+                opened_by=entry.opened_by,
+                strategy=snap.strategy,
+                closing=snap.closing,
+                recent_restarts=snap.recent_restarts,
+                children=[child_view(c, now) for c in snap.children],
+            )
+        )
+    sessions = []
+    for session in observed.directory.sessions():
+        stats = session.stats()
+        sessions.append(
+            SessionView(
+                name=session.name,
+                running=stats.running,
+                queued=stats.queued,
+                finished=stats.finished,
+                failed=stats.failed,
+                cancelled=stats.cancelled,
+                dropped=stats.dropped,
+            )
+        )
+    return StatusReport(
+        health=check_health(observed),
+        supervisors=supervisors,
+        sessions=sessions,
+        custody=None if counts is None else {s.value: n for s, n in counts.items()},
+        in_flight=None if counts is None else sum(counts[s] for s in IN_CUSTODY),
+        custody_error=None if reading is None else reading.error,
+        gateway=None if observed.gateway is None else observed.gateway(),
+        live_tasks=observed.registry.count(),
+        handler_failures=observed.directory.handler_failures(),
+        background_failures=None if observed.runtime is None else observed.runtime.failed_count,
+    )
+
+
+def render_status(report: StatusReport) -> str:
+    """The report as text for a terminal."""
+    health = report.health
+    lines = [f"health: {health.status}"]
+    lines += [f"  ! {problem}" for problem in health.problems]
+    for sup in report.supervisors:
+        under = f" (in {sup.opened_by})" if sup.opened_by else ""
+        closing = ", closing" if sup.closing else ""
+        lines.append(
+            f"supervisor {sup.name}{under}: {sup.strategy}, "
+            f"{sup.recent_restarts} recent restart(s){closing}"
+        )
+        for child in sup.children:
+            detail = ""
+            if child.backoff_s is not None:
+                detail = f", restart in {child.backoff_s:.1f}s"
+            elif child.uptime_s is not None:
+                detail = f", up {child.uptime_s:.1f}s"
+            error = f", last error: {child.last_error}" if child.last_error else ""
+            lines.append(
+                f"  {child.name:<20} {child.state:<9} restarts={child.restarts}"
+                f" ({child.restart}){detail}{error}"
+            )
+    if report.custody is not None:
+        counts = ", ".join(f"{state} {n}" for state, n in report.custody.items())
+        lines.append(f"custody: {report.in_flight} in flight ({counts})")
+    elif report.custody_error is not None:
+        lines.append(f"custody: cannot read the store: {report.custody_error}")
+    gw = report.gateway
+    if gw is not None:
+        state = "connected" if gw.connected else "NOT connected"
+        backoff = f", backing off {gw.backoff_s:.1f}s" if gw.backoff_s else ""
+        error = f", last error: {gw.error}" if gw.error else ""
+        lines.append(
+            f"gateway {gw.gateway}: {state}, last ok {gw.last_ok or 'never'}{backoff}{error}"
+        )
+    if report.sessions:
+        lines.append(f"sessions: {len(report.sessions)}")
+        for s in report.sessions:
+            lines.append(
+                f"  {s.name:<20} running={s.running} queued={s.queued} finished={s.finished} "
+                f"failed={s.failed} cancelled={s.cancelled} dropped={s.dropped}"
+            )
+    background = (
+        ""
+        if report.background_failures is None
+        else f", {report.background_failures} background failure(s)"
+    )
+    lines.append(
+        f"{report.live_tasks} live task(s), {report.handler_failures} handler failure(s)"
+        f"{background}"
+    )
+    return "\n".join(lines)

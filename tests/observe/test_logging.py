@@ -1,0 +1,112 @@
+"""Structured logs: one JSON object per line with the Trio task and owner; secrets redacted."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from tether import owned_by
+from tether._logging import configure_logging, make_handler, register_secret
+from tether.bridge import read_token, write_token
+
+SECRET = "s3cret-token-value-9Zq"
+
+
+@pytest.fixture
+def json_log() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    handler = make_handler("json", stream)
+    logger = logging.getLogger("tether.test-json")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        yield stream
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+
+
+def fail(exc: Exception) -> None:
+    raise exc
+
+
+def lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+async def test_json_lines_carry_time_level_logger_task_owner_and_exc(
+    json_log: io.StringIO,
+) -> None:
+    log = logging.getLogger("tether.test-json")
+
+    async def worker() -> None:
+        log.info("custody %s -> %s", "pending", "claimed", extra={"task_id": "t-1"})
+        try:
+            fail(ValueError("broken pipe"))
+        except ValueError:
+            log.exception("handler failed")
+
+    async with trio.open_nursery() as nursery:
+        with owned_by("session:chat"):
+            nursery.start_soon(worker, name="chat::ask::answer")
+    log.warning("outside any owner")
+
+    first, second, third = lines(json_log)
+    assert first["level"] == "INFO"
+    assert first["logger"] == "tether.test-json"
+    assert first["message"] == "custody pending -> claimed"
+    assert first["task"] == "chat::ask::answer"
+    assert first["owner"] == "session:chat"
+    assert first["task_id"] == "t-1"
+    assert str(first["time"]).endswith("Z")
+    assert "exc" not in first
+    assert second["level"] == "ERROR"
+    assert "ValueError: broken pipe" in str(second["exc"])
+    assert "owner" not in third
+
+
+async def test_registered_secrets_never_reach_a_log_line(
+    json_log: io.StringIO, tmp_path: object
+) -> None:
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    path = tmp_path / "token"
+    write_token(path, SECRET)
+    assert read_token(path) == SECRET
+    log = logging.getLogger("tether.test-json")
+    log.error("sent Authorization: Bearer %s", SECRET)
+    try:
+        fail(RuntimeError(f"request failed with token {SECRET}"))
+    except RuntimeError:
+        log.exception("oops")
+    text = json_log.getvalue()
+    assert SECRET not in text
+    assert text.count("[redacted]") == 2  # the message and the traceback
+
+
+def test_configure_logging_text_and_errors() -> None:
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    stream = io.StringIO()
+    try:
+        register_secret("another-secret-123")
+        configure_logging("debug", "text", stream)
+        logging.getLogger("tether.x").debug("token another-secret-123 here")
+        assert "DEBUG tether.x: token [redacted] here" in stream.getvalue()
+        with pytest.raises(ValueError, match="log format must be one of text, json"):
+            configure_logging("INFO", "yaml", stream)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="log level must be one of"):
+            configure_logging("LOUD", "text", stream)
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved[0]:
+            root.addHandler(handler)
+        root.setLevel(saved[1])
