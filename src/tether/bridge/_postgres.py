@@ -537,7 +537,12 @@ class PostgresStore:
                 Claim(_task(row), worker, row[5], lease_until) for row in conn.execute(sql, params)
             ]
 
-        return await self._run(op)
+        claims = await self._run(op)
+        for claim in claims:
+            _clog.moved(
+                claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
+            )
+        return claims
 
     async def renew(self, claim: Claim) -> Claim:
         params = self._fence_params(claim)
@@ -700,16 +705,20 @@ class PostgresStore:
         params = {"ids": checked, "now": self.clock()}
         sql, delivered_sql = self._sql.deliver_many, self._sql.delivered_among
 
-        def op(conn: Conn) -> list[bool]:
-            done = {r[0] for r in conn.execute(sql, params)}
-            missed = [id for id in checked if id not in done]
+        def op(conn: Conn) -> tuple[set[str], set[str]]:
+            moved = {r[0] for r in conn.execute(sql, params)}
+            missed = [id for id in checked if id not in moved]
+            already: set[str] = set()
             if missed:
                 # a new statement: it sees what a concurrent delivery that made ours miss
                 # committed (delivered there is delivered all the same)
-                done |= {r[0] for r in conn.execute(delivered_sql, {"ids": missed})}
-            return [id in done for id in checked]
+                already = {r[0] for r in conn.execute(delivered_sql, {"ids": missed})}
+            return moved, already
 
-        return await self._run(op)
+        moved, already = await self._run(op)
+        for id in moved:
+            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+        return [id in moved or id in already for id in checked]
 
     async def dead_letter(self, id: str, reason: str) -> None:
         check_task_id(id)

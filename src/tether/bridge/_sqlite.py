@@ -405,12 +405,12 @@ class SqliteStore:
                 claims.append(Claim(_task(row), worker, row[5], lease_until))
             return claims
 
-        claim: Claim | None = await self._writer.run(op)
-        if claim is not None:
+        claims = await self._writer.run(op)
+        for claim in claims:
             _clog.moved(
                 claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
             )
-        return claim
+        return claims
 
     async def renew(self, claim: Claim) -> Claim:
         worker, attempt, id = _fence_args(claim)
@@ -676,8 +676,9 @@ class SqliteStore:
             check_task_id(id)
         now = self.clock()
 
-        def op(conn: sqlite3.Connection) -> list[bool]:
+        def op(conn: sqlite3.Connection) -> tuple[list[bool], list[str]]:
             done: list[bool] = []
+            moved: list[str] = []
             for id in ids:
                 cur = conn.execute(
                     "UPDATE tasks SET state = 'delivered', updated_at = ? "
@@ -686,12 +687,16 @@ class SqliteStore:
                 )
                 if cur.rowcount == 1:
                     done.append(True)
+                    moved.append(id)
                 else:
                     rec = _record(conn, id)
                     done.append(rec is not None and rec.state is CustodyState.DELIVERED)
-            return done
+            return done, moved
 
-        return await self._writer.run(op)
+        done, moved = await self._writer.run(op)
+        for id in moved:
+            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+        return done
 
     async def dead_letter(self, id: str, reason: str) -> None:
         check_task_id(id)
