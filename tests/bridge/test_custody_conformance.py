@@ -205,6 +205,87 @@ async def test_leaderless_claims_take_pending_by_priority_then_age(store: Store)
     assert got == ["x3", "x4", "x2", "x1"]
 
 
+async def test_claim_many_hands_out_what_repeated_claims_would_in_the_same_order(
+    store: Store,
+) -> None:
+    for id, prio in [("a", "low"), ("b", "normal"), ("c", "urgent"), ("d", "normal")]:
+        await store.ingest(Task(id, id, priority=prio))
+        await store.assign(id, "w1")
+    for id, prio in [("e", "normal"), ("g", "urgent")]:
+        await store.ingest(Task(id, id, priority=prio))  # pending, unassigned
+    await store.ingest(Task("f", "f", priority="urgent"))
+    await store.assign("f", "w2")  # another worker's
+    first = await store.claim_many("w1", 3)
+    assert [c.task.id for c in first] == ["c", "b", "d"]
+    assert all((c.worker, c.attempt) == ("w1", 1) for c in first)
+    # fewer than asked: only its own assignments without leaderless
+    assert [c.task.id for c in await store.claim_many("w1", 10)] == ["a"]
+    assert await store.claim_many("w1", 10) == []
+    # leaderless: pending by priority then age, never another worker's assignment
+    assert [c.task.id for c in await store.claim_many("w1", 10, leaderless=True)] == ["g", "e"]
+    assert await store.state("f") is S.ASSIGNED
+    assert [await store.state(i) for i in "abcdeg"] == [S.CLAIMED] * 6
+
+
+async def test_claim_many_takes_own_assignments_before_pending_tasks(store: Store) -> None:
+    await store.ingest(Task("p1", "x", priority="urgent"))  # pending, more urgent, older
+    await store.ingest(Task("mine", "x", priority="low"))
+    await store.assign("mine", "w1")
+    await store.ingest(Task("p2", "x"))
+    got = await store.claim_many("w1", 2, leaderless=True)
+    assert [c.task.id for c in got] == ["mine", "p1"]
+    assert await store.state("p2") is S.PENDING
+
+
+async def test_each_claim_of_a_batch_is_fenced_on_its_own(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    for id in ("t1", "t2", "t3"):
+        await store.ingest(Task(id, f"body {id}"))
+    one, two, three = await store.claim_many("w1", 3, leaderless=True)
+    assert len({c.lease_until for c in (one, two, three)}) == 1
+    await store.complete(one, "reply 1")
+    assert await store.fail(two, "boom") is S.PENDING
+    with pytest.raises(StaleLease):
+        await store.complete(two, "after failing")  # its own outcome fenced it
+    fake_clock.advance(LEASE_S + 1)
+    await Reconciler(store).run_once()  # three's lease expired: repooled with attempt 2
+    again = await store.claim_many("w2", 5, leaderless=True)
+    assert sorted((c.task.id, c.attempt) for c in again) == [("t2", 2), ("t3", 2)]
+    with pytest.raises(StaleLease, match="t3"):
+        await store.complete(three, "late")
+    for claim in again:
+        await store.complete(claim, f"reply {claim.task.id}")
+    assert sorted(r.body for r in await store.ready_results()) == [
+        "reply 1",
+        "reply t2",
+        "reply t3",
+    ]
+
+
+async def test_concurrent_claim_many_calls_never_hand_out_a_task_twice(store: Store) -> None:
+    await store.ingest_many([Task(f"t{i:02}", "x") for i in range(30)])
+    got: dict[str, list[str]] = {}
+
+    async def claimer(worker: str) -> None:
+        got[worker] = [c.task.id for c in await store.claim_many(worker, 7, leaderless=True)]
+
+    async with trio.open_nursery() as nursery:
+        for k in range(5):
+            nursery.start_soon(claimer, f"w{k}")
+    ids = [id for batch in got.values() for id in batch]
+    assert len(ids) == len(set(ids)) == 30
+    assert sorted(len(batch) for batch in got.values()) == [2, 7, 7, 7, 7]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1001, True, 2.0, "3"])
+async def test_claim_many_refuses_a_bad_limit_and_claims_nothing(store: Store, bad: Any) -> None:
+    await store.ingest(Task("t1", "x"))
+    with pytest.raises(ValueError, match="claim limit"):
+        await store.claim_many("w1", bad, leaderless=True)
+    assert await store.state("t1") is S.PENDING
+
+
 async def test_fail_repools_with_the_next_attempt_then_dead_letters(
     store: Store,
 ) -> None:
@@ -279,6 +360,32 @@ async def test_assign_and_unassign_are_compare_and_set(store: Store) -> None:
     await _claim(store, "w2")
     assert await store.unassign("t1", "w2") is False  # a live claim is not an assignment
     assert await store.state("t1") is S.CLAIMED
+
+
+async def test_mark_delivered_many_marks_results_and_leaves_everything_else(
+    store: Store,
+) -> None:
+    for id in ("r1", "r2", "r3"):
+        await drive_to(store, id, S.RESULT)
+    await drive_to(store, "d1", S.DELIVERED)
+    await drive_to(store, "c1", S.CLAIMED)
+    await store.ingest(Task("p1", "hi"))
+    marked = await store.mark_delivered_many(["r1", "p1", "d1", "ghost", "c1", "r3"])
+    assert marked == [True, False, True, False, False, True]
+    assert [await store.state(i) for i in ("r1", "r2", "r3", "d1", "c1", "p1", "ghost")] == [
+        S.DELIVERED,
+        S.RESULT,
+        S.DELIVERED,
+        S.DELIVERED,
+        S.CLAIMED,
+        S.PENDING,
+        None,
+    ]
+    assert [r.task.id for r in await store.ready_results()] == ["r2"]
+    assert await store.mark_delivered_many([]) == []
+    with pytest.raises(InvalidTaskId):
+        await store.mark_delivered_many(["r2", "bad id"])  # validated first: nothing moves
+    assert await store.state("r2") is S.RESULT
 
 
 async def test_delivery_and_dead_letter_rules(store: Store) -> None:

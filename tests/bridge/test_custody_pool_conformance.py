@@ -89,6 +89,17 @@ async def test_a_claim_moves_room_affinity_to_the_claiming_worker(store: Store) 
     assert (await store.pool_view()).rooms == {"r1": "w9"}
 
 
+async def test_claim_many_moves_room_affinity_to_the_claiming_worker(store: Store) -> None:
+    await store.ingest_many([Task("a", "x", room="r1"), Task("b", "x", room="r2")])
+    await store.assign_many([("a", "w1"), ("b", "w1")])
+    assert len(await store.claim_many("w9", 2, leaderless=True)) == 0  # not w9's
+    await store.ingest(Task("c", "x", room="r1"))
+    assert [c.task.id for c in await store.claim_many("w9", 2, leaderless=True)] == ["c"]
+    assert [c.task.id for c in await store.claim_many("w1", 2)] == ["a", "b"]
+    await store.ingest_many([Task("d", "x", room="r1"), Task("e", "x", room="r2")])
+    assert (await store.pool_view()).rooms == {"r1": "w1", "r2": "w1"}
+
+
 async def test_return_assignments_takes_back_only_that_workers_assignments(
     store: Store,
 ) -> None:

@@ -367,6 +367,15 @@ async def test_a_broken_job_fails_its_callers_instead_of_hanging(tmp_path: Path)
         await store.aclose()
 
 
+async def test_claim_many_is_one_commit(tmp_path: Path) -> None:
+    async with await SqliteStore.open(tmp_path / "c.db") as store:
+        await store.ingest_many([Task(f"t{i}", "x") for i in range(8)])
+        before = store.commits
+        claims = await store.claim_many("w1", 8, leaderless=True)
+        assert len(claims) == 8
+        assert store.commits - before == 1
+
+
 async def test_the_default_body_limit_is_the_shared_one(tmp_path: Path) -> None:
     """The gateway's request limit is sized from the same constant (tests/gateway)."""
     async with await SqliteStore.open(tmp_path / "c.db") as store:

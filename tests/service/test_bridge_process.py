@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,20 @@ async def _replies(gateway: GatewayHandle, ids: list[str]) -> dict[str, str | No
     return replies
 
 
+async def _client_heartbeats(gateway: GatewayHandle) -> int:
+    """Heartbeats the gateway has received from bridges, all clients together."""
+    return sum(int(c["heartbeats"]) for c in (await gateway.stats())["clients"])
+
+
+def _gt(
+    count: Callable[[GatewayHandle], Awaitable[int]], gateway: GatewayHandle, before: int
+) -> Callable[[], Awaitable[bool]]:
+    async def done() -> bool:
+        return await count(gateway) > before
+
+    return done
+
+
 async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
     gateway: GatewayHandle, token_file: Path, tmp_path: Path
 ) -> None:
@@ -65,9 +80,13 @@ async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
         kills += 1
     answered_during_chaos = await answered_count(gateway)
     print(f"chaos done at {trio.current_time() - started:.1f} s")
+    beats_before = await _client_heartbeats(gateway)
     final = await BridgeProcess.start(gateway.url, token_file, store, log, extra=FAST_LEASES)
     await _all_answered(gateway, len(ids), limit_s=60)
     print(f"all answered at {trio.current_time() - started:.1f} s")
+    # the work may all be done before the final bridge is even up (a fast chaos phase): stop
+    # it only once it runs (its first gateway heartbeat comes after its signal handlers)
+    await wait_until(_gt(_client_heartbeats, gateway, beats_before), limit_s=30, step=0.05)
     assert await final.stop() == 0, final.log_tail()
 
     replies = await _replies(gateway, ids)

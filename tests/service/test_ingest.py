@@ -12,6 +12,7 @@ import trio
 
 from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
 from tether.bridge._ingest import Ingest, IngestCommitFailed
+from tether.bridge._wakeup import PoolWakeups
 
 from ._support import GatewayHandle, wait_until
 
@@ -122,3 +123,20 @@ async def test_run_keeps_polling_until_cancelled(
         nursery.cancel_scope.cancel()
     assert await store.state(first) is CustodyState.PENDING
     assert await store.state(second) is CustodyState.PENDING
+
+
+async def test_a_commit_with_new_tasks_rings_the_pool_and_a_replay_round_does_not(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    wakeups = PoolWakeups()
+    ingest = Ingest(store, client, wakeups=wakeups)
+    await gateway.submit("hello")
+    done = await ingest.run_once(wait=1)
+    assert len(done.ingested) == 1
+    assert wakeups.lead.is_set()  # the lead sweeps now, not at its next interval
+    wakeups.lead.clear()
+    task_id = await gateway.submit("again")
+    await store.ingest(Task(task_id, "already here"))  # so the round is only a replay
+    again = await ingest.run_once(wait=1)
+    assert (again.ingested, again.replays) == ((), (task_id,))
+    assert not wakeups.lead.is_set()  # nothing new: no sweep needed

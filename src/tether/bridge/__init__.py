@@ -16,6 +16,7 @@ from ._agent import Reply as Reply
 from ._agent import load_agent as load_agent
 from ._backoff import Backoff as Backoff
 from ._custody import IN_CUSTODY as IN_CUSTODY
+from ._custody import MAX_CLAIM_BATCH as MAX_CLAIM_BATCH
 from ._custody import TERMINAL as TERMINAL
 from ._custody import TRANSITIONS as TRANSITIONS
 from ._custody import BodyTooLarge as BodyTooLarge
@@ -77,6 +78,8 @@ from ._token_file import TokenFileError as TokenFileError
 from ._token_file import ensure_token_file as ensure_token_file
 from ._token_file import read_token as read_token
 from ._token_file import write_token as write_token
+from ._wakeup import PoolWakeups as PoolWakeups
+from ._wakeup import Wakeup as Wakeup
 
 if TYPE_CHECKING:
     from ._postgres import PostgresStore as PostgresStore

@@ -59,9 +59,10 @@ class BridgeConfig:
     """Run a pool lead (room affinity, balanced assignment). Without one, workers claim pending
     tasks directly: less latency, no affinity."""
     sweep_interval: float = 0.05
-    """Seconds between the pool lead's assignment sweeps (bounds how fast work is handed out)."""
+    """Seconds between the pool lead's periodic sweeps. In-process wake-ups make it sweep as
+    soon as tasks arrive or a slot frees; this is the fallback (work added by other processes)."""
     poll_interval: float = 0.05
-    """Seconds an idle worker waits before looking for an assignment again."""
+    """Seconds an idle worker waits before looking again, unless rung (the fallback)."""
     stall_after: float = 300.0
     retention: float = 7 * 86_400.0
     """Seconds a delivered task is kept (so a gateway replay of it is recognised), then pruned.

@@ -135,6 +135,17 @@ def check_worker(value: object) -> str:
     return value
 
 
+MAX_CLAIM_BATCH: Final = 1000
+"""The most leases one ``claim_many`` call hands out."""
+
+
+def check_claim_limit(value: object) -> int:
+    """Return ``value`` if it is a valid ``claim_many`` limit (an int from 1 to 1000)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CLAIM_BATCH:
+        raise ValueError(f"claim limit must be an int from 1 to {MAX_CLAIM_BATCH}, got {value!r}")
+    return value
+
+
 class Priority(enum.StrEnum):
     URGENT = "urgent"
     NORMAL = "normal"

@@ -1,6 +1,6 @@
 """Delivery: the bridge loop's outbound half. Post stored replies, then mark them delivered.
 
-A reply leaves custody only when the gateway confirmed it: ``mark_delivered`` runs after the
+A reply leaves custody only when the gateway confirmed it: ``mark_delivered_many`` runs after the
 gateway's answer, never before, so a crash in between re-posts the reply after restart and the
 gateway absorbs the duplicate (it dedupes by task id; a duplicate receipt counts as confirmed).
 Transient trouble (gateway down, 5xx, 429) is retried with backoff inside the gateway client;
@@ -105,27 +105,36 @@ class Delivery:
         if not sendable:
             return len(results)
         answers = await self.gateway.post_results([request for _, request in sendable])
-        async with trio.open_nursery() as nursery:
+        confirmed: list[tuple[Result, ResultReceipt]] = []
+        async with trio.open_nursery() as nursery:  # the marks and dead letters share a commit
             for (result, _), answer in zip(sendable, answers, strict=True):
                 if isinstance(answer, GatewayRequestError):
                     reason = f"the gateway refused the reply: {answer}"
                     nursery.start_soon(self._dead_letter, result.task.id, reason)
                 else:
-                    nursery.start_soon(self._confirmed, result, answer)
+                    confirmed.append((result, answer))
+            if confirmed:
+                nursery.start_soon(self._confirmed, confirmed)
         return len(results)
 
-    async def _confirmed(self, result: Result, receipt: ResultReceipt) -> None:
-        task_id = result.task.id
-        try:
-            await self.store.mark_delivered(task_id)
-        except CustodyConflict as exc:
-            log.warning("delivered %s but could not mark it delivered: %s", task_id, exc)
-            return
-        self.stats.delivered += 1
-        self.stats.no_send += is_no_send(result)
-        if receipt.duplicate:
-            self.stats.duplicates += 1
-            log.info("the gateway already had the reply to %s (duplicate absorbed)", task_id)
+    async def _confirmed(self, confirmed: list[tuple[Result, ResultReceipt]]) -> None:
+        """Mark every confirmed reply delivered, in one store call (one commit)."""
+        marked = await self.store.mark_delivered_many([r.task.id for r, _ in confirmed])
+        for (result, receipt), ok in zip(confirmed, marked, strict=True):
+            task_id = result.task.id
+            if not ok:
+                state = await self.store.state(task_id)
+                log.warning(
+                    "delivered %s but could not mark it delivered: it is %s, not result",
+                    task_id,
+                    "unknown" if state is None else state.value,
+                )
+                continue
+            self.stats.delivered += 1
+            self.stats.no_send += is_no_send(result)
+            if receipt.duplicate:
+                self.stats.duplicates += 1
+                log.info("the gateway already had the reply to %s (duplicate absorbed)", task_id)
 
     async def _dead_letter(self, task_id: str, reason: str) -> None:
         log.error("dead-lettering %s: %s", task_id, reason)

@@ -5,6 +5,9 @@ only after the store's commit returned. A round whose commit fails acks nothing:
 redelivers every task of it when its lease runs out, and ingest is idempotent, so the retry
 is safe. A task the store refuses (too large, a bad room...) is rejected on its own, logged
 and reported to the gateway with the reason, and the rest of the round lands.
+
+A commit that stored new tasks rings ``wakeups.tasks_pending()`` (``PoolWakeups``), so the
+lead assigns them now instead of at its next sweep.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ._custody import InvalidTask, Task
 from ._gateway_client import GatewayClient, GatewayRequestError
 from ._gateway_wire import GatewayTask
 from ._store import Store
+from ._wakeup import PoolWakeups
 
 log = logging.getLogger("tether.bridge.ingest")
 
@@ -76,6 +80,7 @@ class Ingest:
     poll_wait: float = 30.0
     ack_concurrency: int = 16
     retry: Backoff = attrs.field(factory=lambda: Backoff(0.5, 30.0))
+    wakeups: PoolWakeups | None = None
     stats: IngestStats = attrs.field(factory=IngestStats, init=False)
 
     async def run_once(self, wait: float | None = None) -> IngestRound:
@@ -95,6 +100,8 @@ class Ingest:
         landed, more_rejected = await self._commit(good)
         rejected.extend(more_rejected)
         new = tuple(task.id for task, fresh in landed if fresh)
+        if new and self.wakeups is not None:
+            self.wakeups.tasks_pending()
         replays = tuple(task.id for task, fresh in landed if not fresh)
         async with trio.open_nursery() as nursery:
             limiter = trio.CapacityLimiter(self.ack_concurrency)

@@ -16,6 +16,13 @@ Each sweep reads one consistent ``PoolView`` and decides, as a pure function of 
   When a page of pending tasks is held up by rooms whose keeper is full while other workers
   have room, the sweep reads the next tasks without those rooms (no head-of-line blocking).
 
+Sweeps run every ``sweep_interval`` and, given ``wakeups`` (``PoolWakeups``), as soon as the
+pool's work changes: ingest committed new tasks, or a worker freed a slot. Rings that arrive
+during a sweep coalesce into one more sweep, so under load the lead sweeps back to back (each
+sweep assigns a batch) and when idle it costs one sweep per interval. The lead rings each
+worker it assigned to, so the task is claimed at once rather than at the worker's next poll.
+The periodic sweep stays the source of truth: a wake-up that never comes costs latency only.
+
 A returned task is never handed straight to another worker: it goes back to pending, and only a
 later sweep (reading a fresh view) assigns it again. That keeps every move a compare-and-set the
 store can check, and a worker that claims meanwhile simply wins.
@@ -35,6 +42,7 @@ from ._custody import check_worker
 from ._pool_liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive
 from ._pool_stop import StopSignal
 from ._store import PoolView, Store
+from ._wakeup import PoolWakeups, Wakeup
 
 log = logging.getLogger("tether.bridge.pool.lead")
 
@@ -216,15 +224,21 @@ class PoolLead:
     max_skew: float = DEFAULT_MAX_SKEW
     pending_limit: int = 1000
     clock: Callable[[], float] | None = None
+    wakeups: PoolWakeups | None = None
+    """The pool's switchboard: the lead sweeps when it rings and rings the workers it assigns
+    to. ``None``: a sweep every ``sweep_interval`` only."""
     sweeps: int = attrs.field(init=False, default=0)
     last_report: SweepReport | None = attrs.field(init=False, default=None)
     _last_pick: str | None = attrs.field(init=False, default=None)
     _window: int = attrs.field(init=False, default=0)
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
+    _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
 
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
         check_seconds("sweep_interval", self.sweep_interval)
+        if self.wakeups is not None:
+            self._doorbell = self.wakeups.lead
         check_seconds("dead_after", self.dead_after)
         check_seconds("stuck_after", self.stuck_after)
         check_seconds("max_skew", self.max_skew, allow_zero=True)
@@ -257,6 +271,7 @@ class PoolLead:
         Every plan covers all the pages read so far: a room is paged past because its keeper
         is full, possibly with tasks this sweep assigns from an earlier page.
         """
+        self._doorbell.clear()  # this sweep reads everything rung for so far
         view: PoolView | None = None
         limit = self._window or self.pending_limit
         skip: set[str] = set()
@@ -301,6 +316,10 @@ class PoolLead:
             done = await self.store.assign_many([(a.id, a.worker) for a in plan.assign])
             lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
         assigned = tuple(a for a in plan.assign if a.id not in lost)
+        if self.wakeups is not None:
+            self.wakeups.tasks_assigned(a.worker for a in assigned)
+            if returned:
+                self.wakeups.tasks_pending()  # leaderless claimers may take them; sweep again
         report = SweepReport(
             at=now,
             lead=self.name,
@@ -329,6 +348,11 @@ class PoolLead:
         self.sweeps += 1
         self.last_report = report
         return report
+
+    async def _ring_on_stop(self) -> None:
+        """A stop ends the wait between sweeps at once (the doorbell is the only wait)."""
+        await self._stop.wait()
+        self._doorbell.set()
 
     def _next_window(self, view: PoolView, now: float) -> int:
         """How many pending tasks the next sweep reads: a few times what the live workers can
@@ -361,7 +385,8 @@ class PoolLead:
         return tuple(sorted(returned, key=lambda r: r.id))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Sweep every ``sweep_interval`` seconds until stopped (ready after the first sweep).
+        """Sweep every ``sweep_interval`` seconds, or sooner when rung, until stopped (ready
+        after the first sweep).
 
         On a soft stop the lead removes its beat, so workers go leaderless at once instead of
         after ``dead_after``.
@@ -371,11 +396,11 @@ class PoolLead:
             nursery.start_soon(
                 self._stop.forward_supervisor_stop, name=f"pool-lead:{self.name}::stop"
             )
+            nursery.start_soon(self._ring_on_stop, name=f"pool-lead:{self.name}::stop-ring")
             await self.sweep_once()
             task_status.started()
             while not self._stop.is_set():
-                with trio.move_on_after(self.sweep_interval):
-                    await self._stop.wait()
+                await self._doorbell.wait(self.sweep_interval)
                 if self._stop.is_set():
                     break
                 await self.sweep_once()

@@ -5,6 +5,10 @@
   worker's assignment or claim: the store's claim query cannot return them. While leaderless
   it does the lead's dead-worker duty on each beat: assignments of a worker that is not alive
   go back to pending (never straight to itself), or they would wait for a lead forever.
+  Every free slot is filled by ONE ``claim_many`` call (one commit), not a claim each. When
+  nothing is there it waits ``poll_interval``, or less: the lead rings its doorbell
+  (``PoolWakeups``) when it assigned to it, and ingest does when a leaderless worker could
+  claim new pending tasks.
 - Concurrency: at most ``concurrency`` claims at once (a semaphore held from claim to outcome),
   so the worker never holds a lease it is not working on.
 - Leases: a heartbeat every ``heartbeat_interval`` beats and renews every claim in hand (one
@@ -42,6 +46,7 @@ from ._pool_liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._pool_stall import Notify, StallWatcher
 from ._pool_stop import StopSignal
 from ._store import Store, WorkerInfo
+from ._wakeup import PoolWakeups, Wakeup
 
 log = logging.getLogger("tether.bridge.pool.worker")
 
@@ -85,7 +90,10 @@ class PoolWorker:
     heartbeat_interval: float | None = None
     """Seconds between beats and lease renewals (default: a third of the lease, at most 2 s)."""
     poll_interval: float = 0.2
-    """Seconds to wait after finding nothing to claim."""
+    """Seconds to wait after finding nothing to claim (the fallback when no wake-up comes)."""
+    wakeups: PoolWakeups | None = None
+    """The pool's switchboard: rung when work is assigned to this worker; the worker rings it
+    when it frees a slot (so the lead refills it). ``None``: polling only."""
     lead_dead_after: float = 10.0
     """The lead counts as dead (go leaderless) after this long without a beat; so does, while
     leaderless, another worker holding assignments (they go back to pending)."""
@@ -113,6 +121,7 @@ class PoolWorker:
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
     _interval: float = attrs.field(init=False, default=0.0)
     _stopping: bool = attrs.field(init=False, default=False)
+    _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
 
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
@@ -130,6 +139,8 @@ class PoolWorker:
         ):
             raise ValueError(f"capacity must be an int >= concurrency ({c}), got {self.capacity!r}")
         check_seconds("poll_interval", self.poll_interval)
+        if self.wakeups is not None:
+            self._doorbell = self.wakeups.worker(self.name)
         check_seconds("stall_after", self.stall_after)
         check_seconds("lead_dead_after", self.lead_dead_after)
         check_seconds("max_skew", self.max_skew, allow_zero=True)
@@ -199,6 +210,8 @@ class PoolWorker:
     async def _leave(self) -> None:
         """Give back unclaimed assignments and forget the beat (the lead need not wait out
         ``dead_after``). Best effort: a closed store leaves that to the lead."""
+        if self.wakeups is not None:
+            self.wakeups.set_leaderless(self.name, False)
         try:
             await self._give_back_assignments()
             await self.store.remove_worker(self.name)
@@ -221,22 +234,31 @@ class PoolWorker:
             work.start_soon(cancel_on_stop, name=f"{self._label}::stop")
             while True:
                 await slots.acquire()
+                wanted = 1
+                while slots.value > 0:  # every free slot, in one claim_many
+                    slots.acquire_nowait()
+                    wanted += 1
+                self._doorbell.clear()  # what it announced is in the store now: the claim sees it
                 try:
-                    claim = await self.store.claim(self.name, leaderless=self.leaderless)
+                    claims = await self.store.claim_many(
+                        self.name, wanted, leaderless=self.leaderless
+                    )
                 except BaseException:
-                    slots.release()
+                    for _ in range(wanted):
+                        slots.release()
                     raise
-                if claim is None:
+                for _ in range(wanted - len(claims)):
                     slots.release()
-                    await trio.sleep(self.poll_interval)
-                    continue
-                work.start_soon(
-                    self._run_claim,
-                    session,
-                    claim,
-                    slots,
-                    name=f"{self._label}::task:{claim.task.id}",
-                )
+                for claim in claims:
+                    work.start_soon(
+                        self._run_claim,
+                        session,
+                        claim,
+                        slots,
+                        name=f"{self._label}::task:{claim.task.id}",
+                    )
+                if len(claims) < wanted:  # the store had no more: wait for news or the poll
+                    await self._doorbell.wait(self.poll_interval)
 
     async def _run_claim(self, session: Session, claim: Claim, slots: trio.Semaphore) -> None:
         try:
@@ -244,6 +266,8 @@ class PoolWorker:
                 await trio.sleep(self.poll_interval)  # the agent refused: don't hammer it
         finally:
             slots.release()
+            if self.wakeups is not None:
+                self.wakeups.capacity_freed()  # the lead refills the slot
 
     async def _run_entry(self, session: Session, claim: Claim) -> bool:
         """Run one claim to its stored outcome; ``False`` if the session did not run it."""
@@ -355,6 +379,8 @@ class PoolWorker:
                 "no live lead; claiming pending tasks directly" if leaderless else "lead is back",
             )
         self.leaderless = leaderless
+        if self.wakeups is not None:
+            self.wakeups.set_leaderless(self.name, leaderless and not self._stopping)
         if leaderless and not self._stopping:
             await self._return_dead_assignments(members)
 

@@ -47,6 +47,7 @@ from ._custody import (
     TaskRecord,
     UnknownTask,
     check_body,
+    check_claim_limit,
     check_task_id,
     check_worker,
 )
@@ -515,6 +516,34 @@ class PostgresStore:
             )
         return claim
 
+    async def claim_many(
+        self, worker: str, limit: int, *, leaderless: bool = False
+    ) -> Sequence[Claim]:
+        check_worker(worker)
+        check_claim_limit(limit)
+        now = self.clock()
+        lease_until = now + self.lease_s
+        params = {
+            "worker": worker,
+            "leaderless": leaderless,
+            "limit": limit,
+            "now": now,
+            "until": lease_until,
+        }
+        sql = self._sql.claim_many
+
+        def op(conn: Conn) -> list[Claim]:
+            return [
+                Claim(_task(row), worker, row[5], lease_until) for row in conn.execute(sql, params)
+            ]
+
+        claims = await self._run(op)
+        for claim in claims:
+            _clog.moved(
+                claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
+            )
+        return claims
+
     async def renew(self, claim: Claim) -> Claim:
         params = self._fence_params(claim)
         params["until"] = params["now"] + self.lease_s
@@ -668,6 +697,28 @@ class PostgresStore:
             )
         if before is None:
             _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+
+    async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
+        checked = [check_task_id(id) for id in ids]
+        if not checked:
+            return []
+        params = {"ids": checked, "now": self.clock()}
+        sql, delivered_sql = self._sql.deliver_many, self._sql.delivered_among
+
+        def op(conn: Conn) -> tuple[set[str], set[str]]:
+            moved = {r[0] for r in conn.execute(sql, params)}
+            missed = [id for id in checked if id not in moved]
+            already: set[str] = set()
+            if missed:
+                # a new statement: it sees what a concurrent delivery that made ours miss
+                # committed (delivered there is delivered all the same)
+                already = {r[0] for r in conn.execute(delivered_sql, {"ids": missed})}
+            return moved, already
+
+        moved, already = await self._run(op)
+        for id in moved:
+            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+        return [id in moved or id in already for id in checked]
 
     async def dead_letter(self, id: str, reason: str) -> None:
         check_task_id(id)
@@ -988,6 +1039,30 @@ class _Sql:
         )
 
     @property
+    def claim_many(self) -> str:
+        # ``claim`` for up to %(limit)s rows: own assignments first, then (leaderless) pending
+        # ones to make up the rest, returned in that order (priority, then age, in each)
+        tasks = f"{self.s}.tasks"
+        return (
+            f"WITH mine AS (SELECT id FROM {tasks} WHERE state = 'assigned' "
+            "AND owner = %(worker)s ORDER BY priority, seq LIMIT %(limit)s "
+            "FOR UPDATE SKIP LOCKED), "
+            f"pool AS (SELECT id FROM {tasks} WHERE %(leaderless)s AND state = 'pending' "
+            "ORDER BY priority, seq LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM mine)) "
+            "FOR UPDATE SKIP LOCKED), "
+            "pick AS (SELECT id, 0 AS grp FROM mine UNION ALL SELECT id, 1 FROM pool), "
+            f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
+            "lease_until = %(until)s, updated_at = %(now)s FROM pick "
+            "WHERE t.id = pick.id AND t.state IN ('assigned', 'pending') "
+            f"RETURNING {_TASK_COLS}, t.attempt, pick.grp, t.priority AS rank, t.seq), "
+            # one row per room (ON CONFLICT cannot touch a row twice)
+            f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
+            "SELECT DISTINCT room, %(worker)s, %(now)s FROM u WHERE room IS NOT NULL "
+            "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at) "
+            "SELECT * FROM u ORDER BY grp, rank, seq"
+        )
+
+    @property
     def renew(self) -> str:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET lease_until = greatest(t.lease_until, %(until)s), "
@@ -1057,6 +1132,20 @@ class _Sql:
             f"UPDATE {self.s}.tasks t SET state = 'delivered', updated_at = %(now)s "
             "WHERE t.id = %(id)s AND t.state = 'result'",
             "1",
+        )
+
+    @property
+    def deliver_many(self) -> str:
+        return (
+            f"UPDATE {self.s}.tasks t SET state = 'delivered', updated_at = %(now)s "
+            "WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'result' RETURNING t.id"
+        )
+
+    @property
+    def delivered_among(self) -> str:
+        return (
+            f"SELECT t.id FROM {self.s}.tasks t "
+            "WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'delivered'"
         )
 
     @property

@@ -50,6 +50,7 @@ from ._pool_stall import StallWatcher
 from ._pool_worker import RELEASE_TIMEOUT, PoolWorker
 from ._reconcile import Reconciler
 from ._store import Store
+from ._wakeup import PoolWakeups
 
 if TYPE_CHECKING:
     from ..observe import CounterSource
@@ -92,6 +93,8 @@ class BridgeService:
     fatal: BaseException | None = attrs.field(default=None, init=False)
     running: bool = attrs.field(default=False, init=False)
     """True once every child started (``run`` reported ready)."""
+    wakeups: PoolWakeups = attrs.field(factory=PoolWakeups, init=False)
+    """Ingest, the lead and the workers ring each other through it (in this process)."""
     _failed: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     @property
@@ -130,7 +133,7 @@ class BridgeService:
                 GatewayClient(config.gateway, config.token_file, **options)
             )
             self.gateway = gateway
-            self.ingest = Ingest(store, gateway, poll_wait=config.poll_wait)
+            self.ingest = Ingest(store, gateway, poll_wait=config.poll_wait, wakeups=self.wakeups)
             self.delivery = Delivery(store, gateway)
             supervisor = await stack.enter_async_context(
                 open_supervisor(name="bridge", strategy="one_for_one", max_restarts=10, period=30)
@@ -261,6 +264,7 @@ class BridgeService:
                 concurrency=config.concurrency,
                 poll_interval=config.poll_interval,
                 stop_grace=config.grace,
+                wakeups=self.wakeups,
                 after_complete=self._result_stored,
             )
             for name in worker_names(config.client_name, config.workers)
@@ -284,7 +288,12 @@ class BridgeService:
         ]
         if config.lead:
             # before the workers, so a soft stop ends it after them; it drops its beat then
-            lead = PoolLead(store, name=f"{stem}-lead", sweep_interval=config.sweep_interval)
+            lead = PoolLead(
+                store,
+                name=f"{stem}-lead",
+                sweep_interval=config.sweep_interval,
+                wakeups=self.wakeups,
+            )
             specs.insert(3, self._spec("lead", lead.run))
         return specs
 

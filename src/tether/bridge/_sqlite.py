@@ -42,6 +42,7 @@ from ._custody import (
     TaskRecord,
     UnknownTask,
     check_body,
+    check_claim_limit,
     check_task_id,
     check_worker,
 )
@@ -366,40 +367,50 @@ class SqliteStore:
     # -- worker -------------------------------------------------------------------------------
 
     async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
+        claims = await self.claim_many(worker, 1, leaderless=leaderless)
+        return claims[0] if claims else None
+
+    async def claim_many(
+        self, worker: str, limit: int, *, leaderless: bool = False
+    ) -> Sequence[Claim]:
         check_worker(worker)
+        check_claim_limit(limit)
         now = self.clock()
         lease_until = now + self.lease_s
 
-        def op(conn: sqlite3.Connection) -> Claim | None:
-            row = conn.execute(
+        def op(conn: sqlite3.Connection) -> list[Claim]:
+            rows = conn.execute(
                 f"SELECT {_TASK_COLS}, attempt FROM tasks "
-                "WHERE state = 'assigned' AND owner = ? ORDER BY priority, rowid LIMIT 1",
-                (worker,),
-            ).fetchone()
-            if row is None and leaderless:
-                row = conn.execute(
+                "WHERE state = 'assigned' AND owner = ? ORDER BY priority, rowid LIMIT ?",
+                (worker, limit),
+            ).fetchall()
+            if len(rows) < limit and leaderless:
+                rows += conn.execute(
                     f"SELECT {_TASK_COLS}, attempt FROM tasks "
-                    "WHERE state = 'pending' AND owner IS NULL ORDER BY priority, rowid LIMIT 1"
-                ).fetchone()
-            if row is None:
-                return None
-            cur = conn.execute(
-                "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, updated_at = ? "
-                "WHERE id = ? AND state IN ('assigned', 'pending') AND attempt = ?",
-                (worker, lease_until, now, row[0], row[5]),
-            )
-            if cur.rowcount != 1:  # cannot happen under the write lock; never hand out twice
-                raise CustodyConflict(f"task {row[0]!r} moved while being claimed")
-            if row[2] is not None:
-                _note_room(conn, row[2], worker, now)
-            return Claim(_task(row), worker, row[5], lease_until)
+                    "WHERE state = 'pending' AND owner IS NULL ORDER BY priority, rowid LIMIT ?",
+                    (limit - len(rows),),
+                ).fetchall()
+            claims: list[Claim] = []
+            for row in rows:
+                cur = conn.execute(
+                    "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
+                    "updated_at = ? WHERE id = ? AND state IN ('assigned', 'pending') "
+                    "AND attempt = ?",
+                    (worker, lease_until, now, row[0], row[5]),
+                )
+                if cur.rowcount != 1:  # cannot happen under the write lock; never hand out twice
+                    raise CustodyConflict(f"task {row[0]!r} moved while being claimed")
+                if row[2] is not None:
+                    _note_room(conn, row[2], worker, now)
+                claims.append(Claim(_task(row), worker, row[5], lease_until))
+            return claims
 
-        claim: Claim | None = await self._writer.run(op)
-        if claim is not None:
+        claims = await self._writer.run(op)
+        for claim in claims:
             _clog.moved(
                 claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
             )
-        return claim
+        return claims
 
     async def renew(self, claim: Claim) -> Claim:
         worker, attempt, id = _fence_args(claim)
@@ -659,6 +670,33 @@ class SqliteStore:
 
         if await self._writer.run(op):
             _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+
+    async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
+        for id in ids:
+            check_task_id(id)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> tuple[list[bool], list[str]]:
+            done: list[bool] = []
+            moved: list[str] = []
+            for id in ids:
+                cur = conn.execute(
+                    "UPDATE tasks SET state = 'delivered', updated_at = ? "
+                    "WHERE id = ? AND state = 'result'",
+                    (now, id),
+                )
+                if cur.rowcount == 1:
+                    done.append(True)
+                    moved.append(id)
+                else:
+                    rec = _record(conn, id)
+                    done.append(rec is not None and rec.state is CustodyState.DELIVERED)
+            return done, moved
+
+        done, moved = await self._writer.run(op)
+        for id in moved:
+            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+        return done
 
     async def dead_letter(self, id: str, reason: str) -> None:
         check_task_id(id)

@@ -176,6 +176,15 @@ class Store(Protocol):
         tasks only when ``leaderless``. ``None`` if nothing is there."""
         ...
 
+    async def claim_many(
+        self, worker: str, limit: int, *, leaderless: bool = False
+    ) -> Sequence[Claim]:
+        """Up to ``limit`` leases in ONE transaction, in the order ``limit`` calls of ``claim``
+        would hand them out (own assignments by priority then age, then pending tasks only when
+        ``leaderless``); each is fenced on its own like a ``claim``'s. Empty if nothing is
+        there; ``ValueError`` unless ``limit`` is an int from 1 to ``MAX_CLAIM_BATCH``."""
+        ...
+
     async def renew(self, claim: Claim) -> Claim:
         """Extend a live lease by ``lease_s`` from now; ``StaleLease`` if fenced out."""
         ...
@@ -247,6 +256,12 @@ class Store(Protocol):
 
     async def mark_delivered(self, id: str) -> None:
         """result -> delivered (a repeat on a delivered id is a no-op); else ``CustodyConflict``."""
+        ...
+
+    async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
+        """``mark_delivered`` for each id in ONE transaction: ``True`` where the task is now
+        delivered (or already was), ``False`` where it is unknown or in another state (nothing
+        changes for it). Every id is validated first: a malformed one refuses the call."""
         ...
 
     async def dead_letter(self, id: str, reason: str) -> None:

@@ -1,0 +1,94 @@
+"""Wake-ups: tell a polling loop "look now" instead of letting it sleep out its interval.
+
+The pool hands out work through the store, and the store stays the source of truth: every loop
+still looks on its own schedule (the lead's sweep, a worker's poll, delivery's idle tick), so a
+lost or missing wake-up only costs latency, never a task. A wake-up just ends the wait early.
+
+``Wakeup`` is one consumer's doorbell: ``set()`` any number of times (sync, from any task of
+the same Trio run; no task is spawned), and the next ``wait()`` returns at once; rings while
+the consumer is busy coalesce into one, so a burst of commits costs one extra look, not one
+per commit.
+
+``PoolWakeups`` is the pool's switchboard, named by *what happened* rather than by who
+listens: ``tasks_pending()`` (ingest committed new tasks, or a task went back to pending),
+``tasks_assigned(workers)`` (the lead assigned work to them), ``capacity_freed()`` (a worker
+stored an outcome, so it can take more). In one process the bridge passes one instance to its
+ingest, lead and workers. A backend that can signal across processes (PostgreSQL
+``LISTEN``/``NOTIFY``) plugs in at the same methods: its listener calls them when a
+notification arrives, and nothing else changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+import trio
+
+
+@attrs.define(eq=False)
+class Wakeup:
+    """A coalescing doorbell for one waiting loop."""
+
+    rings: int = attrs.field(init=False, default=0)
+    """How many times ``set`` was called (tests and stats read it)."""
+    _event: trio.Event = attrs.field(init=False, factory=trio.Event)
+
+    def set(self) -> None:
+        self.rings += 1
+        self._event.set()
+
+    def clear(self) -> None:
+        """Forget a ring (the consumer is about to look anyway)."""
+        if self._event.is_set():
+            self._event = trio.Event()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self, at_most: float) -> bool:
+        """Wait until rung or ``at_most`` seconds pass; ``True`` if rung. Consumes the ring."""
+        with trio.move_on_after(at_most):
+            await self._event.wait()
+        rung = self._event.is_set()
+        if rung:
+            self._event = trio.Event()
+        return rung
+
+
+@attrs.define(eq=False)
+class PoolWakeups:
+    """Who to wake when the pool's work changes (see the module docstring)."""
+
+    lead: Wakeup = attrs.field(factory=Wakeup)
+    _workers: dict[str, Wakeup] = attrs.field(init=False, factory=dict)
+    _leaderless: set[str] = attrs.field(init=False, factory=set)
+
+    def worker(self, name: str) -> Wakeup:
+        """``name``'s doorbell (made on first use; a restarted worker gets the same one)."""
+        wakeup = self._workers.get(name)
+        if wakeup is None:
+            wakeup = self._workers[name] = Wakeup()
+        return wakeup
+
+    def set_leaderless(self, name: str, leaderless: bool) -> None:
+        """A worker claiming pending tasks directly wants to hear about new pending tasks."""
+        if leaderless:
+            self._leaderless.add(name)
+        else:
+            self._leaderless.discard(name)
+
+    def tasks_pending(self) -> None:
+        """New pending tasks: the lead sweeps now; leaderless workers claim now."""
+        self.lead.set()
+        for name in self._leaderless:
+            self.worker(name).set()
+
+    def tasks_assigned(self, workers: Iterable[str]) -> None:
+        """The lead assigned tasks to ``workers``: each claims now."""
+        for name in set(workers):
+            self.worker(name).set()
+
+    def capacity_freed(self) -> None:
+        """A worker finished a task (its slot is free; a failed task may be pending again)."""
+        self.tasks_pending()

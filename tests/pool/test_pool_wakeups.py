@@ -1,0 +1,221 @@
+"""Wake-ups: work moves at once when rung, not at the next sweep or poll (virtual time)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from tether.agents import echo
+from tether.bridge import Claim, CustodyState, PoolLead, PoolWorker, SqliteStore, Task
+from tether.bridge._wakeup import PoolWakeups, Wakeup
+
+from .conftest import StoreAwareClock
+from .pool_support import wait_for
+
+S = CustodyState
+SLOW = 60.0
+"""The sweep and poll intervals here: anything that waits for them takes a virtual minute."""
+PROMPT = 0.5
+"""What "at once" means in virtual seconds (the store's commits take no virtual time)."""
+
+
+async def _answered(store: SqliteStore, n: int) -> bool:
+    return (await store.counts())[S.RESULT] == n
+
+
+async def test_a_wakeup_coalesces_rings_and_times_out_when_silent(
+    mock_clock: StoreAwareClock,
+) -> None:
+    bell = Wakeup()
+    start = trio.current_time()
+    assert await bell.wait(2.0) is False
+    assert trio.current_time() - start == 2.0
+    bell.set()
+    bell.set()
+    start = trio.current_time()
+    assert await bell.wait(2.0) is True  # a ring before the wait is kept, not missed
+    assert trio.current_time() == start
+    assert await bell.wait(2.0) is False  # both rings were one
+    bell.set()
+    bell.clear()
+    assert await bell.wait(1.0) is False
+    assert bell.rings == 3
+
+    async def ring_later() -> None:
+        await trio.sleep(0.25)
+        bell.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ring_later)
+        start = trio.current_time()
+        assert await bell.wait(5.0) is True
+        assert trio.current_time() - start == 0.25
+
+
+async def test_a_rung_lead_and_worker_answer_a_task_without_waiting_for_sweep_or_poll(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    wakeups = PoolWakeups()
+    lead = PoolLead(timed_store, sweep_interval=SLOW, wakeups=wakeups)
+    worker = PoolWorker(
+        timed_store, "w1", echo.factory, poll_interval=SLOW, heartbeat_interval=1.0, wakeups=wakeups
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lead.run)
+        await nursery.start(worker.run)
+        await trio.sleep(3.0)  # both idle, mid-interval
+        sweeps = lead.sweeps
+        start = trio.current_time()
+        await timed_store.ingest(Task("t1", "hello", room="r"))
+        wakeups.tasks_pending()  # what ingest does after its commit
+        await wait_for(lambda: _answered(timed_store, 1), within=PROMPT, step=0.01)
+        assert trio.current_time() - start < PROMPT
+        assert lead.sweeps > sweeps  # rung sweeps (the completion rings it once more)
+        worker.request_stop()
+        lead.request_stop()
+
+
+async def test_without_a_ring_the_task_waits_for_the_sweep(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """The control for the test above: the same pool without wake-ups waits out the sweep."""
+    lead = PoolLead(timed_store, sweep_interval=SLOW)
+    worker = PoolWorker(timed_store, "w1", echo.factory, poll_interval=SLOW, heartbeat_interval=1.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lead.run)
+        await nursery.start(worker.run)
+        await trio.sleep(3.0)
+        start = trio.current_time()
+        await timed_store.ingest(Task("t1", "hello"))
+        await wait_for(lambda: _answered(timed_store, 1), within=3 * SLOW, step=0.01)
+        assert trio.current_time() - start > SLOW / 2
+        worker.request_stop()
+        lead.request_stop()
+
+
+async def test_a_freed_slot_makes_the_lead_refill_the_worker_at_once(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """More tasks than the worker's capacity: each completion rings the lead, which assigns
+    the next ones, which rings the worker; nothing waits for an interval."""
+    wakeups = PoolWakeups()
+    lead = PoolLead(timed_store, sweep_interval=SLOW, wakeups=wakeups)
+    worker = PoolWorker(
+        timed_store,
+        "w1",
+        echo.factory,
+        concurrency=2,
+        poll_interval=SLOW,
+        heartbeat_interval=1.0,
+        wakeups=wakeups,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lead.run)
+        await nursery.start(worker.run)
+        start = trio.current_time()
+        await timed_store.ingest_many([Task(f"t{i:02}", f"m{i}") for i in range(20)])
+        wakeups.tasks_pending()
+        await wait_for(lambda: _answered(timed_store, 20), within=PROMPT, step=0.01)
+        assert trio.current_time() - start < PROMPT
+        worker.request_stop()
+        lead.request_stop()
+
+
+async def test_the_lead_rings_only_the_workers_it_assigned_to(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    wakeups = PoolWakeups()
+    for name in ("w1", "w2"):
+        await timed_store.beat(name, "worker", 4)
+    await timed_store.ingest(Task("t1", "x"))
+    lead = PoolLead(timed_store, wakeups=wakeups)
+    report = await lead.sweep_once()
+    [assigned] = report.assigned
+    other = "w2" if assigned.worker == "w1" else "w1"
+    assert wakeups.worker(assigned.worker).is_set()
+    assert not wakeups.worker(other).is_set()
+    assert not wakeups.lead.is_set()  # its own sweep consumed any ring before it read
+
+
+async def test_a_leaderless_worker_is_rung_for_new_pending_tasks(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    wakeups = PoolWakeups()
+    worker = PoolWorker(
+        timed_store,
+        "w1",
+        echo.factory,
+        poll_interval=SLOW,
+        heartbeat_interval=1.0,
+        lead_dead_after=2.0,
+        wakeups=wakeups,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await trio.sleep(3.0)
+        assert worker.leaderless
+        start = trio.current_time()
+        await timed_store.ingest(Task("t1", "hello"))
+        wakeups.tasks_pending()
+        await wait_for(lambda: _answered(timed_store, 1), within=PROMPT, step=0.01)
+        assert trio.current_time() - start < PROMPT
+        worker.request_stop()
+    wakeups.tasks_pending()  # a worker that left is no longer rung for pending tasks
+    assert not wakeups.worker("w1").is_set()
+
+
+@attrs.define(eq=False)
+class CountingStore:
+    """A real store that records the size of every ``claim_many`` call."""
+
+    inner: SqliteStore
+    batches: list[int] = attrs.field(factory=list)
+
+    async def claim_many(
+        self, worker: str, limit: int, *, leaderless: bool = False
+    ) -> Sequence[Claim]:
+        self.batches.append(limit)
+        return await self.inner.claim_many(worker, limit, leaderless=leaderless)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_worker_fills_all_its_free_slots_with_one_claim_many(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    gate = trio.Event()
+
+    async def held(task: Task) -> str:
+        await gate.wait()
+        return f"done {task.id}"
+
+    def factory(session: Any) -> None:
+        session.add_handler("task", held)
+
+    store = CountingStore(timed_store)
+    await timed_store.ingest_many([Task(f"t{i}", "x") for i in range(6)])
+    await timed_store.assign_many([(f"t{i}", "w1") for i in range(6)])
+    worker = PoolWorker(
+        store,
+        "w1",
+        factory,
+        concurrency=4,
+        poll_interval=SLOW,
+        heartbeat_interval=1.0,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await wait_for(lambda: _claimed(timed_store, 4), within=PROMPT, step=0.01)
+        assert store.batches == [4]  # four slots free: one call for all of them
+        gate.set()
+        await wait_for(lambda: _answered(timed_store, 6), within=PROMPT, step=0.01)
+        assert sum(store.batches) >= 6
+        worker.request_stop()
+
+
+async def _claimed(store: SqliteStore, n: int) -> bool:
+    return (await store.counts())[S.CLAIMED] == n
