@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -15,15 +16,16 @@ from ._support import STARTED, GatewayHandle, LiveGateway, gateway_client
 
 
 @pytest.fixture(autouse=True)
-async def reap_bridges() -> AsyncIterator[None]:
-    """SIGKILL (and wait for) every bridge process a test left running, pass or fail."""
+def reap_bridges() -> Iterator[None]:
+    """SIGKILL (and reap) every bridge process a test left running, pass or fail."""
     yield
     while STARTED:
         process = STARTED.pop()
-        if process.returncode is None:
+        if process.poll() is None:
             process.kill()
-            with trio.move_on_after(10):
-                await process.wait()
+            deadline = time.monotonic() + 10
+            while process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
 
 
 @pytest.fixture
