@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import attrs
 import pytest
@@ -224,10 +225,10 @@ async def test_adopt_running_finds_tasks_started_before_install() -> None:
             trio.lowlevel.remove_instrument(reg)
 
 
-class _FlakyLive(dict[trio.lowlevel.Task, tuple[str | None, float]]):
+class _FlakyLive(dict[trio.lowlevel.Task, Any]):
     """A live-set whose insert fails for one task name, to force a hook failure."""
 
-    def __setitem__(self, task: trio.lowlevel.Task, value: tuple[str | None, float]) -> None:
+    def __setitem__(self, task: trio.lowlevel.Task, value: Any) -> None:
         if task.name == "second":
             raise RuntimeError("insert broke")
         super().__setitem__(task, value)
