@@ -56,7 +56,17 @@ from ..bridge._gateway_wire import (
     parse_result_batch,
 )
 from ..bridge._token_file import TokenFileError
-from ._asgi import HttpError, Receive, Request, Scope, Send, send_bytes, send_json
+from ._asgi import (
+    HttpError,
+    Receive,
+    Request,
+    Scope,
+    Send,
+    allow_methods,
+    send_bytes,
+    send_json,
+    serve_lifespan,
+)
 from ._auth import TokenSource, bearer_token
 from ._store import FINAL_STATES, Conflict, GatewayStore, ItemOutcome, StoredTask
 from ._wire import message_view, parse_message, task_for_worker
@@ -126,7 +136,7 @@ class GatewayApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await serve_lifespan(receive, send)
             return
         if scope["type"] != "http":
             return  # websockets: not offered; the server closes the connection
@@ -144,12 +154,12 @@ class GatewayApp:
     async def _route(self, request: Request, send: Send) -> None:
         path, method = request.path, request.method
         if path in _STATIC:
-            _allow(method, "GET")
+            allow_methods(method, "GET")
             name, content_type = _STATIC[path]
             await send_bytes(send, 200, self._static[name], content_type, _PAGE_HEADERS)
             return
         if path == "/healthz":
-            _allow(method, "GET")
+            allow_methods(method, "GET")
             await send_json(send, 200, {"ok": True, "protocol_version": PROTOCOL_VERSION})
             return
         handler = self._handler(path, method)
@@ -157,37 +167,37 @@ class GatewayApp:
 
     def _handler(self, path: str, method: str) -> Callable[[Request, Send], Awaitable[None]]:
         if path == "/v1/tasks":
-            _allow(method, "GET")
+            allow_methods(method, "GET")
             return self._poll_tasks
         if _ACK_PATH.fullmatch(path):
-            _allow(method, "POST")
+            allow_methods(method, "POST")
             return self._ack
         if _REJECT_PATH.fullmatch(path):
-            _allow(method, "POST")
+            allow_methods(method, "POST")
             return self._reject
         if path == "/v1/results":
-            _allow(method, "POST")
+            allow_methods(method, "POST")
             return self._result
         if path == "/v1/acks":
-            _allow(method, "POST")
+            allow_methods(method, "POST")
             return self._ack_batch
         if path == "/v1/results/batch":
-            _allow(method, "POST")
+            allow_methods(method, "POST")
             return self._result_batch
         if path == "/v1/notices":
-            _allow(method, "POST")
+            allow_methods(method, "POST")
             return self._notice
         if path == "/v1/heartbeat":
-            _allow(method, "POST")
+            allow_methods(method, "POST")
             return self._heartbeat
         if path == "/v1/stats":
-            _allow(method, "GET")
+            allow_methods(method, "GET")
             return self._stats
         if path == "/v1/messages":
-            _allow(method, "GET", "POST")
+            allow_methods(method, "GET", "POST")
             return self._submit if method == "POST" else self._history
         if _MESSAGE_PATH.fullmatch(path):
-            _allow(method, "GET")
+            allow_methods(method, "GET")
             return self._message
         raise HttpError(404, f"no such endpoint: {path[:200]}")
 
@@ -409,25 +419,6 @@ async def _cancel_on_disconnect(request: Request) -> AsyncIterator[Callable[[], 
         nursery.start_soon(watch)
         yield lambda: gone
         nursery.cancel_scope.cancel()
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
-def _allow(method: str, *allowed: str) -> None:
-    if method not in allowed:
-        raise HttpError(
-            405,
-            f"method {method} not allowed here; use {' or '.join(allowed)}",
-            [(b"allow", ", ".join(allowed).encode())],
-        )
 
 
 def _valid(check: Callable[..., Any], *args: Any) -> Any:
