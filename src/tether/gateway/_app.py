@@ -65,7 +65,7 @@ from ._asgi import (
     allow_methods,
     send_bytes,
     send_json,
-    serve_lifespan,
+    serve_http,
 )
 from ._auth import TokenSource, bearer_token
 from ._store import FINAL_STATES, Conflict, GatewayStore, ItemOutcome, StoredTask
@@ -135,19 +135,15 @@ class GatewayApp:
         self._answered.set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return  # websockets: not offered; the server closes the connection
-        try:
-            request = Request.from_scope(scope, receive)
-            await self._route(request, send)
-        except HttpError as exc:
-            await send_json(send, exc.status, {"error": exc.message}, exc.headers)
-        except Exception:
-            log.exception("gateway: unhandled error on %s %s", scope["method"], scope["path"])
-            await send_json(send, 500, {"error": "internal error; see the gateway's log"})
+        await serve_http(
+            scope,
+            receive,
+            send,
+            self._route,
+            log=log,
+            who="gateway",
+            see_log="the gateway's log",
+        )
 
     # -- routing -----------------------------------------------------------------------
 

@@ -7,11 +7,13 @@ the body limit, the JSON error shape and the headers are enforced in one place.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qsl
 
 import attrs
+import hypercorn.config
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -172,3 +174,51 @@ def allow_methods(method: str, *allowed: str) -> None:
             f"method {method} not allowed here; use {' or '.join(allowed)}",
             [(b"allow", ", ".join(allowed).encode())],
         )
+
+
+async def serve_http(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    route: Callable[[Request, Send], Awaitable[None]],
+    *,
+    log: logging.Logger,
+    who: str,
+    see_log: str,
+) -> None:
+    """The ASGI entry both tether servers share: lifespan answered, websockets refused,
+    ``HttpError`` as its JSON status, anything else logged and answered 500."""
+    if scope["type"] == "lifespan":
+        await serve_lifespan(receive, send)
+        return
+    if scope["type"] != "http":
+        return  # websockets: not offered; the server closes the connection
+    try:
+        await route(Request.from_scope(scope, receive), send)
+    except HttpError as exc:
+        await send_json(send, exc.status, {"error": exc.message}, exc.headers)
+    except Exception:
+        log.exception("%s: unhandled error on %s %s", who, scope["method"], scope["path"])
+        await send_json(send, 500, {"error": f"internal error; see {see_log}"})
+
+
+def hypercorn_config(
+    host: str, port: int, *, graceful_timeout: float, errorlog: str
+) -> hypercorn.config.Config:
+    """Bind ``host:port`` (IPv6 bracketed), errors to the ``errorlog`` logger, no access log,
+    no ``Server`` header."""
+    config = hypercorn.config.Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.errorlog = logging.getLogger(errorlog)
+    config.accesslog = None
+    config.graceful_timeout = graceful_timeout
+    config.include_server_header = False
+    return config
+
+
+def sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one error inside nested groups (e.g. "address already in use"), else the group."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

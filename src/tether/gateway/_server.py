@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import hypercorn.config
 import hypercorn.trio
 import trio
 
 from .._util import open_nursery_unwrapped
 from ._app import AppLimits, GatewayApp
+from ._asgi import hypercorn_config, sole_error
 from ._auth import TokenSource
 from ._store import GatewayStore
 
@@ -89,12 +89,17 @@ async def serve(
                     partial(
                         hypercorn.trio.serve,
                         asgi_app,
-                        _hypercorn_config(settings),
+                        hypercorn_config(
+                            settings.host,
+                            settings.port,
+                            graceful_timeout=settings.graceful_timeout,
+                            errorlog="tether.gateway.http",
+                        ),
                         shutdown_trigger=stop.wait,
                     )
                 )
             except BaseExceptionGroup as group:
-                raise _sole_error(group) from None
+                raise sole_error(group) from None
             port = int(binds[0].rsplit(":", 1)[1])
             log.info("gateway listening on %s (database %s)", binds[0], settings.db)
             task_status.started(port)
@@ -105,22 +110,3 @@ async def serve(
                 stop.set()
     finally:
         store.close()
-
-
-def _hypercorn_config(settings: GatewaySettings) -> hypercorn.config.Config:
-    config = hypercorn.config.Config()
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    config.bind = [f"{host}:{settings.port}"]
-    config.errorlog = logging.getLogger("tether.gateway.http")
-    config.accesslog = None
-    config.graceful_timeout = settings.graceful_timeout
-    config.include_server_header = False
-    return config
-
-
-def _sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The one error inside nested groups (e.g. "address already in use"), else the group."""
-    error: BaseException = group
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error

@@ -22,7 +22,7 @@ from ..gateway._asgi import (
     allow_methods,
     send_bytes,
     send_json,
-    serve_lifespan,
+    serve_http,
 )
 from ..gateway._auth import TokenSource, bearer_token
 from ._health import check_health
@@ -47,19 +47,15 @@ class AdminApp:
         self.metrics = Metrics(self.observed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        try:
-            request = Request.from_scope(scope, receive)
-            await self._route(request, send)
-        except HttpError as exc:
-            await send_json(send, exc.status, {"error": exc.message}, exc.headers)
-        except Exception:
-            log.exception("admin: unhandled error on %s %s", scope["method"], scope["path"])
-            await send_json(send, 500, {"error": "internal error; see the service's log"})
+        await serve_http(
+            scope,
+            receive,
+            send,
+            self._route,
+            log=log,
+            who="admin",
+            see_log="the service's log",
+        )
 
     async def _route(self, request: Request, send: Send) -> None:
         path = request.path

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import hypercorn.config
 import hypercorn.trio
 import trio
 
@@ -17,6 +16,7 @@ from .._child import ChildSpec
 from .._stop import wait_stop_requested
 from .._util import open_nursery_unwrapped
 from ..bridge._token_file import read_token
+from ..gateway._asgi import hypercorn_config, sole_error
 from ..gateway._auth import TokenSource
 from ._app import AdminApp
 from ._observed import Observed
@@ -62,10 +62,20 @@ async def serve_admin(
         stop = trio.Event()
         try:
             binds = await nursery.start(
-                partial(hypercorn.trio.serve, app, _config(settings), shutdown_trigger=stop.wait)
+                partial(
+                    hypercorn.trio.serve,
+                    app,
+                    hypercorn_config(
+                        settings.host,
+                        settings.port,
+                        graceful_timeout=settings.graceful_timeout,
+                        errorlog="tether.admin.http",
+                    ),
+                    shutdown_trigger=stop.wait,
+                )
             )
         except BaseExceptionGroup as group:
-            raise _sole_error(group) from None
+            raise sole_error(group) from None
         port = int(binds[0].rsplit(":", 1)[1])
         log.info("admin endpoint listening on http://%s", binds[0])
         task_status.started(port)
@@ -84,21 +94,3 @@ def admin_child(observed: Observed, settings: AdminSettings, *, name: str = "adm
         settings,
         shutdown_grace=settings.graceful_timeout + 1.0,
     )
-
-
-def _config(settings: AdminSettings) -> hypercorn.config.Config:
-    config = hypercorn.config.Config()
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    config.bind = [f"{host}:{settings.port}"]
-    config.errorlog = logging.getLogger("tether.admin.http")
-    config.accesslog = None
-    config.graceful_timeout = settings.graceful_timeout
-    config.include_server_header = False
-    return config
-
-
-def _sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    error: BaseException = group
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
