@@ -36,3 +36,17 @@ def test_refuses_what_cattrs_would_coerce(data: dict[str, object], needle: str) 
 
 def test_int_widens_to_float() -> None:
     assert structure({"count": 1, "ratio": 2}, Record).ratio == 2.0
+
+
+@attrs.frozen
+class Doc:
+    value: int
+    schema_version: int = 2
+
+
+def test_a_document_of_another_schema_version_is_refused() -> None:
+    from tether._converter import structure_versioned
+
+    assert structure_versioned({"value": 1}, Doc, version=2, what="doc") == Doc(1)
+    with pytest.raises(ValueError, match="doc schema_version 1 is not supported"):
+        structure_versioned({"value": 1, "schema_version": 1}, Doc, version=2, what="doc")

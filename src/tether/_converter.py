@@ -53,3 +53,15 @@ def structure_error_message(exc: BaseException, cls: type[Any]) -> str:
     else:
         details = str(exc)
     return f"invalid {cls.__name__}: {details}"
+
+
+def structure_versioned(data: Any, cls: type[T], *, version: int, what: str) -> T:
+    """Structure a persisted document and refuse one written under another schema version.
+
+    ``cls`` has a ``schema_version`` field; ``what`` names the document in the error.
+    """
+    doc = structure(data, cls)
+    found = getattr(doc, "schema_version")  # noqa: B009 - T is unbounded; attrs docs carry it
+    if found != version:
+        raise ValueError(f"{what} schema_version {found} is not supported (expected {version})")
+    return doc

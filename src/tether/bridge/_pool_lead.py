@@ -37,7 +37,7 @@ from typing import Any, Final, Literal
 import attrs
 import trio
 
-from .._converter import structure, unstructure
+from .._converter import structure_versioned, unstructure
 from ._custody import check_worker
 from ._pool_liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive
 from ._pool_stop import StopSignal
@@ -114,13 +114,7 @@ class SweepReport:
 
     @classmethod
     def from_document(cls, doc: Any) -> SweepReport:
-        report = structure(doc, cls)
-        if report.schema_version != SWEEP_SCHEMA_VERSION:
-            raise ValueError(
-                f"sweep report schema_version {report.schema_version} is not supported "
-                f"(expected {SWEEP_SCHEMA_VERSION})"
-            )
-        return report
+        return structure_versioned(doc, cls, version=SWEEP_SCHEMA_VERSION, what="sweep report")
 
 
 def plan_sweep(

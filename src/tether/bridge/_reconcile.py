@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import trio
 
-from .._converter import structure, unstructure
+from .._converter import structure_versioned, unstructure
 from ._custody import CustodyState
 from ._store import LeaseExpiry, Store
 
@@ -46,13 +46,7 @@ class ReconcileReport:
 
     @classmethod
     def from_document(cls, doc: Any) -> ReconcileReport:
-        report = structure(doc, cls)
-        if report.schema_version != REPORT_SCHEMA_VERSION:
-            raise ValueError(
-                f"reconcile report schema_version {report.schema_version} is not supported "
-                f"(expected {REPORT_SCHEMA_VERSION})"
-            )
-        return report
+        return structure_versioned(doc, cls, version=REPORT_SCHEMA_VERSION, what="reconcile report")
 
 
 @attrs.define(eq=False)
