@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl
 
 import attrs
 import hypercorn.config
+import hypercorn.trio
+import trio
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -222,3 +225,18 @@ def sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
+
+
+async def start_hypercorn(
+    nursery: trio.Nursery, app: Any, config: hypercorn.config.Config
+) -> tuple[int, str, trio.Event]:
+    """Serve ``app`` in ``nursery``; returns once it listens: the bound port, the bind and
+    the event that shuts it down. A failure to bind comes out as itself ("address in use")."""
+    stop = trio.Event()
+    try:
+        binds = await nursery.start(
+            partial(hypercorn.trio.serve, app, config, shutdown_trigger=stop.wait)
+        )
+    except BaseExceptionGroup as group:
+        raise sole_error(group) from None
+    return int(binds[0].rsplit(":", 1)[1]), binds[0], stop

@@ -5,17 +5,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import attrs
-import hypercorn.trio
 import trio
 
 from .._util import open_nursery_unwrapped
 from ._app import AppLimits, GatewayApp
-from ._asgi import hypercorn_config, sole_error
+from ._asgi import hypercorn_config, start_hypercorn
 from ._auth import TokenSource
 from ._store import GatewayStore
 
@@ -83,25 +81,14 @@ async def serve(
         )
         asgi_app: Any = app  # hypercorn's own ASGI types are narrower than a plain callable
         async with open_nursery_unwrapped() as nursery:
-            stop = trio.Event()
-            try:
-                binds = await nursery.start(
-                    partial(
-                        hypercorn.trio.serve,
-                        asgi_app,
-                        hypercorn_config(
-                            settings.host,
-                            settings.port,
-                            graceful_timeout=settings.graceful_timeout,
-                            errorlog="tether.gateway.http",
-                        ),
-                        shutdown_trigger=stop.wait,
-                    )
-                )
-            except BaseExceptionGroup as group:
-                raise sole_error(group) from None
-            port = int(binds[0].rsplit(":", 1)[1])
-            log.info("gateway listening on %s (database %s)", binds[0], settings.db)
+            config = hypercorn_config(
+                settings.host,
+                settings.port,
+                graceful_timeout=settings.graceful_timeout,
+                errorlog="tether.gateway.http",
+            )
+            port, bind, stop = await start_hypercorn(nursery, asgi_app, config)
+            log.info("gateway listening on %s (database %s)", bind, settings.db)
             task_status.started(port)
             if shutdown_trigger is not None:
                 await shutdown_trigger()

@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import hypercorn.trio
 import trio
 
 from .._child import ChildSpec
 from .._stop import wait_stop_requested
 from .._util import open_nursery_unwrapped
 from ..bridge._token_file import read_token
-from ..gateway._asgi import hypercorn_config, sole_error
+from ..gateway._asgi import hypercorn_config, start_hypercorn
 from ..gateway._auth import TokenSource
 from ._app import AdminApp
 from ._observed import Observed
@@ -59,25 +58,14 @@ async def serve_admin(
     tokens = TokenSource(settings.token_file)
     app: Any = AdminApp(observed, tokens)
     async with open_nursery_unwrapped() as nursery:
-        stop = trio.Event()
-        try:
-            binds = await nursery.start(
-                partial(
-                    hypercorn.trio.serve,
-                    app,
-                    hypercorn_config(
-                        settings.host,
-                        settings.port,
-                        graceful_timeout=settings.graceful_timeout,
-                        errorlog="tether.admin.http",
-                    ),
-                    shutdown_trigger=stop.wait,
-                )
-            )
-        except BaseExceptionGroup as group:
-            raise sole_error(group) from None
-        port = int(binds[0].rsplit(":", 1)[1])
-        log.info("admin endpoint listening on http://%s", binds[0])
+        config = hypercorn_config(
+            settings.host,
+            settings.port,
+            graceful_timeout=settings.graceful_timeout,
+            errorlog="tether.admin.http",
+        )
+        port, bind, stop = await start_hypercorn(nursery, app, config)
+        log.info("admin endpoint listening on http://%s", bind)
         task_status.started(port)
         if shutdown_trigger is not None:
             await shutdown_trigger()
