@@ -95,3 +95,25 @@ def restrict_file(path: str | os.PathLike[str]) -> None:
     if mode & 0o077:
         log.warning("%s had mode %04o; setting 0600", path, mode)
         os.chmod(path, mode & 0o700)
+
+
+def read_private_file(path: Path, what: str, error: type[Exception]) -> bytes:
+    """The bytes of a secret file (a token, a password) that only its owner may read.
+
+    Refuses, with ``error`` naming ``what`` and ``path``, a missing or unreadable file, one
+    that is not a regular file, and one that group or others can access (0600 expected).
+    """
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{what} {path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise error(
+                f"{what} {path} is accessible by group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod 600 {path}"
+            )
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{what} {path} does not exist") from None
+    except PermissionError:
+        raise error(f"{what} {path} is not readable") from None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import trio
 
+from .._fs import read_private_file
 from ._config import ConfigError
 from ._postgres_dsn import dsn_has_password, is_postgres_dsn, redact_dsn
 from ._sqlite import Synchronous
@@ -35,24 +35,13 @@ class StoreConfigError(ConfigError):
 
 def read_password_file(path: Path) -> str:
     """The password in ``path``: one line, the file private to its owner (0600)."""
+    data = read_private_file(path, "password file", StoreConfigError)
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise StoreConfigError(f"password file {path} is not a regular file")
-        if st.st_mode & 0o077:
-            raise StoreConfigError(
-                f"password file {path} is accessible by group or others "
-                f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod 600 {path}"
-            )
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise StoreConfigError(f"password file {path} does not exist") from None
-    except PermissionError:
-        raise StoreConfigError(f"password file {path} is not readable") from None
+        raw = data.decode("utf-8")
     except UnicodeDecodeError:
         raise StoreConfigError(f"password file {path} is not UTF-8 text") from None
     password = raw.removesuffix("\n").removesuffix("\r")
-    if not password or "\n" in password or "\0" in password:
+    if not password or "\n" in password or "\r" in password or "\0" in password:
         raise StoreConfigError(f"password file {path} must hold one non-empty line")
     return password
 

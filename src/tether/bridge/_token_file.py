@@ -7,12 +7,10 @@ group or others can read is refused rather than used, and new token files are ma
 
 from __future__ import annotations
 
-import os
 import secrets
-import stat
 from pathlib import Path
 
-from .._fs import ensure_private_dir
+from .._fs import ensure_private_dir, read_private_file
 from .._logging import register_secret
 from ._atomic_file import write_atomic
 
@@ -23,20 +21,7 @@ class TokenFileError(Exception):
 
 def read_token(path: Path) -> str:
     """The token in ``path`` (blocking; a few syscalls on a tiny file)."""
-    try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise TokenFileError(f"token file {path} is not a regular file")
-        if st.st_mode & 0o077:
-            raise TokenFileError(
-                f"token file {path} is accessible by group or others "
-                f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod 600 {path}"
-            )
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise TokenFileError(f"token file {path} does not exist") from None
-    except PermissionError:
-        raise TokenFileError(f"token file {path} is not readable") from None
+    raw = read_private_file(path, "token file", TokenFileError)
     token = raw.strip()
     if not token:
         raise TokenFileError(f"token file {path} is empty")
