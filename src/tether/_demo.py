@@ -116,7 +116,12 @@ async def _demo(folder: Path, count: int, workers: int, agent: str, quiet: bool)
                 "gateway",
                 partial(serve, shutdown_trigger=wait_stop_requested),
                 GatewaySettings(
-                    token_file=token_file, db=folder / "gateway" / "gateway.db", port=0
+                    token_file=token_file,
+                    db=folder / "gateway" / "gateway.db",
+                    port=0,
+                    # a poll answered just as the first bridge stops is never acked: the
+                    # gateway hands those tasks out again after this lease (default 30 s)
+                    lease=5.0,
                 ),
             )
         )
