@@ -7,7 +7,7 @@ import pytest
 from tether.bridge import (
     Assignment,
     PoolView,
-    Task,
+    Queued,
     WorkerInfo,
     is_alive,
     live_lead,
@@ -52,7 +52,7 @@ def test_the_lead_treats_a_future_beat_as_a_dead_worker() -> None:
         workers=(member("ahead", -30), member("skewed", -0.5)),
         assigned=(Assignment("a1", "ahead", None, NOW - 1), Assignment("a2", "skewed", None, NOW)),
         claims={},
-        pending=(Task("p1", "x"), Task("p2", "x")),
+        pending=(Queued("p1"), Queued("p2")),
         rooms={},
     )
     plan = plan_sweep(view, now=NOW, dead_after=10.0, stuck_after=30.0, stuck_cap=90.0)

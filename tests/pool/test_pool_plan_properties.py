@@ -7,7 +7,7 @@ import collections
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.bridge import Assignment, PoolView, Task, WorkerInfo, is_alive, plan_sweep
+from tether.bridge import Assignment, PoolView, Queued, WorkerInfo, is_alive, plan_sweep
 
 NOW = 10_000.0
 DEAD_AFTER = 10.0
@@ -44,9 +44,8 @@ def views(draw: st.DrawFn) -> PoolView:
         n: draw(st.integers(0, 3)) for n in draw(st.lists(st.sampled_from(NAMES), unique=True))
     }
     pending = tuple(
-        Task(
+        Queued(
             next(ids),
-            "x",
             room=draw(st.sampled_from(ROOMS)),
             priority=draw(st.sampled_from(["urgent", "normal", "low"])),
         )

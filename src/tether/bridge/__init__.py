@@ -70,6 +70,7 @@ from ._store import WORKER_ROLES as WORKER_ROLES
 from ._store import Assignment as Assignment
 from ._store import LeaseExpiry as LeaseExpiry
 from ._store import PoolView as PoolView
+from ._store import Queued as Queued
 from ._store import StallCandidate as StallCandidate
 from ._store import Store as Store
 from ._store import WorkerInfo as WorkerInfo

@@ -59,6 +59,7 @@ from ._store import (
     Assignment,
     LeaseExpiry,
     PoolView,
+    Queued,
     StallCandidate,
     WorkerInfo,
     WorkerRole,
@@ -445,15 +446,17 @@ class PostgresStore:
         skip = sorted(skip_rooms)
         at = self.clock()
         sql = self._sql
-        pending_sql = sql.pending_skipping_rooms if skip else sql.pending
+        pending_sql = sql.queued_skipping_rooms if skip else sql.queued
 
         def op(conn: Conn) -> PoolView:
             # one snapshot for every read: a read-only REPEATABLE READ transaction
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
                 pending = [
-                    _task(r)
-                    for r in conn.execute(pending_sql, {"limit": pending_limit, "skip": skip})
+                    Queued(id, room, _RANK_PRIORITY[rank])
+                    for id, room, rank in conn.execute(
+                        pending_sql, {"limit": pending_limit, "skip": skip}
+                    )
                 ]
                 names = sorted({t.room for t in pending if t.room is not None})
                 rooms: dict[str, str] = dict(
@@ -877,9 +880,16 @@ class _Sql:
         )
 
     @property
-    def pending_skipping_rooms(self) -> str:
+    def queued(self) -> str:
         return (
-            f"SELECT {_TASK_COLS} FROM {self.s}.tasks t WHERE t.state = 'pending' "
+            f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
+            "ORDER BY t.priority, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def queued_skipping_rooms(self) -> str:
+        return (
+            f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
             "AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) "
             "ORDER BY t.priority, t.seq LIMIT %(limit)s"
         )

@@ -53,6 +53,7 @@ from ._store import (
     Assignment,
     LeaseExpiry,
     PoolView,
+    Queued,
     StallCandidate,
     WorkerInfo,
     WorkerRole,
@@ -297,10 +298,10 @@ class SqliteStore:
 
         def op(conn: sqlite3.Connection) -> PoolView:
             pending = [
-                _task(r)
-                for r in conn.execute(
-                    f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' AND (room IS NULL "
-                    "OR room NOT IN (SELECT value FROM json_each(?))) "
+                Queued(id, room, _RANK_PRIORITY[rank])
+                for id, room, rank in conn.execute(
+                    "SELECT id, room, priority FROM tasks WHERE state = 'pending' "
+                    "AND (room IS NULL OR room NOT IN (SELECT value FROM json_each(?))) "
                     "ORDER BY priority, rowid LIMIT ?",
                     (skip, pending_limit),
                 )

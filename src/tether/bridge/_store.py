@@ -59,6 +59,18 @@ class Assignment:
 
 
 @attrs.frozen
+class Queued:
+    """A pending task as the lead plans with it: its id, room and priority, nothing more.
+
+    A sweep reads a window of the queue every time it runs, so it does not read (or validate)
+    bodies and headers it never looks at; those were checked when the task was ingested."""
+
+    id: str
+    room: str | None = None
+    priority: str = "normal"
+
+
+@attrs.frozen
 class PoolView:
     """Everything one lead sweep decides from, read in one transaction."""
 
@@ -68,7 +80,7 @@ class PoolView:
     """Every assignment, oldest first."""
     claims: Mapping[str, int]
     """Claimed tasks per worker (a worker absent here holds none)."""
-    pending: tuple[Task, ...]
+    pending: tuple[Queued, ...]
     """Pending tasks in assignment order (priority, then age), at most ``pending_limit``, none
     of a room in ``skip_rooms``."""
     rooms: Mapping[str, str]
