@@ -22,7 +22,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
@@ -60,6 +60,7 @@ from ._store import (
 )
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+T = TypeVar("T")
 
 _RANK_PRIORITY: Final = {rank: name for name, rank in PRIORITY_RANK.items()}
 _IN_CUSTODY_SQL: Final = ", ".join(f"'{s.value}'" for s in sorted(IN_CUSTODY))
@@ -81,6 +82,10 @@ class SqliteStore:
     max_attempts: int
     max_body_bytes: int
     _writer: SqliteWriter
+    _reader: SqliteWriter
+    """Reads run on their own connection and thread: in WAL mode they see every committed
+    change without waiting behind the writer's batch and its fsync (a lead's sweep or
+    delivery's look is then a read, not a wait for someone else's commit)."""
 
     @classmethod
     async def open(
@@ -116,8 +121,18 @@ class SqliteStore:
         writer = SqliteWriter(
             connect=lambda: _connect(db, synchronous, busy_timeout_s), max_batch=max_batch
         )
-        await writer.start()
-        return cls(db, clock, float(lease_s), max_attempts, max_body_bytes, writer)
+        await writer.start()  # creates and migrates the file
+        reader = SqliteWriter(
+            connect=lambda: _connect_reader(db, busy_timeout_s),
+            max_batch=max_batch,
+            name="tether-sqlite-reader",
+        )
+        try:
+            await reader.start()
+        except BaseException:
+            await writer.close()
+            raise
+        return cls(db, clock, float(lease_s), max_attempts, max_body_bytes, writer, reader)
 
     @property
     def commits(self) -> int:
@@ -125,7 +140,14 @@ class SqliteStore:
         return self._writer.commits
 
     async def aclose(self) -> None:
-        await self._writer.close()
+        try:
+            await self._writer.close()
+        finally:
+            await self._reader.close()
+
+    async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run the read-only ``op`` in one read transaction (a consistent snapshot)."""
+        return await self._reader.run(op, readonly=True)
 
     async def __aenter__(self) -> SqliteStore:
         return self
@@ -234,7 +256,7 @@ class SqliteStore:
             )
             return [_task(r) for r in rows]
 
-        return await self._writer.run(op, readonly=True)
+        return await self._read(op)
 
     async def unassign(self, id: str, worker: str) -> bool:
         check_task_id(id)
@@ -330,7 +352,7 @@ class SqliteStore:
                 rooms=rooms,
             )
 
-        return await self._writer.run(op, readonly=True)
+        return await self._read(op)
 
     # -- liveness -----------------------------------------------------------------------------
 
@@ -355,7 +377,7 @@ class SqliteStore:
         return await self._writer.run(op)
 
     async def workers(self) -> Sequence[WorkerInfo]:
-        return await self._writer.run(_workers, readonly=True)
+        return await self._read(_workers)
 
     async def remove_worker(self, worker: str) -> bool:
         check_worker(worker)
@@ -527,7 +549,7 @@ class SqliteStore:
             )
             return [StallCandidate(*r) for r in rows]
 
-        return await self._writer.run(op, readonly=True)
+        return await self._read(op)
 
     async def mark_stall_notified(self, id: str) -> bool:
         check_task_id(id)
@@ -648,7 +670,7 @@ class SqliteStore:
             ).fetchall()
             return [Result(_task(r), r[5], r[6], r[7], bool(r[8])) for r in rows]
 
-        return await self._writer.run(op, readonly=True)
+        return await self._read(op)
 
     async def mark_delivered(self, id: str) -> None:
         check_task_id(id)
@@ -733,11 +755,11 @@ class SqliteStore:
             row = conn.execute("SELECT state FROM tasks WHERE id = ?", (id,)).fetchone()
             return None if row is None else CustodyState(row[0])
 
-        return await self._writer.run(op, readonly=True)
+        return await self._read(op)
 
     async def get(self, id: str) -> TaskRecord | None:
         check_task_id(id)
-        return await self._writer.run(lambda conn: _record(conn, id), readonly=True)
+        return await self._read(lambda conn: _record(conn, id))
 
     async def counts(self) -> Mapping[CustodyState, int]:
         def op(conn: sqlite3.Connection) -> dict[CustodyState, int]:
@@ -746,7 +768,7 @@ class SqliteStore:
                 counts[CustodyState(state)] = n
             return counts
 
-        return await self._writer.run(op, readonly=True)
+        return await self._read(op)
 
     async def in_flight(self) -> Sequence[str]:
         def op(conn: sqlite3.Connection) -> list[str]:
@@ -757,7 +779,7 @@ class SqliteStore:
                 )
             ]
 
-        return await self._writer.run(op, readonly=True)
+        return await self._read(op)
 
     async def records(
         self, state: CustodyState, *, limit: int = 20, newest_first: bool = False
@@ -772,7 +794,7 @@ class SqliteStore:
             )
             return [TaskRecord(_task(row), CustodyState(row[5]), *row[6:]) for row in rows]
 
-        return await self._writer.run(op, readonly=True)
+        return await self._read(op)
 
 
 # -- helpers (run in the writer thread) ---------------------------------------------------------
@@ -798,6 +820,18 @@ def _connect(path: Path, synchronous: Synchronous, busy_timeout_s: float) -> sql
     if mode != "wal":
         conn.close()
         raise RuntimeError(f"{path}: could not switch SQLite to WAL mode (got {mode!r})")
+    return conn
+
+
+def _connect_reader(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """A connection that only reads (``query_only``) the database the writer opened."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA cache_size = -32768")
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
