@@ -31,6 +31,7 @@ store can check, and a worker that claims meanwhile simply wins.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
@@ -227,6 +228,14 @@ class PoolLead:
     _window: int = attrs.field(init=False, default=0)
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
     _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
+    _beat_at: float = attrs.field(init=False, default=-math.inf)
+
+    @property
+    def _beat_every(self) -> float:
+        """Seconds between the lead's beats: as often as an idle lead sweeps, and well inside
+        ``dead_after``. Sweeps rung back to back under load read without beating, so they cost
+        no durable commit of their own."""
+        return min(self.sweep_interval, self.dead_after / 4)
 
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
@@ -257,7 +266,7 @@ class PoolLead:
         self._stop.set()
 
     async def sweep_once(self) -> SweepReport:
-        """Beat, read the pool, return dead and stuck assignments, assign pending tasks.
+        """Beat (when due), read the pool, return dead and stuck assignments, assign pending tasks.
 
         If the page of pending tasks read ends with tasks waiting for a full keeper while
         workers have capacity to spare, the lead reads again without those rooms (up to
@@ -277,9 +286,14 @@ class PoolLead:
             nonlocal view
             view = await read()
 
-        async with trio.open_nursery() as nursery:  # one writer batch for both
-            nursery.start_soon(self.store.beat, self.name, "lead", 0)
-            nursery.start_soon(first_read)
+        now = self.now()
+        if now - self._beat_at < self._beat_every or now < self._beat_at:
+            await first_read()  # a read alone: no durable commit
+        else:
+            self._beat_at = now
+            async with trio.open_nursery() as nursery:  # one writer batch for both
+                nursery.start_soon(self.store.beat, self.name, "lead", 0)
+                nursery.start_soon(first_read)
         assert self.stuck_cap is not None
         assert view is not None
         page_view = view
@@ -386,6 +400,7 @@ class PoolLead:
         after ``dead_after``.
         """
         self._stop = StopSignal()  # a new run (a supervisor restart) starts unstopped
+        self._beat_at = -math.inf  # and beats at its first sweep
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
                 self._stop.forward_supervisor_stop, name=f"pool-lead:{self.name}::stop"
