@@ -9,8 +9,9 @@
   nothing is there it waits ``poll_interval``, or less: the lead rings its doorbell
   (``PoolWakeups``) when it assigned to it, and ingest does when a leaderless worker could
   claim new pending tasks.
-- Concurrency: at most ``concurrency`` claims at once (a semaphore held from claim to outcome),
-  so the worker never holds a lease it is not working on.
+- Concurrency: at most ``concurrency`` agent runs at once (a semaphore held from claim until
+  the agent answered), so the worker never holds a lease it is not working on. Storing an
+  outcome does not hold a slot: the next claim is queued while the outcome commits.
 - Leases: a heartbeat every ``heartbeat_interval`` beats and renews every claim in hand (one
   concurrent batch, so the store commits them together). A renew that is fenced out means the
   task now belongs to someone else: its run is cancelled and nothing is stored.
@@ -261,16 +262,31 @@ class PoolWorker:
                     await self._doorbell.wait(self.poll_interval)
 
     async def _run_claim(self, session: Session, claim: Claim, slots: trio.Semaphore) -> None:
+        freed = False
+
+        def free_slot() -> None:
+            nonlocal freed
+            if not freed:
+                freed = True
+                slots.release()
+
         try:
-            if not await self._run_entry(session, claim):
+            if not await self._run_entry(session, claim, free_slot):
                 await trio.sleep(self.poll_interval)  # the agent refused: don't hammer it
         finally:
-            slots.release()
+            free_slot()
             if self.wakeups is not None:
-                self.wakeups.capacity_freed()  # the lead refills the slot
+                self.wakeups.capacity_freed()  # the outcome is stored: the lead refills
 
-    async def _run_entry(self, session: Session, claim: Claim) -> bool:
-        """Run one claim to its stored outcome; ``False`` if the session did not run it."""
+    async def _run_entry(
+        self, session: Session, claim: Claim, answered: Callable[[], None] = lambda: None
+    ) -> bool:
+        """Run one claim to its stored outcome; ``False`` if the session did not run it.
+
+        ``answered()`` is called once the agent has answered (or crashed), before the outcome
+        is stored: the slot is free for the next claim then, so the worker's next
+        ``claim_many`` is queued while this outcome commits instead of after it (the two
+        overlap, or share a group commit), rather than costing one commit after the other."""
         id = claim.task.id
         entry = _Active(claim)
         for old in [a for a in self._active if a.claim.task.id == id]:
@@ -286,8 +302,10 @@ class PoolWorker:
                     await self._release(entry)
                     return False
                 except Exception as exc:
+                    answered()
                     await self._fail(entry, exc)
                 else:
+                    answered()
                     await self._complete(entry, reply)
         except trio.Cancelled:
             with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
