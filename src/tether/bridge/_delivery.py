@@ -6,6 +6,11 @@ gateway absorbs the duplicate (it dedupes by task id; a duplicate receipt counts
 Transient trouble (gateway down, 5xx, 429) is retried with backoff inside the gateway client;
 a permanent refusal (a 4xx other than auth) dead-letters the task with the gateway's reason;
 an auth refusal ends the loop (fatal for the whole bridge).
+
+The loop overlaps a batch's marks with the next batch: while the marks commit, the next ready
+results are read and posted, leaving out the ids being marked (they are still ``result`` in
+the store until that commit). Posting and marking one batch after the other would cost a
+gateway round trip plus a commit per batch, in series.
 """
 
 from __future__ import annotations
@@ -58,15 +63,25 @@ class Delivery:
     batch: int = 64
     idle_interval: float = 0.05
     """How long to wait for new results when none are ready (``nudge()`` wakes it early)."""
+    marks_in_flight: int = 4
+    """Batches whose "delivered" marks may be committing while the next batch is read and
+    posted (``run`` only; ``run_once`` waits for its marks)."""
     stats: DeliveryStats = attrs.field(factory=DeliveryStats, init=False)
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
     _stopping: bool = attrs.field(default=False, init=False)
+    _marking: set[str] = attrs.field(factory=set, init=False)
+    """Ids the gateway confirmed whose mark has not committed yet: still ``result`` in the
+    store, and never posted again meanwhile."""
 
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.batch <= MAX_BATCH:
             raise ValueError(f"delivery batch must be from 1 to {MAX_BATCH}, got {self.batch}")
         if not (self.idle_interval > 0 and math.isfinite(self.idle_interval)):
             raise ValueError(f"idle_interval must be > 0 seconds, got {self.idle_interval}")
+        if isinstance(self.marks_in_flight, bool) or not (
+            isinstance(self.marks_in_flight, int) and self.marks_in_flight >= 1
+        ):
+            raise ValueError(f"marks_in_flight must be an int >= 1, got {self.marks_in_flight!r}")
 
     def nudge(self) -> None:
         """A result was stored: look now instead of at the next idle tick."""
@@ -86,8 +101,17 @@ class Delivery:
 
         The batch goes out in one request when the gateway supports it; each reply is marked
         delivered only after the gateway's receipt for it (a duplicate receipt included).
+        Returns once the marks are committed.
         """
-        results = await self.store.ready_results(limit=self.batch)
+        async with trio.open_nursery() as marks:
+            return await self._deliver_batch(marks, trio.Semaphore(1))
+
+    async def _deliver_batch(self, marks: trio.Nursery, mark_slots: trio.Semaphore) -> int:
+        """Read, post and dead-letter one batch; its marks run in ``marks`` (holding one of
+        ``mark_slots``), so the next batch can be read and posted while they commit."""
+        marking = self._marking
+        ready = await self.store.ready_results(limit=self.batch + len(marking))
+        results = [r for r in ready if r.task.id not in marking][: self.batch]
         if not results:
             return 0
         sendable: list[tuple[Result, ResultRequest]] = []
@@ -114,12 +138,20 @@ class Delivery:
                 else:
                     confirmed.append((result, answer))
             if confirmed:
-                nursery.start_soon(self._confirmed, confirmed)
+                await mark_slots.acquire()
+                marking.update(r.task.id for r, _ in confirmed)
+                marks.start_soon(self._confirmed, confirmed, mark_slots)
         return len(results)
 
-    async def _confirmed(self, confirmed: list[tuple[Result, ResultReceipt]]) -> None:
+    async def _confirmed(
+        self, confirmed: list[tuple[Result, ResultReceipt]], mark_slots: trio.Semaphore
+    ) -> None:
         """Mark every confirmed reply delivered, in one store call (one commit)."""
-        marked = await self.store.mark_delivered_many([r.task.id for r, _ in confirmed])
+        try:
+            marked = await self.store.mark_delivered_many([r.task.id for r, _ in confirmed])
+        finally:
+            self._marking.difference_update(r.task.id for r, _ in confirmed)
+            mark_slots.release()
         for (result, receipt), ok in zip(confirmed, marked, strict=True):
             task_id = result.task.id
             if not ok:
@@ -148,12 +180,15 @@ class Delivery:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Deliver until cancelled or stopped: full batches back to back, else wait for a nudge
         or the idle tick. After ``request_stop`` it delivers what is ready, then returns."""
+        self._marking = set()
         task_status.started()
-        while True:
-            self._wake = trio.Event()
-            handled = await self.run_once()
-            if self._stopping and handled == 0:
-                return
-            if handled < self.batch and not self._stopping:
-                with trio.move_on_after(self.idle_interval):
-                    await self._wake.wait()
+        mark_slots = trio.Semaphore(self.marks_in_flight)
+        async with trio.open_nursery() as marks:
+            while True:
+                self._wake = trio.Event()
+                handled = await self._deliver_batch(marks, mark_slots)
+                if self._stopping and handled == 0:
+                    return  # the nursery waits for the marks still committing
+                if handled < self.batch and not self._stopping:
+                    with trio.move_on_after(self.idle_interval):
+                        await self._wake.wait()
