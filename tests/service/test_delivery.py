@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
+import attrs
 import trio
 
-from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
+from tether.bridge import CustodyState, GatewayClient, Result, SqliteStore, Store, Task
 from tether.bridge._delivery import Delivery
 from tether.bridge._ingest import Ingest
 
@@ -128,3 +131,58 @@ async def test_a_reply_stored_while_the_bridge_was_down_is_delivered_after_resta
         await Delivery(store, client).run_once()
         assert await store.state(task_id) is CustodyState.DELIVERED
     assert (await gateway.message(task_id))["status"] == "answered"
+
+
+@attrs.define(eq=False)
+class _MarkCommitsDuringTheRead:
+    """The store, with one interleaving forced: the first delivered-mark waits until delivery
+    has started reading its next batch, and that read (which ran before the mark committed)
+    returns only after the mark committed and delivery forgot it was marking those ids."""
+
+    inner: SqliteStore
+    read_started: trio.Event = attrs.field(factory=trio.Event)
+    marked: trio.Event = attrs.field(factory=trio.Event)
+    marks: int = 0
+
+    async def ready_results(self, *, limit: int = 100) -> Sequence[Result]:
+        results = await self.inner.ready_results(limit=limit)
+        if self.marks == 1 and not self.read_started.is_set():
+            self.read_started.set()
+            await self.marked.wait()
+        return results
+
+    async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
+        self.marks += 1
+        if self.marks == 1:
+            await self.read_started.wait()
+        try:
+            return await self.inner.mark_delivered_many(ids)
+        finally:
+            if self.marks == 1:
+                self.marked.set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_reply_is_never_posted_twice_while_its_mark_commits(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    ids = await _take(gateway, store, client, 3)
+    for _ in ids:
+        await _answer(store)
+    racy = _MarkCommitsDuringTheRead(store)
+    delivery = Delivery(cast(Store, racy), client)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(delivery.run)
+
+        async def delivered() -> bool:
+            counts = await store.counts()
+            return counts[CustodyState.DELIVERED] == 3 and racy.marked.is_set()
+
+        await wait_until(delivered)
+        await trio.sleep(0.2)  # a few more idle looks: nothing is posted again
+        delivery.request_stop()
+    assert racy.read_started.is_set()  # the interleaving happened
+    assert (delivery.stats.delivered, delivery.stats.duplicates) == (3, 0)
+    assert (await gateway.stats())["duplicate_results"] == 0

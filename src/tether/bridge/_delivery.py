@@ -109,7 +109,9 @@ class Delivery:
     async def _deliver_batch(self, marks: trio.Nursery, mark_slots: trio.Semaphore) -> int:
         """Read, post and dead-letter one batch; its marks run in ``marks`` (holding one of
         ``mark_slots``), so the next batch can be read and posted while they commit."""
-        marking = self._marking
+        # the ids being marked as the read starts: a mark that commits during the read (and
+        # leaves ``_marking``) may not be in the read's snapshot
+        marking = frozenset(self._marking)
         ready = await self.store.ready_results(limit=self.batch + len(marking))
         results = [r for r in ready if r.task.id not in marking][: self.batch]
         if not results:
@@ -139,7 +141,7 @@ class Delivery:
                     confirmed.append((result, answer))
             if confirmed:
                 await mark_slots.acquire()
-                marking.update(r.task.id for r, _ in confirmed)
+                self._marking.update(r.task.id for r, _ in confirmed)
                 marks.start_soon(self._confirmed, confirmed, mark_slots)
         return len(results)
 
