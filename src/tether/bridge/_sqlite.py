@@ -281,16 +281,36 @@ class SqliteStore:
 
     async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
         checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
+        if not checked:
+            return []
+        first: dict[str, int] = {}  # a repeated id: the first pair decides, later ones are False
+        for n, (id, _) in enumerate(checked):
+            first.setdefault(id, n)
+        unique = json.dumps([checked[n] for n in sorted(first.values())])
         now = self.clock()
 
-        def op(conn: sqlite3.Connection) -> list[bool]:
-            return [_assign(conn, id, worker, now) for id, worker in checked]
+        def op(conn: sqlite3.Connection) -> set[str]:
+            # one statement for the batch: a sweep assigns dozens of tasks per commit
+            moved = conn.execute(
+                "UPDATE tasks SET state = 'assigned', owner = v.worker, updated_at = ? "
+                "FROM (SELECT value ->> 0 AS id, value ->> 1 AS worker FROM json_each(?)) AS v "
+                "WHERE tasks.id = v.id AND tasks.state = 'pending' "
+                "RETURNING tasks.id, tasks.room, tasks.owner",
+                (now, unique),
+            ).fetchall()
+            moved.sort(key=lambda row: first[row[0]])  # a room goes to its last pair's worker
+            conn.executemany(
+                "INSERT INTO rooms (room, worker, at) VALUES (?, ?, ?) "
+                "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at",
+                [(room, worker, now) for _, room, worker in moved if room is not None],
+            )
+            return {id for id, _, _ in moved}
 
-        done: list[bool] = await self._writer.run(op) if checked else []
-        for (id, worker), ok in zip(checked, done, strict=True):
-            if ok:
+        moved = await self._writer.run(op)
+        for id, worker in checked:
+            if id in moved:
                 _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
-        return done
+        return [id in moved and first[id] == n for n, (id, _) in enumerate(checked)]
 
     async def return_assignments(self, worker: str) -> Sequence[str]:
         check_worker(worker)
@@ -319,20 +339,18 @@ class SqliteStore:
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> PoolView:
-            pending = [
-                Queued(id, room, _RANK_PRIORITY[rank])
-                for id, room, rank in conn.execute(
-                    "SELECT id, room, priority FROM tasks WHERE state = 'pending' "
-                    "AND (room IS NULL OR room NOT IN (SELECT value FROM json_each(?))) "
-                    "ORDER BY priority, rowid LIMIT ?",
-                    (skip, pending_limit),
-                )
-            ]
+            pending: list[Queued] = []
             rooms: dict[str, str] = {}
-            for room in {t.room for t in pending if t.room is not None}:
-                row = conn.execute("SELECT worker FROM rooms WHERE room = ?", (room,)).fetchone()
-                if row is not None:
-                    rooms[room] = row[0]
+            for id, room, rank, keeper in conn.execute(
+                "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
+                "LEFT JOIN rooms r ON r.room = t.room WHERE t.state = 'pending' "
+                "AND (t.room IS NULL OR t.room NOT IN (SELECT value FROM json_each(?))) "
+                "ORDER BY t.priority, t.rowid LIMIT ?",
+                (skip, pending_limit),
+            ):
+                pending.append(Queued(id, room, _RANK_PRIORITY[rank]))
+                if keeper is not None:
+                    rooms[room] = keeper
             return PoolView(
                 at=at,
                 workers=tuple(_workers(conn)),
