@@ -378,13 +378,13 @@ async def test_bad_worker_options_are_refused(
         PoolWorker(timed_store, "w1", echo.factory, **{option: value})
 
 
-async def test_a_worker_asks_the_lead_for_twice_its_concurrency(
+async def test_a_worker_asks_the_lead_for_four_times_its_concurrency(
     timed_store: SqliteStore, mock_clock: StoreAwareClock
 ) -> None:
     worker = PoolWorker(timed_store, "w1", echo.factory, concurrency=3)
     async with running(worker):
         (me,) = await timed_store.workers()
-        assert (me.name, me.role, me.capacity) == ("w1", "worker", 6)
+        assert (me.name, me.role, me.capacity) == ("w1", "worker", 12)
 
 
 async def test_a_worker_can_send_stall_notices_for_its_own_claims(

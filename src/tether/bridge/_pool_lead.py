@@ -18,9 +18,10 @@ Each sweep reads one consistent ``PoolView`` and decides, as a pure function of 
 
 Sweeps run every ``sweep_interval`` and, given ``wakeups`` (``PoolWakeups``), as soon as the
 pool's work changes: ingest committed new tasks, or a worker freed a slot. Rings that arrive
-during a sweep coalesce into one more sweep, so under load the lead sweeps back to back (each
-sweep assigns a batch) and when idle it costs one sweep per interval. The lead rings each
-worker it assigned to, so the task is claimed at once rather than at the worker's next poll.
+during a sweep coalesce into one more sweep, and sweeps start at least ``min_sweep_gap`` apart,
+so under load each sweep assigns a batch and when idle it costs one sweep per interval. The
+lead rings each worker it assigned to, so the task is claimed at once rather than at the
+worker's next poll.
 The periodic sweep stays the source of truth: a wake-up that never comes costs latency only.
 
 A returned task is never handed straight to another worker: it goes back to pending, and only a
@@ -218,6 +219,10 @@ class PoolLead:
     """An upper bound on each worker's load, over the capacity the worker beats (None: none)."""
     max_skew: float = DEFAULT_MAX_SKEW
     pending_limit: int = 1000
+    min_sweep_gap: float = 0.01
+    """Seconds from one sweep's start to the next at least. Under load every stored outcome
+    rings the lead; each sweep then assigns a batch rather than a task or two, and the
+    workers' waiting assignments (their capacity over their concurrency) cover the gap."""
     clock: Callable[[], float] | None = None
     wakeups: PoolWakeups | None = None
     """The pool's switchboard: the lead sweeps when it rings and rings the workers it assigns
@@ -240,6 +245,7 @@ class PoolLead:
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
         check_seconds("sweep_interval", self.sweep_interval)
+        check_seconds("min_sweep_gap", self.min_sweep_gap, allow_zero=True)
         if self.wakeups is not None:
             self._doorbell = self.wakeups.lead
         check_seconds("dead_after", self.dead_after)
@@ -371,7 +377,7 @@ class PoolLead:
             for w in view.workers
             if w.role == "worker" and is_alive(w, now, self.dead_after, self.max_skew)
         )
-        return max(1, min(self.pending_limit, max(64, 4 * total)))
+        return max(1, min(self.pending_limit, max(64, 2 * total)))
 
     async def _return(self, view: PoolView, plan: SweepPlan, now: float) -> tuple[Returned, ...]:
         since = {a.id: a.since for a in view.assigned}
@@ -406,12 +412,17 @@ class PoolLead:
                 self._stop.forward_supervisor_stop, name=f"pool-lead:{self.name}::stop"
             )
             nursery.start_soon(self._ring_on_stop, name=f"pool-lead:{self.name}::stop-ring")
+            started = trio.current_time()
             await self.sweep_once()
             task_status.started()
             while not self._stop.is_set():
                 await self._doorbell.wait(self.sweep_interval)
+                # rung again soon after a sweep began: let more rings gather into one sweep
+                with trio.move_on_at(started + self.min_sweep_gap):
+                    await self._stop.wait()
                 if self._stop.is_set():
                     break
+                started = trio.current_time()
                 await self.sweep_once()
             nursery.cancel_scope.cancel()
         await self.store.remove_worker(self.name)

@@ -87,7 +87,8 @@ class PoolWorker:
     concurrency: int = 4
     capacity: int | None = None
     """How many tasks (running + assigned and waiting) the worker asks the lead for; default
-    ``2 * concurrency``, so the next task is already assigned when a run ends."""
+    ``4 * concurrency``: the next tasks are already assigned when a run ends, and they cover
+    the lead's gap between sweeps (``PoolLead.min_sweep_gap``) at full speed."""
     heartbeat_interval: float | None = None
     """Seconds between beats and lease renewals (default: a third of the lease, at most 2 s)."""
     poll_interval: float = 0.2
@@ -132,7 +133,7 @@ class PoolWorker:
         if isinstance(c, bool) or not isinstance(c, int) or c < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {c!r}")
         if self.capacity is None:
-            self.capacity = 2 * c
+            self.capacity = 4 * c
         elif (
             isinstance(self.capacity, bool)
             or not isinstance(self.capacity, int)
