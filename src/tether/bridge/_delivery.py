@@ -63,6 +63,11 @@ class Delivery:
     batch: int = 64
     idle_interval: float = 0.05
     """How long to wait for new results when none are ready (``nudge()`` wakes it early)."""
+    linger: float = 0.01
+    """Seconds from one partial batch's start to the next at least (full batches go back to
+    back). Under load every stored result nudges delivery; waiting a few milliseconds posts
+    dozens of replies per request instead of a handful (a request costs the bridge ~0.6 ms of
+    CPU, a reply in it ~10 us). Idle, a reply goes out at once."""
     marks_in_flight: int = 4
     """Batches whose "delivered" marks may be committing while the next batch is read and
     posted (``run`` only; ``run_once`` waits for its marks)."""
@@ -78,6 +83,8 @@ class Delivery:
             raise ValueError(f"delivery batch must be from 1 to {MAX_BATCH}, got {self.batch}")
         if not (self.idle_interval > 0 and math.isfinite(self.idle_interval)):
             raise ValueError(f"idle_interval must be > 0 seconds, got {self.idle_interval}")
+        if not (self.linger >= 0 and math.isfinite(self.linger)):
+            raise ValueError(f"linger must be >= 0 seconds, got {self.linger}")
         if isinstance(self.marks_in_flight, bool) or not (
             isinstance(self.marks_in_flight, int) and self.marks_in_flight >= 1
         ):
@@ -188,9 +195,15 @@ class Delivery:
         async with trio.open_nursery() as marks:
             while True:
                 self._wake = trio.Event()
+                started = trio.current_time()
                 handled = await self._deliver_batch(marks, mark_slots)
                 if self._stopping and handled == 0:
                     return  # the nursery waits for the marks still committing
                 if handled < self.batch and not self._stopping:
                     with trio.move_on_after(self.idle_interval):
                         await self._wake.wait()
+                    # nudged soon after a partial batch: let the batch fill a little
+                    with trio.move_on_at(started + self.linger):
+                        while not self._stopping:
+                            await self._wake.wait()
+                            self._wake = trio.Event()
