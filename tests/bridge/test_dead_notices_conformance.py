@@ -4,6 +4,7 @@ about, durably, with nothing else about a dead task ever changing."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,3 +114,30 @@ async def test_retention_never_prunes_a_dead_task_reported_or_not(
     assert await store.prune_tombstones(fake_clock.now) == 1
     assert (await store.counts())[S.DEAD] == 2
     assert [r.task.id for r in await store.unreported_dead()] == ["unreported"]
+
+
+async def test_sqlite_dead_tasks_from_before_migration_4_are_unreported(tmp_path: Path) -> None:
+    # an upgraded bridge tells the gateway about the dead letters of its older self too
+    import sqlite3
+
+    from tether.bridge import SqliteStore
+    from tether.bridge._sqlite_schema import MIGRATIONS, _statements
+
+    db = tmp_path / "custody.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        for migration in MIGRATIONS[:3]:
+            for statement in _statements(migration):
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 3")
+        conn.execute(
+            "INSERT INTO tasks (id, body, priority, headers, state, attempt, reason, "
+            "created_at, updated_at) VALUES ('old-dead', 'b', 1, '{}', 'dead', 3, 'boom', 1, 2)"
+        )
+    finally:
+        conn.close()
+    async with await SqliteStore.open(db) as store:
+        [record] = await store.unreported_dead()
+        assert (record.task.id, record.reason, record.updated_at) == ("old-dead", "boom", 2.0)
+        assert await store.mark_dead_reported(["old-dead"]) == [True]
+        assert await store.unreported_dead_count() == 0

@@ -8,8 +8,9 @@ answer says so.
 A task moves ``queued`` → ``leased`` (handed out by a poll, until ``lease_until``) →
 ``acked`` (the worker side has it durably) → ``answered`` (a reply) or ``closed`` (a result
 with ``no_send``, or a rejection: the worker side cannot take it or gave up on it, and the
-reason is kept in ``rejections`` and shown with the message). A lease that runs out without an ack makes the task available again: it
-is redelivered by the next poll, its ``deliveries`` count going up.
+reason is kept in ``rejections`` and shown with the message). A lease that runs out without
+an ack makes the task available again: it is redelivered by the next poll, its ``deliveries``
+count going up.
 """
 
 from __future__ import annotations
