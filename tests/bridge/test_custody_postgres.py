@@ -298,6 +298,7 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         postgres_dsn,
         f"DROP TABLE {s}.workers, {s}.rooms, {s}.stall_notices, {s}.tombstones; "
         f"ALTER TABLE {s}.tasks DROP COLUMN no_send; DROP INDEX {s}.tasks_claimed_age; "
+        f"ALTER TABLE {s}.tasks DROP COLUMN dead_reported_at; "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)

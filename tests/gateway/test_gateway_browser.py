@@ -39,8 +39,11 @@ FLAGS = [
 ]
 
 
-def chat_in_browser(url: str, text: str, screenshot: Path) -> dict[str, str]:
-    """Drive the page (blocking: run it in a thread); returns what the page showed."""
+def chat_in_browser(
+    url: str, text: str, screenshot: Path, outcome: str = "answered"
+) -> dict[str, str]:
+    """Drive the page (blocking: run it in a thread); returns what the page showed once the
+    reply's ``data-status`` is ``outcome`` (``answered``, or ``failed`` for a rejection)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -62,7 +65,7 @@ def chat_in_browser(url: str, text: str, screenshot: Path) -> dict[str, str]:
             )
             driver.find_element(By.ID, "text").send_keys(text)
             driver.find_element(By.ID, "send").click()
-            answered = (By.CSS_SELECTOR, '.reply[data-status="answered"]')
+            answered = (By.CSS_SELECTOR, f'.reply[data-status="{outcome}"]')
             wait.until(expected_conditions.presence_of_element_located(answered))
             shown = {
                 "question": driver.find_element(By.CSS_SELECTOR, ".message .text").text,
@@ -111,3 +114,30 @@ async def test_message_sent_from_the_page_gets_its_reply_shown(
     assert "token" not in shown["url"], "the page must drop the token from its address"
     assert len(answered) == 1
     assert screenshot.stat().st_size > 1000
+
+
+async def test_a_message_the_bridge_gave_up_on_shows_the_reason_on_the_page(
+    start_gateway: StartGateway, client_token_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what a user sees when the bridge reports a dead letter: the reason, not a silent wait
+    monkeypatch.setenv("SE_OFFLINE", "true")
+    gateway = await start_gateway()
+    screenshot = ARTIFACTS / "gateway-chat-failed.png"
+    reason = "the bridge gave up on this message: RuntimeError: boom"
+
+    async def worker(client: GatewayClient) -> None:
+        while True:
+            for task in await client.poll_tasks(wait=5):
+                await client.ack(task.id)
+                assert await client.reject(task.id, reason)
+                return
+
+    async with (
+        GatewayClient(gateway.url, client_token_file) as client,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(worker, client)
+        shown = await trio.to_thread.run_sync(
+            chat_in_browser, f"{gateway.url}/#token={gateway.token}", "crash", screenshot, "failed"
+        )
+    assert shown["reply"] == shown["reply_after_reload"] == f"No reply: {reason}"

@@ -146,8 +146,20 @@ async def test_an_agent_that_crashes_is_retried_then_dead_lettered_with_its_reas
         return bool((await store_status(store))["counts"]["dead"] == 5)
 
     await wait_until(crashes_dead, limit_s=30, step=0.2)
+
+    async def crashes_closed_at_the_gateway() -> bool:
+        return bool((await gateway.stats())["tasks"]["closed"] == 5)
+
+    # each dead letter is reported: its user sees the message closed, with the reason
+    await wait_until(crashes_closed_at_the_gateway, limit_s=30, step=0.2)
     assert await bridge.stop() == 0, bridge.log_tail()
     status = await store_status(store)
+    assert status["dead_unreported"] == 0
+    for task_id, text in zip(ids, texts, strict=True):
+        if text.startswith("crash"):
+            message = await gateway.message(task_id)
+            assert message["status"] == "closed"
+            assert "AgentCrash: cannot handle" in message["reason"]
     assert status["counts"]["delivered"] == 45
     dead = {entry["id"]: entry for entry in status["dead_letters"]}
     assert sorted(dead) == [i for i, t in zip(ids, texts, strict=True) if t.startswith("crash")]

@@ -21,10 +21,48 @@ async def test_a_rejected_task_is_closed_with_its_reason_and_counted(
     assert await client.reject(polled.id, "task body is 900 bytes; the limit is 64 bytes")
     message = await gateway.message(task_id)
     assert (message["status"], message["reply"]) == ("closed", None)
+    assert message["reason"] == "task body is 900 bytes; the limit is 64 bytes"
     assert (await gateway.stats())["rejected"] == 1
-    # repeating it changes nothing (the task is already closed)
+    # repeating it changes nothing (the task is already closed, the first reason kept)
     assert await client.reject(polled.id, "again")
     assert (await gateway.stats())["rejected"] == 1
+    assert (await gateway.message(task_id))["reason"] == message["reason"]
+
+
+async def test_rejecting_an_acked_task_closes_it_with_the_reason_for_the_user(
+    gateway: GatewayHandle, client: GatewayClient
+) -> None:
+    # what the bridge does when a task it holds goes dead: the user's waiting poll ends
+    task_id = await gateway.submit("crash me")
+    [polled] = await client.poll_tasks(wait=1)
+    await client.ack(polled.id)
+    assert (await gateway.message(task_id))["status"] == "acked"
+    assert await client.reject(task_id, "the agent failed 3 times: RuntimeError: boom")
+    message = await gateway.message(task_id, wait=5)
+    assert (message["status"], message["reply"]) == ("closed", None)
+    assert message["reason"] == "the agent failed 3 times: RuntimeError: boom"
+    # the room's history shows the reason too (what the chat page renders)
+    response = await gateway.http.get(
+        f"{gateway.url}/v1/messages", params={"room": "lobby"}, headers=gateway.headers()
+    )
+    [listed] = response.json()["messages"]
+    assert (listed["status"], listed["reason"]) == ("closed", message["reason"])
+
+
+async def test_a_reject_after_the_reply_changes_nothing(
+    gateway: GatewayHandle, client: GatewayClient
+) -> None:
+    task_id = await gateway.submit("answered already")
+    await client.poll_tasks(wait=1)
+    await client.post_result(task_id, "here you go")
+    assert await client.reject(task_id, "too late")
+    message = await gateway.message(task_id)
+    assert (message["status"], message["reply"], message["reason"]) == (
+        "answered",
+        "here you go",
+        None,
+    )
+    assert (await gateway.stats())["rejected"] == 0
 
 
 async def test_rejecting_a_task_never_handed_out_is_refused(

@@ -41,6 +41,7 @@ def test_status_shows_counts_oldest_in_flight_and_dead_letters(
     assert lines[oldest + 1].startswith("  t1  result by w2")
     assert "t0" in out
     assert "division by zero" in out
+    assert "dead letters: 1 (1 not yet reported to the gateway), newest first:" in out
 
 
 def test_status_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -60,6 +61,7 @@ def test_status_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     [dead] = doc["dead_letters"]
     assert dead["id"] == "t0"
     assert "ZeroDivisionError" in dead["reason"]
+    assert doc["dead_unreported"] == 1
 
 
 def test_a_missing_store_is_a_usage_error_not_a_new_file(

@@ -4,7 +4,8 @@ A reply leaves custody only when the gateway confirmed it: ``mark_delivered_many
 gateway's answer, never before, so a crash in between re-posts the reply after restart and the
 gateway absorbs the duplicate (it dedupes by task id; a duplicate receipt counts as confirmed).
 Transient trouble (gateway down, 5xx, 429) is retried with backoff inside the gateway client;
-a permanent refusal (a 4xx other than auth) dead-letters the task with the gateway's reason;
+a permanent refusal (a 4xx other than auth) dead-letters the task with the gateway's reason
+(``_dead_notices`` then tells the gateway the task is closed, so its user hears why);
 an auth refusal ends the loop (fatal for the whole bridge).
 
 The loop overlaps a batch's marks with the next batch: while the marks commit, the next ready
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -71,6 +73,8 @@ class Delivery:
     marks_in_flight: int = 4
     """Batches whose "delivered" marks may be committing while the next batch is read and
     posted (``run`` only; ``run_once`` waits for its marks)."""
+    on_dead: Callable[[], None] | None = None
+    """Called after a reply was dead-lettered (the bridge rings its dead-notice loop)."""
     stats: DeliveryStats = attrs.field(factory=DeliveryStats, init=False)
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
     _stopping: bool = attrs.field(default=False, init=False)
@@ -185,6 +189,8 @@ class Delivery:
             log.warning("could not dead-letter %s: %s", task_id, exc)
             return
         self.stats.dead_lettered += 1
+        if self.on_dead is not None:
+            self.on_dead()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Deliver until cancelled or stopped: full batches back to back, else wait for a nudge

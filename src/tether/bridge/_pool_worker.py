@@ -346,6 +346,8 @@ class PoolWorker:
             return
         entry.settled = True
         self.failed += 1
+        if state is CustodyState.DEAD and self.wakeups is not None:
+            self.wakeups.tasks_dead()
         level = logging.ERROR if state is CustodyState.DEAD else logging.WARNING
         log.log(
             level,

@@ -779,6 +779,43 @@ class PostgresStore:
         sql = self._sql.in_flight
         return await self._run(lambda conn: [r[0] for r in conn.execute(sql)])
 
+    # -- dead-letter notices ------------------------------------------------------------------
+
+    async def unreported_dead(self, *, limit: int = 100) -> Sequence[TaskRecord]:
+        _check_limit(limit)
+        sql = self._sql.unreported_dead
+        return await self._run(
+            lambda conn: [_record(r) for r in conn.execute(sql, {"limit": limit})]
+        )
+
+    async def mark_dead_reported(self, ids: Sequence[str]) -> list[bool]:
+        checked = [check_task_id(id) for id in ids]
+        if not checked:
+            return []
+        params = {"ids": checked, "now": self.clock()}
+        sql, marked_sql = self._sql.mark_dead_reported, self._sql.dead_reported_among
+
+        def op(conn: Conn) -> set[str]:
+            marked = {r[0] for r in conn.execute(sql, params)}
+            missed = [id for id in checked if id not in marked]
+            if missed:
+                # a new statement: it sees a marker a concurrent bridge committed meanwhile
+                marked |= {r[0] for r in conn.execute(marked_sql, {"ids": missed})}
+            return marked
+
+        marked = await self._run(op)
+        return [id in marked for id in checked]
+
+    async def unreported_dead_count(self) -> int:
+        sql = self._sql.unreported_dead_count
+
+        def op(conn: Conn) -> int:
+            row = conn.execute(sql).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return await self._run(op)
+
     # -- compare-and-set ----------------------------------------------------------------------
 
     async def _cas(self, sql: str, params: Mapping[str, Any]) -> tuple[Any, _Before | None]:
@@ -1200,6 +1237,35 @@ class _Sql:
     @property
     def in_flight(self) -> str:
         return f"SELECT id FROM {self.s}.tasks WHERE state IN ({_IN_CUSTODY_SQL}) ORDER BY seq"
+
+    @property
+    def unreported_dead(self) -> str:
+        return (
+            f"SELECT {_RECORD_COLS} FROM {self.s}.tasks t "
+            "WHERE t.state = 'dead' AND t.dead_reported_at IS NULL "
+            "ORDER BY t.updated_at, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def mark_dead_reported(self) -> str:
+        return (
+            f"UPDATE {self.s}.tasks t SET dead_reported_at = %(now)s "
+            "WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'dead' "
+            "AND t.dead_reported_at IS NULL RETURNING t.id"
+        )
+
+    @property
+    def dead_reported_among(self) -> str:
+        return (
+            f"SELECT t.id FROM {self.s}.tasks t WHERE t.id = ANY(%(ids)s::text[]) "
+            "AND t.state = 'dead' AND t.dead_reported_at IS NOT NULL"
+        )
+
+    @property
+    def unreported_dead_count(self) -> str:
+        return (
+            f"SELECT count(*) FROM {self.s}.tasks WHERE state = 'dead' AND dead_reported_at IS NULL"
+        )
 
 
 # -- helpers -------------------------------------------------------------------------------------

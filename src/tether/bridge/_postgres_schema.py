@@ -83,6 +83,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE INDEX tombstones_age ON {s}.tombstones (delivered_at);
     """,
+    # 3 -> 4: when the gateway confirmed it was told about a dead task (NULL: not yet); the
+    # partial index holds only the dead tasks still to report, so finding them stays cheap
+    """
+    ALTER TABLE {s}.tasks ADD COLUMN dead_reported_at double precision;
+    CREATE INDEX tasks_dead_unreported ON {s}.tasks (updated_at, seq)
+        WHERE state = 'dead' AND dead_reported_at IS NULL;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

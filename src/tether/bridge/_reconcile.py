@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -56,6 +57,8 @@ class Reconciler:
     store: Store
     batch: int = attrs.field(default=10_000, validator=attrs.validators.ge(1))
     """Leases handled per store transaction, so other writers interleave on a big backlog."""
+    on_dead: Callable[[], None] | None = None
+    """Called after a pass that dead-lettered tasks (the bridge rings its dead-notice loop)."""
     passes: int = attrs.field(init=False, default=0)
     last_report: ReconcileReport | None = attrs.field(init=False, default=None)
 
@@ -71,6 +74,8 @@ class Reconciler:
             level = logging.WARNING if e.outcome is CustodyState.DEAD else logging.INFO
             log.log(level, "task %s: %s", e.id, e.reason)
         report = ReconcileReport(at=at, expired=tuple(expired))
+        if self.on_dead is not None and report.dead_lettered:
+            self.on_dead()
         self.passes += 1
         self.last_report = report
         return report

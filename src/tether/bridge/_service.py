@@ -1,10 +1,11 @@
 """``BridgeService``: the whole bridge as supervised children of one supervisor.
 
-Start order (a soft stop runs in reverse): reconciler, delivery, gateway heartbeat, pool lead,
-workers, stall notices, and last the gateway loop (ingest). So a stopping bridge first stops
-taking new tasks, then lets its workers finish or hand back what they hold (within ``grace``),
-then delivers the replies they produced, and the reconciler goes last. Nothing in custody is
-lost either way: what is not delivered before the stop is delivered by the next run.
+Start order (a soft stop runs in reverse): reconciler, delivery, dead notices, retention,
+gateway heartbeat, pool lead, workers, stall notices, and last the gateway loop (ingest). So a
+stopping bridge first stops taking new tasks, then lets its workers finish or hand back what
+they hold (within ``grace``), then delivers the replies they produced, and the reconciler goes
+last. Nothing in custody is lost either way: what is not delivered before the stop is delivered
+by the next run.
 
 The strategy is ``one_for_one``: a crashed worker or a failed delivery loop is restarted on
 its own. An auth refusal by the gateway is fatal for the whole bridge (every loop would hit it):
@@ -35,6 +36,7 @@ from .._util import open_nursery_unwrapped
 from ._agent import AgentFactory, load_agent
 from ._config import BridgeConfig
 from ._custody import IN_CUSTODY, Task
+from ._dead_notices import DeadNotices
 from ._delivery import Delivery
 from ._gateway_client import (
     GatewayAuthError,
@@ -89,6 +91,7 @@ class BridgeService:
     admin_port: int | None = attrs.field(default=None, init=False)
     ingest: Ingest | None = attrs.field(default=None, init=False)
     delivery: Delivery | None = attrs.field(default=None, init=False)
+    dead_notices: DeadNotices | None = attrs.field(default=None, init=False)
     gateway: GatewayClient | None = attrs.field(default=None, init=False)
     fatal: BaseException | None = attrs.field(default=None, init=False)
     running: bool = attrs.field(default=False, init=False)
@@ -134,7 +137,8 @@ class BridgeService:
             )
             self.gateway = gateway
             self.ingest = Ingest(store, gateway, poll_wait=config.poll_wait, wakeups=self.wakeups)
-            self.delivery = Delivery(store, gateway)
+            self.delivery = Delivery(store, gateway, on_dead=self.wakeups.tasks_dead)
+            self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
             supervisor = await stack.enter_async_context(
                 open_supervisor(name="bridge", strategy="one_for_one", max_restarts=10, period=30)
             )
@@ -219,9 +223,10 @@ class BridgeService:
     def _counters(self) -> list[CounterSource]:
         from ..observe import CounterSource
 
-        ingest, delivery = self.ingest, self.delivery
+        ingest, delivery, dead_notices = self.ingest, self.delivery, self.dead_notices
         assert ingest is not None
         assert delivery is not None
+        assert dead_notices is not None
         return [
             CounterSource(
                 "ingested",
@@ -246,6 +251,16 @@ class BridgeService:
                 "Replies dead-lettered because the gateway refused them",
                 lambda: delivery.stats.dead_lettered,
             ),
+            CounterSource(
+                "dead_letters_reported",
+                "Dead-lettered tasks the gateway confirmed it was told about (closed, with reason)",
+                lambda: dead_notices.stats.reported,
+            ),
+            CounterSource(
+                "dead_letters_report_refused",
+                "Dead-lettered tasks the gateway refused to hear about (e.g. unknown to it)",
+                lambda: dead_notices.stats.refused,
+            ),
         ]
 
     def _children(
@@ -254,7 +269,8 @@ class BridgeService:
         config = self.config
         assert self.ingest is not None
         assert self.delivery is not None
-        reconciler = Reconciler(store)
+        assert self.dead_notices is not None
+        reconciler = Reconciler(store, on_dead=self.wakeups.tasks_dead)
         stem = pool_stem(config.client_name)
         workers = [
             PoolWorker(
@@ -276,6 +292,7 @@ class BridgeService:
                 _until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
             ),
             self._spec("delivery", partial(self._deliver, self.delivery)),
+            self._spec("dead-notices", _until_stopped(self.dead_notices.run)),
             self._spec("retention", _until_stopped(partial(self._prune, store))),
             self._spec(
                 "heartbeat",
@@ -294,7 +311,7 @@ class BridgeService:
                 sweep_interval=config.sweep_interval,
                 wakeups=self.wakeups,
             )
-            specs.insert(3, self._spec("lead", lead.run))
+            specs.insert(4, self._spec("lead", lead.run))
         return specs
 
     async def _run_workers(

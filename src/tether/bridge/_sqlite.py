@@ -814,6 +814,57 @@ class SqliteStore:
 
         return await self._read(op)
 
+    # -- dead-letter notices ------------------------------------------------------------------
+
+    async def unreported_dead(self, *, limit: int = 100) -> Sequence[TaskRecord]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> list[TaskRecord]:
+            rows = conn.execute(
+                f"SELECT {_RECORD_COLS} FROM tasks INDEXED BY tasks_dead_unreported "
+                "WHERE state = 'dead' AND dead_reported_at IS NULL "
+                "ORDER BY updated_at, rowid LIMIT ?",
+                (limit,),
+            )
+            return [TaskRecord(_task(row), CustodyState(row[5]), *row[6:]) for row in rows]
+
+        return await self._read(op)
+
+    async def mark_dead_reported(self, ids: Sequence[str]) -> list[bool]:
+        for id in ids:
+            check_task_id(id)
+        if not ids:
+            return []
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> list[bool]:
+            done = []
+            for id in ids:
+                conn.execute(
+                    "UPDATE tasks SET dead_reported_at = ? "
+                    "WHERE id = ? AND state = 'dead' AND dead_reported_at IS NULL",
+                    (now, id),
+                )
+                row = conn.execute(
+                    "SELECT 1 FROM tasks WHERE id = ? AND state = 'dead' "
+                    "AND dead_reported_at IS NOT NULL",
+                    (id,),
+                ).fetchone()
+                done.append(row is not None)
+            return done
+
+        return await self._writer.run(op)
+
+    async def unreported_dead_count(self) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            (n,) = conn.execute(
+                "SELECT count(*) FROM tasks WHERE state = 'dead' AND dead_reported_at IS NULL"
+            ).fetchone()
+            return int(n)
+
+        return await self._read(op)
+
 
 # -- helpers (run in the writer thread) ---------------------------------------------------------
 

@@ -70,6 +70,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE INDEX tombstones_age ON tombstones (delivered_at)
     """,
+    # 3 -> 4: when the gateway confirmed it was told about a dead task (NULL: not yet); the
+    # partial index holds only the dead tasks still to report, so finding them stays cheap
+    """
+    ALTER TABLE tasks ADD COLUMN dead_reported_at REAL;
+    CREATE INDEX tasks_dead_unreported ON tasks (updated_at)
+        WHERE state = 'dead' AND dead_reported_at IS NULL
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -280,3 +280,21 @@ class Store(Protocol):
         """Any in-custody state -> dead with ``reason`` (no-op if already dead); a delivered
         task raises ``CustodyConflict``."""
         ...
+
+    # -- dead-letter notices (telling the gateway a task will get no reply) -----------------
+
+    async def unreported_dead(self, *, limit: int = ...) -> Sequence[TaskRecord]:
+        """Up to ``limit`` dead tasks the gateway has not yet confirmed hearing about, in the
+        order they died (oldest first): what the dead-notice loop reports next."""
+        ...
+
+    async def mark_dead_reported(self, ids: Sequence[str]) -> list[bool]:
+        """Record, in ONE transaction, that the gateway confirmed each dead task's notice:
+        ``True`` where the task is dead and is now (or already was) marked, ``False`` where it
+        is unknown or not dead (nothing changes for it). Only the marker changes: the reason,
+        ``updated_at`` and everything else stay as they were. Every id is validated first."""
+        ...
+
+    async def unreported_dead_count(self) -> int:
+        """How many dead tasks the gateway has not yet confirmed hearing about."""
+        ...

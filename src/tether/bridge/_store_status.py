@@ -1,8 +1,8 @@
 """``tether store status``: what the custody store holds, for an operator at a terminal.
 
 Counts per custody state, the oldest tasks still in custody (with their age, owner and
-attempt), and the dead letters with their reasons: the three things to look at when replies
-are late or missing.
+attempt), and the dead letters with their reasons (and how many the gateway has not yet been
+told about, so their users still wait): the things to look at when replies are late or missing.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class StoreStatus:
     oldest_in_flight: tuple[StatusEntry, ...]
     dead_letters: tuple[StatusEntry, ...]
     schema_version: int = 1
+    dead_unreported: int = 0
+    """Dead letters the gateway has not confirmed hearing about (their users were not told)."""
 
     def to_document(self) -> dict[str, object]:
         return unstructure(self)  # type: ignore[no-any-return]
@@ -65,11 +67,13 @@ async def store_status(store: Store, *, limit: int = 10) -> StoreStatus:
             oldest.extend(await store.records(state, limit=limit))
     oldest.sort(key=lambda r: r.created_at)
     dead = await store.records(CustodyState.DEAD, limit=limit, newest_first=True)
+    unreported = await store.unreported_dead_count() if counts[CustodyState.DEAD] else 0
     return StoreStatus(
         counts={state.value: counts[state] for state in CustodyState},
         in_custody=sum(counts[state] for state in IN_CUSTODY),
         oldest_in_flight=tuple(_entry(r, now, r.created_at) for r in oldest[:limit]),
         dead_letters=tuple(_entry(r, now, r.updated_at) for r in dead),
+        dead_unreported=unreported,
     )
 
 
@@ -90,7 +94,13 @@ def render_status(status: StoreStatus, where: str) -> str:
     lines.append("oldest in flight:" if status.oldest_in_flight else "nothing in flight")
     lines.extend(_rows(status.oldest_in_flight, dead=False))
     if status.counts[CustodyState.DEAD.value]:
-        lines.append(f"dead letters ({status.counts[CustodyState.DEAD.value]}, newest first):")
+        dead = status.counts[CustodyState.DEAD.value]
+        told = (
+            f"{status.dead_unreported} not yet reported to the gateway"
+            if status.dead_unreported
+            else "all reported to the gateway"
+        )
+        lines.append(f"dead letters: {dead} ({told}), newest first:")
         lines.extend(_rows(status.dead_letters, dead=True))
     else:
         lines.append("no dead letters")

@@ -12,7 +12,8 @@ per commit.
 ``PoolWakeups`` is the pool's switchboard, named by *what happened* rather than by who
 listens: ``tasks_pending()`` (ingest committed new tasks, or a task went back to pending),
 ``tasks_assigned(workers)`` (the lead assigned work to them), ``capacity_freed()`` (a worker
-stored an outcome, so it can take more). In one process the bridge passes one instance to its
+stored an outcome, so it can take more), ``tasks_dead()`` (tasks were dead-lettered: the
+dead-notice loop reports them to the gateway). In one process the bridge passes one instance to its
 ingest, lead and workers. A backend that can signal across processes (PostgreSQL
 ``LISTEN``/``NOTIFY``) plugs in at the same methods: its listener calls them when a
 notification arrives, and nothing else changes.
@@ -61,6 +62,8 @@ class PoolWakeups:
     """Who to wake when the pool's work changes (see the module docstring)."""
 
     lead: Wakeup = attrs.field(factory=Wakeup)
+    dead: Wakeup = attrs.field(factory=Wakeup)
+    """The dead-notice loop's doorbell (``tasks_dead``)."""
     _workers: dict[str, Wakeup] = attrs.field(init=False, factory=dict)
     _leaderless: set[str] = attrs.field(init=False, factory=set)
 
@@ -92,3 +95,8 @@ class PoolWakeups:
     def capacity_freed(self) -> None:
         """A worker finished a task (its slot is free; a failed task may be pending again)."""
         self.tasks_pending()
+
+    def tasks_dead(self) -> None:
+        """Tasks went dead (a worker's last failure, an expired last lease, a refused reply):
+        the dead-notice loop tells the gateway now."""
+        self.dead.set()

@@ -19,6 +19,11 @@ GET     /v1/messages?room=R&limit=N user    a room's recent messages with their 
 GET     /v1/messages/<id>?wait=N    user    status and reply; waits ≤ N s for the reply
 ======  ==========================  ======  ==============================================
 
+A reject closes a handed-out task (leased or acked) with its reason, which the message views
+then carry as ``reason`` (an additive field of protocol v1): the bridge rejects a task it
+cannot take, and reports each dead-lettered task the same way, so the user waiting for a
+reply learns it failed and why. A reject of an answered or closed task is a no-op (200).
+
 Auth: the worker token (a file) opens everything; the optional user token only the user
 routes, so chat users cannot pull or answer tasks. Nothing is stored unless the whole
 request is valid.

@@ -7,8 +7,10 @@ answer says so.
 
 A task moves ``queued`` → ``leased`` (handed out by a poll, until ``lease_until``) →
 ``acked`` (the worker side has it durably) → ``answered`` (a reply) or ``closed`` (a result
-with ``no_send``). A lease that runs out without an ack makes the task available again: it
-is redelivered by the next poll, its ``deliveries`` count going up.
+with ``no_send``, or a rejection: the worker side cannot take it or gave up on it, and the
+reason is kept in ``rejections`` and shown with the message). A lease that runs out without
+an ack makes the task available again: it is redelivered by the next poll, its ``deliveries``
+count going up.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ CREATE TABLE IF NOT EXISTS clients (
 
 _TASK_COLUMNS = (
     "id, room, sender, body, created_at, state, lease_until, deliveries, acked_at, reply, "
-    "worker, answered_at"
+    "worker, answered_at, (SELECT reason FROM rejections r WHERE r.id = tasks.id)"
 )
 
 
@@ -110,6 +112,8 @@ class StoredTask:
     reply: str | None
     worker: str | None
     answered_at: float | None
+    reason: str | None = None
+    """Why the worker side closed it without a reply (a rejection), if it did."""
 
 
 @attrs.frozen

@@ -28,7 +28,9 @@ class MessageView:
     """``GET /v1/messages/<id>``: the message, where it is, and its reply once there is one.
 
     ``status``: queued (waiting for a worker), leased (handed out, not yet acked), acked
-    (a worker side has it), answered (``reply`` is set) or closed (done, no reply).
+    (a worker side has it), answered (``reply`` is set) or closed (done, no reply). A closed
+    message the worker side rejected or gave up on (its agent kept failing) carries the
+    ``reason``; ``None`` otherwise (added to protocol v1: old clients ignore it).
     """
 
     id: str
@@ -41,6 +43,7 @@ class MessageView:
     deliveries: int
     created_at: float
     answered_at: float | None
+    reason: str | None = None
 
 
 def parse_message(data: Any) -> MessageRequest:
@@ -70,6 +73,7 @@ def message_view(task: StoredTask) -> MessageView:
         deliveries=task.deliveries,
         created_at=task.created_at,
         answered_at=task.answered_at,
+        reason=task.reason,
     )
 
 

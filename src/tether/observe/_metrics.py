@@ -132,6 +132,11 @@ class _LiveCollector(Collector):
             "Dead-lettered tasks held in the store (never deleted silently)",
             value=counts.get(CustodyState.DEAD, 0),
         )
+        yield GaugeMetricFamily(
+            "tether_dead_letters_unreported",
+            "Dead-lettered tasks the gateway has not yet confirmed hearing about",
+            value=reading.dead_unreported,
+        )
 
     def _gateway_metrics(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         observed = self.observed

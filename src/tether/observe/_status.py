@@ -90,6 +90,8 @@ class CustodyReading:
 
     counts: dict[CustodyState, int] | None
     error: str | None = None
+    dead_unreported: int = 0
+    """Dead letters the gateway has not yet confirmed hearing about."""
 
 
 async def read_custody(observed: Observed) -> CustodyReading | None:
@@ -98,10 +100,16 @@ async def read_custody(observed: Observed) -> CustodyReading | None:
         return None
     try:
         counts = await observed.store.counts()
+        unreported = 0
+        if counts.get(CustodyState.DEAD, 0):
+            unreported = await observed.store.unreported_dead_count()
     except Exception as exc:
         log.warning("cannot read the custody store's counts: %r", exc)
         return CustodyReading(None, repr(exc))
-    return CustodyReading({state: int(counts.get(state, 0)) for state in CustodyState})
+    return CustodyReading(
+        {state: int(counts.get(state, 0)) for state in CustodyState},
+        dead_unreported=unreported,
+    )
 
 
 async def status_report(observed: Observed) -> StatusReport:

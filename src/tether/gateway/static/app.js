@@ -61,6 +61,9 @@ function render(message) {
   if (message.status === "answered") {
     reply.textContent = message.reply;
     if (message.worker) reply.title = "answered by " + message.worker;
+  } else if (message.status === "closed" && message.reason) {
+    reply.textContent = "No reply: " + message.reason;
+    reply.dataset.status = "failed";
   } else if (message.status === "closed") {
     reply.textContent = "(closed without a reply)";
   } else {

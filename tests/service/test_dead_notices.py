@@ -1,0 +1,248 @@
+"""Dead notices: every dead-lettered task is reported to the gateway (closed there with its
+reason, so the user learns their message failed), at least once, durably, and never again once
+the gateway confirmed. Real gateway on 127.0.0.1 and real SQLite files, except where a gateway
+without the endpoint or a flaky one is the point (``httpx.MockTransport`` and a MockClock)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+from trio.testing import MockClock
+
+from tether import ChildSpec, open_runtime
+from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task, write_token
+from tether.bridge._config import BridgeConfig
+from tether.bridge._dead_notices import DeadNotices
+from tether.bridge._ingest import Ingest
+from tether.bridge._service import BridgeService
+from tether.bridge._store_status import render_status, store_status
+
+from . import agent_for_tests
+from ._support import GatewayHandle, gateway_client, wait_until
+
+ADMIN_TOKEN = "dead-notice-admin-token"
+
+
+async def _take(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient, text: str
+) -> str:
+    """Submit a message and ingest it (the bridge holds it, acked at the gateway)."""
+    task_id = await gateway.submit(text)
+    with trio.fail_after(10):
+        while await store.state(task_id) is None:
+            await Ingest(store, client).run_once(wait=1)
+    return task_id
+
+
+async def _closed(gateway: GatewayHandle, task_id: str) -> bool:
+    return bool((await gateway.message(task_id))["status"] == "closed")
+
+
+async def test_an_agent_that_always_crashes_gets_its_user_a_closed_message_with_the_reason(
+    gateway: GatewayHandle, token_file: Path, store: SqliteStore, tmp_path: Path
+) -> None:
+    admin_token_file = tmp_path / "admin" / "token"
+    admin_token_file.parent.mkdir(mode=0o700)
+    write_token(admin_token_file, ADMIN_TOKEN)
+    config = BridgeConfig(
+        gateway=gateway.url,
+        token_file=token_file,
+        workers=1,
+        poll_wait=0.5,
+        grace=1.0,
+        admin_port=0,
+        admin_token_file=admin_token_file,
+    )
+    service = BridgeService(config, store=store, factory=agent_for_tests.factory)
+    crash_id = await gateway.submit("crash, please")
+    fine_id = await gateway.submit("fine, thanks")
+    async with open_runtime(handle_signals=False) as runtime:
+        await runtime.supervisor.start_child(
+            ChildSpec("bridge", service.run, shutdown_grace=service.stop_grace)
+        )
+        # the user's own long poll ends with the news, as the chat page's does
+        with trio.fail_after(15):
+            while (message := await gateway.message(crash_id, wait=5))["status"] != "closed":
+                pass
+        assert message["reply"] is None
+        assert "the bridge gave up on this message" in message["reason"]
+        assert "AgentCrash" in message["reason"]
+        assert "cannot handle 'crash, please'" in message["reason"]
+        assert (await gateway.message(fine_id, wait=5))["reply"] == "echo: fine, thanks"
+
+        async def marked() -> bool:
+            return await store.unreported_dead_count() == 0
+
+        await wait_until(marked)
+        assert service.dead_notices is not None
+        assert (service.dead_notices.stats.reported, service.dead_notices.stats.refused) == (1, 0)
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{service.admin_port}",
+            headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
+        ) as admin:
+            text = (await admin.get("/metrics")).text
+        values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+        assert values["tether_dead_letters_reported_total"] == 1
+        assert values["tether_dead_letters_report_refused_total"] == 0
+        assert values["tether_dead_letters"] == 1
+        assert values["tether_dead_letters_unreported"] == 0
+    # the dead letter itself is untouched: still dead with the agent's reason
+    record = await store.get(crash_id)
+    assert record is not None
+    assert record.state is CustodyState.DEAD
+    assert record.attempt == store.max_attempts
+    assert "AgentCrash" in (record.reason or "")
+    assert (await gateway.stats())["rejected"] == 1
+
+
+async def test_a_task_that_dies_while_the_gateway_is_down_is_reported_once_it_is_back(
+    gateway: GatewayHandle, token_file: Path, store: SqliteStore, nursery: trio.Nursery
+) -> None:
+    async with gateway_client(gateway.url, token_file) as client:
+        task_id = await _take(gateway, store, client, "doomed")
+        await gateway.live.stop()
+        await store.dead_letter(task_id, "the agent failed 3 times: RuntimeError: boom")
+        notices = DeadNotices(store, client, interval=60.0)
+        nursery.start_soon(notices.run)
+        notices.wakeup.set()
+        await trio.sleep(0.5)  # several backed-off attempts against the closed port
+        assert await store.unreported_dead_count() == 1
+        assert client.status.consecutive_failures >= 2
+        await gateway.live.start()
+
+        async def reported() -> bool:
+            return await store.unreported_dead_count() == 0
+
+        await wait_until(reported)
+        message = await gateway.message(task_id)
+        assert message["status"] == "closed"
+        assert message["reason"].endswith("RuntimeError: boom")
+        assert notices.stats.reported == 1
+        assert client.reject_supported
+        nursery.cancel_scope.cancel()
+
+
+class MarkFailsOnce(SqliteStore):
+    """A store that dies (as a SIGKILLed bridge would) right after the gateway confirmed a
+    report and before the marker is committed: the first ``mark_dead_reported`` raises."""
+
+    failed: bool = False
+
+    async def mark_dead_reported(self, ids: Sequence[str]) -> list[bool]:
+        if not self.failed:
+            self.failed = True
+            raise OSError("simulated crash between the report and the mark")
+        return await super().mark_dead_reported(ids)
+
+
+async def test_a_crash_between_report_and_mark_reports_again_and_the_gateway_absorbs_it(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "crash" / "custody.db"
+    store = await MarkFailsOnce.open(path, lease_s=5.0, max_attempts=3)
+    async with store, gateway_client(gateway.url, token_file) as client:
+        task_id = await _take(gateway, store, client, "doomed")
+        await store.dead_letter(task_id, "RuntimeError: boom")
+        with pytest.raises(OSError, match="simulated crash"):
+            await DeadNotices(store, client).run_once()
+        assert await _closed(gateway, task_id)  # the gateway has it ...
+        assert await store.unreported_dead_count() == 1  # ... the store does not know yet
+    # "after restart": a new store handle and a new loop report it again
+    async with (
+        await SqliteStore.open(path, lease_s=5.0) as again,
+        gateway_client(gateway.url, token_file) as client,
+    ):
+        notices = DeadNotices(again, client)
+        assert await notices.run_once() == 1
+        assert notices.stats.reported == 1
+        assert await again.unreported_dead_count() == 0
+        assert await notices.run_once() == 0  # confirmed once: never reported again
+    assert (await gateway.stats())["rejected"] == 1  # the repeat was a no-op at the gateway
+    assert (await gateway.message(task_id))["reason"].endswith("RuntimeError: boom")
+
+
+async def test_a_dead_task_the_gateway_does_not_know_is_settled_not_retried(
+    gateway: GatewayHandle, token_file: Path, store: SqliteStore
+) -> None:
+    # e.g. the gateway's database was reset: it answers 409 "unknown task id", which is final
+    await store.ingest(Task("never-at-this-gateway", "hello"))
+    await store.dead_letter("never-at-this-gateway", "RuntimeError: boom")
+    async with gateway_client(gateway.url, token_file) as client:
+        notices = DeadNotices(store, client)
+        assert await notices.run_once() == 1
+        assert (notices.stats.reported, notices.stats.refused) == (0, 1)
+        assert await store.unreported_dead_count() == 0
+        assert await notices.run_once() == 0
+    assert await store.state("never-at-this-gateway") is CustodyState.DEAD
+
+
+@pytest.fixture
+def mock_clock() -> MockClock:
+    return MockClock(autojump_threshold=0)
+
+
+async def test_a_gateway_without_the_endpoint_is_asked_once_and_never_spun_on(
+    mock_clock: MockClock, token_file: Path, store: SqliteStore, nursery: trio.Nursery
+) -> None:
+    await store.ingest(Task("t1", "hello"))
+    await store.dead_letter("t1", "RuntimeError: boom")
+    calls: list[str] = []
+
+    def old_gateway(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return httpx.Response(404, json={"error": "no such endpoint"})
+
+    async with gateway_client(
+        "http://old-gateway.test", token_file, transport=httpx.MockTransport(old_gateway)
+    ) as client:
+        notices = DeadNotices(store, client, interval=5.0)
+        nursery.start_soon(notices.run)
+        for _ in range(20):  # an hour of wake-ups and periodic looks
+            notices.wakeup.set()
+            await trio.sleep(180)
+        assert calls == ["/v1/tasks/t1/reject"]
+        assert not notices.supported
+        assert notices.stats.reported == 0
+        nursery.cancel_scope.cancel()
+    status = await store_status(store)
+    assert (status.counts["dead"], status.dead_unreported) == (1, 1)
+    assert "1 not yet reported to the gateway" in render_status(status, "here")
+
+
+async def test_a_flaky_gateway_is_retried_with_backoff_until_it_confirms(
+    mock_clock: MockClock, token_file: Path, store: SqliteStore
+) -> None:
+    await store.ingest(Task("t1", "hello"))
+    await store.dead_letter("t1", "RuntimeError: boom")
+    times: list[float] = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        times.append(trio.current_time())
+        if len(times) <= 3:
+            return httpx.Response(503, json={"error": "overloaded"})
+        assert json.loads(request.content)["reason"].endswith("RuntimeError: boom")
+        return httpx.Response(200, json={"id": "t1", "status": "closed"})
+
+    async with gateway_client(
+        "http://flaky.test",
+        token_file,
+        transport=httpx.MockTransport(flaky),
+        backoff_initial=1.0,
+        backoff_maximum=60.0,
+    ) as client:
+        notices = DeadNotices(store, client)
+        assert await notices.run_once() == 1
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert len(gaps) == 3
+    # exponential backoff from 1 s (each delay at most 20 % shorter for jitter)
+    for gap, nominal in zip(gaps, [1.0, 2.0, 4.0], strict=True):
+        assert nominal * 0.8 - 1e-9 <= gap <= nominal + 1e-9
+    assert await store.unreported_dead_count() == 0
+    assert notices.stats.reported == 1
