@@ -1,16 +1,17 @@
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 
+from store_clock import StoreAwareClock
 from tether.bridge import SqliteStore
-from tether.bridge._sqlite_writer import jobs_in_flight
 
 from .pool_support import FakeClock
+
+__all__ = ["LEASE_S", "MAX_ATTEMPTS", "StoreAwareClock"]
 
 LEASE_S = 6.0
 MAX_ATTEMPTS = 3
@@ -31,35 +32,6 @@ async def store(tmp_path: Path, fake_clock: FakeClock) -> AsyncIterator[SqliteSt
         yield s
     finally:
         await s.aclose()
-
-
-class StoreAwareClock(trio.abc.Clock):
-    """Virtual time that jumps to the next deadline whenever the run is idle (like
-    ``MockClock(autojump_threshold=0)``), except while a store job is in the writer thread.
-
-    Trio counts a task waiting on a thread as idle, so a plain autojump clock skips to the
-    next timer during a single commit (a handler's long sleep, past every lease). Here time
-    stands still until the database answers (its wake-up ends the wait). Pass ``mock_clock``
-    to the test function itself: pytest-trio only installs a clock fixture the test requests
-    directly, not one requested by another fixture.
-    """
-
-    def __init__(self) -> None:
-        self._now = 0.0
-
-    def start_clock(self) -> None:
-        pass
-
-    def current_time(self) -> float:
-        return self._now
-
-    def deadline_to_sleep_time(self, deadline: float) -> float:
-        if deadline <= self._now:
-            return 0.0
-        if jobs_in_flight() or deadline == math.inf:
-            return 86_400.0  # a real wait; the writer's wake-up (or any I/O) ends it
-        self._now = deadline
-        return 0.0
 
 
 @pytest.fixture
