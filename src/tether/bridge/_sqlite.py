@@ -420,31 +420,33 @@ class SqliteStore:
         lease_until = now + self.lease_s
 
         def op(conn: sqlite3.Connection) -> list[Claim]:
+            # the worker's own assignments first, then (leaderless) pending tasks, each queue
+            # in (priority, age) order; one UPDATE claims them all
             rows = conn.execute(
-                f"SELECT {_TASK_COLS}, attempt FROM tasks "
-                "WHERE state = 'assigned' AND owner = ? ORDER BY priority, rowid LIMIT ?",
-                (worker, limit),
+                "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, updated_at = ? "
+                "WHERE rowid IN (SELECT rowid FROM tasks WHERE state = 'assigned' AND owner = ? "
+                "ORDER BY priority, rowid LIMIT ?) "
+                f"RETURNING {_TASK_COLS}, attempt, rowid",
+                (worker, lease_until, now, worker, limit),
             ).fetchall()
-            if len(rows) < limit and leaderless:
+            taken = len(rows)
+            if taken < limit and leaderless:
                 rows += conn.execute(
-                    f"SELECT {_TASK_COLS}, attempt FROM tasks "
-                    "WHERE state = 'pending' AND owner IS NULL ORDER BY priority, rowid LIMIT ?",
-                    (limit - len(rows),),
-                ).fetchall()
-            claims: list[Claim] = []
-            for row in rows:
-                cur = conn.execute(
                     "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
-                    "updated_at = ? WHERE id = ? AND state IN ('assigned', 'pending') "
-                    "AND attempt = ?",
-                    (worker, lease_until, now, row[0], row[5]),
-                )
-                if cur.rowcount != 1:  # cannot happen under the write lock; never hand out twice
-                    raise CustodyConflict(f"task {row[0]!r} moved while being claimed")
-                if row[2] is not None:
-                    _note_room(conn, row[2], worker, now)
-                claims.append(Claim(_task(row), worker, row[5], lease_until))
-            return claims
+                    "updated_at = ? WHERE rowid IN (SELECT rowid FROM tasks "
+                    "WHERE state = 'pending' ORDER BY priority, rowid LIMIT ?) "
+                    f"RETURNING {_TASK_COLS}, attempt, rowid",
+                    (worker, lease_until, now, limit - taken),
+                ).fetchall()
+            # RETURNING order is unspecified: hand them out in queue order, assignments first
+            rows[:taken] = sorted(rows[:taken], key=lambda r: (r[3], r[6]))
+            rows[taken:] = sorted(rows[taken:], key=lambda r: (r[3], r[6]))
+            conn.executemany(  # the claiming worker is now the keeper of these rooms
+                "INSERT INTO rooms (room, worker, at) VALUES (?, ?, ?) "
+                "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at",
+                [(room, worker, now) for room in {r[2] for r in rows} if room is not None],
+            )
+            return [Claim(_task(r), worker, r[5], lease_until) for r in rows]
 
         claims = await self._writer.run(op)
         for claim in claims:
