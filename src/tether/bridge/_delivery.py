@@ -141,7 +141,9 @@ class Delivery:
                     sendable.append((result, request))
         if not sendable:
             return len(results)
-        answers = await self.gateway.post_results([request for _, request in sendable])
+        answers = await self.gateway.post_results(
+            [request for _, request in sendable], checked=True
+        )
         confirmed: list[tuple[Result, ResultReceipt]] = []
         async with trio.open_nursery() as nursery:  # the marks and dead letters share a commit
             for (result, _), answer in zip(sendable, answers, strict=True):
