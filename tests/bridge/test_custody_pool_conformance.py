@@ -12,6 +12,7 @@ import pytest
 from tether.bridge import (
     CustodyState,
     InvalidWorkerName,
+    PoolView,
     StaleLease,
     Store,
     Task,
@@ -20,6 +21,11 @@ from tether.bridge import (
 from .custody_support import LEASE_S, Backend, FakeClock, drive_to
 
 S = CustodyState
+
+
+async def owners(store: Store, *ids: str) -> list[tuple[CustodyState, str | None]]:
+    records = [await store.get(id) for id in ids]
+    return [(r.state, r.owner) for r in records if r is not None]
 
 
 async def test_beats_are_recorded_and_read_back_in_one_call(
@@ -301,3 +307,46 @@ async def test_pool_view_can_skip_the_pending_tasks_of_given_rooms(store: Store)
         "a2",
         "c1",
     ]
+
+
+async def test_plan_and_assign_assigns_what_the_decision_names_from_the_view_it_saw(
+    store: Store,
+) -> None:
+    await store.ingest_many([Task("a", "x", room="r1"), Task("b", "x"), Task("c", "x")])
+    await store.beat("w1", "worker", 4)
+    seen: list[tuple[str, ...]] = []
+
+    def decide(view: PoolView) -> list[tuple[str, str]]:
+        seen.append(tuple(t.id for t in view.pending))
+        return [("a", "w1"), ("a", "w2"), ("c", "w1"), ("gone", "w1")]
+
+    view, done = await store.plan_and_assign(decide, pending_limit=2)
+    assert seen[-1] == ("a", "b")  # the window asked for, in queue order
+    assert [t.id for t in view.pending] == ["a", "b"]
+    assert [w.name for w in view.workers] == ["w1"]
+    assert done == [True, False, True, False]  # a repeated id: the first pair decides
+    assert await owners(store, "a", "b", "c") == [
+        (S.ASSIGNED, "w1"),
+        (S.PENDING, None),
+        (S.ASSIGNED, "w1"),
+    ]
+    assert (await store.pool_view()).rooms == {}  # r1 has no pending task left to show
+    await store.ingest(Task("d", "x", room="r1"))
+    assert (await store.pool_view()).rooms == {"r1": "w1"}
+
+
+async def test_plan_and_assign_with_no_decision_changes_nothing(store: Store) -> None:
+    await store.ingest(Task("a", "x"))
+    view, done = await store.plan_and_assign(lambda view: None)
+    assert done is None
+    assert [t.id for t in view.pending] == ["a"]
+    assert await store.state("a") is S.PENDING
+    view, done = await store.plan_and_assign(lambda view: [])
+    assert done == []
+
+
+async def test_plan_and_assign_refuses_a_bad_worker_name_and_assigns_nothing(store: Store) -> None:
+    await store.ingest_many([Task("a", "x"), Task("b", "x")])
+    with pytest.raises(InvalidWorkerName):
+        await store.plan_and_assign(lambda view: [("a", "w1"), ("b", "no spaces")])
+    assert await owners(store, "a", "b") == [(S.PENDING, None), (S.PENDING, None)]

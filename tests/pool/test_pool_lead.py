@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tether.bridge import CustodyState, PoolLead, PoolView, SqliteStore, SweepReport, Task
+from tether.bridge import (
+    CustodyState,
+    Decide,
+    PoolLead,
+    PoolView,
+    SqliteStore,
+    SweepReport,
+    Task,
+)
 
 from .pool_support import FakeClock
 
@@ -225,6 +233,14 @@ class RacingStore(SqliteStore):
         view = await super().pool_view(pending_limit=pending_limit, skip_rooms=skip_rooms)
         assert await self.claim("racer", leaderless=True) is not None
         return view
+
+    async def plan_and_assign(
+        self, decide: Decide, *, pending_limit: int = 1000
+    ) -> tuple[PoolView, list[bool] | None]:
+        """In two transactions, as a backend without one for the sweep does (PostgreSQL)."""
+        view = await self.pool_view(pending_limit=pending_limit)
+        pairs = decide(view)
+        return view, None if pairs is None else await self.assign_many(pairs)
 
 
 async def test_a_lost_race_is_reported_not_forced(tmp_path: Path, fake_clock: FakeClock) -> None:

@@ -68,6 +68,7 @@ from ._sqlite_schema import SchemaTooNew as SchemaTooNew
 from ._status_file import ConnectionStatus as ConnectionStatus
 from ._store import WORKER_ROLES as WORKER_ROLES
 from ._store import Assignment as Assignment
+from ._store import Decide as Decide
 from ._store import LeaseExpiry as LeaseExpiry
 from ._store import PoolView as PoolView
 from ._store import Queued as Queued

@@ -281,53 +281,43 @@ class PoolLead:
         is full, possibly with tasks this sweep assigns from an earlier page.
         """
         self._doorbell.clear()  # this sweep reads everything rung for so far
-        view: PoolView | None = None
         limit = self._window or self.pending_limit
-        skip: set[str] = set()
-
-        async def read() -> PoolView:
-            return await self.store.pool_view(pending_limit=limit, skip_rooms=skip)
-
-        async def first_read() -> None:
-            nonlocal view
-            view = await read()
-
         now = self.now()
+        planned: list[SweepPlan] = []  # decide() runs in the store's thread; it leaves its plan
+
+        def decide(view: PoolView) -> list[tuple[str, str]] | None:
+            """Plan from the first page; assign at once unless the plan also returns
+            assignments or must read past rooms (then the sweep goes on below)."""
+            plan = self._plan(view, now)
+            planned[:] = [plan]
+            if plan.dead_workers or plan.stuck or self._more_pages(plan, view, limit, set()):
+                return None
+            return [(a.id, a.worker) for a in plan.assign]
+
+        answers: list[tuple[PoolView, list[bool] | None]] = []
+
+        async def plan_and_assign() -> None:
+            answers.append(await self.store.plan_and_assign(decide, pending_limit=limit))
+
         if now - self._beat_at < self._beat_every or now < self._beat_at:
-            await first_read()  # a read alone: no durable commit
+            await plan_and_assign()  # under load: no beat, one transaction for the sweep
         else:
             self._beat_at = now
             async with trio.open_nursery() as nursery:  # one writer batch for both
                 nursery.start_soon(self.store.beat, self.name, "lead", 0)
-                nursery.start_soon(first_read)
-        assert self.stuck_cap is not None
-        assert view is not None
-        page_view = view
-        for page in range(1, MAX_PAGES + 1):
-            now = self.now()
-            plan = plan_sweep(
-                view,
-                now=now,
-                dead_after=self.dead_after,
-                stuck_after=self.stuck_after,
-                stuck_cap=self.stuck_cap,
-                capacity=self.capacity,
-                max_skew=self.max_skew,
-                last_pick=self._last_pick,
-            )
-            more = set(plan.blocked_rooms) - skip
-            if page == MAX_PAGES or not (more and plan.spare and len(page_view.pending) >= limit):
-                break
-            skip |= more
-            page_view = await read()
-            view = _merge_pages(view, page_view)
-        assert view is not None
+                nursery.start_soon(plan_and_assign)
+        [(view, done)] = answers
+        [plan] = planned
+        returned: tuple[Returned, ...] = ()
+        if done is None:
+            view, plan = await self._read_past_full_rooms(view, plan, now, limit)
+            returned = await self._return(view, plan, now)
+            if plan.assign:
+                done = await self.store.assign_many([(a.id, a.worker) for a in plan.assign])
         self._last_pick = plan.last_pick
         self._window = self._next_window(view, now)
-        returned = await self._return(view, plan, now)
         lost: tuple[str, ...] = ()
-        if plan.assign:
-            done = await self.store.assign_many([(a.id, a.worker) for a in plan.assign])
+        if done:
             lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
         assigned = tuple(a for a in plan.assign if a.id not in lost)
         if self.wakeups is not None:
@@ -362,6 +352,43 @@ class PoolLead:
         self.sweeps += 1
         self.last_report = report
         return report
+
+    def _plan(self, view: PoolView, now: float) -> SweepPlan:
+        assert self.stuck_cap is not None
+        return plan_sweep(
+            view,
+            now=now,
+            dead_after=self.dead_after,
+            stuck_after=self.stuck_after,
+            stuck_cap=self.stuck_cap,
+            capacity=self.capacity,
+            max_skew=self.max_skew,
+            last_pick=self._last_pick,
+        )
+
+    @staticmethod
+    def _more_pages(plan: SweepPlan, page: PoolView, limit: int, skip: set[str]) -> set[str]:
+        """Rooms to read past next: the page was full and rooms with a full keeper held up
+        tasks while workers have room (empty: the plan stands)."""
+        more = set(plan.blocked_rooms) - skip
+        return more if more and plan.spare and len(page.pending) >= limit else set()
+
+    async def _read_past_full_rooms(
+        self, view: PoolView, plan: SweepPlan, now: float, limit: int
+    ) -> tuple[PoolView, SweepPlan]:
+        """Read further pages without the rooms whose keeper is full (up to ``MAX_PAGES``
+        reads), re-planning over every page read so far."""
+        skip: set[str] = set()
+        page_view = view
+        for _ in range(1, MAX_PAGES):
+            more = self._more_pages(plan, page_view, limit, skip)
+            if not more:
+                break
+            skip |= more
+            page_view = await self.store.pool_view(pending_limit=limit, skip_rooms=skip)
+            view = _merge_pages(view, page_view)
+            plan = self._plan(view, now)
+        return view, plan
 
     async def _ring_on_stop(self) -> None:
         """A stop ends the wait between sweeps at once (the doorbell is the only wait)."""

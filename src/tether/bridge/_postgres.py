@@ -57,6 +57,7 @@ from ._postgres_schema import check_schema, migrate
 from ._store import (
     WORKER_ROLES,
     Assignment,
+    Decide,
     LeaseExpiry,
     PoolView,
     Queued,
@@ -475,6 +476,14 @@ class PostgresStore:
             return view
 
         return await self._run(op)
+
+    async def plan_and_assign(
+        self, decide: Decide, *, pending_limit: int = 1000
+    ) -> tuple[PoolView, list[bool] | None]:
+        # two transactions: the view's snapshot, then assign_many's compare-and-set
+        view = await self.pool_view(pending_limit=pending_limit)
+        pairs = decide(view)
+        return view, None if pairs is None else await self.assign_many(pairs)
 
     # -- liveness -----------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from ._sqlite_writer import SqliteWriter
 from ._store import (
     WORKER_ROLES,
     Assignment,
+    Decide,
     LeaseExpiry,
     PoolView,
     Queued,
@@ -283,34 +284,12 @@ class SqliteStore:
         checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
         if not checked:
             return []
-        first: dict[str, int] = {}  # a repeated id: the first pair decides, later ones are False
-        for n, (id, _) in enumerate(checked):
-            first.setdefault(id, n)
-        unique = json.dumps([checked[n] for n in sorted(first.values())])
         now = self.clock()
-
-        def op(conn: sqlite3.Connection) -> set[str]:
-            # one statement for the batch: a sweep assigns dozens of tasks per commit
-            moved = conn.execute(
-                "UPDATE tasks SET state = 'assigned', owner = v.worker, updated_at = ? "
-                "FROM (SELECT value ->> 0 AS id, value ->> 1 AS worker FROM json_each(?)) AS v "
-                "WHERE tasks.id = v.id AND tasks.state = 'pending' "
-                "RETURNING tasks.id, tasks.room, tasks.owner",
-                (now, unique),
-            ).fetchall()
-            moved.sort(key=lambda row: first[row[0]])  # a room goes to its last pair's worker
-            conn.executemany(
-                "INSERT INTO rooms (room, worker, at) VALUES (?, ?, ?) "
-                "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at",
-                [(room, worker, now) for _, room, worker in moved if room is not None],
-            )
-            return {id for id, _, _ in moved}
-
-        moved = await self._writer.run(op)
+        done, moved = await self._writer.run(lambda conn: _assign_pairs(conn, checked, now))
         for id, worker in checked:
             if id in moved:
                 _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
-        return [id in moved and first[id] == n for n, (id, _) in enumerate(checked)]
+        return done
 
     async def return_assignments(self, worker: str) -> Sequence[str]:
         check_worker(worker)
@@ -337,40 +316,31 @@ class SqliteStore:
             raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
         skip = json.dumps(sorted(skip_rooms))
         at = self.clock()
+        return await self._read(lambda conn: _pool_view(conn, at, pending_limit, skip))
 
-        def op(conn: sqlite3.Connection) -> PoolView:
-            pending: list[Queued] = []
-            rooms: dict[str, str] = {}
-            for id, room, rank, keeper in conn.execute(
-                "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
-                "LEFT JOIN rooms r ON r.room = t.room WHERE t.state = 'pending' "
-                "AND (t.room IS NULL OR t.room NOT IN (SELECT value FROM json_each(?))) "
-                "ORDER BY t.priority, t.rowid LIMIT ?",
-                (skip, pending_limit),
-            ):
-                pending.append(Queued(id, room, _RANK_PRIORITY[rank]))
-                if keeper is not None:
-                    rooms[room] = keeper
-            return PoolView(
-                at=at,
-                workers=tuple(_workers(conn)),
-                assigned=tuple(
-                    Assignment(*r)
-                    for r in conn.execute(
-                        "SELECT id, owner, room, updated_at FROM tasks "
-                        "WHERE state = 'assigned' ORDER BY updated_at, rowid"
-                    )
-                ),
-                claims=dict(
-                    conn.execute(
-                        "SELECT owner, count(*) FROM tasks WHERE state = 'claimed' GROUP BY owner"
-                    ).fetchall()
-                ),
-                pending=tuple(pending),
-                rooms=rooms,
-            )
+    async def plan_and_assign(
+        self, decide: Decide, *, pending_limit: int = 1000
+    ) -> tuple[PoolView, list[bool] | None]:
+        if not (isinstance(pending_limit, int) and pending_limit >= 1):
+            raise ValueError(f"pending_limit must be an int >= 1, got {pending_limit!r}")
+        now = self.clock()
 
-        return await self._read(op)
+        checked: list[tuple[str, str]] = []
+
+        def op(conn: sqlite3.Connection) -> tuple[PoolView, list[bool] | None, set[str]]:
+            view = _pool_view(conn, now, pending_limit, "[]")
+            pairs = decide(view)
+            if pairs is None:
+                return view, None, set()
+            checked[:] = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
+            done, moved = _assign_pairs(conn, checked, now)
+            return view, done, moved
+
+        view, done, moved = await self._writer.run(op)
+        for id, worker in checked:
+            if id in moved:
+                _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
+        return view, done
 
     # -- liveness -----------------------------------------------------------------------------
 
@@ -892,6 +862,69 @@ def _connect(path: Path, synchronous: Synchronous, busy_timeout_s: float) -> sql
         conn.close()
         raise RuntimeError(f"{path}: could not switch SQLite to WAL mode (got {mode!r})")
     return conn
+
+
+def _pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str) -> PoolView:
+    """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past)."""
+    pending: list[Queued] = []
+    rooms: dict[str, str] = {}
+    for id, room, rank, keeper in conn.execute(
+        "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
+        "LEFT JOIN rooms r ON r.room = t.room WHERE t.state = 'pending' "
+        "AND (t.room IS NULL OR t.room NOT IN (SELECT value FROM json_each(?))) "
+        "ORDER BY t.priority, t.rowid LIMIT ?",
+        (skip, pending_limit),
+    ):
+        pending.append(Queued(id, room, _RANK_PRIORITY[rank]))
+        if keeper is not None:
+            rooms[room] = keeper
+    return PoolView(
+        at=at,
+        workers=tuple(_workers(conn)),
+        assigned=tuple(
+            Assignment(*r)
+            for r in conn.execute(
+                "SELECT id, owner, room, updated_at FROM tasks "
+                "WHERE state = 'assigned' ORDER BY updated_at, rowid"
+            )
+        ),
+        claims=dict(
+            conn.execute(
+                "SELECT owner, count(*) FROM tasks WHERE state = 'claimed' GROUP BY owner"
+            ).fetchall()
+        ),
+        pending=tuple(pending),
+        rooms=rooms,
+    )
+
+
+def _assign_pairs(
+    conn: sqlite3.Connection, pairs: Sequence[tuple[str, str]], now: float
+) -> tuple[list[bool], set[str]]:
+    """Assign each pending ``(id, worker)`` in one statement (a sweep assigns dozens per commit);
+    a repeated id: the first pair decides, later ones are False. Returns the answers and the
+    ids that moved."""
+    if not pairs:
+        return [], set()
+    first: dict[str, int] = {}
+    for n, (id, _) in enumerate(pairs):
+        first.setdefault(id, n)
+    unique = json.dumps([pairs[n] for n in sorted(first.values())])
+    rows = conn.execute(
+        "UPDATE tasks SET state = 'assigned', owner = v.worker, updated_at = ? "
+        "FROM (SELECT value ->> 0 AS id, value ->> 1 AS worker FROM json_each(?)) AS v "
+        "WHERE tasks.id = v.id AND tasks.state = 'pending' "
+        "RETURNING tasks.id, tasks.room, tasks.owner",
+        (now, unique),
+    ).fetchall()
+    rows.sort(key=lambda row: first[row[0]])  # a room goes to its last pair's worker
+    conn.executemany(
+        "INSERT INTO rooms (room, worker, at) VALUES (?, ?, ?) "
+        "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at",
+        [(room, worker, now) for _, room, worker in rows if room is not None],
+    )
+    moved = {id for id, _, _ in rows}
+    return [id in moved and first[id] == n for n, (id, _) in enumerate(pairs)], moved
 
 
 def _connect_reader(path: Path, busy_timeout_s: float) -> sqlite3.Connection:

@@ -97,6 +97,11 @@ class StallCandidate:
     created_at: float
 
 
+Decide = Callable[[PoolView], "Sequence[tuple[str, str]] | None"]
+"""A sweep's decision from a view: the ``(id, worker)`` pairs to assign, or None (see
+``Store.plan_and_assign``)."""
+
+
 @runtime_checkable
 class Store(Protocol):
     """A transactional custody store. Every method is async; all raise ``ClosedResourceError``
@@ -168,6 +173,20 @@ class Store(Protocol):
 
         ``pending`` leaves out the tasks of ``skip_rooms`` (default none): the lead reads past
         rooms whose keeper is full instead of stopping at them."""
+        ...
+
+    async def plan_and_assign(
+        self, decide: Decide, *, pending_limit: int = ...
+    ) -> tuple[PoolView, list[bool] | None]:
+        """Read the pool view, call ``decide(view)`` and assign the ``(id, worker)`` pairs it
+        returns (as ``assign_many``); ``None`` from ``decide`` assigns nothing. Returns the view
+        and ``assign_many``'s answer (``None`` when nothing was decided).
+
+        A backend that can does it all in one transaction (SQLite: one writer job and one
+        commit for a whole sweep, so the plan sees exactly the state it changes); otherwise it
+        is ``pool_view`` then ``assign_many``, each compare-and-set as usual. ``decide`` may
+        run in the store's thread: it must be a pure function of the view (it may be called
+        again if the transaction is replayed) and must not call Trio."""
         ...
 
     async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
