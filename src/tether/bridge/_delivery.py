@@ -78,6 +78,7 @@ class Delivery:
     stats: DeliveryStats = attrs.field(factory=DeliveryStats, init=False)
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
     _stopping: bool = attrs.field(default=False, init=False)
+    _stopped: trio.Event = attrs.field(factory=trio.Event, init=False)
     _marking: set[str] = attrs.field(factory=set, init=False)
     """Ids the gateway confirmed whose mark has not committed yet: still ``result`` in the
     store, and never posted again meanwhile."""
@@ -105,6 +106,7 @@ class Delivery:
         was not yet marked delivered is posted again next time (a duplicate it absorbs).
         """
         self._stopping = True
+        self._stopped.set()
         self._wake.set()
 
     async def run_once(self) -> int:
@@ -210,8 +212,7 @@ class Delivery:
                 if handled < self.batch and not self._stopping:
                     with trio.move_on_after(self.idle_interval):
                         await self._wake.wait()
-                    # nudged soon after a partial batch: let the batch fill a little
+                    # nudged soon after a partial batch: let the batch fill a little (the
+                    # nudges meanwhile need not wake this loop; a stop does)
                     with trio.move_on_at(started + self.linger):
-                        while not self._stopping:
-                            await self._wake.wait()
-                            self._wake = trio.Event()
+                        await self._stopped.wait()
