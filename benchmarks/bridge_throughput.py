@@ -171,7 +171,7 @@ async def bridge_rate(folder: Path, *, lead: bool) -> float:
             log_level="WARNING",
         )
         store = await SqliteStore.open(folder / "bridge.db", synchronous="FULL")
-        service = BridgeService(config, store=store, gateway_options={"poll_limit": 100})
+        service = BridgeService(config, store=store)
         start = time.perf_counter()
         try:
             async with trio.open_nursery() as bridge:

@@ -102,7 +102,9 @@ class GatewayClient:
     client_name: str = "tether-bridge"
     status_file: Path | None = None
     poll_wait: float = 30.0
-    poll_limit: int = 16
+    poll_limit: int = MAX_BATCH
+    """Tasks one poll may lease (the protocol's most, 100): a round is one commit and one ack
+    request however many it holds, so a busy gateway is drained in few round trips."""
     timeout_margin: float = 10.0
     request_timeout: float = 30.0
     backoff_initial: float = 1.0
