@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,7 +10,15 @@ import attrs
 import trio
 
 from tether.agents import echo
-from tether.bridge import Claim, CustodyState, PoolLead, PoolWorker, SqliteStore, Task
+from tether.bridge import (
+    Claim,
+    CustodyState,
+    PoolLead,
+    PoolWorker,
+    SqliteStore,
+    SweepReport,
+    Task,
+)
 from tether.bridge._wakeup import PoolWakeups, Wakeup
 
 from .conftest import StoreAwareClock
@@ -219,3 +228,36 @@ async def test_a_worker_fills_all_its_free_slots_with_one_claim_many(
 
 async def _claimed(store: SqliteStore, n: int) -> bool:
     return (await store.counts())[S.CLAIMED] == n
+
+
+@attrs.define(eq=False)
+class _TimedLead(PoolLead):
+    starts: list[float] = attrs.field(factory=list, init=False)
+    """When each sweep began (virtual time)."""
+
+    async def sweep_once(self) -> SweepReport:
+        self.starts.append(trio.current_time())
+        return await super().sweep_once()
+
+
+async def test_rings_under_load_gather_into_sweeps_min_sweep_gap_apart(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    wakeups = PoolWakeups()
+    lead = _TimedLead(timed_store, sweep_interval=SLOW, wakeups=wakeups, min_sweep_gap=0.01)
+    starts = lead.starts
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lead.run)
+        await trio.sleep(3.0)  # idle, mid-interval
+        idle_ring = trio.current_time()
+        wakeups.tasks_pending()
+        await trio.sleep(0.001)
+        assert starts[-1] == idle_ring  # after a quiet spell a ring sweeps at once
+        for _ in range(100):  # a ring every millisecond for 0.1 s: a busy pool
+            wakeups.capacity_freed()
+            await trio.sleep(0.001)
+        busy = [t for t in starts if t > idle_ring]
+        gaps = [b - a for a, b in itertools.pairwise([idle_ring, *busy])]
+        assert min(gaps) >= 0.01 - 1e-9
+        assert 8 <= len(busy) <= 11  # every ring served, one sweep per gap
+        lead.request_stop()

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import attrs
+import httpx
+import pytest
 import trio
 
+from store_clock import StoreAwareClock
 from tether.bridge import CustodyState, GatewayClient, Result, SqliteStore, Store, Task
 from tether.bridge._delivery import Delivery
 from tether.bridge._ingest import Ingest
@@ -186,3 +191,49 @@ async def test_a_reply_is_never_posted_twice_while_its_mark_commits(
     assert racy.read_started.is_set()  # the interleaving happened
     assert (delivery.stats.delivered, delivery.stats.duplicates) == (3, 0)
     assert (await gateway.stats())["duplicate_results"] == 0
+
+
+@pytest.fixture
+def mock_clock() -> StoreAwareClock:
+    return StoreAwareClock()
+
+
+async def test_under_load_partial_batches_go_out_linger_apart_and_an_idle_reply_at_once(
+    mock_clock: StoreAwareClock, tmp_path: Path, token_file: Path
+) -> None:
+    posts: list[tuple[float, int]] = []
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        items = json.loads(request.content)["results"]
+        posts.append((trio.current_time(), len(items)))
+        return httpx.Response(200, json={"items": [{"id": i["id"], "status": 200} for i in items]})
+
+    async with (
+        await SqliteStore.open(tmp_path / "linger.db", clock=trio.current_time) as store,
+        gateway_client(
+            "http://gateway.test", token_file, transport=httpx.MockTransport(gateway)
+        ) as client,
+    ):
+        delivery = Delivery(store, client, linger=0.01)
+
+        async def answer(n: int) -> None:
+            await store.ingest(Task(f"t{n}", "question"))
+            await _answer(store)
+            delivery.nudge()  # what a worker's stored result does
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(delivery.run)
+            await trio.sleep(1.0)  # idle
+            idle = trio.current_time()
+            await answer(0)
+            await trio.sleep(0.001)
+            assert posts == [(idle, 1)]  # a reply after a quiet spell goes out at once
+            for n in range(1, 101):  # then a result every millisecond for 0.1 s
+                await answer(n)
+                await trio.sleep(0.001)
+            await trio.sleep(0.1)
+            delivery.request_stop()
+    times = [t for t, _ in posts]
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.01 - 1e-9
+    assert sum(n for _, n in posts) == 101  # every reply posted, each once
+    assert len(posts) <= 12  # about one request per 10 ms, not one per reply
