@@ -8,6 +8,7 @@ structuring) because an attrs validator's message is lost in cattrs' error rende
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, TypeVar
 
@@ -274,9 +275,14 @@ def parse_lenient(data: Any, cls: type[T]) -> T:
     Requests are parsed strictly (the sender must be exact); responses tolerate new fields
     so a newer gateway can add information without breaking older clients.
     """
-    known = {field.name for field in attrs.fields(cls)}  # type: ignore[arg-type]
+    known = _field_names(cls)  # type: ignore[arg-type]
     obj = require_object(data)
     return structure({k: v for k, v in obj.items() if k in known}, cls)
+
+
+@functools.cache
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    return frozenset(field.name for field in attrs.fields(cls))
 
 
 def require_object(data: Any) -> dict[str, Any]:
