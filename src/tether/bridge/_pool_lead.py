@@ -24,6 +24,11 @@ lead rings each worker it assigned to, so the task is claimed at once rather tha
 worker's next poll.
 The periodic sweep stays the source of truth: a wake-up that never comes costs latency only.
 
+A sweep that only assigns (the usual case) is one transaction where the store can
+(``Store.plan_and_assign``: SQLite reads the view, runs ``plan_sweep`` and assigns in one
+writer job and one commit); a sweep that also returns assignments or reads past full rooms
+reads, returns and assigns in separate compare-and-set steps.
+
 A returned task is never handed straight to another worker: it goes back to pending, and only a
 later sweep (reading a fresh view) assigns it again. That keeps every move a compare-and-set the
 store can check, and a worker that claims meanwhile simply wins.
@@ -396,9 +401,10 @@ class PoolLead:
         self._doorbell.set()
 
     def _next_window(self, view: PoolView, now: float) -> int:
-        """How many pending tasks the next sweep reads: a few times what the live workers can
-        take in total (reading a deep backlog every sweep costs more than the assigning), never
-        more than ``pending_limit``. The surplus leaves room for room tasks that must wait."""
+        """How many pending tasks the next sweep reads: twice what the live workers can take in
+        total (reading a deep backlog every sweep costs more than the assigning), never more
+        than ``pending_limit``. The surplus leaves room for room tasks that must wait; past
+        that the sweep pages on (``_read_past_full_rooms``)."""
         total = sum(
             w.capacity
             for w in view.workers
