@@ -299,6 +299,7 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         f"DROP TABLE {s}.workers, {s}.rooms, {s}.stall_notices, {s}.tombstones; "
         f"ALTER TABLE {s}.tasks DROP COLUMN no_send; DROP INDEX {s}.tasks_claimed_age; "
         f"ALTER TABLE {s}.tasks DROP COLUMN dead_reported_at; "
+        f"ALTER TABLE {s}.tasks DROP COLUMN delivery_holder, DROP COLUMN delivery_until; "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)
@@ -311,6 +312,9 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         await store.complete(claim, "", no_send=True)
         [result] = await store.ready_results()
         assert result.no_send is True
+        [taken] = await store.ready_results(holder="b1", lease_s=5.0)
+        assert taken.task.id == "old"
+        assert await store.ready_results(holder="b2", lease_s=5.0) == []
         assert [w.name for w in await store.beat("w1", "worker", 1)] == ["w1"]
     finally:
         await store.aclose()

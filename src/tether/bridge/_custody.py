@@ -155,6 +155,24 @@ def check_claim_limit(value: object) -> int:
     return value
 
 
+def check_delivery_lease(holder: object, lease_s: object) -> tuple[str, float] | None:
+    """Check ``ready_results``' lease arguments: both absent (a plain read, ``None``) or a
+    holder named like a worker with a finite ``lease_s`` > 0 (returned as a pair)."""
+    if holder is None:
+        if lease_s is not None:
+            raise ValueError("ready_results got lease_s without a holder: name the holder")
+        return None
+    check_worker(holder)
+    if (
+        isinstance(lease_s, bool)
+        or not isinstance(lease_s, int | float)
+        or not 0 < lease_s < float("inf")
+    ):
+        raise ValueError(f"a delivery lease needs lease_s > 0 seconds, got {lease_s!r}")
+    assert isinstance(holder, str)
+    return holder, float(lease_s)
+
+
 class Priority(enum.StrEnum):
     URGENT = "urgent"
     NORMAL = "normal"

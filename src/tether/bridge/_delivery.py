@@ -12,19 +12,24 @@ The loop overlaps a batch's marks with the next batch: while the marks commit, t
 results are read and posted, leaving out the ids being marked (they are still ``result`` in
 the store until that commit). Posting and marking one batch after the other would cost a
 gateway round trip plus a commit per batch, in series.
+
+On a store shared by several bridges (``store.delivery_leases``: PostgreSQL) each read takes
+a delivery lease for ``holder``, so a ready result is posted by one bridge at a time; a lease
+of a bridge that died lapses after ``lease_s`` and another bridge posts its results.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Sequence
 
 import attrs
 import trio
 
 from .._converter import unstructure
-from ._custody import CustodyConflict, Result
+from ._custody import CustodyConflict, Result, check_delivery_lease
 from ._gateway_client import GatewayClient, GatewayRequestError
 from ._gateway_wire import MAX_BATCH, ResultMetadata, ResultReceipt, ResultRequest, parse_result
 from ._store import Store
@@ -45,6 +50,13 @@ def _request_for(result: Result) -> ResultRequest:
         no_send=no_send,
         metadata=ResultMetadata(worker=result.worker, attempt=result.attempt),
     )
+
+
+def delivery_holder(stem: str = "delivery") -> str:
+    """A delivery lease holder name: ``stem`` (e.g. the bridge's pool stem) and a random
+    suffix, so two bridges with one client name never share a lease, and a restarted process
+    is a new holder (the lease of the one that died lapses first)."""
+    return f"{stem[:47]}-delivery-{secrets.token_hex(3)}"
 
 
 @attrs.define
@@ -75,6 +87,12 @@ class Delivery:
     posted (``run`` only; ``run_once`` waits for its marks)."""
     on_dead: Callable[[], None] | None = None
     """Called after a reply was dead-lettered (the bridge rings its dead-notice loop)."""
+    holder: str = attrs.field(factory=delivery_holder)
+    """This loop's name on the delivery leases it takes (stores with ``delivery_leases``)."""
+    lease_s: float | None = None
+    """How long a read's results stay leased to ``holder``; ``None``: the store's ``lease_s``
+    (the time a crashed bridge's work waits for another). A post that outlasts it (a gateway
+    outage) may be posted by another bridge too: a duplicate the gateway absorbs."""
     stats: DeliveryStats = attrs.field(factory=DeliveryStats, init=False)
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
     _stopping: bool = attrs.field(default=False, init=False)
@@ -94,6 +112,7 @@ class Delivery:
             isinstance(self.marks_in_flight, int) and self.marks_in_flight >= 1
         ):
             raise ValueError(f"marks_in_flight must be an int >= 1, got {self.marks_in_flight!r}")
+        check_delivery_lease(self.holder, 1.0 if self.lease_s is None else self.lease_s)
 
     def nudge(self) -> None:
         """A result was stored: look now instead of at the next idle tick."""
@@ -125,7 +144,7 @@ class Delivery:
         # the ids being marked as the read starts: a mark that commits during the read (and
         # leaves ``_marking``) may not be in the read's snapshot
         marking = frozenset(self._marking)
-        ready = await self.store.ready_results(limit=self.batch + len(marking))
+        ready = await self._ready(self.batch + len(marking))
         results = [r for r in ready if r.task.id not in marking][: self.batch]
         if not results:
             return 0
@@ -159,6 +178,13 @@ class Delivery:
                 self._marking.update(r.task.id for r, _ in confirmed)
                 marks.start_soon(self._confirmed, confirmed, mark_slots)
         return len(results)
+
+    async def _ready(self, limit: int) -> Sequence[Result]:
+        """Ready results, leased to ``holder`` where the store leases (shared by bridges)."""
+        if not self.store.delivery_leases:
+            return await self.store.ready_results(limit=limit)
+        lease_s = self.store.lease_s if self.lease_s is None else self.lease_s
+        return await self.store.ready_results(limit=limit, holder=self.holder, lease_s=lease_s)
 
     async def _confirmed(
         self, confirmed: list[tuple[Result, ResultReceipt]], mark_slots: trio.Semaphore

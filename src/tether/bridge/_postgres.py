@@ -48,6 +48,7 @@ from ._custody import (
     UnknownTask,
     check_body,
     check_claim_limit,
+    check_delivery_lease,
     check_task_id,
     check_worker,
 )
@@ -80,6 +81,8 @@ _FENCE: Final = (
     "t.id = %(id)s AND t.state = 'claimed' AND t.owner = %(worker)s "
     "AND t.attempt = %(attempt)s AND t.lease_until > %(now)s"
 )
+_NO_DELIVERY_LEASE: Final = "delivery_holder = NULL, delivery_until = NULL"
+"""Every transition out of ``result`` drops the delivery lease (a CHECK insists)."""
 _UTF8: Final = "utf-8"
 _ERRORS: Final = "surrogatepass"  # any Python str round-trips exactly, as in check_body
 MAX_REASON_CHARS: Final = 4000
@@ -688,14 +691,25 @@ class PostgresStore:
 
     # -- delivery -----------------------------------------------------------------------------
 
-    async def ready_results(self, *, limit: int = 100) -> Sequence[Result]:
+    delivery_leases = True
+    """Several bridges share this store: ``ready_results(holder=...)`` leases what it returns
+    (``delivery_holder``/``delivery_until``, taken with ``FOR UPDATE SKIP LOCKED``)."""
+
+    async def ready_results(
+        self, *, limit: int = 100, holder: str | None = None, lease_s: float | None = None
+    ) -> Sequence[Result]:
         _check_limit(limit)
+        lease = check_delivery_lease(holder, lease_s)
+        params: dict[str, Any] = {"limit": limit}
         sql = self._sql.ready
+        if lease is not None:
+            now = self.clock()
+            params.update(holder=lease[0], now=now, until=now + lease[1])
+            sql = self._sql.take_results
 
         def op(conn: Conn) -> list[Result]:
             return [
-                Result(_task(r), _decode(r[5]), r[6], r[7], r[8])
-                for r in conn.execute(sql, {"limit": limit})
+                Result(_task(r), _decode(r[5]), r[6], r[7], r[8]) for r in conn.execute(sql, params)
             ]
 
         return await self._run(op)
@@ -1183,17 +1197,35 @@ class _Sql:
         )
 
     @property
+    def take_results(self) -> str:
+        # results whose delivery lease is free, lapsed or the holder's own (a delivery loop
+        # restarted in the same process re-posts at once); SKIP LOCKED: a row another holder
+        # is taking or a mark is committing is passed over, never waited for
+        return (
+            f"WITH pick AS (SELECT id FROM {self.s}.tasks WHERE state = 'result' "
+            "AND (delivery_until IS NULL OR delivery_until <= %(now)s "
+            "OR delivery_holder = %(holder)s) "
+            "ORDER BY priority, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            f"u AS (UPDATE {self.s}.tasks t SET delivery_holder = %(holder)s, "
+            "delivery_until = %(until)s FROM pick WHERE t.id = pick.id AND t.state = 'result' "
+            f"RETURNING {_TASK_COLS}, t.result, t.owner, t.attempt, t.no_send, "
+            "t.priority AS rank, t.seq) "
+            "SELECT * FROM u ORDER BY rank, seq"
+        )
+
+    @property
     def deliver(self) -> str:
         return _cas_sql(
-            f"UPDATE {self.s}.tasks t SET state = 'delivered', updated_at = %(now)s "
-            "WHERE t.id = %(id)s AND t.state = 'result'",
+            f"UPDATE {self.s}.tasks t SET state = 'delivered', {_NO_DELIVERY_LEASE}, "
+            "updated_at = %(now)s WHERE t.id = %(id)s AND t.state = 'result'",
             "1",
         )
 
     @property
     def deliver_many(self) -> str:
         return (
-            f"UPDATE {self.s}.tasks t SET state = 'delivered', updated_at = %(now)s "
+            f"UPDATE {self.s}.tasks t SET state = 'delivered', {_NO_DELIVERY_LEASE}, "
+            "updated_at = %(now)s "
             "WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'result' RETURNING t.id"
         )
 
@@ -1208,7 +1240,7 @@ class _Sql:
     def dead_letter(self) -> str:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, "
-            "reason = %(reason)s, updated_at = %(now)s "
+            f"{_NO_DELIVERY_LEASE}, reason = %(reason)s, updated_at = %(now)s "
             f"WHERE t.id = %(id)s AND t.state IN ({_IN_CUSTODY_SQL})",
             "1",
         )

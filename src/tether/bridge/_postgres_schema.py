@@ -90,6 +90,18 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_dead_unreported ON {s}.tasks (updated_at, seq)
         WHERE state = 'dead' AND dead_reported_at IS NULL;
     """,
+    # 4 -> 5: the delivery lease: which delivery loop is posting a result, until when (NULL:
+    # nobody). Not a custody state: the task stays 'result' while it is posted; every
+    # transition out of 'result' clears the lease
+    """
+    ALTER TABLE {s}.tasks
+        ADD COLUMN delivery_holder text,
+        ADD COLUMN delivery_until double precision,
+        ADD CONSTRAINT tasks_delivery_lease_whole
+            CHECK ((delivery_holder IS NULL) = (delivery_until IS NULL)),
+        ADD CONSTRAINT tasks_delivery_lease_on_results
+            CHECK (state = 'result' OR delivery_holder IS NULL);
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -37,7 +37,7 @@ from ._agent import AgentFactory, load_agent
 from ._config import BridgeConfig
 from ._custody import IN_CUSTODY, Task
 from ._dead_notices import DeadNotices
-from ._delivery import Delivery
+from ._delivery import Delivery, delivery_holder
 from ._gateway_client import (
     GatewayAuthError,
     GatewayClient,
@@ -137,7 +137,12 @@ class BridgeService:
             )
             self.gateway = gateway
             self.ingest = Ingest(store, gateway, poll_wait=config.poll_wait, wakeups=self.wakeups)
-            self.delivery = Delivery(store, gateway, on_dead=self.wakeups.tasks_dead)
+            self.delivery = Delivery(
+                store,
+                gateway,
+                on_dead=self.wakeups.tasks_dead,
+                holder=delivery_holder(pool_stem(config.client_name)),
+            )
             self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
             supervisor = await stack.enter_async_context(
                 open_supervisor(name="bridge", strategy="one_for_one", max_restarts=10, period=30)

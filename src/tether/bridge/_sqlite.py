@@ -43,6 +43,7 @@ from ._custody import (
     UnknownTask,
     check_body,
     check_claim_limit,
+    check_delivery_lease,
     check_task_id,
     check_worker,
 )
@@ -648,9 +649,17 @@ class SqliteStore:
 
     # -- delivery -----------------------------------------------------------------------------
 
-    async def ready_results(self, *, limit: int = 100) -> Sequence[Result]:
+    delivery_leases = False
+    """One bridge per file: delivery's look stays a read on the read connection (a lease would
+    make it a writer commit). Two bridges on one file may both post a result; the gateway
+    absorbs the duplicate."""
+
+    async def ready_results(
+        self, *, limit: int = 100, holder: str | None = None, lease_s: float | None = None
+    ) -> Sequence[Result]:
         if not (isinstance(limit, int) and limit >= 1):
             raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        check_delivery_lease(holder, lease_s)  # checked, then a plain read (no leases here)
 
         def op(conn: sqlite3.Connection) -> list[Result]:
             rows = conn.execute(

@@ -281,8 +281,28 @@ class Store(Protocol):
         with their reasons)."""
         ...
 
-    async def ready_results(self, *, limit: int = ...) -> Sequence[Result]:
-        """Stored replies waiting for delivery, by priority then age."""
+    @property
+    def delivery_leases(self) -> bool:
+        """Does ``ready_results(holder=...)`` lease what it returns, so that deliveries sharing
+        this store (several bridges) post each result from one of them at a time? PostgreSQL:
+        yes. SQLite: no (one bridge per file; a holder's read is a plain read)."""
+        ...
+
+    async def ready_results(
+        self, *, limit: int = ..., holder: str | None = None, lease_s: float | None = None
+    ) -> Sequence[Result]:
+        """Stored replies waiting for delivery (state ``result``), by priority then age.
+
+        Without ``holder``: a plain read of every ready result. With ``holder`` (a worker-style
+        name, unique per delivery loop) and ``lease_s``, on a store with ``delivery_leases``:
+        in one transaction, take up to ``limit`` results whose delivery lease is free, expired
+        or already ``holder``'s, lease them to ``holder`` until now + ``lease_s`` and return
+        them. No other holder gets them while the lease lives; once it lapsed (the holder
+        crashed, or its post outlasted the lease) another holder does. The lease is not a
+        custody state: the task stays ``result``; ``mark_delivered(_many)`` and
+        ``dead_letter`` ignore and clear it. Without ``delivery_leases`` the arguments are
+        checked and the read is plain: two holders may post the same result, which the
+        gateway absorbs as a duplicate."""
         ...
 
     async def mark_delivered(self, id: str) -> None:
