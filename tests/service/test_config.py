@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.bridge._config import BridgeConfig, ConfigError, load_config, prepare_data_dir
+from tether.bridge import BridgeConfig, ConfigError, load_config
+from tether.bridge._config import prepare_data_dir
 
 
 def _toml(tmp_path: Path, text: str) -> Path:
