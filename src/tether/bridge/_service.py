@@ -344,6 +344,7 @@ class BridgeService:
                 name,
                 factory,
                 concurrency=config.concurrency,
+                capacity=config.capacity,
                 poll_interval=config.poll_interval,
                 stop_grace=config.grace,
                 wakeups=self.wakeups,
