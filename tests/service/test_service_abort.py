@@ -115,3 +115,25 @@ async def test_an_aborted_service_stays_aborted(tmp_path: Path) -> None:
     assert not store.parent.exists()
     assert not service.running
     assert service.aborted == "before it ran"
+
+
+async def test_an_abort_while_the_bridge_starts_ends_run_without_ready(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    """The agent factory runs as the workers start, halfway through ``run``'s start-up."""
+    path = tmp_path / "custody.db"
+    holder: list[BridgeService] = []
+
+    def aborting_agent(session: Session) -> None:
+        holder[0].abort("changed my mind")
+        slow_agent(session)
+
+    service = BridgeService(config_for(gateway, token_file, path), factory=aborting_agent)
+    holder.append(service)
+    with trio.fail_after(2):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.run)
+    assert service.aborted == "changed my mind"
+    assert not service.running
+    async with await SqliteStore.open(path) as store:
+        assert [w.name for w in await store.workers() if w.role == "worker"] == []
