@@ -137,3 +137,36 @@ async def test_an_abort_while_the_bridge_starts_ends_run_without_ready(
     assert not service.running
     async with await SqliteStore.open(path) as store:
         assert [w.name for w in await store.workers() if w.role == "worker"] == []
+
+
+async def test_an_abort_cuts_a_graceful_stop_short(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    """A graceful stop waits for the 30 s runs (grace 30 s); an abort during it ends it now."""
+    path = tmp_path / "custody.db"
+    service = BridgeService(config_for(gateway, token_file, path), factory=slow_agent)
+    slow = await submit_many(gateway, [f"slow {i}" for i in range(4)], "slow")
+    aborted_at: list[float] = []
+
+    async def abort_later() -> None:
+        await trio.sleep(0.3)
+        assert not bridge.cancel_scope.cancelled_caught, "still stopping gracefully"
+        aborted_at.append(trio.current_time())
+        service.abort("stopping took too long")
+
+    async with await SqliteStore.open(path) as observer, trio.open_nursery() as helpers:
+
+        async def runs_in_hand() -> bool:
+            return (await observer.counts())[CustodyState.CLAIMED] == len(slow)
+
+        async with trio.open_nursery() as bridge:
+            await bridge.start(service.run)
+            await wait_until(runs_in_hand)
+            helpers.start_soon(abort_later)
+            bridge.cancel_scope.cancel()  # the graceful stop: it would wait for the runs
+        ended = trio.current_time()
+        assert aborted_at, "the graceful stop ended before the abort: nothing was tested"
+        assert ended - aborted_at[0] < 0.5
+        counts = await observer.counts()
+        assert counts[CustodyState.CLAIMED] == 0
+        assert counts[CustodyState.PENDING] + counts[CustodyState.ASSIGNED] == len(slow)

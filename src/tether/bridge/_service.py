@@ -142,36 +142,40 @@ class BridgeService:
             return
         config = self.config
         factory = self.factory if self.factory is not None else load_agent(config.agent)
-        async with AsyncExitStack() as stack:
-            store = self.store
-            if store is None:
-                store = await open_store(
-                    config.store,
-                    lease_s=config.lease_s,
-                    max_attempts=config.max_attempts,
-                    synchronous=config.synchronous,  # type: ignore[arg-type]
-                    password_file=config.store_password_file,
-                    schema=config.store_schema,
+        try:
+            async with AsyncExitStack() as stack:
+                store = self.store
+                if store is None:
+                    store = await open_store(
+                        config.store,
+                        lease_s=config.lease_s,
+                        max_attempts=config.max_attempts,
+                        synchronous=config.synchronous,  # type: ignore[arg-type]
+                        password_file=config.store_password_file,
+                        schema=config.store_schema,
+                    )
+                    stack.push_async_callback(store.aclose)
+                options: dict[str, Any] = {
+                    "client_name": config.client_name,
+                    "status_file": config.status_file,
+                    "poll_wait": config.poll_wait,
+                }
+                options.update(self.gateway_options)
+                gateway = await stack.enter_async_context(
+                    GatewayClient(config.gateway, config.token_file, **options)
                 )
-                stack.push_async_callback(store.aclose)
-            options: dict[str, Any] = {
-                "client_name": config.client_name,
-                "status_file": config.status_file,
-                "poll_wait": config.poll_wait,
-            }
-            options.update(self.gateway_options)
-            gateway = await stack.enter_async_context(
-                GatewayClient(config.gateway, config.token_file, **options)
-            )
-            self.gateway = gateway
-            self.ingest = Ingest(store, gateway, poll_wait=config.poll_wait, wakeups=self.wakeups)
-            self.delivery = Delivery(store, gateway, on_dead=self.wakeups.tasks_dead)
-            self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
-            supervisor = await stack.enter_async_context(
-                open_supervisor(name="bridge", strategy="one_for_one", max_restarts=10, period=30)
-            )
-            self._supervisor = supervisor
-            try:
+                self.gateway = gateway
+                self.ingest = Ingest(
+                    store, gateway, poll_wait=config.poll_wait, wakeups=self.wakeups
+                )
+                self.delivery = Delivery(store, gateway, on_dead=self.wakeups.tasks_dead)
+                self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
+                supervisor = await stack.enter_async_context(
+                    open_supervisor(
+                        name="bridge", strategy="one_for_one", max_restarts=10, period=30
+                    )
+                )
+                self._supervisor = supervisor
                 with trio.CancelScope() as self._body:
                     if self.aborted is not None:  # abort() came while the store opened
                         self._cut()
@@ -179,8 +183,9 @@ class BridgeService:
                     self.running = True
                     task_status.started()
                     await self._until_stop_or_failure()
-            finally:
-                self._supervisor = self._body = None
+        finally:
+            # kept until the supervisor closed: an abort also cuts a graceful stop short
+            self._supervisor = self._body = None
         if self.fatal is not None:
             raise self.fatal
 
@@ -188,7 +193,8 @@ class BridgeService:
         """Stop the bridge now, as a crash would (see the class docstring); ``run`` returns.
 
         Safe to call from any task of the run's thread, at any time and more than once (the
-        first reason is kept). An aborted service stays aborted: a ``run`` that was starting
+        first reason is kept), also during a graceful stop, which it cuts short. An aborted
+        service stays aborted: a ``run`` that was starting
         stops as soon as it can (without reporting ready), a later ``run`` returns at once.
         Build a new ``BridgeService`` to run the bridge again.
         """
