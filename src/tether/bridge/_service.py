@@ -194,9 +194,9 @@ class BridgeService:
 
         Safe to call from any task of the run's thread, at any time and more than once (the
         first reason is kept), also during a graceful stop, which it cuts short. An aborted
-        service stays aborted: a ``run`` that was starting
-        stops as soon as it can (without reporting ready), a later ``run`` returns at once.
-        Build a new ``BridgeService`` to run the bridge again.
+        service stays aborted: a ``run`` that was starting stops as soon as it can (without
+        reporting ready), a later ``run`` returns at once. Build a new ``BridgeService`` to
+        run the bridge again.
         """
         if self.aborted is not None:
             return
