@@ -21,10 +21,14 @@ import httpx
 import trio
 
 from . import ChildSpec, open_runtime, wait_stop_requested
-from .bridge._config import BridgeConfig
-from .bridge._service import BridgeService
-from .bridge._sqlite import SqliteStore
-from .bridge._token_file import ensure_token_file, read_token
+from .bridge import (
+    BridgeConfig,
+    BridgeService,
+    ConfigError,
+    SqliteStore,
+    ensure_token_file,
+    read_token,
+)
 from .gateway import GatewaySettings, serve
 
 ROOMS = 40
@@ -82,12 +86,8 @@ def run_demo(
 ) -> int:
     """Run the demo; print the summary; 0 when every message got its reply."""
     if not 1 <= messages <= 100_000:
-        from .bridge._config import ConfigError
-
         raise ConfigError(f"--messages must be from 1 to 100000, got {messages}")
     if not 1 <= workers <= 64:
-        from .bridge._config import ConfigError
-
         raise ConfigError(f"--workers must be from 1 to 64, got {workers}")
     with tempfile.TemporaryDirectory(prefix="tether-demo-") as folder:
         result = trio.run(partial(_demo, Path(folder), messages, workers, agent, quiet))

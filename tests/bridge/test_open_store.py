@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tether.bridge import SqliteStore, StoreConfigError, Task, open_store, redact_dsn
-from tether.bridge._config import ConfigError, load_config
+from tether.bridge import (
+    ConfigError,
+    SqliteStore,
+    StoreConfigError,
+    Task,
+    load_config,
+    open_store,
+    redact_dsn,
+)
 
 
 async def test_the_bridge_settings_name_the_store_and_its_password_file(

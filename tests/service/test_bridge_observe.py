@@ -16,9 +16,14 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from tether import ChildSpec, open_runtime
-from tether.bridge import CustodyState, SqliteStore, read_token, write_token
-from tether.bridge._config import BridgeConfig
-from tether.bridge._service import BridgeService
+from tether.bridge import (
+    BridgeConfig,
+    BridgeService,
+    CustodyState,
+    SqliteStore,
+    read_token,
+    write_token,
+)
 
 from ._support import GatewayHandle, answered_count, bridge_env, submit_many, wait_until
 

@@ -23,10 +23,23 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
     assert "TETHER_WORKERS" in out
 
 
+def test_help_explains_capacity_and_its_trade_off(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bridge", "run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the help text
+    assert "--capacity CAPACITY" in out
+    assert "(default: 4 x concurrency)" in out
+    assert "slow agents" in out
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["bridge", "run", "--workers", "0"], "workers must be an integer from 1 to 256"),
+        (
+            ["bridge", "run", "--concurrency", "2", "--capacity", "1"],
+            "capacity must be an integer >= concurrency (2)",
+        ),
         (["bridge", "run", "--gateway", "localhost:8765"], "gateway must be an http://"),
         (["bridge", "run", "--config", "/nonexistent/bridge.toml"], "does not exist"),
         (["demo", "--messages", "0"], "--messages must be from 1 to 100000"),

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.bridge._config import BridgeConfig, ConfigError, load_config, prepare_data_dir
+from tether.bridge import BridgeConfig, ConfigError, load_config
+from tether.bridge._config import prepare_data_dir
 
 
 def _toml(tmp_path: Path, text: str) -> Path:
@@ -103,3 +104,61 @@ def test_the_store_directory_is_created_private(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "expected"), [("no", False), ("TRUE", True), ("0", False)])
 def test_lead_reads_the_usual_spellings_of_a_boolean(text: str, expected: bool) -> None:
     assert load_config(environ={"TETHER_LEAD": text}).lead is expected
+
+
+def test_capacity_is_unset_by_default_and_follows_the_precedence(tmp_path: Path) -> None:
+    assert load_config(environ={}).capacity is None  # the worker's default: 4 x concurrency
+    file = _toml(tmp_path, "[bridge]\ncapacity = 6\nconcurrency = 2\n")
+    assert load_config(file=file, environ={}).capacity == 6  # file
+    environ = {"TETHER_CAPACITY": "5"}
+    assert load_config(file=file, environ=environ).capacity == 5  # environment over file
+    assert load_config(file=file, environ=environ, flags={"capacity": 2}).capacity == 2  # flag
+    assert load_config(file=file, environ=environ, flags={"capacity": None}).capacity == 5
+    # an empty variable unsets what the file said: back to the default
+    assert load_config(file=file, environ={"TETHER_CAPACITY": ""}).capacity is None
+
+
+def test_capacity_equal_to_concurrency_is_valid() -> None:
+    config = load_config(environ={"TETHER_CONCURRENCY": "3"}, flags={"capacity": 3})
+    assert (config.concurrency, config.capacity) == (3, 3)
+
+
+@pytest.mark.parametrize(
+    ("environ", "flags", "message"),
+    [
+        (
+            {},
+            {"capacity": 3},
+            "capacity must be an integer >= concurrency (4), or unset for 4 x concurrency, "
+            "got 3 (from --capacity)",
+        ),
+        (
+            {"TETHER_CAPACITY": "7"},
+            {"concurrency": 8},
+            "capacity must be an integer >= concurrency (8), or unset for 4 x concurrency, "
+            "got '7' (from TETHER_CAPACITY; concurrency from --concurrency)",
+        ),
+        (
+            {"TETHER_CAPACITY": "lots"},
+            {},
+            "capacity must be an integer from 1 to 16384, got 'lots' (from TETHER_CAPACITY)",
+        ),
+        (
+            {},
+            {"capacity": 0},
+            "capacity must be an integer from 1 to 16384, got 0 (from --capacity)",
+        ),
+    ],
+)
+def test_a_bad_capacity_is_one_line_naming_its_source(
+    environ: dict[str, str], flags: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ=environ, flags=flags)
+    assert str(caught.value) == message
+
+
+def test_a_config_built_directly_refuses_a_capacity_below_concurrency() -> None:
+    with pytest.raises(ConfigError, match=r"^capacity must be an integer >= concurrency \(4\)"):
+        BridgeConfig(capacity=2)
+    assert BridgeConfig(concurrency=2, capacity=2).capacity == 2

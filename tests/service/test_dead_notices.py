@@ -17,12 +17,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from store_clock import StoreAwareClock
 from tether import ChildSpec, open_runtime
-from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task, write_token
-from tether.bridge._config import BridgeConfig
+from tether.bridge import (
+    BridgeConfig,
+    BridgeService,
+    CustodyState,
+    GatewayClient,
+    SqliteStore,
+    Task,
+    render_status,
+    store_status,
+    write_token,
+)
 from tether.bridge._dead_notices import DeadNotices
 from tether.bridge._ingest import Ingest
-from tether.bridge._service import BridgeService
-from tether.bridge._store_status import render_status, store_status
 
 from . import agent_for_tests
 from ._support import GatewayHandle, gateway_client, wait_until

@@ -8,9 +8,8 @@ import attrs
 import pytest
 
 from tether import ChildSpec, open_supervisor
-from tether.bridge import CustodyState, SqliteStore, Task
-from tether.bridge._config import BridgeConfig
-from tether.bridge._service import BridgeService, worker_names
+from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
+from tether.bridge._service import worker_names
 
 from ._support import GatewayHandle, answered_count, submit_many, wait_until
 

@@ -4,6 +4,11 @@ Every acknowledged task is in exactly one ``CustodyState``, stored transactional
 is a fenced compare-and-set. ``_custody`` is the one definition of ids, states, transitions and
 the "in custody" predicate; ``Store`` is what every backend implements. ``GatewayClient``
 speaks gateway protocol v1.
+
+To run a bridge in-process: build a ``BridgeConfig`` (directly, or with ``load_config`` from a
+TOML file and ``TETHER_*`` environment the way ``tether bridge run`` does), then
+``await nursery.start(BridgeService(config).run)``. ``store_status``/``render_status`` are what
+``tether store status`` shows.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -15,6 +20,9 @@ from ._agent import EmptyReply as EmptyReply
 from ._agent import Reply as Reply
 from ._agent import load_agent as load_agent
 from ._backoff import Backoff as Backoff
+from ._config import BridgeConfig as BridgeConfig
+from ._config import ConfigError as ConfigError
+from ._config import load_config as load_config
 from ._custody import IN_CUSTODY as IN_CUSTODY
 from ._custody import MAX_CLAIM_BATCH as MAX_CLAIM_BATCH
 from ._custody import TERMINAL as TERMINAL
@@ -63,6 +71,7 @@ from ._pool_worker import PoolWorker as PoolWorker
 from ._postgres_dsn import redact_dsn as redact_dsn
 from ._reconcile import Reconciler as Reconciler
 from ._reconcile import ReconcileReport as ReconcileReport
+from ._service import BridgeService as BridgeService
 from ._sqlite import SqliteStore as SqliteStore
 from ._sqlite_schema import SchemaTooNew as SchemaTooNew
 from ._status_file import ConnectionStatus as ConnectionStatus
@@ -76,6 +85,10 @@ from ._store import StallCandidate as StallCandidate
 from ._store import Store as Store
 from ._store import WorkerInfo as WorkerInfo
 from ._store import WorkerRole as WorkerRole
+from ._store_status import StatusEntry as StatusEntry
+from ._store_status import StoreStatus as StoreStatus
+from ._store_status import render_status as render_status
+from ._store_status import store_status as store_status
 from ._token_file import TokenFileError as TokenFileError
 from ._token_file import ensure_token_file as ensure_token_file
 from ._token_file import read_token as read_token

@@ -41,6 +41,13 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "agent": (f"agent factory as module:factory (default: {BridgeConfig.agent})", str),
     "workers": ("number of pool workers (default: 4)", int),
     "concurrency": ("tasks each worker runs at once (default: 4)", int),
+    "capacity": (
+        "tasks each worker asks the lead for, running + assigned and waiting; at least "
+        "--concurrency. More keeps workers busy (throughput); equal to --concurrency suits "
+        "slow agents: no task waits behind a busy worker while another idles "
+        "(default: 4 x concurrency)",
+        int,
+    ),
     "client_name": ("name this bridge gives the gateway (default: tether-bridge)", str),
     "poll_wait": ("long-poll wait in seconds (default: 30)", float),
     "lease_s": ("a worker's lease on a task, renewed by its heartbeat (default: 60)", float),

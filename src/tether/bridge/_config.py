@@ -27,6 +27,7 @@ DEFAULT_DATA_DIR: Final = Path("tether-data")
 DEFAULT_GATEWAY: Final = "http://127.0.0.1:8765"
 DEFAULT_AGENT: Final = "tether.agents.echo:factory"
 ENV_PREFIX: Final = "TETHER_"
+DEFAULT_CONCURRENCY: Final = 4
 
 
 class ConfigError(ValueError):
@@ -47,8 +48,13 @@ class BridgeConfig:
     """PostgreSQL schema holding the custody tables."""
     agent: str = DEFAULT_AGENT
     workers: int = 4
-    concurrency: int = 4
+    concurrency: int = DEFAULT_CONCURRENCY
     """Tasks one worker runs at the same time."""
+    capacity: int | None = None
+    """Tasks one worker asks the pool lead for: running plus assigned and waiting (a prefetch).
+    None = ``PoolWorker``'s default, 4 x ``concurrency``: the next tasks are in hand when a run
+    ends (throughput). ``capacity = concurrency`` for slow agents: no task waits behind a busy
+    worker while another idles (fairness). At least ``concurrency``."""
     client_name: str = "tether-bridge"
     poll_wait: float = 30.0
     lease_s: float = 60.0
@@ -84,9 +90,23 @@ class BridgeConfig:
     health_window: float = 120.0
     """``/healthz`` fails when the gateway has not answered for this many seconds."""
 
+    def __attrs_post_init__(self) -> None:
+        problem = capacity_problem(self.capacity, self.concurrency)
+        if problem is not None:
+            raise ConfigError(f"capacity {problem}, got {_shown(self.capacity)}")
+
     @property
     def store_is_url(self) -> bool:
         return is_postgres_url(self.store)
+
+
+def capacity_problem(capacity: int | None, concurrency: int) -> str | None:
+    """Why ``capacity`` is not valid beside ``concurrency`` (None: it is)."""
+    if capacity is None:
+        return None
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < concurrency:
+        return f"must be an integer >= concurrency ({concurrency}), or unset for 4 x concurrency"
+    return None
 
 
 def is_postgres_url(value: str) -> bool:
@@ -209,6 +229,15 @@ def _optional_port(name: str, value: Any) -> int | None:
     return _int_range(0, 65535)(name, value)
 
 
+def _optional_int(low: int, high: int) -> Callable[[str, Any], int | None]:
+    def parse(name: str, value: Any) -> int | None:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return _int_range(low, high)(name, value)
+
+    return parse
+
+
 def _host(name: str, value: Any) -> str:
     text = _text(name, value)
     if not re.fullmatch(r"[A-Za-z0-9.:-]{1,255}", text):
@@ -231,6 +260,7 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "agent": _agent,
     "workers": _int_range(1, 256),
     "concurrency": _int_range(1, 1024),
+    "capacity": _optional_int(1, 16_384),
     "client_name": _label,
     "poll_wait": _seconds(0, 60),
     "lease_s": _seconds(0.1, 86_400),
@@ -297,6 +327,13 @@ def load_config(
             values[setting] = _PARSERS[setting](setting, value)
         except ValueError as exc:
             raise ConfigError(f"{setting} {exc}, got {_shown(value)} (from {source})") from None
+    concurrency = values.get("concurrency", DEFAULT_CONCURRENCY)
+    problem = capacity_problem(values.get("capacity"), concurrency)
+    if problem is not None:
+        value, source = raw["capacity"]
+        if "concurrency" in raw:
+            source += f"; concurrency from {raw['concurrency'][1]}"
+        raise ConfigError(f"capacity {problem}, got {_shown(value)} (from {source})")
     return BridgeConfig(**values)
 
 

@@ -10,6 +10,11 @@ by the next run.
 The strategy is ``one_for_one``: a crashed worker or a failed delivery loop is restarted on
 its own. An auth refusal by the gateway is fatal for the whole bridge (every loop would hit it):
 the service stops and ``run`` raises the :class:`GatewayAuthError`.
+
+Two ways to stop it in-process. Cancelling the scope around ``run`` (or a supervisor's soft
+stop) is the graceful stop above, bounded by ``stop_grace``: tether's supervisor shields its
+shutdown, so a cancellation cannot cut it short. ``BridgeService.abort()`` is the abrupt one:
+every child is cancelled at once, as if the process had crashed, and ``run`` returns.
 """
 
 from __future__ import annotations
@@ -80,6 +85,21 @@ class BridgeService:
 
     ``store`` and ``factory`` may be given (tests, the demo); otherwise they come from
     ``config.store`` and ``config.agent``. ``gateway_options`` go to :class:`GatewayClient`.
+
+    Stopping it in-process:
+
+    - **Graceful** (a deploy, Ctrl-C): cancel the scope around ``run``, or let the supervisor
+      whose child it is stop it. Ingest stops first, workers finish their runs within
+      ``config.grace`` or hand their claims back, delivery posts what they produced. The
+      supervisor shields this shutdown, so cancelling takes up to ``stop_grace`` seconds.
+    - **Abrupt**: ``abort(reason)``. Every child is cancelled now, with no soft stop and no
+      grace: agent runs are cut off mid-call, replies not yet posted stay in the store. For
+      custody it is a crash (nothing is lost: the next run on the same store delivers every
+      task), for Trio an orderly exit (no task of the bridge outlives ``run``). Cancelled
+      workers still hand their claims back in a shielded step (one quick store write each),
+      so the tasks are pending again at once, with no attempt burnt, rather than waiting out
+      their leases. ``run`` then returns normally; as a supervised child, give it
+      ``restart="temporary"`` or ``"transient"`` so the supervisor does not start it again.
     """
 
     config: BridgeConfig
@@ -98,7 +118,11 @@ class BridgeService:
     """True once every child started (``run`` reported ready)."""
     wakeups: PoolWakeups = attrs.field(factory=PoolWakeups, init=False)
     """Ingest, the lead and the workers ring each other through it (in this process)."""
+    aborted: str | None = attrs.field(default=None, init=False)
+    """The reason given to :meth:`abort`, once it was called."""
     _failed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _supervisor: Supervisor | None = attrs.field(default=None, init=False)
+    _body: trio.CancelScope | None = attrs.field(default=None, init=False)
 
     @property
     def worker_grace(self) -> float:
@@ -111,65 +135,113 @@ class BridgeService:
         return 2 * self.config.grace + RELEASE_TIMEOUT + 15.0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the bridge until cancelled, asked to stop (as a supervised child), or fatal."""
+        """Run the bridge until cancelled, asked to stop (as a supervised child), aborted, or
+        fatal. Returns normally after a graceful stop or :meth:`abort`."""
+        if self.aborted is not None:
+            log.warning("bridge: not started, the service was aborted (%s)", self.aborted)
+            return
         config = self.config
         factory = self.factory if self.factory is not None else load_agent(config.agent)
-        async with AsyncExitStack() as stack:
-            store = self.store
-            if store is None:
-                store = await open_store(
-                    config.store,
-                    lease_s=config.lease_s,
-                    max_attempts=config.max_attempts,
-                    synchronous=config.synchronous,  # type: ignore[arg-type]
-                    password_file=config.store_password_file,
-                    schema=config.store_schema,
+        try:
+            async with AsyncExitStack() as stack:
+                store = self.store
+                if store is None:
+                    store = await open_store(
+                        config.store,
+                        lease_s=config.lease_s,
+                        max_attempts=config.max_attempts,
+                        synchronous=config.synchronous,  # type: ignore[arg-type]
+                        password_file=config.store_password_file,
+                        schema=config.store_schema,
+                    )
+                    stack.push_async_callback(store.aclose)
+                options: dict[str, Any] = {
+                    "client_name": config.client_name,
+                    "status_file": config.status_file,
+                    "poll_wait": config.poll_wait,
+                }
+                options.update(self.gateway_options)
+                gateway = await stack.enter_async_context(
+                    GatewayClient(config.gateway, config.token_file, **options)
                 )
-                stack.push_async_callback(store.aclose)
-            options: dict[str, Any] = {
-                "client_name": config.client_name,
-                "status_file": config.status_file,
-                "poll_wait": config.poll_wait,
-            }
-            options.update(self.gateway_options)
-            gateway = await stack.enter_async_context(
-                GatewayClient(config.gateway, config.token_file, **options)
-            )
-            self.gateway = gateway
-            self.ingest = Ingest(store, gateway, poll_wait=config.poll_wait, wakeups=self.wakeups)
-            self.delivery = Delivery(
-                store,
-                gateway,
-                on_dead=self.wakeups.tasks_dead,
-                holder=delivery_holder(pool_stem(config.client_name)),
-            )
-            self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
-            supervisor = await stack.enter_async_context(
-                open_supervisor(name="bridge", strategy="one_for_one", max_restarts=10, period=30)
-            )
-            if config.admin_port is not None:
-                await self._start_admin(supervisor, store, gateway)
-            for spec in self._children(store, gateway, factory):
-                await supervisor.start_child(spec)
-            log.info(
-                "bridge running: %s -> %s, %d worker(s)",
-                config.gateway,
-                config.store,
-                config.workers,
-            )
-            self.running = True
-            task_status.started()
-            async with open_nursery_unwrapped() as nursery:
-
-                async def until_stop() -> None:
-                    await wait_stop_requested()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(until_stop)
-                await self._failed.wait()
-                nursery.cancel_scope.cancel()
+                self.gateway = gateway
+                self.ingest = Ingest(
+                    store, gateway, poll_wait=config.poll_wait, wakeups=self.wakeups
+                )
+                self.delivery = Delivery(
+                    store,
+                    gateway,
+                    on_dead=self.wakeups.tasks_dead,
+                    holder=delivery_holder(pool_stem(config.client_name)),
+                )
+                self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
+                supervisor = await stack.enter_async_context(
+                    open_supervisor(
+                        name="bridge", strategy="one_for_one", max_restarts=10, period=30
+                    )
+                )
+                self._supervisor = supervisor
+                with trio.CancelScope() as self._body:
+                    if self.aborted is not None:  # abort() came while the store opened
+                        self._cut()
+                    await self._start_children(supervisor, store, gateway, factory)
+                    self.running = True
+                    task_status.started()
+                    await self._until_stop_or_failure()
+        finally:
+            # kept until the supervisor closed: an abort also cuts a graceful stop short
+            self._supervisor = self._body = None
         if self.fatal is not None:
             raise self.fatal
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Stop the bridge now, as a crash would (see the class docstring); ``run`` returns.
+
+        Safe to call from any task of the run's thread, at any time and more than once (the
+        first reason is kept), also during a graceful stop, which it cuts short. An aborted
+        service stays aborted: a ``run`` that was starting stops as soon as it can (without
+        reporting ready), a later ``run`` returns at once. Build a new ``BridgeService`` to
+        run the bridge again.
+        """
+        if self.aborted is not None:
+            return
+        self.aborted = reason
+        log.warning("bridge: aborting (%s)", reason)
+        self._cut()
+
+    def _cut(self) -> None:
+        reason = self.aborted
+        assert reason is not None
+        if self._supervisor is not None:
+            self._supervisor.abort(reason)
+        if self._body is not None:
+            self._body.cancel(reason=f"bridge aborted: {reason}")
+
+    async def _start_children(
+        self, supervisor: Supervisor, store: Store, gateway: GatewayClient, factory: AgentFactory
+    ) -> None:
+        config = self.config
+        if config.admin_port is not None:
+            await self._start_admin(supervisor, store, gateway)
+        for spec in self._children(store, gateway, factory):
+            await supervisor.start_child(spec)
+        log.info(
+            "bridge running: %s -> %s, %d worker(s)",
+            config.gateway,
+            config.store,
+            config.workers,
+        )
+
+    async def _until_stop_or_failure(self) -> None:
+        async with open_nursery_unwrapped() as nursery:
+
+            async def until_stop() -> None:
+                await wait_stop_requested()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_stop)
+            await self._failed.wait()
+            nursery.cancel_scope.cancel()
 
     async def run_until_signal(self) -> None:
         """The bridge as a process: SIGINT/SIGTERM stop it gracefully, then this returns."""
@@ -283,6 +355,7 @@ class BridgeService:
                 name,
                 factory,
                 concurrency=config.concurrency,
+                capacity=config.capacity,
                 poll_interval=config.poll_interval,
                 stop_grace=config.grace,
                 wakeups=self.wakeups,
