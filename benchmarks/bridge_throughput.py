@@ -41,9 +41,7 @@ from pathlib import Path
 import httpx
 import trio
 
-from tether.bridge import CustodyState, SqliteStore, Task, write_token
-from tether.bridge._config import BridgeConfig
-from tether.bridge._service import BridgeService
+from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task, write_token
 
 MESSAGES = int(os.environ.get("MESSAGES", "2000"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
