@@ -8,9 +8,13 @@ from typing import Any
 
 import httpx
 import trio
+import trio.testing
 
 from tether.bridge import write_token
-from tether.gateway._store import GatewayStore
+from tether.gateway import _app
+from tether.gateway._app import GatewayApp
+from tether.gateway._auth import TokenSource
+from tether.gateway._store import Claim, GatewayStore
 
 from ._support import RunningGateway
 from .conftest import StartGateway
@@ -204,3 +208,64 @@ async def test_a_database_from_before_lease_release_gains_the_column(tmp_path: P
         assert await store.release_client("bridge-a") == 1
     finally:
         store.close()
+
+
+class ClaimUntilHungUp(GatewayStore):
+    """A store whose claims return only once the poller's hang-up was noticed: the poll that
+    leased tasks then finds its client gone before it could answer."""
+
+    hung_up: trio.Event | None = None
+
+    async def claim(self, limit: int, lease: float, now: float, client: str | None = None) -> Claim:
+        claim = await super().claim(limit, lease, now, client)
+        if claim.tasks and self.hung_up is not None:
+            with trio.CancelScope(shield=True):
+                await self.hung_up.wait()
+                await trio.testing.wait_all_tasks_blocked()
+        return claim
+
+
+async def test_tasks_leased_to_a_poller_that_hung_up_go_back_at_once(
+    tmp_path: Path, token_file: Path
+) -> None:
+    store = await ClaimUntilHungUp.open(tmp_path / "gateway.db")
+    try:
+        app = GatewayApp(store, TokenSource(token_file), lease=30.0)
+        task, _ = await store.submit("lobby", "user", "hello", 1.0, None)
+        store.hung_up = trio.Event()
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            assert store.hung_up is not None
+            store.hung_up.set()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": "/v1/tasks",
+            "query_string": b"wait=10",
+            "headers": [
+                (b"authorization", b"Bearer worker-token-1"),
+                (b"x-tether-client", b"gone-bridge"),
+            ],
+        }
+        await app(scope, receive, send)
+        assert sent == []  # nobody to answer
+        again = await store.get(task.id)
+        assert again is not None
+        assert (again.state, again.deliveries) == ("queued", 1)
+        assert (await store.stats()).released == 1
+    finally:
+        store.close()
+
+
+def test_the_protocol_docs_list_the_endpoint() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text()
+    assert "`POST /v1/leases/release`" in docs
+    assert "X-Tether-Client" in docs
+    assert _app.__doc__ is not None
+    assert "POST    /v1/leases/release" in _app.__doc__
