@@ -229,6 +229,7 @@ async def test_tasks_leased_to_a_poller_that_hung_up_go_back_at_once(
     tmp_path: Path, token_file: Path
 ) -> None:
     store = await ClaimUntilHungUp.open(tmp_path / "gateway.db")
+    assert isinstance(store, ClaimUntilHungUp)
     try:
         app = GatewayApp(store, TokenSource(token_file), lease=30.0)
         task, _ = await store.submit("lobby", "user", "hello", 1.0, None)
