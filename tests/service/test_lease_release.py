@@ -86,12 +86,8 @@ async def poll_as_another_bridge(
         return [(t.id, t.delivery) for t in await other.poll_tasks(wait=wait)]
 
 
-@pytest.mark.parametrize("release", ["present", "missing", "silent"])
-async def test_a_poll_answered_as_the_bridge_stops_is_handed_out_again_at_once(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path, release: ReleaseEndpoint
-) -> None:
-    interposer = Interposer(release=release, swallow_polls=True)
-    config = BridgeConfig(
+def small_bridge(gateway: GatewayHandle, token_file: Path, tmp_path: Path) -> BridgeConfig:
+    return BridgeConfig(
         gateway=gateway.url,
         token_file=token_file,
         store=str(tmp_path / "custody.db"),
@@ -99,6 +95,14 @@ async def test_a_poll_answered_as_the_bridge_stops_is_handed_out_again_at_once(
         poll_wait=1.0,
         grace=1.0,
     )
+
+
+@pytest.mark.parametrize("release", ["present", "missing", "silent"])
+async def test_a_poll_answered_as_the_bridge_stops_is_handed_out_again_at_once(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path, release: ReleaseEndpoint
+) -> None:
+    interposer = Interposer(release=release, swallow_polls=True)
+    config = small_bridge(gateway, token_file, tmp_path)
     service = BridgeService(config, gateway_options={"transport": interposer})
     async with open_supervisor(name="test") as supervisor:
         await supervisor.start_child(
@@ -125,6 +129,25 @@ async def test_a_poll_answered_as_the_bridge_stops_is_handed_out_again_at_once(
         assert service.ingest.stats.released == 0
         assert await poll_as_another_bridge(gateway, token_file, wait=1.0) == []
         assert (await gateway.message(task_id))["status"] == "leased"
+
+
+async def test_an_aborted_bridge_gives_its_unacked_leases_back_too(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    interposer = Interposer(swallow_polls=True)
+    config = small_bridge(gateway, token_file, tmp_path)
+    service = BridgeService(config, gateway_options={"transport": interposer})
+    async with open_supervisor(name="test") as supervisor:
+        await supervisor.start_child(
+            ChildSpec("bridge", service.run, shutdown_grace=service.stop_grace)
+        )
+        task_id = await gateway.submit("hello across a crash-stop")
+        with trio.fail_after(10):
+            await interposer.swallowed.wait()
+        aborted = trio.current_time()
+        supervisor.abort("the second signal")  # no soft stop: every child cancelled now
+    assert await poll_as_another_bridge(gateway, token_file, wait=0) == [(task_id, 2)]
+    assert trio.current_time() - aborted < 3
 
 
 async def test_acked_tasks_are_kept_and_a_committed_unacked_one_comes_back_as_a_replay(
