@@ -106,3 +106,9 @@ async def test_a_5xx_is_tried_twice_then_given_up(mock_clock: MockClock, token_p
         with pytest.raises(GatewayUnavailable, match="HTTP 503"):
             await gateway.release_leases()
     assert len(transport.requests) == 2
+
+
+@pytest.mark.parametrize("bound", [0.0, -1.0, 61.0, float("nan")])
+def test_a_release_bound_outside_0_to_60_s_is_refused(token_path: Path, bound: float) -> None:
+    with pytest.raises(ValueError, match="release_timeout"):
+        GatewayClient(URL, token_path, release_timeout=bound)

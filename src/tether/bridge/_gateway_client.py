@@ -102,7 +102,8 @@ class GatewayClient:
     """A connection to one gateway. Use as ``async with GatewayClient(url, token_file) as c:``.
 
     ``transport`` replaces the network (tests use ``httpx.MockTransport``); ``rng`` drives
-    the backoff jitter; ``status_file`` (optional) receives :class:`ConnectionStatus`.
+    the backoff jitter; ``status_file`` (optional) receives :class:`ConnectionStatus`;
+    ``release_timeout`` bounds :meth:`release_leases` (it runs while the bridge stops).
     """
 
     base_url: str
@@ -139,6 +140,10 @@ class GatewayClient:
         if not 0 <= self.poll_wait <= 300:
             raise ValueError(f"poll_wait must be within 0-300 seconds, got {self.poll_wait}")
         Backoff(self.backoff_initial, self.backoff_maximum)  # validates the bounds
+        if not 0 < self.release_timeout <= 60:
+            raise ValueError(
+                f"release_timeout must be within 0-60 seconds (> 0), got {self.release_timeout}"
+            )
         self._status = ConnectionStatus(gateway=self.base_url, client=self.client_name)
         if self.status_file is not None:
             self._status_writer = StatusFile(self.status_file)
