@@ -118,10 +118,10 @@ async def _demo(folder: Path, count: int, workers: int, agent: str, quiet: bool)
                 GatewaySettings(
                     token_file=token_file,
                     db=folder / "gateway" / "gateway.db",
+                    # the default 30 s lease: a poll answered just as the first bridge stops
+                    # is never read, but that bridge gives its unacked leases back on its
+                    # way out (POST /v1/leases/release), so nothing waits out the lease
                     port=0,
-                    # a poll answered just as the first bridge stops is never acked: the
-                    # gateway hands those tasks out again after this lease (default 30 s)
-                    lease=5.0,
                 ),
             )
         )

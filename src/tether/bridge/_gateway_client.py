@@ -8,8 +8,10 @@ What it promises its caller:
 - an auth refusal (401/403) re-reads the token file once (the token may have been rotated)
   and retries; refused again, it raises :class:`GatewayAuthError` with one clear line;
 - any other refusal (4xx) raises :class:`GatewayRequestError` with the gateway's reason;
-- optional endpoints (heartbeat, reject, notices) that the gateway does not have (404/405)
-  are logged once and not called again;
+- optional endpoints (heartbeat, reject, notices, lease release) that the gateway does not
+  have (404/405) are logged once and not called again;
+- every request names the client (``X-Tether-Client``), so the gateway knows whose leases
+  a poll hands out and :meth:`GatewayClient.release_leases` can give them back on a stop;
 - a status file (when configured) always says whether the gateway is reachable.
 """
 
@@ -31,6 +33,7 @@ import trio
 from .._converter import unstructure
 from ._backoff import Backoff
 from ._gateway_wire import (
+    CLIENT_HEADER,
     MAX_BATCH,
     PROTOCOL_VERSION,
     AckBatchRequest,
@@ -38,6 +41,8 @@ from ._gateway_wire import (
     BatchItem,
     GatewayTask,
     HeartbeatRequest,
+    LeaseReleaseReceipt,
+    LeaseReleaseRequest,
     NoticeRequest,
     RejectRequest,
     ResultBatchRequest,
@@ -55,6 +60,9 @@ from ._token_file import TokenFileError, read_token
 log = logging.getLogger("tether.bridge.gateway")
 
 _TRANSIENT_STATUS = frozenset({408, 429})
+
+LEASE_RELEASE_TIMEOUT = 2.0
+"""Most seconds :meth:`GatewayClient.release_leases` may take (it runs while stopping)."""
 
 
 class GatewayError(Exception):
@@ -94,7 +102,8 @@ class GatewayClient:
     """A connection to one gateway. Use as ``async with GatewayClient(url, token_file) as c:``.
 
     ``transport`` replaces the network (tests use ``httpx.MockTransport``); ``rng`` drives
-    the backoff jitter; ``status_file`` (optional) receives :class:`ConnectionStatus`.
+    the backoff jitter; ``status_file`` (optional) receives :class:`ConnectionStatus`;
+    ``release_timeout`` bounds :meth:`release_leases` (it runs while the bridge stops).
     """
 
     base_url: str
@@ -109,6 +118,7 @@ class GatewayClient:
     request_timeout: float = 30.0
     backoff_initial: float = 1.0
     backoff_maximum: float = 60.0
+    release_timeout: float = LEASE_RELEASE_TIMEOUT
     rng: random.Random = attrs.field(factory=random.Random)
     transport: httpx.AsyncBaseTransport | None = None
 
@@ -116,6 +126,7 @@ class GatewayClient:
     batches_supported: bool = attrs.field(default=True, init=False)
     reject_supported: bool = attrs.field(default=True, init=False)
     notices_supported: bool = attrs.field(default=True, init=False)
+    release_supported: bool = attrs.field(default=True, init=False)
     rejected_tasks: int = attrs.field(default=0, init=False)
     _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
     _token: str = attrs.field(default="", init=False)
@@ -131,6 +142,10 @@ class GatewayClient:
         if not 0 <= self.poll_wait <= 300:
             raise ValueError(f"poll_wait must be within 0-300 seconds, got {self.poll_wait}")
         Backoff(self.backoff_initial, self.backoff_maximum)  # validates the bounds
+        if not 0 < self.release_timeout <= 60:
+            raise ValueError(
+                f"release_timeout must be within 0-60 seconds (> 0), got {self.release_timeout}"
+            )
         self._status = ConnectionStatus(gateway=self.base_url, client=self.client_name)
         if self.status_file is not None:
             self._status_writer = StatusFile(self.status_file)
@@ -142,7 +157,10 @@ class GatewayClient:
             base_url=self.base_url,
             transport=self.transport,
             timeout=self.request_timeout,
-            headers={"User-Agent": f"tether-gateway-client/{_package_version() or 'dev'}"},
+            headers={
+                "User-Agent": f"tether-gateway-client/{_package_version() or 'dev'}",
+                CLIENT_HEADER: self.client_name,
+            },
         )
         await self._publish()
         return self
@@ -400,6 +418,57 @@ class GatewayClient:
             log.info("gateway %s has no notices endpoint; notices stay in the log", self.base_url)
             return False
         return True
+
+    async def release_leases(self) -> int | None:
+        """Give back every task the gateway leased to this client name and that was not acked:
+        it queues them again at once instead of waiting out their lease. Returns how many;
+        None when the gateway has no such endpoint (remembered: no request next time).
+
+        Meant for a stop, after this client's polls and acks ended (an ack still on its way
+        may find its task released; the gateway takes it all the same). It never holds a
+        stop for long: at most ``release_timeout`` seconds and two tries, then
+        :class:`GatewayUnavailable` (the tasks come back when their lease runs out).
+        Bridges sharing a client name release each other's unacked leases too: harmless
+        under at-least-once (a replay), but give each bridge its own name.
+        """
+        if not self.release_supported:
+            return None
+        payload = unstructure(LeaseReleaseRequest(client=self.client_name))
+        timeout = self.release_timeout
+        http_timeout = httpx.Timeout(timeout)
+        problem: GatewayUnavailable | None = None
+        with trio.move_on_after(timeout):
+            for attempt in range(2):
+                if attempt:
+                    await trio.sleep(min(0.1, timeout / 10))
+                try:
+                    response = await self._request(
+                        "POST",
+                        "/v1/leases/release",
+                        what="the lease release",
+                        payload=payload,
+                        http_timeout=http_timeout,
+                        optional=True,
+                        retry=False,
+                    )
+                except GatewayUnavailable as exc:
+                    problem = exc
+                    continue
+                if response is None:
+                    self.release_supported = False
+                    log.info(
+                        "gateway %s cannot release leases; unacked tasks wait out their lease",
+                        self.base_url,
+                    )
+                    return None
+                data = _json_object(response, "POST /v1/leases/release")
+                try:
+                    return parse_lenient(data, LeaseReleaseReceipt).released
+                except ValueError as exc:
+                    raise GatewayProtocolError(f"POST /v1/leases/release: {exc}") from None
+        raise GatewayUnavailable(
+            str(problem) if problem is not None else f"the lease release: no answer in {timeout} s"
+        )
 
     async def heartbeat(self, inflight: int) -> bool:
         """Send one heartbeat; False when the gateway has no heartbeat endpoint.

@@ -20,6 +20,10 @@ from ._custody import InvalidTaskId, InvalidWorkerName
 
 PROTOCOL_VERSION = 1
 
+CLIENT_HEADER = "X-Tether-Client"
+"""The request header naming the client (``client_name``): the gateway records it as the
+holder of the leases a poll hands out, so that client can release them (additive to v1)."""
+
 T = TypeVar("T")
 
 # Rooms and client names are labels shown to people; same shape as worker names, a bit longer.
@@ -167,6 +171,27 @@ class HeartbeatRequest:
     inflight: int
     version: str | None = None
     uptime_s: float | None = None
+
+
+@attrs.frozen
+class LeaseReleaseRequest:
+    """``POST /v1/leases/release``: give back every task leased to ``client`` and not acked."""
+
+    client: str
+
+
+@attrs.frozen
+class LeaseReleaseReceipt:
+    """How many tasks the release queued again (0 for a client holding none)."""
+
+    client: str
+    released: int
+
+
+def parse_lease_release(data: Any) -> LeaseReleaseRequest:
+    release = structure(require_object(data), LeaseReleaseRequest)
+    check_label(release.client, "client")
+    return release
 
 
 def parse_ack(data: Any, path_id: str) -> AckRequest:

@@ -6,6 +6,14 @@ redelivers every task of it when its lease runs out, and ingest is idempotent, s
 is safe. A task the store refuses (too large, a bad room...) is rejected on its own, logged
 and reported to the gateway with the reason, and the rest of the round lands.
 
+When ``run`` ends (a soft stop cancels it, a crash, a hard cancel), its poll may have been
+answered by a gateway that leased tasks into a response nobody will read, and an ack may have
+been cut short. So, after the loop (and the acks in hand) ended, it asks the gateway to queue
+again every task still leased to this client (``GatewayClient.release_leases``, bounded to
+a couple of seconds, shielded): those tasks go to the next poll now rather than after the
+gateway's lease. Nothing acked is touched, and a released task that was already committed
+here comes back as a replay, which ingest absorbs.
+
 A commit that stored new tasks rings ``wakeups.tasks_pending()`` (``PoolWakeups``), so the
 lead assigns them now instead of at its next sweep.
 """
@@ -21,7 +29,7 @@ import trio
 
 from ._backoff import Backoff
 from ._custody import InvalidTask, Task
-from ._gateway_client import GatewayClient, GatewayRequestError
+from ._gateway_client import GatewayClient, GatewayError, GatewayRequestError
 from ._gateway_wire import GatewayTask
 from ._store import Store
 from ._wakeup import PoolWakeups
@@ -52,6 +60,8 @@ class IngestStats:
     replays: int = 0
     rejected: int = 0
     failed_commits: int = 0
+    released: int = 0
+    """Unacked leases handed back to the gateway when ``run`` ended."""
 
 
 class IngestCommitFailed(Exception):
@@ -81,6 +91,8 @@ class Ingest:
     ack_concurrency: int = 16
     retry: Backoff = attrs.field(factory=lambda: Backoff(0.5, 30.0))
     wakeups: PoolWakeups | None = None
+    release_on_exit: bool = True
+    """Give this client's unacked leases back to the gateway when ``run`` ends."""
     stats: IngestStats = attrs.field(factory=IngestStats, init=False)
 
     async def run_once(self, wait: float | None = None) -> IngestRound:
@@ -171,12 +183,34 @@ class Ingest:
         if not (self.poll_wait >= 0 and math.isfinite(self.poll_wait)):
             raise ValueError(f"poll_wait must be a number of seconds >= 0, got {self.poll_wait}")
         task_status.started()
-        while True:
-            try:
-                await self.run_once()
-            except IngestCommitFailed as exc:
-                delay = self.retry.next_delay()
-                log.error("%s; retrying in %.1f s", exc, delay)  # noqa: TRY400 (one line)
-                await trio.sleep(delay)
-            else:
-                self.retry.reset()
+        try:
+            while True:
+                try:
+                    await self.run_once()
+                except IngestCommitFailed as exc:
+                    delay = self.retry.next_delay()
+                    log.error("%s; retrying in %.1f s", exc, delay)  # noqa: TRY400 (one line)
+                    await trio.sleep(delay)
+                else:
+                    self.retry.reset()
+        finally:
+            if self.release_on_exit:
+                with trio.CancelScope(shield=True):  # bounded by the client's release_timeout
+                    await self.release_leases()
+
+    async def release_leases(self) -> int | None:
+        """Ask the gateway to queue again what it leased to this client and got no ack for.
+
+        Call it only once polling stopped (``run`` does, on its way out). Never raises: a
+        gateway without the endpoint, or one that does not answer within the client's
+        ``release_timeout``, leaves those tasks to come back when their lease runs out.
+        """
+        try:
+            released = await self.gateway.release_leases()
+        except GatewayError as exc:
+            log.warning("could not give unacked leases back (they return after the lease): %s", exc)
+            return None
+        if released:
+            self.stats.released += released
+            log.info("gave %d unacked lease(s) back to the gateway", released)
+        return released

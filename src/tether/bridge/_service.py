@@ -44,6 +44,7 @@ from ._custody import IN_CUSTODY, Task
 from ._dead_notices import DeadNotices
 from ._delivery import Delivery, delivery_holder
 from ._gateway_client import (
+    LEASE_RELEASE_TIMEOUT,
     GatewayAuthError,
     GatewayClient,
     GatewayProtocolError,
@@ -379,7 +380,10 @@ class BridgeService:
             ),
             self._spec("workers", partial(self._run_workers, workers), grace=self.worker_grace),
             self._spec("stall-notices", stall.run),
-            self._spec("ingest", _until_stopped(self.ingest.run), grace=2.0),
+            # on its way out ingest gives the gateway back what it leased and never acked
+            self._spec(
+                "ingest", _until_stopped(self.ingest.run), grace=2.0 + LEASE_RELEASE_TIMEOUT
+            ),
         ]
         if config.lead:
             # before the workers, so a soft stop ends it after them; it drops its beat then

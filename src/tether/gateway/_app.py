@@ -13,6 +13,7 @@ POST    /v1/results                 worker  ``{"id","body","no_send"?,"metadata"
 POST    /v1/tasks/<id>/reject       worker  ``{"id","reason"}``: the bridge cannot take it
 POST    /v1/notices                 worker  ``{"id","kind":"stall","age_s"}``: tell people
 POST    /v1/heartbeat               worker  ``{"client","protocol_version":1,"inflight"}``
+POST    /v1/leases/release          worker  ``{"client"}``: queue again its unacked leases
 GET     /v1/stats                   worker  task counts, duplicates absorbed, clients
 POST    /v1/messages                user    ``{"room","text","sender"?,"id"?}`` → task id
 GET     /v1/messages?room=R&limit=N user    a room's recent messages with their replies
@@ -23,6 +24,12 @@ A reject closes a handed-out task (leased or acked) with its reason, which the m
 then carry as ``reason`` (an additive field of protocol v1): the bridge rejects a task it
 cannot take, and reports each dead-lettered task the same way, so the user waiting for a
 reply learns it failed and why. A reject of an answered or closed task is a no-op (200).
+
+A poll's ``X-Tether-Client`` header (optional, additive) names the client its leases are
+held by; ``POST /v1/leases/release`` hands every task leased to that client and not yet acked
+back to the queue at once, so a stopping bridge's unread poll answer is redelivered now, not
+after the lease. Acked tasks are never touched. Several bridges sharing one client name: a
+release also returns the others' unacked leases, costing at worst a redelivery.
 
 Auth: the worker token (a file) opens everything; the optional user token only the user
 routes, so chat users cannot pull or answer tasks. Nothing is stored unless the whole
@@ -47,14 +54,17 @@ from .._converter import unstructure
 from .._util import open_nursery_unwrapped
 from ..bridge._custody import MAX_REQUEST_BYTES
 from ..bridge._gateway_wire import (
+    CLIENT_HEADER,
     PROTOCOL_VERSION,
     BatchItem,
+    LeaseReleaseReceipt,
     ResultReceipt,
     check_label,
     check_task_id,
     parse_ack,
     parse_ack_batch,
     parse_heartbeat,
+    parse_lease_release,
     parse_notice,
     parse_reject,
     parse_result,
@@ -191,6 +201,9 @@ class GatewayApp:
         if path == "/v1/heartbeat":
             allow_methods(method, "POST")
             return self._heartbeat
+        if path == "/v1/leases/release":
+            allow_methods(method, "POST")
+            return self._release_leases
         if path == "/v1/stats":
             allow_methods(method, "GET")
             return self._stats
@@ -224,12 +237,13 @@ class GatewayApp:
         self._authorize(request, WORKER)
         wait = min(_seconds(request.query, "wait", 0.0), self.limits.max_wait)
         limit = _count(request.query, "limit", 16, self.limits.max_poll_limit)
+        client = _client_header(request)
         deadline = trio.current_time() + wait
         tasks: list[StoredTask] = []
         async with _cancel_on_disconnect(request) as disconnected:
             while True:
                 added = self._tasks_added
-                claim = await self.store.claim(limit, self.lease, self.clock())
+                claim = await self.store.claim(limit, self.lease, self.clock(), client)
                 tasks = claim.tasks
                 if tasks or self.closing.is_set() or trio.current_time() >= deadline:
                     break
@@ -241,7 +255,10 @@ class GatewayApp:
                 with trio.move_on_at(wake):
                     await added.wait()
         if disconnected():
-            return  # any task leased just now comes back when its lease runs out
+            if tasks:  # leased just as the poller left: nobody will read them
+                await self.store.release_tasks([task.id for task in tasks])
+                self._wake_pollers()
+            return
         payload = {"tasks": [unstructure(task_for_worker(task)) for task in tasks]}
         await send_json(send, 200, payload)
 
@@ -338,12 +355,27 @@ class GatewayApp:
         )
         await send_json(send, 200, {"ok": True})
 
+    async def _release_leases(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        release = _valid(parse_lease_release, await request.json(self.limits.max_body))
+        released = await self.store.release_client(release.client)
+        if released:
+            log.info("gateway: client %s released %d unacked lease(s)", release.client, released)
+            self._wake_pollers()
+        receipt = LeaseReleaseReceipt(client=release.client, released=released)
+        await send_json(send, 200, unstructure(receipt))
+
     async def _stats(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)
         stats = unstructure(await self.store.stats())
         stats["lease_s"] = self.lease
         stats["protocol_version"] = PROTOCOL_VERSION
         await send_json(send, 200, stats)
+
+    def _wake_pollers(self) -> None:
+        """Tasks became available: every waiting long poll looks again now."""
+        self._tasks_added.set()
+        self._tasks_added = trio.Event()
 
     # -- user side ---------------------------------------------------------------------
 
@@ -354,8 +386,7 @@ class GatewayApp:
             self.store.submit(message.room, message.sender, message.text, self.clock(), message.id)
         )
         if created:
-            self._tasks_added.set()
-            self._tasks_added = trio.Event()
+            self._wake_pollers()
         await send_json(send, 201 if created else 200, {"id": task.id, "status": task.state})
 
     async def _history(self, request: Request, send: Send) -> None:
@@ -420,6 +451,13 @@ async def _cancel_on_disconnect(request: Request) -> AsyncIterator[Callable[[], 
         nursery.start_soon(watch)
         yield lambda: gone
         nursery.cancel_scope.cancel()
+
+
+def _client_header(request: Request) -> str | None:
+    raw = request.headers.get(CLIENT_HEADER.lower())
+    if raw is None:
+        return None
+    return str(_valid(check_label, raw, f"the {CLIENT_HEADER} header"))
 
 
 def _valid(check: Callable[..., Any], *args: Any) -> Any:

@@ -11,6 +11,13 @@ with ``no_send``, or a rejection: the worker side cannot take it or gave up on i
 reason is kept in ``rejections`` and shown with the message). A lease that runs out without
 an ack makes the task available again: it is redelivered by the next poll, its ``deliveries``
 count going up.
+
+Each lease remembers the client that polled it (``leased_to``, the ``X-Tether-Client``
+header), so a stopping bridge can hand back at once what it was leased and never acked
+(:meth:`GatewayStore.release_client`) instead of leaving it to wait out the lease. A released
+task is ``queued`` again with its ``deliveries`` kept, so it still counts as handed out: an
+ack or a result that was already on its way for it is taken, not refused as "never
+delivered".
 """
 
 from __future__ import annotations
@@ -52,7 +59,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     acked_at    REAL,
     reply       TEXT,
     worker      TEXT,
-    answered_at REAL
+    answered_at REAL,
+    leased_to   TEXT
 );
 CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, lease_until);
 CREATE INDEX IF NOT EXISTS tasks_by_room ON tasks (room);
@@ -160,6 +168,8 @@ class StoreStats:
     clients: list[ClientInfo]
     rejected: int = 0
     notices: int = 0
+    released: int = 0
+    """Leases handed back by their client before they ran out (``release_client``)."""
 
 
 def new_task_id(now: float) -> str:
@@ -242,11 +252,12 @@ class GatewayStore:
 
     # -- the worker side ---------------------------------------------------------------
 
-    async def claim(self, limit: int, lease: float, now: float) -> Claim:
-        """Lease up to ``limit`` available tasks (new, or leased and expired), oldest first."""
-        return await self._run(self._claim, limit, lease, now)
+    async def claim(self, limit: int, lease: float, now: float, client: str | None = None) -> Claim:
+        """Lease up to ``limit`` available tasks (new, or leased and expired), oldest first,
+        to ``client`` (None: a poller that did not say who it is; its leases only expire)."""
+        return await self._run(self._claim, limit, lease, now, client)
 
-    def _claim(self, limit: int, lease: float, now: float) -> Claim:
+    def _claim(self, limit: int, lease: float, now: float, client: str | None) -> Claim:
         with _transaction(self._db):
             ids = [
                 row[0]
@@ -259,9 +270,9 @@ class GatewayStore:
             tasks = []
             for task_id in ids:
                 self._db.execute(
-                    "UPDATE tasks SET state = 'leased', lease_until = ?,"
+                    "UPDATE tasks SET state = 'leased', lease_until = ?, leased_to = ?,"
                     " deliveries = deliveries + 1 WHERE id = ?",
-                    (now + lease, task_id),
+                    (now + lease, client, task_id),
                 )
                 task = self._get(task_id)
                 assert task is not None
@@ -272,6 +283,40 @@ class GatewayStore:
                 "SELECT MIN(lease_until) FROM tasks WHERE state = 'leased'"
             ).fetchone()
         return Claim(tasks, next_expiry)
+
+    async def release_client(self, client: str) -> int:
+        """Queue again every task leased to ``client`` and not acked; returns how many.
+
+        Acked, answered and closed tasks are never touched (the worker side has them). A
+        released task keeps its ``deliveries``, so the next poll counts it a redelivery.
+        """
+        return await self._run(self._release_client, client)
+
+    def _release_client(self, client: str) -> int:
+        with _transaction(self._db):
+            released = self._db.execute(
+                "UPDATE tasks SET state = 'queued', lease_until = NULL, leased_to = NULL"
+                " WHERE state = 'leased' AND leased_to = ?",
+                (client,),
+            ).rowcount
+            self._bump("released", released)
+        return released
+
+    async def release_tasks(self, ids: list[str]) -> int:
+        """Queue again those of ``ids`` still leased (a poll whose client hung up)."""
+        return await self._run(self._release_tasks, ids)
+
+    def _release_tasks(self, ids: list[str]) -> int:
+        released = 0
+        with _transaction(self._db):
+            for task_id in ids:
+                released += self._db.execute(
+                    "UPDATE tasks SET state = 'queued', lease_until = NULL, leased_to = NULL"
+                    " WHERE state = 'leased' AND id = ?",
+                    (task_id,),
+                ).rowcount
+            self._bump("released", released)
+        return released
 
     async def ack(self, task_id: str, now: float) -> StoredTask | None:
         """Mark a delivered task acked; None if unknown. Idempotent; a no-op once answered."""
@@ -285,11 +330,12 @@ class GatewayStore:
         task = self._get(task_id)
         if task is None:
             return None
-        if task.state == "queued":
+        if _never_delivered(task):
             raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
-        if task.state == "leased":
+        if task.state in ("leased", "queued"):  # queued: released after its hand-out
             self._db.execute(
-                "UPDATE tasks SET state = 'acked', acked_at = ?, lease_until = NULL WHERE id = ?",
+                "UPDATE tasks SET state = 'acked', acked_at = ?, lease_until = NULL,"
+                " leased_to = NULL WHERE id = ?",
                 (now, task_id),
             )
             task = self._get(task_id)
@@ -338,11 +384,12 @@ class GatewayStore:
         if task.state in FINAL_STATES:
             self._bump("duplicate_results", 1)
             return ResultOutcome(task, duplicate=True)
-        if task.state == "queued":
+        if _never_delivered(task):
             raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
         self._db.execute(
             "UPDATE tasks SET state = ?, reply = ?, worker = ?, answered_at = ?,"
-            " lease_until = NULL, acked_at = COALESCE(acked_at, ?) WHERE id = ?",
+            " lease_until = NULL, leased_to = NULL, acked_at = COALESCE(acked_at, ?)"
+            " WHERE id = ?",
             (
                 "closed" if no_send else "answered",
                 None if no_send else body,
@@ -391,13 +438,13 @@ class GatewayStore:
             task = self._get(task_id)
             if task is None:
                 return None
-            if task.state == "queued":
+            if _never_delivered(task):
                 raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
             if task.state in FINAL_STATES:
                 return task
             self._db.execute(
-                "UPDATE tasks SET state = 'closed', answered_at = ?, lease_until = NULL"
-                " WHERE id = ?",
+                "UPDATE tasks SET state = 'closed', answered_at = ?, lease_until = NULL,"
+                " leased_to = NULL WHERE id = ?",
                 (now, task_id),
             )
             self._db.execute(
@@ -497,6 +544,7 @@ class GatewayStore:
             clients=clients,
             rejected=counters.get("rejected", 0),
             notices=counters.get("notices", 0),
+            released=counters.get("released", 0),
         )
 
     def _bump(self, name: str, by: int) -> None:
@@ -506,6 +554,11 @@ class GatewayStore:
                 " ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
                 (name, by),
             )
+
+
+def _never_delivered(task: StoredTask) -> bool:
+    """Queued and never handed out (a released task is queued but was delivered)."""
+    return task.state == "queued" and task.deliveries == 0
 
 
 class _transaction:
@@ -538,6 +591,7 @@ def _connect(path: Path) -> sqlite3.Connection:
                 if statement.strip():
                     db.execute(statement)
             _check_schema_version(db, path)
+            _add_leased_to(db)
     except sqlite3.DatabaseError as exc:
         db.close()
         raise StoreError(f"cannot use {path} as the gateway database: {exc}") from None
@@ -558,3 +612,11 @@ def _check_schema_version(db: sqlite3.Connection, path: Path) -> None:
             f"gateway database {path} has schema version {row[0]}; "
             f"this tether reads version {SCHEMA_VERSION}"
         )
+
+
+def _add_leased_to(db: sqlite3.Connection) -> None:
+    """Give a database made before lease release its ``leased_to`` column (additive: an
+    older gateway reading the file names its columns and never sees it)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
+    if "leased_to" not in columns:
+        db.execute("ALTER TABLE tasks ADD COLUMN leased_to TEXT")
