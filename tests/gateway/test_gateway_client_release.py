@@ -54,15 +54,20 @@ async def test_release_names_the_client_and_returns_the_count(token_path: Path) 
         assert await gateway.release_leases() == 3
     [(_, request)] = transport.requests
     assert (request.method, request.url.path) == ("POST", "/v1/leases/release")
-    assert json.loads(request.content) == {"client": "bridge-7"}
-    assert request.headers["x-tether-client"] == "bridge-7"
+    holder = gateway.lease_holder
+    assert holder.startswith("bridge-7-")
+    assert len(holder) == len("bridge-7-") + 6
+    assert json.loads(request.content) == {"client": holder}
+    assert request.headers["x-tether-client"] == holder
 
 
 async def test_every_request_names_the_client(token_path: Path) -> None:
     transport = Recorder(httpx.Response(200, json={"tasks": []}))
     async with client(transport, token_path) as gateway:
         await gateway.poll_tasks(wait=0)
-    assert transport.requests[0][1].headers["x-tether-client"] == "bridge-7"
+    assert transport.requests[0][1].headers["x-tether-client"] == gateway.lease_holder
+    async with client(transport, token_path) as other:  # another bridge with the same name
+        assert other.lease_holder != gateway.lease_holder
 
 
 @pytest.mark.parametrize("status", [404, 405])

@@ -10,8 +10,10 @@ What it promises its caller:
 - any other refusal (4xx) raises :class:`GatewayRequestError` with the gateway's reason;
 - optional endpoints (heartbeat, reject, notices, lease release) that the gateway does not
   have (404/405) are logged once and not called again;
-- every request names the client (``X-Tether-Client``), so the gateway knows whose leases
-  a poll hands out and :meth:`GatewayClient.release_leases` can give them back on a stop;
+- every request names its lease holder (``X-Tether-Client``: the client name and a random
+  suffix per client object), so the gateway knows whose leases a poll hands out and
+  :meth:`GatewayClient.release_leases` gives back this client's only, never those of another
+  bridge with the same name;
 - a status file (when configured) always says whether the gateway is reachable.
 """
 
@@ -21,6 +23,7 @@ import importlib.metadata
 import json
 import logging
 import random
+import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -122,6 +125,9 @@ class GatewayClient:
     rng: random.Random = attrs.field(factory=random.Random)
     transport: httpx.AsyncBaseTransport | None = None
 
+    lease_holder: str = attrs.field(default="", init=False)
+    """Who holds this client's gateway leases (``X-Tether-Client``): ``client_name`` and a
+    random suffix, unique per client object (so per bridge run)."""
     heartbeat_supported: bool = attrs.field(default=True, init=False)
     batches_supported: bool = attrs.field(default=True, init=False)
     reject_supported: bool = attrs.field(default=True, init=False)
@@ -146,6 +152,7 @@ class GatewayClient:
             raise ValueError(
                 f"release_timeout must be within 0-60 seconds (> 0), got {self.release_timeout}"
             )
+        self.lease_holder = f"{self.client_name[:121]}-{secrets.token_hex(3)}"
         self._status = ConnectionStatus(gateway=self.base_url, client=self.client_name)
         if self.status_file is not None:
             self._status_writer = StatusFile(self.status_file)
@@ -159,7 +166,7 @@ class GatewayClient:
             timeout=self.request_timeout,
             headers={
                 "User-Agent": f"tether-gateway-client/{_package_version() or 'dev'}",
-                CLIENT_HEADER: self.client_name,
+                CLIENT_HEADER: self.lease_holder,
             },
         )
         await self._publish()
@@ -428,12 +435,12 @@ class GatewayClient:
         may find its task released; the gateway takes it all the same). It never holds a
         stop for long: at most ``release_timeout`` seconds and two tries, then
         :class:`GatewayUnavailable` (the tasks come back when their lease runs out).
-        Bridges sharing a client name release each other's unacked leases too: harmless
-        under at-least-once (a replay), but give each bridge its own name.
+        The holder is this client object's ``lease_holder``, so two bridges sharing a client
+        name never release each other's leases.
         """
         if not self.release_supported:
             return None
-        payload = unstructure(LeaseReleaseRequest(client=self.client_name))
+        payload = unstructure(LeaseReleaseRequest(client=self.lease_holder))
         timeout = self.release_timeout
         http_timeout = httpx.Timeout(timeout)
         problem: GatewayUnavailable | None = None
