@@ -16,6 +16,7 @@ from tether.bridge import (
     SweepReport,
     Task,
 )
+from tether.bridge._store import plan_then_assign
 
 from .pool_support import FakeClock
 
@@ -238,9 +239,7 @@ class RacingStore(SqliteStore):
         self, decide: Decide, *, pending_limit: int = 1000
     ) -> tuple[PoolView, list[bool] | None]:
         """In two transactions, as a backend without one for the sweep does (PostgreSQL)."""
-        view = await self.pool_view(pending_limit=pending_limit)
-        pairs = decide(view)
-        return view, None if pairs is None else await self.assign_many(pairs)
+        return await plan_then_assign(self, decide, pending_limit=pending_limit)
 
 
 async def test_a_lost_race_is_reported_not_forced(tmp_path: Path, fake_clock: FakeClock) -> None:

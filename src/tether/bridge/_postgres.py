@@ -65,6 +65,7 @@ from ._store import (
     StallCandidate,
     WorkerInfo,
     WorkerRole,
+    plan_then_assign,
 )
 
 T = TypeVar("T")
@@ -483,10 +484,7 @@ class PostgresStore:
     async def plan_and_assign(
         self, decide: Decide, *, pending_limit: int = 1000
     ) -> tuple[PoolView, list[bool] | None]:
-        # two transactions: the view's snapshot, then assign_many's compare-and-set
-        view = await self.pool_view(pending_limit=pending_limit)
-        pairs = decide(view)
-        return view, None if pairs is None else await self.assign_many(pairs)
+        return await plan_then_assign(self, decide, pending_limit=pending_limit)
 
     # -- liveness -----------------------------------------------------------------------------
 

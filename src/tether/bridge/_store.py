@@ -337,3 +337,13 @@ class Store(Protocol):
     async def unreported_dead_count(self) -> int:
         """How many dead tasks the gateway has not yet confirmed hearing about."""
         ...
+
+
+async def plan_then_assign(
+    store: Store, decide: Decide, *, pending_limit: int
+) -> tuple[PoolView, list[bool] | None]:
+    """``Store.plan_and_assign`` in two transactions, for a backend without one for a sweep: the
+    view, then ``assign_many``'s compare-and-set (a task that moved meanwhile answers False)."""
+    view = await store.pool_view(pending_limit=pending_limit)
+    pairs = decide(view)
+    return view, None if pairs is None else await store.assign_many(pairs)
