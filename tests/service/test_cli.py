@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -81,3 +83,22 @@ async def test_a_missing_token_file_is_exit_3_in_one_line(tmp_path: Path) -> Non
     assert last.startswith("tether: error: cannot use the gateway token")
     assert "missing-token does not exist" in last
     assert "Traceback" not in err
+
+
+def test_the_readme_demo_crashes_a_bridge_midway_and_loses_nothing(tmp_path: Path) -> None:
+    """`tether demo`, the README's first command, as a user runs it: a real process."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tether._cli", "demo", "--messages", "200", "--quiet"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = done.stdout.strip().splitlines()[-1]
+    assert summary.startswith("sent 200 / replied 200 / lost 0 / duplicates absorbed "), summary
+    crashed = re.search(r"the first bridge crashed after (\d+) replies", summary)
+    assert crashed is not None, summary
+    assert 100 <= int(crashed.group(1)) < 200  # midway: the second bridge had work left
+    assert list(tmp_path.iterdir()) == []  # the demo works in a temporary folder
