@@ -16,6 +16,7 @@ from tether.bridge import (
     SweepReport,
     Task,
 )
+from tether.bridge._pool_liveness import live_lead
 from tether.bridge._store import plan_then_assign
 
 from .pool_support import FakeClock
@@ -319,3 +320,19 @@ async def test_paging_past_rooms_its_own_plan_filled_keeps_what_each_page_assign
         ("f1", "wc"),
     ]
     assert report.waiting == 4  # a2, a3, b2, b3 wait for their keepers
+
+
+async def test_the_lead_beats_again_at_once_after_its_clock_stepped_back(
+    store: SqliteStore, fake_clock: FakeClock
+) -> None:
+    """A beat from the future counts as dead (``is_alive``): after the clock steps back, the
+    lead's next sweep must beat at the new time, or workers go leaderless until the clock has
+    caught up with the old beat."""
+    the_lead = lead(store, name="lead-1", sweep_interval=0.5)
+    await store.beat("w1", "worker", 4)
+    await the_lead.sweep_once()
+    fake_clock.advance(-30)  # an NTP step back
+    await store.beat("w1", "worker", 4)
+    await the_lead.sweep_once()
+    members = await store.workers()
+    assert live_lead(members, fake_clock(), 10.0) is not None

@@ -21,8 +21,9 @@ from ._custody import InvalidTaskId, InvalidWorkerName
 PROTOCOL_VERSION = 1
 
 CLIENT_HEADER = "X-Tether-Client"
-"""The request header naming the client (``client_name``): the gateway records it as the
-holder of the leases a poll hands out, so that client can release them (additive to v1)."""
+"""The request header naming the lease holder (``GatewayClient.lease_holder``: the client name
+and a random suffix per client object): the gateway records it as the holder of the leases a
+poll hands out, so that client can release them (additive to v1)."""
 
 T = TypeVar("T")
 

@@ -304,7 +304,7 @@ class PoolLead:
         async def plan_and_assign() -> None:
             answers.append(await self.store.plan_and_assign(decide, pending_limit=limit))
 
-        if now - self._beat_at < self._beat_every or now < self._beat_at:
+        if 0 <= now - self._beat_at < self._beat_every:  # a clock stepped back beats now
             await plan_and_assign()  # under load: no beat, one transaction for the sweep
         else:
             self._beat_at = now

@@ -28,8 +28,10 @@ reply learns it failed and why. A reject of an answered or closed task is a no-o
 A poll's ``X-Tether-Client`` header (optional, additive) names the client its leases are
 held by; ``POST /v1/leases/release`` hands every task leased to that client and not yet acked
 back to the queue at once, so a stopping bridge's unread poll answer is redelivered now, not
-after the lease. Acked tasks are never touched. Several bridges sharing one client name: a
-release also returns the others' unacked leases, costing at worst a redelivery.
+after the lease. Acked tasks are never touched. The bundled client sends its
+``lease_holder`` (its client name plus a random suffix per client object), so bridges
+sharing a client name never release each other's leases; clients sending one holder from
+several processes release them together, costing at worst a redelivery.
 
 Auth: the worker token (a file) opens everything; the optional user token only the user
 routes, so chat users cannot pull or answer tasks. Nothing is stored unless the whole
