@@ -380,3 +380,12 @@ async def test_the_default_body_limit_is_the_shared_one(tmp_path: Path) -> None:
     """The gateway's request limit is sized from the same constant (tests/gateway)."""
     async with await SqliteStore.open(tmp_path / "c.db") as store:
         assert store.max_body_bytes == MAX_BODY_BYTES
+
+
+async def test_an_sqlite_too_old_for_the_custody_sql_is_refused_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 34, 1))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.34.1")
+    with pytest.raises(RuntimeError, match=r"needs SQLite 3\.35\.0 or newer; .* SQLite 3\.34\.1"):
+        await SqliteStore.open(tmp_path / "old.db")

@@ -850,7 +850,16 @@ class SqliteStore:
 # -- helpers (run in the writer thread) ---------------------------------------------------------
 
 
+MIN_SQLITE: Final = (3, 35, 0)
+"""``RETURNING`` (3.35) and ``UPDATE ... FROM`` (3.33) carry the custody transitions."""
+
+
 def _connect(path: Path, synchronous: Synchronous, busy_timeout_s: float) -> sqlite3.Connection:
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        raise RuntimeError(
+            f"the custody store needs SQLite {'.'.join(map(str, MIN_SQLITE))} or newer; this "
+            f"Python links SQLite {sqlite3.sqlite_version}"
+        )
     ensure_private_dir(path.parent)
     # 0600 before SQLite opens it: SQLite gives the -wal and -shm files the database's mode
     if not create_private_file(path):
@@ -921,7 +930,8 @@ def _assign_pairs(
     unique = json.dumps([pairs[n] for n in sorted(first.values())])
     rows = conn.execute(
         "UPDATE tasks SET state = 'assigned', owner = v.worker, updated_at = ? "
-        "FROM (SELECT value ->> 0 AS id, value ->> 1 AS worker FROM json_each(?)) AS v "
+        "FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS worker "
+        "FROM json_each(?)) AS v "
         "WHERE tasks.id = v.id AND tasks.state = 'pending' "
         "RETURNING tasks.id, tasks.room, tasks.owner",
         (now, unique),
