@@ -387,6 +387,56 @@ async def test_a_worker_asks_the_lead_for_four_times_its_concurrency(
         assert (me.name, me.role, me.capacity) == ("w1", "worker", 12)
 
 
+def _thinking(seconds: float) -> Callable[[Session], None]:
+    """An agent that takes ``seconds`` (virtual) to answer."""
+
+    def factory(session: Session) -> None:
+        @session.on("task")
+        async def reply(task: Task) -> str:
+            await trio.sleep(seconds)
+            return f"thought about {task.body}"
+
+    return factory
+
+
+@pytest.mark.parametrize(
+    ("run_seconds", "asked"),
+    [(0.001, 2 + 6), (0.06, 2 + 4), (0.15, 2 + 2), (3.0, 2 + 1)],
+)
+async def test_an_unset_capacity_adapts_to_how_long_runs_take(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock, run_seconds: float, asked: int
+) -> None:
+    """0.1 s of work waits assigned: quick runs keep 4 x concurrency (capped), slow ones ask
+    for one task more than they run."""
+    worker = PoolWorker(
+        timed_store, "w1", _thinking(run_seconds), concurrency=2, heartbeat_interval=1.0
+    )
+    for i in range(6):
+        await timed_store.ingest(Task(f"t{i}", "x"))
+    async with running(worker):
+        (me,) = await timed_store.workers()
+        assert me.capacity == 8  # before any run: the quick case
+        await wait_for(lambda: state_is(timed_store, "t5", S.RESULT), within=60.0, step=0.5)
+        assert worker.asked_capacity == asked
+        await trio.sleep(1.5)  # the next beat carries it to the lead
+        (me,) = await timed_store.workers()
+        assert me.capacity == asked
+
+
+async def test_a_set_capacity_does_not_adapt(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    worker = PoolWorker(
+        timed_store, "w1", _thinking(3.0), concurrency=2, capacity=5, heartbeat_interval=1.0
+    )
+    await timed_store.ingest(Task("t0", "x"))
+    async with running(worker):
+        await wait_for(lambda: state_is(timed_store, "t0", S.RESULT), within=60.0, step=0.5)
+        await trio.sleep(1.5)
+        (me,) = await timed_store.workers()
+        assert (worker.asked_capacity, me.capacity) == (5, 5)
+
+
 async def test_a_worker_can_send_stall_notices_for_its_own_claims(
     timed_store: SqliteStore, mock_clock: StoreAwareClock
 ) -> None:

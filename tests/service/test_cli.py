@@ -30,7 +30,7 @@ def test_help_explains_capacity_and_its_trade_off(capsys: pytest.CaptureFixture[
         build_parser().parse_args(["bridge", "run", "--help"])
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps the help text
     assert "--capacity CAPACITY" in out
-    assert "(default: 4 x concurrency)" in out
+    assert "(default: adaptive, 4 x concurrency while runs are quick" in out
     assert "slow agents" in out
 
 

@@ -107,7 +107,7 @@ def test_lead_reads_the_usual_spellings_of_a_boolean(text: str, expected: bool) 
 
 
 def test_capacity_is_unset_by_default_and_follows_the_precedence(tmp_path: Path) -> None:
-    assert load_config(environ={}).capacity is None  # the worker's default: 4 x concurrency
+    assert load_config(environ={}).capacity is None  # the worker's default: adaptive
     file = _toml(tmp_path, "[bridge]\ncapacity = 6\nconcurrency = 2\n")
     assert load_config(file=file, environ={}).capacity == 6  # file
     environ = {"TETHER_CAPACITY": "5"}
@@ -129,13 +129,13 @@ def test_capacity_equal_to_concurrency_is_valid() -> None:
         (
             {},
             {"capacity": 3},
-            "capacity must be an integer >= concurrency (4), or unset for 4 x concurrency, "
+            "capacity must be an integer >= concurrency (4), or unset for adaptive, "
             "got 3 (from --capacity)",
         ),
         (
             {"TETHER_CAPACITY": "7"},
             {"concurrency": 8},
-            "capacity must be an integer >= concurrency (8), or unset for 4 x concurrency, "
+            "capacity must be an integer >= concurrency (8), or unset for adaptive, "
             "got '7' (from TETHER_CAPACITY; concurrency from --concurrency)",
         ),
         (

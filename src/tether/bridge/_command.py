@@ -45,7 +45,8 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "tasks each worker asks the lead for, running + assigned and waiting; at least "
         "--concurrency. More keeps workers busy (throughput); equal to --concurrency suits "
         "slow agents: no task waits behind a busy worker while another idles "
-        "(default: 4 x concurrency)",
+        "(default: adaptive, 4 x concurrency while runs are quick, down to concurrency + 1 "
+        "as they take seconds)",
         int,
     ),
     "client_name": ("name this bridge gives the gateway (default: tether-bridge)", str),

@@ -105,7 +105,7 @@ def capacity_problem(capacity: int | None, concurrency: int) -> str | None:
     if capacity is None:
         return None
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < concurrency:
-        return f"must be an integer >= concurrency ({concurrency}), or unset for 4 x concurrency"
+        return f"must be an integer >= concurrency ({concurrency}), or unset for adaptive"
     return None
 
 

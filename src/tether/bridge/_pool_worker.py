@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
@@ -53,6 +54,12 @@ log = logging.getLogger("tether.bridge.pool.worker")
 
 RELEASE_TIMEOUT: Final = 5.0
 """Seconds a worker spends giving its claims back when it is cancelled (shielded)."""
+
+PREFETCH_S: Final = 0.1
+"""Seconds of work an adaptive worker keeps assigned and waiting (``asked_capacity``)."""
+
+RUN_AVERAGE_WEIGHT: Final = 0.2
+"""How much one run moves the average run time (an exponential moving average)."""
 
 NOT_RUN: Final = (QueueFull, HandlerDropped, HandlerCancelled)
 """What ``session.call`` raises when the session refused or cancelled the run: not a failure
@@ -86,9 +93,9 @@ class PoolWorker:
     factory: AgentFactory
     concurrency: int = 4
     capacity: int | None = None
-    """How many tasks (running + assigned and waiting) the worker asks the lead for; default
-    ``4 * concurrency``: the next tasks are already assigned when a run ends, and they cover
-    the lead's gap between sweeps (``PoolLead.min_sweep_gap``) at full speed."""
+    """How many tasks (running + assigned and waiting) the worker asks the lead for. A number:
+    that, always. ``None`` (default): adaptive, see ``asked_capacity``: ``4 * concurrency``
+    while runs are quick, down to ``concurrency + 1`` as they get slow."""
     heartbeat_interval: float | None = None
     """Seconds between beats and lease renewals (default: a third of the lease, at most 2 s)."""
     poll_interval: float = 0.2
@@ -124,6 +131,7 @@ class PoolWorker:
     _interval: float = attrs.field(init=False, default=0.0)
     _stopping: bool = attrs.field(init=False, default=False)
     _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
+    _run_seconds: float | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
@@ -133,7 +141,7 @@ class PoolWorker:
         if isinstance(c, bool) or not isinstance(c, int) or c < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {c!r}")
         if self.capacity is None:
-            self.capacity = 4 * c
+            pass
         elif (
             isinstance(self.capacity, bool)
             or not isinstance(self.capacity, int)
@@ -156,6 +164,32 @@ class PoolWorker:
                     f"heartbeat_interval ({self._interval!r}) must be shorter than the store's "
                     f"lease ({self.store.lease_s!r}), or leases expire between renewals"
                 )
+
+    @property
+    def asked_capacity(self) -> int:
+        """What the worker asks the lead for in its beats: ``capacity`` if set, else enough
+        waiting assignments to cover ``PREFETCH_S`` of work at the pace its runs have taken
+        (an average of recent runs), between 1 and ``3 * concurrency`` of them.
+
+        Quick runs (a thousand a second) keep ``4 * concurrency``: the next tasks are assigned
+        before a run ends, and cover the lead's gap between sweeps. Slow runs (an LLM call of
+        seconds) ask for ``concurrency + 1``: a task never waits long behind a busy worker
+        while another worker idles, and never for so long that the lead takes it back as
+        stuck. Before any run, the quick case is assumed."""
+        if self.capacity is not None:
+            return self.capacity
+        c = self.concurrency
+        if self._run_seconds is None:
+            return 4 * c
+        waiting = math.ceil(c * PREFETCH_S / max(self._run_seconds, 1e-6))
+        return c + max(1, min(3 * c, waiting))
+
+    def _timed_run(self, seconds: float) -> None:
+        """Fold one run's duration (claim to answer) into the average ``asked_capacity`` uses."""
+        if self._run_seconds is None:
+            self._run_seconds = seconds
+        else:
+            self._run_seconds += RUN_AVERAGE_WEIGHT * (seconds - self._run_seconds)
 
     @property
     def in_hand(self) -> list[Claim]:
@@ -297,6 +331,7 @@ class PoolWorker:
         try:
             with entry.scope:
                 try:
+                    started = trio.current_time()
                     reply = reply_of(await session.call(TASK_EVENT, claim.task), id)
                 except NOT_RUN as exc:
                     log.info("worker %s: task %s was not run: %s", self.name, id, exc)
@@ -307,6 +342,7 @@ class PoolWorker:
                     await self._fail(entry, exc)
                 else:
                     answered()
+                    self._timed_run(trio.current_time() - started)
                     await self._complete(entry, reply)
         except trio.Cancelled:
             with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
@@ -389,8 +425,7 @@ class PoolWorker:
                     nursery.start_soon(self._renew, entry)
 
     async def _beat(self) -> None:
-        assert self.capacity is not None
-        capacity = 0 if self._stopping else self.capacity
+        capacity = 0 if self._stopping else self.asked_capacity
         members = await self.store.beat(self.name, "worker", capacity)
         leaderless = live_lead(members, self.now(), self.lead_dead_after, self.max_skew) is None
         if leaderless != self.leaderless:
