@@ -1,7 +1,7 @@
 """``BridgeService``: the whole bridge as supervised children of one supervisor.
 
 Start order (a soft stop runs in reverse): reconciler, delivery, dead notices, retention,
-gateway heartbeat, pool lead, workers, stall notices, and last the gateway loop (ingest). So a
+pool lead, gateway heartbeat, workers, stall notices, and last the gateway loop (ingest). So a
 stopping bridge first stops taking new tasks, then lets its workers finish or hand back what
 they hold (within ``grace``), then delivers the replies they produced, and the reconciler goes
 last. Nothing in custody is lost either way: what is not delivered before the stop is delivered
@@ -44,7 +44,6 @@ from ._custody import IN_CUSTODY, Task
 from ._dead_notices import DeadNotices
 from ._delivery import Delivery, delivery_holder
 from ._gateway_client import (
-    LEASE_RELEASE_TIMEOUT,
     GatewayAuthError,
     GatewayClient,
     GatewayProtocolError,
@@ -382,7 +381,7 @@ class BridgeService:
             self._spec("stall-notices", stall.run),
             # on its way out ingest gives the gateway back what it leased and never acked
             self._spec(
-                "ingest", _until_stopped(self.ingest.run), grace=2.0 + LEASE_RELEASE_TIMEOUT
+                "ingest", _until_stopped(self.ingest.run), grace=2.0 + gateway.release_timeout
             ),
         ]
         if config.lead:
