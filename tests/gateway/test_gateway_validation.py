@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
 import pytest
 
 from tether.bridge._custody import MAX_BODY_BYTES, check_body
+from tether.bridge._gateway_wire import BatchItem, parse_batch_item, parse_lenient
 from tether.gateway import AppLimits
 
 from .conftest import StartGateway
@@ -190,3 +192,32 @@ async def test_any_result_the_store_accepts_fits_in_a_gateway_request(
     )
     assert response.status_code == 200, response.text[:200]
     assert (await gateway.message(http, task_id))["reply"] == body
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"id": "t1", "status": 200},
+        {"id": "t1", "status": 200, "duplicate": True},
+        {"id": "t1", "status": 404, "error": "unknown task id"},
+        {"id": "t1", "status": 200, "from_a_newer_gateway": 1},
+    ],
+)
+def test_a_batch_item_parses_the_same_on_the_fast_path(item: dict[str, Any]) -> None:
+    assert parse_batch_item(item) == parse_lenient(item, BatchItem)
+
+
+@pytest.mark.parametrize(
+    ("item", "named"),
+    [
+        ({"id": 1, "status": 200}, "BatchItem.id"),
+        ({"id": "t1", "status": True}, "BatchItem.status"),
+        ({"id": "t1"}, "BatchItem.status"),
+        ({"id": "t1", "status": 200, "duplicate": "yes"}, "BatchItem.duplicate"),
+        ({"id": "t1", "status": 200, "error": 5}, "BatchItem.error"),
+        (["t1", 200], "a JSON object"),
+    ],
+)
+def test_a_malformed_batch_item_is_refused_naming_the_field(item: Any, named: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)):
+        parse_batch_item(item)

@@ -54,6 +54,7 @@ from ._gateway_wire import (
     ResultRequest,
     check_label,
     check_task_id,
+    parse_batch_item,
     parse_lenient,
     parse_result,
 )
@@ -333,7 +334,7 @@ class GatewayClient:
         if not isinstance(raw, list):
             raise GatewayProtocolError(f"POST {path}: the response has no 'items' array")
         try:
-            return [parse_lenient(item, BatchItem) for item in raw]
+            return [parse_batch_item(item) for item in raw]
         except ValueError as exc:
             raise GatewayProtocolError(f"POST {path}: {exc}") from None
 
