@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from tether.bridge import (
     GatewayRequestError,
     write_token,
 )
+from tether.bridge._gateway_client import _tls_context
 
 URL = "http://gateway.test"
 
@@ -322,3 +324,11 @@ async def test_a_gateway_under_a_path_prefix_is_reached_there(
     async with GatewayClient(f"{URL}/chat/", token_path, transport=transport) as client:
         await client.poll_tasks(wait=0)
     assert fake.calls[0].request.url.path == "/chat/v1/tasks"
+
+
+def test_tls_is_verified_with_one_context_per_process() -> None:
+    context = _tls_context()
+    assert context.verify_mode is ssl.CERT_REQUIRED
+    assert context.check_hostname
+    assert context.cert_store_stats()["x509_ca"] > 0  # a CA bundle is loaded
+    assert _tls_context() is context  # loaded once (~17 ms), not per client

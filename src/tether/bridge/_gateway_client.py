@@ -19,11 +19,13 @@ What it promises its caller:
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import logging
 import random
 import secrets
+import ssl
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -92,6 +94,14 @@ class GatewayProtocolError(GatewayError):
 
 class GatewayUnavailable(GatewayError):
     """A call made without retries (heartbeat) could not reach the gateway."""
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default verifying TLS context (its CA bundle, ``SSL_CERT_FILE``/``SSL_CERT_DIR``
+    honoured), made once per process: loading the bundle costs ~17 ms, which every client (a
+    restarted bridge, the demo's second bridge, each test) would otherwise pay again."""
+    return httpx.create_ssl_context()
 
 
 def _package_version() -> str | None:
@@ -164,6 +174,7 @@ class GatewayClient:
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             transport=self.transport,
+            verify=_tls_context(),
             timeout=self.request_timeout,
             headers={
                 "User-Agent": f"tether-gateway-client/{_package_version() or 'dev'}",
