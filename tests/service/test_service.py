@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import attrs
 import pytest
+import trio
 
 from tether import ChildSpec, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
@@ -77,3 +79,16 @@ async def test_a_supervised_bridge_answers_everything_prunes_old_tasks_and_stops
     assert service.ingest.stats.ingested == len(ids)
     for task_id in ids[:3]:
         assert (await gateway.message(task_id))["reply"].startswith("echo: hi ")
+
+
+async def test_a_running_bridge_freezes_its_start_up_heap_unless_told_not_to(
+    gateway: GatewayHandle, token_file: Path, store: SqliteStore
+) -> None:
+    for freeze in (True, False):
+        gc.unfreeze()
+        config = BridgeConfig(gateway=gateway.url, token_file=token_file, workers=1, grace=0.5)
+        service = BridgeService(config, store=store, freeze_gc=freeze)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(service.run)
+            assert (gc.get_freeze_count() > 0) is freeze
+            nursery.cancel_scope.cancel()
