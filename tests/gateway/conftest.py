@@ -10,11 +10,25 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from trio.testing import MockClock
 
 from tether.bridge import write_token
 from tether.gateway import GatewaySettings, serve
 
 from ._support import RunningGateway
+
+
+@pytest.fixture
+def token_path(tmp_path: Path) -> Path:
+    """A client's token file, for tests whose gateway is a fake transport."""
+    path = tmp_path / "token"
+    write_token(path, "sekrit-token")
+    return path
+
+
+@pytest.fixture
+def mock_clock() -> MockClock:
+    return MockClock(autojump_threshold=0)
 
 
 @pytest.fixture

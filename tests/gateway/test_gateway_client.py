@@ -72,18 +72,6 @@ def refuse_connection(request: httpx.Request) -> httpx.Response:
     raise httpx.ConnectError("connection refused", request=request)
 
 
-@pytest.fixture
-def mock_clock() -> MockClock:
-    return MockClock(autojump_threshold=0)
-
-
-@pytest.fixture
-def token_path(tmp_path: Path) -> Path:
-    path = tmp_path / "token"
-    write_token(path, "sekrit-token")
-    return path
-
-
 def client_for(fake: FakeGateway, token_path: Path, **kwargs: Any) -> GatewayClient:
     return GatewayClient(URL, token_path, transport=httpx.MockTransport(fake), **kwargs)
 

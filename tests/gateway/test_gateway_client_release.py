@@ -10,22 +10,10 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from tether.bridge import GatewayClient, GatewayUnavailable, write_token
+from tether.bridge import GatewayClient, GatewayUnavailable
 from tether.bridge._gateway_client import LEASE_RELEASE_TIMEOUT
 
 URL = "http://gateway.test"
-
-
-@pytest.fixture
-def mock_clock() -> MockClock:
-    return MockClock(autojump_threshold=0)
-
-
-@pytest.fixture
-def token_path(tmp_path: Path) -> Path:
-    path = tmp_path / "token"
-    write_token(path, "sekrit-token")
-    return path
 
 
 class Recorder(httpx.AsyncBaseTransport):

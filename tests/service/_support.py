@@ -17,7 +17,7 @@ import attrs
 import httpx
 import trio
 
-from tether.bridge import GatewayClient
+from tether.bridge import BridgeConfig, GatewayClient, write_token
 from tether.gateway import GatewaySettings, serve
 
 
@@ -222,3 +222,22 @@ async def submit_many(gateway: GatewayHandle, texts: Sequence[str], prefix: str)
 async def answered_count(gateway: GatewayHandle) -> int:
     tasks = (await gateway.stats())["tasks"]
     return int(tasks["answered"] + tasks["closed"])
+
+
+def admin_bridge_config(
+    gateway_url: str, token_file: Path, folder: Path, admin_token: str, **overrides: Any
+) -> BridgeConfig:
+    """A test bridge (short polls and grace) with its admin endpoint on a free port of
+    127.0.0.1 and ``admin_token`` in a 0600 file under ``folder``."""
+    admin_token_file = folder / "admin" / "token"
+    admin_token_file.parent.mkdir(mode=0o700)
+    write_token(admin_token_file, admin_token)
+    fields: dict[str, Any] = {"workers": 1, "poll_wait": 0.5, "grace": 1.0}
+    fields.update(overrides)
+    return BridgeConfig(
+        gateway=gateway_url,
+        token_file=token_file,
+        admin_port=0,
+        admin_token_file=admin_token_file,
+        **fields,
+    )

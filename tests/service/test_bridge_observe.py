@@ -17,15 +17,20 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tether import ChildSpec, open_runtime
 from tether.bridge import (
-    BridgeConfig,
     BridgeService,
     CustodyState,
     SqliteStore,
     read_token,
-    write_token,
 )
 
-from ._support import GatewayHandle, answered_count, bridge_env, submit_many, wait_until
+from ._support import (
+    GatewayHandle,
+    admin_bridge_config,
+    answered_count,
+    bridge_env,
+    submit_many,
+    wait_until,
+)
 
 ADMIN_TOKEN = "bridge-admin-token-5e9d"
 
@@ -50,18 +55,8 @@ async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    admin_token_file = tmp_path / "admin" / "token"
-    admin_token_file.parent.mkdir(mode=0o700)
-    write_token(admin_token_file, ADMIN_TOKEN)
-    config = BridgeConfig(
-        gateway=gateway.url,
-        token_file=token_file,
-        workers=2,
-        poll_wait=0.5,
-        grace=1.0,
-        admin_port=0,
-        admin_token_file=admin_token_file,
-        health_window=30.0,
+    config = admin_bridge_config(
+        gateway.url, token_file, tmp_path, ADMIN_TOKEN, workers=2, health_window=30.0
     )
     service = BridgeService(config, store=store)
     async with open_runtime(handle_signals=False) as runtime:

@@ -18,7 +18,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from store_clock import StoreAwareClock
 from tether import ChildSpec, open_runtime
 from tether.bridge import (
-    BridgeConfig,
     BridgeService,
     CustodyState,
     GatewayClient,
@@ -26,13 +25,12 @@ from tether.bridge import (
     Task,
     render_status,
     store_status,
-    write_token,
 )
 from tether.bridge._dead_notices import DeadNotices
 from tether.bridge._ingest import Ingest
 
 from . import agent_for_tests
-from ._support import GatewayHandle, gateway_client, wait_until
+from ._support import GatewayHandle, admin_bridge_config, gateway_client, wait_until
 
 ADMIN_TOKEN = "dead-notice-admin-token"
 
@@ -55,18 +53,7 @@ async def _closed(gateway: GatewayHandle, task_id: str) -> bool:
 async def test_an_agent_that_always_crashes_gets_its_user_a_closed_message_with_the_reason(
     gateway: GatewayHandle, token_file: Path, store: SqliteStore, tmp_path: Path
 ) -> None:
-    admin_token_file = tmp_path / "admin" / "token"
-    admin_token_file.parent.mkdir(mode=0o700)
-    write_token(admin_token_file, ADMIN_TOKEN)
-    config = BridgeConfig(
-        gateway=gateway.url,
-        token_file=token_file,
-        workers=1,
-        poll_wait=0.5,
-        grace=1.0,
-        admin_port=0,
-        admin_token_file=admin_token_file,
-    )
+    config = admin_bridge_config(gateway.url, token_file, tmp_path, ADMIN_TOKEN)
     service = BridgeService(config, store=store, factory=agent_for_tests.factory)
     crash_id = await gateway.submit("crash, please")
     fine_id = await gateway.submit("fine, thanks")
