@@ -409,14 +409,11 @@ class SqliteStore:
                     f"RETURNING {_TASK_COLS}, attempt, rowid",
                     (worker, lease_until, now, limit - taken),
                 ).fetchall()
-            # RETURNING order is unspecified: hand them out in queue order, assignments first
-            rows[:taken] = sorted(rows[:taken], key=lambda r: (r[3], r[6]))
-            rows[taken:] = sorted(rows[taken:], key=lambda r: (r[3], r[6]))
-            conn.executemany(  # the claiming worker is now the keeper of these rooms
-                "INSERT INTO rooms (room, worker, at) VALUES (?, ?, ?) "
-                "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at",
-                [(room, worker, now) for room in {r[2] for r in rows} if room is not None],
-            )
+            if len(rows) > 1:  # RETURNING order is unspecified: queue order, assignments first
+                rows[:taken] = sorted(rows[:taken], key=lambda r: (r[3], r[6]))
+                rows[taken:] = sorted(rows[taken:], key=lambda r: (r[3], r[6]))
+            for room in {r[2] for r in rows if r[2] is not None}:
+                _note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
             return [Claim(_task(r), worker, r[5], lease_until) for r in rows]
 
         claims = await self._writer.run(op)
