@@ -81,14 +81,29 @@ async def test_a_supervised_bridge_answers_everything_prunes_old_tasks_and_stops
         assert (await gateway.message(task_id))["reply"].startswith("echo: hi ")
 
 
-async def test_a_running_bridge_freezes_its_start_up_heap_unless_told_not_to(
-    gateway: GatewayHandle, token_file: Path, store: SqliteStore
+async def test_a_running_bridge_freezes_its_start_up_heap_once_unless_told_not_to(
+    gateway: GatewayHandle, token_file: Path, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for freeze in (True, False):
-        gc.unfreeze()
-        config = BridgeConfig(gateway=gateway.url, token_file=token_file, workers=1, grace=0.5)
-        service = BridgeService(config, store=store, freeze_gc=freeze)
+    freezes: list[int] = []
+    real_freeze = gc.freeze
+
+    def counted_freeze() -> None:
+        freezes.append(1)
+        real_freeze()
+
+    monkeypatch.setattr(gc, "freeze", counted_freeze)
+    config = BridgeConfig(gateway=gateway.url, token_file=token_file, workers=1, grace=0.5)
+
+    async def start(service: BridgeService) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(service.run)
-            assert (gc.get_freeze_count() > 0) is freeze
             nursery.cancel_scope.cancel()
+
+    gc.unfreeze()
+    await start(BridgeService(config, store=store, freeze_gc=False))
+    assert (freezes, gc.get_freeze_count()) == ([], 0)
+    await start(BridgeService(config, store=store))
+    assert freezes == [1]
+    assert gc.get_freeze_count() > 0
+    await start(BridgeService(config, store=store))  # a restart: already frozen, left be
+    assert freezes == [1]

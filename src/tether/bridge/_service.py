@@ -111,10 +111,12 @@ class BridgeService:
     """Called with the admin endpoint's bound port once it serves (``config.admin_port``)."""
     freeze_gc: bool = True
     """Once every child runs, move the objects alive then out of the cyclic garbage
-    collector's way (``gc.freeze()``): the process's start-up heap (modules, clients,
-    services) lives as long as the bridge, and otherwise each full collection walks all of
-    it again (~30 ms here, about once per few thousand messages). ``False`` when embedding
-    the bridge in a process whose garbage from before the start must still be collected."""
+    collector's way (``gc.freeze()``), if nothing in the process is frozen yet: the start-up
+    heap (modules, clients, services) lives as long as the bridge, and otherwise each full
+    collection walks all of it again (~30 ms here, about once per few thousand messages). Only
+    the first start freezes, so a restarted bridge never freezes the garbage of a run before.
+    ``False`` when embedding the bridge in a process whose garbage from before the start must
+    still be collected."""
     admin_port: int | None = attrs.field(default=None, init=False)
     ingest: Ingest | None = attrs.field(default=None, init=False)
     delivery: Delivery | None = attrs.field(default=None, init=False)
@@ -192,8 +194,8 @@ class BridgeService:
                     if self.aborted is not None:  # abort() came while the store opened
                         self._cut()
                     await self._start_children(supervisor, store, gateway, factory)
-                    if self.freeze_gc:
-                        gc.freeze()
+                    if self.freeze_gc and gc.get_freeze_count() == 0:
+                        gc.freeze()  # once a process: a restart must not freeze a run's garbage
                     self.running = True
                     task_status.started()
                     await self._until_stop_or_failure()
