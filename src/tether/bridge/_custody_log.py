@@ -10,9 +10,13 @@ a failed attempt at WARNING; a dead letter (a task the bridge gives up on) at ER
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING
 
 from ._custody import CustodyState
+
+if TYPE_CHECKING:
+    from ._store import LeaseExpiry
 
 log = logging.getLogger("tether.custody")
 
@@ -69,6 +73,28 @@ def ingested(ids: Iterable[str], new: Iterable[bool]) -> None:
                 task_id,
                 extra={"task_id": task_id},
             )
+
+
+def assigned(pairs: Iterable[tuple[str, str]], ids_moved: Collection[str]) -> None:
+    """One line per ``(id, worker)`` pair whose task is in ``ids_moved`` (now assigned)."""
+    for task_id, worker in pairs:
+        if task_id in ids_moved:
+            moved(task_id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
+
+
+def expired(expiries: Iterable[LeaseExpiry]) -> None:
+    """One line per lease the store expired (at DEBUG: the reconciler reports each one, with
+    its evidence)."""
+    for expiry in expiries:
+        moved(
+            expiry.id,
+            CustodyState.CLAIMED,
+            expiry.outcome,
+            worker=expiry.worker,
+            attempt=expiry.attempt,
+            reason=expiry.reason,
+            level=logging.DEBUG,
+        )
 
 
 def returned(task_ids: Iterable[str], source: CustodyState, *, worker: str, why: str) -> None:

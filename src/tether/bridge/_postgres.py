@@ -428,9 +428,7 @@ class PostgresStore:
             return {r[0] for r in conn.execute(sql, params)}
 
         moved = await self._run(op)
-        for id, worker in unique:
-            if id in moved:
-                _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
+        _clog.assigned(unique, moved)
         return [id in moved and first[id] == n for n, (id, _) in enumerate(checked)]
 
     async def return_assignments(self, worker: str) -> Sequence[str]:
@@ -675,16 +673,7 @@ class PostgresStore:
             ]
 
         expiries: list[LeaseExpiry] = await self._run(op)
-        for expiry in expiries:
-            _clog.moved(
-                expiry.id,
-                CustodyState.CLAIMED,
-                expiry.outcome,
-                worker=expiry.worker,
-                attempt=expiry.attempt,
-                reason=expiry.reason,
-                level=logging.DEBUG,  # the reconciler reports each one, with its evidence
-            )
+        _clog.expired(expiries)
         return expiries
 
     # -- delivery -----------------------------------------------------------------------------

@@ -287,9 +287,7 @@ class SqliteStore:
             return []
         now = self.clock()
         done, moved = await self._writer.run(lambda conn: _assign_pairs(conn, checked, now))
-        for id, worker in checked:
-            if id in moved:
-                _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
+        _clog.assigned(checked, moved)
         return done
 
     async def return_assignments(self, worker: str) -> Sequence[str]:
@@ -338,9 +336,7 @@ class SqliteStore:
             return view, done, moved
 
         view, done, moved = await self._writer.run(op)
-        for id, worker in checked:
-            if id in moved:
-                _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
+        _clog.assigned(checked, moved)
         return view, done
 
     # -- liveness -----------------------------------------------------------------------------
@@ -632,16 +628,7 @@ class SqliteStore:
             ]
 
         expiries: list[LeaseExpiry] = await self._writer.run(op)
-        for expiry in expiries:
-            _clog.moved(
-                expiry.id,
-                CustodyState.CLAIMED,
-                expiry.outcome,
-                worker=expiry.worker,
-                attempt=expiry.attempt,
-                reason=expiry.reason,
-                level=logging.DEBUG,  # the reconciler reports each one, with its evidence
-            )
+        _clog.expired(expiries)
         return expiries
 
     # -- delivery -----------------------------------------------------------------------------
@@ -934,11 +921,9 @@ def _assign_pairs(
         (now, unique),
     ).fetchall()
     rows.sort(key=lambda row: first[row[0]])  # a room goes to its last pair's worker
-    conn.executemany(
-        "INSERT INTO rooms (room, worker, at) VALUES (?, ?, ?) "
-        "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at",
-        [(room, worker, now) for _, room, worker in rows if room is not None],
-    )
+    for _, room, worker in rows:
+        if room is not None:
+            _note_room(conn, room, worker, now)
     moved = {id for id, _, _ in rows}
     return [id in moved and first[id] == n for n, (id, _) in enumerate(pairs)], moved
 
