@@ -95,7 +95,6 @@ class Delivery:
     outage) may be posted by another bridge too: a duplicate the gateway absorbs."""
     stats: DeliveryStats = attrs.field(factory=DeliveryStats, init=False)
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _stopping: bool = attrs.field(default=False, init=False)
     _stopped: trio.Event = attrs.field(factory=trio.Event, init=False)
     _marking: set[str] = attrs.field(factory=set, init=False)
     """Ids the gateway confirmed whose mark has not committed yet: still ``result`` in the
@@ -124,7 +123,6 @@ class Delivery:
         Never cancel a batch midway if you can help it: a reply the gateway took but that
         was not yet marked delivered is posted again next time (a duplicate it absorbs).
         """
-        self._stopping = True
         self._stopped.set()
         self._wake.set()
 
@@ -233,9 +231,10 @@ class Delivery:
                 self._wake = trio.Event()
                 started = trio.current_time()
                 handled = await self._deliver_batch(marks, mark_slots)
-                if self._stopping and handled == 0:
+                stopping = self._stopped.is_set()
+                if stopping and handled == 0:
                     return  # the nursery waits for the marks still committing
-                if handled < self.batch and not self._stopping:
+                if handled < self.batch and not stopping:
                     with trio.move_on_after(self.idle_interval):
                         await self._wake.wait()
                     # nudged soon after a partial batch: let the batch fill a little (the

@@ -140,9 +140,7 @@ class PoolWorker:
         c = self.concurrency
         if isinstance(c, bool) or not isinstance(c, int) or c < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {c!r}")
-        if self.capacity is None:
-            pass
-        elif (
+        if self.capacity is not None and (
             isinstance(self.capacity, bool)
             or not isinstance(self.capacity, int)
             or self.capacity < c
