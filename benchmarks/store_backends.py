@@ -27,7 +27,7 @@ import psycopg
 import trio
 
 from tether.bridge import CustodyState, PostgresStore, SqliteStore, Store, Task
-from tether.bridge._postgres_throwaway import NoPostgres, throwaway_postgres
+from tether.bridge.stores.postgres._throwaway import NoPostgres, throwaway_postgres
 
 BATCH = 20
 

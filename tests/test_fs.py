@@ -14,7 +14,7 @@ import pytest
 
 from tether._fs import create_private_file, ensure_private_dir
 from tether.bridge import ConnectionStatus, FileExchange, SqliteStore, Task, ensure_token_file
-from tether.bridge._status_file import StatusFile
+from tether.bridge.wire._status_file import StatusFile
 from tether.gateway import GatewayStore
 
 

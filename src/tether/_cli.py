@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from ._cli_observe import add_observe_parsers, run_ps, run_status
-from .bridge._command import EXIT_AUTH, add_bridge_parsers, run_bridge, run_store
+from .bridge.service._command import EXIT_AUTH, add_bridge_parsers, run_bridge, run_store
 from .gateway._command import add_gateway_parser, run_gateway
 
 EXIT_OK = 0
@@ -66,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .bridge._config import ConfigError
-    from .bridge._gateway_client import GatewayAuthError
+    from .bridge.service._config import ConfigError
+    from .bridge.wire._client import GatewayAuthError
 
     args = build_parser().parse_args(argv)
     try:

@@ -66,7 +66,7 @@ def add_observe_parsers(
 def _get(args: argparse.Namespace, path: str, params: dict[str, str]) -> Any:
     import httpx
 
-    from .bridge._token_file import TokenFileError, read_token
+    from ._token_file import TokenFileError, read_token
 
     url = (args.url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
     token_file = args.token_file or Path(os.environ.get(TOKEN_FILE_ENV) or DEFAULT_TOKEN_FILE)

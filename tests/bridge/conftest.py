@@ -11,7 +11,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from tether.bridge import Store
-from tether.bridge._postgres_throwaway import NoPostgres, throwaway_postgres
+from tether.bridge.stores.postgres._throwaway import NoPostgres, throwaway_postgres
 
 from .custody_support import BACKENDS, Backend, FakeClock
 

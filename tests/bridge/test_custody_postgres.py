@@ -20,9 +20,9 @@ from tether.bridge import (
     Task,
     redact_dsn,
 )
-from tether.bridge._open_store import StoreConfigError, open_store
-from tether.bridge._postgres import StoreConnectionLost, StoreTimeout
-from tether.bridge._postgres_schema import SCHEMA_VERSION
+from tether.bridge.stores._open import StoreConfigError, open_store
+from tether.bridge.stores.postgres._schema import SCHEMA_VERSION
+from tether.bridge.stores.postgres._store import StoreConnectionLost, StoreTimeout
 
 from .custody_support import FakeClock, drive_to
 

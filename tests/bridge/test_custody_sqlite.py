@@ -14,8 +14,8 @@ import trio
 import trio.testing
 
 from tether.bridge import CustodyConflict, CustodyState, SchemaTooNew, SqliteStore, Task
-from tether.bridge._custody import MAX_BODY_BYTES
-from tether.bridge._sqlite_schema import SCHEMA_VERSION
+from tether.bridge.custody._rules import MAX_BODY_BYTES
+from tether.bridge.stores.sqlite._schema import SCHEMA_VERSION
 
 from .custody_support import FakeClock
 

@@ -121,7 +121,7 @@ async def test_sqlite_dead_tasks_from_before_migration_4_are_unreported(tmp_path
     import sqlite3
 
     from tether.bridge import SqliteStore
-    from tether.bridge._sqlite_schema import MIGRATIONS, _statements
+    from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements
 
     db = tmp_path / "custody.db"
     conn = sqlite3.connect(db, isolation_level=None)

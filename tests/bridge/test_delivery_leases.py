@@ -26,8 +26,8 @@ from tether.bridge import (
     Task,
     write_token,
 )
-from tether.bridge._delivery import Delivery
-from tether.bridge._ingest import Ingest
+from tether.bridge.service._delivery import Delivery
+from tether.bridge.service._ingest import Ingest
 
 from .custody_support import LEASE_S, FakeClock, drive_to
 

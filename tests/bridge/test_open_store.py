@@ -89,7 +89,7 @@ async def test_bad_password_files_are_refused_before_connecting(
 
 
 def test_libpq_strings_are_recognised_and_paths_are_not() -> None:
-    from tether.bridge._postgres_dsn import is_postgres_dsn
+    from tether.bridge.stores.postgres._dsn import is_postgres_dsn
 
     for dsn in ("postgresql://h/db", "POSTGRES://h", "host=h dbname=d", " dbname=d", "user=u"):
         assert is_postgres_dsn(dsn), dsn

@@ -23,7 +23,7 @@ from tether.bridge import (
     GatewayRequestError,
     write_token,
 )
-from tether.bridge._gateway_client import _tls_context
+from tether.bridge.wire._client import _tls_context
 
 URL = "http://gateway.test"
 

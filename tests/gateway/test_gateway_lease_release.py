@@ -10,10 +10,10 @@ import httpx
 import trio
 import trio.testing
 
+from tether._http._auth import TokenSource
 from tether.bridge import write_token
 from tether.gateway import _app
 from tether.gateway._app import GatewayApp
-from tether.gateway._auth import TokenSource
 from tether.gateway._store import Claim, GatewayStore
 
 from ._support import RunningGateway

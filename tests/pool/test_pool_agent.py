@@ -10,7 +10,7 @@ import trio
 from tether import open_session
 from tether.agents import echo, flaky, noop
 from tether.bridge import AgentLoadError, EmptyReply, Reply, Task, load_agent
-from tether.bridge._agent import AgentError, install_agent, reply_of
+from tether.bridge.pool._agent import AgentError, install_agent, reply_of
 
 not_callable = 42
 

@@ -25,7 +25,7 @@ from tether.bridge import (
     Task,
     file_exchange_worker,
 )
-from tether.bridge._pool_files import (
+from tether.bridge.pool._files import (
     HeaderRefused,
     escape_value,
     format_message,

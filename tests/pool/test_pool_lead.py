@@ -16,8 +16,8 @@ from tether.bridge import (
     SweepReport,
     Task,
 )
-from tether.bridge._pool_liveness import live_lead
-from tether.bridge._store import plan_then_assign
+from tether.bridge.custody._store import plan_then_assign
+from tether.bridge.pool._liveness import live_lead
 
 from .pool_support import FakeClock
 

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 from tether.bridge import CustodyState, SqliteStore
-from tether.bridge._sqlite_schema import MIGRATIONS, SCHEMA_VERSION, _statements
+from tether.bridge.stores.sqlite._schema import MIGRATIONS, SCHEMA_VERSION, _statements
 
 
 def _version_1_database(db: Path) -> None:

@@ -19,7 +19,7 @@ from tether.bridge import (
     SweepReport,
     Task,
 )
-from tether.bridge._wakeup import PoolWakeups, Wakeup
+from tether.bridge.pool._wakeup import PoolWakeups, Wakeup
 
 from .conftest import StoreAwareClock
 from .pool_support import wait_for

@@ -26,8 +26,8 @@ from tether.bridge import (
     render_status,
     store_status,
 )
-from tether.bridge._dead_notices import DeadNotices
-from tether.bridge._ingest import Ingest
+from tether.bridge.service._dead_notices import DeadNotices
+from tether.bridge.service._ingest import Ingest
 
 from . import agent_for_tests
 from ._support import GatewayHandle, admin_bridge_config, gateway_client, wait_until

@@ -15,8 +15,8 @@ import trio
 
 from store_clock import StoreAwareClock
 from tether.bridge import CustodyState, GatewayClient, Result, SqliteStore, Store, Task
-from tether.bridge._delivery import Delivery
-from tether.bridge._ingest import Ingest
+from tether.bridge.service._delivery import Delivery
+from tether.bridge.service._ingest import Ingest
 
 from ._support import GatewayHandle, gateway_client, wait_until
 

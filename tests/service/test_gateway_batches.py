@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tether.bridge import GatewayClient, GatewayRequestError, ResultReceipt
-from tether.bridge._gateway_wire import ResultMetadata, ResultRequest
+from tether.bridge.wire._messages import ResultMetadata, ResultRequest
 
 from ._support import GatewayHandle, gateway_client
 

@@ -11,8 +11,8 @@ import pytest
 import trio
 
 from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
-from tether.bridge._ingest import Ingest, IngestCommitFailed
-from tether.bridge._wakeup import PoolWakeups
+from tether.bridge.pool._wakeup import PoolWakeups
+from tether.bridge.service._ingest import Ingest, IngestCommitFailed
 
 from ._support import GatewayHandle, wait_until
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tether.bridge
-from tether.bridge import _config, _service, _store_status
+from tether.bridge.service import _config, _service, _store_status
 
 PUBLIC = {
     "BridgeService": _service.BridgeService,
@@ -37,7 +37,7 @@ def test_a_fresh_interpreter_imports_the_public_names_from_the_package() -> None
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "tether.bridge._service"
+    assert result.stdout.strip() == "tether.bridge.service._service"
 
 
 def test_the_public_loader_merges_like_the_cli(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import trio
 
 from tether import ChildSpec, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
-from tether.bridge._service import worker_names
+from tether.bridge.service._service import worker_names
 
 from ._support import GatewayHandle, answered_count, submit_many, wait_until
 

@@ -1,7 +1,7 @@
 """tether.bridge: moves chat tasks from a remote gateway through custody to agent workers.
 
 Every acknowledged task is in exactly one ``CustodyState``, stored transactionally; every move
-is a fenced compare-and-set. ``_custody`` is the one definition of ids, states, transitions and
+is a fenced compare-and-set. ``custody`` is the one definition of ids, states, transitions and
 the "in custody" predicate; ``Store`` is what every backend implements. ``GatewayClient``
 speaks gateway protocol v1.
 
@@ -9,103 +9,221 @@ To run a bridge in-process: build a ``BridgeConfig`` (directly, or with ``load_c
 TOML file and ``TETHER_*`` environment the way ``tether bridge run`` does), then
 ``await nursery.start(BridgeService(config).run)``. ``store_status``/``render_status`` are what
 ``tether store status`` shows.
+
+Where things live: ``custody/`` (the rules and the store roles), ``stores/`` (SQLite,
+PostgreSQL), ``pool/`` (lead, workers, liveness, file exchange), ``wire/`` (gateway protocol
+v1 and its client), ``service/`` (ingest, delivery, dead notices, settings, CLI verbs).
 """
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
-from ._agent import AgentError as AgentError
-from ._agent import AgentFactory as AgentFactory
-from ._agent import AgentLoadError as AgentLoadError
-from ._agent import EmptyReply as EmptyReply
-from ._agent import Reply as Reply
-from ._agent import load_agent as load_agent
-from ._backoff import Backoff as Backoff
-from ._config import BridgeConfig as BridgeConfig
-from ._config import ConfigError as ConfigError
-from ._config import load_config as load_config
-from ._custody import IN_CUSTODY as IN_CUSTODY
-from ._custody import MAX_CLAIM_BATCH as MAX_CLAIM_BATCH
-from ._custody import TERMINAL as TERMINAL
-from ._custody import TRANSITIONS as TRANSITIONS
-from ._custody import BodyTooLarge as BodyTooLarge
-from ._custody import Claim as Claim
-from ._custody import CustodyConflict as CustodyConflict
-from ._custody import CustodyState as CustodyState
-from ._custody import InvalidTask as InvalidTask
-from ._custody import InvalidTaskId as InvalidTaskId
-from ._custody import InvalidWorkerName as InvalidWorkerName
-from ._custody import Priority as Priority
-from ._custody import Result as Result
-from ._custody import StaleLease as StaleLease
-from ._custody import Task as Task
-from ._custody import TaskRecord as TaskRecord
-from ._custody import UnknownTask as UnknownTask
-from ._custody import in_custody as in_custody
-from ._custody import may_move as may_move
-from ._gateway_client import GatewayAuthError as GatewayAuthError
-from ._gateway_client import GatewayClient as GatewayClient
-from ._gateway_client import GatewayError as GatewayError
-from ._gateway_client import GatewayProtocolError as GatewayProtocolError
-from ._gateway_client import GatewayRequestError as GatewayRequestError
-from ._gateway_client import GatewayUnavailable as GatewayUnavailable
-from ._gateway_wire import PROTOCOL_VERSION as PROTOCOL_VERSION
-from ._gateway_wire import GatewayTask as GatewayTask
-from ._gateway_wire import ResultReceipt as ResultReceipt
-from ._open_store import StoreConfigError as StoreConfigError
-from ._open_store import open_store as open_store
-from ._pool_files import FileExchange as FileExchange
-from ._pool_files import HeaderRefused as HeaderRefused
-from ._pool_files import ResultRefused as ResultRefused
-from ._pool_files import file_exchange_worker as file_exchange_worker
-from ._pool_lead import Assigned as Assigned
-from ._pool_lead import Deferred as Deferred
-from ._pool_lead import PoolLead as PoolLead
-from ._pool_lead import Returned as Returned
-from ._pool_lead import SweepReport as SweepReport
-from ._pool_lead import plan_sweep as plan_sweep
-from ._pool_liveness import is_alive as is_alive
-from ._pool_liveness import live_lead as live_lead
-from ._pool_stall import StallPass as StallPass
-from ._pool_stall import StallWatcher as StallWatcher
-from ._pool_worker import PoolWorker as PoolWorker
-from ._postgres_dsn import redact_dsn as redact_dsn
-from ._reconcile import Reconciler as Reconciler
-from ._reconcile import ReconcileReport as ReconcileReport
-from ._service import BridgeService as BridgeService
-from ._sqlite import SqliteStore as SqliteStore
-from ._sqlite_schema import SchemaTooNew as SchemaTooNew
-from ._status_file import ConnectionStatus as ConnectionStatus
-from ._store import WORKER_ROLES as WORKER_ROLES
-from ._store import Assignment as Assignment
-from ._store import Decide as Decide
-from ._store import LeaseExpiry as LeaseExpiry
-from ._store import PoolView as PoolView
-from ._store import Queued as Queued
-from ._store import StallCandidate as StallCandidate
-from ._store import Store as Store
-from ._store import WorkerInfo as WorkerInfo
-from ._store import WorkerRole as WorkerRole
-from ._store_status import StatusEntry as StatusEntry
-from ._store_status import StoreStatus as StoreStatus
-from ._store_status import render_status as render_status
-from ._store_status import store_status as store_status
-from ._token_file import TokenFileError as TokenFileError
-from ._token_file import ensure_token_file as ensure_token_file
-from ._token_file import read_token as read_token
-from ._token_file import write_token as write_token
-from ._wakeup import PoolWakeups as PoolWakeups
-from ._wakeup import Wakeup as Wakeup
+from .._token_file import TokenFileError as TokenFileError
+from .._token_file import ensure_token_file as ensure_token_file
+from .._token_file import read_token as read_token
+from .._token_file import write_token as write_token
+from .custody import IN_CUSTODY as IN_CUSTODY
+from .custody import MAX_CLAIM_BATCH as MAX_CLAIM_BATCH
+from .custody import TERMINAL as TERMINAL
+from .custody import TRANSITIONS as TRANSITIONS
+from .custody import WORKER_ROLES as WORKER_ROLES
+from .custody import Assignment as Assignment
+from .custody import BodyTooLarge as BodyTooLarge
+from .custody import Claim as Claim
+from .custody import CustodyConflict as CustodyConflict
+from .custody import CustodyState as CustodyState
+from .custody import DeadNoticeStore as DeadNoticeStore
+from .custody import Decide as Decide
+from .custody import DeliveryStore as DeliveryStore
+from .custody import IngestStore as IngestStore
+from .custody import InspectStore as InspectStore
+from .custody import InvalidTask as InvalidTask
+from .custody import InvalidTaskId as InvalidTaskId
+from .custody import InvalidWorkerName as InvalidWorkerName
+from .custody import LeadStore as LeadStore
+from .custody import LeaseExpiry as LeaseExpiry
+from .custody import PoolMemberStore as PoolMemberStore
+from .custody import PoolView as PoolView
+from .custody import Priority as Priority
+from .custody import Queued as Queued
+from .custody import Reconciler as Reconciler
+from .custody import ReconcileReport as ReconcileReport
+from .custody import ReconcilerStore as ReconcilerStore
+from .custody import Result as Result
+from .custody import RetentionStore as RetentionStore
+from .custody import StaleLease as StaleLease
+from .custody import StallCandidate as StallCandidate
+from .custody import StallStore as StallStore
+from .custody import StateReader as StateReader
+from .custody import Store as Store
+from .custody import StoreClock as StoreClock
+from .custody import Task as Task
+from .custody import TaskRecord as TaskRecord
+from .custody import UnknownTask as UnknownTask
+from .custody import WorkerInfo as WorkerInfo
+from .custody import WorkerRole as WorkerRole
+from .custody import WorkerStore as WorkerStore
+from .custody import in_custody as in_custody
+from .custody import may_move as may_move
+from .pool import AgentError as AgentError
+from .pool import AgentFactory as AgentFactory
+from .pool import AgentLoadError as AgentLoadError
+from .pool import Assigned as Assigned
+from .pool import Deferred as Deferred
+from .pool import EmptyReply as EmptyReply
+from .pool import FileExchange as FileExchange
+from .pool import HeaderRefused as HeaderRefused
+from .pool import PoolLead as PoolLead
+from .pool import PoolWakeups as PoolWakeups
+from .pool import PoolWorker as PoolWorker
+from .pool import Reply as Reply
+from .pool import ResultRefused as ResultRefused
+from .pool import Returned as Returned
+from .pool import StallPass as StallPass
+from .pool import StallWatcher as StallWatcher
+from .pool import SweepReport as SweepReport
+from .pool import Wakeup as Wakeup
+from .pool import file_exchange_worker as file_exchange_worker
+from .pool import is_alive as is_alive
+from .pool import live_lead as live_lead
+from .pool import load_agent as load_agent
+from .pool import plan_sweep as plan_sweep
+from .service import BridgeConfig as BridgeConfig
+from .service import BridgeService as BridgeService
+from .service import ConfigError as ConfigError
+from .service import StatusEntry as StatusEntry
+from .service import StoreStatus as StoreStatus
+from .service import load_config as load_config
+from .service import render_status as render_status
+from .service import store_status as store_status
+from .stores import StoreConfigError as StoreConfigError
+from .stores import open_store as open_store
+from .stores.postgres import redact_dsn as redact_dsn
+from .stores.sqlite import SchemaTooNew as SchemaTooNew
+from .stores.sqlite import SqliteStore as SqliteStore
+from .wire import PROTOCOL_VERSION as PROTOCOL_VERSION
+from .wire import Backoff as Backoff
+from .wire import ConnectionStatus as ConnectionStatus
+from .wire import GatewayAuthError as GatewayAuthError
+from .wire import GatewayClient as GatewayClient
+from .wire import GatewayError as GatewayError
+from .wire import GatewayProtocolError as GatewayProtocolError
+from .wire import GatewayRequestError as GatewayRequestError
+from .wire import GatewayTask as GatewayTask
+from .wire import GatewayUnavailable as GatewayUnavailable
+from .wire import ResultReceipt as ResultReceipt
 
-if TYPE_CHECKING:
-    from ._postgres import PostgresStore as PostgresStore
-    from ._postgres import StoreConnectionLost as StoreConnectionLost
-    from ._postgres import StoreTimeout as StoreTimeout
+if _typing.TYPE_CHECKING:
+    from .stores.postgres import PostgresStore as PostgresStore
+    from .stores.postgres import StoreConnectionLost as StoreConnectionLost
+    from .stores.postgres import StoreTimeout as StoreTimeout
+
+__all__ = [
+    "IN_CUSTODY",
+    "MAX_CLAIM_BATCH",
+    "PROTOCOL_VERSION",
+    "TERMINAL",
+    "TRANSITIONS",
+    "WORKER_ROLES",
+    "AgentError",
+    "AgentFactory",
+    "AgentLoadError",
+    "Assigned",
+    "Assignment",
+    "Backoff",
+    "BodyTooLarge",
+    "BridgeConfig",
+    "BridgeService",
+    "Claim",
+    "ConfigError",
+    "ConnectionStatus",
+    "CustodyConflict",
+    "CustodyState",
+    "DeadNoticeStore",
+    "Decide",
+    "Deferred",
+    "DeliveryStore",
+    "EmptyReply",
+    "FileExchange",
+    "GatewayAuthError",
+    "GatewayClient",
+    "GatewayError",
+    "GatewayProtocolError",
+    "GatewayRequestError",
+    "GatewayTask",
+    "GatewayUnavailable",
+    "HeaderRefused",
+    "IngestStore",
+    "InspectStore",
+    "InvalidTask",
+    "InvalidTaskId",
+    "InvalidWorkerName",
+    "LeadStore",
+    "LeaseExpiry",
+    "PoolLead",
+    "PoolMemberStore",
+    "PoolView",
+    "PoolWakeups",
+    "PoolWorker",
+    "PostgresStore",
+    "Priority",
+    "Queued",
+    "ReconcileReport",
+    "Reconciler",
+    "ReconcilerStore",
+    "Reply",
+    "Result",
+    "ResultReceipt",
+    "ResultRefused",
+    "RetentionStore",
+    "Returned",
+    "SchemaTooNew",
+    "SqliteStore",
+    "StaleLease",
+    "StallCandidate",
+    "StallPass",
+    "StallStore",
+    "StallWatcher",
+    "StateReader",
+    "StatusEntry",
+    "Store",
+    "StoreClock",
+    "StoreConfigError",
+    "StoreConnectionLost",
+    "StoreStatus",
+    "StoreTimeout",
+    "SweepReport",
+    "Task",
+    "TaskRecord",
+    "TokenFileError",
+    "UnknownTask",
+    "Wakeup",
+    "WorkerInfo",
+    "WorkerRole",
+    "WorkerStore",
+    "ensure_token_file",
+    "file_exchange_worker",
+    "in_custody",
+    "is_alive",
+    "live_lead",
+    "load_agent",
+    "load_config",
+    "may_move",
+    "open_store",
+    "plan_sweep",
+    "read_token",
+    "redact_dsn",
+    "render_status",
+    "store_status",
+    "write_token",
+]
+
+_NEEDS_PSYCOPG = frozenset({"PostgresStore", "StoreConnectionLost", "StoreTimeout"})
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # the PostgreSQL names need psycopg, the optional 'postgres' extra: import on first use
-    if name in ("PostgresStore", "StoreConnectionLost", "StoreTimeout"):
-        from . import _postgres
+    if name in _NEEDS_PSYCOPG:
+        from .stores import postgres
 
-        return getattr(_postgres, name)
+        return getattr(postgres, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -53,9 +53,22 @@ import attrs
 import trio
 
 from .._converter import unstructure
+from .._http._asgi import (
+    HttpError,
+    Receive,
+    Request,
+    Scope,
+    Send,
+    allow_methods,
+    send_bytes,
+    send_json,
+    serve_http,
+)
+from .._http._auth import TokenSource, bearer_token
+from .._token_file import TokenFileError
 from .._util import open_nursery_unwrapped
-from ..bridge._custody import MAX_REQUEST_BYTES
-from ..bridge._gateway_wire import (
+from ..bridge.wire._limits import MAX_REQUEST_BYTES
+from ..bridge.wire._messages import (
     CLIENT_HEADER,
     PROTOCOL_VERSION,
     BatchItem,
@@ -72,19 +85,6 @@ from ..bridge._gateway_wire import (
     parse_result,
     parse_result_batch,
 )
-from ..bridge._token_file import TokenFileError
-from ._asgi import (
-    HttpError,
-    Receive,
-    Request,
-    Scope,
-    Send,
-    allow_methods,
-    send_bytes,
-    send_json,
-    serve_http,
-)
-from ._auth import TokenSource, bearer_token
 from ._store import FINAL_STATES, Conflict, GatewayStore, ItemOutcome, StoredTask
 from ._wire import message_view, parse_message, task_for_worker
 

@@ -21,7 +21,7 @@ DEFAULT_DIR = Path("tether-data") / "gateway"
 def add_gateway_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
 ) -> None:
-    from ..bridge._custody import MAX_REQUEST_BYTES
+    from ..bridge.wire._limits import MAX_REQUEST_BYTES
 
     gateway = sub.add_parser(
         "gateway",
@@ -88,7 +88,7 @@ def run_gateway(args: argparse.Namespace) -> int:
     import trio
 
     from .._logging import configure_logging
-    from ..bridge._token_file import ensure_token_file
+    from .._token_file import ensure_token_file
     from ._app import AppLimits
     from ._server import GatewaySettings
 

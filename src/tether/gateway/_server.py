@@ -11,10 +11,10 @@ from typing import Any
 import attrs
 import trio
 
+from .._http._asgi import hypercorn_config, start_hypercorn
+from .._http._auth import TokenSource
 from .._util import open_nursery_unwrapped
 from ._app import AppLimits, GatewayApp
-from ._asgi import hypercorn_config, start_hypercorn
-from ._auth import TokenSource
 from ._store import GatewayStore
 
 log = logging.getLogger("tether.gateway")

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 from .._converter import structure
-from ..bridge._gateway_wire import GatewayTask, check_label, check_task_id, require_object
+from ..bridge.wire._messages import GatewayTask, check_label, check_task_id, require_object
 from ._store import StoredTask
 
 MAX_TEXT_CHARS = 32_000

@@ -10,10 +10,7 @@ from datetime import UTC, datetime
 import attrs
 
 from .._converter import unstructure
-from .._registry import ALL_KINDS, USER_ONLY, TaskKind
-from .._task_tree import count_nodes, task_tree
-from ..bridge._token_file import TokenFileError
-from ..gateway._asgi import (
+from .._http._asgi import (
     HttpError,
     Receive,
     Request,
@@ -24,7 +21,10 @@ from ..gateway._asgi import (
     send_json,
     serve_http,
 )
-from ..gateway._auth import TokenSource, bearer_token
+from .._http._auth import TokenSource, bearer_token
+from .._registry import ALL_KINDS, USER_ONLY, TaskKind
+from .._task_tree import count_nodes, task_tree
+from .._token_file import TokenFileError
 from ._health import check_health
 from ._metrics import CONTENT_TYPE, Metrics
 from ._observed import Observed

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from .._child import CHILD_STATES
 from .._registry import ALL_KINDS, TaskRegistry
-from ..bridge._custody import IN_CUSTODY, CustodyState
+from ..bridge.custody._rules import IN_CUSTODY, CustodyState
 from ._health import gateway_check
 from ._observed import Observed
 from ._status import CustodyReading, read_custody

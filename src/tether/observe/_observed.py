@@ -11,8 +11,8 @@ import attrs
 from .._directory import Directory
 from .._registry import TaskRegistry
 from .._runtime import Runtime
-from ..bridge._status_file import ConnectionStatus
-from ..bridge._store import Store
+from ..bridge.custody._store import InspectStore
+from ..bridge.wire._status_file import ConnectionStatus
 
 DEFAULT_GATEWAY_WINDOW = 120.0
 
@@ -42,7 +42,7 @@ class Observed:
     registry: TaskRegistry
     directory: Directory
     runtime: Runtime | None = None
-    store: Store | None = None
+    store: InspectStore | None = None
     gateway: Callable[[], ConnectionStatus] | None = None
     gateway_window: float = DEFAULT_GATEWAY_WINDOW
     counters: list[CounterSource] = attrs.field(factory=list)
@@ -57,7 +57,7 @@ class Observed:
         cls,
         runtime: Runtime,
         *,
-        store: Store | None = None,
+        store: InspectStore | None = None,
         gateway: Callable[[], ConnectionStatus] | None = None,
         gateway_window: float = DEFAULT_GATEWAY_WINDOW,
         counters: list[CounterSource] | None = None,

@@ -9,8 +9,8 @@ import attrs
 import trio
 
 from .._child import ChildSnapshot
-from ..bridge._custody import IN_CUSTODY, CustodyState
-from ..bridge._status_file import ConnectionStatus
+from ..bridge.custody._rules import IN_CUSTODY, CustodyState
+from ..bridge.wire._status_file import ConnectionStatus
 from ._health import HealthReport, check_health
 from ._observed import Observed
 

@@ -1,0 +1,45 @@
+"""Bearer tokens for the gateway, re-read whenever their file changes.
+
+Rotating a token is "write the new one to the file": the next request sees it (one ``stat``
+per request decides whether to re-read; a tiny local syscall, not worth a thread hop), so
+clients holding the old token get 401 and re-read their own copy.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from pathlib import Path
+
+import attrs
+
+from .._token_file import read_token
+
+
+@attrs.define(eq=False)
+class TokenSource:
+    path: Path
+    _seen: tuple[int, int, int] | None = attrs.field(default=None, init=False)
+    _token: str = attrs.field(default="", init=False)
+
+    def current(self) -> str:
+        """The token in the file now (raises ``TokenFileError`` if it became unusable)."""
+        st = os.stat(self.path)
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key != self._seen:
+            self._token = read_token(self.path)
+            self._seen = key
+        return self._token
+
+    def accepts(self, presented: str) -> bool:
+        return hmac.compare_digest(presented.encode(), self.current().encode())
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()

@@ -1,0 +1,100 @@
+"""Custody: THE rules every part of the bridge shares, and the store interface.
+
+- ``_rules``: task ids and worker names, the custody states, the allowed transitions, the one
+  predicate "still in custody" (:func:`in_custody`), and the records a store hands out.
+- ``_store``: the ``Store`` protocol, split into the narrow roles its callers use (what ingest,
+  a worker, the lead, delivery, the reconciler and an operator need). A third backend
+  implements every role; start there.
+- ``_reconcile``: the reconciler (lease expiry; it never drops an id).
+- ``_log``: one log line per committed transition, for every backend.
+"""
+
+from ._reconcile import Reconciler as Reconciler
+from ._reconcile import ReconcileReport as ReconcileReport
+from ._rules import IN_CUSTODY as IN_CUSTODY
+from ._rules import MAX_CLAIM_BATCH as MAX_CLAIM_BATCH
+from ._rules import TERMINAL as TERMINAL
+from ._rules import TRANSITIONS as TRANSITIONS
+from ._rules import BodyTooLarge as BodyTooLarge
+from ._rules import Claim as Claim
+from ._rules import CustodyConflict as CustodyConflict
+from ._rules import CustodyState as CustodyState
+from ._rules import InvalidTask as InvalidTask
+from ._rules import InvalidTaskId as InvalidTaskId
+from ._rules import InvalidWorkerName as InvalidWorkerName
+from ._rules import Priority as Priority
+from ._rules import Result as Result
+from ._rules import StaleLease as StaleLease
+from ._rules import Task as Task
+from ._rules import TaskRecord as TaskRecord
+from ._rules import UnknownTask as UnknownTask
+from ._rules import in_custody as in_custody
+from ._rules import may_move as may_move
+from ._store import WORKER_ROLES as WORKER_ROLES
+from ._store import Assignment as Assignment
+from ._store import DeadNoticeStore as DeadNoticeStore
+from ._store import Decide as Decide
+from ._store import DeliveryStore as DeliveryStore
+from ._store import IngestStore as IngestStore
+from ._store import InspectStore as InspectStore
+from ._store import LeadStore as LeadStore
+from ._store import LeaseExpiry as LeaseExpiry
+from ._store import PoolMemberStore as PoolMemberStore
+from ._store import PoolView as PoolView
+from ._store import Queued as Queued
+from ._store import ReconcilerStore as ReconcilerStore
+from ._store import RetentionStore as RetentionStore
+from ._store import StallCandidate as StallCandidate
+from ._store import StallStore as StallStore
+from ._store import StateReader as StateReader
+from ._store import Store as Store
+from ._store import StoreClock as StoreClock
+from ._store import WorkerInfo as WorkerInfo
+from ._store import WorkerRole as WorkerRole
+from ._store import WorkerStore as WorkerStore
+
+__all__ = [
+    "IN_CUSTODY",
+    "MAX_CLAIM_BATCH",
+    "TERMINAL",
+    "TRANSITIONS",
+    "WORKER_ROLES",
+    "Assignment",
+    "BodyTooLarge",
+    "Claim",
+    "CustodyConflict",
+    "CustodyState",
+    "DeadNoticeStore",
+    "Decide",
+    "DeliveryStore",
+    "IngestStore",
+    "InspectStore",
+    "InvalidTask",
+    "InvalidTaskId",
+    "InvalidWorkerName",
+    "LeadStore",
+    "LeaseExpiry",
+    "PoolMemberStore",
+    "PoolView",
+    "Priority",
+    "Queued",
+    "ReconcileReport",
+    "Reconciler",
+    "ReconcilerStore",
+    "Result",
+    "RetentionStore",
+    "StaleLease",
+    "StallCandidate",
+    "StallStore",
+    "StateReader",
+    "Store",
+    "StoreClock",
+    "Task",
+    "TaskRecord",
+    "UnknownTask",
+    "WorkerInfo",
+    "WorkerRole",
+    "WorkerStore",
+    "in_custody",
+    "may_move",
+]

@@ -1,0 +1,96 @@
+"""The reconciler: brings expired leases back, and never drops an id.
+
+It decides from the store's state column and the store's clock only (never from "which files
+exist" or from how many passes it has seen), so an assigned or live-claimed task survives any
+number of passes. Each pass returns a report with the evidence for every action; the report is a
+versioned document (``schema_version``) that serialises through the project converter.
+Returning dead or stuck *assignments* is the pool lead's job (it knows worker liveness).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from ..._converter import structure_versioned, unstructure
+from ._rules import CustodyState
+from ._store import LeaseExpiry, ReconcilerStore
+
+log = logging.getLogger("tether.bridge.reconcile")
+
+REPORT_SCHEMA_VERSION = 1
+
+
+@attrs.frozen
+class ReconcileReport:
+    """What one pass did, with evidence (who held which attempt until when)."""
+
+    at: float
+    expired: tuple[LeaseExpiry, ...] = ()
+    schema_version: int = REPORT_SCHEMA_VERSION
+
+    @property
+    def repooled(self) -> tuple[LeaseExpiry, ...]:
+        return tuple(e for e in self.expired if e.outcome is CustodyState.PENDING)
+
+    @property
+    def dead_lettered(self) -> tuple[LeaseExpiry, ...]:
+        return tuple(e for e in self.expired if e.outcome is CustodyState.DEAD)
+
+    def to_document(self) -> dict[str, Any]:
+        return unstructure(self)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_document(cls, doc: Any) -> ReconcileReport:
+        return structure_versioned(doc, cls, version=REPORT_SCHEMA_VERSION, what="reconcile report")
+
+
+@attrs.define(eq=False)
+class Reconciler:
+    """Runs reconcile passes over a store: ``await run_once()``, or ``run()`` as a service."""
+
+    store: ReconcilerStore
+    batch: int = attrs.field(default=10_000, validator=attrs.validators.ge(1))
+    """Leases handled per store transaction, so other writers interleave on a big backlog."""
+    on_dead: Callable[[], None] | None = None
+    """Called after a pass that dead-lettered tasks (the bridge rings its dead-notice loop)."""
+    passes: int = attrs.field(init=False, default=0)
+    last_report: ReconcileReport | None = attrs.field(init=False, default=None)
+
+    async def run_once(self) -> ReconcileReport:
+        at = self.store.clock()
+        expired: list[LeaseExpiry] = []
+        while True:
+            chunk = await self.store.expire_leases(limit=self.batch)
+            expired.extend(chunk)
+            if len(chunk) < self.batch:
+                break
+        for e in expired:
+            level = logging.WARNING if e.outcome is CustodyState.DEAD else logging.INFO
+            log.log(level, "task %s: %s", e.id, e.reason)
+        report = ReconcileReport(at=at, expired=tuple(expired))
+        if self.on_dead is not None and report.dead_lettered:
+            self.on_dead()
+        self.passes += 1
+        self.last_report = report
+        return report
+
+    async def run(
+        self,
+        *,
+        interval: float = 5.0,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Reconcile every ``interval`` seconds until cancelled (ready after the first pass)."""
+        if not (interval > 0 and math.isfinite(interval)):
+            raise ValueError(f"interval must be a positive number of seconds, got {interval!r}")
+        await self.run_once()
+        task_status.started()
+        while True:
+            await trio.sleep(interval)
+            await self.run_once()

@@ -1,0 +1,224 @@
+"""The one definition of custody: task ids, worker names, states, transitions, records.
+
+A public file-based bridge lost replies because one of its checks inferred "still pending" from
+which files existed and forgot one of them. Here custody is a value with a closed set of
+states, the allowed moves between them are listed once, and "still in custody" is one
+predicate that ingest, the reconciler, the pool and delivery all share. Every backend builds its
+constraints and queries from this module, so no place can disagree with another.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from ..wire._limits import MAX_BODY_BYTES as MAX_BODY_BYTES
+from ..wire._limits import MAX_ROOM_CHARS as MAX_ROOM_CHARS
+from ..wire._limits import TASK_ID_RULE as TASK_ID_RULE
+from ..wire._limits import WORKER_RULE as WORKER_RULE
+from ..wire._limits import BodyTooLarge as BodyTooLarge
+from ..wire._limits import InvalidTask as InvalidTask
+from ..wire._limits import InvalidTaskId as InvalidTaskId
+from ..wire._limits import InvalidWorkerName as InvalidWorkerName
+from ..wire._limits import check_body as check_body
+from ..wire._limits import check_task_id as check_task_id
+from ..wire._limits import check_text as check_text
+from ..wire._limits import check_worker as check_worker
+
+
+class CustodyState(enum.StrEnum):
+    """Where an acknowledged task is. Exactly one at any time, stored as a constrained column."""
+
+    PENDING = "pending"
+    """Durably stored and acked to the gateway; waiting for the lead (or a leaderless worker)."""
+    ASSIGNED = "assigned"
+    """The lead chose a worker (the owner); only that worker may claim it."""
+    CLAIMED = "claimed"
+    """A worker holds a lease (owner, attempt, lease_until) renewed by its heartbeat."""
+    RESULT = "result"
+    """The reply is stored and waits for delivery."""
+    DELIVERED = "delivered"
+    """The gateway confirmed the reply. Terminal."""
+    DEAD = "dead"
+    """Undeliverable or over ``max_attempts``, with its reason. Terminal, never dropped."""
+
+
+IN_CUSTODY: Final = frozenset(
+    {CustodyState.PENDING, CustodyState.ASSIGNED, CustodyState.CLAIMED, CustodyState.RESULT}
+)
+TERMINAL: Final = frozenset({CustodyState.DELIVERED, CustodyState.DEAD})
+
+
+def in_custody(state: CustodyState) -> bool:
+    """Is a task in this state still the bridge's responsibility (not yet finished)?"""
+    return state in IN_CUSTODY
+
+
+_S = CustodyState
+TRANSITIONS: Final[Mapping[CustodyState, frozenset[CustodyState]]] = {
+    # pending -> claimed is the leaderless path (no live lead: workers claim directly)
+    _S.PENDING: frozenset({_S.ASSIGNED, _S.CLAIMED, _S.DEAD}),
+    # assigned -> pending: the pool lead returns a dead or stuck assignment
+    _S.ASSIGNED: frozenset({_S.CLAIMED, _S.PENDING, _S.DEAD}),
+    # claimed -> pending: failure or lease expiry (attempt + 1); -> dead past max_attempts
+    _S.CLAIMED: frozenset({_S.RESULT, _S.PENDING, _S.DEAD}),
+    _S.RESULT: frozenset({_S.DELIVERED, _S.DEAD}),
+    _S.DELIVERED: frozenset(),
+    _S.DEAD: frozenset(),
+}
+
+
+def may_move(src: CustodyState, dst: CustodyState) -> bool:
+    """Is ``src -> dst`` one of the allowed custody transitions?"""
+    return dst in TRANSITIONS[src]
+
+
+# ---------------------------------------------------------------------------------------------
+# limits
+
+
+MAX_CLAIM_BATCH: Final = 1000
+"""The most leases one ``claim_many`` call hands out."""
+
+
+def check_claim_limit(value: object) -> int:
+    """Return ``value`` if it is a valid ``claim_many`` limit (an int from 1 to 1000)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CLAIM_BATCH:
+        raise ValueError(f"claim limit must be an int from 1 to {MAX_CLAIM_BATCH}, got {value!r}")
+    return value
+
+
+def check_delivery_lease(holder: object, lease_s: object) -> tuple[str, float] | None:
+    """Check ``ready_results``' lease arguments: both absent (a plain read, ``None``) or a
+    holder named like a worker with a finite ``lease_s`` > 0 (returned as a pair)."""
+    if holder is None:
+        if lease_s is not None:
+            raise ValueError("ready_results got lease_s without a holder: name the holder")
+        return None
+    check_worker(holder)
+    if (
+        isinstance(lease_s, bool)
+        or not isinstance(lease_s, int | float)
+        or not 0 < lease_s < float("inf")
+    ):
+        raise ValueError(f"a delivery lease needs lease_s > 0 seconds, got {lease_s!r}")
+    assert isinstance(holder, str)
+    return holder, float(lease_s)
+
+
+class Priority(enum.StrEnum):
+    URGENT = "urgent"
+    NORMAL = "normal"
+    LOW = "low"
+
+
+PRIORITY_RANK: Final[Mapping[str, int]] = {"urgent": 0, "normal": 1, "low": 2}
+"""Lower rank is served first. Stored as the rank so an index orders the queue."""
+
+
+def check_priority(value: object) -> str:
+    if not isinstance(value, str) or value not in PRIORITY_RANK:
+        raise InvalidTask(f"priority must be one of urgent, normal, low; got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# records
+
+
+def _id_validator(_inst: Any, _attr: Any, value: Any) -> None:
+    check_task_id(value)
+
+
+def _priority_validator(_inst: Any, _attr: Any, value: Any) -> None:
+    check_priority(value)
+
+
+def _body_validator(_inst: Any, _attr: Any, value: Any) -> None:
+    if not isinstance(value, str):
+        raise InvalidTask(f"task body must be a str, got {type(value).__name__}")
+
+
+def _room_validator(_inst: Any, _attr: Any, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not value or len(value) > MAX_ROOM_CHARS or "\0" in value:
+        raise InvalidTask(
+            f"room must be None or a non-empty str of at most {MAX_ROOM_CHARS} characters "
+            f"without NUL; got {value!r:.80}"
+        )
+    check_text(value, "room")
+
+
+def _headers_validator(_inst: Any, _attr: Any, value: Any) -> None:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InvalidTask(f"headers must be a dict of str to str; got {value!r:.80}")
+
+
+@attrs.frozen
+class Task:
+    """A chat task as the gateway gave it. The id is the gateway's, and the store's key."""
+
+    id: str = attrs.field(validator=_id_validator)
+    body: str = attrs.field(validator=_body_validator)
+    room: str | None = attrs.field(default=None, validator=_room_validator)
+    priority: str = attrs.field(default="normal", validator=_priority_validator)
+    headers: dict[str, str] = attrs.field(factory=dict, validator=_headers_validator)
+
+
+@attrs.frozen
+class Claim:
+    """A worker's lease on a task.
+
+    Fencing compares (id, owner, attempt), never ``lease_until``: an older copy of a live claim
+    (same worker and attempt, earlier ``lease_until``) stays valid after a renew.
+    """
+
+    task: Task
+    worker: str
+    attempt: int
+    lease_until: float
+
+
+@attrs.frozen
+class Result:
+    """A stored reply waiting for delivery."""
+
+    task: Task
+    body: str
+    worker: str
+    attempt: int
+    no_send: bool = False
+    """The agent asked delivery to confirm the task without posting a message."""
+
+
+@attrs.frozen
+class TaskRecord:
+    """Everything the store holds about one task (a snapshot, for evidence and inspection)."""
+
+    task: Task
+    state: CustodyState
+    owner: str | None
+    attempt: int
+    lease_until: float | None
+    result: str | None
+    reason: str | None
+    created_at: float
+    updated_at: float
+
+
+class CustodyConflict(Exception):
+    """A transition's compare-and-set found the task in another state than it expected."""
+
+
+class StaleLease(CustodyConflict):
+    """The claim was fenced out: the lease expired, or another attempt or worker holds it."""
+
+
+class UnknownTask(LookupError):
+    """No task with this id was ever ingested."""

@@ -1,0 +1,417 @@
+"""The store interface: what every custody backend (SQLite, PostgreSQL) must do, by role.
+
+Each caller is typed against only the role it plays (``IngestStore`` for ingest,
+``WorkerStore`` for a pool worker, ``LeadStore`` for the lead, ``DeliveryStore``,
+``DeadNoticeStore``, ``StallStore``, ``ReconcilerStore``, ``RetentionStore``, and
+``InspectStore`` for operators), so a reader sees at once what a part may do to custody, and a
+test double for one part implements one small protocol. ``Store`` is every role together: what
+a backend implements (a third backend starts here, and passes the conformance suite in
+``tests/bridge``).
+
+Each method is one transaction and a compare-and-set: it names the state (and for claims the
+owner and attempt) it expects, and either moves the task or changes nothing. A method returns
+only after its change is durable, so a caller that acks the gateway after ``await ingest(...)``
+never acks a task a crash could lose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Final, Literal, Protocol, runtime_checkable
+
+import attrs
+
+from ._rules import Claim, CustodyState, Result, Task, TaskRecord
+
+
+@attrs.frozen
+class LeaseExpiry:
+    """Evidence of one expired lease the store acted on."""
+
+    id: str
+    worker: str
+    attempt: int
+    lease_until: float
+    now: float
+    outcome: CustodyState
+    """``PENDING`` (repooled with ``attempt + 1``) or ``DEAD`` (``max_attempts`` reached)."""
+    reason: str
+
+
+WorkerRole = Literal["lead", "worker"]
+WORKER_ROLES: Final[tuple[WorkerRole, ...]] = ("lead", "worker")
+
+
+@attrs.frozen
+class WorkerInfo:
+    """A pool member's last beat, as the store holds it (liveness is judged by the reader)."""
+
+    name: str
+    role: WorkerRole
+    capacity: int
+    """How many tasks (assigned + claimed) the member takes at once; 0 for the lead."""
+    last_beat: float
+    started_at: float
+    """When this member's current run began beating (it is reset by ``remove_worker``)."""
+
+
+@attrs.frozen
+class Assignment:
+    """A task the lead assigned to ``worker`` at ``since`` (store clock), not yet claimed."""
+
+    id: str
+    worker: str
+    room: str | None
+    since: float
+
+
+@attrs.frozen
+class Queued:
+    """A pending task as the lead plans with it: its id, room and priority, nothing more.
+
+    A sweep reads a window of the queue every time it runs, so it does not read (or validate)
+    bodies and headers it never looks at; those were checked when the task was ingested."""
+
+    id: str
+    room: str | None = None
+    priority: str = "normal"
+
+
+@attrs.frozen
+class PoolView:
+    """Everything one lead sweep decides from, read in one transaction."""
+
+    at: float
+    workers: tuple[WorkerInfo, ...]
+    assigned: tuple[Assignment, ...]
+    """Every assignment, oldest first."""
+    claims: Mapping[str, int]
+    """Claimed tasks per worker (a worker absent here holds none)."""
+    pending: tuple[Queued, ...]
+    """Pending tasks in assignment order (priority, then age), at most ``pending_limit``, none
+    of a room in ``skip_rooms``."""
+    rooms: Mapping[str, str]
+    """For the rooms of ``pending``: the worker that last took a task of that room."""
+
+
+@attrs.frozen
+class StallCandidate:
+    """A claimed task older than the stall threshold with no stall notice recorded yet."""
+
+    id: str
+    room: str | None
+    worker: str
+    created_at: float
+
+
+Decide = Callable[[PoolView], "Sequence[tuple[str, str]] | None"]
+"""A sweep's decision from a view: the ``(id, worker)`` pairs to assign, or None (see
+``Store.plan_and_assign``)."""
+
+
+class StoreClock(Protocol):
+    """The time base every role shares: leases, ages and retries are measured on it."""
+
+    clock: Callable[[], float]
+    """Seconds, the time base of leases. The reconciler reads time from here."""
+
+    lease_s: float
+
+    max_attempts: int
+
+
+class IngestStore(StoreClock, Protocol):
+    """What ingest needs: take the gateway's tasks into custody (then, and only then, it acks)."""
+
+    async def ingest(self, task: Task) -> bool:
+        """Store ``task`` as pending. ``False`` for a replay: nothing changes, in any state,
+        and also for an id whose delivered row was pruned while its tombstone is kept."""
+        ...
+
+    async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
+        """Ingest a gateway batch in one transaction (one commit, then ack them all).
+
+        Every task is validated first: one invalid task refuses the batch and stores nothing.
+        """
+        ...
+
+
+class PoolMemberStore(StoreClock, Protocol):
+    """What every pool member (lead or worker) needs: beats, membership, the pool's picture."""
+
+    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+        """Record a beat of ``worker`` now (store clock); return every member's last beat, so a
+        worker learns whether the lead lives in the same round trip."""
+        ...
+
+    async def workers(self) -> Sequence[WorkerInfo]:
+        """Every pool member's last beat, by name."""
+        ...
+
+    async def remove_worker(self, worker: str) -> bool:
+        """Forget ``worker``'s beat (a clean stop); ``False`` if it had none."""
+        ...
+
+    async def return_assignments(self, worker: str) -> Sequence[str]:
+        """Every task assigned to ``worker`` -> pending, in one transaction; their ids.
+
+        Used for a dead worker and by a worker that stops; claims are never touched."""
+        ...
+
+    async def pool_view(
+        self, *, pending_limit: int = ..., skip_rooms: Collection[str] = ...
+    ) -> PoolView:
+        """Workers, assignments, claim counts, pending tasks and room affinity, consistently.
+
+        ``pending`` leaves out the tasks of ``skip_rooms`` (default none): the lead reads past
+        rooms whose keeper is full instead of stopping at them."""
+        ...
+
+
+class StallStore(StoreClock, Protocol):
+    """What stall notices need: long-running claims, and a once-only marker per task."""
+
+    async def stall_candidates(
+        self, older_than: float, *, worker: str | None = None, limit: int = ...
+    ) -> Sequence[StallCandidate]:
+        """Claimed tasks created at or before ``older_than`` (store clock) with no stall notice
+        recorded, oldest first; only ``worker``'s claims if given."""
+        ...
+
+    async def mark_stall_notified(self, id: str) -> bool:
+        """Record that ``id``'s stall notice is being sent; ``False`` if one already was (by
+        anyone, before any restart): the caller must not send it."""
+        ...
+
+    async def clear_stall_notice(self, id: str) -> None:
+        """Forget ``id``'s stall notice after its send failed, so the next pass retries it."""
+        ...
+
+    async def prune_stall_notices(self, *, limit: int = ...) -> int:
+        """Delete up to ``limit`` stall-notice records whose task is terminal (or gone)."""
+        ...
+
+
+class WorkerStore(PoolMemberStore, StallStore, Protocol):
+    """What a worker needs: claim leases, renew them, and store each outcome (fenced); it also
+    raises the stall notices of its own claims."""
+
+    async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
+        """The worker's next lease: its own assignments first (by priority, then age); pending
+        tasks only when ``leaderless``. ``None`` if nothing is there."""
+        ...
+
+    async def claim_many(
+        self, worker: str, limit: int, *, leaderless: bool = False
+    ) -> Sequence[Claim]:
+        """Up to ``limit`` leases in ONE transaction, in the order ``limit`` calls of ``claim``
+        would hand them out (own assignments by priority then age, then pending tasks only when
+        ``leaderless``); each is fenced on its own like a ``claim``'s. Empty if nothing is
+        there; ``ValueError`` unless ``limit`` is an int from 1 to ``MAX_CLAIM_BATCH``."""
+        ...
+
+    async def renew(self, claim: Claim) -> Claim:
+        """Extend a live lease by ``lease_s`` from now; ``StaleLease`` if fenced out."""
+        ...
+
+    async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
+        """claimed -> result with ``body``; ``StaleLease`` if fenced out. ``no_send``: delivery
+        confirms the task to the gateway without posting a message."""
+        ...
+
+    async def fail(self, claim: Claim, reason: str) -> CustodyState:
+        """claimed -> pending with ``attempt + 1``, or dead once ``max_attempts`` is reached.
+
+        Returns the new state; ``StaleLease`` if fenced out.
+        """
+        ...
+
+    async def release(self, claim: Claim) -> None:
+        """claimed -> pending with the SAME attempt: the worker gives work back unfinished
+        (a soft stop), which is not a failure. ``StaleLease`` if fenced out."""
+        ...
+
+
+class LeadStore(PoolMemberStore, Protocol):
+    """What the pool lead needs: read the queue and assign (or take back) tasks."""
+
+    async def pending(self, *, limit: int = ...) -> Sequence[Task]:
+        """Pending tasks in the order the lead should assign them: priority, then age."""
+        ...
+
+    async def assign(self, id: str, worker: str) -> None:
+        """pending -> assigned to ``worker``; ``CustodyConflict`` if not pending."""
+        ...
+
+    async def unassign(self, id: str, worker: str) -> bool:
+        """assigned to ``worker`` -> pending (the lead returns a dead or stuck assignment).
+
+        ``False`` if the task is no longer assigned to ``worker`` (it was claimed meanwhile).
+        """
+        ...
+
+    async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
+        """Assign each ``(id, worker)`` in one transaction: ``True`` where the task was pending
+        and is now assigned, ``False`` where it had moved on (nothing changes for it). Records
+        each task's room as last handled by that worker (room affinity)."""
+        ...
+
+    async def plan_and_assign(
+        self, decide: Decide, *, pending_limit: int = ...
+    ) -> tuple[PoolView, list[bool] | None]:
+        """Read the pool view, call ``decide(view)`` and assign the ``(id, worker)`` pairs it
+        returns (as ``assign_many``); ``None`` from ``decide`` assigns nothing. Returns the view
+        and ``assign_many``'s answer (``None`` when nothing was decided).
+
+        A backend that can does it all in one transaction (SQLite: one writer job and one
+        commit for a whole sweep, so the plan sees exactly the state it changes); otherwise it
+        is ``pool_view`` then ``assign_many``, each compare-and-set as usual. ``decide`` may
+        run in the store's thread: it must be a pure function of the view (it may be called
+        again if the transaction is replayed) and must not call Trio."""
+        ...
+
+
+class StateReader(Protocol):
+    """One task's state: the one read delivery and operators share."""
+
+    async def state(self, id: str) -> CustodyState | None: ...
+
+
+class DeliveryStore(StoreClock, StateReader, Protocol):
+    """What delivery needs: stored replies, then mark each delivered once the gateway confirmed."""
+
+    @property
+    def delivery_leases(self) -> bool:
+        """Does ``ready_results(holder=...)`` lease what it returns, so that deliveries sharing
+        this store (several bridges) post each result from one of them at a time? PostgreSQL:
+        yes. SQLite: no (one bridge per file; a holder's read is a plain read)."""
+        ...
+
+    async def ready_results(
+        self, *, limit: int = ..., holder: str | None = None, lease_s: float | None = None
+    ) -> Sequence[Result]:
+        """Stored replies waiting for delivery (state ``result``), by priority then age.
+
+        Without ``holder``: a plain read of every ready result. With ``holder`` (a worker-style
+        name, unique per delivery loop) and ``lease_s``, on a store with ``delivery_leases``:
+        in one transaction, take up to ``limit`` results whose delivery lease is free, expired
+        or already ``holder``'s, lease them to ``holder`` until now + ``lease_s`` and return
+        them. No other holder gets them while the lease lives; once it lapsed (the holder
+        crashed, or its post outlasted the lease) another holder does. The lease is not a
+        custody state: the task stays ``result``; ``mark_delivered(_many)`` and
+        ``dead_letter`` ignore and clear it. Without ``delivery_leases`` the arguments are
+        checked and the read is plain: two holders may post the same result, which the
+        gateway absorbs as a duplicate."""
+        ...
+
+    async def mark_delivered(self, id: str) -> None:
+        """result -> delivered (a repeat on a delivered id is a no-op); else ``CustodyConflict``."""
+        ...
+
+    async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
+        """``mark_delivered`` for each id in ONE transaction: ``True`` where the task is now
+        delivered (or already was), ``False`` where it is unknown or in another state (nothing
+        changes for it). Every id is validated first: a malformed one refuses the call."""
+        ...
+
+    async def dead_letter(self, id: str, reason: str) -> None:
+        """Any in-custody state -> dead with ``reason`` (no-op if already dead); a delivered
+        task raises ``CustodyConflict``."""
+        ...
+
+
+class DeadNoticeStore(Protocol):
+    """What the dead-notice loop needs: dead tasks the gateway has not yet heard about."""
+
+    async def unreported_dead(self, *, limit: int = ...) -> Sequence[TaskRecord]:
+        """Up to ``limit`` dead tasks the gateway has not yet confirmed hearing about, in the
+        order they died (oldest first): what the dead-notice loop reports next."""
+        ...
+
+    async def mark_dead_reported(self, ids: Sequence[str]) -> list[bool]:
+        """Record, in ONE transaction, that the gateway confirmed each dead task's notice:
+        ``True`` where the task is dead and is now (or already was) marked, ``False`` where it
+        is unknown or not dead (nothing changes for it). Only the marker changes: the reason,
+        ``updated_at`` and everything else stay as they were. Every id is validated first."""
+        ...
+
+
+class ReconcilerStore(StoreClock, Protocol):
+    """What the reconciler needs: expire lapsed leases (never dropping an id)."""
+
+    async def expire_leases(self, *, limit: int = ...) -> Sequence[LeaseExpiry]:
+        """Repool (or dead-letter past ``max_attempts``) up to ``limit`` expired leases."""
+        ...
+
+
+class RetentionStore(Protocol):
+    """What retention needs: prune delivered tasks, keeping tombstones against replays."""
+
+    async def prune_delivered(self, before: float, *, limit: int = ...) -> int:
+        """Delete up to ``limit`` tasks delivered before ``before`` (store clock); dead tasks
+        are never pruned. In the same transaction each deleted id leaves a tombstone (the id and
+        its delivery time, nothing else), so a late replay of it is still refused by
+        ``ingest``. Returns how many tasks were deleted."""
+        ...
+
+    async def prune_tombstones(self, before: float, *, limit: int = ...) -> int:
+        """Delete up to ``limit`` tombstones of tasks delivered before ``before`` (store clock);
+        from then on such an id is ingested as a new task. Keep this retention longer than the
+        gateway's replay window. Returns how many were deleted."""
+        ...
+
+
+class InspectStore(StoreClock, StateReader, Protocol):
+    """What an operator (``tether store status``, the admin endpoint) reads."""
+
+    async def get(self, id: str) -> TaskRecord | None: ...
+
+    async def counts(self) -> Mapping[CustodyState, int]:
+        """Tasks per state, every state present (zero when empty)."""
+        ...
+
+    async def in_flight(self) -> Sequence[str]:
+        """Ids still in custody (pending, assigned, claimed, result), oldest first."""
+        ...
+
+    async def records(
+        self, state: CustodyState, *, limit: int = ..., newest_first: bool = False
+    ) -> Sequence[TaskRecord]:
+        """Up to ``limit`` full records in ``state``, in ingest order (oldest first, unless
+        ``newest_first``): what ``tether store status`` shows (oldest in flight, dead letters
+        with their reasons)."""
+        ...
+
+    async def unreported_dead_count(self) -> int:
+        """How many dead tasks the gateway has not yet confirmed hearing about."""
+        ...
+
+
+@runtime_checkable
+class Store(
+    IngestStore,
+    WorkerStore,
+    LeadStore,
+    DeliveryStore,
+    DeadNoticeStore,
+    StallStore,
+    ReconcilerStore,
+    RetentionStore,
+    InspectStore,
+    Protocol,
+):
+    """A transactional custody store: every role at once. A backend implements this; each caller
+    is typed against only its role above. Every method is async; all raise
+    ``ClosedResourceError`` after ``aclose``."""
+
+    async def aclose(self) -> None: ...
+
+
+async def plan_then_assign(
+    store: Store, decide: Decide, *, pending_limit: int
+) -> tuple[PoolView, list[bool] | None]:
+    """``Store.plan_and_assign`` in two transactions, for a backend without one for a sweep: the
+    view, then ``assign_many``'s compare-and-set (a task that moved meanwhile answers False)."""
+    view = await store.pool_view(pending_limit=pending_limit)
+    pairs = decide(view)
+    return view, None if pairs is None else await store.assign_many(pairs)

@@ -1,0 +1,58 @@
+"""The worker pool: a lead assigns, workers claim and run agents, liveness decides who is alive.
+
+- ``_lead``: :class:`PoolLead` and its pure planner :func:`plan_sweep`.
+- ``_worker``: :class:`PoolWorker`, where a worker claims, runs its agent and stores the outcome.
+- ``_liveness``: the one predicate "is this member alive" (:func:`is_alive`).
+- ``_stall``: stall notices, once per task. ``_files``: the file exchange for outside programs.
+- ``_agent``: what an agent is and how ``module:factory`` is loaded. ``_wakeup``: "look now".
+"""
+
+from ._agent import AgentError as AgentError
+from ._agent import AgentFactory as AgentFactory
+from ._agent import AgentLoadError as AgentLoadError
+from ._agent import EmptyReply as EmptyReply
+from ._agent import Reply as Reply
+from ._agent import load_agent as load_agent
+from ._files import FileExchange as FileExchange
+from ._files import HeaderRefused as HeaderRefused
+from ._files import ResultRefused as ResultRefused
+from ._files import file_exchange_worker as file_exchange_worker
+from ._lead import Assigned as Assigned
+from ._lead import Deferred as Deferred
+from ._lead import PoolLead as PoolLead
+from ._lead import Returned as Returned
+from ._lead import SweepReport as SweepReport
+from ._lead import plan_sweep as plan_sweep
+from ._liveness import is_alive as is_alive
+from ._liveness import live_lead as live_lead
+from ._stall import StallPass as StallPass
+from ._stall import StallWatcher as StallWatcher
+from ._wakeup import PoolWakeups as PoolWakeups
+from ._wakeup import Wakeup as Wakeup
+from ._worker import PoolWorker as PoolWorker
+
+__all__ = [
+    "AgentError",
+    "AgentFactory",
+    "AgentLoadError",
+    "Assigned",
+    "Deferred",
+    "EmptyReply",
+    "FileExchange",
+    "HeaderRefused",
+    "PoolLead",
+    "PoolWakeups",
+    "PoolWorker",
+    "Reply",
+    "ResultRefused",
+    "Returned",
+    "StallPass",
+    "StallWatcher",
+    "SweepReport",
+    "Wakeup",
+    "file_exchange_worker",
+    "is_alive",
+    "live_lead",
+    "load_agent",
+    "plan_sweep",
+]

@@ -1,0 +1,129 @@
+"""Agents: what a pool worker runs a task through, and how ``--agent module:factory`` is loaded.
+
+An agent is a factory ``factory(session)`` that registers a handler for the event ``"task"`` on
+an open ``tether.Session``. The worker owns the session (its lifecycle, its nursery, the
+registry's view of every run); the handler receives a ``Task`` and returns the reply: a ``str``
+or a ``Reply``. Keeping the agent a plain session handler means an agent written for tether
+sessions needs nothing pool-specific, and every run is owned and visible like any other.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import attrs
+
+from ..._session import Session
+
+AgentFactory = Callable[[Session], None]
+"""Registers a ``"task"`` handler on an already-open session."""
+
+TASK_EVENT: Final = "task"
+TASK_POLICIES: Final = frozenset({"concurrent", "serial"})
+"""Handler policies an agent may use: ``replace`` and ``drop`` cancel or skip runs on purpose,
+which for a task queue means churning claims that never finish."""
+
+_SPEC_RE: Final = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
+
+
+@attrs.frozen
+class Reply:
+    """An agent's reply. ``no_send``: confirm the task to the gateway without posting a message
+    (then ``body`` may be empty)."""
+
+    body: str = attrs.field(validator=attrs.validators.instance_of(str))
+    no_send: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+
+
+class AgentError(Exception):
+    """The agent broke its contract (no handler, a reply of the wrong type, an empty reply)."""
+
+
+class EmptyReply(AgentError):
+    """The agent returned an empty reply without ``no_send``: refused, recorded as a failure."""
+
+
+class AgentLoadError(ImportError):
+    """``load_agent`` could not produce a factory; the message says which part was wrong."""
+
+
+def load_agent(spec: str) -> AgentFactory:
+    """Import ``"package.module:factory"`` and return the factory (a callable).
+
+    Raises ``AgentLoadError`` with a one-line message for a malformed spec, a module that
+    cannot be imported, a missing attribute, or an attribute that is not callable.
+    """
+    if not isinstance(spec, str) or _SPEC_RE.fullmatch(spec) is None:
+        raise AgentLoadError(
+            f"agent spec {spec!r} must look like 'package.module:factory' "
+            "(a dotted module path, a colon, an attribute name)"
+        )
+    module_name, _, attr_path = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AgentLoadError(
+            f"agent {spec!r}: cannot import module {module_name!r}: {exc}"
+        ) from exc
+    obj: Any = module
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AgentLoadError(
+                f"agent {spec!r}: module {module_name!r} has no attribute {attr_path!r}"
+            ) from None
+    if not callable(obj):
+        raise AgentLoadError(
+            f"agent {spec!r}: {attr_path!r} is a {type(obj).__name__}, not a callable factory"
+        )
+    return obj  # type: ignore[no-any-return]
+
+
+def install_agent(session: Session, factory: AgentFactory) -> None:
+    """Run ``factory(session)`` and check that it registered exactly one ``"task"`` handler,
+    with a policy that runs every call (``concurrent`` or ``serial``)."""
+    factory(session)
+    handlers = session.handler_names(TASK_EVENT)
+    if len(handlers) != 1:
+        what = "no" if not handlers else f"{len(handlers)}"
+        raise AgentError(
+            f"agent factory {getattr(factory, '__qualname__', factory)!r} registered {what} "
+            f"handler(s) for the event {TASK_EVENT!r} on session {session.name!r}; it must "
+            "register exactly one"
+        )
+    policy = session.handler_policies(TASK_EVENT)[0]
+    if policy not in TASK_POLICIES:
+        raise AgentError(
+            f"agent factory {getattr(factory, '__qualname__', factory)!r} registered its "
+            f"{TASK_EVENT!r} handler with policy {policy!r}, which cancels or skips runs; a "
+            f"task must run to an outcome, so use one of {sorted(TASK_POLICIES)}"
+        )
+
+
+def reply_of(results: Sequence[Any], task_id: str) -> Reply:
+    """Turn what ``session.call("task", task)`` returned into a ``Reply``, or refuse it."""
+    if len(results) != 1:
+        raise AgentError(
+            f"task {task_id!r}: expected one reply from the agent's task handler, "
+            f"got {len(results)}"
+        )
+    (value,) = results
+    if isinstance(value, str):
+        reply = Reply(value)
+    elif isinstance(value, Reply):
+        reply = value
+    else:
+        raise AgentError(
+            f"task {task_id!r}: the agent returned a {type(value).__name__}; "
+            "a task handler must return a str or a tether.bridge.Reply"
+        )
+    if not reply.body and not reply.no_send:
+        raise EmptyReply(
+            f"task {task_id!r}: the agent returned an empty reply; return text, or "
+            "Reply('', no_send=True) to confirm the task without a message"
+        )
+    return reply

@@ -1,0 +1,238 @@
+"""File exchange: hand tasks to an agent that is another program, through files.
+
+Layout under ``root`` (directories 0700, files 0600)::
+
+    outbox/<id>.txt     written by tether (atomic: tmp + fsync + rename) when a worker claims
+    results/<id>.txt    written by the outside program (atomic rename, please), read by tether
+    archive/<id>.task.txt, archive/<id>.result.txt   both files, once the result is stored
+    refused/<id>.<n>.txt  a result file tether refused (and reported)
+
+Message format (both directions): ``key: value`` header lines, a blank line, then the body as is.
+Values cannot inject lines: backslash, CR, LF and every other control or line-separator
+character is escaped (``\\\\``, ``\\n``, ``\\r``, ``\\xNN``, ``\\uNNNN``); header keys must match
+``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`` or the task is refused. The outbox headers are ``task``,
+``priority``, ``room`` (if any) and ``header.<key>`` for each task header.
+
+A result file's first line must be ``task: <id>`` (the same id): anything else is moved to
+``refused/``, logged, and fails that attempt (the task is retried, up to ``max_attempts``). A
+``no-send: true`` header asks delivery not to post a message. Custody stays in the store: the
+worker's heartbeat renews the claim while the file waits; the files are archived only after the
+result is durably stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import trio
+
+from ..._atomic_file import write_atomic
+from ..._fs import ensure_private_dir
+from ..._session import Session
+from ..custody._rules import Task
+from ..custody._store import Store
+from ._agent import TASK_EVENT, AgentError, Reply
+from ._liveness import check_seconds
+from ._worker import PoolWorker
+
+log = logging.getLogger("tether.bridge.pool.files")
+
+HEADER_KEY_RULE: Final = "[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+_KEY_RE: Final = re.compile(HEADER_KEY_RULE)
+_ESCAPE_RE: Final = re.compile(r"[\\\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_UNESCAPE_RE: Final = re.compile(r"\\(?:x([0-9a-f]{2})|u([0-9a-f]{4})|(.))", re.DOTALL)
+_NAMED: Final = {"\\": "\\\\", "\n": "\\n", "\r": "\\r"}
+
+
+class HeaderRefused(AgentError):
+    """A header key cannot be written safely; the task is refused for the file exchange."""
+
+
+class ResultRefused(AgentError):
+    """A result file broke the format (first line not ``task: <id>``, bad headers)."""
+
+
+def escape_value(value: str) -> str:
+    """Escape ``value`` so it stays on one header line (and round-trips)."""
+
+    def sub(m: re.Match[str]) -> str:
+        c = m.group()
+        if c in _NAMED:
+            return _NAMED[c]
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return _ESCAPE_RE.sub(sub, value)
+
+
+def unescape_value(value: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        hx, uni, ch = m.groups()
+        if hx or uni:
+            return chr(int(hx or uni, 16))
+        named = {"\\": "\\", "n": "\n", "r": "\r"}
+        if ch not in named:
+            raise ValueError(f"unknown escape \\{ch} in header value {value!r:.80}")
+        return named[ch]
+
+    return _UNESCAPE_RE.sub(sub, value)
+
+
+def check_header_key(key: str) -> str:
+    if _KEY_RE.fullmatch(key) is None:
+        raise HeaderRefused(f"header key {key[:80]!r} must match {HEADER_KEY_RULE}")
+    return key
+
+
+def format_message(headers: list[tuple[str, str]], body: str) -> str:
+    """Headers (keys checked, values escaped), a blank line, then ``body``."""
+    lines = [f"{check_header_key(k)}: {escape_value(v)}" for k, v in headers]
+    return "\n".join(lines) + "\n\n" + body
+
+
+def parse_message(text: str) -> tuple[list[tuple[str, str]], str]:
+    """Split a message into its headers (unescaped, in order) and body; ``ValueError`` if bad."""
+    head, sep, body = text.partition("\n\n")
+    if not sep:
+        if text.endswith("\n"):
+            head, body = text[:-1], ""  # headers only, no blank line
+        else:
+            raise ValueError("no blank line between the headers and the body")
+    headers: list[tuple[str, str]] = []
+    for n, line in enumerate(head.split("\n"), 1):
+        key, colon, value = line.partition(": ")
+        if not colon or _KEY_RE.fullmatch(key) is None:
+            raise ValueError(f"header line {n} is not 'key: value': {line[:80]!r}")
+        headers.append((key, unescape_value(value)))
+    return headers, body
+
+
+def task_message(task: Task) -> str:
+    """The outbox file of ``task``."""
+    headers = [("task", task.id), ("priority", task.priority)]
+    if task.room is not None:
+        headers.append(("room", task.room))
+    headers += [(f"header.{check_header_key(k)}", v) for k, v in sorted(task.headers.items())]
+    return format_message(headers, task.body)
+
+
+def parse_result(text: str, task_id: str) -> Reply:
+    """The reply in a result file for ``task_id``, or ``ResultRefused`` saying what is wrong."""
+    first = text.split("\n", 1)[0]
+    if first != f"task: {task_id}":
+        raise ResultRefused(
+            f"result file for task {task_id!r} must start with the line 'task: {task_id}', "
+            f"got {first[:80]!r}"
+        )
+    try:
+        headers, body = parse_message(text)
+    except ValueError as exc:
+        raise ResultRefused(f"result file for task {task_id!r}: {exc}") from None
+    fields: Mapping[str, str] = dict(headers)
+    no_send = fields.get("no-send", "false")
+    if no_send not in ("true", "false"):
+        raise ResultRefused(f"result file for task {task_id!r}: no-send must be true or false")
+    return Reply(body, no_send=no_send == "true")
+
+
+@attrs.define(eq=False)
+class FileExchange:
+    """The adapter: ``factory`` is an agent factory; ``archive`` runs after a stored result."""
+
+    root: Path = attrs.field(converter=Path)
+    poll_interval: float = 0.1
+    refused_count: int = attrs.field(init=False, default=0)
+
+    def __attrs_post_init__(self) -> None:
+        check_seconds("poll_interval", self.poll_interval)
+        for d in (self.root, self.outbox, self.results, self.archive_dir, self.refused_dir):
+            ensure_private_dir(d)
+
+    @property
+    def outbox(self) -> Path:
+        return self.root / "outbox"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results"
+
+    @property
+    def archive_dir(self) -> Path:
+        return self.root / "archive"
+
+    @property
+    def refused_dir(self) -> Path:
+        return self.root / "refused"
+
+    def factory(self, session: Session) -> None:
+        session.add_handler(TASK_EVENT, self.exchange)
+
+    async def exchange(self, task: Task) -> Reply:
+        """Write the task to the outbox and wait for its result file."""
+        data = task_message(task).encode("utf-8", "surrogatepass")
+        await trio.to_thread.run_sync(write_atomic, self.outbox / f"{task.id}.txt", data)
+        result = self.results / f"{task.id}.txt"
+        while True:
+            text = await trio.to_thread.run_sync(_read_if_there, result)
+            if text is not None:
+                break
+            await trio.sleep(self.poll_interval)
+        try:
+            return parse_result(text, task.id)
+        except ResultRefused as exc:
+            kept = await trio.to_thread.run_sync(self._refuse, result, task.id)
+            self.refused_count += 1
+            log.warning("refused %s (kept as %s): %s", result, kept, exc)
+            raise
+
+    async def archive(self, task: Task) -> None:
+        """Move both files of ``task`` to ``archive/`` (the outbox file first, so a program that
+        answers every outbox file without a result never sees a half-archived pair)."""
+        await trio.to_thread.run_sync(self._archive, task.id)
+
+    def _archive(self, id: str) -> None:
+        for src, dst in (
+            (self.outbox / f"{id}.txt", self.archive_dir / f"{id}.task.txt"),
+            (self.results / f"{id}.txt", self.archive_dir / f"{id}.result.txt"),
+        ):
+            try:
+                os.replace(src, dst)
+            except FileNotFoundError:
+                pass
+
+    def _refuse(self, path: Path, id: str) -> Path:
+        n = 1
+        while (self.refused_dir / f"{id}.{n}.txt").exists():
+            n += 1
+        dst = self.refused_dir / f"{id}.{n}.txt"
+        os.replace(path, dst)
+        return dst
+
+
+def _read_if_there(path: Path) -> str | None:
+    try:
+        return path.read_bytes().decode("utf-8", "surrogatepass")
+    except FileNotFoundError:
+        return None
+
+
+def file_exchange_worker(
+    store: Store,
+    name: str,
+    root: str | os.PathLike[str],
+    *,
+    result_poll_interval: float = 0.1,
+    **options: Any,
+) -> PoolWorker:
+    """A ``PoolWorker`` whose agent is the outside program behind the files under ``root``.
+
+    ``result_poll_interval``: how often a waiting task looks for its result file; the other
+    options go to ``PoolWorker`` (``concurrency`` is how many tasks may wait at once).
+    """
+    exchange = FileExchange(Path(root), poll_interval=result_poll_interval)
+    return PoolWorker(store, name, exchange.factory, after_complete=exchange.archive, **options)

@@ -1,0 +1,461 @@
+"""The pool lead: assigns pending tasks to live workers and takes back what cannot move.
+
+Each sweep reads one consistent ``PoolView`` and decides, as a pure function of it
+(``plan_sweep``), what to do:
+
+- *Dead workers.* Assignments of a worker that is not alive (``is_alive``) go back to pending.
+  Its claims are left alone: a claim is a lease, and the reconciler repools it when the lease
+  expires, so a live worker's claim is never touched by the lead.
+- *Stuck assignments.* An assignment not claimed within ``stuck_after`` seconds goes back to
+  pending, unless its worker is busy with claims (it will claim when a slot frees): then it is
+  deferred, until ``stuck_cap`` seconds, when it goes back regardless.
+- *Pending tasks*, in priority order (urgent, normal, low) then age: a task of a room goes to
+  the worker that last took that room while that worker lives (it waits while that worker is
+  full, so a conversation stays on one worker); otherwise to the least-loaded live worker
+  (assigned + claimed), ties broken round-robin by name. A worker at its capacity gets nothing.
+  When a page of pending tasks is held up by rooms whose keeper is full while other workers
+  have room, the sweep reads the next tasks without those rooms (no head-of-line blocking).
+
+Sweeps run every ``sweep_interval`` and, given ``wakeups`` (``PoolWakeups``), as soon as the
+pool's work changes: ingest committed new tasks, or a worker freed a slot. Rings that arrive
+during a sweep coalesce into one more sweep, and sweeps start at least ``min_sweep_gap`` apart,
+so under load each sweep assigns a batch and when idle it costs one sweep per interval. The
+lead rings each worker it assigned to, so the task is claimed at once rather than at the
+worker's next poll.
+The periodic sweep stays the source of truth: a wake-up that never comes costs latency only.
+
+A sweep that only assigns (the usual case) is one transaction where the store can
+(``Store.plan_and_assign``: SQLite reads the view, runs ``plan_sweep`` and assigns in one
+writer job and one commit); a sweep that also returns assignments or reads past full rooms
+reads, returns and assigns in separate compare-and-set steps.
+
+A returned task is never handed straight to another worker: it goes back to pending, and only a
+later sweep (reading a fresh view) assigns it again. That keeps every move a compare-and-set the
+store can check, and a worker that claims meanwhile simply wins.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any, Final, Literal
+
+import attrs
+import trio
+
+from ..._converter import structure_versioned, unstructure
+from ..custody._rules import check_worker
+from ..custody._store import LeadStore, PoolView
+from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive
+from ._stop import StopSignal
+from ._wakeup import PoolWakeups, Wakeup
+
+log = logging.getLogger("tether.bridge.pool.lead")
+
+SWEEP_SCHEMA_VERSION: Final = 1
+MAX_PAGES: Final = 8
+"""Pending pages one sweep reads at most while rooms with a full keeper fill them."""
+
+
+@attrs.frozen
+class Assigned:
+    id: str
+    worker: str
+    why: Literal["affinity", "least_loaded"]
+
+
+@attrs.frozen
+class Returned:
+    """An assignment the lead sent back to pending, with its evidence."""
+
+    id: str
+    worker: str
+    why: Literal["dead_worker", "stuck"]
+    age: float
+    """Seconds since it was assigned."""
+
+
+@attrs.frozen
+class Deferred:
+    """A stuck assignment left in place because its worker is busy with ``claims`` claims."""
+
+    id: str
+    worker: str
+    age: float
+    claims: int
+
+
+@attrs.frozen
+class SweepPlan:
+    dead_workers: tuple[str, ...]
+    stuck: tuple[Returned, ...]
+    deferred: tuple[Deferred, ...]
+    assign: tuple[Assigned, ...]
+    waiting: int
+    """Pending tasks (of those read) left for later: every fitting worker was full."""
+    last_pick: str | None
+    blocked_rooms: tuple[str, ...] = ()
+    """Rooms with a task left waiting because the room's live keeper is full."""
+    spare: int = 0
+    """Free capacity left on the live workers after this plan."""
+
+
+@attrs.frozen
+class SweepReport:
+    """What one sweep did (a versioned document: ``to_document`` / ``from_document``)."""
+
+    at: float
+    lead: str
+    live_workers: tuple[str, ...]
+    assigned: tuple[Assigned, ...] = ()
+    returned: tuple[Returned, ...] = ()
+    deferred: tuple[Deferred, ...] = ()
+    lost: tuple[str, ...] = ()
+    """Planned assignments whose task had moved on meanwhile (a leaderless claim won)."""
+    waiting: int = 0
+    schema_version: int = SWEEP_SCHEMA_VERSION
+
+    def to_document(self) -> dict[str, Any]:
+        return unstructure(self)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_document(cls, doc: Any) -> SweepReport:
+        return structure_versioned(doc, cls, version=SWEEP_SCHEMA_VERSION, what="sweep report")
+
+
+def plan_sweep(
+    view: PoolView,
+    *,
+    now: float,
+    dead_after: float,
+    stuck_after: float,
+    stuck_cap: float,
+    capacity: int | None = None,
+    max_skew: float = DEFAULT_MAX_SKEW,
+    last_pick: str | None = None,
+) -> SweepPlan:
+    """Decide one sweep from ``view`` (pure: the same view gives the same plan)."""
+    live = {
+        w.name: w
+        for w in view.workers
+        if w.role == "worker" and is_alive(w, now, dead_after, max_skew)
+    }
+    cap = {
+        name: w.capacity if capacity is None else min(w.capacity, capacity)
+        for name, w in live.items()
+    }
+    load = {name: view.claims.get(name, 0) for name in live}
+    dead_workers: set[str] = set()
+    stuck: list[Returned] = []
+    deferred: list[Deferred] = []
+    for a in view.assigned:
+        age = now - a.since
+        if a.worker not in live:
+            dead_workers.add(a.worker)
+        elif age >= stuck_after and (view.claims.get(a.worker, 0) == 0 or age >= stuck_cap):
+            stuck.append(Returned(a.id, a.worker, "stuck", age))
+        else:
+            if age >= stuck_after:
+                deferred.append(Deferred(a.id, a.worker, age, view.claims.get(a.worker, 0)))
+            load[a.worker] += 1
+
+    rooms = dict(view.rooms)
+    names = sorted(live)
+    assign: list[Assigned] = []
+    waiting = 0
+    blocked: set[str] = set()
+    for task in view.pending:
+        keeper = rooms.get(task.room) if task.room is not None else None
+        if keeper is not None and keeper in live and task.room is not None:
+            if load[keeper] < cap[keeper]:
+                assign.append(Assigned(task.id, keeper, "affinity"))
+                load[keeper] += 1
+            else:
+                waiting += 1
+                blocked.add(task.room)
+            continue
+        free = [n for n in names if load[n] < cap[n]]
+        if not free:
+            waiting += 1
+            continue
+        least = min(load[n] for n in free)
+        tied = [n for n in free if load[n] == least]
+        pick = next((n for n in tied if last_pick is not None and n > last_pick), tied[0])
+        last_pick = pick
+        assign.append(Assigned(task.id, pick, "least_loaded"))
+        load[pick] += 1
+        if task.room is not None:
+            rooms[task.room] = pick
+    return SweepPlan(
+        dead_workers=tuple(sorted(dead_workers)),
+        stuck=tuple(stuck),
+        deferred=tuple(deferred),
+        assign=tuple(assign),
+        waiting=waiting,
+        last_pick=last_pick,
+        blocked_rooms=tuple(sorted(blocked)),
+        spare=sum(max(0, cap[n] - load[n]) for n in live),
+    )
+
+
+def _merge_pages(earlier: PoolView, page: PoolView) -> PoolView:
+    """``page``'s fresh worker, assignment and claim state, with the pending tasks of every
+    page read so far, in queue order (a later page re-reads still-pending tasks of the rooms
+    it does not skip: they are counted once)."""
+    seen = {t.id for t in earlier.pending}
+    pending = (*earlier.pending, *(t for t in page.pending if t.id not in seen))
+    return attrs.evolve(page, pending=pending, rooms={**earlier.rooms, **page.rooms})
+
+
+@attrs.define(eq=False)
+class PoolLead:
+    """The lead as a service: ``await nursery.start(lead.run)``; or ``await sweep_once()``."""
+
+    store: LeadStore
+    name: str = "lead"
+    sweep_interval: float = 0.5
+    dead_after: float = 10.0
+    stuck_after: float = 30.0
+    stuck_cap: float | None = None
+    """Seconds after which a stuck assignment goes back even while its worker is busy
+    (default ``3 * stuck_after``)."""
+    capacity: int | None = None
+    """An upper bound on each worker's load, over the capacity the worker beats (None: none)."""
+    max_skew: float = DEFAULT_MAX_SKEW
+    pending_limit: int = 1000
+    min_sweep_gap: float = 0.01
+    """Seconds from one sweep's start to the next at least. Under load every stored outcome
+    rings the lead; each sweep then assigns a batch rather than a task or two, and the
+    workers' waiting assignments (their capacity over their concurrency) cover the gap."""
+    clock: Callable[[], float] | None = None
+    wakeups: PoolWakeups | None = None
+    """The pool's switchboard: the lead sweeps when it rings and rings the workers it assigns
+    to. ``None``: a sweep every ``sweep_interval`` only."""
+    sweeps: int = attrs.field(init=False, default=0)
+    last_report: SweepReport | None = attrs.field(init=False, default=None)
+    _last_pick: str | None = attrs.field(init=False, default=None)
+    _window: int = attrs.field(init=False, default=0)
+    _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
+    _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
+    _beat_at: float = attrs.field(init=False, default=-math.inf)
+
+    @property
+    def _beat_every(self) -> float:
+        """Seconds between the lead's beats: as often as an idle lead sweeps, and well inside
+        ``dead_after``. Sweeps rung back to back under load read without beating, so they cost
+        no durable commit of their own."""
+        return min(self.sweep_interval, self.dead_after / 4)
+
+    def __attrs_post_init__(self) -> None:
+        check_worker(self.name)
+        check_seconds("sweep_interval", self.sweep_interval)
+        check_seconds("min_sweep_gap", self.min_sweep_gap, allow_zero=True)
+        if self.wakeups is not None:
+            self._doorbell = self.wakeups.lead
+        check_seconds("dead_after", self.dead_after)
+        check_seconds("stuck_after", self.stuck_after)
+        check_seconds("max_skew", self.max_skew, allow_zero=True)
+        if self.stuck_cap is None:
+            self.stuck_cap = 3 * self.stuck_after
+        elif check_seconds("stuck_cap", self.stuck_cap) < self.stuck_after:
+            raise ValueError(
+                f"stuck_cap ({self.stuck_cap!r}) must be >= stuck_after ({self.stuck_after!r})"
+            )
+        if self.capacity is not None and (
+            isinstance(self.capacity, bool)
+            or not isinstance(self.capacity, int)
+            or self.capacity < 1
+        ):
+            raise ValueError(f"capacity must be None or an int >= 1, got {self.capacity!r}")
+
+    def now(self) -> float:
+        return (self.clock or self.store.clock)()
+
+    def request_stop(self) -> None:
+        """Soft stop: finish the sweep in hand, then leave (and drop the lead's beat)."""
+        self._stop.set()
+
+    async def sweep_once(self) -> SweepReport:
+        """Beat (when due), read the pool, return dead and stuck assignments, assign pending tasks.
+
+        If the page of pending tasks read ends with tasks waiting for a full keeper while
+        workers have capacity to spare, the lead reads again without those rooms (up to
+        ``MAX_PAGES`` reads), so a busy room at the head of the queue never starves the rest.
+        Every plan covers all the pages read so far: a room is paged past because its keeper
+        is full, possibly with tasks this sweep assigns from an earlier page.
+        """
+        self._doorbell.clear()  # this sweep reads everything rung for so far
+        limit = self._window or self.pending_limit
+        now = self.now()
+        planned: list[SweepPlan] = []  # decide() runs in the store's thread; it leaves its plan
+
+        def decide(view: PoolView) -> list[tuple[str, str]] | None:
+            """Plan from the first page; assign at once unless the plan also returns
+            assignments or must read past rooms (then the sweep goes on below)."""
+            plan = self._plan(view, now)
+            planned[:] = [plan]
+            if plan.dead_workers or plan.stuck or self._more_pages(plan, view, limit, set()):
+                return None
+            return [(a.id, a.worker) for a in plan.assign]
+
+        answers: list[tuple[PoolView, list[bool] | None]] = []
+
+        async def plan_and_assign() -> None:
+            answers.append(await self.store.plan_and_assign(decide, pending_limit=limit))
+
+        if 0 <= now - self._beat_at < self._beat_every:  # a clock stepped back beats now
+            await plan_and_assign()  # under load: no beat, one transaction for the sweep
+        else:
+            self._beat_at = now
+            async with trio.open_nursery() as nursery:  # one writer batch for both
+                nursery.start_soon(self.store.beat, self.name, "lead", 0)
+                nursery.start_soon(plan_and_assign)
+        [(view, done)] = answers
+        [plan] = planned
+        returned: tuple[Returned, ...] = ()
+        if done is None:
+            view, plan = await self._read_past_full_rooms(view, plan, now, limit)
+            returned = await self._return(view, plan, now)
+            if plan.assign:
+                done = await self.store.assign_many([(a.id, a.worker) for a in plan.assign])
+        self._last_pick = plan.last_pick
+        self._window = self._next_window(view, now)
+        lost: tuple[str, ...] = ()
+        if done:
+            lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
+        assigned = tuple(a for a in plan.assign if a.id not in lost)
+        if self.wakeups is not None:
+            self.wakeups.tasks_assigned(a.worker for a in assigned)
+            if returned:
+                self.wakeups.tasks_pending()  # leaderless claimers may take them; sweep again
+        report = SweepReport(
+            at=now,
+            lead=self.name,
+            live_workers=tuple(
+                sorted(
+                    w.name
+                    for w in view.workers
+                    if w.role == "worker" and is_alive(w, now, self.dead_after, self.max_skew)
+                )
+            ),
+            assigned=assigned,
+            returned=returned,
+            deferred=plan.deferred,
+            lost=lost,
+            waiting=plan.waiting,
+        )
+        for r in returned:
+            log.warning(
+                "lead %s: returned task %s of worker %s to pending (%s, assigned %.1fs ago)",
+                self.name,
+                r.id,
+                r.worker,
+                r.why,
+                r.age,
+            )
+        self.sweeps += 1
+        self.last_report = report
+        return report
+
+    def _plan(self, view: PoolView, now: float) -> SweepPlan:
+        assert self.stuck_cap is not None
+        return plan_sweep(
+            view,
+            now=now,
+            dead_after=self.dead_after,
+            stuck_after=self.stuck_after,
+            stuck_cap=self.stuck_cap,
+            capacity=self.capacity,
+            max_skew=self.max_skew,
+            last_pick=self._last_pick,
+        )
+
+    @staticmethod
+    def _more_pages(plan: SweepPlan, page: PoolView, limit: int, skip: set[str]) -> set[str]:
+        """Rooms to read past next: the page was full and rooms with a full keeper held up
+        tasks while workers have room (empty: the plan stands)."""
+        more = set(plan.blocked_rooms) - skip
+        return more if more and plan.spare and len(page.pending) >= limit else set()
+
+    async def _read_past_full_rooms(
+        self, view: PoolView, plan: SweepPlan, now: float, limit: int
+    ) -> tuple[PoolView, SweepPlan]:
+        """Read further pages without the rooms whose keeper is full (up to ``MAX_PAGES``
+        reads), re-planning over every page read so far."""
+        skip: set[str] = set()
+        page_view = view
+        for _ in range(1, MAX_PAGES):
+            more = self._more_pages(plan, page_view, limit, skip)
+            if not more:
+                break
+            skip |= more
+            page_view = await self.store.pool_view(pending_limit=limit, skip_rooms=skip)
+            view = _merge_pages(view, page_view)
+            plan = self._plan(view, now)
+        return view, plan
+
+    async def _ring_on_stop(self) -> None:
+        """A stop ends the wait between sweeps at once (the doorbell is the only wait)."""
+        await self._stop.wait()
+        self._doorbell.set()
+
+    def _next_window(self, view: PoolView, now: float) -> int:
+        """How many pending tasks the next sweep reads: twice what the live workers can take in
+        total (reading a deep backlog every sweep costs more than the assigning), never more
+        than ``pending_limit``. The surplus leaves room for room tasks that must wait; past
+        that the sweep pages on (``_read_past_full_rooms``)."""
+        total = sum(
+            w.capacity
+            for w in view.workers
+            if w.role == "worker" and is_alive(w, now, self.dead_after, self.max_skew)
+        )
+        return max(1, min(self.pending_limit, max(64, 2 * total)))
+
+    async def _return(self, view: PoolView, plan: SweepPlan, now: float) -> tuple[Returned, ...]:
+        since = {a.id: a.since for a in view.assigned}
+        returned: list[Returned] = []
+
+        async def dead(worker: str) -> None:
+            for id in await self.store.return_assignments(worker):
+                returned.append(Returned(id, worker, "dead_worker", now - since.get(id, now)))
+
+        async def stuck(r: Returned) -> None:
+            if await self.store.unassign(r.id, r.worker):
+                returned.append(r)
+
+        async with trio.open_nursery() as nursery:  # concurrent calls share one commit
+            for worker in plan.dead_workers:
+                nursery.start_soon(dead, worker)
+            for r in plan.stuck:
+                nursery.start_soon(stuck, r)
+        return tuple(sorted(returned, key=lambda r: r.id))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Sweep every ``sweep_interval`` seconds, or sooner when rung, until stopped (ready
+        after the first sweep).
+
+        On a soft stop the lead removes its beat, so workers go leaderless at once instead of
+        after ``dead_after``.
+        """
+        self._stop = StopSignal()  # a new run (a supervisor restart) starts unstopped
+        self._beat_at = -math.inf  # and beats at its first sweep
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                self._stop.forward_supervisor_stop, name=f"pool-lead:{self.name}::stop"
+            )
+            nursery.start_soon(self._ring_on_stop, name=f"pool-lead:{self.name}::stop-ring")
+            started = trio.current_time()
+            await self.sweep_once()
+            task_status.started()
+            while not self._stop.is_set():
+                await self._doorbell.wait(self.sweep_interval)
+                # rung again soon after a sweep began: let more rings gather into one sweep
+                with trio.move_on_at(started + self.min_sweep_gap):
+                    await self._stop.wait()
+                if self._stop.is_set():
+                    break
+                started = trio.current_time()
+                await self.sweep_once()
+            nursery.cancel_scope.cancel()
+        await self.store.remove_worker(self.name)

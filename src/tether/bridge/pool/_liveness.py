@@ -1,0 +1,45 @@
+"""Liveness: one predicate decides whether a pool member's last beat means it is alive.
+
+A member is alive while its last beat is at most ``dead_after`` seconds old. A beat from the
+future (the beating host's clock runs ahead, or the record is corrupt) would otherwise keep a
+member "alive" for as long as the skew lasts, so it counts as dead, except for a small tolerated
+skew (``max_skew``, 1 s by default) that ordinary clock drift between hosts stays within.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Final
+
+from ..custody._store import WorkerInfo
+
+DEFAULT_MAX_SKEW: Final = 1.0
+
+
+def check_seconds(name: str, value: float, *, allow_zero: bool = False) -> float:
+    """Refuse a duration that is not a finite positive number (or zero, if allowed)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return float(value)
+
+
+def is_alive(
+    info: WorkerInfo, now: float, dead_after: float, max_skew: float = DEFAULT_MAX_SKEW
+) -> bool:
+    """Is the member that last beat at ``info.last_beat`` alive at ``now``?"""
+    age = now - info.last_beat
+    return -max_skew <= age <= dead_after
+
+
+def live_lead(
+    members: Iterable[WorkerInfo],
+    now: float,
+    dead_after: float,
+    max_skew: float = DEFAULT_MAX_SKEW,
+) -> WorkerInfo | None:
+    """The live lead among ``members`` (the most recent beat), or None: workers go leaderless."""
+    leads = [m for m in members if m.role == "lead" and is_alive(m, now, dead_after, max_skew)]
+    return max(leads, key=lambda m: m.last_beat, default=None)

@@ -1,0 +1,106 @@
+"""Stall notices: tell the user once that a claimed task is taking long.
+
+A claimed task whose age (since ingest, what the user has waited) reaches ``stall_after`` gets
+one notice through ``notify(task_id, age_seconds)``, an async callable the bridge routes to the
+gateway. "Once" holds across restarts, repools and several watchers: the notice is recorded in
+the store (``mark_stall_notified``, a compare-and-set) *before* it is sent, and only the watcher
+that recorded it sends. A send that raises clears the record, so the next pass retries it; a
+crash between record and send loses that one courtesy notice rather than repeating it. Records
+are pruned once their task is terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import attrs
+import trio
+
+from ..custody._store import StallStore
+from ._liveness import check_seconds
+from ._stop import StopSignal
+
+log = logging.getLogger("tether.bridge.pool.stall")
+
+Notify = Callable[[str, float], Awaitable[None]]
+
+
+@attrs.frozen
+class StallPass:
+    at: float
+    sent: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    """Notices whose send raised; retried next pass."""
+    pruned: int = 0
+
+
+@attrs.define(eq=False)
+class StallWatcher:
+    """Sends stall notices: ``await nursery.start(watcher.run)``, or ``await run_once()``."""
+
+    store: StallStore
+    stall_after: float
+    notify: Notify
+    interval: float = 1.0
+    batch: int = 100
+    clock: Callable[[], float] | None = None
+    worker: str | None = None
+    """Only this worker's claims (a watcher inside a ``PoolWorker``); None: every claim."""
+    passes: int = attrs.field(init=False, default=0)
+    sent: int = attrs.field(init=False, default=0)
+    _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
+
+    def __attrs_post_init__(self) -> None:
+        check_seconds("stall_after", self.stall_after)
+        check_seconds("interval", self.interval)
+        if not callable(self.notify):
+            raise TypeError(f"notify must be an async callable, got {self.notify!r}")
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
+            raise ValueError(f"batch must be an int >= 1, got {self.batch!r}")
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run_once(self) -> StallPass:
+        now = (self.clock or self.store.clock)()
+        sent: list[str] = []
+        failed: list[str] = []
+        candidates = await self.store.stall_candidates(
+            now - self.stall_after, worker=self.worker, limit=self.batch
+        )
+        for c in candidates:
+            if not await self.store.mark_stall_notified(c.id):
+                continue  # another watcher got it first
+            age = now - c.created_at
+            try:
+                await self.notify(c.id, age)
+            except Exception:
+                log.warning(
+                    "stall notice for task %s not sent; retrying next pass", c.id, exc_info=True
+                )
+                await self.store.clear_stall_notice(c.id)
+                failed.append(c.id)
+            else:
+                log.info(
+                    "stall notice sent for task %s (%.1fs old, worker %s)", c.id, age, c.worker
+                )
+                sent.append(c.id)
+        pruned = await self.store.prune_stall_notices()
+        self.passes += 1
+        self.sent += len(sent)
+        return StallPass(now, tuple(sent), tuple(failed), pruned)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """A pass every ``interval`` seconds until stopped (ready after the first pass)."""
+        self._stop = StopSignal()  # a new run (a supervisor restart) starts unstopped
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._stop.forward_supervisor_stop)
+            await self.run_once()
+            task_status.started()
+            while not self._stop.is_set():
+                with trio.move_on_after(self.interval):
+                    await self._stop.wait()
+                if not self._stop.is_set():
+                    await self.run_once()
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,463 @@
+"""A pool worker: claims tasks, runs each through its agent session, stores the outcome.
+
+- Claims: its own assignments first; pending tasks only while no lead is alive (leaderless
+  mode, judged from the beats the worker reads back with its own). It never claims another
+  worker's assignment or claim: the store's claim query cannot return them. While leaderless
+  it does the lead's dead-worker duty on each beat: assignments of a worker that is not alive
+  go back to pending (never straight to itself), or they would wait for a lead forever.
+  Every free slot is filled by ONE ``claim_many`` call (one commit), not a claim each. When
+  nothing is there it waits ``poll_interval``, or less: the lead rings its doorbell
+  (``PoolWakeups``) when it assigned to it, and ingest does when a leaderless worker could
+  claim new pending tasks.
+- Concurrency: at most ``concurrency`` agent runs at once (a semaphore held from claim until
+  the agent answered), so the worker never holds a lease it is not working on. Storing an
+  outcome does not hold a slot: the next claim is queued while the outcome commits.
+- Leases: a heartbeat every ``heartbeat_interval`` beats and renews every claim in hand (one
+  concurrent batch, so the store commits them together). A renew that is fenced out means the
+  task now belongs to someone else: its run is cancelled and nothing is stored.
+- Outcomes: a reply is stored with ``complete``; an empty reply, a reply of the wrong type, a
+  reply the store refuses (over its size limit, not valid Unicode) or a handler crash becomes
+  ``fail`` with the traceback's last line as the reason (repooled with
+  ``attempt + 1``, dead past ``max_attempts``). Nothing is lost silently. A call the session
+  refused or cancelled (``QueueFull`` of a ``serial`` agent, ``HandlerDropped``,
+  ``HandlerCancelled`` from an ``interrupt``) never ran to an outcome: the claim is released
+  with the same attempt, and the slot stays taken for ``poll_interval`` so a refusing agent is
+  not hammered.
+- Soft stop (``request_stop()`` or the supervisor's stop): stop claiming, give back unclaimed
+  assignments, let the runs in hand finish for ``stop_grace`` seconds, then cancel them and
+  ``release`` their claims (back to pending without burning an attempt). A hard cancel also
+  releases what is in hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
+
+import attrs
+import trio
+
+from ..._session import Session, open_session
+from ..._session_types import HandlerCancelled, HandlerDropped, QueueFull
+from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
+from ..custody._store import WorkerInfo, WorkerStore
+from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
+from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
+from ._stall import Notify, StallWatcher
+from ._stop import StopSignal
+from ._wakeup import PoolWakeups, Wakeup
+
+log = logging.getLogger("tether.bridge.pool.worker")
+
+RELEASE_TIMEOUT: Final = 5.0
+"""Seconds a worker spends giving its claims back when it is cancelled (shielded)."""
+
+PREFETCH_S: Final = 0.1
+"""Seconds of work an adaptive worker keeps assigned and waiting (``asked_capacity``)."""
+
+RUN_AVERAGE_WEIGHT: Final = 0.2
+"""How much one run moves the average run time (an exponential moving average)."""
+
+NOT_RUN: Final = (QueueFull, HandlerDropped, HandlerCancelled)
+"""What ``session.call`` raises when the session refused or cancelled the run: not a failure
+of the task, so its claim is released without burning an attempt."""
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The last line of ``exc``'s traceback (``"ValueError: boom"``): what a dead task shows.
+
+    Lone surrogates are escaped (``\\ud800``) so the store can always record it."""
+    line = traceback.format_exception_only(type(exc), exc)[-1].strip() or type(exc).__name__
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@attrs.define(eq=False)
+class _Active:
+    claim: Claim
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    lost: bool = False
+    finishing: bool = False
+    """The run is storing its outcome: a renew racing with it must not count as lost."""
+    settled: bool = False
+
+
+@attrs.define(eq=False)
+class PoolWorker:
+    """One worker of the pool as a service: ``await nursery.start(worker.run)``."""
+
+    store: WorkerStore
+    name: str
+    factory: AgentFactory
+    concurrency: int = 4
+    capacity: int | None = None
+    """How many tasks (running + assigned and waiting) the worker asks the lead for. A number:
+    that, always. ``None`` (default): adaptive, see ``asked_capacity``: ``4 * concurrency``
+    while runs are quick, down to ``concurrency + 1`` as they get slow."""
+    heartbeat_interval: float | None = None
+    """Seconds between beats and lease renewals (default: a third of the lease, at most 2 s)."""
+    poll_interval: float = 0.2
+    """Seconds to wait after finding nothing to claim (the fallback when no wake-up comes)."""
+    wakeups: PoolWakeups | None = None
+    """The pool's switchboard: rung when work is assigned to this worker; the worker rings it
+    when it frees a slot (so the lead refills it). ``None``: polling only."""
+    lead_dead_after: float = 10.0
+    """The lead counts as dead (go leaderless) after this long without a beat; so does, while
+    leaderless, another worker holding assignments (they go back to pending)."""
+    max_skew: float = DEFAULT_MAX_SKEW
+    stop_grace: float = 4.0
+    """Seconds the runs in hand get after a soft stop before they are cancelled and released.
+    Keep it under the supervisor child's ``shutdown_grace`` (5 s by default); if the supervisor
+    cancels first, the claims are released all the same."""
+    clock: Callable[[], float] | None = None
+    after_complete: Callable[[Task], Awaitable[None]] | None = None
+    """Called after a task's result is durably stored (the file exchange archives its files)."""
+    on_stall: Notify | None = None
+    """If given, the worker watches its own claims and calls ``on_stall(task_id, age)`` once
+    per task older than ``stall_after`` (see ``StallWatcher``; a raise is retried)."""
+    stall_after: float = 60.0
+    completed: int = attrs.field(init=False, default=0)
+    failed: int = attrs.field(init=False, default=0)
+    released: int = attrs.field(init=False, default=0)
+    lost: int = attrs.field(init=False, default=0)
+    """Claims the worker lost to fencing (its lease expired and someone else holds the task)."""
+    leaderless: bool = attrs.field(init=False, default=False)
+    _active: dict[_Active, None] = attrs.field(init=False, factory=dict)
+    """The runs in hand, keyed by entry: the same task id may come back as a new attempt while
+    its stale run is still unwinding."""
+    _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
+    _interval: float = attrs.field(init=False, default=0.0)
+    _stopping: bool = attrs.field(init=False, default=False)
+    _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
+    _run_seconds: float | None = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        check_worker(self.name)
+        if not callable(self.factory):
+            raise TypeError(f"factory must be callable, got {self.factory!r}")
+        c = self.concurrency
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise ValueError(f"concurrency must be an int >= 1, got {c!r}")
+        if self.capacity is not None and (
+            isinstance(self.capacity, bool)
+            or not isinstance(self.capacity, int)
+            or self.capacity < c
+        ):
+            raise ValueError(f"capacity must be an int >= concurrency ({c}), got {self.capacity!r}")
+        check_seconds("poll_interval", self.poll_interval)
+        if self.wakeups is not None:
+            self._doorbell = self.wakeups.worker(self.name)
+        check_seconds("stall_after", self.stall_after)
+        check_seconds("lead_dead_after", self.lead_dead_after)
+        check_seconds("max_skew", self.max_skew, allow_zero=True)
+        check_seconds("stop_grace", self.stop_grace, allow_zero=True)
+        if self.heartbeat_interval is None:
+            self._interval = min(2.0, self.store.lease_s / 3)
+        else:
+            self._interval = check_seconds("heartbeat_interval", self.heartbeat_interval)
+            if self._interval >= self.store.lease_s:
+                raise ValueError(
+                    f"heartbeat_interval ({self._interval!r}) must be shorter than the store's "
+                    f"lease ({self.store.lease_s!r}), or leases expire between renewals"
+                )
+
+    @property
+    def asked_capacity(self) -> int:
+        """What the worker asks the lead for in its beats: ``capacity`` if set, else enough
+        waiting assignments to cover ``PREFETCH_S`` of work at the pace its runs have taken
+        (an average of recent runs), between 1 and ``3 * concurrency`` of them.
+
+        Quick runs (a thousand a second) keep ``4 * concurrency``: the next tasks are assigned
+        before a run ends, and cover the lead's gap between sweeps. Slow runs (an LLM call of
+        seconds) ask for ``concurrency + 1``: a task never waits long behind a busy worker
+        while another worker idles, and never for so long that the lead takes it back as
+        stuck. Before any run, the quick case is assumed."""
+        if self.capacity is not None:
+            return self.capacity
+        c = self.concurrency
+        if self._run_seconds is None:
+            return 4 * c
+        waiting = math.ceil(c * PREFETCH_S / max(self._run_seconds, 1e-6))
+        return c + max(1, min(3 * c, waiting))
+
+    def _timed_run(self, seconds: float) -> None:
+        """Fold one run's duration (claim to answer) into the average ``asked_capacity`` uses."""
+        if self._run_seconds is None:
+            self._run_seconds = seconds
+        else:
+            self._run_seconds += RUN_AVERAGE_WEIGHT * (seconds - self._run_seconds)
+
+    @property
+    def in_hand(self) -> list[Claim]:
+        """The claims this worker is working on now."""
+        return [a.claim for a in self._active if not a.lost]
+
+    def now(self) -> float:
+        return (self.clock or self.store.clock)()
+
+    @property
+    def _label(self) -> str:
+        return f"pool-worker:{self.name}"
+
+    def request_stop(self) -> None:
+        """Soft stop: claim nothing more; finish or give back what is in hand."""
+        self._stop.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._stop = StopSignal()  # a new run (a supervisor restart) starts unstopped
+        self._stopping = False
+        async with open_session(f"worker-{self.name}") as session:
+            install_agent(session, self.factory)
+            await self._beat()
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(
+                        self._stop.forward_supervisor_stop, name=f"{self._label}::stop"
+                    )
+                    nursery.start_soon(self._heartbeat, name=f"{self._label}::heartbeat")
+                    if self.on_stall is not None:
+                        watcher = StallWatcher(
+                            self.store,
+                            stall_after=self.stall_after,
+                            notify=self.on_stall,
+                            interval=self._interval,
+                            clock=self.clock,
+                            worker=self.name,
+                        )
+                        nursery.start_soon(watcher.run, name=f"{self._label}::stall")
+                    async with trio.open_nursery() as work:
+                        task_status.started()
+                        await self._claim_until_stopped(session, work)
+                        # tell the lead at once: capacity 0, and the waiting assignments back
+                        self._stopping = True
+                        await self._beat()
+                        await self._give_back_assignments()
+                        # the runs in hand get stop_grace; then they are cancelled and released
+                        work.cancel_scope.deadline = trio.current_time() + self.stop_grace
+                    nursery.cancel_scope.cancel()
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
+                    await self._leave()
+
+    async def _leave(self) -> None:
+        """Give back unclaimed assignments and forget the beat (the lead need not wait out
+        ``dead_after``). Best effort: a closed store leaves that to the lead."""
+        if self.wakeups is not None:
+            self.wakeups.set_leaderless(self.name, False)
+        try:
+            await self._give_back_assignments()
+            await self.store.remove_worker(self.name)
+        except (trio.ClosedResourceError, OSError) as exc:
+            log.warning("worker %s: could not leave the pool cleanly: %r", self.name, exc)
+
+    async def _give_back_assignments(self) -> None:
+        returned = await self.store.return_assignments(self.name)
+        if returned:
+            log.info("worker %s: gave back %d assignment(s)", self.name, len(returned))
+
+    async def _claim_until_stopped(self, session: Session, work: trio.Nursery) -> None:
+        slots = trio.Semaphore(self.concurrency)
+        with trio.CancelScope() as claiming:
+
+            async def cancel_on_stop() -> None:
+                await self._stop.wait()
+                claiming.cancel()
+
+            work.start_soon(cancel_on_stop, name=f"{self._label}::stop")
+            while True:
+                await slots.acquire()
+                wanted = 1
+                while slots.value > 0:  # every free slot, in one claim_many
+                    slots.acquire_nowait()
+                    wanted += 1
+                self._doorbell.clear()  # what it announced is in the store now: the claim sees it
+                try:
+                    claims = await self.store.claim_many(
+                        self.name, wanted, leaderless=self.leaderless
+                    )
+                except BaseException:
+                    for _ in range(wanted):
+                        slots.release()
+                    raise
+                for _ in range(wanted - len(claims)):
+                    slots.release()
+                for claim in claims:
+                    work.start_soon(
+                        self._run_claim,
+                        session,
+                        claim,
+                        slots,
+                        name=f"{self._label}::task:{claim.task.id}",
+                    )
+                if len(claims) < wanted:  # the store had no more: wait for news or the poll
+                    await self._doorbell.wait(self.poll_interval)
+
+    async def _run_claim(self, session: Session, claim: Claim, slots: trio.Semaphore) -> None:
+        freed = False
+
+        def free_slot() -> None:
+            nonlocal freed
+            if not freed:
+                freed = True
+                slots.release()
+
+        try:
+            if not await self._run_entry(session, claim, free_slot):
+                await trio.sleep(self.poll_interval)  # the agent refused: don't hammer it
+        finally:
+            free_slot()
+            if self.wakeups is not None:
+                self.wakeups.capacity_freed()  # the outcome is stored: the lead refills
+
+    async def _run_entry(
+        self, session: Session, claim: Claim, answered: Callable[[], None] = lambda: None
+    ) -> bool:
+        """Run one claim to its stored outcome; ``False`` if the session did not run it.
+
+        ``answered()`` is called once the agent has answered (or crashed), before the outcome
+        is stored: the slot is free for the next claim then, so the worker's next
+        ``claim_many`` is queued while this outcome commits instead of after it (the two
+        overlap, or share a group commit), rather than costing one commit after the other."""
+        id = claim.task.id
+        entry = _Active(claim)
+        for old in [a for a in self._active if a.claim.task.id == id]:
+            # the store handed the task out again, so every older attempt here is fenced out
+            self._lose(old, StaleLease(f"task {id!r} was claimed again as attempt {claim.attempt}"))
+        self._active[entry] = None
+        try:
+            with entry.scope:
+                try:
+                    started = trio.current_time()
+                    reply = reply_of(await session.call(TASK_EVENT, claim.task), id)
+                except NOT_RUN as exc:
+                    log.info("worker %s: task %s was not run: %s", self.name, id, exc)
+                    await self._release(entry)
+                    return False
+                except Exception as exc:
+                    answered()
+                    await self._fail(entry, exc)
+                else:
+                    answered()
+                    self._timed_run(trio.current_time() - started)
+                    await self._complete(entry, reply)
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
+                await self._release(entry)
+            raise
+        finally:
+            del self._active[entry]
+        return True
+
+    async def _complete(self, entry: _Active, reply: Reply) -> None:
+        entry.finishing = True
+        try:
+            await self.store.complete(entry.claim, reply.body, no_send=reply.no_send)
+        except StaleLease as exc:
+            self._lose(entry, exc)
+            return
+        except InvalidTask as exc:  # the store refused the reply (too large, not Unicode)
+            await self._fail(entry, exc)
+            return
+        entry.settled = True
+        self.completed += 1
+        if self.after_complete is not None:
+            try:
+                await self.after_complete(entry.claim.task)
+            except Exception:
+                log.exception(
+                    "worker %s: after_complete failed for task %s", self.name, entry.claim.task.id
+                )
+
+    async def _fail(self, entry: _Active, exc: Exception) -> None:
+        reason = failure_reason(exc)
+        entry.finishing = True
+        try:
+            state = await self.store.fail(entry.claim, reason)
+        except StaleLease as stale:
+            self._lose(entry, stale)
+            return
+        entry.settled = True
+        self.failed += 1
+        if state is CustodyState.DEAD and self.wakeups is not None:
+            self.wakeups.tasks_dead()
+        level = logging.ERROR if state is CustodyState.DEAD else logging.WARNING
+        log.log(
+            level,
+            "worker %s: task %s attempt %d failed (%s); now %s",
+            self.name,
+            entry.claim.task.id,
+            entry.claim.attempt,
+            reason,
+            state.value,
+            exc_info=exc,
+        )
+
+    async def _release(self, entry: _Active) -> None:
+        if entry.lost or entry.settled:
+            return
+        entry.finishing = True
+        try:
+            await self.store.release(entry.claim)
+        except StaleLease as exc:
+            self._lose(entry, exc)
+            return
+        entry.settled = True
+        self.released += 1
+        log.info("worker %s: released task %s unfinished", self.name, entry.claim.task.id)
+
+    def _lose(self, entry: _Active, exc: StaleLease) -> None:
+        if not entry.lost:
+            entry.lost = True
+            self.lost += 1
+            log.warning("worker %s: lost task %s: %s", self.name, entry.claim.task.id, exc)
+        entry.scope.cancel()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await trio.sleep(self._interval)
+            async with trio.open_nursery() as nursery:  # one writer batch
+                nursery.start_soon(self._beat)
+                for entry in list(self._active):
+                    nursery.start_soon(self._renew, entry)
+
+    async def _beat(self) -> None:
+        capacity = 0 if self._stopping else self.asked_capacity
+        members = await self.store.beat(self.name, "worker", capacity)
+        leaderless = live_lead(members, self.now(), self.lead_dead_after, self.max_skew) is None
+        if leaderless != self.leaderless:
+            log.info(
+                "worker %s: %s",
+                self.name,
+                "no live lead; claiming pending tasks directly" if leaderless else "lead is back",
+            )
+        self.leaderless = leaderless
+        if self.wakeups is not None:
+            self.wakeups.set_leaderless(self.name, leaderless and not self._stopping)
+        if leaderless and not self._stopping:
+            await self._return_dead_assignments(members)
+
+    async def _return_dead_assignments(self, members: Sequence[WorkerInfo]) -> None:
+        now = self.now()
+        alive = {m.name for m in members if is_alive(m, now, self.lead_dead_after, self.max_skew)}
+        view = await self.store.pool_view(pending_limit=1)
+        for owner in sorted({a.worker for a in view.assigned} - alive - {self.name}):
+            returned = await self.store.return_assignments(owner)
+            if returned:
+                log.warning(
+                    "worker %s (no live lead): returned %d assignment(s) of dead worker %s "
+                    "to pending",
+                    self.name,
+                    len(returned),
+                    owner,
+                )
+
+    async def _renew(self, entry: _Active) -> None:
+        if entry.lost or entry.finishing:
+            return
+        try:
+            entry.claim = await self.store.renew(entry.claim)
+        except StaleLease as exc:
+            if not entry.finishing:  # else the run stored its outcome while this was queued
+                self._lose(entry, exc)

@@ -1,0 +1,222 @@
+"""``tether bridge run`` and ``tether store status``: the bridge from the command line.
+
+Heavy imports (trio, the store, the service) happen only when a command runs, so ``--help``
+stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._config import SETTINGS, BridgeConfig, env_name
+
+EXIT_AUTH = 3
+
+
+def _flag(setting: str) -> str:
+    return "--" + setting.replace("_", "-")
+
+
+_HELP: dict[str, tuple[str, type[Any]]] = {
+    "gateway": (f"gateway base URL (default: {BridgeConfig.gateway})", str),
+    "token_file": (
+        "file holding the gateway's bearer token (default: tether-data/gateway/token)",
+        Path,
+    ),
+    "store": (
+        "custody store: a SQLite file or a postgresql:// URL "
+        "(default: tether-data/bridge/custody.db, directory created 0700)",
+        str,
+    ),
+    "store_password_file": (
+        "PostgreSQL password, one line in a 0600 file (else PGPASSWORD or ~/.pgpass; never "
+        "in the URL)",
+        Path,
+    ),
+    "store_schema": ("PostgreSQL schema holding the custody tables (default: tether)", str),
+    "agent": (f"agent factory as module:factory (default: {BridgeConfig.agent})", str),
+    "workers": ("number of pool workers (default: 4)", int),
+    "concurrency": ("tasks each worker runs at once (default: 4)", int),
+    "capacity": (
+        "tasks each worker asks the lead for, running + assigned and waiting; at least "
+        "--concurrency. More keeps workers busy (throughput); equal to --concurrency suits "
+        "slow agents: no task waits behind a busy worker while another idles "
+        "(default: adaptive, 4 x concurrency while runs are quick, down to concurrency + 1 "
+        "as they take seconds)",
+        int,
+    ),
+    "client_name": ("name this bridge gives the gateway (default: tether-bridge)", str),
+    "poll_wait": ("long-poll wait in seconds (default: 30)", float),
+    "lease_s": ("a worker's lease on a task, renewed by its heartbeat (default: 60)", float),
+    "max_attempts": ("attempts before a task is dead-lettered (default: 5)", int),
+    "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
+    "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
+    "lead": (
+        "run a pool lead (true: room affinity, balanced assignment; false: workers claim "
+        "pending tasks directly) (default: true)",
+        str,
+    ),
+    "sweep_interval": ("seconds between the pool lead's assignment sweeps (default: 0.05)", float),
+    "poll_interval": ("seconds an idle worker waits between claims (default: 0.05)", float),
+    "stall_after": ("seconds in custody before a stall notice (default: 300)", float),
+    "retention": ("seconds delivered tasks are kept, then pruned (default: 604800)", float),
+    "tombstone_retention": (
+        "seconds a pruned delivered id still counts as a replay (default: 2592000)",
+        float,
+    ),
+    "grace": ("seconds a stopping bridge waits for workers to finish (default: 10)", float),
+    "status_file": ("write the gateway connection status (JSON) here", Path),
+    "synchronous": ("SQLite durability: FULL, NORMAL or EXTRA (default: FULL)", str),
+    "log_level": ("DEBUG, INFO, WARNING or ERROR (default: INFO)", str),
+    "log_format": ("text, or json for one JSON object per line (default: text)", str),
+    "admin_port": (
+        "serve the admin endpoint (/healthz, /metrics, /tasks, /status) on this port; "
+        "0 picks a free one (default: off)",
+        int,
+    ),
+    "admin_host": ("address the admin endpoint binds (default: 127.0.0.1)", str),
+    "admin_token_file": (
+        "bearer token of the admin endpoint, created 0600 if missing "
+        "(default: tether-data/bridge/admin-token)",
+        Path,
+    ),
+    "health_window": (
+        "/healthz fails when the gateway has not answered for this many seconds (default: 120)",
+        float,
+    ),
+}
+assert set(_HELP) == set(SETTINGS)
+
+CONFIG_HELP = f"""configuration (later sources win):
+  defaults < TOML file (--config or $TETHER_CONFIG, a [bridge] table with the
+  settings' names, e.g. workers = 8) < environment ({env_name("workers")}, ...) < flags
+"""
+
+
+def add_bridge_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
+) -> None:
+    bridge = sub.add_parser(
+        "bridge",
+        help="the bridge: gateway -> custody store -> agent workers -> gateway",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = bridge.add_subparsers(dest="bridge_command", required=True, metavar="ACTION")
+    run = actions.add_parser(
+        "run",
+        help="run a bridge until SIGINT/SIGTERM",
+        description=(
+            "Run the bridge: poll the gateway, keep every task in the custody store until its "
+            "reply is delivered, run the agent in a pool of workers. SIGINT/SIGTERM stop it "
+            "gracefully (workers finish or hand back their tasks; nothing is lost)."
+        ),
+        epilog=CONFIG_HELP + "\n" + epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--config", type=Path, default=None, help="a TOML config file")
+    for setting, (text, kind) in _HELP.items():
+        run.add_argument(_flag(setting), dest=setting, type=kind, default=None, help=text)
+
+    store = sub.add_parser(
+        "store",
+        help="inspect the custody store",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    store_actions = store.add_subparsers(dest="store_command", required=True, metavar="ACTION")
+    status = store_actions.add_parser(
+        "status",
+        help="counts per custody state, oldest in flight, dead letters with reasons",
+        epilog=CONFIG_HELP + "\n" + epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    status.add_argument("--config", type=Path, default=None, help="a TOML config file")
+    status.add_argument("--store", default=None, help=_HELP["store"][0])
+    for setting in ("store_password_file", "store_schema"):
+        text, kind = _HELP[setting]
+        status.add_argument(_flag(setting), type=kind, default=None, help=text)
+    status.add_argument("--limit", type=int, default=10, help="rows per list (default: 10)")
+    status.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def _flags(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
+
+
+def run_store(args: argparse.Namespace) -> int:
+    import trio
+
+    from ..stores._open import open_store
+    from ._config import ConfigError, load_config
+    from ._store_status import render_status, store_status
+
+    config = load_config(
+        file=args.config, flags=_flags(args, ("store", "store_password_file", "store_schema"))
+    )
+    if args.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {args.limit}")
+
+    async def status() -> int:
+        store = await open_store(
+            config.store,
+            must_exist=True,
+            password_file=config.store_password_file,
+            schema=config.store_schema,
+        )
+        try:
+            snapshot = await store_status(store, limit=args.limit)
+        finally:
+            await store.aclose()
+        if args.json:
+            print(json.dumps(snapshot.to_document(), indent=2))
+        else:
+            print(render_status(snapshot, config.store))
+        return 0
+
+    return trio.run(status)
+
+
+def run_bridge(args: argparse.Namespace) -> int:
+    import trio
+
+    from ..._logging import configure_logging
+    from ..._token_file import ensure_token_file
+    from ._config import load_config, prepare_data_dir
+
+    config = load_config(file=args.config, flags=_flags(args, SETTINGS))
+    from ..pool._agent import AgentLoadError, load_agent
+    from ._config import ConfigError
+    from ._service import BridgeService  # after the config: a typo is reported at once
+
+    try:
+        factory = load_agent(config.agent)
+    except AgentLoadError as exc:
+        raise ConfigError(str(exc)) from None
+
+    configure_logging(config.log_level, config.log_format)
+    prepare_data_dir(config)
+    if config.admin_port is not None and ensure_token_file(config.admin_token_file):
+        print(f"tether: created admin token file {config.admin_token_file}", file=sys.stderr)
+    print(
+        f"tether bridge: {config.gateway} -> {config.store}, agent {config.agent}, "
+        f"{config.workers} worker(s); Ctrl+C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    def admin_ready(port: int) -> None:
+        host = f"[{config.admin_host}]" if ":" in config.admin_host else config.admin_host
+        print(
+            f"tether bridge: admin endpoint http://{host}:{port} "
+            f"(token in {config.admin_token_file})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    trio.run(BridgeService(config, factory=factory, admin_ready=admin_ready).run_until_signal)
+    return 0

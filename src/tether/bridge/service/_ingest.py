@@ -1,0 +1,216 @@
+"""Ingest: the bridge loop's inbound half. Poll the gateway, commit, and only then ack.
+
+The ack tells the gateway "this task is durably ours; stop redelivering it", so it is sent
+only after the store's commit returned. A round whose commit fails acks nothing: the gateway
+redelivers every task of it when its lease runs out, and ingest is idempotent, so the retry
+is safe. A task the store refuses (too large, a bad room...) is rejected on its own, logged
+and reported to the gateway with the reason, and the rest of the round lands.
+
+When ``run`` ends (a soft stop cancels it, a crash, a hard cancel), its poll may have been
+answered by a gateway that leased tasks into a response nobody will read, and an ack may have
+been cut short. So, after the loop (and the acks in hand) ended, it asks the gateway to queue
+again every task still leased to this client (``GatewayClient.release_leases``, bounded to
+a couple of seconds, shielded): those tasks go to the next poll now rather than after the
+gateway's lease. Nothing acked is touched, and a released task that was already committed
+here comes back as a replay, which ingest absorbs.
+
+A commit that stored new tasks rings ``wakeups.tasks_pending()`` (``PoolWakeups``), so the
+lead assigns them now instead of at its next sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+import attrs
+import trio
+
+from ..custody._rules import InvalidTask, Task
+from ..custody._store import IngestStore
+from ..pool._wakeup import PoolWakeups
+from ..wire._backoff import Backoff
+from ..wire._client import GatewayClient, GatewayError, GatewayRequestError
+from ..wire._messages import GatewayTask
+
+log = logging.getLogger("tether.bridge.ingest")
+
+
+@attrs.frozen
+class IngestRound:
+    """What one poll → commit → ack round did."""
+
+    polled: int
+    ingested: tuple[str, ...] = ()
+    replays: tuple[str, ...] = ()
+    rejected: tuple[tuple[str, str], ...] = ()
+    """``(id, reason)`` for each task the store refused."""
+
+    @property
+    def acked(self) -> int:
+        return len(self.ingested) + len(self.replays)
+
+
+@attrs.define
+class IngestStats:
+    rounds: int = 0
+    polled: int = 0
+    ingested: int = 0
+    replays: int = 0
+    rejected: int = 0
+    failed_commits: int = 0
+    released: int = 0
+    """Unacked leases handed back to the gateway when ``run`` ended."""
+
+
+class IngestCommitFailed(Exception):
+    """The store could not commit a round; none of its tasks was acked."""
+
+
+def to_custody_task(task: GatewayTask) -> Task:
+    """The custody record of a polled task (raises ``InvalidTask`` naming what is wrong).
+
+    The sender and the gateway's hand-out count travel as headers, so an agent can see them.
+    """
+    return Task(
+        id=task.id,
+        body=task.body,
+        room=task.room,
+        headers={"sender": task.sender, "delivery": str(task.delivery)},
+    )
+
+
+@attrs.define(eq=False)
+class Ingest:
+    """Moves tasks from the gateway into the store. ``run()`` is the supervised service."""
+
+    store: IngestStore
+    gateway: GatewayClient
+    poll_wait: float = 30.0
+    ack_concurrency: int = 16
+    retry: Backoff = attrs.field(factory=lambda: Backoff(0.5, 30.0))
+    wakeups: PoolWakeups | None = None
+    release_on_exit: bool = True
+    """Give this client's unacked leases back to the gateway when ``run`` ends."""
+    stats: IngestStats = attrs.field(factory=IngestStats, init=False)
+
+    async def run_once(self, wait: float | None = None) -> IngestRound:
+        """One long poll, one commit, then the acks. Raises ``IngestCommitFailed``."""
+        polled = await self.gateway.poll_tasks(self.poll_wait if wait is None else wait)
+        self.stats.rounds += 1
+        self.stats.polled += len(polled)
+        if not polled:
+            return IngestRound(polled=0)
+        good: list[Task] = []
+        rejected: list[tuple[str, str]] = []
+        for raw in polled:
+            try:
+                good.append(to_custody_task(raw))
+            except (InvalidTask, ValueError) as exc:
+                rejected.append((raw.id, str(exc)))
+        landed, more_rejected = await self._commit(good)
+        rejected.extend(more_rejected)
+        new = tuple(task.id for task, fresh in landed if fresh)
+        if new and self.wakeups is not None:
+            self.wakeups.tasks_pending()
+        replays = tuple(task.id for task, fresh in landed if not fresh)
+        async with trio.open_nursery() as nursery:
+            limiter = trio.CapacityLimiter(self.ack_concurrency)
+            if landed:
+                nursery.start_soon(self._ack, [task.id for task, _ in landed])
+            for task_id, reason in rejected:
+                nursery.start_soon(self._reject, task_id, reason, limiter)
+        self.stats.ingested += len(new)
+        self.stats.replays += len(replays)
+        self.stats.rejected += len(rejected)
+        if replays:
+            log.info("%d replayed task(s) were already in the store; acked again", len(replays))
+        return IngestRound(
+            polled=len(polled), ingested=new, replays=replays, rejected=tuple(rejected)
+        )
+
+    async def _commit(
+        self, tasks: Sequence[Task]
+    ) -> tuple[list[tuple[Task, bool]], list[tuple[str, str]]]:
+        """Commit ``tasks`` in one transaction; if the store refuses one, find which, alone."""
+        if not tasks:
+            return [], []
+        try:
+            try:
+                fresh = await self.store.ingest_many(tasks)
+                return list(zip(tasks, fresh, strict=True)), []
+            except InvalidTask:
+                pass
+            # one of them broke a store rule (size limit...): commit them one by one so the
+            # others land and only the bad ones are refused
+            landed: list[tuple[Task, bool]] = []
+            rejected: list[tuple[str, str]] = []
+            for task in tasks:
+                try:
+                    [new] = await self.store.ingest_many([task])
+                except InvalidTask as exc:
+                    rejected.append((task.id, str(exc)))
+                else:
+                    landed.append((task, new))
+        except (trio.Cancelled, trio.ClosedResourceError):
+            raise
+        except Exception as exc:
+            self.stats.failed_commits += 1
+            raise IngestCommitFailed(
+                f"the store could not commit {len(tasks)} task(s); none acked, the gateway "
+                f"will redeliver them: {type(exc).__name__}: {exc}"
+            ) from exc
+        return landed, rejected
+
+    async def _ack(self, task_ids: list[str]) -> None:
+        for refusal in await self.gateway.ack_many(task_ids):
+            # the task is safe in the store either way; the gateway may redeliver it, and the
+            # replay is a no-op here
+            log.warning("%s", refusal)
+
+    async def _reject(self, task_id: str, reason: str, limiter: trio.CapacityLimiter) -> None:
+        log.warning("rejected task %s: %s", task_id, reason)
+        async with limiter:
+            try:
+                await self.gateway.reject(task_id, reason)
+            except GatewayRequestError as exc:
+                log.warning("the gateway refused the rejection of %s: %s", task_id, exc)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Poll → commit → ack until cancelled. A failed commit is logged and retried after a
+        backoff (the gateway redelivers); an auth refusal or a closed store ends the loop."""
+        if not (self.poll_wait >= 0 and math.isfinite(self.poll_wait)):
+            raise ValueError(f"poll_wait must be a number of seconds >= 0, got {self.poll_wait}")
+        task_status.started()
+        try:
+            while True:
+                try:
+                    await self.run_once()
+                except IngestCommitFailed as exc:
+                    delay = self.retry.next_delay()
+                    log.error("%s; retrying in %.1f s", exc, delay)  # noqa: TRY400 (one line)
+                    await trio.sleep(delay)
+                else:
+                    self.retry.reset()
+        finally:
+            if self.release_on_exit:
+                with trio.CancelScope(shield=True):  # bounded by the client's release_timeout
+                    await self.release_leases()
+
+    async def release_leases(self) -> int | None:
+        """Ask the gateway to queue again what it leased to this client and got no ack for.
+
+        Call it only once polling stopped (``run`` does, on its way out). Never raises: a
+        gateway without the endpoint, or one that does not answer within the client's
+        ``release_timeout``, leaves those tasks to come back when their lease runs out.
+        """
+        try:
+            released = await self.gateway.release_leases()
+        except GatewayError as exc:
+            log.warning("could not give unacked leases back (they return after the lease): %s", exc)
+            return None
+        if released:
+            self.stats.released += released
+            log.info("gave %d unacked lease(s) back to the gateway", released)
+        return released

@@ -1,0 +1,544 @@
+"""``BridgeService``: the whole bridge as supervised children of one supervisor.
+
+Start order (a soft stop runs in reverse): reconciler, delivery, dead notices, retention,
+pool lead, gateway heartbeat, workers, stall notices, and last the gateway loop (ingest). So a
+stopping bridge first stops taking new tasks, then lets its workers finish or hand back what
+they hold (within ``grace``), then delivers the replies they produced, and the reconciler goes
+last. Nothing in custody is lost either way: what is not delivered before the stop is delivered
+by the next run.
+
+The strategy is ``one_for_one``: a crashed worker or a failed delivery loop is restarted on
+its own. An auth refusal by the gateway is fatal for the whole bridge (every loop would hit it):
+the service stops and ``run`` raises the :class:`GatewayAuthError`.
+
+Two ways to stop it in-process. Cancelling the scope around ``run`` (or a supervisor's soft
+stop) is the graceful stop above, bounded by ``stop_grace``: tether's supervisor shields its
+shutdown, so a cancellation cannot cut it short. ``BridgeService.abort()`` is the abrupt one:
+every child is cancelled at once, as if the process had crashed, and ``run`` returns.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ... import (
+    ChildSpec,
+    Supervisor,
+    current_runtime,
+    open_runtime,
+    open_supervisor,
+    wait_stop_requested,
+)
+from ..._util import open_nursery_unwrapped
+from ..custody._reconcile import Reconciler
+from ..custody._rules import IN_CUSTODY, Task
+from ..custody._store import Store
+from ..pool._agent import AgentFactory, load_agent
+from ..pool._lead import PoolLead
+from ..pool._stall import StallWatcher
+from ..pool._wakeup import PoolWakeups
+from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
+from ..stores._open import open_store
+from ..wire._client import (
+    GatewayAuthError,
+    GatewayClient,
+    GatewayProtocolError,
+    GatewayRequestError,
+    GatewayUnavailable,
+)
+from ._config import BridgeConfig
+from ._dead_notices import DeadNotices
+from ._delivery import Delivery, delivery_holder
+from ._ingest import Ingest
+
+if TYPE_CHECKING:
+    from ...observe import CounterSource
+
+log = logging.getLogger("tether.bridge")
+
+ServiceRun = Callable[..., Awaitable[None]]
+
+
+def pool_stem(client_name: str) -> str:
+    """The prefix of this bridge's pool names (its gateway client name, made a valid worker
+    name), so bridges sharing one store never share a worker name."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", client_name)[:56] or "bridge"
+
+
+def worker_names(client_name: str, count: int) -> list[str]:
+    stem = pool_stem(client_name)
+    return [f"{stem}-w{i}" for i in range(1, count + 1)]
+
+
+@attrs.define(eq=False)
+class BridgeService:
+    """One bridge. ``await nursery.start(service.run)`` (ready once every child is), or
+    ``await service.run_until_signal()`` for a process of its own.
+
+    ``store`` and ``factory`` may be given (tests, the demo); otherwise they come from
+    ``config.store`` and ``config.agent``. ``gateway_options`` go to :class:`GatewayClient`.
+
+    Stopping it in-process:
+
+    - **Graceful** (a deploy, Ctrl-C): cancel the scope around ``run``, or let the supervisor
+      whose child it is stop it. Ingest stops first, workers finish their runs within
+      ``config.grace`` or hand their claims back, delivery posts what they produced. The
+      supervisor shields this shutdown, so cancelling takes up to ``stop_grace`` seconds.
+    - **Abrupt**: ``abort(reason)``. Every child is cancelled now, with no soft stop and no
+      grace: agent runs are cut off mid-call, replies not yet posted stay in the store. For
+      custody it is a crash (nothing is lost: the next run on the same store delivers every
+      task), for Trio an orderly exit (no task of the bridge outlives ``run``). Cancelled
+      workers still hand their claims back in a shielded step (one quick store write each),
+      so the tasks are pending again at once, with no attempt burnt, rather than waiting out
+      their leases. ``run`` then returns normally; as a supervised child, give it
+      ``restart="temporary"`` or ``"transient"`` so the supervisor does not start it again.
+    """
+
+    config: BridgeConfig
+    store: Store | None = None
+    factory: AgentFactory | None = None
+    gateway_options: dict[str, Any] = attrs.field(factory=dict)
+    admin_ready: Callable[[int], None] | None = None
+    """Called with the admin endpoint's bound port once it serves (``config.admin_port``)."""
+    freeze_gc: bool = True
+    """Once every child runs, move the objects alive then out of the cyclic garbage
+    collector's way (``gc.freeze()``), if nothing in the process is frozen yet: the start-up
+    heap (modules, clients, services) lives as long as the bridge, and otherwise each full
+    collection walks all of it again (~30 ms here, about once per few thousand messages). Only
+    the first start freezes, so a restarted bridge never freezes the garbage of a run before.
+    ``False`` when embedding the bridge in a process whose garbage from before the start must
+    still be collected."""
+    admin_port: int | None = attrs.field(default=None, init=False)
+    ingest: Ingest | None = attrs.field(default=None, init=False)
+    delivery: Delivery | None = attrs.field(default=None, init=False)
+    dead_notices: DeadNotices | None = attrs.field(default=None, init=False)
+    gateway: GatewayClient | None = attrs.field(default=None, init=False)
+    fatal: BaseException | None = attrs.field(default=None, init=False)
+    running: bool = attrs.field(default=False, init=False)
+    """True once every child started (``run`` reported ready)."""
+    wakeups: PoolWakeups = attrs.field(factory=PoolWakeups, init=False)
+    """Ingest, the lead and the workers ring each other through it (in this process)."""
+    aborted: str | None = attrs.field(default=None, init=False)
+    """The reason given to :meth:`abort`, once it was called."""
+    _failed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _supervisor: Supervisor | None = attrs.field(default=None, init=False)
+    _body: trio.CancelScope | None = attrs.field(default=None, init=False)
+
+    @property
+    def worker_grace(self) -> float:
+        """A worker's shutdown grace: its runs' grace, then time to give its claims back."""
+        return self.config.grace + RELEASE_TIMEOUT + 1.0
+
+    @property
+    def stop_grace(self) -> float:
+        """How long the whole bridge may take to stop softly (every stage's grace, summed)."""
+        return 2 * self.config.grace + RELEASE_TIMEOUT + 15.0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the bridge until cancelled, asked to stop (as a supervised child), aborted, or
+        fatal. Returns normally after a graceful stop or :meth:`abort`."""
+        if self.aborted is not None:
+            log.warning("bridge: not started, the service was aborted (%s)", self.aborted)
+            return
+        config = self.config
+        factory = self.factory if self.factory is not None else load_agent(config.agent)
+        try:
+            async with AsyncExitStack() as stack:
+                store = self.store
+                if store is None:
+                    store = await open_store(
+                        config.store,
+                        lease_s=config.lease_s,
+                        max_attempts=config.max_attempts,
+                        synchronous=config.synchronous,  # type: ignore[arg-type]
+                        password_file=config.store_password_file,
+                        schema=config.store_schema,
+                    )
+                    stack.push_async_callback(store.aclose)
+                options: dict[str, Any] = {
+                    "client_name": config.client_name,
+                    "status_file": config.status_file,
+                    "poll_wait": config.poll_wait,
+                }
+                options.update(self.gateway_options)
+                gateway = await stack.enter_async_context(
+                    GatewayClient(config.gateway, config.token_file, **options)
+                )
+                self.gateway = gateway
+                self.ingest = Ingest(
+                    store, gateway, poll_wait=config.poll_wait, wakeups=self.wakeups
+                )
+                self.delivery = Delivery(
+                    store,
+                    gateway,
+                    on_dead=self.wakeups.tasks_dead,
+                    holder=delivery_holder(pool_stem(config.client_name)),
+                )
+                self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
+                supervisor = await stack.enter_async_context(
+                    open_supervisor(
+                        name="bridge", strategy="one_for_one", max_restarts=10, period=30
+                    )
+                )
+                self._supervisor = supervisor
+                with trio.CancelScope() as self._body:
+                    if self.aborted is not None:  # abort() came while the store opened
+                        self._cut()
+                    await self._start_children(supervisor, store, gateway, factory)
+                    if self.freeze_gc and gc.get_freeze_count() == 0:
+                        gc.freeze()  # once a process: a restart must not freeze a run's garbage
+                    self.running = True
+                    task_status.started()
+                    await self._until_stop_or_failure()
+        finally:
+            # kept until the supervisor closed: an abort also cuts a graceful stop short
+            self._supervisor = self._body = None
+        if self.fatal is not None:
+            raise self.fatal
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Stop the bridge now, as a crash would (see the class docstring); ``run`` returns.
+
+        Safe to call from any task of the run's thread, at any time and more than once (the
+        first reason is kept), also during a graceful stop, which it cuts short. An aborted
+        service stays aborted: a ``run`` that was starting stops as soon as it can (without
+        reporting ready), a later ``run`` returns at once. Build a new ``BridgeService`` to
+        run the bridge again.
+        """
+        if self.aborted is not None:
+            return
+        self.aborted = reason
+        log.warning("bridge: aborting (%s)", reason)
+        self._cut()
+
+    def _cut(self) -> None:
+        reason = self.aborted
+        assert reason is not None
+        if self._supervisor is not None:
+            self._supervisor.abort(reason)
+        if self._body is not None:
+            self._body.cancel(reason=f"bridge aborted: {reason}")
+
+    async def _start_children(
+        self, supervisor: Supervisor, store: Store, gateway: GatewayClient, factory: AgentFactory
+    ) -> None:
+        config = self.config
+        if config.admin_port is not None:
+            await self._start_admin(supervisor, store, gateway)
+        for spec in self._children(store, gateway, factory):
+            await supervisor.start_child(spec)
+        log.info(
+            "bridge running: %s -> %s, %d worker(s)",
+            config.gateway,
+            config.store,
+            config.workers,
+        )
+
+    async def _until_stop_or_failure(self) -> None:
+        async with open_nursery_unwrapped() as nursery:
+
+            async def until_stop() -> None:
+                await wait_stop_requested()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_stop)
+            await self._failed.wait()
+            nursery.cancel_scope.cancel()
+
+    async def run_until_signal(self) -> None:
+        """The bridge as a process: SIGINT/SIGTERM stop it gracefully, then this returns."""
+        done = trio.Event()
+        error: list[BaseException] = []
+
+        async def bridge(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await self.run(task_status=task_status)
+            except Exception as exc:
+                if not self.running:
+                    raise  # a start-up failure: start_child raises it below
+                error.append(exc)
+            finally:
+                done.set()
+
+        async with open_runtime(grace=self.config.grace) as runtime:
+            await runtime.supervisor.start_child(
+                ChildSpec("bridge", bridge, restart="temporary", shutdown_grace=self.stop_grace)
+            )
+            await done.wait()
+        if error:
+            raise error[0]
+
+    # -- the children ----------------------------------------------------------------------
+
+    async def _start_admin(
+        self, supervisor: Supervisor, store: Store, gateway: GatewayClient
+    ) -> None:
+        """The admin endpoint, first child of the bridge's supervisor: up before the others
+        start (health shows them starting) and the last to stop (it shows the shutdown)."""
+        from ...observe import AdminSettings, Observed, admin_child  # hypercorn: only when used
+
+        runtime = current_runtime()
+        if runtime is None:
+            raise RuntimeError(
+                "the bridge's admin endpoint needs open_runtime() around BridgeService.run "
+                "(run_until_signal opens one)"
+            )
+        config = self.config
+        observed = Observed.of_runtime(
+            runtime,
+            store=store,
+            gateway=lambda: gateway.status,
+            gateway_window=config.health_window,
+            counters=self._counters(),
+        )
+        settings = AdminSettings(
+            token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0
+        )
+        self.admin_port = await supervisor.start_child(admin_child(observed, settings))
+        log.info("admin endpoint on %s:%d", config.admin_host, self.admin_port)
+        if self.admin_ready is not None:
+            self.admin_ready(self.admin_port)
+
+    def _counters(self) -> list[CounterSource]:
+        from ...observe import CounterSource
+
+        ingest, delivery, dead_notices = self.ingest, self.delivery, self.dead_notices
+        assert ingest is not None
+        assert delivery is not None
+        assert dead_notices is not None
+        return [
+            CounterSource(
+                "ingested",
+                "Tasks taken into custody from the gateway",
+                lambda: ingest.stats.ingested,
+            ),
+            CounterSource(
+                "ingest_replays",
+                "Polled tasks already in custody (acked again, nothing changed)",
+                lambda: ingest.stats.replays,
+            ),
+            CounterSource(
+                "ingest_rejected",
+                "Polled tasks the store refused (rejected to the gateway)",
+                lambda: ingest.stats.rejected,
+            ),
+            CounterSource(
+                "deliveries", "Replies the gateway confirmed", lambda: delivery.stats.delivered
+            ),
+            CounterSource(
+                "delivery_dead_letters",
+                "Replies dead-lettered because the gateway refused them",
+                lambda: delivery.stats.dead_lettered,
+            ),
+            CounterSource(
+                "dead_letters_reported",
+                "Dead-lettered tasks the gateway confirmed it was told about (closed, with reason)",
+                lambda: dead_notices.stats.reported,
+            ),
+            CounterSource(
+                "dead_letters_report_refused",
+                "Dead-lettered tasks the gateway refused to hear about (e.g. unknown to it)",
+                lambda: dead_notices.stats.refused,
+            ),
+        ]
+
+    def _children(
+        self, store: Store, gateway: GatewayClient, factory: AgentFactory
+    ) -> list[ChildSpec]:
+        config = self.config
+        assert self.ingest is not None
+        assert self.delivery is not None
+        assert self.dead_notices is not None
+        reconciler = Reconciler(store, on_dead=self.wakeups.tasks_dead)
+        stem = pool_stem(config.client_name)
+        workers = [
+            PoolWorker(
+                store,
+                name,
+                factory,
+                concurrency=config.concurrency,
+                capacity=config.capacity,
+                poll_interval=config.poll_interval,
+                stop_grace=config.grace,
+                wakeups=self.wakeups,
+                after_complete=self._result_stored,
+            )
+            for name in worker_names(config.client_name, config.workers)
+        ]
+        stall = StallWatcher(store, stall_after=config.stall_after, notify=self.notify_stall)
+        specs = [
+            self._spec(
+                "reconciler",
+                _until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
+            ),
+            self._spec("delivery", partial(self._deliver, self.delivery)),
+            self._spec("dead-notices", _until_stopped(self.dead_notices.run)),
+            self._spec("retention", _until_stopped(partial(self._prune, store))),
+            self._spec(
+                "heartbeat",
+                _until_stopped(partial(self._heartbeat, store, gateway)),
+                restart="transient",
+            ),
+            self._spec("workers", partial(self._run_workers, workers), grace=self.worker_grace),
+            self._spec("stall-notices", stall.run),
+            # on its way out ingest gives the gateway back what it leased and never acked
+            self._spec(
+                "ingest", _until_stopped(self.ingest.run), grace=2.0 + gateway.release_timeout
+            ),
+        ]
+        if config.lead:
+            # before the workers, so a soft stop ends it after them; it drops its beat then
+            lead = PoolLead(
+                store,
+                name=f"{stem}-lead",
+                sweep_interval=config.sweep_interval,
+                wakeups=self.wakeups,
+            )
+            specs.insert(4, self._spec("lead", lead.run))
+        return specs
+
+    async def _run_workers(
+        self,
+        workers: list[PoolWorker],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The workers under their own one_for_one supervisor; a soft stop reaches all of them
+        at once, so they finish (or give back) their tasks in parallel, not one after another."""
+        async with open_supervisor(
+            name="workers", strategy="one_for_one", max_restarts=10, period=30
+        ) as supervisor:
+            for worker in workers:
+                await supervisor.start_child(
+                    ChildSpec(
+                        worker.name,
+                        worker.run,
+                        # a worker returns only when stopped: restart it only if it crashed
+                        restart="transient",
+                        shutdown_grace=self.worker_grace,
+                    )
+                )
+            task_status.started()
+            await wait_stop_requested()
+            for worker in workers:
+                worker.request_stop()
+
+    def _spec(
+        self,
+        name: str,
+        run: ServiceRun,
+        *,
+        restart: Any = "permanent",
+        grace: float | None = None,
+    ) -> ChildSpec:
+        return ChildSpec(
+            name,
+            self._guarded,
+            run,
+            restart=restart,
+            shutdown_grace=self.config.grace if grace is None else grace,
+        )
+
+    async def _guarded(
+        self, run: ServiceRun, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run a child; a gateway auth refusal stops the whole bridge instead of a restart."""
+        try:
+            await run(task_status=task_status)
+        except* GatewayAuthError as group:
+            if self.fatal is None:
+                self.fatal = group.exceptions[0]
+            self._failed.set()
+            await wait_stop_requested()  # the bridge is stopping; this child goes with it
+
+    async def _deliver(
+        self, delivery: Delivery, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Deliver until asked to stop; then finish the batch in hand and deliver what the
+        stopping workers produced (bounded by the child's shutdown grace)."""
+        async with open_nursery_unwrapped() as nursery:
+
+            async def forward_stop() -> None:
+                await wait_stop_requested()
+                delivery.request_stop()
+
+            nursery.start_soon(forward_stop)
+            await delivery.run(task_status=task_status)
+            nursery.cancel_scope.cancel()
+
+    async def _heartbeat(
+        self,
+        store: Store,
+        gateway: GatewayClient,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Tell the gateway we live and how many tasks we hold; ends if it has no endpoint."""
+        task_status.started()
+        failing = False
+        while gateway.heartbeat_supported:
+            counts = await store.counts()
+            try:
+                await gateway.heartbeat(sum(counts[state] for state in IN_CUSTODY))
+            except (GatewayUnavailable, GatewayRequestError, GatewayProtocolError) as exc:
+                if not failing:
+                    log.warning("gateway heartbeat failed (will keep trying): %s", exc)
+                failing = True
+            else:
+                failing = False
+            await trio.sleep(self.config.heartbeat_interval)
+
+    async def _prune(
+        self, store: Store, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Delete delivered tasks older than ``retention``, a chunk at a time (dead ones stay).
+
+        Each pruned id leaves a tombstone so a late gateway replay is still a no-op; tombstones
+        go after ``tombstone_retention``.
+        """
+        task_status.started()
+        while True:
+            now = store.clock()
+            pruned = await store.prune_delivered(now - self.config.retention, limit=1000)
+            if pruned:
+                log.info("pruned %d delivered task(s) past the retention period", pruned)
+            forgotten = await store.prune_tombstones(
+                now - self.config.tombstone_retention, limit=1000
+            )
+            if forgotten:
+                log.info("forgot %d tombstone(s) past the tombstone retention", forgotten)
+            if pruned < 1000 and forgotten < 1000:
+                await trio.sleep(60.0)
+
+    async def _result_stored(self, task: Task) -> None:
+        """A worker stored a reply: delivery looks now rather than at its next idle tick."""
+        if self.delivery is not None:
+            self.delivery.nudge()
+
+    async def notify_stall(self, task_id: str, age_s: float) -> None:
+        """The pool's stall callback: tell the gateway (raises if it could not be sent)."""
+        log.warning("task %s has been in custody for %.0f s without a reply", task_id, age_s)
+        if self.gateway is not None:
+            await self.gateway.notice(task_id, age_s)
+
+
+def _until_stopped(run: ServiceRun) -> ServiceRun:
+    """Wrap a service that ignores soft stops: a stop request ends it cleanly."""
+
+    async def stoppable(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with open_nursery_unwrapped() as nursery:
+            await nursery.start(run)
+            task_status.started()
+            await wait_stop_requested()
+            nursery.cancel_scope.cancel()
+
+    return stoppable

@@ -1,0 +1,120 @@
+"""``tether store status``: what the custody store holds, for an operator at a terminal.
+
+Counts per custody state, the oldest tasks still in custody (with their age, owner and
+attempt), and the dead letters with their reasons (and how many the gateway has not yet been
+told about, so their users still wait): the things to look at when replies are late or missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from ..._converter import unstructure
+from ..custody._rules import IN_CUSTODY, CustodyState, TaskRecord
+from ..custody._store import InspectStore
+
+
+@attrs.frozen
+class StatusEntry:
+    id: str
+    state: CustodyState
+    age_s: float
+    """Seconds since the task was ingested (in flight) or since it went dead."""
+    attempt: int
+    owner: str | None
+    reason: str | None
+
+
+@attrs.frozen
+class StoreStatus:
+    counts: dict[str, int]
+    in_custody: int
+    oldest_in_flight: tuple[StatusEntry, ...]
+    dead_letters: tuple[StatusEntry, ...]
+    schema_version: int = 1
+    dead_unreported: int = 0
+    """Dead letters the gateway has not confirmed hearing about (their users were not told)."""
+
+    def to_document(self) -> dict[str, object]:
+        return unstructure(self)  # type: ignore[no-any-return]
+
+
+def _entry(record: TaskRecord, now: float, since: float) -> StatusEntry:
+    return StatusEntry(
+        id=record.task.id,
+        state=record.state,
+        age_s=round(max(0.0, now - since), 3),
+        attempt=record.attempt,
+        owner=record.owner,
+        reason=record.reason,
+    )
+
+
+async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
+    """A snapshot of ``store``: counts, the ``limit`` oldest in flight, the newest dead letters."""
+    now = store.clock()
+    counts = await store.counts()
+    oldest: list[TaskRecord] = []
+    for state in (
+        CustodyState.PENDING,
+        CustodyState.ASSIGNED,
+        CustodyState.CLAIMED,
+        CustodyState.RESULT,
+    ):
+        if counts[state]:
+            oldest.extend(await store.records(state, limit=limit))
+    oldest.sort(key=lambda r: r.created_at)
+    dead = await store.records(CustodyState.DEAD, limit=limit, newest_first=True)
+    unreported = await store.unreported_dead_count() if counts[CustodyState.DEAD] else 0
+    return StoreStatus(
+        counts={state.value: counts[state] for state in CustodyState},
+        in_custody=sum(counts[state] for state in IN_CUSTODY),
+        oldest_in_flight=tuple(_entry(r, now, r.created_at) for r in oldest[:limit]),
+        dead_letters=tuple(_entry(r, now, r.updated_at) for r in dead),
+        dead_unreported=unreported,
+    )
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def render_status(status: StoreStatus, where: str) -> str:
+    """The status as a few aligned lines of text."""
+    lines = [f"custody store {where}"]
+    for state, count in status.counts.items():
+        lines.append(f"  {state:<10} {count:>8}")
+    lines.append(f"  {'in custody':<10} {status.in_custody:>8}")
+    lines.append("oldest in flight:" if status.oldest_in_flight else "nothing in flight")
+    lines.extend(_rows(status.oldest_in_flight, dead=False))
+    if status.counts[CustodyState.DEAD.value]:
+        dead = status.counts[CustodyState.DEAD.value]
+        told = (
+            f"{status.dead_unreported} not yet reported to the gateway"
+            if status.dead_unreported
+            else "all reported to the gateway"
+        )
+        lines.append(f"dead letters: {dead} ({told}), newest first:")
+        lines.extend(_rows(status.dead_letters, dead=True))
+    else:
+        lines.append("no dead letters")
+    return "\n".join(lines)
+
+
+def _rows(entries: Sequence[StatusEntry], *, dead: bool) -> list[str]:
+    rows = []
+    for e in entries:
+        if dead:
+            rows.append(f"  {e.id}  {_age(e.age_s)} ago  attempt {e.attempt}: {e.reason}")
+        else:
+            owner = f" by {e.owner}" if e.owner else ""
+            rows.append(
+                f"  {e.id}  {e.state.value}{owner}  age {_age(e.age_s)}  attempt {e.attempt}"
+            )
+    return rows

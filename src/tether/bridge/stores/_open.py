@@ -1,0 +1,109 @@
+"""Pick the custody backend from one setting: a file path (SQLite) or a ``postgresql://`` URL.
+
+``tether bridge run --store PATH_OR_URL`` (or the config file's ``store``) goes through
+``open_store``. A PostgreSQL password never rides in the URL (it would show in ``ps``, shell
+history and config dumps): it comes from ``--store-password-file`` (a private file, like the
+bearer token) or libpq's own environment (``PGPASSWORD``, ``PGPASSFILE``, ``~/.pgpass``).
+Messages name the database with ``redact_dsn``, never the raw string.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..._config_error import ConfigError
+from ..._fs import read_private_file
+from ..custody._store import Store
+from .postgres._dsn import dsn_has_password, is_postgres_dsn, redact_dsn
+from .sqlite._store import Synchronous
+
+log = logging.getLogger("tether.bridge.store")
+
+
+class StoreConfigError(ConfigError):
+    """The store setting (path, URL, password file, schema) is unusable; says which and why.
+
+    A ``ConfigError``, so the CLI reports it in one line and exits 2 like any bad setting."""
+
+
+def read_password_file(path: Path) -> str:
+    """The password in ``path``: one line, the file private to its owner (0600)."""
+    data = read_private_file(path, "password file", StoreConfigError)
+    try:
+        raw = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StoreConfigError(f"password file {path} is not UTF-8 text") from None
+    password = raw.removesuffix("\n").removesuffix("\r")
+    if not password or "\n" in password or "\r" in password or "\0" in password:
+        raise StoreConfigError(f"password file {path} must hold one non-empty line")
+    return password
+
+
+async def open_store(
+    url_or_path: str | os.PathLike[str],
+    *,
+    password_file: Path | None = None,
+    schema: str = "tether",
+    clock: Callable[[], float] = time.time,
+    lease_s: float = 60.0,
+    max_attempts: int = 5,
+    must_exist: bool = False,
+    synchronous: Synchronous = "FULL",
+    **options: Any,
+) -> Store:
+    """Open the custody store ``url_or_path`` names: ``SqliteStore`` or ``PostgresStore``.
+
+    ``must_exist`` refuses to create a store (for tools that only inspect): a missing SQLite
+    file, or a PostgreSQL schema that was never created. ``synchronous`` applies to SQLite
+    only. Other ``options`` go to the backend's ``open`` (e.g. ``pool_size`` for PostgreSQL).
+    """
+    common: dict[str, Any] = {"clock": clock, "lease_s": lease_s, "max_attempts": max_attempts}
+    target = os.fspath(url_or_path)
+    if not target:
+        raise StoreConfigError("the store setting is empty: give a file path or postgresql:// URL")
+    if isinstance(url_or_path, str) and is_postgres_dsn(target):
+        shown = redact_dsn(target)
+        try:
+            from .postgres._schema import NoSuchStore
+            from .postgres._store import PostgresStore
+        except ImportError as exc:
+            raise StoreConfigError(
+                f"the store {shown} needs PostgreSQL support: install tether[postgres] ({exc})"
+            ) from None
+        if dsn_has_password(target):
+            raise StoreConfigError(
+                f"the store URL {shown} carries a password; remove it and use "
+                "--store-password-file (a 0600 file) or the PGPASSWORD environment variable"
+            )
+        password = None if password_file is None else read_password_file(password_file)
+        try:
+            store = await PostgresStore.open(
+                target, schema=schema, password=password, create=not must_exist, **common, **options
+            )
+        except (ValueError, NoSuchStore) as exc:
+            raise StoreConfigError(str(exc)) from None
+        log.info("custody store: PostgreSQL %s, schema %s", shown, schema)
+        return store
+    if password_file is not None:
+        raise StoreConfigError(
+            f"--store-password-file is for a postgresql:// store, but the store is a file: {target}"
+        )
+    if schema != "tether":
+        raise StoreConfigError("--store-schema is for a postgresql:// store")
+    from .sqlite._store import SqliteStore
+
+    path = trio.Path(target)
+    if await path.is_dir():
+        raise StoreConfigError(f"store {target} is a directory; give the path of a SQLite file")
+    if must_exist and not await path.is_file():
+        raise StoreConfigError(f"no custody store at {target} (is --store right?)")
+    sqlite = await SqliteStore.open(target, synchronous=synchronous, **common, **options)
+    log.info("custody store: SQLite %s", target)
+    return sqlite

@@ -1,0 +1,148 @@
+"""PostgreSQL schema, versioned in a ``schema_version`` table (one row per applied migration).
+
+``MIGRATIONS[n]`` takes a schema from version ``n`` to ``n + 1``; never edit a released one,
+append. The whole upgrade runs in one transaction (PostgreSQL's DDL is transactional) under an
+advisory lock named after the schema, so several bridges starting at once migrate exactly once
+and a crash mid-migration leaves the previous version intact. The layout follows the SQLite
+schema: the state CHECK lists the states literally, the same cross-column CHECKs, one partial
+index per queue a query walks. Bodies and results are ``bytea`` (UTF-8) because PostgreSQL
+``text`` cannot hold NUL and a chat message may.
+
+Every statement names its tables through ``{s}``, the quoted schema, so one database can hold
+several independent stores (and each test its own).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import psycopg
+
+from ..sqlite._schema import SchemaTooNew
+from ._dsn import SCHEMA_RULE as SCHEMA_RULE
+from ._dsn import check_schema as check_schema
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    # 0 -> 1: the tasks table
+    """
+    CREATE TABLE {s}.tasks (
+        seq         bigint GENERATED ALWAYS AS IDENTITY,
+        id          text PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 128),
+        body        bytea NOT NULL,
+        room        text,
+        priority    smallint NOT NULL CHECK (priority IN (0, 1, 2)),
+        headers     text NOT NULL,
+        state       text NOT NULL CHECK (state IN
+                        ('pending', 'assigned', 'claimed', 'result', 'delivered', 'dead')),
+        owner       text,
+        attempt     integer NOT NULL CHECK (attempt >= 1),
+        lease_until double precision,
+        result      bytea,
+        reason      text,
+        created_at  double precision NOT NULL,
+        updated_at  double precision NOT NULL,
+        CHECK (state NOT IN ('assigned', 'claimed', 'result') OR owner IS NOT NULL),
+        CHECK (state != 'pending' OR owner IS NULL),
+        CHECK ((state = 'claimed') = (lease_until IS NOT NULL)),
+        CHECK (state NOT IN ('result', 'delivered') OR result IS NOT NULL),
+        CHECK (state != 'dead' OR reason IS NOT NULL)
+    );
+    CREATE UNIQUE INDEX tasks_seq ON {s}.tasks (seq);
+    CREATE INDEX tasks_pending ON {s}.tasks (priority, seq) WHERE state = 'pending';
+    CREATE INDEX tasks_assigned ON {s}.tasks (owner, priority, seq) WHERE state = 'assigned';
+    CREATE INDEX tasks_leases ON {s}.tasks (lease_until) WHERE state = 'claimed';
+    CREATE INDEX tasks_results ON {s}.tasks (priority, seq) WHERE state = 'result';
+    CREATE INDEX tasks_delivered ON {s}.tasks (updated_at) WHERE state = 'delivered';
+    """,
+    # 1 -> 2: the worker pool (beats, room affinity, stall notices, replies that are not sent)
+    """
+    CREATE TABLE {s}.workers (
+        name        text PRIMARY KEY,
+        role        text NOT NULL CHECK (role IN ('lead', 'worker')),
+        capacity    integer NOT NULL CHECK (capacity >= 0),
+        last_beat   double precision NOT NULL,
+        started_at  double precision NOT NULL
+    );
+    CREATE TABLE {s}.rooms (
+        room        text PRIMARY KEY,
+        worker      text NOT NULL,
+        at          double precision NOT NULL
+    );
+    CREATE TABLE {s}.stall_notices (
+        id          text PRIMARY KEY,
+        notified_at double precision NOT NULL
+    );
+    ALTER TABLE {s}.tasks ADD COLUMN no_send boolean NOT NULL DEFAULT false;
+    CREATE INDEX tasks_claimed_age ON {s}.tasks (created_at) WHERE state = 'claimed';
+    """,
+    # 2 -> 3: ids of delivered tasks whose rows were pruned (a replay stays a replay)
+    """
+    CREATE TABLE {s}.tombstones (
+        id           text PRIMARY KEY,
+        delivered_at double precision NOT NULL
+    );
+    CREATE INDEX tombstones_age ON {s}.tombstones (delivered_at);
+    """,
+    # 3 -> 4: when the gateway confirmed it was told about a dead task (NULL: not yet); the
+    # partial index holds only the dead tasks still to report, so finding them stays cheap
+    """
+    ALTER TABLE {s}.tasks ADD COLUMN dead_reported_at double precision;
+    CREATE INDEX tasks_dead_unreported ON {s}.tasks (updated_at, seq)
+        WHERE state = 'dead' AND dead_reported_at IS NULL;
+    """,
+    # 4 -> 5: the delivery lease: which delivery loop is posting a result, until when (NULL:
+    # nobody). Not a custody state: the task stays 'result' while it is posted; every
+    # transition out of 'result' clears the lease
+    """
+    ALTER TABLE {s}.tasks
+        ADD COLUMN delivery_holder text,
+        ADD COLUMN delivery_until double precision,
+        ADD CONSTRAINT tasks_delivery_lease_whole
+            CHECK ((delivery_holder IS NULL) = (delivery_until IS NULL)),
+        ADD CONSTRAINT tasks_delivery_lease_on_results
+            CHECK (state = 'result' OR delivery_holder IS NULL);
+    """,
+)
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+class NoSuchStore(LookupError):
+    """The schema was never created and the caller asked not to create it."""
+
+
+def migrate(
+    conn: psycopg.Connection[tuple[object, ...]], schema: str, *, create: bool = True
+) -> int:
+    """Create ``schema`` if needed and bring it to ``SCHEMA_VERSION``; return the start version.
+
+    With ``create=False`` a schema without tether's tables raises ``NoSuchStore``.
+    """
+    s = f'"{check_schema(schema)}"'
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tether-schema:{schema}",))
+        exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+        if not create:
+            made = conn.execute(
+                "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'schema_version'",
+                (schema,),
+            ).fetchone()
+            if made is None:
+                raise NoSuchStore(f"no tether store in schema {schema!r} (is the schema right?)")
+        if exists is None:
+            conn.execute(f"CREATE SCHEMA {s}")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {s}.schema_version ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.schema_version").fetchone()
+        start = int(row[0]) if row is not None else 0  # type: ignore[call-overload]
+        if start > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"schema {schema!r} is at version {start}, newer than this tether supports "
+                f"({SCHEMA_VERSION}); upgrade tether"
+            )
+        for version in range(start, SCHEMA_VERSION):
+            conn.execute(MIGRATIONS[version].format(s=s).encode())
+            conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version + 1,))
+    return start

@@ -1,0 +1,1026 @@
+"""SqliteStore: the embedded custody store (one file, WAL, one writer thread, group commit).
+
+Every transition is a single ``UPDATE ... WHERE`` naming the state it expects (and for leases
+the owner, the attempt and a live ``lease_until``), so it either moves the task or changes
+nothing; the rowcount says which. Queries read the state set and the "in custody" predicate from
+``custody._rules``; the schema's CHECK constraint refuses any other state.
+
+Durability: by default every connection runs ``journal_mode=WAL`` and ``synchronous=FULL``, so
+SQLite fsyncs the WAL before a commit returns and a returned transition survives power loss or
+an OS crash (SQLite's guarantee for that pair; a test pins the settings, none can pull the
+plug). ``synchronous="NORMAL"`` still survives a *process* crash (the page cache outlives a
+SIGKILL), which is all ``tests/bridge/test_custody_crash.py`` can and does demonstrate, but may
+lose the last commits on power loss.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar
+
+import attrs
+
+from ...._converter import unstructure
+from ...._fs import create_private_file, ensure_private_dir, restrict_file
+from ...custody import _log as _clog
+from ...custody._rules import (
+    IN_CUSTODY,
+    MAX_BODY_BYTES,
+    PRIORITY_RANK,
+    Claim,
+    CustodyConflict,
+    CustodyState,
+    Result,
+    StaleLease,
+    Task,
+    TaskRecord,
+    UnknownTask,
+    check_body,
+    check_claim_limit,
+    check_delivery_lease,
+    check_task_id,
+    check_worker,
+)
+from ...custody._store import (
+    WORKER_ROLES,
+    Assignment,
+    Decide,
+    LeaseExpiry,
+    PoolView,
+    Queued,
+    StallCandidate,
+    WorkerInfo,
+    WorkerRole,
+)
+from ._schema import migrate
+from ._writer import SqliteWriter
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+T = TypeVar("T")
+
+_RANK_PRIORITY: Final = {rank: name for name, rank in PRIORITY_RANK.items()}
+_IN_CUSTODY_SQL: Final = ", ".join(f"'{s.value}'" for s in sorted(IN_CUSTODY))
+_TASK_COLS: Final = "id, body, room, priority, headers"
+_RECORD_COLS: Final = (
+    f"{_TASK_COLS}, state, owner, attempt, lease_until, result, reason, created_at, updated_at"
+)
+_FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND attempt = ? AND lease_until > ?"
+MAX_REASON_CHARS: Final = 4000
+
+
+@attrs.define(eq=False)
+class SqliteStore:
+    """Custody in one SQLite file. Open with ``await SqliteStore.open(path)``."""
+
+    path: Path
+    clock: Callable[[], float]
+    lease_s: float
+    max_attempts: int
+    max_body_bytes: int
+    _writer: SqliteWriter
+    _reader: SqliteWriter
+    """Reads run on their own connection and thread: in WAL mode they see every committed
+    change without waiting behind the writer's batch and its fsync (a lead's sweep or
+    delivery's look is then a read, not a wait for someone else's commit)."""
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        clock: Callable[[], float] = time.time,
+        lease_s: float = 60.0,
+        max_attempts: int = 5,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        synchronous: Synchronous = "FULL",
+        max_batch: int = 512,
+        busy_timeout_s: float = 10.0,
+    ) -> SqliteStore:
+        """Open (creating and migrating if needed) the store at ``path``.
+
+        The file is created 0600 before SQLite opens it (an existing looser one is tightened)
+        and every missing parent directory 0700 (``tether._fs``). ``synchronous="FULL"``
+        makes every commit survive power loss; ``"NORMAL"`` survives a process crash only.
+        ``max_batch`` caps how many transitions share one commit (1 = a commit each).
+        """
+        if not lease_s > 0:
+            raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
+        if not (isinstance(max_attempts, int) and max_attempts >= 1):
+            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if not (isinstance(max_body_bytes, int) and max_body_bytes >= 1):
+            raise ValueError(f"max_body_bytes must be an int >= 1, got {max_body_bytes!r}")
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA; got {synchronous!r}")
+        if not (isinstance(max_batch, int) and max_batch >= 1):
+            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        db = Path(path)
+        writer = SqliteWriter(
+            connect=lambda: _connect(db, synchronous, busy_timeout_s), max_batch=max_batch
+        )
+        await writer.start()  # creates and migrates the file
+        reader = SqliteWriter(
+            connect=lambda: _connect_reader(db, busy_timeout_s),
+            max_batch=max_batch,
+            name="tether-sqlite-reader",
+        )
+        try:
+            await reader.start()
+        except BaseException:
+            await writer.close()
+            raise
+        return cls(db, clock, float(lease_s), max_attempts, max_body_bytes, writer, reader)
+
+    @property
+    def commits(self) -> int:
+        """Durable commits so far (each may carry many transitions)."""
+        return self._writer.commits
+
+    async def aclose(self) -> None:
+        try:
+            await self._writer.close()
+        finally:
+            await self._reader.close()
+
+    async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run the read-only ``op`` in one read transaction (a consistent snapshot)."""
+        return await self._reader.run(op, readonly=True)
+
+    async def __aenter__(self) -> SqliteStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- ingest -------------------------------------------------------------------------------
+
+    async def ingest(self, task: Task) -> bool:
+        [new] = await self.ingest_many([task])
+        return new
+
+    async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
+        rows = [self._ingest_row(task) for task in tasks]  # all valid, or nothing is stored
+
+        def op(conn: sqlite3.Connection) -> list[bool]:
+            return [
+                conn.execute(
+                    f"INSERT INTO tasks ({_TASK_COLS}, state, attempt, created_at, updated_at) "
+                    "SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ? "
+                    "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
+                    "ON CONFLICT (id) DO NOTHING",
+                    (*row, row[0]),
+                ).rowcount
+                == 1
+                for row in rows
+            ]
+
+        new = await self._writer.run(op) if rows else []
+        _clog.ingested((row[0] for row in rows), new)
+        return new
+
+    def _ingest_row(self, task: Task) -> tuple[Any, ...]:
+        if not isinstance(task, Task):
+            raise TypeError(f"ingest takes a Task, got {type(task).__name__}")
+        check_body(task.body, self.max_body_bytes, what=f"body of task {task.id!r}")
+        headers = "{}"
+        if task.headers:
+            headers = json.dumps(unstructure(task.headers), separators=(",", ":"))
+            check_body(headers, self.max_body_bytes, what=f"headers of task {task.id!r}")
+        now = self.clock()
+        return (task.id, task.body, task.room, PRIORITY_RANK[task.priority], headers, now, now)
+
+    async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> int:
+            gone = conn.execute(
+                "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks "
+                "WHERE state = 'delivered' AND updated_at < ? LIMIT ?) RETURNING id, updated_at",
+                (before, limit),
+            ).fetchall()
+            conn.executemany(
+                "INSERT INTO tombstones (id, delivered_at) VALUES (?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET delivered_at = excluded.delivered_at",
+                gone,
+            )
+            return len(gone)
+
+        return await self._writer.run(op)
+
+    async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM tombstones WHERE id IN (SELECT id FROM tombstones "
+                "WHERE delivered_at < ? ORDER BY delivered_at LIMIT ?)",
+                (before, limit),
+            ).rowcount
+
+        count: int = await self._writer.run(op)
+        _clog.pruned(count, before)
+        return count
+
+    # -- lead ---------------------------------------------------------------------------------
+
+    async def assign(self, id: str, worker: str) -> None:
+        check_task_id(id)
+        check_worker(worker)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> None:
+            if not _assign(conn, id, worker, now):
+                rec = _require(conn, id)
+                raise CustodyConflict(
+                    f"cannot assign task {id!r} to {worker!r}: it is {rec.state.value}"
+                    f"{_owner_note(rec)}, not pending"
+                )
+
+        await self._writer.run(op)
+        _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
+
+    async def pending(self, *, limit: int = 100) -> Sequence[Task]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> list[Task]:
+            rows = conn.execute(
+                f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' "
+                "ORDER BY priority, rowid LIMIT ?",
+                (limit,),
+            )
+            return [_task(r) for r in rows]
+
+        return await self._read(op)
+
+    async def unassign(self, id: str, worker: str) -> bool:
+        check_task_id(id)
+        check_worker(worker)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'pending', owner = NULL, updated_at = ? "
+                "WHERE id = ? AND state = 'assigned' AND owner = ?",
+                (now, id, worker),
+            )
+            if cur.rowcount != 1:
+                _require(conn, id)
+                return False
+            return True
+
+        done: bool = await self._writer.run(op)
+        if done:
+            _clog.moved(id, CustodyState.ASSIGNED, CustodyState.PENDING, worker=worker)
+        return done
+
+    async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
+        checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
+        if not checked:
+            return []
+        now = self.clock()
+        done, moved = await self._writer.run(lambda conn: _assign_pairs(conn, checked, now))
+        _clog.assigned(checked, moved)
+        return done
+
+    async def return_assignments(self, worker: str) -> Sequence[str]:
+        check_worker(worker)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "UPDATE tasks SET state = 'pending', owner = NULL, updated_at = ? "
+                "WHERE state = 'assigned' AND owner = ? RETURNING id",
+                (now, worker),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        ids: list[str] = await self._writer.run(op)
+        _clog.returned(ids, CustodyState.ASSIGNED, worker=worker, why="assignment given back")
+        return ids
+
+    async def pool_view(
+        self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
+    ) -> PoolView:
+        if not (isinstance(pending_limit, int) and pending_limit >= 1):
+            raise ValueError(f"pending_limit must be an int >= 1, got {pending_limit!r}")
+        if isinstance(skip_rooms, str) or not all(isinstance(r, str) for r in skip_rooms):
+            raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
+        skip = json.dumps(sorted(skip_rooms))
+        at = self.clock()
+        return await self._read(lambda conn: _pool_view(conn, at, pending_limit, skip))
+
+    async def plan_and_assign(
+        self, decide: Decide, *, pending_limit: int = 1000
+    ) -> tuple[PoolView, list[bool] | None]:
+        if not (isinstance(pending_limit, int) and pending_limit >= 1):
+            raise ValueError(f"pending_limit must be an int >= 1, got {pending_limit!r}")
+        now = self.clock()
+
+        checked: list[tuple[str, str]] = []
+
+        def op(conn: sqlite3.Connection) -> tuple[PoolView, list[bool] | None, set[str]]:
+            view = _pool_view(conn, now, pending_limit, "[]")
+            pairs = decide(view)
+            if pairs is None:
+                return view, None, set()
+            checked[:] = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
+            done, moved = _assign_pairs(conn, checked, now)
+            return view, done, moved
+
+        view, done, moved = await self._writer.run(op)
+        _clog.assigned(checked, moved)
+        return view, done
+
+    # -- liveness -----------------------------------------------------------------------------
+
+    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+        check_worker(worker)
+        if role not in WORKER_ROLES:
+            raise ValueError(f"role must be 'lead' or 'worker', got {role!r}")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> list[WorkerInfo]:
+            conn.execute(
+                "INSERT INTO workers (name, role, capacity, last_beat, started_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                "role = excluded.role, capacity = excluded.capacity, "
+                "last_beat = excluded.last_beat",
+                (worker, role, capacity, now, now),
+            )
+            return _workers(conn)
+
+        return await self._writer.run(op)
+
+    async def workers(self) -> Sequence[WorkerInfo]:
+        return await self._read(_workers)
+
+    async def remove_worker(self, worker: str) -> bool:
+        check_worker(worker)
+
+        def op(conn: sqlite3.Connection) -> bool:
+            return conn.execute("DELETE FROM workers WHERE name = ?", (worker,)).rowcount == 1
+
+        return await self._writer.run(op)
+
+    # -- worker -------------------------------------------------------------------------------
+
+    async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
+        claims = await self.claim_many(worker, 1, leaderless=leaderless)
+        return claims[0] if claims else None
+
+    async def claim_many(
+        self, worker: str, limit: int, *, leaderless: bool = False
+    ) -> Sequence[Claim]:
+        check_worker(worker)
+        check_claim_limit(limit)
+        now = self.clock()
+        lease_until = now + self.lease_s
+
+        def op(conn: sqlite3.Connection) -> list[Claim]:
+            # the worker's own assignments first, then (leaderless) pending tasks, each queue
+            # in (priority, age) order; one UPDATE claims them all
+            rows = conn.execute(
+                "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, updated_at = ? "
+                "WHERE rowid IN (SELECT rowid FROM tasks WHERE state = 'assigned' AND owner = ? "
+                "ORDER BY priority, rowid LIMIT ?) "
+                f"RETURNING {_TASK_COLS}, attempt, rowid",
+                (worker, lease_until, now, worker, limit),
+            ).fetchall()
+            taken = len(rows)
+            if taken < limit and leaderless:
+                rows += conn.execute(
+                    "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
+                    "updated_at = ? WHERE rowid IN (SELECT rowid FROM tasks "
+                    "WHERE state = 'pending' ORDER BY priority, rowid LIMIT ?) "
+                    f"RETURNING {_TASK_COLS}, attempt, rowid",
+                    (worker, lease_until, now, limit - taken),
+                ).fetchall()
+            if len(rows) > 1:  # RETURNING order is unspecified: queue order, assignments first
+                rows[:taken] = sorted(rows[:taken], key=lambda r: (r[3], r[6]))
+                rows[taken:] = sorted(rows[taken:], key=lambda r: (r[3], r[6]))
+            for room in {r[2] for r in rows if r[2] is not None}:
+                _note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
+            return [Claim(_task(r), worker, r[5], lease_until) for r in rows]
+
+        claims = await self._writer.run(op)
+        for claim in claims:
+            _clog.moved(
+                claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
+            )
+        return claims
+
+    async def renew(self, claim: Claim) -> Claim:
+        worker, attempt, id = _fence_args(claim)
+        now = self.clock()
+        lease_until = now + self.lease_s
+
+        def op(conn: sqlite3.Connection) -> float:
+            row = conn.execute(
+                "UPDATE tasks SET lease_until = max(lease_until, ?), updated_at = ? "
+                f"WHERE {_FENCE} RETURNING lease_until",
+                (lease_until, now, id, worker, attempt, now),
+            ).fetchone()
+            if row is None:
+                raise _stale(conn, claim, now, "renew")
+            return float(row[0])
+
+        new_until = await self._writer.run(op)
+        return attrs.evolve(claim, lease_until=new_until)
+
+    async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
+        worker, attempt, id = _fence_args(claim)
+        if not isinstance(body, str):
+            raise TypeError(f"a result body must be a str, got {type(body).__name__}")
+        check_body(body, self.max_body_bytes, what=f"result of task {id!r}")
+        if not isinstance(no_send, bool):
+            raise TypeError(f"no_send must be a bool, got {type(no_send).__name__}")
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'result', result = ?, no_send = ?, lease_until = NULL, "
+                f"updated_at = ? WHERE {_FENCE}",
+                (body, int(no_send), now, id, worker, attempt, now),
+            )
+            if cur.rowcount != 1:
+                raise _stale(conn, claim, now, "complete")
+
+        await self._writer.run(op)
+        _clog.moved(id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt)
+
+    async def fail(self, claim: Claim, reason: str) -> CustodyState:
+        worker, attempt, id = _fence_args(claim)
+        reason = _check_reason(reason)
+        now = self.clock()
+        dead = attempt >= self.max_attempts
+        if dead:
+            reason = f"failed on attempt {attempt} of {self.max_attempts}: {reason}"
+
+        def op(conn: sqlite3.Connection) -> None:
+            if dead:
+                sql = "state = 'dead', lease_until = NULL"
+            else:
+                sql = "state = 'pending', owner = NULL, lease_until = NULL, attempt = attempt + 1"
+            cur = conn.execute(
+                f"UPDATE tasks SET {sql}, reason = ?, updated_at = ? WHERE {_FENCE}",
+                (reason, now, id, worker, attempt, now),
+            )
+            if cur.rowcount != 1:
+                raise _stale(conn, claim, now, "fail")
+
+        await self._writer.run(op)
+        target = CustodyState.DEAD if dead else CustodyState.PENDING
+        _clog.moved(
+            id,
+            CustodyState.CLAIMED,
+            target,
+            worker=worker,
+            attempt=attempt,
+            reason=reason,
+            level=None if dead else logging.WARNING,
+        )
+        return target
+
+    async def release(self, claim: Claim) -> None:
+        worker, attempt, id = _fence_args(claim)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'pending', owner = NULL, lease_until = NULL, "
+                f"updated_at = ? WHERE {_FENCE}",
+                (now, id, worker, attempt, now),
+            )
+            if cur.rowcount != 1:
+                raise _stale(conn, claim, now, "release")
+
+        await self._writer.run(op)
+        _clog.moved(
+            id,
+            CustodyState.CLAIMED,
+            CustodyState.PENDING,
+            worker=worker,
+            reason="released unfinished",
+        )
+
+    # -- stall notices ------------------------------------------------------------------------
+
+    async def stall_candidates(
+        self, older_than: float, *, worker: str | None = None, limit: int = 1000
+    ) -> Sequence[StallCandidate]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        if worker is not None:
+            check_worker(worker)
+
+        def op(conn: sqlite3.Connection) -> list[StallCandidate]:
+            rows = conn.execute(
+                "SELECT t.id, t.room, t.owner, t.created_at FROM tasks t "
+                "WHERE t.state = 'claimed' AND t.created_at <= ? AND (? IS NULL OR t.owner = ?) "
+                "AND NOT EXISTS (SELECT 1 FROM stall_notices s WHERE s.id = t.id) "
+                "ORDER BY t.created_at, t.rowid LIMIT ?",
+                (older_than, worker, worker, limit),
+            )
+            return [StallCandidate(*r) for r in rows]
+
+        return await self._read(op)
+
+    async def mark_stall_notified(self, id: str) -> bool:
+        check_task_id(id)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> bool:
+            return (
+                conn.execute(
+                    "INSERT INTO stall_notices (id, notified_at) VALUES (?, ?) "
+                    "ON CONFLICT (id) DO NOTHING",
+                    (id, now),
+                ).rowcount
+                == 1
+            )
+
+        return await self._writer.run(op)
+
+    async def clear_stall_notice(self, id: str) -> None:
+        check_task_id(id)
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM stall_notices WHERE id = ?", (id,))
+
+        await self._writer.run(op)
+
+    async def prune_stall_notices(self, *, limit: int = 10_000) -> int:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM stall_notices WHERE id IN (SELECT s.id FROM stall_notices s "
+                "LEFT JOIN tasks t ON t.id = s.id "
+                f"WHERE t.id IS NULL OR t.state NOT IN ({_IN_CUSTODY_SQL}) LIMIT ?)",
+                (limit,),
+            ).rowcount
+
+        return await self._writer.run(op)
+
+    # -- reconciler ---------------------------------------------------------------------------
+
+    async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        now = self.clock()
+        max_attempts = self.max_attempts
+
+        def op(conn: sqlite3.Connection) -> list[LeaseExpiry]:
+            # One set-based UPDATE (the writer holds the write lock, so the evidence SELECT
+            # and the UPDATE see the same rows); SET expressions read the row's old values.
+            params = {"now": now, "max": max_attempts, "limit": limit}
+            expired = (
+                "SELECT rowid FROM tasks WHERE state = 'claimed' AND lease_until <= :now "
+                "ORDER BY lease_until, rowid LIMIT :limit"
+            )
+            evidence = conn.execute(
+                "SELECT id, owner, attempt, lease_until FROM tasks "
+                "WHERE state = 'claimed' AND lease_until <= :now "
+                "ORDER BY lease_until, rowid LIMIT :limit",
+                params,
+            ).fetchall()
+            if not evidence:
+                return []
+            over = "attempt >= :max"
+            reasons = dict(
+                conn.execute(
+                    "UPDATE tasks SET "
+                    f"state = CASE WHEN {over} THEN 'dead' ELSE 'pending' END, "
+                    f"owner = CASE WHEN {over} THEN owner END, "
+                    f"attempt = CASE WHEN {over} THEN attempt ELSE attempt + 1 END, "
+                    "reason = printf('lease of worker %s on attempt %d expired at %.3f "
+                    "(now %.3f); ', owner, attempt, lease_until, :now) || "
+                    f"CASE WHEN {over} THEN printf('max_attempts %d reached', :max) "
+                    "ELSE printf('repooled as attempt %d', attempt + 1) END, "
+                    "lease_until = NULL, updated_at = :now "
+                    f"WHERE rowid IN ({expired}) RETURNING id, reason",
+                    params,
+                )
+            )
+            dead, pending = CustodyState.DEAD, CustodyState.PENDING
+            return [
+                LeaseExpiry(
+                    id,
+                    owner,
+                    attempt,
+                    until,
+                    now,
+                    dead if attempt >= max_attempts else pending,
+                    reasons[id],
+                )
+                for id, owner, attempt, until in evidence
+            ]
+
+        expiries: list[LeaseExpiry] = await self._writer.run(op)
+        _clog.expired(expiries)
+        return expiries
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    delivery_leases = False
+    """One bridge per file: delivery's look stays a read on the read connection (a lease would
+    make it a writer commit). Two bridges on one file may both post a result; the gateway
+    absorbs the duplicate."""
+
+    async def ready_results(
+        self, *, limit: int = 100, holder: str | None = None, lease_s: float | None = None
+    ) -> Sequence[Result]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        check_delivery_lease(holder, lease_s)  # checked, then a plain read (no leases here)
+
+        def op(conn: sqlite3.Connection) -> list[Result]:
+            rows = conn.execute(
+                f"SELECT {_TASK_COLS}, result, owner, attempt, no_send FROM tasks "
+                "WHERE state = 'result' ORDER BY priority, rowid LIMIT ?",
+                (limit,),
+            ).fetchall()
+            return [Result(_task(r), r[5], r[6], r[7], bool(r[8])) for r in rows]
+
+        return await self._read(op)
+
+    async def mark_delivered(self, id: str) -> None:
+        check_task_id(id)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'delivered', updated_at = ? "
+                "WHERE id = ? AND state = 'result'",
+                (now, id),
+            )
+            if cur.rowcount != 1:
+                rec = _require(conn, id)
+                if rec.state is not CustodyState.DELIVERED:
+                    raise CustodyConflict(
+                        f"cannot mark task {id!r} delivered: it is {rec.state.value}, not result"
+                    )
+                return False
+            return True
+
+        if await self._writer.run(op):
+            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+
+    async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
+        for id in ids:
+            check_task_id(id)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> tuple[list[bool], list[str]]:
+            done: list[bool] = []
+            moved: list[str] = []
+            for id in ids:
+                cur = conn.execute(
+                    "UPDATE tasks SET state = 'delivered', updated_at = ? "
+                    "WHERE id = ? AND state = 'result'",
+                    (now, id),
+                )
+                if cur.rowcount == 1:
+                    done.append(True)
+                    moved.append(id)
+                else:
+                    rec = _record(conn, id)
+                    done.append(rec is not None and rec.state is CustodyState.DELIVERED)
+            return done, moved
+
+        done, moved = await self._writer.run(op)
+        for id in moved:
+            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+        return done
+
+    async def dead_letter(self, id: str, reason: str) -> None:
+        check_task_id(id)
+        reason = _check_reason(reason)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> CustodyState | None:
+            before = conn.execute("SELECT state FROM tasks WHERE id = ?", (id,)).fetchone()
+            cur = conn.execute(
+                "UPDATE tasks SET state = 'dead', lease_until = NULL, reason = ?, "
+                f"updated_at = ? WHERE id = ? AND state IN ({_IN_CUSTODY_SQL})",
+                (reason, now, id),
+            )
+            if cur.rowcount != 1:
+                rec = _require(conn, id)
+                if rec.state is not CustodyState.DEAD:
+                    raise CustodyConflict(
+                        f"cannot dead-letter task {id!r}: it is {rec.state.value}"
+                    )
+                return None
+            return CustodyState(before[0])
+
+        source = await self._writer.run(op)
+        if source is not None:
+            _clog.moved(id, source, CustodyState.DEAD, reason=reason)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def state(self, id: str) -> CustodyState | None:
+        check_task_id(id)
+
+        def op(conn: sqlite3.Connection) -> CustodyState | None:
+            row = conn.execute("SELECT state FROM tasks WHERE id = ?", (id,)).fetchone()
+            return None if row is None else CustodyState(row[0])
+
+        return await self._read(op)
+
+    async def get(self, id: str) -> TaskRecord | None:
+        check_task_id(id)
+        return await self._read(lambda conn: _record(conn, id))
+
+    async def counts(self) -> Mapping[CustodyState, int]:
+        def op(conn: sqlite3.Connection) -> dict[CustodyState, int]:
+            counts = dict.fromkeys(CustodyState, 0)
+            for state, n in conn.execute("SELECT state, count(*) FROM tasks GROUP BY state"):
+                counts[CustodyState(state)] = n
+            return counts
+
+        return await self._read(op)
+
+    async def in_flight(self) -> Sequence[str]:
+        def op(conn: sqlite3.Connection) -> list[str]:
+            return [
+                r[0]
+                for r in conn.execute(
+                    f"SELECT id FROM tasks WHERE state IN ({_IN_CUSTODY_SQL}) ORDER BY rowid"
+                )
+            ]
+
+        return await self._read(op)
+
+    async def records(
+        self, state: CustodyState, *, limit: int = 20, newest_first: bool = False
+    ) -> Sequence[TaskRecord]:
+        state = CustodyState(state)
+        order = "DESC" if newest_first else "ASC"
+
+        def op(conn: sqlite3.Connection) -> list[TaskRecord]:
+            rows = conn.execute(
+                f"SELECT {_RECORD_COLS} FROM tasks WHERE state = ? ORDER BY rowid {order} LIMIT ?",
+                (state.value, limit),
+            )
+            return [TaskRecord(_task(row), CustodyState(row[5]), *row[6:]) for row in rows]
+
+        return await self._read(op)
+
+    # -- dead-letter notices ------------------------------------------------------------------
+
+    async def unreported_dead(self, *, limit: int = 100) -> Sequence[TaskRecord]:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+
+        def op(conn: sqlite3.Connection) -> list[TaskRecord]:
+            rows = conn.execute(
+                f"SELECT {_RECORD_COLS} FROM tasks INDEXED BY tasks_dead_unreported "
+                "WHERE state = 'dead' AND dead_reported_at IS NULL "
+                "ORDER BY updated_at, rowid LIMIT ?",
+                (limit,),
+            )
+            return [TaskRecord(_task(row), CustodyState(row[5]), *row[6:]) for row in rows]
+
+        return await self._read(op)
+
+    async def mark_dead_reported(self, ids: Sequence[str]) -> list[bool]:
+        for id in ids:
+            check_task_id(id)
+        if not ids:
+            return []
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> list[bool]:
+            done = []
+            for id in ids:
+                conn.execute(
+                    "UPDATE tasks SET dead_reported_at = ? "
+                    "WHERE id = ? AND state = 'dead' AND dead_reported_at IS NULL",
+                    (now, id),
+                )
+                row = conn.execute(
+                    "SELECT 1 FROM tasks WHERE id = ? AND state = 'dead' "
+                    "AND dead_reported_at IS NOT NULL",
+                    (id,),
+                ).fetchone()
+                done.append(row is not None)
+            return done
+
+        return await self._writer.run(op)
+
+    async def unreported_dead_count(self) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            (n,) = conn.execute(
+                "SELECT count(*) FROM tasks WHERE state = 'dead' AND dead_reported_at IS NULL"
+            ).fetchone()
+            return int(n)
+
+        return await self._read(op)
+
+
+# -- helpers (run in the writer thread) ---------------------------------------------------------
+
+
+MIN_SQLITE: Final = (3, 35, 0)
+"""``RETURNING`` (3.35) and ``UPDATE ... FROM`` (3.33) carry the custody transitions."""
+
+
+def _connect(path: Path, synchronous: Synchronous, busy_timeout_s: float) -> sqlite3.Connection:
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        raise RuntimeError(
+            f"the custody store needs SQLite {'.'.join(map(str, MIN_SQLITE))} or newer; this "
+            f"Python links SQLite {sqlite3.sqlite_version}"
+        )
+    ensure_private_dir(path.parent)
+    # 0600 before SQLite opens it: SQLite gives the -wal and -shm files the database's mode
+    if not create_private_file(path):
+        for suffix in ("", "-wal", "-shm"):
+            existing = path.with_name(path.name + suffix)
+            if existing.exists():
+                restrict_file(existing)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
+    try:
+        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("PRAGMA cache_size = -32768")  # KiB: keeps a 100k-task working set hot
+        migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    if mode != "wal":
+        conn.close()
+        raise RuntimeError(f"{path}: could not switch SQLite to WAL mode (got {mode!r})")
+    return conn
+
+
+def _pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str) -> PoolView:
+    """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past)."""
+    pending: list[Queued] = []
+    rooms: dict[str, str] = {}
+    for id, room, rank, keeper in conn.execute(
+        "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
+        "LEFT JOIN rooms r ON r.room = t.room WHERE t.state = 'pending' "
+        "AND (t.room IS NULL OR t.room NOT IN (SELECT value FROM json_each(?))) "
+        "ORDER BY t.priority, t.rowid LIMIT ?",
+        (skip, pending_limit),
+    ):
+        pending.append(Queued(id, room, _RANK_PRIORITY[rank]))
+        if keeper is not None:
+            rooms[room] = keeper
+    return PoolView(
+        at=at,
+        workers=tuple(_workers(conn)),
+        assigned=tuple(
+            Assignment(*r)
+            for r in conn.execute(
+                "SELECT id, owner, room, updated_at FROM tasks "
+                "WHERE state = 'assigned' ORDER BY updated_at, rowid"
+            )
+        ),
+        claims=dict(
+            conn.execute(
+                "SELECT owner, count(*) FROM tasks WHERE state = 'claimed' GROUP BY owner"
+            ).fetchall()
+        ),
+        pending=tuple(pending),
+        rooms=rooms,
+    )
+
+
+def _assign_pairs(
+    conn: sqlite3.Connection, pairs: Sequence[tuple[str, str]], now: float
+) -> tuple[list[bool], set[str]]:
+    """Assign each pending ``(id, worker)`` in one statement (a sweep assigns dozens per commit);
+    a repeated id: the first pair decides, later ones are False. Returns the answers and the
+    ids that moved."""
+    if not pairs:
+        return [], set()
+    first: dict[str, int] = {}
+    for n, (id, _) in enumerate(pairs):
+        first.setdefault(id, n)
+    unique = json.dumps([pairs[n] for n in sorted(first.values())])
+    rows = conn.execute(
+        "UPDATE tasks SET state = 'assigned', owner = v.worker, updated_at = ? "
+        "FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS worker "
+        "FROM json_each(?)) AS v "
+        "WHERE tasks.id = v.id AND tasks.state = 'pending' "
+        "RETURNING tasks.id, tasks.room, tasks.owner",
+        (now, unique),
+    ).fetchall()
+    rows.sort(key=lambda row: first[row[0]])  # a room goes to its last pair's worker
+    for _, room, worker in rows:
+        if room is not None:
+            _note_room(conn, room, worker, now)
+    moved = {id for id, _, _ in rows}
+    return [id in moved and first[id] == n for n, (id, _) in enumerate(pairs)], moved
+
+
+def _connect_reader(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """A connection that only reads (``query_only``) the database the writer opened."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA cache_size = -32768")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _assign(conn: sqlite3.Connection, id: str, worker: str, now: float) -> bool:
+    row = conn.execute(
+        "UPDATE tasks SET state = 'assigned', owner = ?, updated_at = ? "
+        "WHERE id = ? AND state = 'pending' RETURNING room",
+        (worker, now, id),
+    ).fetchone()
+    if row is None:
+        return False
+    if row[0] is not None:
+        _note_room(conn, row[0], worker, now)
+    return True
+
+
+def _note_room(conn: sqlite3.Connection, room: str, worker: str, now: float) -> None:
+    conn.execute(
+        "INSERT INTO rooms (room, worker, at) VALUES (?, ?, ?) "
+        "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at",
+        (room, worker, now),
+    )
+
+
+def _workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
+    return [
+        WorkerInfo(*r)
+        for r in conn.execute(
+            "SELECT name, role, capacity, last_beat, started_at FROM workers ORDER BY name"
+        )
+    ]
+
+
+def _task(row: Sequence[Any]) -> Task:
+    return Task(
+        id=row[0],
+        body=row[1],
+        room=row[2],
+        priority=_RANK_PRIORITY[row[3]],
+        headers=json.loads(row[4]),  # the validator checks it is a dict of str to str
+    )
+
+
+def _record(conn: sqlite3.Connection, id: str) -> TaskRecord | None:
+    row = conn.execute(f"SELECT {_RECORD_COLS} FROM tasks WHERE id = ?", (id,)).fetchone()
+    if row is None:
+        return None
+    return TaskRecord(_task(row), CustodyState(row[5]), *row[6:])
+
+
+def _require(conn: sqlite3.Connection, id: str) -> TaskRecord:
+    rec = _record(conn, id)
+    if rec is None:
+        raise UnknownTask(f"no task {id!r} in the store")
+    return rec
+
+
+def _owner_note(rec: TaskRecord) -> str:
+    return f" (owner {rec.owner}, attempt {rec.attempt})" if rec.owner else ""
+
+
+def _fence_args(claim: Claim) -> tuple[str, int, str]:
+    if not isinstance(claim, Claim):
+        raise TypeError(f"expected a Claim, got {type(claim).__name__}")
+    return check_worker(claim.worker), claim.attempt, check_task_id(claim.task.id)
+
+
+def _stale(conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:
+    rec = _record(conn, claim.task.id)
+    who = f"worker {claim.worker!r} (attempt {claim.attempt})"
+    if rec is None:
+        return UnknownTask(f"cannot {verb} task {claim.task.id!r}: no such task")
+    if (
+        rec.state is CustodyState.CLAIMED
+        and rec.owner == claim.worker
+        and rec.attempt == claim.attempt
+    ):
+        held = f"its lease expired at {rec.lease_until:.3f} (now {now:.3f})"
+    else:
+        held = f"the store has it {rec.state.value}{_owner_note(rec)}"
+    return StaleLease(f"cannot {verb} task {claim.task.id!r} for {who}: {held}")
+
+
+def _check_reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"a reason must be a non-empty str, got {reason!r}")
+    return reason[:MAX_REASON_CHARS]

@@ -1,0 +1,712 @@
+"""``GatewayClient``: the bridge's end of gateway protocol v1, over httpx on Trio.
+
+What it promises its caller:
+
+- transient trouble (connection refused or reset, timeouts, 5xx, 408, 429) never surfaces:
+  the call waits and retries with exponential backoff and jitter, 1 s → 60 s, until it
+  succeeds or the caller cancels it;
+- an auth refusal (401/403) re-reads the token file once (the token may have been rotated)
+  and retries; refused again, it raises :class:`GatewayAuthError` with one clear line;
+- any other refusal (4xx) raises :class:`GatewayRequestError` with the gateway's reason;
+- optional endpoints (heartbeat, reject, notices, lease release) that the gateway does not
+  have (404/405) are logged once and not called again;
+- every request names its lease holder (``X-Tether-Client``: the client name and a random
+  suffix per client object), so the gateway knows whose leases a poll hands out and
+  :meth:`GatewayClient.release_leases` gives back this client's only, never those of another
+  bridge with the same name;
+- a status file (when configured) always says whether the gateway is reachable.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+import logging
+import random
+import secrets
+import ssl
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+import httpx
+import trio
+
+from ..._converter import unstructure
+from ..._token_file import TokenFileError, read_token
+from ._backoff import Backoff
+from ._messages import (
+    CLIENT_HEADER,
+    MAX_BATCH,
+    PROTOCOL_VERSION,
+    AckBatchRequest,
+    AckRequest,
+    BatchItem,
+    GatewayTask,
+    HeartbeatRequest,
+    LeaseReleaseReceipt,
+    LeaseReleaseRequest,
+    NoticeRequest,
+    RejectRequest,
+    ResultBatchRequest,
+    ResultMetadata,
+    ResultReceipt,
+    ResultRequest,
+    check_label,
+    check_task_id,
+    parse_batch_item,
+    parse_lenient,
+    parse_result,
+)
+from ._status_file import ConnectionStatus, StatusFile, utc_now_iso
+
+log = logging.getLogger("tether.bridge.gateway")
+
+_TRANSIENT_STATUS = frozenset({408, 429})
+
+LEASE_RELEASE_TIMEOUT = 2.0
+"""Most seconds :meth:`GatewayClient.release_leases` may take (it runs while stopping)."""
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway client raises."""
+
+
+class GatewayAuthError(GatewayError):
+    """The gateway refused our token even after re-reading the token file. Fatal."""
+
+
+class GatewayRequestError(GatewayError):
+    """The gateway refused a request (4xx other than auth); retrying would not help."""
+
+    def __init__(self, status: int, detail: str, what: str) -> None:
+        self.status = status
+        self.detail = detail
+        super().__init__(f"gateway refused {what}: HTTP {status}: {detail}")
+
+
+class GatewayProtocolError(GatewayError):
+    """The gateway answered with something that is not protocol v1."""
+
+
+class GatewayUnavailable(GatewayError):
+    """A call made without retries (heartbeat) could not reach the gateway."""
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default verifying TLS context (its CA bundle, ``SSL_CERT_FILE``/``SSL_CERT_DIR``
+    honoured), made once per process: loading the bundle costs ~17 ms, which every client (a
+    restarted bridge, the demo's second bridge, each test) would otherwise pay again."""
+    return httpx.create_ssl_context()
+
+
+def _package_version() -> str | None:
+    try:
+        return importlib.metadata.version("tether")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+        return None
+
+
+@attrs.define(eq=False)
+class GatewayClient:
+    """A connection to one gateway. Use as ``async with GatewayClient(url, token_file) as c:``.
+
+    ``transport`` replaces the network (tests use ``httpx.MockTransport``); ``rng`` drives
+    the backoff jitter; ``status_file`` (optional) receives :class:`ConnectionStatus`;
+    ``release_timeout`` bounds :meth:`release_leases` (it runs while the bridge stops).
+    """
+
+    base_url: str
+    token_file: Path
+    client_name: str = "tether-bridge"
+    status_file: Path | None = None
+    poll_wait: float = 30.0
+    poll_limit: int = MAX_BATCH
+    """Tasks one poll may lease (the protocol's most, 100): a round is one commit and one ack
+    request however many it holds, so a busy gateway is drained in few round trips."""
+    timeout_margin: float = 10.0
+    request_timeout: float = 30.0
+    backoff_initial: float = 1.0
+    backoff_maximum: float = 60.0
+    release_timeout: float = LEASE_RELEASE_TIMEOUT
+    rng: random.Random = attrs.field(factory=random.Random)
+    transport: httpx.AsyncBaseTransport | None = None
+
+    lease_holder: str = attrs.field(default="", init=False)
+    """Who holds this client's gateway leases (``X-Tether-Client``): ``client_name`` and a
+    random suffix, unique per client object (so per bridge run)."""
+    heartbeat_supported: bool = attrs.field(default=True, init=False)
+    batches_supported: bool = attrs.field(default=True, init=False)
+    reject_supported: bool = attrs.field(default=True, init=False)
+    notices_supported: bool = attrs.field(default=True, init=False)
+    release_supported: bool = attrs.field(default=True, init=False)
+    rejected_tasks: int = attrs.field(default=0, init=False)
+    _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
+    _token: str = attrs.field(default="", init=False)
+    _status: ConnectionStatus = attrs.field(init=False)
+    _status_writer: StatusFile | None = attrs.field(default=None, init=False)
+    _started_at: float = attrs.field(default=0.0, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"gateway url must start with http:// or https://: {self.base_url}")
+        check_label(self.client_name, "client name")
+        if not 0 <= self.poll_wait <= 300:
+            raise ValueError(f"poll_wait must be within 0-300 seconds, got {self.poll_wait}")
+        Backoff(self.backoff_initial, self.backoff_maximum)  # validates the bounds
+        if not 0 < self.release_timeout <= 60:
+            raise ValueError(
+                f"release_timeout must be within 0-60 seconds (> 0), got {self.release_timeout}"
+            )
+        self.lease_holder = f"{self.client_name[:121]}-{secrets.token_hex(3)}"
+        self._status = ConnectionStatus(gateway=self.base_url, client=self.client_name)
+        if self.status_file is not None:
+            self._status_writer = StatusFile(self.status_file)
+
+    async def __aenter__(self) -> Self:
+        self._token = await self._read_token()
+        self._started_at = trio.current_time()
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            transport=self.transport,
+            verify=_tls_context(),
+            timeout=self.request_timeout,
+            headers={
+                "User-Agent": f"tether-gateway-client/{_package_version() or 'dev'}",
+                CLIENT_HEADER: self.lease_holder,
+            },
+        )
+        await self._publish()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            with trio.CancelScope(shield=True):
+                await http.aclose()
+
+    @property
+    def status(self) -> ConnectionStatus:
+        return self._status
+
+    # -- protocol calls ----------------------------------------------------------------
+
+    async def poll_tasks(self, wait: float | None = None) -> list[GatewayTask]:
+        """Long-poll for tasks: returns as soon as some are ready, or ``[]`` after ``wait`` s.
+
+        Tasks with an id that breaks the id rule are logged, counted in ``rejected_tasks``
+        and left out: they could not be stored or acked safely.
+        """
+        wait = self.poll_wait if wait is None else wait
+        timeout = httpx.Timeout(self.request_timeout, read=wait + self.timeout_margin)
+        response = await self._request(
+            "GET",
+            "/v1/tasks",
+            what="the task poll",
+            params={"wait": _format_seconds(wait), "limit": str(self.poll_limit)},
+            http_timeout=timeout,
+        )
+        assert response is not None
+        data = _json_object(response, "GET /v1/tasks")
+        raw_tasks = data.get("tasks")
+        if not isinstance(raw_tasks, list):
+            raise GatewayProtocolError("GET /v1/tasks: the response has no 'tasks' array")
+        tasks = []
+        for raw in raw_tasks:
+            try:
+                task = parse_lenient(raw, GatewayTask)
+                check_task_id(task.id)
+            except ValueError as exc:
+                self.rejected_tasks += 1
+                raw_id = raw.get("id") if isinstance(raw, dict) else None
+                shown = repr(raw_id)[:140] if raw_id is not None else "(no id)"
+                log.warning(
+                    "gateway sent a task this bridge cannot take, skipped: id %s: %s",
+                    shown,
+                    exc,
+                    extra={"task_id": shown},
+                )
+                continue
+            tasks.append(task)
+        return tasks
+
+    async def ack(self, task_id: str) -> None:
+        """Tell the gateway the task is durably ours. Call only after the commit."""
+        check_task_id(task_id)
+        payload = unstructure(AckRequest(id=task_id, durable=True))
+        await self._request(
+            "POST", f"/v1/tasks/{task_id}/ack", what=f"the ack of {task_id}", payload=payload
+        )
+
+    async def post_result(
+        self,
+        task_id: str,
+        body: str,
+        *,
+        no_send: bool = False,
+        worker: str | None = None,
+        attempt: int | None = None,
+    ) -> ResultReceipt:
+        """Deliver a task's result; safe to repeat (the gateway dedupes by task id).
+
+        ``no_send=True`` closes the task without a message to the user.
+        """
+        request = ResultRequest(
+            id=task_id,
+            body=body,
+            no_send=no_send,
+            metadata=ResultMetadata(worker=worker, attempt=attempt),
+        )
+        payload = unstructure(request)
+        parse_result(payload)  # the server's own checks, so a bad result fails here, clearly
+        response = await self._request(
+            "POST", "/v1/results", what=f"the result of {task_id}", payload=payload
+        )
+        assert response is not None
+        try:
+            return parse_lenient(_json_object(response, "POST /v1/results"), ResultReceipt)
+        except ValueError as exc:
+            raise GatewayProtocolError(f"POST /v1/results: {exc}") from None
+
+    async def ack_many(self, task_ids: Sequence[str]) -> list[GatewayRequestError]:
+        """Ack many tasks (call only after their commit): one request per ``MAX_BATCH`` ids
+        when the gateway has ``POST /v1/acks``, else one ack each. Returns the refusals (an
+        id the gateway does not know, or never handed out), one per refused id."""
+        for task_id in task_ids:
+            check_task_id(task_id)
+        refused: list[GatewayRequestError] = []
+        for start in range(0, len(task_ids), MAX_BATCH):
+            chunk = list(task_ids[start : start + MAX_BATCH])
+            items = await self._batch(
+                "/v1/acks", unstructure(AckBatchRequest(ids=chunk, durable=True)), "acks"
+            )
+            if items is None:
+                refused.extend(await self._one_by_one(chunk, self.ack))
+                continue
+            refused.extend(
+                GatewayRequestError(i.status, i.error or "refused", f"the ack of {i.id}")
+                for i in items
+                if i.status != 200
+            )
+        return refused
+
+    async def post_results(
+        self, results: Sequence[ResultRequest], *, checked: bool = False
+    ) -> list[ResultReceipt | GatewayRequestError]:
+        """Deliver many results, in order: a receipt each, or the gateway's refusal of it.
+
+        One request per ``MAX_BATCH`` when the gateway has ``POST /v1/results/batch``, else
+        one ``post_result`` each. Safe to repeat, like ``post_result``. ``checked=True``: the
+        caller already ran ``parse_result`` on each (delivery does, to dead-letter one alone).
+        """
+        if not checked:
+            for result in results:
+                parse_result(unstructure(result))  # the server's own checks, failing here
+        answers: list[ResultReceipt | GatewayRequestError] = []
+        for start in range(0, len(results), MAX_BATCH):
+            chunk = list(results[start : start + MAX_BATCH])
+            items = await self._batch(
+                "/v1/results/batch", unstructure(ResultBatchRequest(results=chunk)), "results"
+            )
+            if items is None:
+                answers.extend(await self._post_one_by_one(chunk))
+                continue
+            for item in items:
+                if item.status == 200:
+                    answers.append(ResultReceipt(id=item.id, duplicate=item.duplicate))
+                else:
+                    what = f"the result of {item.id}"
+                    answers.append(GatewayRequestError(item.status, item.error or "refused", what))
+        return answers
+
+    async def _batch(self, path: str, payload: Any, what: str) -> list[BatchItem] | None:
+        """POST a batch; its items in order, or None when the gateway has no such endpoint."""
+        if not self.batches_supported:
+            return None
+        response = await self._request(
+            "POST", path, what=f"a batch of {what}", payload=payload, optional=True
+        )
+        if response is None:
+            self.batches_supported = False
+            log.info("gateway %s has no batch endpoints; one request per task", self.base_url)
+            return None
+        data = _json_object(response, f"POST {path}")
+        raw = data.get("items")
+        if not isinstance(raw, list):
+            raise GatewayProtocolError(f"POST {path}: the response has no 'items' array")
+        try:
+            return [parse_batch_item(item) for item in raw]
+        except ValueError as exc:
+            raise GatewayProtocolError(f"POST {path}: {exc}") from None
+
+    async def _one_by_one(
+        self, task_ids: list[str], call: Callable[[str], Any]
+    ) -> list[GatewayRequestError]:
+        refused: list[GatewayRequestError] = []
+        limiter = trio.CapacityLimiter(16)
+
+        async def one(task_id: str) -> None:
+            async with limiter:
+                try:
+                    await call(task_id)
+                except GatewayRequestError as exc:
+                    refused.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for task_id in task_ids:
+                nursery.start_soon(one, task_id)
+        return refused
+
+    async def _post_one_by_one(
+        self, results: list[ResultRequest]
+    ) -> list[ResultReceipt | GatewayRequestError]:
+        answers: list[ResultReceipt | GatewayRequestError | None] = [None] * len(results)
+        limiter = trio.CapacityLimiter(16)
+
+        async def one(i: int, r: ResultRequest) -> None:
+            async with limiter:
+                try:
+                    answers[i] = await self.post_result(
+                        r.id,
+                        r.body,
+                        no_send=r.no_send,
+                        worker=r.metadata.worker,
+                        attempt=r.metadata.attempt,
+                    )
+                except GatewayRequestError as exc:
+                    answers[i] = exc
+
+        async with trio.open_nursery() as nursery:
+            for i, r in enumerate(results):
+                nursery.start_soon(one, i, r)
+        return [a for a in answers if a is not None]
+
+    async def reject(self, task_id: str, reason: str) -> bool:
+        """Tell the gateway this bridge cannot take ``task_id`` (it is closed there, with the
+        reason). False when the gateway has no reject endpoint: the task will be redelivered.
+        """
+        if not self.reject_supported:
+            return False
+        check_task_id(task_id)
+        reason = " ".join(reason.split())[:2000] or "rejected"
+        payload = unstructure(RejectRequest(id=task_id, reason=reason))
+        response = await self._request(
+            "POST",
+            f"/v1/tasks/{task_id}/reject",
+            what=f"the rejection of {task_id}",
+            payload=payload,
+            optional=True,
+        )
+        if response is None:
+            self.reject_supported = False
+            log.warning(
+                "gateway %s has no reject endpoint; rejected tasks will be redelivered",
+                self.base_url,
+            )
+            return False
+        return True
+
+    async def notice(self, task_id: str, age_s: float, *, kind: str = "stall") -> bool:
+        """Send one notice about a task (a stall); False when the gateway has no endpoint.
+
+        Not retried: raises :class:`GatewayUnavailable` so the caller tries again next pass.
+        """
+        if not self.notices_supported:
+            return False
+        payload = unstructure(NoticeRequest(id=task_id, kind=kind, age_s=round(age_s, 3)))
+        response = await self._request(
+            "POST",
+            "/v1/notices",
+            what=f"the {kind} notice for {task_id}",
+            payload=payload,
+            optional=True,
+            retry=False,
+        )
+        if response is None:
+            self.notices_supported = False
+            log.info("gateway %s has no notices endpoint; notices stay in the log", self.base_url)
+            return False
+        return True
+
+    async def release_leases(self) -> int | None:
+        """Give back every task the gateway leased to this client name and that was not acked:
+        it queues them again at once instead of waiting out their lease. Returns how many;
+        None when the gateway has no such endpoint (remembered: no request next time).
+
+        Meant for a stop, after this client's polls and acks ended (an ack still on its way
+        may find its task released; the gateway takes it all the same). It never holds a
+        stop for long: at most ``release_timeout`` seconds and two tries, then
+        :class:`GatewayUnavailable` (the tasks come back when their lease runs out).
+        The holder is this client object's ``lease_holder``, so two bridges sharing a client
+        name never release each other's leases.
+        """
+        if not self.release_supported:
+            return None
+        payload = unstructure(LeaseReleaseRequest(client=self.lease_holder))
+        timeout = self.release_timeout
+        http_timeout = httpx.Timeout(timeout)
+        problem: GatewayUnavailable | None = None
+        with trio.move_on_after(timeout):
+            for attempt in range(2):
+                if attempt:
+                    await trio.sleep(min(0.1, timeout / 10))
+                try:
+                    response = await self._request(
+                        "POST",
+                        "/v1/leases/release",
+                        what="the lease release",
+                        payload=payload,
+                        http_timeout=http_timeout,
+                        optional=True,
+                        retry=False,
+                    )
+                except GatewayUnavailable as exc:
+                    problem = exc
+                    continue
+                if response is None:
+                    self.release_supported = False
+                    log.info(
+                        "gateway %s cannot release leases; unacked tasks wait out their lease",
+                        self.base_url,
+                    )
+                    return None
+                data = _json_object(response, "POST /v1/leases/release")
+                try:
+                    return parse_lenient(data, LeaseReleaseReceipt).released
+                except ValueError as exc:
+                    raise GatewayProtocolError(f"POST /v1/leases/release: {exc}") from None
+        raise GatewayUnavailable(
+            str(problem) if problem is not None else f"the lease release: no answer in {timeout} s"
+        )
+
+    async def heartbeat(self, inflight: int) -> bool:
+        """Send one heartbeat; False when the gateway has no heartbeat endpoint.
+
+        Not retried: a missed heartbeat is replaced by the next one. Raises
+        :class:`GatewayUnavailable` when the gateway cannot be reached.
+        """
+        if not self.heartbeat_supported:
+            return False
+        beat = HeartbeatRequest(
+            client=self.client_name,
+            protocol_version=PROTOCOL_VERSION,
+            inflight=inflight,
+            version=_package_version(),
+            uptime_s=round(trio.current_time() - self._started_at, 3),
+        )
+        try:
+            response = await self._request(
+                "POST",
+                "/v1/heartbeat",
+                what="the heartbeat",
+                payload=unstructure(beat),
+                optional=True,
+                retry=False,
+            )
+        except GatewayUnavailable:
+            await self._publish(heartbeat="failing")
+            raise
+        if response is None:
+            self.heartbeat_supported = False
+            log.info("gateway %s has no heartbeat endpoint; not sending heartbeats", self.base_url)
+            await self._publish(heartbeat="unsupported")
+            return False
+        await self._publish(heartbeat="ok")
+        return True
+
+    async def run_heartbeat(
+        self,
+        inflight: Callable[[], int],
+        *,
+        interval: float = 60.0,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Heartbeat every ``interval`` s with ``inflight()`` tasks; returns if unsupported.
+
+        Failures are logged (once per outage) and the beat goes on; only an auth failure,
+        which is fatal for the whole client, escapes.
+        """
+        task_status.started()
+        failing = False
+        deadline = trio.current_time()
+        while self.heartbeat_supported:
+            try:
+                await self.heartbeat(inflight())
+            except (GatewayUnavailable, GatewayRequestError, GatewayProtocolError) as exc:
+                if not failing:
+                    log.warning("heartbeat failed (will keep trying): %s", exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("heartbeat to %s works again", self.base_url)
+                failing = False
+            deadline += interval
+            await trio.sleep_until(max(deadline, trio.current_time()))
+
+    # -- the one request path ----------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        payload: Any = None,
+        params: dict[str, str] | None = None,
+        http_timeout: httpx.Timeout | None = None,
+        optional: bool = False,
+        retry: bool = True,
+    ) -> httpx.Response | None:
+        """Send a request; back off on transient errors, re-read the token once on 401/403.
+
+        Returns None only for an ``optional`` endpoint the gateway does not have.
+        """
+        if self._http is None:
+            raise RuntimeError("GatewayClient used outside its 'async with' block")
+        backoff = Backoff(self.backoff_initial, self.backoff_maximum, rng=self.rng)
+        token_reread = False
+        while True:
+            retry_after: float | None = None
+            try:
+                response = await self._http.request(
+                    method,
+                    path,
+                    json=payload,
+                    params=params,
+                    headers={"Authorization": f"Bearer {self._token}"},
+                    timeout=http_timeout if http_timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
+            except httpx.TransportError as exc:
+                problem = f"{what}: {type(exc).__name__}: {exc or 'no detail'}"
+            else:
+                status = response.status_code
+                if status in (401, 403):
+                    if token_reread:
+                        raise await self._auth_failure(what, response, "after re-reading it")
+                    token_reread = True
+                    fresh = await self._read_token()
+                    if fresh == self._token:
+                        raise await self._auth_failure(what, response, "and the file is unchanged")
+                    log.info("gateway refused the token; re-read %s, retrying", self.token_file)
+                    self._token = fresh
+                    continue
+                if status < 400:
+                    await self._publish(connected=True, ok=True)
+                    return response
+                if optional and status in (404, 405):
+                    await self._publish(connected=True, ok=True)
+                    return None
+                if status < 500 and status not in _TRANSIENT_STATUS:
+                    await self._publish(connected=True, ok=True)
+                    raise GatewayRequestError(status, _error_detail(response), what)
+                problem = f"{what}: HTTP {status}: {_error_detail(response)}"
+                retry_after = _retry_after(response)
+            problem = self._redact(problem)
+            if not retry:
+                await self._publish(connected=False, error=problem)
+                raise GatewayUnavailable(problem)
+            delay = backoff.next_delay()
+            if retry_after is not None:
+                delay = min(max(delay, retry_after), self.backoff_maximum)
+            if backoff.failures == 1:
+                log.warning("gateway unreachable, retrying in %.1f s: %s", delay, problem)
+            else:
+                log.debug("gateway still unreachable, retrying in %.1f s: %s", delay, problem)
+            await self._publish(connected=False, error=problem, backoff_s=round(delay, 3))
+            await trio.sleep(delay)
+
+    async def _auth_failure(
+        self, what: str, response: httpx.Response, when: str
+    ) -> GatewayAuthError:
+        message = self._redact(
+            f"gateway {self.base_url} refused the token in {self.token_file} "
+            f"(HTTP {response.status_code}: {_error_detail(response)}) {when}; "
+            "put the gateway's current token in that file"
+        )
+        await self._publish(connected=False, error=message)
+        log.error("%s (during %s)", message, what)
+        return GatewayAuthError(message)
+
+    async def _read_token(self) -> str:
+        try:
+            return await trio.to_thread.run_sync(read_token, self.token_file)
+        except TokenFileError as exc:
+            message = f"cannot use the gateway token: {exc}"
+            await self._publish(connected=False, error=message)
+            raise GatewayAuthError(message) from None
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._token, "[token]") if self._token else text
+
+    async def _publish(
+        self,
+        *,
+        connected: bool | None = None,
+        ok: bool = False,
+        error: str | None = None,
+        backoff_s: float | None = None,
+        heartbeat: str | None = None,
+    ) -> None:
+        status = self._status
+        if connected is not None:
+            failures = 0 if connected else status.consecutive_failures + 1
+            status = attrs.evolve(
+                status,
+                connected=connected,
+                error=None if connected else error,
+                backoff_s=backoff_s,
+                consecutive_failures=failures,
+            )
+        if ok:
+            status = attrs.evolve(status, last_ok=utc_now_iso())
+        if heartbeat is not None:
+            status = attrs.evolve(status, heartbeat=heartbeat)
+        self._status = status
+        if self._status_writer is not None:
+            await self._status_writer.publish(status)
+
+
+def _format_seconds(value: float) -> str:
+    return f"{value:g}"
+
+
+def _json_object(response: httpx.Response, what: str) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise GatewayProtocolError(f"{what}: the response is not JSON") from None
+    if not isinstance(data, dict):
+        raise GatewayProtocolError(f"{what}: the response is not a JSON object")
+    return data
+
+
+def _error_detail(response: httpx.Response) -> str:
+    """The gateway's ``{"error": ...}`` text, or a short excerpt of whatever it sent."""
+    try:
+        data = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("error"), str):
+        detail: str = data["error"]
+    else:
+        detail = response.text[:200].strip() or response.reason_phrase or "no detail"
+    return " ".join(detail.split())[:300]
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After", "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
