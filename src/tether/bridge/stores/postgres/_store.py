@@ -21,7 +21,6 @@ a database must keep their clocks synchronised (NTP) well within ``lease_s``.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -33,19 +32,15 @@ import trio
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from ...._converter import unstructure
 from ...custody import _log as _clog
 from ...custody._rules import (
-    IN_CUSTODY,
     PRIORITY_RANK,
     Claim,
     CustodyConflict,
     CustodyState,
     Result,
-    StaleLease,
     Task,
     TaskRecord,
-    UnknownTask,
     check_body,
     check_claim_limit,
     check_delivery_lease,
@@ -64,6 +59,18 @@ from ...custody._store import (
     WorkerRole,
     plan_then_assign,
 )
+from .._common import (
+    IN_CUSTODY_SQL,
+    RANK_PRIORITY,
+    Seen,
+    check_limit,
+    check_reason,
+    fence_args,
+    ingest_headers,
+    stale_lease,
+    task_from_row,
+    unknown_task,
+)
 from ._dsn import redact_dsn
 from ._listen import ASSIGNED_PREFIX, PENDING, RESULT, Listener, assigned_payload
 from ._schema import check_schema, migrate
@@ -71,8 +78,6 @@ from ._schema import check_schema, migrate
 T = TypeVar("T")
 Conn = psycopg.Connection[TupleRow]
 
-_RANK_PRIORITY: Final = {rank: name for name, rank in PRIORITY_RANK.items()}
-_IN_CUSTODY_SQL: Final = ", ".join(f"'{s.value}'" for s in sorted(IN_CUSTODY))
 _TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
 _RECORD_COLS: Final = (
     f"{_TASK_COLS}, t.state, t.owner, t.attempt, t.lease_until, t.result, t.reason, "
@@ -86,7 +91,6 @@ _NO_DELIVERY_LEASE: Final = "delivery_holder = NULL, delivery_until = NULL"
 """Every transition out of ``result`` drops the delivery lease (a CHECK insists)."""
 _UTF8: Final = "utf-8"
 _ERRORS: Final = "surrogatepass"  # any Python str round-trips exactly, as in check_body
-MAX_REASON_CHARS: Final = 4000
 
 
 class StoreTimeout(TimeoutError):
@@ -156,12 +160,9 @@ class PostgresStore:
         """
         if not lease_s > 0:
             raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
-        if not (isinstance(max_attempts, int) and max_attempts >= 1):
-            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-        if not (isinstance(max_body_bytes, int) and max_body_bytes >= 1):
-            raise ValueError(f"max_body_bytes must be an int >= 1, got {max_body_bytes!r}")
-        if not (isinstance(pool_size, int) and pool_size >= 1):
-            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        check_limit(max_attempts, "max_attempts")
+        check_limit(max_body_bytes, "max_body_bytes")
+        check_limit(pool_size, "pool_size")
         for name, value in (
             ("lock_timeout_s", lock_timeout_s),
             ("statement_timeout_s", statement_timeout_s),
@@ -353,17 +354,11 @@ class PostgresStore:
         return new
 
     def _ingest_row(self, task: Task) -> tuple[Any, ...]:
-        if not isinstance(task, Task):
-            raise TypeError(f"ingest takes a Task, got {type(task).__name__}")
-        check_body(task.body, self.max_body_bytes, what=f"body of task {task.id!r}")
-        headers = "{}"
-        if task.headers:
-            headers = json.dumps(unstructure(task.headers), separators=(",", ":"))
-            check_body(headers, self.max_body_bytes, what=f"headers of task {task.id!r}")
+        headers = ingest_headers(task, self.max_body_bytes)
         return (task.id, _encode(task.body), task.room, PRIORITY_RANK[task.priority], headers)
 
     async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
-        _check_limit(limit)
+        check_limit(limit)
         sql = self._sql.prune
         count: int = await self._run(
             lambda conn: conn.execute(sql, {"before": before, "limit": limit}).rowcount
@@ -372,7 +367,7 @@ class PostgresStore:
         return count
 
     async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
-        _check_limit(limit)
+        check_limit(limit)
         sql = self._sql.prune_tombstones
         return await self._run(
             lambda conn: conn.execute(sql, {"before": before, "limit": limit}).rowcount
@@ -381,7 +376,7 @@ class PostgresStore:
     # -- lead ---------------------------------------------------------------------------------
 
     async def pending(self, *, limit: int = 100) -> Sequence[Task]:
-        _check_limit(limit)
+        check_limit(limit)
         sql = self._sql.pending
 
         def op(conn: Conn) -> list[Task]:
@@ -442,8 +437,7 @@ class PostgresStore:
     async def pool_view(
         self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
     ) -> PoolView:
-        if not (isinstance(pending_limit, int) and pending_limit >= 1):
-            raise ValueError(f"pending_limit must be an int >= 1, got {pending_limit!r}")
+        check_limit(pending_limit, "pending_limit")
         if isinstance(skip_rooms, str) or not all(isinstance(r, str) for r in skip_rooms):
             raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
         skip = sorted(skip_rooms)
@@ -456,7 +450,7 @@ class PostgresStore:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
                 pending = [
-                    Queued(id, room, _RANK_PRIORITY[rank])
+                    Queued(id, room, RANK_PRIORITY[rank])
                     for id, room, rank in conn.execute(
                         pending_sql, {"limit": pending_limit, "skip": skip}
                     )
@@ -560,7 +554,7 @@ class PostgresStore:
         params["until"] = params["now"] + self.lease_s
         until, before = await self._cas(self._sql.renew, params)
         if before is not None:
-            raise _stale(before, claim, params["now"], "renew")
+            raise stale_lease(before, claim, params["now"], "renew")
         return attrs.evolve(claim, lease_until=float(until))
 
     async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
@@ -573,7 +567,7 @@ class PostgresStore:
         params.update(body=_encode(body), no_send=no_send, chan=self._channel, payload=RESULT)
         _, before = await self._cas(self._sql.complete, params)
         if before is not None:
-            raise _stale(before, claim, params["now"], "complete")
+            raise stale_lease(before, claim, params["now"], "complete")
         _clog.moved(
             claim.task.id,
             CustodyState.CLAIMED,
@@ -584,7 +578,7 @@ class PostgresStore:
 
     async def fail(self, claim: Claim, reason: str) -> CustodyState:
         params = self._fence_params(claim)
-        reason = _check_reason(reason)
+        reason = _pg_reason(reason)
         dead = claim.attempt >= self.max_attempts
         if dead:
             reason = f"failed on attempt {claim.attempt} of {self.max_attempts}: {reason}"
@@ -592,7 +586,7 @@ class PostgresStore:
         sql = self._sql.fail_dead if dead else self._sql.fail_repool
         _, before = await self._cas(sql, params)
         if before is not None:
-            raise _stale(before, claim, params["now"], "fail")
+            raise stale_lease(before, claim, params["now"], "fail")
         target = CustodyState.DEAD if dead else CustodyState.PENDING
         _clog.moved(
             claim.task.id,
@@ -606,21 +600,15 @@ class PostgresStore:
         return target
 
     def _fence_params(self, claim: Claim) -> dict[str, Any]:
-        if not isinstance(claim, Claim):
-            raise TypeError(f"expected a Claim, got {type(claim).__name__}")
-        return {
-            "id": check_task_id(claim.task.id),
-            "worker": check_worker(claim.worker),
-            "attempt": claim.attempt,
-            "now": self.clock(),
-        }
+        worker, attempt, id = fence_args(claim)
+        return {"id": id, "worker": worker, "attempt": attempt, "now": self.clock()}
 
     async def release(self, claim: Claim) -> None:
         params = self._fence_params(claim)
         params.update(chan=self._channel, payload=PENDING)
         _, before = await self._cas(self._sql.release, params)
         if before is not None:
-            raise _stale(before, claim, params["now"], "release")
+            raise stale_lease(before, claim, params["now"], "release")
         _clog.moved(
             claim.task.id,
             CustodyState.CLAIMED,
@@ -634,7 +622,7 @@ class PostgresStore:
     async def stall_candidates(
         self, older_than: float, *, worker: str | None = None, limit: int = 1000
     ) -> Sequence[StallCandidate]:
-        _check_limit(limit)
+        check_limit(limit)
         if worker is not None:
             check_worker(worker)
         params = {"older_than": older_than, "worker": worker, "limit": limit}
@@ -653,14 +641,14 @@ class PostgresStore:
         await self._run(lambda conn: conn.execute(sql, {"id": id}))
 
     async def prune_stall_notices(self, *, limit: int = 10_000) -> int:
-        _check_limit(limit)
+        check_limit(limit)
         sql = self._sql.prune_stall_notices
         return await self._run(lambda conn: conn.execute(sql, {"limit": limit}).rowcount)
 
     # -- reconciler ---------------------------------------------------------------------------
 
     async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
-        _check_limit(limit)
+        check_limit(limit)
         now = self.clock()
         params = {"now": now, "max": self.max_attempts, "limit": limit, "chan": self._channel}
         sql = self._sql.expire
@@ -685,7 +673,7 @@ class PostgresStore:
     async def ready_results(
         self, *, limit: int = 100, holder: str | None = None, lease_s: float | None = None
     ) -> Sequence[Result]:
-        _check_limit(limit)
+        check_limit(limit)
         lease = check_delivery_lease(holder, lease_s)
         params: dict[str, Any] = {"limit": limit}
         sql = self._sql.ready
@@ -735,7 +723,7 @@ class PostgresStore:
 
     async def dead_letter(self, id: str, reason: str) -> None:
         check_task_id(id)
-        reason = _check_reason(reason)
+        reason = _pg_reason(reason)
         params = {"id": id, "reason": reason, "now": self.clock()}
         _, before = await self._cas(self._sql.dead_letter, params)
         if before is not None and before.state is not CustodyState.DEAD:
@@ -769,7 +757,7 @@ class PostgresStore:
         self, state: CustodyState, *, limit: int = 20, newest_first: bool = False
     ) -> Sequence[TaskRecord]:
         state = CustodyState(state)
-        _check_limit(limit)
+        check_limit(limit)
         sql = self._sql.records_newest if newest_first else self._sql.records_oldest
         params = {"state": state.value, "limit": limit}
         return await self._run(lambda conn: [_record(r) for r in conn.execute(sql, params)])
@@ -792,7 +780,7 @@ class PostgresStore:
     # -- dead-letter notices ------------------------------------------------------------------
 
     async def unreported_dead(self, *, limit: int = 100) -> Sequence[TaskRecord]:
-        _check_limit(limit)
+        check_limit(limit)
         sql = self._sql.unreported_dead
         return await self._run(
             lambda conn: [_record(r) for r in conn.execute(sql, {"limit": limit})]
@@ -828,7 +816,7 @@ class PostgresStore:
 
     # -- compare-and-set ----------------------------------------------------------------------
 
-    async def _cas(self, sql: str, params: Mapping[str, Any]) -> tuple[Any, _Before | None]:
+    async def _cas(self, sql: str, params: Mapping[str, Any]) -> tuple[Any, Seen | None]:
         """Run a CAS statement; return (its RETURNING value, None) or (None, the row now).
 
         The row is read by a second statement only when the CAS changed nothing: a new
@@ -837,29 +825,17 @@ class PostgresStore:
         """
         state_sql = self._sql.cas_state
 
-        def op(conn: Conn) -> tuple[Any, _Before | None]:
+        def op(conn: Conn) -> tuple[Any, Seen | None]:
             row = conn.execute(sql, params).fetchone()
             if row is not None and row[0] is not None:
                 return row[0], None
             now = conn.execute(state_sql, params).fetchone()
             if now is None:
-                raise UnknownTask(f"no task {params['id']!r} in the store")
+                raise unknown_task(params["id"])
             state, owner, attempt, lease_until = now
-            return None, _Before(CustodyState(state), owner, attempt, lease_until)
+            return None, Seen(CustodyState(state), owner, attempt, lease_until)
 
         return await self._run(op)
-
-
-@attrs.frozen
-class _Before:
-    state: CustodyState
-    owner: str | None
-    attempt: int
-    lease_until: float | None
-
-    @property
-    def owner_note(self) -> str:
-        return f" (owner {self.owner}, attempt {self.attempt})" if self.owner else ""
 
 
 def _cas_sql(
@@ -1062,7 +1038,7 @@ class _Sql:
         return (
             f"DELETE FROM {self.s}.stall_notices WHERE id IN (SELECT s.id "
             f"FROM {self.s}.stall_notices s LEFT JOIN {self.s}.tasks t ON t.id = s.id "
-            f"WHERE t.id IS NULL OR t.state NOT IN ({_IN_CUSTODY_SQL}) LIMIT %(limit)s "
+            f"WHERE t.id IS NULL OR t.state NOT IN ({IN_CUSTODY_SQL}) LIMIT %(limit)s "
             "FOR UPDATE OF s SKIP LOCKED)"
         )
 
@@ -1228,7 +1204,7 @@ class _Sql:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, "
             f"{_NO_DELIVERY_LEASE}, reason = %(reason)s, updated_at = %(now)s "
-            f"WHERE t.id = %(id)s AND t.state IN ({_IN_CUSTODY_SQL})",
+            f"WHERE t.id = %(id)s AND t.state IN ({IN_CUSTODY_SQL})",
             "1",
         )
 
@@ -1264,7 +1240,7 @@ class _Sql:
 
     @property
     def in_flight(self) -> str:
-        return f"SELECT id FROM {self.s}.tasks WHERE state IN ({_IN_CUSTODY_SQL}) ORDER BY seq"
+        return f"SELECT id FROM {self.s}.tasks WHERE state IN ({IN_CUSTODY_SQL}) ORDER BY seq"
 
     @property
     def unreported_dead(self) -> str:
@@ -1308,13 +1284,7 @@ def _decode(data: bytes) -> str:
 
 
 def _task(row: Sequence[Any]) -> Task:
-    return Task(
-        id=row[0],
-        body=_decode(row[1]),
-        room=row[2],
-        priority=_RANK_PRIORITY[row[3]],
-        headers=json.loads(row[4]),  # the validator checks it is a dict of str to str
-    )
+    return task_from_row(row, _decode(row[1]))
 
 
 def _record(row: Sequence[Any]) -> TaskRecord:
@@ -1332,29 +1302,8 @@ def _record(row: Sequence[Any]) -> TaskRecord:
     )
 
 
-def _stale(before: _Before, claim: Claim, now: float, verb: str) -> StaleLease:
-    who = f"worker {claim.worker!r} (attempt {claim.attempt})"
-    if (
-        before.state is CustodyState.CLAIMED
-        and before.owner == claim.worker
-        and before.attempt == claim.attempt
-        and before.lease_until is not None
-    ):
-        held = f"its lease expired at {before.lease_until:.3f} (now {now:.3f})"
-    else:
-        held = f"the store has it {before.state.value}{before.owner_note}"
-    return StaleLease(f"cannot {verb} task {claim.task.id!r} for {who}: {held}")
-
-
-def _check_reason(reason: object) -> str:
-    if not isinstance(reason, str) or not reason.strip():
-        raise ValueError(f"a reason must be a non-empty str, got {reason!r}")
-    return reason[:MAX_REASON_CHARS].replace("\0", "\\0")  # text cannot hold NUL
-
-
-def _check_limit(limit: object) -> None:
-    if not (isinstance(limit, int) and limit >= 1):
-        raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+def _pg_reason(reason: object) -> str:
+    return check_reason(reason).replace("\0", "\\0")  # text cannot hold NUL
 
 
 def _first_line(exc: BaseException) -> str:

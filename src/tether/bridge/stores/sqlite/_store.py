@@ -26,21 +26,17 @@ from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
-from ...._converter import unstructure
 from ...._fs import create_private_file, ensure_private_dir, restrict_file
 from ...custody import _log as _clog
 from ...custody._rules import (
-    IN_CUSTODY,
     MAX_BODY_BYTES,
     PRIORITY_RANK,
     Claim,
     CustodyConflict,
     CustodyState,
     Result,
-    StaleLease,
     Task,
     TaskRecord,
-    UnknownTask,
     check_body,
     check_claim_limit,
     check_delivery_lease,
@@ -58,20 +54,30 @@ from ...custody._store import (
     WorkerInfo,
     WorkerRole,
 )
+from .._common import (
+    IN_CUSTODY_SQL,
+    RANK_PRIORITY,
+    Seen,
+    check_limit,
+    check_reason,
+    fence_args,
+    ingest_headers,
+    owner_note,
+    stale_lease,
+    task_from_row,
+    unknown_task,
+)
 from ._schema import migrate
 from ._writer import SqliteWriter
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 T = TypeVar("T")
 
-_RANK_PRIORITY: Final = {rank: name for name, rank in PRIORITY_RANK.items()}
-_IN_CUSTODY_SQL: Final = ", ".join(f"'{s.value}'" for s in sorted(IN_CUSTODY))
 _TASK_COLS: Final = "id, body, room, priority, headers"
 _RECORD_COLS: Final = (
     f"{_TASK_COLS}, state, owner, attempt, lease_until, result, reason, created_at, updated_at"
 )
 _FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND attempt = ? AND lease_until > ?"
-MAX_REASON_CHARS: Final = 4000
 
 
 @attrs.define(eq=False)
@@ -111,14 +117,11 @@ class SqliteStore:
         """
         if not lease_s > 0:
             raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
-        if not (isinstance(max_attempts, int) and max_attempts >= 1):
-            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-        if not (isinstance(max_body_bytes, int) and max_body_bytes >= 1):
-            raise ValueError(f"max_body_bytes must be an int >= 1, got {max_body_bytes!r}")
+        check_limit(max_attempts, "max_attempts")
+        check_limit(max_body_bytes, "max_body_bytes")
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA; got {synchronous!r}")
-        if not (isinstance(max_batch, int) and max_batch >= 1):
-            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        check_limit(max_batch, "max_batch")
         db = Path(path)
         writer = SqliteWriter(
             connect=lambda: _connect(db, synchronous, busy_timeout_s), max_batch=max_batch
@@ -184,19 +187,12 @@ class SqliteStore:
         return new
 
     def _ingest_row(self, task: Task) -> tuple[Any, ...]:
-        if not isinstance(task, Task):
-            raise TypeError(f"ingest takes a Task, got {type(task).__name__}")
-        check_body(task.body, self.max_body_bytes, what=f"body of task {task.id!r}")
-        headers = "{}"
-        if task.headers:
-            headers = json.dumps(unstructure(task.headers), separators=(",", ":"))
-            check_body(headers, self.max_body_bytes, what=f"headers of task {task.id!r}")
+        headers = ingest_headers(task, self.max_body_bytes)
         now = self.clock()
         return (task.id, task.body, task.room, PRIORITY_RANK[task.priority], headers, now, now)
 
     async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
-        if not (isinstance(limit, int) and limit >= 1):
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        check_limit(limit)
 
         def op(conn: sqlite3.Connection) -> int:
             gone = conn.execute(
@@ -214,8 +210,7 @@ class SqliteStore:
         return await self._writer.run(op)
 
     async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
-        if not (isinstance(limit, int) and limit >= 1):
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        check_limit(limit)
 
         def op(conn: sqlite3.Connection) -> int:
             return conn.execute(
@@ -240,15 +235,14 @@ class SqliteStore:
                 rec = _require(conn, id)
                 raise CustodyConflict(
                     f"cannot assign task {id!r} to {worker!r}: it is {rec.state.value}"
-                    f"{_owner_note(rec)}, not pending"
+                    f"{owner_note(rec.owner, rec.attempt)}, not pending"
                 )
 
         await self._writer.run(op)
         _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
 
     async def pending(self, *, limit: int = 100) -> Sequence[Task]:
-        if not (isinstance(limit, int) and limit >= 1):
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        check_limit(limit)
 
         def op(conn: sqlite3.Connection) -> list[Task]:
             rows = conn.execute(
@@ -309,8 +303,7 @@ class SqliteStore:
     async def pool_view(
         self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
     ) -> PoolView:
-        if not (isinstance(pending_limit, int) and pending_limit >= 1):
-            raise ValueError(f"pending_limit must be an int >= 1, got {pending_limit!r}")
+        check_limit(pending_limit, "pending_limit")
         if isinstance(skip_rooms, str) or not all(isinstance(r, str) for r in skip_rooms):
             raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
         skip = json.dumps(sorted(skip_rooms))
@@ -320,8 +313,7 @@ class SqliteStore:
     async def plan_and_assign(
         self, decide: Decide, *, pending_limit: int = 1000
     ) -> tuple[PoolView, list[bool] | None]:
-        if not (isinstance(pending_limit, int) and pending_limit >= 1):
-            raise ValueError(f"pending_limit must be an int >= 1, got {pending_limit!r}")
+        check_limit(pending_limit, "pending_limit")
         now = self.clock()
 
         checked: list[tuple[str, str]] = []
@@ -420,7 +412,7 @@ class SqliteStore:
         return claims
 
     async def renew(self, claim: Claim) -> Claim:
-        worker, attempt, id = _fence_args(claim)
+        worker, attempt, id = fence_args(claim)
         now = self.clock()
         lease_until = now + self.lease_s
 
@@ -438,7 +430,7 @@ class SqliteStore:
         return attrs.evolve(claim, lease_until=new_until)
 
     async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
-        worker, attempt, id = _fence_args(claim)
+        worker, attempt, id = fence_args(claim)
         if not isinstance(body, str):
             raise TypeError(f"a result body must be a str, got {type(body).__name__}")
         check_body(body, self.max_body_bytes, what=f"result of task {id!r}")
@@ -459,8 +451,8 @@ class SqliteStore:
         _clog.moved(id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt)
 
     async def fail(self, claim: Claim, reason: str) -> CustodyState:
-        worker, attempt, id = _fence_args(claim)
-        reason = _check_reason(reason)
+        worker, attempt, id = fence_args(claim)
+        reason = check_reason(reason)
         now = self.clock()
         dead = attempt >= self.max_attempts
         if dead:
@@ -492,7 +484,7 @@ class SqliteStore:
         return target
 
     async def release(self, claim: Claim) -> None:
-        worker, attempt, id = _fence_args(claim)
+        worker, attempt, id = fence_args(claim)
         now = self.clock()
 
         def op(conn: sqlite3.Connection) -> None:
@@ -518,8 +510,7 @@ class SqliteStore:
     async def stall_candidates(
         self, older_than: float, *, worker: str | None = None, limit: int = 1000
     ) -> Sequence[StallCandidate]:
-        if not (isinstance(limit, int) and limit >= 1):
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        check_limit(limit)
         if worker is not None:
             check_worker(worker)
 
@@ -560,14 +551,13 @@ class SqliteStore:
         await self._writer.run(op)
 
     async def prune_stall_notices(self, *, limit: int = 10_000) -> int:
-        if not (isinstance(limit, int) and limit >= 1):
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        check_limit(limit)
 
         def op(conn: sqlite3.Connection) -> int:
             return conn.execute(
                 "DELETE FROM stall_notices WHERE id IN (SELECT s.id FROM stall_notices s "
                 "LEFT JOIN tasks t ON t.id = s.id "
-                f"WHERE t.id IS NULL OR t.state NOT IN ({_IN_CUSTODY_SQL}) LIMIT ?)",
+                f"WHERE t.id IS NULL OR t.state NOT IN ({IN_CUSTODY_SQL}) LIMIT ?)",
                 (limit,),
             ).rowcount
 
@@ -576,8 +566,7 @@ class SqliteStore:
     # -- reconciler ---------------------------------------------------------------------------
 
     async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
-        if not (isinstance(limit, int) and limit >= 1):
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        check_limit(limit)
         now = self.clock()
         max_attempts = self.max_attempts
 
@@ -641,8 +630,7 @@ class SqliteStore:
     async def ready_results(
         self, *, limit: int = 100, holder: str | None = None, lease_s: float | None = None
     ) -> Sequence[Result]:
-        if not (isinstance(limit, int) and limit >= 1):
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        check_limit(limit)
         check_delivery_lease(holder, lease_s)  # checked, then a plain read (no leases here)
 
         def op(conn: sqlite3.Connection) -> list[Result]:
@@ -706,14 +694,14 @@ class SqliteStore:
 
     async def dead_letter(self, id: str, reason: str) -> None:
         check_task_id(id)
-        reason = _check_reason(reason)
+        reason = check_reason(reason)
         now = self.clock()
 
         def op(conn: sqlite3.Connection) -> CustodyState | None:
             before = conn.execute("SELECT state FROM tasks WHERE id = ?", (id,)).fetchone()
             cur = conn.execute(
                 "UPDATE tasks SET state = 'dead', lease_until = NULL, reason = ?, "
-                f"updated_at = ? WHERE id = ? AND state IN ({_IN_CUSTODY_SQL})",
+                f"updated_at = ? WHERE id = ? AND state IN ({IN_CUSTODY_SQL})",
                 (reason, now, id),
             )
             if cur.rowcount != 1:
@@ -758,7 +746,7 @@ class SqliteStore:
             return [
                 r[0]
                 for r in conn.execute(
-                    f"SELECT id FROM tasks WHERE state IN ({_IN_CUSTODY_SQL}) ORDER BY rowid"
+                    f"SELECT id FROM tasks WHERE state IN ({IN_CUSTODY_SQL}) ORDER BY rowid"
                 )
             ]
 
@@ -782,8 +770,7 @@ class SqliteStore:
     # -- dead-letter notices ------------------------------------------------------------------
 
     async def unreported_dead(self, *, limit: int = 100) -> Sequence[TaskRecord]:
-        if not (isinstance(limit, int) and limit >= 1):
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        check_limit(limit)
 
         def op(conn: sqlite3.Connection) -> list[TaskRecord]:
             rows = conn.execute(
@@ -877,7 +864,7 @@ def _pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: st
         "ORDER BY t.priority, t.rowid LIMIT ?",
         (skip, pending_limit),
     ):
-        pending.append(Queued(id, room, _RANK_PRIORITY[rank]))
+        pending.append(Queued(id, room, RANK_PRIORITY[rank]))
         if keeper is not None:
             rooms[room] = keeper
     return PoolView(
@@ -971,13 +958,7 @@ def _workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
 
 
 def _task(row: Sequence[Any]) -> Task:
-    return Task(
-        id=row[0],
-        body=row[1],
-        room=row[2],
-        priority=_RANK_PRIORITY[row[3]],
-        headers=json.loads(row[4]),  # the validator checks it is a dict of str to str
-    )
+    return task_from_row(row, row[1])
 
 
 def _record(conn: sqlite3.Connection, id: str) -> TaskRecord | None:
@@ -990,37 +971,11 @@ def _record(conn: sqlite3.Connection, id: str) -> TaskRecord | None:
 def _require(conn: sqlite3.Connection, id: str) -> TaskRecord:
     rec = _record(conn, id)
     if rec is None:
-        raise UnknownTask(f"no task {id!r} in the store")
+        raise unknown_task(id)
     return rec
-
-
-def _owner_note(rec: TaskRecord) -> str:
-    return f" (owner {rec.owner}, attempt {rec.attempt})" if rec.owner else ""
-
-
-def _fence_args(claim: Claim) -> tuple[str, int, str]:
-    if not isinstance(claim, Claim):
-        raise TypeError(f"expected a Claim, got {type(claim).__name__}")
-    return check_worker(claim.worker), claim.attempt, check_task_id(claim.task.id)
 
 
 def _stale(conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:
     rec = _record(conn, claim.task.id)
-    who = f"worker {claim.worker!r} (attempt {claim.attempt})"
-    if rec is None:
-        return UnknownTask(f"cannot {verb} task {claim.task.id!r}: no such task")
-    if (
-        rec.state is CustodyState.CLAIMED
-        and rec.owner == claim.worker
-        and rec.attempt == claim.attempt
-    ):
-        held = f"its lease expired at {rec.lease_until:.3f} (now {now:.3f})"
-    else:
-        held = f"the store has it {rec.state.value}{_owner_note(rec)}"
-    return StaleLease(f"cannot {verb} task {claim.task.id!r} for {who}: {held}")
-
-
-def _check_reason(reason: object) -> str:
-    if not isinstance(reason, str) or not reason.strip():
-        raise ValueError(f"a reason must be a non-empty str, got {reason!r}")
-    return reason[:MAX_REASON_CHARS]
+    seen = None if rec is None else Seen(rec.state, rec.owner, rec.attempt, rec.lease_until)
+    return stale_lease(seen, claim, now, verb)

@@ -1,0 +1,123 @@
+"""What every backend computes the same way: argument checks, fencing errors, row shapes.
+
+The SQL stays per dialect (each backend's ``_store.py``); what a caller sees does not. A bad
+limit, a bad reason, a stale lease or an unknown task reads the same from SQLite and from
+PostgreSQL, because both build it here. The conformance suite in ``tests/bridge`` holds them to
+it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from ..._converter import unstructure
+from ..custody._rules import (
+    IN_CUSTODY,
+    PRIORITY_RANK,
+    Claim,
+    CustodyState,
+    StaleLease,
+    Task,
+    UnknownTask,
+    check_body,
+    check_task_id,
+    check_worker,
+)
+
+RANK_PRIORITY: Final[Mapping[int, str]] = {rank: name for name, rank in PRIORITY_RANK.items()}
+"""The stored priority rank back to its name."""
+IN_CUSTODY_SQL: Final = ", ".join(f"'{s.value}'" for s in sorted(IN_CUSTODY))
+"""``in_custody`` as an SQL list, for ``state IN (...)``: the one predicate, in both dialects."""
+MAX_REASON_CHARS: Final = 4000
+"""A stored failure or dead-letter reason is cut to this many characters."""
+
+
+def check_limit(limit: object, what: str = "limit") -> int:
+    """A batch limit must be an int >= 1."""
+    if not (isinstance(limit, int) and limit >= 1):
+        raise ValueError(f"{what} must be an int >= 1, got {limit!r}")
+    return limit
+
+
+def check_reason(reason: object) -> str:
+    """A reason is a non-empty str, stored cut to ``MAX_REASON_CHARS``."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"a reason must be a non-empty str, got {reason!r}")
+    return reason[:MAX_REASON_CHARS]
+
+
+def fence_args(claim: object) -> tuple[str, int, str]:
+    """The fence of a claim, checked: ``(worker, attempt, task id)``."""
+    if not isinstance(claim, Claim):
+        raise TypeError(f"expected a Claim, got {type(claim).__name__}")
+    return check_worker(claim.worker), claim.attempt, check_task_id(claim.task.id)
+
+
+def ingest_headers(task: object, max_body_bytes: int) -> str:
+    """Check a task for ingest (type, body and headers within the size limit); return its
+    headers as the JSON text both backends store."""
+    if not isinstance(task, Task):
+        raise TypeError(f"ingest takes a Task, got {type(task).__name__}")
+    check_body(task.body, max_body_bytes, what=f"body of task {task.id!r}")
+    if not task.headers:
+        return "{}"
+    headers = json.dumps(unstructure(task.headers), separators=(",", ":"))
+    check_body(headers, max_body_bytes, what=f"headers of task {task.id!r}")
+    return headers
+
+
+def task_from_row(row: Sequence[Any], body: str) -> Task:
+    """A ``Task`` from a row that starts ``id, body, room, priority, headers`` (the body
+    decoded by the backend)."""
+    return Task(
+        id=row[0],
+        body=body,
+        room=row[2],
+        priority=RANK_PRIORITY[row[3]],
+        headers=json.loads(row[4]),  # the validator checks it is a dict of str to str
+    )
+
+
+@attrs.frozen
+class Seen:
+    """Where a task stood when a compare-and-set on it missed: the evidence for the error."""
+
+    state: CustodyState
+    owner: str | None
+    attempt: int
+    lease_until: float | None
+
+    @property
+    def owner_note(self) -> str:
+        return owner_note(self.owner, self.attempt)
+
+
+def owner_note(owner: str | None, attempt: int) -> str:
+    """`` (owner w1, attempt 2)`` for an owned task, else nothing: for error messages."""
+    return f" (owner {owner}, attempt {attempt})" if owner else ""
+
+
+def stale_lease(seen: Seen | None, claim: Claim, now: float, verb: str) -> Exception:
+    """The error for a fenced-out claim: ``UnknownTask`` if the task is gone, else a
+    ``StaleLease`` saying whether the lease expired or someone else holds the task."""
+    if seen is None:
+        return UnknownTask(f"cannot {verb} task {claim.task.id!r}: no such task")
+    who = f"worker {claim.worker!r} (attempt {claim.attempt})"
+    if (
+        seen.state is CustodyState.CLAIMED
+        and seen.owner == claim.worker
+        and seen.attempt == claim.attempt
+        and seen.lease_until is not None
+    ):
+        held = f"its lease expired at {seen.lease_until:.3f} (now {now:.3f})"
+    else:
+        held = f"the store has it {seen.state.value}{seen.owner_note}"
+    return StaleLease(f"cannot {verb} task {claim.task.id!r} for {who}: {held}")
+
+
+def unknown_task(id: str) -> UnknownTask:
+    return UnknownTask(f"no task {id!r} in the store")
