@@ -29,6 +29,11 @@ Sync handlers run in a worker thread (``trio.to_thread.run_sync``). A thread can
 interrupted: when such a run is cancelled (``replace``, ``interrupt``, close after ``grace``)
 tether stops waiting for it, counts it ``cancelled`` and abandons the thread, whose result is
 discarded. A sync handler that wants to stop early can call ``trio.from_thread.check_cancelled()``.
+
+Size (over ~600 lines on purpose): the ready queue, the worker pool, the foreman and the
+four policies share one piece of state (``running``, the queues, the policy slots) that must
+change together; the value types live in ``_session_types`` and a run's bookkeeping in
+``_session_runs``.
 """
 
 from __future__ import annotations

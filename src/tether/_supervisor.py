@@ -41,6 +41,10 @@ supervisor opened inside a child, with no soft stop (the runtime calls it on a s
 Structural operations (start, restart, stop, terminate) run one at a time under one lock, so
 a child must not call ``start_child``/``terminate_child`` on its own supervisor before it has
 called ``task_status.started()`` (it would wait for itself).
+
+Size (over ~600 lines on purpose): the strategies, the restart intensity and the two-phase
+shutdown act on one child table under one nursery and must be read together; a child's spec
+and state are in ``_child``, backoff and intensity in ``_backoff`` and ``_intensity``.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ header), so a stopping bridge can hand back at once what it was leased and never
 task is ``queued`` again with its ``deliveries`` kept, so it still counts as handed out: an
 ack or a result that was already on its way for it is taken, not refused as "never
 delivered".
+
+Size (just over ~600 lines): one transaction per gateway operation over one SQLite file;
+the message, lease and result operations share the row shapes and the serializing limiter.
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ What it promises its caller:
   :meth:`GatewayClient.release_leases` gives back this client's only, never those of another
   bridge with the same name;
 - a status file (when configured) always says whether the gateway is reachable.
+
+Size (over ~600 lines on purpose): one class, one method per protocol request, all sharing
+the retry loop, the auth re-read and the optional-endpoint fallbacks below; the records and
+limits it speaks are in ``_messages`` and ``_limits``, its backoff in ``_backoff`` and its
+health file in ``_status_file``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,12 @@ an OS crash (SQLite's guarantee for that pair; a test pins the settings, none ca
 plug). ``synchronous="NORMAL"`` still survives a *process* crash (the page cache outlives a
 SIGKILL), which is all ``tests/bridge/test_custody_crash.py`` can and does demonstrate, but may
 lose the last commits on power loss.
+
+Size (over ~600 lines on purpose): one short method per operation of the store's roles,
+each with its SQL beside it, so a reader checks a move's fence where it is written. What is
+not a custody operation already lives apart: ``_connect`` (opening the file), ``_writer``
+(group commit), ``_pool_sql`` (the lead's statements), ``stores/_common`` (what both backends
+share).
 """
 
 from __future__ import annotations
@@ -22,11 +28,10 @@ import sqlite3
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 
-from ...._fs import create_private_file, ensure_private_dir, restrict_file
 from ...custody import _log as _clog
 from ...custody._rules import (
     MAX_BODY_BYTES,
@@ -45,18 +50,15 @@ from ...custody._rules import (
 )
 from ...custody._store import (
     WORKER_ROLES,
-    Assignment,
     Decide,
     LeaseExpiry,
     PoolView,
-    Queued,
     StallCandidate,
     WorkerInfo,
     WorkerRole,
 )
 from .._common import (
     IN_CUSTODY_SQL,
-    RANK_PRIORITY,
     Seen,
     check_limit,
     check_reason,
@@ -67,10 +69,11 @@ from .._common import (
     task_from_row,
     unknown_task,
 )
-from ._schema import migrate
+from ._connect import Synchronous as Synchronous
+from ._connect import connect_reader, connect_writer
+from ._pool_sql import assign_one, assign_pairs, note_room, pool_view, read_workers
 from ._writer import SqliteWriter
 
-Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 T = TypeVar("T")
 
 _TASK_COLS: Final = "id, body, room, priority, headers"
@@ -124,11 +127,11 @@ class SqliteStore:
         check_limit(max_batch, "max_batch")
         db = Path(path)
         writer = SqliteWriter(
-            connect=lambda: _connect(db, synchronous, busy_timeout_s), max_batch=max_batch
+            connect=lambda: connect_writer(db, synchronous, busy_timeout_s), max_batch=max_batch
         )
         await writer.start()  # creates and migrates the file
         reader = SqliteWriter(
-            connect=lambda: _connect_reader(db, busy_timeout_s),
+            connect=lambda: connect_reader(db, busy_timeout_s),
             max_batch=max_batch,
             name="tether-sqlite-reader",
         )
@@ -231,7 +234,7 @@ class SqliteStore:
         now = self.clock()
 
         def op(conn: sqlite3.Connection) -> None:
-            if not _assign(conn, id, worker, now):
+            if not assign_one(conn, id, worker, now):
                 rec = _require(conn, id)
                 raise CustodyConflict(
                     f"cannot assign task {id!r} to {worker!r}: it is {rec.state.value}"
@@ -280,7 +283,7 @@ class SqliteStore:
         if not checked:
             return []
         now = self.clock()
-        done, moved = await self._writer.run(lambda conn: _assign_pairs(conn, checked, now))
+        done, moved = await self._writer.run(lambda conn: assign_pairs(conn, checked, now))
         _clog.assigned(checked, moved)
         return done
 
@@ -308,7 +311,7 @@ class SqliteStore:
             raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
         skip = json.dumps(sorted(skip_rooms))
         at = self.clock()
-        return await self._read(lambda conn: _pool_view(conn, at, pending_limit, skip))
+        return await self._read(lambda conn: pool_view(conn, at, pending_limit, skip))
 
     async def plan_and_assign(
         self, decide: Decide, *, pending_limit: int = 1000
@@ -319,12 +322,12 @@ class SqliteStore:
         checked: list[tuple[str, str]] = []
 
         def op(conn: sqlite3.Connection) -> tuple[PoolView, list[bool] | None, set[str]]:
-            view = _pool_view(conn, now, pending_limit, "[]")
+            view = pool_view(conn, now, pending_limit, "[]")
             pairs = decide(view)
             if pairs is None:
                 return view, None, set()
             checked[:] = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
-            done, moved = _assign_pairs(conn, checked, now)
+            done, moved = assign_pairs(conn, checked, now)
             return view, done, moved
 
         view, done, moved = await self._writer.run(op)
@@ -349,12 +352,12 @@ class SqliteStore:
                 "last_beat = excluded.last_beat",
                 (worker, role, capacity, now, now),
             )
-            return _workers(conn)
+            return read_workers(conn)
 
         return await self._writer.run(op)
 
     async def workers(self) -> Sequence[WorkerInfo]:
-        return await self._read(_workers)
+        return await self._read(read_workers)
 
     async def remove_worker(self, worker: str) -> bool:
         check_worker(worker)
@@ -401,7 +404,7 @@ class SqliteStore:
                 rows[:taken] = sorted(rows[:taken], key=lambda r: (r[3], r[6]))
                 rows[taken:] = sorted(rows[taken:], key=lambda r: (r[3], r[6]))
             for room in {r[2] for r in rows if r[2] is not None}:
-                _note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
+                note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
             return [Claim(_task(r), worker, r[5], lease_until) for r in rows]
 
         claims = await self._writer.run(op)
@@ -819,142 +822,6 @@ class SqliteStore:
 
 
 # -- helpers (run in the writer thread) ---------------------------------------------------------
-
-
-MIN_SQLITE: Final = (3, 35, 0)
-"""``RETURNING`` (3.35) and ``UPDATE ... FROM`` (3.33) carry the custody transitions."""
-
-
-def _connect(path: Path, synchronous: Synchronous, busy_timeout_s: float) -> sqlite3.Connection:
-    if sqlite3.sqlite_version_info < MIN_SQLITE:
-        raise RuntimeError(
-            f"the custody store needs SQLite {'.'.join(map(str, MIN_SQLITE))} or newer; this "
-            f"Python links SQLite {sqlite3.sqlite_version}"
-        )
-    ensure_private_dir(path.parent)
-    # 0600 before SQLite opens it: SQLite gives the -wal and -shm files the database's mode
-    if not create_private_file(path):
-        for suffix in ("", "-wal", "-shm"):
-            existing = path.with_name(path.name + suffix)
-            if existing.exists():
-                restrict_file(existing)
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
-    try:
-        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-        conn.execute(f"PRAGMA synchronous = {synchronous}")
-        conn.execute("PRAGMA cache_size = -32768")  # KiB: keeps a 100k-task working set hot
-        migrate(conn)
-    except BaseException:
-        conn.close()
-        raise
-    if mode != "wal":
-        conn.close()
-        raise RuntimeError(f"{path}: could not switch SQLite to WAL mode (got {mode!r})")
-    return conn
-
-
-def _pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str) -> PoolView:
-    """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past)."""
-    pending: list[Queued] = []
-    rooms: dict[str, str] = {}
-    for id, room, rank, keeper in conn.execute(
-        "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
-        "LEFT JOIN rooms r ON r.room = t.room WHERE t.state = 'pending' "
-        "AND (t.room IS NULL OR t.room NOT IN (SELECT value FROM json_each(?))) "
-        "ORDER BY t.priority, t.rowid LIMIT ?",
-        (skip, pending_limit),
-    ):
-        pending.append(Queued(id, room, RANK_PRIORITY[rank]))
-        if keeper is not None:
-            rooms[room] = keeper
-    return PoolView(
-        at=at,
-        workers=tuple(_workers(conn)),
-        assigned=tuple(
-            Assignment(*r)
-            for r in conn.execute(
-                "SELECT id, owner, room, updated_at FROM tasks "
-                "WHERE state = 'assigned' ORDER BY updated_at, rowid"
-            )
-        ),
-        claims=dict(
-            conn.execute(
-                "SELECT owner, count(*) FROM tasks WHERE state = 'claimed' GROUP BY owner"
-            ).fetchall()
-        ),
-        pending=tuple(pending),
-        rooms=rooms,
-    )
-
-
-def _assign_pairs(
-    conn: sqlite3.Connection, pairs: Sequence[tuple[str, str]], now: float
-) -> tuple[list[bool], set[str]]:
-    """Assign each pending ``(id, worker)`` in one statement (a sweep assigns dozens per commit);
-    a repeated id: the first pair decides, later ones are False. Returns the answers and the
-    ids that moved."""
-    if not pairs:
-        return [], set()
-    first: dict[str, int] = {}
-    for n, (id, _) in enumerate(pairs):
-        first.setdefault(id, n)
-    unique = json.dumps([pairs[n] for n in sorted(first.values())])
-    rows = conn.execute(
-        "UPDATE tasks SET state = 'assigned', owner = v.worker, updated_at = ? "
-        "FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS worker "
-        "FROM json_each(?)) AS v "
-        "WHERE tasks.id = v.id AND tasks.state = 'pending' "
-        "RETURNING tasks.id, tasks.room, tasks.owner",
-        (now, unique),
-    ).fetchall()
-    rows.sort(key=lambda row: first[row[0]])  # a room goes to its last pair's worker
-    for _, room, worker in rows:
-        if room is not None:
-            _note_room(conn, room, worker, now)
-    moved = {id for id, _, _ in rows}
-    return [id in moved and first[id] == n for n, (id, _) in enumerate(pairs)], moved
-
-
-def _connect_reader(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
-    """A connection that only reads (``query_only``) the database the writer opened."""
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
-    try:
-        conn.execute("PRAGMA query_only = ON")
-        conn.execute("PRAGMA cache_size = -32768")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _assign(conn: sqlite3.Connection, id: str, worker: str, now: float) -> bool:
-    row = conn.execute(
-        "UPDATE tasks SET state = 'assigned', owner = ?, updated_at = ? "
-        "WHERE id = ? AND state = 'pending' RETURNING room",
-        (worker, now, id),
-    ).fetchone()
-    if row is None:
-        return False
-    if row[0] is not None:
-        _note_room(conn, row[0], worker, now)
-    return True
-
-
-def _note_room(conn: sqlite3.Connection, room: str, worker: str, now: float) -> None:
-    conn.execute(
-        "INSERT INTO rooms (room, worker, at) VALUES (?, ?, ?) "
-        "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at",
-        (room, worker, now),
-    )
-
-
-def _workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
-    return [
-        WorkerInfo(*r)
-        for r in conn.execute(
-            "SELECT name, role, capacity, last_beat, started_at FROM workers ORDER BY name"
-        )
-    ]
 
 
 def _task(row: Sequence[Any]) -> Task:

@@ -1,0 +1,144 @@
+"""Connections to PostgreSQL: the pool, the per-session time limits, and what a failure means.
+
+psycopg 3's async API does not run on Trio, so the store makes one ``trio.to_thread`` hop per
+call into its sync API (``run_on``) with a pooled autocommit connection. No statement may wait
+forever (the thread cannot be abandoned: its caller must learn the outcome), so every session
+sets ``lock_timeout`` and ``statement_timeout``, and a failure is translated into one of two
+errors that say whether the change may have committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from ._schema import migrate
+
+T = TypeVar("T")
+Conn = psycopg.Connection[TupleRow]
+
+
+class StoreTimeout(TimeoutError):
+    """A statement waited longer than the store's ``lock_timeout_s``/``statement_timeout_s``
+    (another session holds a task's row lock, or the server is overloaded); nothing changed."""
+
+
+class StoreConnectionLost(ConnectionError):
+    """The connection broke during a call: whether its change committed is unknown.
+
+    Safe to retry in the custody model: a lost claim's lease expires and is repooled, a
+    repeated ingest is a replay, a repeated complete of a committed result is ``StaleLease``.
+    """
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def connection_kwargs(
+    schema: str, connect_timeout_s: float, password: str | None
+) -> dict[str, Any]:
+    """What every connection of the store is opened with (autocommit: one statement, one
+    commit; the application name shows the schema in ``pg_stat_activity``)."""
+    kwargs: dict[str, Any] = {
+        "autocommit": True,
+        "connect_timeout": max(1, round(connect_timeout_s)),
+        "application_name": f"tether-{schema}",
+    }
+    if password is not None:
+        kwargs["password"] = password
+    return kwargs
+
+
+def connector(
+    dsn: str, schema: str, connect_timeout_s: float, password: str | None
+) -> Callable[[], Conn]:
+    """A function that opens one more connection like the pool's (the listener uses it)."""
+    kwargs = connection_kwargs(schema, connect_timeout_s, password)
+
+    def connect() -> Conn:
+        return psycopg.connect(dsn, **kwargs)
+
+    return connect
+
+
+def open_pool(
+    dsn: str,
+    shown: str,
+    *,
+    schema: str,
+    pool_size: int,
+    connect_timeout_s: float,
+    lock_timeout_s: float,
+    statement_timeout_s: float,
+    password: str | None,
+    create: bool,
+) -> ConnectionPool[Conn]:
+    """Migrate ``schema`` on one connection, then open the pool (blocking: run in a thread).
+
+    ``shown`` is the DSN without its password, the only form that appears in an error.
+    """
+    limits = (
+        f"SET lock_timeout = {round(lock_timeout_s * 1000)}; "
+        f"SET statement_timeout = {round(statement_timeout_s * 1000)}"
+    )
+
+    def configure(conn: Conn) -> None:
+        conn.execute(limits.encode())
+
+    kwargs = connection_kwargs(schema, connect_timeout_s, password)
+    try:
+        with psycopg.connect(dsn, **kwargs) as conn:
+            migrate(conn, schema, create=create)
+    except psycopg.OperationalError as exc:
+        raise ConnectionError(
+            f"cannot connect to PostgreSQL at {shown}: {first_line(exc)}"
+        ) from None
+    pool: ConnectionPool[Conn] = ConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=pool_size,
+        kwargs=kwargs,
+        open=False,
+        name=f"tether-{schema}",
+        timeout=connect_timeout_s + 30.0,
+        configure=configure,
+    )
+    try:
+        pool.open(wait=True, timeout=connect_timeout_s)
+    except BaseException as exc:
+        pool.close()
+        if isinstance(exc, psycopg.OperationalError):
+            raise ConnectionError(
+                f"cannot open a connection pool to PostgreSQL at {shown}: {first_line(exc)}"
+            ) from None
+        raise
+    return pool
+
+
+def run_on(pool: ConnectionPool[Conn], fn: Callable[[Conn], T], shown: str) -> T:
+    """Run ``fn(conn)`` with a pooled connection (blocking: the body of one thread hop)."""
+    used: Conn | None = None
+    try:
+        with pool.connection() as conn:
+            used = conn
+            return fn(conn)
+    except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
+        raise StoreTimeout(
+            f"PostgreSQL at {shown} cancelled a store statement "
+            f"({first_line(exc)}); nothing changed"
+        ) from exc
+    except psycopg.OperationalError as exc:
+        if used is None or not used.broken:
+            raise
+        # the server restarted or the network broke: the pool's other idle
+        # connections are likely dead too; replace them now, not one failure each
+        pool.check()
+        raise StoreConnectionLost(
+            f"lost the connection to PostgreSQL at {shown} "
+            f"({first_line(exc)}); this call's outcome is unknown, retry it"
+        ) from exc

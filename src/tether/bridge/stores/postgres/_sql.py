@@ -1,0 +1,464 @@
+"""Every SQL statement of ``PostgresStore``, with the schema filled in once.
+
+Kept apart from the store's logic so each reads on its own: ``_store.py`` says what a move
+checks and returns, this file says how PostgreSQL does it (one statement per transition, the
+fence in the ``WHERE``, ``pg_notify`` in the same statement so a wake-up goes out only if the
+change commits). The custody predicate comes from ``stores._common.IN_CUSTODY_SQL``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+from .._common import IN_CUSTODY_SQL
+
+TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
+RECORD_COLS: Final = (
+    f"{TASK_COLS}, t.state, t.owner, t.attempt, t.lease_until, t.result, t.reason, "
+    "t.created_at, t.updated_at"
+)
+FENCE: Final = (
+    "t.id = %(id)s AND t.state = 'claimed' AND t.owner = %(worker)s "
+    "AND t.attempt = %(attempt)s AND t.lease_until > %(now)s"
+)
+NO_DELIVERY_LEASE: Final = "delivery_holder = NULL, delivery_until = NULL"
+"""Every transition out of ``result`` drops the delivery lease (a CHECK insists)."""
+
+
+def _cas_sql(
+    update: str, returning: str, notify: bool = False, also: str = "", extra: str = ""
+) -> str:
+    """Wrap ``update`` (aliased ``t``): one row, its RETURNING value or NULL if nothing moved.
+
+    With ``notify`` the same statement signals the listeners when (and only if) it moved;
+    ``also`` adds a CTE over ``u`` (whose ``extra`` RETURNING columns it may read).
+    """
+    signal = ", count(pg_notify(%(chan)s, %(payload)s))" if notify else ""
+    more = f", {extra}" if extra else ""
+    also = f", {also}" if also else ""
+    return (
+        f"WITH u AS ({update} RETURNING {returning} AS done{more}){also} "
+        f"SELECT min(done){signal} FROM u"
+    )
+
+
+@attrs.frozen
+class Sql:
+    """Every statement of the store, with the schema filled in once."""
+
+    s: str
+
+    @property
+    def ingest(self) -> str:
+        return (
+            f"WITH ins AS (INSERT INTO {self.s}.tasks AS t "
+            "(id, body, room, priority, headers, state, attempt, created_at, updated_at) "
+            "SELECT id, body, room, priority, headers, 'pending', 1, %(now)s, %(now)s "
+            "FROM unnest(%(ids)s::text[], %(bodies)s::bytea[], %(rooms)s::text[], "
+            "%(ranks)s::smallint[], %(headers)s::text[]) WITH ORDINALITY "
+            "AS v (id, body, room, priority, headers, ord) "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {self.s}.tombstones b WHERE b.id = v.id) "
+            "ORDER BY ord "
+            "ON CONFLICT (id) DO NOTHING RETURNING id) "
+            "SELECT id, pg_notify(%(chan)s, 'pending')::text FROM ins"
+        )
+
+    @property
+    def prune(self) -> str:
+        # the deleted rows leave tombstones in the same statement (one transaction)
+        return (
+            f"WITH gone AS (DELETE FROM {self.s}.tasks WHERE id IN (SELECT id FROM {self.s}.tasks "
+            "WHERE state = 'delivered' AND updated_at < %(before)s "
+            "LIMIT %(limit)s FOR UPDATE SKIP LOCKED) RETURNING id, updated_at) "
+            f"INSERT INTO {self.s}.tombstones AS b (id, delivered_at) "
+            "SELECT id, updated_at FROM gone "
+            "ON CONFLICT (id) DO UPDATE SET delivered_at = excluded.delivered_at"
+        )
+
+    @property
+    def prune_tombstones(self) -> str:
+        return (
+            f"DELETE FROM {self.s}.tombstones WHERE id IN (SELECT id FROM {self.s}.tombstones "
+            "WHERE delivered_at < %(before)s ORDER BY delivered_at LIMIT %(limit)s)"
+        )
+
+    @property
+    def pending(self) -> str:
+        return (
+            f"SELECT {TASK_COLS} FROM {self.s}.tasks t WHERE t.state = 'pending' "
+            "ORDER BY t.priority, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def queued(self) -> str:
+        return (
+            f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
+            "ORDER BY t.priority, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def queued_skipping_rooms(self) -> str:
+        return (
+            f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
+            "AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) "
+            "ORDER BY t.priority, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def assign(self) -> str:
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET state = 'assigned', owner = %(worker)s, "
+            "updated_at = %(now)s WHERE t.id = %(id)s AND t.state = 'pending'",
+            "1",
+            notify=True,
+            also=self._note_room("u.room", "%(worker)s"),
+            extra="t.room",
+        )
+
+    def _note_room(self, room: str, worker: str) -> str:
+        # a data-modifying CTE: it runs whether or not the outer SELECT reads it
+        return (
+            f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
+            f"SELECT {room}, {worker}, %(now)s FROM u WHERE {room} IS NOT NULL "
+            "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at)"
+        )
+
+    @property
+    def assign_many(self) -> str:
+        return (
+            "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[]) "
+            "WITH ORDINALITY AS v (id, worker, ord)), "
+            f"u AS (UPDATE {self.s}.tasks t SET state = 'assigned', owner = v.worker, "
+            "updated_at = %(now)s FROM v WHERE t.id = v.id AND t.state = 'pending' "
+            "RETURNING t.id, t.room, v.worker, v.ord), "
+            # one row per room (ON CONFLICT cannot touch a row twice): the last pair wins
+            f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
+            "SELECT DISTINCT ON (room) room, worker, %(now)s FROM u WHERE room IS NOT NULL "
+            "ORDER BY room, ord DESC "
+            "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at) "
+            "SELECT id, pg_notify(%(chan)s, 'assigned ' || worker)::text FROM u"
+        )
+
+    @property
+    def return_assignments(self) -> str:
+        return (
+            f"WITH u AS (UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, "
+            "updated_at = %(now)s WHERE t.state = 'assigned' AND t.owner = %(worker)s "
+            "RETURNING t.id, t.seq) "
+            "SELECT id, pg_notify(%(chan)s, 'pending')::text FROM u ORDER BY seq"
+        )
+
+    @property
+    def view_assigned(self) -> str:
+        return (
+            f"SELECT id, owner, room, updated_at FROM {self.s}.tasks "
+            "WHERE state = 'assigned' ORDER BY updated_at, seq"
+        )
+
+    @property
+    def view_claims(self) -> str:
+        return f"SELECT owner, count(*) FROM {self.s}.tasks WHERE state = 'claimed' GROUP BY owner"
+
+    @property
+    def view_rooms(self) -> str:
+        return f"SELECT room, worker FROM {self.s}.rooms WHERE room = ANY(%(rooms)s::text[])"
+
+    @property
+    def workers(self) -> str:
+        # COLLATE "C": byte order, as SQLite sorts, whatever the database's locale
+        return (
+            "SELECT name, role, capacity, last_beat, started_at "
+            f'FROM {self.s}.workers ORDER BY name COLLATE "C"'
+        )
+
+    @property
+    def beat(self) -> str:
+        # the outer SELECT reads the statement's snapshot (before the upsert): add the new row
+        return (
+            f"WITH b AS (INSERT INTO {self.s}.workers AS w "
+            "(name, role, capacity, last_beat, started_at) "
+            "VALUES (%(worker)s, %(role)s, %(capacity)s, %(now)s, %(now)s) "
+            "ON CONFLICT (name) DO UPDATE SET role = excluded.role, "
+            "capacity = excluded.capacity, last_beat = excluded.last_beat "
+            "RETURNING name, role, capacity, last_beat, started_at) "
+            "SELECT * FROM (SELECT name, role, capacity, last_beat, started_at "
+            f"FROM {self.s}.workers WHERE name <> %(worker)s UNION ALL SELECT * FROM b) m "
+            'ORDER BY name COLLATE "C"'
+        )
+
+    @property
+    def remove_worker(self) -> str:
+        return f"DELETE FROM {self.s}.workers WHERE name = %(worker)s"
+
+    @property
+    def release(self) -> str:
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, lease_until = NULL, "
+            f"updated_at = %(now)s WHERE {FENCE}",
+            "1",
+            notify=True,
+        )
+
+    @property
+    def stall_candidates(self) -> str:
+        return (
+            f"SELECT t.id, t.room, t.owner, t.created_at FROM {self.s}.tasks t "
+            "WHERE t.state = 'claimed' AND t.created_at <= %(older_than)s "
+            "AND (%(worker)s::text IS NULL OR t.owner = %(worker)s) "
+            f"AND NOT EXISTS (SELECT FROM {self.s}.stall_notices s WHERE s.id = t.id) "
+            "ORDER BY t.created_at, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def mark_stall_notified(self) -> str:
+        return (
+            f"INSERT INTO {self.s}.stall_notices (id, notified_at) VALUES (%(id)s, %(now)s) "
+            "ON CONFLICT (id) DO NOTHING"
+        )
+
+    @property
+    def clear_stall_notice(self) -> str:
+        return f"DELETE FROM {self.s}.stall_notices WHERE id = %(id)s"
+
+    @property
+    def prune_stall_notices(self) -> str:
+        return (
+            f"DELETE FROM {self.s}.stall_notices WHERE id IN (SELECT s.id "
+            f"FROM {self.s}.stall_notices s LEFT JOIN {self.s}.tasks t ON t.id = s.id "
+            f"WHERE t.id IS NULL OR t.state NOT IN ({IN_CUSTODY_SQL}) LIMIT %(limit)s "
+            "FOR UPDATE OF s SKIP LOCKED)"
+        )
+
+    @property
+    def unassign(self) -> str:
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, updated_at = %(now)s "
+            "WHERE t.id = %(id)s AND t.state = 'assigned' AND t.owner = %(worker)s",
+            "1",
+            notify=True,
+        )
+
+    @property
+    def claim(self) -> str:
+        # own assignments first; pending ones only when leaderless and none of ours is there.
+        # SKIP LOCKED: a row another transaction is claiming is passed over, never waited for.
+        tasks = f"{self.s}.tasks"
+        return (
+            f"WITH mine AS (SELECT id FROM {tasks} WHERE state = 'assigned' "
+            "AND owner = %(worker)s ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
+            f"pool AS (SELECT id FROM {tasks} WHERE %(leaderless)s AND state = 'pending' "
+            "AND NOT EXISTS (SELECT FROM mine) ORDER BY priority, seq LIMIT 1 "
+            "FOR UPDATE SKIP LOCKED), "
+            "pick AS (SELECT id FROM mine UNION ALL SELECT id FROM pool), "
+            f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
+            "lease_until = %(until)s, updated_at = %(now)s FROM pick "
+            "WHERE t.id = pick.id AND t.state IN ('assigned', 'pending') "
+            f"RETURNING {TASK_COLS}, t.attempt), "
+            f"{self._note_room('u.room', '%(worker)s')} "
+            "SELECT * FROM u"
+        )
+
+    @property
+    def claim_many(self) -> str:
+        # ``claim`` for up to %(limit)s rows: own assignments first, then (leaderless) pending
+        # ones to make up the rest, returned in that order (priority, then age, in each)
+        tasks = f"{self.s}.tasks"
+        return (
+            f"WITH mine AS (SELECT id FROM {tasks} WHERE state = 'assigned' "
+            "AND owner = %(worker)s ORDER BY priority, seq LIMIT %(limit)s "
+            "FOR UPDATE SKIP LOCKED), "
+            f"pool AS (SELECT id FROM {tasks} WHERE %(leaderless)s AND state = 'pending' "
+            "ORDER BY priority, seq LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM mine)) "
+            "FOR UPDATE SKIP LOCKED), "
+            "pick AS (SELECT id, 0 AS grp FROM mine UNION ALL SELECT id, 1 FROM pool), "
+            f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
+            "lease_until = %(until)s, updated_at = %(now)s FROM pick "
+            "WHERE t.id = pick.id AND t.state IN ('assigned', 'pending') "
+            f"RETURNING {TASK_COLS}, t.attempt, pick.grp, t.priority AS rank, t.seq), "
+            # one row per room (ON CONFLICT cannot touch a row twice)
+            f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
+            "SELECT DISTINCT room, %(worker)s, %(now)s FROM u WHERE room IS NOT NULL "
+            "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at) "
+            "SELECT * FROM u ORDER BY grp, rank, seq"
+        )
+
+    @property
+    def renew(self) -> str:
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET lease_until = greatest(t.lease_until, %(until)s), "
+            f"updated_at = %(now)s WHERE {FENCE}",
+            "t.lease_until",
+        )
+
+    @property
+    def complete(self) -> str:
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET state = 'result', result = %(body)s, "
+            f"no_send = %(no_send)s, lease_until = NULL, updated_at = %(now)s WHERE {FENCE}",
+            "1",
+            notify=True,
+        )
+
+    @property
+    def fail_repool(self) -> str:
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, lease_until = NULL, "
+            "attempt = t.attempt + 1, reason = %(reason)s, updated_at = %(now)s "
+            f"WHERE {FENCE}",
+            "1",
+            notify=True,
+        )
+
+    @property
+    def fail_dead(self) -> str:
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, "
+            f"reason = %(reason)s, updated_at = %(now)s WHERE {FENCE}",
+            "1",
+        )
+
+    @property
+    def expire(self) -> str:
+        over = "e.attempt >= %(max)s"
+        return (
+            f"WITH e AS (SELECT id, owner, attempt, lease_until, seq FROM {self.s}.tasks "
+            "WHERE state = 'claimed' AND lease_until <= %(now)s "
+            "ORDER BY lease_until, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            f"u AS (UPDATE {self.s}.tasks t SET "
+            f"state = CASE WHEN {over} THEN 'dead' ELSE 'pending' END, "
+            f"owner = CASE WHEN {over} THEN e.owner END, "
+            f"attempt = CASE WHEN {over} THEN e.attempt ELSE e.attempt + 1 END, "
+            "reason = format('lease of worker %%s on attempt %%s expired at %%s (now %%s); ', "
+            "e.owner, e.attempt, round(e.lease_until::numeric, 3), "
+            "round(%(now)s::numeric, 3)) || "
+            f"CASE WHEN {over} THEN format('max_attempts %%s reached', %(max)s) "
+            "ELSE format('repooled as attempt %%s', e.attempt + 1) END, "
+            "lease_until = NULL, updated_at = %(now)s FROM e WHERE t.id = e.id "
+            "RETURNING e.id, e.owner, e.attempt, e.lease_until, t.state, t.reason, e.seq) "
+            "SELECT u.*, CASE WHEN u.state = 'pending' "
+            "THEN pg_notify(%(chan)s, 'pending')::text END FROM u"
+        )
+
+    @property
+    def ready(self) -> str:
+        return (
+            f"SELECT {TASK_COLS}, t.result, t.owner, t.attempt, t.no_send FROM {self.s}.tasks t "
+            "WHERE t.state = 'result' ORDER BY t.priority, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def take_results(self) -> str:
+        # results whose delivery lease is free, lapsed or the holder's own (a delivery loop
+        # restarted in the same process re-posts at once); SKIP LOCKED: a row another holder
+        # is taking or a mark is committing is passed over, never waited for
+        return (
+            f"WITH pick AS (SELECT id FROM {self.s}.tasks WHERE state = 'result' "
+            "AND (delivery_until IS NULL OR delivery_until <= %(now)s "
+            "OR delivery_holder = %(holder)s) "
+            "ORDER BY priority, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            f"u AS (UPDATE {self.s}.tasks t SET delivery_holder = %(holder)s, "
+            "delivery_until = %(until)s FROM pick WHERE t.id = pick.id AND t.state = 'result' "
+            f"RETURNING {TASK_COLS}, t.result, t.owner, t.attempt, t.no_send, "
+            "t.priority AS rank, t.seq) "
+            "SELECT * FROM u ORDER BY rank, seq"
+        )
+
+    @property
+    def deliver(self) -> str:
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET state = 'delivered', {NO_DELIVERY_LEASE}, "
+            "updated_at = %(now)s WHERE t.id = %(id)s AND t.state = 'result'",
+            "1",
+        )
+
+    @property
+    def deliver_many(self) -> str:
+        return (
+            f"UPDATE {self.s}.tasks t SET state = 'delivered', {NO_DELIVERY_LEASE}, "
+            "updated_at = %(now)s "
+            "WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'result' RETURNING t.id"
+        )
+
+    @property
+    def delivered_among(self) -> str:
+        return (
+            f"SELECT t.id FROM {self.s}.tasks t "
+            "WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'delivered'"
+        )
+
+    @property
+    def dead_letter(self) -> str:
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, "
+            f"{NO_DELIVERY_LEASE}, reason = %(reason)s, updated_at = %(now)s "
+            f"WHERE t.id = %(id)s AND t.state IN ({IN_CUSTODY_SQL})",
+            "1",
+        )
+
+    @property
+    def cas_state(self) -> str:
+        return f"SELECT state, owner, attempt, lease_until FROM {self.s}.tasks WHERE id = %(id)s"
+
+    @property
+    def state(self) -> str:
+        return f"SELECT state FROM {self.s}.tasks WHERE id = %(id)s"
+
+    @property
+    def get(self) -> str:
+        return f"SELECT {RECORD_COLS} FROM {self.s}.tasks t WHERE t.id = %(id)s"
+
+    @property
+    def records_oldest(self) -> str:
+        return (
+            f"SELECT {RECORD_COLS} FROM {self.s}.tasks t WHERE t.state = %(state)s "
+            "ORDER BY t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def records_newest(self) -> str:
+        return (
+            f"SELECT {RECORD_COLS} FROM {self.s}.tasks t WHERE t.state = %(state)s "
+            "ORDER BY t.seq DESC LIMIT %(limit)s"
+        )
+
+    @property
+    def counts(self) -> str:
+        return f"SELECT state, count(*) FROM {self.s}.tasks GROUP BY state"
+
+    @property
+    def in_flight(self) -> str:
+        return f"SELECT id FROM {self.s}.tasks WHERE state IN ({IN_CUSTODY_SQL}) ORDER BY seq"
+
+    @property
+    def unreported_dead(self) -> str:
+        return (
+            f"SELECT {RECORD_COLS} FROM {self.s}.tasks t "
+            "WHERE t.state = 'dead' AND t.dead_reported_at IS NULL "
+            "ORDER BY t.updated_at, t.seq LIMIT %(limit)s"
+        )
+
+    @property
+    def mark_dead_reported(self) -> str:
+        return (
+            f"UPDATE {self.s}.tasks t SET dead_reported_at = %(now)s "
+            "WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'dead' "
+            "AND t.dead_reported_at IS NULL RETURNING t.id"
+        )
+
+    @property
+    def dead_reported_among(self) -> str:
+        return (
+            f"SELECT t.id FROM {self.s}.tasks t WHERE t.id = ANY(%(ids)s::text[]) "
+            "AND t.state = 'dead' AND t.dead_reported_at IS NOT NULL"
+        )
+
+    @property
+    def unreported_dead_count(self) -> str:
+        return (
+            f"SELECT count(*) FROM {self.s}.tasks WHERE state = 'dead' AND dead_reported_at IS NULL"
+        )
+
+
+# -- helpers -------------------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""The pool's statements in SQLite: the lead's view, assignments and room affinity.
+
+Each function runs inside a writer (or reader) job on the connection it is given, so a sweep's
+read, plan and assignments share one transaction (``SqliteStore.plan_and_assign``).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+from ...custody._store import Assignment, PoolView, Queued, WorkerInfo
+from .._common import RANK_PRIORITY
+
+
+def pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str) -> PoolView:
+    """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past)."""
+    pending: list[Queued] = []
+    rooms: dict[str, str] = {}
+    for id, room, rank, keeper in conn.execute(
+        "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
+        "LEFT JOIN rooms r ON r.room = t.room WHERE t.state = 'pending' "
+        "AND (t.room IS NULL OR t.room NOT IN (SELECT value FROM json_each(?))) "
+        "ORDER BY t.priority, t.rowid LIMIT ?",
+        (skip, pending_limit),
+    ):
+        pending.append(Queued(id, room, RANK_PRIORITY[rank]))
+        if keeper is not None:
+            rooms[room] = keeper
+    return PoolView(
+        at=at,
+        workers=tuple(read_workers(conn)),
+        assigned=tuple(
+            Assignment(*r)
+            for r in conn.execute(
+                "SELECT id, owner, room, updated_at FROM tasks "
+                "WHERE state = 'assigned' ORDER BY updated_at, rowid"
+            )
+        ),
+        claims=dict(
+            conn.execute(
+                "SELECT owner, count(*) FROM tasks WHERE state = 'claimed' GROUP BY owner"
+            ).fetchall()
+        ),
+        pending=tuple(pending),
+        rooms=rooms,
+    )
+
+
+def assign_pairs(
+    conn: sqlite3.Connection, pairs: Sequence[tuple[str, str]], now: float
+) -> tuple[list[bool], set[str]]:
+    """Assign each pending ``(id, worker)`` in one statement (a sweep assigns dozens per commit);
+    a repeated id: the first pair decides, later ones are False. Returns the answers and the
+    ids that moved."""
+    if not pairs:
+        return [], set()
+    first: dict[str, int] = {}
+    for n, (id, _) in enumerate(pairs):
+        first.setdefault(id, n)
+    unique = json.dumps([pairs[n] for n in sorted(first.values())])
+    rows = conn.execute(
+        "UPDATE tasks SET state = 'assigned', owner = v.worker, updated_at = ? "
+        "FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS worker "
+        "FROM json_each(?)) AS v "
+        "WHERE tasks.id = v.id AND tasks.state = 'pending' "
+        "RETURNING tasks.id, tasks.room, tasks.owner",
+        (now, unique),
+    ).fetchall()
+    rows.sort(key=lambda row: first[row[0]])  # a room goes to its last pair's worker
+    for _, room, worker in rows:
+        if room is not None:
+            note_room(conn, room, worker, now)
+    moved = {id for id, _, _ in rows}
+    return [id in moved and first[id] == n for n, (id, _) in enumerate(pairs)], moved
+
+
+def assign_one(conn: sqlite3.Connection, id: str, worker: str, now: float) -> bool:
+    row = conn.execute(
+        "UPDATE tasks SET state = 'assigned', owner = ?, updated_at = ? "
+        "WHERE id = ? AND state = 'pending' RETURNING room",
+        (worker, now, id),
+    ).fetchone()
+    if row is None:
+        return False
+    if row[0] is not None:
+        note_room(conn, row[0], worker, now)
+    return True
+
+
+def note_room(conn: sqlite3.Connection, room: str, worker: str, now: float) -> None:
+    conn.execute(
+        "INSERT INTO rooms (room, worker, at) VALUES (?, ?, ?) "
+        "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at",
+        (room, worker, now),
+    )
+
+
+def read_workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
+    return [
+        WorkerInfo(*r)
+        for r in conn.execute(
+            "SELECT name, role, capacity, last_beat, started_at FROM workers ORDER BY name"
+        )
+    ]
