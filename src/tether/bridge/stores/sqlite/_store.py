@@ -58,6 +58,7 @@ from ...custody._store import (
     WorkerInfo,
     WorkerRole,
 )
+from ._access import explain_open_failure
 from ._schema import migrate
 from ._writer import SqliteWriter
 
@@ -121,7 +122,8 @@ class SqliteStore:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
         db = Path(path)
         writer = SqliteWriter(
-            connect=lambda: _connect(db, synchronous, busy_timeout_s), max_batch=max_batch
+            connect=explain_open_failure(db, lambda: _connect(db, synchronous, busy_timeout_s)),
+            max_batch=max_batch,
         )
         await writer.start()  # creates and migrates the file
         reader = SqliteWriter(
