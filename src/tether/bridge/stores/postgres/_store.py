@@ -46,6 +46,7 @@ from ...custody._rules import (
     Task,
     TaskRecord,
     UnknownTask,
+    body_conflicts,
     check_body,
     check_claim_limit,
     check_delivery_lease,
@@ -361,6 +362,12 @@ class PostgresStore:
             headers = json.dumps(unstructure(task.headers), separators=(",", ":"))
             check_body(headers, self.max_body_bytes, what=f"headers of task {task.id!r}")
         return (task.id, _encode(task.body), task.room, PRIORITY_RANK[task.priority], headers)
+
+    async def body_conflicts(self, tasks: Sequence[Task]) -> list[bool]:
+        ids = sorted({t.id for t in tasks})
+        sql = f"SELECT id, body FROM {self._sql.s}.tasks WHERE id = ANY(%(ids)s::text[])"
+        rows = await self._run(lambda c: c.execute(sql, {"ids": ids}).fetchall()) if ids else []
+        return body_conflicts(tasks, {id: _decode(body) for id, body in rows})
 
     async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
         _check_limit(limit)

@@ -41,6 +41,7 @@ from ...custody._rules import (
     Task,
     TaskRecord,
     UnknownTask,
+    body_conflicts,
     check_body,
     check_claim_limit,
     check_delivery_lease,
@@ -195,6 +196,14 @@ class SqliteStore:
             check_body(headers, self.max_body_bytes, what=f"headers of task {task.id!r}")
         now = self.clock()
         return (task.id, task.body, task.room, PRIORITY_RANK[task.priority], headers, now, now)
+
+    async def body_conflicts(self, tasks: Sequence[Task]) -> list[bool]:
+        ids = json.dumps(sorted({t.id for t in tasks}))
+        sql = "SELECT id, body FROM tasks WHERE id IN (SELECT value FROM json_each(?))"
+        stored = (
+            dict(await self._read(lambda c: c.execute(sql, (ids,)).fetchall())) if tasks else {}
+        )
+        return body_conflicts(tasks, stored)
 
     async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
         if not (isinstance(limit, int) and limit >= 1):
