@@ -5,9 +5,12 @@ id: replays must be no-ops), runs the lease reconciler, and delivers ready resul
 ``delivered <id>`` after each ``mark_delivered`` returned.
 ``worker``: claims leaderless, works a little while renewing its lease, completes, printing
 ``claimed <id> <attempt>`` and then ``completed ...`` or ``fenced ...``. A ``staller`` stops
-renewing and sleeps past its lease on its first tasks, so it gets fenced.
+renewing and sleeps past its lease on its first tasks, so it gets fenced. A ``holder`` works
+like a worker for five tasks, then holds its next claim (renewing it) until it is killed,
+printing ``holding <id> <attempt>``: the test kills it holding a lease for sure (a short run
+could finish between "claimed" and the SIGKILL, issue 21.11).
 Every line is flushed, so the parent knows exactly what returned before a SIGKILL.
-Usage: FLEET_DSN=... python pg_fleet_child.py bridge|worker|staller SCHEMA NAME TOTAL LEASE_S
+Usage: FLEET_DSN=... python pg_fleet_child.py bridge|worker|staller|holder SCHEMA NAME TOTAL LEASE_S
 (the DSN, with its password, comes from the environment, not argv where ps shows it)
 """
 
@@ -54,8 +57,9 @@ async def bridge(store: PostgresStore, total: int) -> None:
         nursery.start_soon(deliver)
 
 
-async def worker(store: PostgresStore, name: str, stalls: int) -> None:
+async def worker(store: PostgresStore, name: str, stalls: int, hold_after: int | None) -> None:
     rng = random.Random(name)
+    completed = 0
     while True:
         claim = await store.claim(name, leaderless=True)
         if claim is None:
@@ -75,6 +79,9 @@ async def worker(store: PostgresStore, name: str, stalls: int) -> None:
                         current = await store.renew(current)
 
                 nursery.start_soon(heartbeat, claim)
+                if hold_after is not None and completed >= hold_after:
+                    say(f"holding {id} {attempt}")
+                    await trio.sleep_forever()
                 await trio.sleep(rng.uniform(0.01, 0.06))
                 nursery.cancel_scope.cancel()
         try:
@@ -82,6 +89,7 @@ async def worker(store: PostgresStore, name: str, stalls: int) -> None:
         except StaleLease:
             say(f"fenced {id} {attempt}")
         else:
+            completed += 1
             say(f"completed {id} {attempt}")
 
 
@@ -92,7 +100,8 @@ async def main(mode: str, dsn: str, schema: str, name: str, total: int, lease_s:
         if mode == "bridge":
             await bridge(store, total)
         else:
-            await worker(store, name, stalls=2 if mode == "staller" else 0)
+            stalls = 2 if mode == "staller" else 0
+            await worker(store, name, stalls, hold_after=5 if mode == "holder" else None)
     finally:
         await store.aclose()
 

@@ -5,7 +5,10 @@ assignments are compare-and-sets, so they compete safely), ingest of every task 
 batches (each bridge ingests all of them: replays are no-ops) and delivery, printing
 ``delivered <id>``. ``worker``: a ``PoolWorker`` whose agent takes a little while, printing
 ``start <id>`` when a run begins and ``done <id>`` once its result is durably stored.
-Usage: FLEET_DSN=... python pg_pool_fleet_child.py bridge|worker SCHEMA NAME TOTAL
+``holder``: a worker that, after three results, holds every further run until it is killed
+(printing ``holding <id>``), so the test kills it holding a task for sure: a 50 ms run often
+finished between "start" and the SIGKILL (issue 21.11).
+Usage: FLEET_DSN=... python pg_pool_fleet_child.py bridge|worker|holder SCHEMA NAME TOTAL
 """
 
 from __future__ import annotations
@@ -40,15 +43,21 @@ async def main(dsn: str, role: str, schema: str, name: str, total: int) -> None:
                 nursery.start_soon(ingest, store, total)
                 nursery.start_soon(deliver, store)
             else:
+                results = 0
 
                 def factory(session: Session) -> None:
                     @session.on("task")
                     async def work(task: Task) -> str:
                         say(f"start {task.id}")
+                        if role == "holder" and results >= 3:
+                            say(f"holding {task.id}")
+                            await trio.sleep_forever()
                         await trio.sleep(0.05)
                         return f"reply to {task.id} by {name}"
 
                 async def stored(task: Task) -> None:
+                    nonlocal results
+                    results += 1
                     say(f"done {task.id}")
 
                 worker = PoolWorker(

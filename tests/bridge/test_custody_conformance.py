@@ -157,6 +157,38 @@ async def test_replay_in_every_state_changes_nothing(store: Store, state: Custod
     assert sum((await store.counts()).values()) == 1
 
 
+@pytest.mark.parametrize("state", list(CustodyState))
+async def test_a_replay_with_a_different_body_is_told_apart_and_the_first_body_kept(
+    store: Store, state: CustodyState
+) -> None:
+    """Issue 21.10: ingest keeps the first body; ``body_conflicts`` says which replays came
+    with another body (so ingest can warn, count and reject them), in any state."""
+    await drive_to(store, "t-7", state, body="the first body")
+    before = await store.get("t-7")
+    same = Task("t-7", "the first body", room="r", headers={"delivery": "2"})
+    other = Task("t-7", "a different body")
+    fresh = Task("fresh", "new")
+    assert await store.ingest_many([other, same, fresh]) == [False, False, True]
+    assert await store.get("t-7") == before  # the first body is kept
+    unknown = Task("never-seen", "x")
+    assert await store.body_conflicts([same, other, fresh, unknown]) == [
+        False,
+        True,
+        False,
+        False,
+    ]
+    assert await store.body_conflicts([]) == []
+
+
+async def test_a_pruned_id_has_no_body_to_conflict_with(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await drive_to(store, "done", S.DELIVERED, body="the first body")
+    assert await store.prune_delivered(fake_clock.now + 1) == 1
+    assert await store.ingest(Task("done", "another body")) is False  # a tombstoned replay
+    assert await store.body_conflicts([Task("done", "another body")]) == [False]
+
+
 async def test_prefix_ids_never_interfere(store: Store) -> None:
     for id in ("task-1", "task-12", "task-1.2", "task-1_"):
         await store.ingest(Task(id, f"body of {id}"))

@@ -3,9 +3,13 @@ setting's form, and the refusals that must happen before any connection is tried
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import trio
 
 from tether.bridge import (
     ConfigError,
@@ -116,3 +120,54 @@ async def test_must_exist_refuses_to_create_a_sqlite_store(tmp_path: Path) -> No
     await store.aclose()
     store = await open_store(tmp_path / "c.db", must_exist=True)
     await store.aclose()
+
+
+async def _a_store(path: Path) -> None:
+    store = await SqliteStore.open(path)
+    try:
+        await store.ingest(Task("t1", "hi"))
+    finally:
+        await store.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _store_made_read_only(directory: Path) -> AsyncIterator[str]:
+    """A store in ``directory``, which then turns read-only the way this machine allows: a
+    tmpfs remounted read-only (root: chmod would not stop root), or the write bit taken away
+    (anyone else). Yields what the error must say."""
+    if os.geteuid() != 0:
+        await _a_store(directory / "custody.db")
+        await trio.Path(directory).chmod(0o500)
+        try:
+            yield "is not writable"
+        finally:
+            await trio.Path(directory).chmod(0o700)
+        return
+    mounted = await trio.run_process(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(directory)],
+        capture_stderr=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"root without mount: cannot make a read-only directory ({mounted.stderr!r})")
+    try:
+        await _a_store(directory / "custody.db")
+        await trio.run_process(["mount", "-o", "remount,ro", str(directory)])
+        yield "read-only filesystem"
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.run_process(["umount", "-l", str(directory)])
+
+
+async def test_a_store_on_a_read_only_filesystem_says_so(tmp_path: Path) -> None:
+    """Issue 21.4: an existing store on a read-only filesystem failed with "unable to open
+    database file" and no hint why."""
+    directory = tmp_path / "ro"
+    directory.mkdir()
+    async with _store_made_read_only(directory) as expected:
+        with pytest.raises(Exception) as caught:  # noqa: PT011 - the message is the point
+            await open_store(str(directory / "custody.db"), must_exist=True)
+    message = str(caught.value)
+    assert "unable to open database file" in message
+    assert str(directory) in message
+    assert expected in message

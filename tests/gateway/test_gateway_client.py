@@ -7,6 +7,7 @@ import logging
 import random
 import ssl
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -320,3 +321,42 @@ def test_tls_is_verified_with_one_context_per_process() -> None:
     assert context.check_hostname
     assert context.cert_store_stats()["x509_ca"] > 0  # a CA bundle is loaded
     assert _tls_context() is context  # loaded once (~17 ms), not per client
+
+
+async def test_an_outage_marks_a_good_heartbeat_failing_and_the_next_beat_follows_recovery(
+    mock_clock: MockClock, token_path: Path
+) -> None:
+    """Issue 21.9: the status (and so the status file, which writes every changed status)
+    kept ``"heartbeat": "ok"`` through a gateway outage, the next beat being up to a heartbeat
+    interval away, while /healthz already said 503. (No status file here: its writes run in
+    threads, during which the mock clock would jump.)"""
+    down = False
+
+    def answer(n: int, request: httpx.Request) -> httpx.Response:
+        if down:
+            return refuse_connection(request)
+        if request.url.path == "/v1/heartbeat":
+            return httpx.Response(200, json={"ok": True})
+        return ok_tasks()
+
+    fake = FakeGateway(answer)
+    client = client_for(fake, token_path, rng=ConstantRandom(0.0))
+    async with client, trio.open_nursery() as nursery:
+        await nursery.start(client.run_heartbeat, lambda: 0)
+        await trio.sleep(10)
+        assert client.status.heartbeat == "ok"
+        down = True
+        nursery.start_soon(partial(client.poll_tasks, wait=0))  # retries at 11, 13, 17, 25
+        await trio.sleep(2)  # t = 12: unreachable for 2 s
+        assert (client.status.connected, client.status.heartbeat) == (False, "failing")
+        await trio.sleep(8)  # t = 20
+        down = False
+        await trio.sleep(10)  # the poll got through at 25
+        assert client.status.connected
+        beats = [c.at for c in fake.calls if c.request.url.path == "/v1/heartbeat"]
+        assert beats == pytest.approx([0, 25])  # at once after the recovery, not at 60
+        assert client.status.heartbeat == "ok"
+        await trio.sleep(40)
+        beats = [c.at for c in fake.calls if c.request.url.path == "/v1/heartbeat"]
+        assert beats == pytest.approx([0, 25, 60])  # then on its own schedule again
+        nursery.cancel_scope.cancel()

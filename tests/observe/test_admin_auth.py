@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from functools import partial
 from pathlib import Path
@@ -101,3 +102,14 @@ async def test_admin_as_a_supervised_child_reports_its_port_and_stops_softly(
         with pytest.raises(httpx.ConnectError):
             async with httpx.AsyncClient() as client:
                 await client.get(f"http://127.0.0.1:{port}/healthz")
+
+
+async def test_the_listening_line_names_the_url_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 21.7: it logged ``http://http://127.0.0.1:PORT``."""
+    with caplog.at_level(logging.INFO, logger="tether.admin"):
+        async with running_admin(tmp_path) as admin:
+            pass
+    [line] = [r.getMessage() for r in caplog.records if "listening" in r.getMessage()]
+    assert line == f"admin endpoint listening on {admin.url}"

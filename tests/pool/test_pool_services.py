@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import collections
+import logging
 from functools import partial
 
+import pytest
 import trio
 
 import tether
 from tether import Session
 from tether.agents import echo
-from tether.bridge import CustodyState, PoolLead, PoolWorker, SqliteStore, Task
+from tether.bridge import CustodyState, PoolLead, PoolWorker, Reconciler, SqliteStore, Task
 
 from .conftest import StoreAwareClock
 from .pool_support import wait_for
@@ -124,3 +126,27 @@ async def test_the_supervisors_soft_stop_lets_a_worker_finish_then_release(
     assert (rec.state, rec.attempt) == (S.PENDING, 1)  # released, no attempt burned
     assert (worker.completed, worker.released) == (1, 1)
     assert await timed_store.workers() == []  # the lead removed its beat too
+
+
+async def test_a_supervised_reconciler_honours_the_soft_stop_at_once(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 21.1: ``ChildSpec("reconciler", Reconciler(store).run)`` stops when asked, not after
+    the supervisor's grace and its "did not stop" warning."""
+    reconciler = Reconciler(timed_store)
+    with caplog.at_level(logging.INFO, logger="tether.supervisor"):
+        async with tether.open_supervisor(name="bridge") as sup:
+            await sup.start_child(tether.ChildSpec("reconciler", reconciler.run))
+            await trio.sleep(12)  # a few passes (interval 5 s)
+            started = trio.current_time()
+            await sup.terminate_child("reconciler")
+            stopped_after = trio.current_time() - started
+    assert stopped_after < 0.5  # the default shutdown_grace is 5 s
+    assert not [r for r in caplog.records if "did not stop" in r.getMessage()]
+    assert reconciler.passes == 3  # at 0, 5 and 10: none after the stop
+    # the supervisor can run the same object again (each run starts unstopped)
+    async with tether.open_supervisor(name="bridge") as sup:
+        await sup.start_child(tether.ChildSpec("reconciler", reconciler.run))
+        await trio.sleep(6)
+        await sup.terminate_child("reconciler")
+    assert reconciler.passes == 5

@@ -1,5 +1,5 @@
 """An agent for the real-process tests: echoes; crashes on 'crash'; dawdles on 'slow' (0.3 s)
-and 'stall' (2 s).
+and 'stall' (2 s); 'hang' runs until cancelled.
 
 ``--agent service.agent_for_tests:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
@@ -23,6 +23,8 @@ async def handle(task: Task) -> str:
         await trio.sleep(0.3)
     if "stall" in task.body:
         await trio.sleep(2.0)
+    if "hang" in task.body:
+        await trio.sleep_forever()
     return f"echo: {task.body}"
 
 

@@ -93,6 +93,7 @@ async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
 
             metrics = samples((await admin.get("/metrics", headers=headers)).text)
             assert metrics[("tether_ingested_total", ())] == len(ids)
+            assert metrics[("tether_ingest_conflicts_total", ())] == 0
             assert metrics[("tether_deliveries_total", ())] == len(ids)
             assert metrics[("tether_custody_tasks", (("state", "delivered"),))] == len(ids)
             assert metrics[("tether_custody_in_flight", ())] == 0

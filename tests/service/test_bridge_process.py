@@ -197,6 +197,39 @@ async def test_sigterm_under_load_exits_0_and_loses_nothing(
     assert all(replies[i] == f"echo: {t}" for i, t in zip(ids, texts, strict=True))
 
 
+async def test_a_second_sigterm_stops_at_once_with_the_documented_130_and_keeps_the_task(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    """Issue 21.5: the second signal's exit status (130) was documented nowhere."""
+    from tether._cli import EXIT_INTERRUPTED, build_parser
+
+    assert f"  {EXIT_INTERRUPTED}  stopped at once by a second SIGINT/SIGTERM" in (
+        build_parser().format_help()
+    )
+    [task_id] = await submit_many(gateway, ["hang on"], "hang")
+    store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
+    bridge = await BridgeProcess.start(
+        gateway.url, token_file, store, log, agent="service.agent_for_tests:factory"
+    )
+
+    async def claimed() -> bool:
+        return bool((await store_status(store))["counts"]["claimed"] == 1)
+
+    await wait_until(claimed, limit_s=30, step=0.1)
+    bridge.process.send_signal(signal.SIGTERM)  # graceful: the worker waits for its run
+
+    async def graceful_stop_began() -> bool:
+        return "SIGTERM received: graceful shutdown" in bridge.log_tail()
+
+    await wait_until(graceful_stop_began, limit_s=30)
+    assert await bridge.stop(signal.SIGTERM) == EXIT_INTERRUPTED, bridge.log_tail()
+    assert "Traceback" not in bridge.log_tail()
+    status = await store_status(store)
+    assert status["counts"]["delivered"] + status["counts"]["dead"] == 0
+    assert sum(status["counts"].values()) == 1  # still in custody for the next run
+    assert (await gateway.message(task_id))["reply"] is None
+
+
 async def test_a_stall_notice_and_heartbeats_reach_the_gateway(
     gateway: GatewayHandle, token_file: Path, tmp_path: Path
 ) -> None:

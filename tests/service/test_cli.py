@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -102,3 +103,160 @@ def test_the_readme_demo_crashes_a_bridge_midway_and_loses_nothing(tmp_path: Pat
     assert crashed is not None, summary
     assert 100 <= int(crashed.group(1)) < 200  # midway: the second bridge had work left
     assert list(tmp_path.iterdir()) == []  # the demo works in a temporary folder
+
+
+def test_bridge_run_help_shows_the_default_gateway_and_agent(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 21.6: the defaults were printed as attrs slot descriptors."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bridge", "run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: http://127.0.0.1:8765)" in out
+    assert "(default: tether.agents.echo:factory)" in out
+    assert "<member" not in out
+
+
+def _documented_exit_codes(text: str) -> set[int]:
+    return {int(m) for m in re.findall(r"^\s+(\d+)\s{2}\S", text, flags=re.MULTILINE)}
+
+
+def test_the_help_the_readme_and_the_code_agree_on_exit_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 21.5: 130 (a second shutdown signal) and 141 (output pipe closed) were returned
+    but documented nowhere."""
+    from tether import _cli
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    documented = _documented_exit_codes(capsys.readouterr().out)
+    assert documented == set(_cli.EXIT_CODES) == {0, 1, 2, 3, 130, 141}
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    sentence = " ".join(readme.split("Exit codes:", 1)[1].split(".", 1)[0].split())
+    assert {int(c) for c in re.findall(r"\b(\d+) ", sentence)} == documented, sentence
+    bridge_doc = (Path(__file__).parents[2] / "docs" / "bridge.md").read_text()
+    section = bridge_doc.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    assert {int(c) for c in re.findall(r"\b(\d+) ", " ".join(section.split()))} == documented
+
+
+def test_several_errors_at_once_are_each_named_in_the_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21.3: the line said only "Exceptions from Trio nursery (2 sub-exceptions)"."""
+    from tether import _cli
+
+    async def fail(exc: Exception) -> None:
+        raise exc
+
+    async def two_failures() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fail, OSError(28, "No space left on device"))
+            nursery.start_soon(fail, ValueError("page 7 of the store is garbage"))
+            nursery.start_soon(fail, OSError(28, "No space left on device"))  # said once
+
+    def run_store(args: object) -> int:
+        trio.run(two_failures)
+        return 0
+
+    monkeypatch.setattr(_cli, "run_store", run_store)
+    assert main(["store", "status"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("tether: error: 2 errors: ")
+    assert "[Errno 28] No space left on device" in err
+    assert "page 7 of the store is garbage" in err
+    assert err.count("No space left") == 1
+    assert "sub-exception" not in err
+
+
+def test_many_errors_at_once_make_a_bounded_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tether import _cli
+
+    def run_store(args: object) -> int:
+        raise ExceptionGroup("many", [RuntimeError(f"cause {i} " + "x" * 500) for i in range(50)])
+
+    monkeypatch.setattr(_cli, "run_store", run_store)
+    assert main(["store", "status"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert len(err) < 1200
+    assert err.startswith("tether: error: 50 errors: cause 0 ")
+    assert "and 47 more" in err
+
+
+async def _a_store(tmp_path: Path) -> Path:
+    from tether.bridge import SqliteStore, Task
+
+    path = tmp_path / "custody.db"
+    store = await SqliteStore.open(path)
+    try:
+        for i in range(300):
+            await store.ingest(Task(f"t{i}", "x" * 100))
+    finally:
+        await store.aclose()
+    return path
+
+
+@pytest.mark.parametrize("command", [["store", "status"], ["store", "status", "--json"]])
+async def test_output_into_a_closed_pipe_exits_quietly_with_141(
+    command: list[str], tmp_path: Path
+) -> None:
+    """Issue 21.2: ``tether store status | head -1`` printed "[Errno 32] Broken pipe", exit 1.
+
+    The reader is gone before the command writes (like ``head`` that has read its line), so
+    the failure is certain, not a race.
+    """
+    command = [*command, "--limit", "300", "--store", str(await _a_store(tmp_path))]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = await trio.run_process(
+            [sys.executable, "-m", "tether._cli", *command],
+            stdout=write_end,
+            capture_stderr=True,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    err = result.stderr.decode()
+    assert (result.returncode, err) == (141, "")
+
+
+async def test_an_agent_refused_for_its_policy_is_a_configuration_error(tmp_path: Path) -> None:
+    """Issue 21.8: it exited 1 (an unknown module exits 2); both are configuration errors."""
+    (tmp_path / "replace_agent.py").write_text(
+        "def factory(session):\n"
+        "    async def handle(task):\n"
+        "        return 'x'\n"
+        "    session.add_handler('task', handle, policy='replace')\n"
+    )
+    result = await trio.run_process(
+        [
+            sys.executable,
+            "-m",
+            "tether._cli",
+            "bridge",
+            "run",
+            "--agent",
+            "replace_agent:factory",
+            "--gateway",
+            "http://127.0.0.1:9",
+            "--token-file",
+            str(tmp_path / "token"),
+            "--store",
+            str(tmp_path / "data" / "custody.db"),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert err.count("\n") == 1
+    assert err.startswith("tether: error: agent 'replace_agent:factory': ")
+    assert "policy 'replace'" in err
+    assert not (tmp_path / "data").exists()  # refused before anything was created

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,37 @@ async def test_a_replayed_task_is_acked_again_and_changes_nothing(
     assert (await gateway.message(task_id))["status"] == "acked"
 
 
+async def test_an_id_polled_again_with_another_body_is_warned_counted_and_rejected(
+    gateway: GatewayHandle,
+    store: SqliteStore,
+    client: GatewayClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 21.10: it was acked as a plain replay and nothing was said. The first body stays;
+    the gateway sees a rejection with the reason (as its own 409 says for a conflicting
+    submit), and the ordinary replay beside it is still acked."""
+    conflicting = await gateway.submit("the gateway's body")
+    replayed = await gateway.submit("the same body")
+    await store.ingest(Task(id=conflicting, body="the body in custody", room="lobby"))
+    await store.ingest(Task(id=replayed, body="the same body", room="lobby"))
+    ingest = Ingest(store, client)
+    with caplog.at_level(logging.WARNING, logger="tether.bridge.ingest"):
+        done = await ingest.run_once(wait=1)
+    assert done.conflicts == (conflicting,)
+    assert done.replays == (replayed,)
+    assert (ingest.stats.conflicts, ingest.stats.replays) == (1, 1)
+    record = await store.get(conflicting)
+    assert record is not None
+    assert record.task.body == "the body in custody"  # the first body is kept
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "tether.bridge.ingest"]
+    assert conflicting in warning
+    assert "different body" in warning
+    message = await gateway.message(conflicting)
+    assert message["status"] == "closed"
+    assert "different body" in message["reason"]
+    assert (await gateway.message(replayed))["status"] == "acked"
+
+
 async def test_run_keeps_polling_until_cancelled(
     gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
 ) -> None:
@@ -136,7 +168,7 @@ async def test_a_commit_with_new_tasks_rings_the_pool_and_a_replay_round_does_no
     assert wakeups.lead.is_set()  # the lead sweeps now, not at its next interval
     wakeups.lead.clear()
     task_id = await gateway.submit("again")
-    await store.ingest(Task(task_id, "already here"))  # so the round is only a replay
+    await store.ingest(Task(task_id, "again"))  # so the round is only a replay
     again = await ingest.run_once(wait=1)
     assert (again.ingested, again.replays) == ((), (task_id,))
     assert not wakeups.lead.is_set()  # nothing new: no sweep needed

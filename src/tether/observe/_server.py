@@ -65,7 +65,7 @@ async def serve_admin(
             errorlog="tether.admin.http",
         )
         port, bind, stop = await start_hypercorn(nursery, app, config)
-        log.info("admin endpoint listening on http://%s", bind)
+        log.info("admin endpoint listening on %s", bind)
         task_status.started(port)
         if shutdown_trigger is not None:
             await shutdown_trigger()

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ..._converter import structure_versioned, unstructure
+from ..._stop import stop_requested, wait_stop_requested
 from ._rules import CustodyState
 from ._store import LeaseExpiry, ReconcilerStore
 
@@ -86,11 +87,20 @@ class Reconciler:
         interval: float = 5.0,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Reconcile every ``interval`` seconds until cancelled (ready after the first pass)."""
+        """Reconcile every ``interval`` seconds until cancelled or soft-stopped (ready after the
+        first pass).
+
+        A supervisor's soft stop (``tether.wait_stop_requested()``) ends the wait between passes
+        at once; a pass in hand finishes first (it is one short store transaction per batch),
+        so a supervised reconciler stops well within its ``shutdown_grace``.
+        """
         if not (interval > 0 and math.isfinite(interval)):
             raise ValueError(f"interval must be a positive number of seconds, got {interval!r}")
         await self.run_once()
         task_status.started()
         while True:
-            await trio.sleep(interval)
+            with trio.move_on_after(interval):
+                await wait_stop_requested()
+            if stop_requested():
+                return
             await self.run_once()

@@ -10,7 +10,7 @@ constraints and queries from this module, so no place can disagree with another.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -55,6 +55,14 @@ TERMINAL: Final = frozenset({CustodyState.DELIVERED, CustodyState.DEAD})
 def in_custody(state: CustodyState) -> bool:
     """Is a task in this state still the bridge's responsibility (not yet finished)?"""
     return state in IN_CUSTODY
+
+
+def body_conflicts(tasks: Sequence[Task], stored: Mapping[str, str]) -> list[bool]:
+    """For each of ``tasks``: is its id stored (``stored``: id -> body) with another body?
+
+    Ingest keeps the first body of an id (a replay changes nothing); a replay whose body
+    differs is not the gateway redelivering but a conflict, to be said, never merged."""
+    return [t.id in stored and stored[t.id] != t.body for t in tasks]
 
 
 _S = CustodyState

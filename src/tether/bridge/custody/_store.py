@@ -135,6 +135,12 @@ class IngestStore(StoreClock, Protocol):
         """
         ...
 
+    async def body_conflicts(self, tasks: Sequence[Task]) -> list[bool]:
+        """For each task: is its id in the store with a different body? (A replay keeps the
+        first body; ingest warns, counts and rejects such a one.) False for an unknown id and
+        for a pruned one (its tombstone keeps no body). Reads only."""
+        ...
+
 
 class PoolMemberStore(StoreClock, Protocol):
     """What every pool member (lead or worker) needs: beats, membership, the pool's picture."""

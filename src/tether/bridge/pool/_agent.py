@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import attrs
 
-from ..._session import Session
+from ..._session import Session, open_session
 
 AgentFactory = Callable[[Session], None]
 """Registers a ``"task"`` handler on an already-open session."""
@@ -102,6 +102,21 @@ def install_agent(session: Session, factory: AgentFactory) -> None:
             f"{TASK_EVENT!r} handler with policy {policy!r}, which cancels or skips runs; a "
             f"task must run to an outcome, so use one of {sorted(TASK_POLICIES)}"
         )
+
+
+async def check_agent(spec: str, factory: AgentFactory) -> None:
+    """Make the checks a worker makes at its start (``install_agent``) on a throwaway session,
+    so an agent the bridge cannot use is refused before anything starts, as a configuration
+    error (``AgentLoadError``) like an unknown module; a factory that raises is refused too."""
+    try:
+        async with open_session("agent-check") as session:
+            install_agent(session, factory)
+    except AgentError as exc:
+        raise AgentLoadError(f"agent {spec!r}: {exc}") from None
+    except Exception as exc:
+        raise AgentLoadError(
+            f"agent {spec!r}: its factory raised {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def reply_of(results: Sequence[Any], task_id: str) -> Reply:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._config import SETTINGS, BridgeConfig, env_name
+from ._config import DEFAULT_AGENT, DEFAULT_GATEWAY, SETTINGS, env_name
 
 EXIT_AUTH = 3
 
@@ -22,7 +22,7 @@ def _flag(setting: str) -> str:
 
 
 _HELP: dict[str, tuple[str, type[Any]]] = {
-    "gateway": (f"gateway base URL (default: {BridgeConfig.gateway})", str),
+    "gateway": (f"gateway base URL (default: {DEFAULT_GATEWAY})", str),
     "token_file": (
         "file holding the gateway's bearer token (default: tether-data/gateway/token)",
         Path,
@@ -38,7 +38,7 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         Path,
     ),
     "store_schema": ("PostgreSQL schema holding the custody tables (default: tether)", str),
-    "agent": (f"agent factory as module:factory (default: {BridgeConfig.agent})", str),
+    "agent": (f"agent factory as module:factory (default: {DEFAULT_AGENT})", str),
     "workers": ("number of pool workers (default: 4)", int),
     "concurrency": ("tasks each worker runs at once (default: 4)", int),
     "capacity": (
@@ -189,12 +189,13 @@ def run_bridge(args: argparse.Namespace) -> int:
     from ._config import load_config, prepare_data_dir
 
     config = load_config(file=args.config, flags=_flags(args, SETTINGS))
-    from ..pool._agent import AgentLoadError, load_agent
+    from ..pool._agent import AgentLoadError, check_agent, load_agent
     from ._config import ConfigError
     from ._service import BridgeService  # after the config: a typo is reported at once
 
     try:
         factory = load_agent(config.agent)
+        trio.run(check_agent, config.agent, factory)  # its policy, before anything is created
     except AgentLoadError as exc:
         raise ConfigError(str(exc)) from None
 

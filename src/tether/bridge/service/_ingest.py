@@ -4,7 +4,8 @@ The ack tells the gateway "this task is durably ours; stop redelivering it", so 
 only after the store's commit returned. A round whose commit fails acks nothing: the gateway
 redelivers every task of it when its lease runs out, and ingest is idempotent, so the retry
 is safe. A task the store refuses (too large, a bad room...) is rejected on its own, logged
-and reported to the gateway with the reason, and the rest of the round lands.
+and reported to the gateway with the reason, and the rest of the round lands. So is a replay
+whose body differs from the one in custody (the first body is kept): a conflict, never acked.
 
 When ``run`` ends (a soft stop cancels it, a crash, a hard cancel), its poll may have been
 answered by a gateway that leased tasks into a response nobody will read, and an ack may have
@@ -36,6 +37,11 @@ from ..wire._messages import GatewayTask
 
 log = logging.getLogger("tether.bridge.ingest")
 
+CONFLICT_REASON = (
+    "this id is already in custody with a different body; the first body is kept and this "
+    "one refused (a gateway must not reuse a task id for another message)"
+)
+
 
 @attrs.frozen
 class IngestRound:
@@ -45,7 +51,11 @@ class IngestRound:
     ingested: tuple[str, ...] = ()
     replays: tuple[str, ...] = ()
     rejected: tuple[tuple[str, str], ...] = ()
-    """``(id, reason)`` for each task the store refused."""
+    """``(id, reason)`` for each task the store refused, or that conflicts (below)."""
+    conflicts: tuple[str, ...] = ()
+    """Ids polled again with another body than the one in custody: the first body is kept,
+    the newcomer rejected to the gateway (never acked: the gateway would take the reply to
+    the first body for an answer to the second)."""
 
     @property
     def acked(self) -> int:
@@ -59,6 +69,8 @@ class IngestStats:
     ingested: int = 0
     replays: int = 0
     rejected: int = 0
+    conflicts: int = 0
+    """Of ``rejected``: ids polled again with a different body."""
     failed_commits: int = 0
     released: int = 0
     """Unacked leases handed back to the gateway when ``run`` ended."""
@@ -111,6 +123,10 @@ class Ingest:
                 rejected.append((raw.id, str(exc)))
         landed, more_rejected = await self._commit(good)
         rejected.extend(more_rejected)
+        conflicts = await self._conflicts([task for task, fresh in landed if not fresh])
+        if conflicts:
+            landed = [(task, fresh) for task, fresh in landed if task not in conflicts]
+            rejected.extend((task.id, CONFLICT_REASON) for task in conflicts)
         new = tuple(task.id for task, fresh in landed if fresh)
         if new and self.wakeups is not None:
             self.wakeups.tasks_pending()
@@ -124,11 +140,32 @@ class Ingest:
         self.stats.ingested += len(new)
         self.stats.replays += len(replays)
         self.stats.rejected += len(rejected)
+        self.stats.conflicts += len(conflicts)
         if replays:
             log.info("%d replayed task(s) were already in the store; acked again", len(replays))
         return IngestRound(
-            polled=len(polled), ingested=new, replays=replays, rejected=tuple(rejected)
+            polled=len(polled),
+            ingested=new,
+            replays=replays,
+            rejected=tuple(rejected),
+            conflicts=tuple(task.id for task in conflicts),
         )
+
+    async def _conflicts(self, replays: Sequence[Task]) -> list[Task]:
+        """The replays whose body differs from the stored one (the store kept the first).
+
+        A failed look is logged and they count as plain replays: the store has the id either
+        way, and nothing is lost by acking it again."""
+        if not replays:
+            return []
+        try:
+            differs = await self.store.body_conflicts(replays)
+        except (trio.Cancelled, trio.ClosedResourceError):
+            raise
+        except Exception as exc:
+            log.warning("could not compare %d replayed bodies: %s", len(replays), exc)
+            return []
+        return [task for task, conflict in zip(replays, differs, strict=True) if conflict]
 
     async def _commit(
         self, tasks: Sequence[Task]

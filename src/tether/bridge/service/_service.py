@@ -328,8 +328,13 @@ class BridgeService:
             ),
             CounterSource(
                 "ingest_rejected",
-                "Polled tasks the store refused (rejected to the gateway)",
+                "Polled tasks rejected to the gateway (the store refused them, or a conflict)",
                 lambda: ingest.stats.rejected,
+            ),
+            CounterSource(
+                "ingest_conflicts",
+                "Ids polled again with a different body (first body kept, newcomer rejected)",
+                lambda: ingest.stats.conflicts,
             ),
             CounterSource(
                 "deliveries", "Replies the gateway confirmed", lambda: delivery.stats.delivered

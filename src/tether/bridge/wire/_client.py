@@ -155,6 +155,10 @@ class GatewayClient:
     _status: ConnectionStatus = attrs.field(init=False)
     _status_writer: StatusFile | None = attrs.field(default=None, init=False)
     _started_at: float = attrs.field(default=0.0, init=False)
+    _beat_after_outage: trio.Event = attrs.field(factory=trio.Event, init=False)
+    """Set when the gateway answers again after an outage that made a good heartbeat stale:
+    the heartbeat loop beats at once instead of at its next interval."""
+    _heartbeat_marked_by_outage: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
@@ -555,8 +559,11 @@ class GatewayClient:
                 if failing:
                     log.info("heartbeat to %s works again", self.base_url)
                 failing = False
-            deadline += interval
-            await trio.sleep_until(max(deadline, trio.current_time()))
+            if trio.current_time() >= deadline:  # else this beat came early, after an outage
+                deadline += interval
+            with trio.move_on_at(deadline):
+                await self._beat_after_outage.wait()
+            self._beat_after_outage = trio.Event()
 
     # -- the one request path ----------------------------------------------------------
 
@@ -663,6 +670,14 @@ class GatewayClient:
         heartbeat: str | None = None,
     ) -> None:
         status = self._status
+        if heartbeat is not None:  # a beat's own outcome
+            self._heartbeat_marked_by_outage = False
+        elif connected is False and status.heartbeat == "ok":
+            heartbeat = "failing"  # a beat cannot get through either: "ok" would be stale
+            self._heartbeat_marked_by_outage = True
+        elif connected and self._heartbeat_marked_by_outage:
+            self._heartbeat_marked_by_outage = False
+            self._beat_after_outage.set()  # find out now, not a heartbeat interval later
         if connected is not None:
             failures = 0 if connected else status.consecutive_failures + 1
             status = attrs.evolve(

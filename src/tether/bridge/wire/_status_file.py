@@ -38,6 +38,8 @@ class ConnectionStatus:
     error: str | None = None
     consecutive_failures: int = 0
     heartbeat: str = "unknown"  # unknown | ok | failing | unsupported
+    """``failing``: the last beat failed, or the gateway stopped answering since the last good
+    one (a beat could not get through either; the client beats again once it answers)."""
     updated_at: str = ""
     schema_version: int = STATUS_SCHEMA_VERSION
 

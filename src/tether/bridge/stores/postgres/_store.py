@@ -44,6 +44,7 @@ from ...custody._rules import (
     Result,
     Task,
     TaskRecord,
+    body_conflicts,
     check_body,
     check_claim_limit,
     check_delivery_lease,
@@ -280,6 +281,12 @@ class PostgresStore:
     def _ingest_row(self, task: Task) -> tuple[Any, ...]:
         headers = ingest_headers(task, self.max_body_bytes)
         return (task.id, _encode(task.body), task.room, PRIORITY_RANK[task.priority], headers)
+
+    async def body_conflicts(self, tasks: Sequence[Task]) -> list[bool]:
+        ids = sorted({t.id for t in tasks})
+        sql = f"SELECT id, body FROM {self._sql.s}.tasks WHERE id = ANY(%(ids)s::text[])"
+        rows = await self._run(lambda c: c.execute(sql, {"ids": ids}).fetchall()) if ids else []
+        return body_conflicts(tasks, {id: _decode(body) for id, body in rows})
 
     async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
         check_limit(limit)

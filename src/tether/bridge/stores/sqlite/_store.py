@@ -42,6 +42,7 @@ from ...custody._rules import (
     Result,
     Task,
     TaskRecord,
+    body_conflicts,
     check_body,
     check_claim_limit,
     check_delivery_lease,
@@ -69,6 +70,7 @@ from .._common import (
     task_from_row,
     unknown_task,
 )
+from ._access import explain_open_failure
 from ._connect import Synchronous as Synchronous
 from ._connect import connect_reader, connect_writer
 from ._pool_sql import assign_one, assign_pairs, note_room, pool_view, read_workers
@@ -127,7 +129,10 @@ class SqliteStore:
         check_limit(max_batch, "max_batch")
         db = Path(path)
         writer = SqliteWriter(
-            connect=lambda: connect_writer(db, synchronous, busy_timeout_s), max_batch=max_batch
+            connect=explain_open_failure(
+                db, lambda: connect_writer(db, synchronous, busy_timeout_s)
+            ),
+            max_batch=max_batch,
         )
         await writer.start()  # creates and migrates the file
         reader = SqliteWriter(
@@ -193,6 +198,14 @@ class SqliteStore:
         headers = ingest_headers(task, self.max_body_bytes)
         now = self.clock()
         return (task.id, task.body, task.room, PRIORITY_RANK[task.priority], headers, now, now)
+
+    async def body_conflicts(self, tasks: Sequence[Task]) -> list[bool]:
+        ids = json.dumps(sorted({t.id for t in tasks}))
+        sql = "SELECT id, body FROM tasks WHERE id IN (SELECT value FROM json_each(?))"
+        stored = (
+            dict(await self._read(lambda c: c.execute(sql, (ids,)).fetchall())) if tasks else {}
+        )
+        return body_conflicts(tasks, stored)
 
     async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
         check_limit(limit)
