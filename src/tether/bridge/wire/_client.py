@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import json
 import logging
 import random
 import secrets
@@ -36,11 +35,13 @@ import httpx
 import trio
 
 from ..._converter import unstructure
+from ..._json import loads_strict
 from ..._token_file import TokenFileError, read_token
 from ._backoff import Backoff
 from ._messages import (
     CLIENT_HEADER,
     MAX_BATCH,
+    MAX_REASON_CHARS,
     PROTOCOL_VERSION,
     AckBatchRequest,
     AckRequest,
@@ -398,7 +399,8 @@ class GatewayClient:
         if not self.reject_supported:
             return False
         check_task_id(task_id)
-        reason = " ".join(reason.split())[:2000] or "rejected"
+        # one line, no NUL, within the bound the gateway enforces (``parse_reject``)
+        reason = " ".join(reason.replace("\x00", " ").split())[:MAX_REASON_CHARS] or "rejected"
         payload = unstructure(RejectRequest(id=task_id, reason=reason))
         response = await self._request(
             "POST",
@@ -682,9 +684,9 @@ def _format_seconds(value: float) -> str:
 
 def _json_object(response: httpx.Response, what: str) -> dict[str, Any]:
     try:
-        data = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise GatewayProtocolError(f"{what}: the response is not JSON") from None
+        data = loads_strict(response.content)
+    except ValueError as exc:
+        raise GatewayProtocolError(f"{what}: the response is not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise GatewayProtocolError(f"{what}: the response is not a JSON object")
     return data
@@ -693,8 +695,8 @@ def _json_object(response: httpx.Response, what: str) -> dict[str, Any]:
 def _error_detail(response: httpx.Response) -> str:
     """The gateway's ``{"error": ...}`` text, or a short excerpt of whatever it sent."""
     try:
-        data = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = loads_strict(response.content)
+    except ValueError:
         data = None
     if isinstance(data, dict) and isinstance(data.get("error"), str):
         detail: str = data["error"]
