@@ -320,3 +320,19 @@ def test_tls_is_verified_with_one_context_per_process() -> None:
     assert context.check_hostname
     assert context.cert_store_stats()["x509_ca"] > 0  # a CA bundle is loaded
     assert _tls_context() is context  # loaded once (~17 ms), not per client
+
+
+def test_a_gateway_url_with_credentials_is_refused_without_showing_them(
+    token_path: Path,
+) -> None:
+    """httpx would send a user and password as Basic auth (replacing the bearer token); a
+    query would be glued to every request path; and httpx logs each request URL at INFO."""
+    for url, needle in (
+        ("http://user:gwPass-99@127.0.0.1:9", "must not carry a user or password"),
+        ("https://gwPass-99@gw.example/base", "must not carry a user or password"),
+        ("http://gw.example/base?access_token=gwPass-99", "must not carry a query"),
+    ):
+        with pytest.raises(ValueError, match=needle) as caught:
+            GatewayClient(url, token_path)
+        assert "gwPass-99" not in str(caught.value)
+        assert "[redacted]" in str(caught.value)

@@ -44,14 +44,34 @@ HOSTILE = [
         "protocol_version",
     ),
     # non-finite numbers (item 4): Python's json reads these, strict parsers do not
-    ("POST", "/v1/heartbeat", b'{"client":"b1","protocol_version":1,"inflight":0,'
-     b'"uptime_s":Infinity}', 400, "Infinity"),
-    ("POST", "/v1/heartbeat", b'{"client":"b1","protocol_version":1,"inflight":0,'
-     b'"uptime_s":NaN}', 400, "NaN"),
-    ("POST", "/v1/heartbeat", b'{"client":"b1","protocol_version":1,"inflight":0,'
-     b'"uptime_s":1e999}', 400, "uptime_s"),
-    ("POST", "/v1/heartbeat", b'{"client":"b1","protocol_version":1,"inflight":0,'
-     b'"uptime_s":-1}', 400, "uptime_s"),
+    (
+        "POST",
+        "/v1/heartbeat",
+        b'{"client":"b1","protocol_version":1,"inflight":0,"uptime_s":Infinity}',
+        400,
+        "Infinity",
+    ),
+    (
+        "POST",
+        "/v1/heartbeat",
+        b'{"client":"b1","protocol_version":1,"inflight":0,"uptime_s":NaN}',
+        400,
+        "NaN",
+    ),
+    (
+        "POST",
+        "/v1/heartbeat",
+        b'{"client":"b1","protocol_version":1,"inflight":0,"uptime_s":1e999}',
+        400,
+        "uptime_s",
+    ),
+    (
+        "POST",
+        "/v1/heartbeat",
+        b'{"client":"b1","protocol_version":1,"inflight":0,"uptime_s":-1}',
+        400,
+        "uptime_s",
+    ),
     # free text bounded (item 6)
     (
         "POST",
@@ -104,9 +124,7 @@ async def test_stats_stay_strict_json_and_small_after_heartbeats(
     """A heartbeat the gateway accepts leaves /v1/stats parseable by a strict parser."""
     gateway = await start_gateway()
     beat = {**BEAT, "version": "v" * MAX_VERSION_CHARS, "uptime_s": 1e300}
-    response = await http.post(
-        f"{gateway.url}/v1/heartbeat", json=beat, headers=gateway.headers()
-    )
+    response = await http.post(f"{gateway.url}/v1/heartbeat", json=beat, headers=gateway.headers())
     assert response.status_code == 200, response.text
     raw = (await http.get(f"{gateway.url}/v1/stats", headers=gateway.headers())).text
 

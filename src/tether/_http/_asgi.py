@@ -82,9 +82,9 @@ class Request:
             query[key] = value
         return cls(scope["method"], scope["path"], query, headers, receive)
 
-    async def body(self, limit: int, timeout: float = BODY_TIMEOUT) -> bytes:
+    async def body(self, limit: int, within: float = BODY_TIMEOUT) -> bytes:
         """The whole body, refused with 413 as soon as it is known to exceed ``limit``, and
-        with 408 unless it has all arrived within ``timeout`` seconds."""
+        with 408 unless it has all arrived ``within`` seconds."""
         declared = self.headers.get("content-length")
         if declared is not None:
             if not (declared.isascii() and declared.isdigit()):
@@ -95,7 +95,7 @@ class Request:
                 )
         chunks: list[bytes] = []
         size = 0
-        with trio.move_on_after(timeout) as waited:
+        with trio.move_on_after(within) as waited:
             while True:
                 message = await self.receive()
                 if message["type"] == "http.disconnect":
@@ -110,11 +110,11 @@ class Request:
         assert waited.cancelled_caught
         raise HttpError(
             408,
-            f"request body not received within {timeout:g} s",
+            f"request body not received within {within:g} s",
             [(b"connection", b"close")],
         )
 
-    async def json(self, limit: int, timeout: float = BODY_TIMEOUT) -> Any:
+    async def json(self, limit: int, within: float = BODY_TIMEOUT) -> Any:
         """The body parsed as strict JSON (``tether._json``); 415 unless it is declared
         ``application/json``."""
         content_type = self.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -123,7 +123,7 @@ class Request:
                 415,
                 f"expected Content-Type: application/json, got {content_type[:60] or 'none'!r}",
             )
-        raw = await self.body(limit, timeout)
+        raw = await self.body(limit, within)
         if not raw:
             raise HttpError(400, "request body is empty; expected a JSON object")
         try:

@@ -36,6 +36,7 @@ import trio
 
 from ..._converter import unstructure
 from ..._json import loads_strict
+from ..._redact import redact_url
 from ..._token_file import TokenFileError, read_token
 from ._backoff import Backoff
 from ._messages import (
@@ -148,14 +149,28 @@ class GatewayClient:
     rejected_tasks: int = attrs.field(default=0, init=False)
     _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
     _token: str = attrs.field(default="", init=False)
+    shown_url: str = attrs.field(init=False, default="")
+    """``base_url`` as logs, errors and the status file show it (``tether._redact``)."""
     _status: ConnectionStatus = attrs.field(init=False)
     _status_writer: StatusFile | None = attrs.field(default=None, init=False)
     _started_at: float = attrs.field(default=0.0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
+        self.shown_url = redact_url(self.base_url)
         if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"gateway url must start with http:// or https://: {self.base_url}")
+            raise ValueError(f"gateway url must start with http:// or https://: {self.shown_url}")
+        if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
+            # httpx would turn it into Basic auth, replacing the bearer token
+            raise ValueError(
+                f"gateway url {self.shown_url} must not carry a user or password; "
+                "the token comes from the token file"
+            )
+        if "?" in self.base_url or "#" in self.base_url:
+            raise ValueError(
+                f"gateway url {self.shown_url} must not carry a query or fragment "
+                "(request paths are appended to it)"
+            )
         check_label(self.client_name, "client name")
         if not 0 <= self.poll_wait <= 300:
             raise ValueError(f"poll_wait must be within 0-300 seconds, got {self.poll_wait}")
@@ -165,7 +180,7 @@ class GatewayClient:
                 f"release_timeout must be within 0-60 seconds (> 0), got {self.release_timeout}"
             )
         self.lease_holder = f"{self.client_name[:121]}-{secrets.token_hex(3)}"
-        self._status = ConnectionStatus(gateway=self.base_url, client=self.client_name)
+        self._status = ConnectionStatus(gateway=self.shown_url, client=self.client_name)
         if self.status_file is not None:
             self._status_writer = StatusFile(self.status_file)
 
@@ -339,7 +354,7 @@ class GatewayClient:
         )
         if response is None:
             self.batches_supported = False
-            log.info("gateway %s has no batch endpoints; one request per task", self.base_url)
+            log.info("gateway %s has no batch endpoints; one request per task", self.shown_url)
             return None
         data = _json_object(response, f"POST {path}")
         raw = data.get("items")
@@ -413,7 +428,7 @@ class GatewayClient:
             self.reject_supported = False
             log.warning(
                 "gateway %s has no reject endpoint; rejected tasks will be redelivered",
-                self.base_url,
+                self.shown_url,
             )
             return False
         return True
@@ -436,7 +451,7 @@ class GatewayClient:
         )
         if response is None:
             self.notices_supported = False
-            log.info("gateway %s has no notices endpoint; notices stay in the log", self.base_url)
+            log.info("gateway %s has no notices endpoint; notices stay in the log", self.shown_url)
             return False
         return True
 
@@ -479,7 +494,7 @@ class GatewayClient:
                     self.release_supported = False
                     log.info(
                         "gateway %s cannot release leases; unacked tasks wait out their lease",
-                        self.base_url,
+                        self.shown_url,
                     )
                     return None
                 data = _json_object(response, "POST /v1/leases/release")
@@ -520,7 +535,7 @@ class GatewayClient:
             raise
         if response is None:
             self.heartbeat_supported = False
-            log.info("gateway %s has no heartbeat endpoint; not sending heartbeats", self.base_url)
+            log.info("gateway %s has no heartbeat endpoint; not sending heartbeats", self.shown_url)
             await self._publish(heartbeat="unsupported")
             return False
         await self._publish(heartbeat="ok")
@@ -550,7 +565,7 @@ class GatewayClient:
                 failing = True
             else:
                 if failing:
-                    log.info("heartbeat to %s works again", self.base_url)
+                    log.info("heartbeat to %s works again", self.shown_url)
                 failing = False
             deadline += interval
             await trio.sleep_until(max(deadline, trio.current_time()))
@@ -631,7 +646,7 @@ class GatewayClient:
         self, what: str, response: httpx.Response, when: str
     ) -> GatewayAuthError:
         message = self._redact(
-            f"gateway {self.base_url} refused the token in {self.token_file} "
+            f"gateway {self.shown_url} refused the token in {self.token_file} "
             f"(HTTP {response.status_code}: {_error_detail(response)}) {when}; "
             "put the gateway's current token in that file"
         )

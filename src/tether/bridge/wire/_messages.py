@@ -16,9 +16,8 @@ import attrs
 from ..._converter import structure
 from . import _limits as _custody
 from ._limits import MAX_BATCH as MAX_BATCH
-from ._limits import MAX_VERSION_CHARS, check_free_text
 from ._limits import MAX_REASON_CHARS as MAX_REASON_CHARS
-from ._limits import InvalidTaskId, InvalidWorkerName
+from ._limits import MAX_VERSION_CHARS, InvalidTaskId, InvalidWorkerName, check_free_text
 from ._limits import check_label as check_label
 
 PROTOCOL_VERSION = 1
