@@ -2,35 +2,49 @@
 
 tmp file in the same directory + fsync + rename + fsync of the directory, so a crash at any
 point leaves either version on disk, and the rename itself survives power loss.
+
+The tmp file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a random name, relative to
+a descriptor of the directory: a file or symlink planted at a predictable name can never make
+the write truncate, chmod or fill a file elsewhere (it fails instead), and ``write_atomic_at``
+lets a caller that already holds a checked directory descriptor keep every step inside it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from pathlib import Path
+
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Atomically replace ``path`` with ``data`` (created with ``mode``; blocking: use a thread)."""
-    directory = path.parent
-    tmp = directory / f".{path.name}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_atomic_at(dir_fd, path.name, data, mode)
+    finally:
+        os.close(dir_fd)
+
+
+def write_atomic_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None:
+    """``write_atomic`` of the entry ``name`` in the directory open as ``dir_fd``."""
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, _TMP_FLAGS, mode, dir_fd=dir_fd)
     try:
         os.fchmod(fd, mode)  # O_CREAT's mode is filtered by the umask; be exact
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
-    except BaseException:
         os.close(fd)
+        fd = -1
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
-    os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    os.fsync(dir_fd)

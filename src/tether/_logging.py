@@ -8,8 +8,10 @@ line, whatever a message or a traceback happens to contain (``register_secret``)
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import re
 import sys
 import threading
 from datetime import UTC, datetime
@@ -57,11 +59,49 @@ def _task_context() -> tuple[str | None, str | None]:
     return task.name, current_owner()
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    c = match.group()
+    if c in _NAMED:
+        return _NAMED[c]
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control and line-separator character but the tab escaped
+    (``\\n``, ``\\r``, ``\\x00``, ``\\u2028``): one value stays on its line, and
+    terminal escapes arrive inert."""
+    return _CONTROL.sub(_escape_char, text) if _CONTROL.search(text) else text
+
+
+def _indented_block(text: str) -> str:
+    """A traceback or stack under its record: controls escaped within each line, and every
+    line indented, so none of it can pass for a record of its own (each starts with the
+    time)."""
+    return "\n".join("  " + escape_controls(line) for line in text.split("\n"))
+
+
 class RedactingFormatter(logging.Formatter):
-    """The stdlib text format, with registered secrets replaced by ``[redacted]``."""
+    """The stdlib text format, safe to print whatever the values hold: registered secrets
+    are replaced by ``[redacted]``, and control characters in the message and in every
+    field the format prints are escaped (a reason with a newline cannot forge a log line,
+    a NUL or a terminal escape never reaches the log raw)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        safe = copy.copy(record)
+        safe.msg, safe.args = escape_controls(record.getMessage()), None
+        for key, value in record.__dict__.items():
+            if isinstance(value, str) and key not in ("msg", "exc_text", "stack_info"):
+                setattr(safe, key, escape_controls(value))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        safe.exc_info = None
+        safe.exc_text = _indented_block(record.exc_text) if record.exc_text else None
+        safe.stack_info = _indented_block(record.stack_info) if record.stack_info else None
+        return redact(super().format(safe))
 
 
 class JsonFormatter(logging.Formatter):

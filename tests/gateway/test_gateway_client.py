@@ -360,3 +360,19 @@ async def test_an_outage_marks_a_good_heartbeat_failing_and_the_next_beat_follow
         beats = [c.at for c in fake.calls if c.request.url.path == "/v1/heartbeat"]
         assert beats == pytest.approx([0, 25, 60])  # then on its own schedule again
         nursery.cancel_scope.cancel()
+
+
+def test_a_gateway_url_with_credentials_is_refused_without_showing_them(
+    token_path: Path,
+) -> None:
+    """httpx would send a user and password as Basic auth (replacing the bearer token); a
+    query would be glued to every request path; and httpx logs each request URL at INFO."""
+    for url, needle in (
+        ("http://user:gwPass-99@127.0.0.1:9", "must not carry a user or password"),
+        ("https://gwPass-99@gw.example/base", "must not carry a user or password"),
+        ("http://gw.example/base?access_token=gwPass-99", "must not carry a query"),
+    ):
+        with pytest.raises(ValueError, match=needle) as caught:
+            GatewayClient(url, token_path)
+        assert "gwPass-99" not in str(caught.value)
+        assert "[redacted]" in str(caught.value)

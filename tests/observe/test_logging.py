@@ -11,7 +11,12 @@ import pytest
 import trio
 
 from tether import owned_by
-from tether._logging import configure_logging, make_handler, register_secret
+from tether._logging import (
+    RedactingFormatter,
+    configure_logging,
+    make_handler,
+    register_secret,
+)
 from tether.bridge import read_token, write_token
 
 SECRET = "s3cret-token-value-9Zq"
@@ -110,3 +115,44 @@ def test_configure_logging_text_and_errors() -> None:
         for handler in saved[0]:
             root.addHandler(handler)
         root.setLevel(saved[1])
+
+
+def test_the_text_format_escapes_control_characters_so_no_value_forges_a_line() -> None:
+    """A reason with a newline cannot forge a log line; a NUL or an ANSI escape does not
+    reach the terminal raw; a traceback's lines are indented under their record."""
+    stream = io.StringIO()
+    handler = make_handler("text", stream)
+    handler.setFormatter(
+        RedactingFormatter(
+            "%(levelname)s %(name)s: %(message)s [%(task_id)s]", defaults={"task_id": "-"}
+        )
+    )
+    log = logging.getLogger("tether.test-text")
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    forged = "bad\n2026-12-01 00:00:00,000 INFO tether.bridge: all tasks delivered"
+    try:
+        log.warning("rejected task %s: %s", "t1", forged, extra={"task_id": "t1\r\nx\x00"})
+        log.info("nul \x00 bell \x07 ansi \x1b[31m del \x7f c1 \x85 ls \u2028 tab\tok")
+        try:
+            fail(ValueError("boom\nCRITICAL tether: forged from an exception"))
+        except ValueError:
+            log.exception("handler failed: %s", "x\ny")
+    finally:
+        log.removeHandler(handler)
+        log.propagate = True
+    lines_ = stream.getvalue().splitlines()
+    assert lines_[0] == (
+        "WARNING tether.test-text: rejected task t1: bad\\n2026-12-01 00:00:00,000 INFO "
+        "tether.bridge: all tasks delivered [t1\\r\\nx\\x00]"
+    )
+    assert lines_[1] == (
+        "INFO tether.test-text: nul \\x00 bell \\x07 ansi \\x1b[31m del \\x7f c1 \\x85 "
+        "ls \\u2028 tab\tok [-]"
+    )
+    assert lines_[2].startswith("ERROR tether.test-text: handler failed: x\\ny")
+    assert len(lines_) > 3
+    assert all(line.startswith(" ") for line in lines_[3:]), lines_[3:]
+    assert any("ValueError: boom" in line for line in lines_[3:])
+    assert all(not any(c in line for c in "\x00\x07\x1b\x7f\x85\u2028") for line in lines_)

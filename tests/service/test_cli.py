@@ -260,3 +260,46 @@ async def test_an_agent_refused_for_its_policy_is_a_configuration_error(tmp_path
     assert err.startswith("tether: error: agent 'replace_agent:factory': ")
     assert "policy 'replace'" in err
     assert not (tmp_path / "data").exists()  # refused before anything was created
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--store", "postgresql://user:s3cretPW@127.0.0.1:1/x"],
+            "postgresql://user@127.0.0.1:1/x carries a password",
+        ),
+        (["--store", "password=s3cretPW host=127.0.0.1 dbname=x"], "carries a password"),
+        (["--gateway", "http://user:s3cretPW@127.0.0.1:9"], "must not carry a user or password"),
+        (["--gateway", "http://s3cretPW@127.0.0.1:9"], "must not carry a user or password"),
+    ],
+)
+async def test_a_password_in_a_url_is_never_printed(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    """Issue 22: the start-up line printed ``--store``/``--gateway`` as given, password and
+    all, before the URL was refused. Nothing the bridge prints may carry it."""
+    token = tmp_path / "token"
+    token.write_text("worker-token-1\n")
+    token.chmod(0o600)
+    argv = ["--token-file", str(token), "--status-file", str(tmp_path / "status.json")]
+    if "--gateway" not in flags:
+        argv += ["--gateway", "http://127.0.0.1:9"]
+    if "--store" not in flags:
+        argv += ["--store", str(tmp_path / "custody.db")]
+    with trio.fail_after(120):
+        result = await trio.run_process(
+            [sys.executable, "-m", "tether._cli", "bridge", "run", *argv, *flags],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    out = result.stdout.decode() + result.stderr.decode()
+    assert result.returncode == 2, out
+    assert "s3cretPW" not in out
+    assert message in out
+    assert "Traceback" not in out
+    assert (
+        not (tmp_path / "status.json").exists()
+        or "s3cretPW" not in (tmp_path / "status.json").read_text()
+    )

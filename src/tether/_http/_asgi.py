@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any
@@ -17,6 +19,8 @@ import attrs
 import hypercorn.config
 import hypercorn.trio
 import trio
+
+from .._json import JsonRefused, loads_strict
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -28,6 +32,11 @@ _COMMON_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 ]
+
+BODY_TIMEOUT = 30.0
+"""Seconds a request body may take to arrive once its headers are in (then 408): a client
+that sends headers and never the body does not hold a request open."""
+_SECONDS_RE = re.compile(r"[0-9]{1,12}(?:\.[0-9]{0,12})?(?:[eE][-+]?[0-9]{1,3})?")
 
 
 class HttpError(Exception):
@@ -73,47 +82,54 @@ class Request:
             query[key] = value
         return cls(scope["method"], scope["path"], query, headers, receive)
 
-    async def body(self, limit: int) -> bytes:
-        """The whole body, refused with 413 as soon as it is known to exceed ``limit``."""
+    async def body(self, limit: int, within: float = BODY_TIMEOUT) -> bytes:
+        """The whole body, refused with 413 as soon as it is known to exceed ``limit``, and
+        with 408 unless it has all arrived ``within`` seconds."""
         declared = self.headers.get("content-length")
         if declared is not None:
-            if not declared.isdigit():
+            if not (declared.isascii() and declared.isdigit()):
                 raise HttpError(400, f"bad Content-Length header {declared[:40]!r}")
-            if int(declared) > limit:
+            if len(declared) > 18 or int(declared) > limit:
                 raise HttpError(
-                    413, f"request body of {int(declared)} bytes exceeds the limit of {limit}"
+                    413, f"request body of {declared[:40]} bytes exceeds the limit of {limit}"
                 )
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                raise HttpError(400, "client disconnected before sending the whole body")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise HttpError(413, f"request body exceeds the limit of {limit} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        with trio.move_on_after(within) as waited:
+            while True:
+                message = await self.receive()
+                if message["type"] == "http.disconnect":
+                    raise HttpError(400, "client disconnected before sending the whole body")
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise HttpError(413, f"request body exceeds the limit of {limit} bytes")
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        assert waited.cancelled_caught
+        raise HttpError(
+            408,
+            f"request body not received within {within:g} s",
+            [(b"connection", b"close")],
+        )
 
-    async def json(self, limit: int) -> Any:
-        """The body parsed as JSON; 415 unless it is declared ``application/json``."""
+    async def json(self, limit: int, within: float = BODY_TIMEOUT) -> Any:
+        """The body parsed as strict JSON (``tether._json``); 415 unless it is declared
+        ``application/json``."""
         content_type = self.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != "application/json":
             raise HttpError(
                 415,
-                f"expected Content-Type: application/json, got {content_type or 'none'!r}",
+                f"expected Content-Type: application/json, got {content_type[:60] or 'none'!r}",
             )
-        raw = await self.body(limit)
+        raw = await self.body(limit, within)
         if not raw:
             raise HttpError(400, "request body is empty; expected a JSON object")
         try:
-            data = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise HttpError(400, "request body is not UTF-8") from None
-        except json.JSONDecodeError as exc:
-            raise HttpError(400, f"request body is not valid JSON: {exc}") from None
+            data = loads_strict(raw)
+        except JsonRefused as exc:
+            raise HttpError(400, f"request body: {exc}") from None
         if b"\\u" in raw:  # only a \u escape can smuggle in a lone surrogate
             try:
                 json.dumps(data, ensure_ascii=False).encode("utf-8")
@@ -124,6 +140,30 @@ class Request:
                     "JSON string; text must be valid Unicode (encodable as UTF-8)",
                 ) from None
         return data
+
+
+def query_seconds(query: dict[str, str], name: str, default: float) -> float:
+    """Query parameter ``name`` as seconds >= 0 written in ASCII digits (``1``, ``0.5``,
+    ``1e-05``), else 400 naming it. ``float()`` alone would take ``1_0`` and other scripts'
+    digits, and ``inf``."""
+    raw = query.get(name)
+    if raw is None:
+        return default
+    value = float(raw) if _SECONDS_RE.fullmatch(raw) else math.nan
+    if not math.isfinite(value):
+        raise HttpError(400, f"query parameter {name!r} must be a number of seconds >= 0")
+    return value
+
+
+def query_count(query: dict[str, str], name: str, default: int, maximum: int) -> int:
+    """Query parameter ``name`` as an integer from 1 to ``maximum`` in ASCII digits, else 400
+    naming it (``str.isdigit`` alone takes ``²``, which ``int()`` then refuses)."""
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18 and 1 <= int(raw) <= maximum):
+        raise HttpError(400, f"query parameter {name!r} must be an integer from 1 to {maximum}")
+    return int(raw)
 
 
 async def send_json(

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import importlib.resources
 import logging
-import math
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -54,12 +53,15 @@ import trio
 
 from .._converter import unstructure
 from .._http._asgi import (
+    BODY_TIMEOUT,
     HttpError,
     Receive,
     Request,
     Scope,
     Send,
     allow_methods,
+    query_count,
+    query_seconds,
     send_bytes,
     send_json,
     serve_http,
@@ -120,6 +122,8 @@ class AppLimits:
     max_wait: float = 60.0
     max_poll_limit: int = 100
     max_history: int = 200
+    body_timeout: float = BODY_TIMEOUT
+    """Seconds a request body may take to arrive after its headers (then 408)."""
 
 
 def _load_static() -> dict[str, bytes]:
@@ -161,6 +165,9 @@ class GatewayApp:
             who="gateway",
             see_log="the gateway's log",
         )
+
+    async def _json(self, request: Request) -> Any:
+        return await request.json(self.limits.max_body, self.limits.body_timeout)
 
     # -- routing -----------------------------------------------------------------------
 
@@ -237,8 +244,8 @@ class GatewayApp:
 
     async def _poll_tasks(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)
-        wait = min(_seconds(request.query, "wait", 0.0), self.limits.max_wait)
-        limit = _count(request.query, "limit", 16, self.limits.max_poll_limit)
+        wait = min(query_seconds(request.query, "wait", 0.0), self.limits.max_wait)
+        limit = query_count(request.query, "limit", 16, self.limits.max_poll_limit)
         client = _client_header(request)
         deadline = trio.current_time() + wait
         tasks: list[StoredTask] = []
@@ -269,7 +276,7 @@ class GatewayApp:
         match = _ACK_PATH.fullmatch(request.path)
         assert match is not None
         path_id = _valid(check_task_id, match.group(1), "task id in the path")
-        ack = _valid(parse_ack, await request.json(self.limits.max_body), path_id)
+        ack = _valid(parse_ack, await self._json(request), path_id)
         task = await _conflicts(self.store.ack(ack.id, self.clock()))
         if task is None:
             raise HttpError(404, f"unknown task id {ack.id!r}")
@@ -277,13 +284,13 @@ class GatewayApp:
 
     async def _ack_batch(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)
-        batch = _valid(parse_ack_batch, await request.json(self.limits.max_body))
+        batch = _valid(parse_ack_batch, await self._json(request))
         outcomes = await self.store.ack_many(batch.ids, self.clock())
         await send_json(send, 200, {"items": [unstructure(_item(o)) for o in outcomes]})
 
     async def _result_batch(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)
-        batch = _valid(parse_result_batch, await request.json(self.limits.max_body))
+        batch = _valid(parse_result_batch, await self._json(request))
         outcomes = await self.store.record_results(
             [(r.id, r.body, r.no_send, r.metadata.worker) for r in batch.results], self.clock()
         )
@@ -300,7 +307,7 @@ class GatewayApp:
         match = _REJECT_PATH.fullmatch(request.path)
         assert match is not None
         path_id = _valid(check_task_id, match.group(1), "task id in the path")
-        reject = _valid(parse_reject, await request.json(self.limits.max_body), path_id)
+        reject = _valid(parse_reject, await self._json(request), path_id)
         task = await _conflicts(self.store.reject(reject.id, reject.reason, self.clock()))
         if task is None:
             # not 404: on an optional endpoint a client reads 404 as "no such endpoint"
@@ -312,7 +319,7 @@ class GatewayApp:
 
     async def _notice(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)
-        notice = _valid(parse_notice, await request.json(self.limits.max_body))
+        notice = _valid(parse_notice, await self._json(request))
         task = await self.store.notice(
             notice.id, notice.kind, notice.age_s, notice.detail, self.clock()
         )
@@ -328,7 +335,7 @@ class GatewayApp:
 
     async def _result(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)
-        result = _valid(parse_result, await request.json(self.limits.max_body))
+        result = _valid(parse_result, await self._json(request))
         outcome = await _conflicts(
             self.store.record_result(
                 result.id, result.body, result.no_send, result.metadata.worker, self.clock()
@@ -346,7 +353,7 @@ class GatewayApp:
 
     async def _heartbeat(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)
-        beat = _valid(parse_heartbeat, await request.json(self.limits.max_body))
+        beat = _valid(parse_heartbeat, await self._json(request))
         await self.store.heartbeat(
             beat.client,
             beat.inflight,
@@ -359,7 +366,7 @@ class GatewayApp:
 
     async def _release_leases(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)
-        release = _valid(parse_lease_release, await request.json(self.limits.max_body))
+        release = _valid(parse_lease_release, await self._json(request))
         released = await self.store.release_client(release.client)
         if released:
             log.info("gateway: client %s released %d unacked lease(s)", release.client, released)
@@ -383,7 +390,7 @@ class GatewayApp:
 
     async def _submit(self, request: Request, send: Send) -> None:
         self._authorize(request, USER)
-        message = _valid(parse_message, await request.json(self.limits.max_body))
+        message = _valid(parse_message, await self._json(request))
         task, created = await _conflicts(
             self.store.submit(message.room, message.sender, message.text, self.clock(), message.id)
         )
@@ -397,7 +404,7 @@ class GatewayApp:
         if room is None:
             raise HttpError(400, "query parameter 'room' is required")
         _valid(check_label, room, "room")
-        limit = _count(request.query, "limit", 50, self.limits.max_history)
+        limit = query_count(request.query, "limit", 50, self.limits.max_history)
         history = await self.store.room_history(room, limit)
         await send_json(
             send, 200, {"messages": [unstructure(message_view(task)) for task in history]}
@@ -408,7 +415,7 @@ class GatewayApp:
         match = _MESSAGE_PATH.fullmatch(request.path)
         assert match is not None
         task_id = _valid(check_task_id, match.group(1), "message id in the path")
-        wait = min(_seconds(request.query, "wait", 0.0), self.limits.max_wait)
+        wait = min(query_seconds(request.query, "wait", 0.0), self.limits.max_wait)
         deadline = trio.current_time() + wait
         task: StoredTask | None = None
         async with _cancel_on_disconnect(request) as disconnected:
@@ -474,25 +481,3 @@ async def _conflicts(call: Awaitable[Any]) -> Any:
         return await call
     except Conflict as exc:
         raise HttpError(409, str(exc)) from None
-
-
-def _seconds(query: dict[str, str], name: str, default: float) -> float:
-    raw = query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise HttpError(400, f"query parameter {name!r} must be a number of seconds >= 0")
-    return value
-
-
-def _count(query: dict[str, str], name: str, default: int, maximum: int) -> int:
-    raw = query.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
-        raise HttpError(400, f"query parameter {name!r} must be an integer from 1 to {maximum}")
-    return int(raw)

@@ -22,17 +22,20 @@ result is durably stored.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
-from collections.abc import Mapping
+import stat
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 import trio
 
-from ..._atomic_file import write_atomic
+from ..._atomic_file import write_atomic_at
 from ..._fs import ensure_private_dir
 from ..._session import Session
 from ..custody._rules import Task
@@ -52,6 +55,10 @@ _NAMED: Final = {"\\": "\\\\", "\n": "\\n", "\r": "\\r"}
 
 class HeaderRefused(AgentError):
     """A header key cannot be written safely; the task is refused for the file exchange."""
+
+
+class ExchangeUnsafe(AgentError):
+    """A folder of the exchange is not a real directory (a symlink, a file): not used."""
 
 
 class ResultRefused(AgentError):
@@ -140,18 +147,44 @@ def parse_result(text: str, task_id: str) -> Reply:
     return Reply(body, no_send=no_send == "true")
 
 
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FOLDERS: Final = ("outbox", "results", "archive", "refused")
+MAX_RESULT_FILE_BYTES: Final = 16 << 20
+"""The largest result file read (the custody store bounds the reply again)."""
+
+
+@attrs.frozen
+class _Refusal:
+    """Why a result file was left unread (it is moved to ``refused/`` as it is)."""
+
+    why: str
+
+
 @attrs.define(eq=False)
 class FileExchange:
-    """The adapter: ``factory`` is an agent factory; ``archive`` runs after a stored result."""
+    """The adapter: ``factory`` is an agent factory; ``archive`` runs after a stored result.
+
+    Every file operation happens relative to a descriptor of its folder opened with
+    ``O_NOFOLLOW`` (``root`` itself is the operator's choice and may be a link): a folder that
+    is or became a symlink is refused (``ExchangeUnsafe``); a result file that is a symlink,
+    a FIFO, a directory, has other hard links or is over ``max_result_bytes`` is refused
+    unread (moved to ``refused/`` and reported). Nothing outside the exchange is ever read,
+    written or moved.
+    """
 
     root: Path = attrs.field(converter=Path)
     poll_interval: float = 0.1
+    max_result_bytes: int = MAX_RESULT_FILE_BYTES
     refused_count: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
         check_seconds("poll_interval", self.poll_interval)
         for d in (self.root, self.outbox, self.results, self.archive_dir, self.refused_dir):
             ensure_private_dir(d)
+        for name in _FOLDERS:
+            with self._folder(name):
+                pass
 
     @property
     def outbox(self) -> Path:
@@ -174,20 +207,20 @@ class FileExchange:
 
     async def exchange(self, task: Task) -> Reply:
         """Write the task to the outbox and wait for its result file."""
+        name = f"{task.id}.txt"
         data = task_message(task).encode("utf-8", "surrogatepass")
-        await trio.to_thread.run_sync(write_atomic, self.outbox / f"{task.id}.txt", data)
-        result = self.results / f"{task.id}.txt"
+        await trio.to_thread.run_sync(self._write_outbox, name, data)
         while True:
-            text = await trio.to_thread.run_sync(_read_if_there, result)
-            if text is not None:
+            read = await trio.to_thread.run_sync(self._read_result, name)
+            if read is not None:
                 break
             await trio.sleep(self.poll_interval)
         try:
-            return parse_result(text, task.id)
+            return _reply(read, task.id)
         except ResultRefused as exc:
-            kept = await trio.to_thread.run_sync(self._refuse, result, task.id)
+            kept = await trio.to_thread.run_sync(self._refuse, name, task.id)
             self.refused_count += 1
-            log.warning("refused %s (kept as %s): %s", result, kept, exc)
+            log.warning("refused %s (kept as %s): %s", self.results / name, kept, exc)
             raise
 
     async def archive(self, task: Task) -> None:
@@ -195,30 +228,101 @@ class FileExchange:
         answers every outbox file without a result never sees a half-archived pair)."""
         await trio.to_thread.run_sync(self._archive, task.id)
 
-    def _archive(self, id: str) -> None:
-        for src, dst in (
-            (self.outbox / f"{id}.txt", self.archive_dir / f"{id}.task.txt"),
-            (self.results / f"{id}.txt", self.archive_dir / f"{id}.result.txt"),
-        ):
+    @contextmanager
+    def _folder(self, name: str) -> Iterator[int]:
+        """A descriptor of the exchange's folder ``name``, never opened through a symlink."""
+        root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
             try:
-                os.replace(src, dst)
+                fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
+            except FileNotFoundError:  # removed while running: made again, privately
+                os.mkdir(name, 0o700, dir_fd=root_fd)
+                fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise ExchangeUnsafe(
+                    f"{self.root / name} is not a directory (a symlink?); the file exchange "
+                    "uses only real folders under its root and touched nothing there"
+                ) from None
+        finally:
+            os.close(root_fd)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _write_outbox(self, name: str, data: bytes) -> None:
+        with self._folder("outbox") as outbox:
+            write_atomic_at(outbox, name, data)
+
+    def _read_result(self, name: str) -> str | _Refusal | None:
+        """The result file's text; None while there is none; a ``_Refusal`` for a file that
+        is not a single-link regular file of bounded size (left unread)."""
+        with self._folder("results") as results:
+            try:
+                fd = os.open(name, _READ_FLAGS, dir_fd=results)
             except FileNotFoundError:
-                pass
+                return None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    return _Refusal("is a symlink")
+                raise
+            try:
+                return self._read_regular(fd)
+            finally:
+                os.close(fd)
 
-    def _refuse(self, path: Path, id: str) -> Path:
-        n = 1
-        while (self.refused_dir / f"{id}.{n}.txt").exists():
-            n += 1
-        dst = self.refused_dir / f"{id}.{n}.txt"
-        os.replace(path, dst)
-        return dst
+    def _read_regular(self, fd: int) -> str | _Refusal:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return _Refusal("is not a regular file")
+        if st.st_nlink != 1:
+            return _Refusal(f"has {st.st_nlink} hard links (a link to another file?)")
+        limit = self.max_result_bytes
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > limit:
+                return _Refusal(f"is over the limit of {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8", "surrogatepass")
+
+    def _archive(self, id: str) -> None:
+        with self._folder("archive") as archive:
+            for folder, name, kept in (
+                ("outbox", f"{id}.txt", f"{id}.task.txt"),
+                ("results", f"{id}.txt", f"{id}.result.txt"),
+            ):
+                with self._folder(folder) as src:
+                    try:
+                        os.replace(name, kept, src_dir_fd=src, dst_dir_fd=archive)
+                    except FileNotFoundError:
+                        pass
+
+    def _refuse(self, name: str, id: str) -> Path:
+        """Move ``results/name`` as it is (a link moves as a link) to ``refused/``."""
+        with self._folder("results") as results, self._folder("refused") as refused:
+            n = 1
+            while _exists(f"{id}.{n}.txt", refused):
+                n += 1
+            os.rename(name, f"{id}.{n}.txt", src_dir_fd=results, dst_dir_fd=refused)
+        return self.refused_dir / f"{id}.{n}.txt"
 
 
-def _read_if_there(path: Path) -> str | None:
+def _reply(read: str | _Refusal, task_id: str) -> Reply:
+    if isinstance(read, _Refusal):
+        raise ResultRefused(f"result file for task {task_id!r} {read.why}; not read")
+    return parse_result(read, task_id)
+
+
+def _exists(name: str, dir_fd: int) -> bool:
     try:
-        return path.read_bytes().decode("utf-8", "surrogatepass")
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
-        return None
+        return False
+    return True
 
 
 def file_exchange_worker(

@@ -151,6 +151,7 @@ def _flags(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
 def run_store(args: argparse.Namespace) -> int:
     import trio
 
+    from ..._redact import redact_url
     from ..stores._open import open_store
     from ._config import ConfigError, load_config
     from ._store_status import render_status, store_status
@@ -175,7 +176,7 @@ def run_store(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(snapshot.to_document(), indent=2))
         else:
-            print(render_status(snapshot, config.store))
+            print(render_status(snapshot, redact_url(config.store)))
         return 0
 
     return trio.run(status)
@@ -185,6 +186,7 @@ def run_bridge(args: argparse.Namespace) -> int:
     import trio
 
     from ..._logging import configure_logging
+    from ..._redact import redact_url
     from ..._token_file import ensure_token_file
     from ._config import load_config, prepare_data_dir
 
@@ -204,7 +206,8 @@ def run_bridge(args: argparse.Namespace) -> int:
     if config.admin_port is not None and ensure_token_file(config.admin_token_file):
         print(f"tether: created admin token file {config.admin_token_file}", file=sys.stderr)
     print(
-        f"tether bridge: {config.gateway} -> {config.store}, agent {config.agent}, "
+        f"tether bridge: {redact_url(config.gateway)} -> {redact_url(config.store)}, "
+        f"agent {config.agent}, "
         f"{config.workers} worker(s); Ctrl+C stops",
         file=sys.stderr,
         flush=True,

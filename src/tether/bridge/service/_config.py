@@ -22,6 +22,7 @@ import attrs
 from ..._config_error import ConfigError as ConfigError
 from ..._fs import ensure_private_dir
 from ..._logging import LogFormat
+from ..._redact import redact_url
 from ..stores.postgres._dsn import check_schema, is_postgres_dsn
 
 DEFAULT_DATA_DIR: Final = Path("tether-data")
@@ -159,6 +160,13 @@ def _url(name: str, value: Any) -> str:
     url = _text(name, value).rstrip("/")
     if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
         raise ValueError("must be an http:// or https:// URL")
+    if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        raise ValueError(
+            "must not carry a user or password (user:password@): the gateway's token comes "
+            "from --token-file"
+        )
+    if "?" in url or "#" in url:
+        raise ValueError("must not carry a query or fragment (request paths are appended)")
     return url
 
 
@@ -288,7 +296,10 @@ def env_name(setting: str) -> str:
 
 
 def _shown(value: Any) -> str:
+    """A setting's value for an error message: credentials redacted, at most 80 characters."""
     text = repr(str(value) if isinstance(value, Path) else value)
+    if isinstance(value, str):
+        text = repr(redact_url(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 

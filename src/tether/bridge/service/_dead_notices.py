@@ -126,7 +126,7 @@ class DeadNotices:
             log.warning(
                 "gateway %s has no reject endpoint: dead-lettered tasks are not reported to it "
                 "(their users get no answer); they stay in the store ('tether store status')",
-                self.gateway.base_url,
+                self.gateway.shown_url,
             )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -38,6 +38,7 @@ from ... import (
     open_supervisor,
     wait_stop_requested,
 )
+from ..._redact import redact_url
 from ..._util import open_nursery_unwrapped
 from ..custody._reconcile import Reconciler
 from ..custody._rules import IN_CUSTODY, Task
@@ -238,8 +239,8 @@ class BridgeService:
             await supervisor.start_child(spec)
         log.info(
             "bridge running: %s -> %s, %d worker(s)",
-            config.gateway,
-            config.store,
+            redact_url(config.gateway),
+            redact_url(config.store),
             config.workers,
         )
 

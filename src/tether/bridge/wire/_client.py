@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import json
 import logging
 import random
 import secrets
@@ -41,11 +40,14 @@ import httpx
 import trio
 
 from ..._converter import unstructure
+from ..._json import loads_strict
+from ..._redact import redact_url
 from ..._token_file import TokenFileError, read_token
 from ._backoff import Backoff
 from ._messages import (
     CLIENT_HEADER,
     MAX_BATCH,
+    MAX_REASON_CHARS,
     PROTOCOL_VERSION,
     AckBatchRequest,
     AckRequest,
@@ -152,6 +154,8 @@ class GatewayClient:
     rejected_tasks: int = attrs.field(default=0, init=False)
     _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
     _token: str = attrs.field(default="", init=False)
+    shown_url: str = attrs.field(init=False, default="")
+    """``base_url`` as logs, errors and the status file show it (``tether._redact``)."""
     _status: ConnectionStatus = attrs.field(init=False)
     _status_writer: StatusFile | None = attrs.field(default=None, init=False)
     _started_at: float = attrs.field(default=0.0, init=False)
@@ -162,8 +166,20 @@ class GatewayClient:
 
     def __attrs_post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
+        self.shown_url = redact_url(self.base_url)
         if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"gateway url must start with http:// or https://: {self.base_url}")
+            raise ValueError(f"gateway url must start with http:// or https://: {self.shown_url}")
+        if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
+            # httpx would turn it into Basic auth, replacing the bearer token
+            raise ValueError(
+                f"gateway url {self.shown_url} must not carry a user or password; "
+                "the token comes from the token file"
+            )
+        if "?" in self.base_url or "#" in self.base_url:
+            raise ValueError(
+                f"gateway url {self.shown_url} must not carry a query or fragment "
+                "(request paths are appended to it)"
+            )
         check_label(self.client_name, "client name")
         if not 0 <= self.poll_wait <= 300:
             raise ValueError(f"poll_wait must be within 0-300 seconds, got {self.poll_wait}")
@@ -173,7 +189,7 @@ class GatewayClient:
                 f"release_timeout must be within 0-60 seconds (> 0), got {self.release_timeout}"
             )
         self.lease_holder = f"{self.client_name[:121]}-{secrets.token_hex(3)}"
-        self._status = ConnectionStatus(gateway=self.base_url, client=self.client_name)
+        self._status = ConnectionStatus(gateway=self.shown_url, client=self.client_name)
         if self.status_file is not None:
             self._status_writer = StatusFile(self.status_file)
 
@@ -347,7 +363,7 @@ class GatewayClient:
         )
         if response is None:
             self.batches_supported = False
-            log.info("gateway %s has no batch endpoints; one request per task", self.base_url)
+            log.info("gateway %s has no batch endpoints; one request per task", self.shown_url)
             return None
         data = _json_object(response, f"POST {path}")
         raw = data.get("items")
@@ -407,7 +423,8 @@ class GatewayClient:
         if not self.reject_supported:
             return False
         check_task_id(task_id)
-        reason = " ".join(reason.split())[:2000] or "rejected"
+        # one line, no NUL, within the bound the gateway enforces (``parse_reject``)
+        reason = " ".join(reason.replace("\x00", " ").split())[:MAX_REASON_CHARS] or "rejected"
         payload = unstructure(RejectRequest(id=task_id, reason=reason))
         response = await self._request(
             "POST",
@@ -420,7 +437,7 @@ class GatewayClient:
             self.reject_supported = False
             log.warning(
                 "gateway %s has no reject endpoint; rejected tasks will be redelivered",
-                self.base_url,
+                self.shown_url,
             )
             return False
         return True
@@ -443,7 +460,7 @@ class GatewayClient:
         )
         if response is None:
             self.notices_supported = False
-            log.info("gateway %s has no notices endpoint; notices stay in the log", self.base_url)
+            log.info("gateway %s has no notices endpoint; notices stay in the log", self.shown_url)
             return False
         return True
 
@@ -486,7 +503,7 @@ class GatewayClient:
                     self.release_supported = False
                     log.info(
                         "gateway %s cannot release leases; unacked tasks wait out their lease",
-                        self.base_url,
+                        self.shown_url,
                     )
                     return None
                 data = _json_object(response, "POST /v1/leases/release")
@@ -527,7 +544,7 @@ class GatewayClient:
             raise
         if response is None:
             self.heartbeat_supported = False
-            log.info("gateway %s has no heartbeat endpoint; not sending heartbeats", self.base_url)
+            log.info("gateway %s has no heartbeat endpoint; not sending heartbeats", self.shown_url)
             await self._publish(heartbeat="unsupported")
             return False
         await self._publish(heartbeat="ok")
@@ -557,7 +574,7 @@ class GatewayClient:
                 failing = True
             else:
                 if failing:
-                    log.info("heartbeat to %s works again", self.base_url)
+                    log.info("heartbeat to %s works again", self.shown_url)
                 failing = False
             if trio.current_time() >= deadline:  # else this beat came early, after an outage
                 deadline += interval
@@ -641,7 +658,7 @@ class GatewayClient:
         self, what: str, response: httpx.Response, when: str
     ) -> GatewayAuthError:
         message = self._redact(
-            f"gateway {self.base_url} refused the token in {self.token_file} "
+            f"gateway {self.shown_url} refused the token in {self.token_file} "
             f"(HTTP {response.status_code}: {_error_detail(response)}) {when}; "
             "put the gateway's current token in that file"
         )
@@ -702,9 +719,9 @@ def _format_seconds(value: float) -> str:
 
 def _json_object(response: httpx.Response, what: str) -> dict[str, Any]:
     try:
-        data = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise GatewayProtocolError(f"{what}: the response is not JSON") from None
+        data = loads_strict(response.content)
+    except ValueError as exc:
+        raise GatewayProtocolError(f"{what}: the response is not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise GatewayProtocolError(f"{what}: the response is not a JSON object")
     return data
@@ -713,8 +730,8 @@ def _json_object(response: httpx.Response, what: str) -> dict[str, Any]:
 def _error_detail(response: httpx.Response) -> str:
     """The gateway's ``{"error": ...}`` text, or a short excerpt of whatever it sent."""
     try:
-        data = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = loads_strict(response.content)
+    except ValueError:
         data = None
     if isinstance(data, dict) and isinstance(data.get("error"), str):
         detail: str = data["error"]

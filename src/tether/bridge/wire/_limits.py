@@ -127,3 +127,23 @@ MAX_BATCH = 100
 """Most ids (or results) one batch request may carry."""
 
 MAX_REASON_CHARS = 2000
+"""A reject ``reason`` or a notice ``detail``: free text shown to people."""
+
+MAX_VERSION_CHARS = 128
+"""A heartbeat's ``version`` text (a software version, shown in the gateway's stats)."""
+
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NUL: Final = re.compile("\x00")
+
+
+def check_free_text(value: str, what: str, limit: int, *, one_line: bool = False) -> str:
+    """Bound a free-text field of the protocol: at most ``limit`` characters, no NUL, and for
+    a ``one_line`` field (a version, a name) no control or line-separator character at all.
+    Every free-text field has one of these bounds, so no peer can grow what the other stores
+    or shows without limit."""
+    if len(value) > limit:
+        raise ValueError(f"{what} has {len(value)} characters; the limit is {limit}")
+    bad = (_CONTROL if one_line else _NUL).search(value)
+    if bad is not None:
+        raise ValueError(f"{what} contains the control character {bad.group()!r}")
+    return value

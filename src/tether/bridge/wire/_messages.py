@@ -17,7 +17,7 @@ from ..._converter import structure
 from . import _limits as _custody
 from ._limits import MAX_BATCH as MAX_BATCH
 from ._limits import MAX_REASON_CHARS as MAX_REASON_CHARS
-from ._limits import InvalidTaskId, InvalidWorkerName
+from ._limits import MAX_VERSION_CHARS, InvalidTaskId, InvalidWorkerName, check_free_text
 from ._limits import check_label as check_label
 
 PROTOCOL_VERSION = 1
@@ -248,6 +248,7 @@ def parse_reject(data: Any, path_id: str) -> RejectRequest:
         )
     if not reject.reason.strip() or len(reject.reason) > MAX_REASON_CHARS:
         raise ValueError(f"reason must be 1-{MAX_REASON_CHARS} characters, not blank")
+    check_free_text(reject.reason, "reason", MAX_REASON_CHARS)
     return reject
 
 
@@ -260,10 +261,7 @@ def parse_notice(data: Any) -> NoticeRequest:
         )
     if not notice.age_s >= 0:
         raise ValueError(f"age_s must be >= 0, got {notice.age_s}")
-    if len(notice.detail) > MAX_REASON_CHARS:
-        raise ValueError(
-            f"detail has {len(notice.detail)} characters; the limit is {MAX_REASON_CHARS}"
-        )
+    check_free_text(notice.detail, "detail", MAX_REASON_CHARS)
     return notice
 
 
@@ -277,6 +275,10 @@ def parse_heartbeat(data: Any) -> HeartbeatRequest:
         )
     if beat.inflight < 0:
         raise ValueError(f"inflight must be >= 0, got {beat.inflight}")
+    if beat.version is not None:
+        check_free_text(beat.version, "version", MAX_VERSION_CHARS, one_line=True)
+    if beat.uptime_s is not None and not 0 <= beat.uptime_s < float("inf"):
+        raise ValueError(f"uptime_s must be a number of seconds >= 0, got {beat.uptime_s}")
     return beat
 
 

@@ -1,19 +1,19 @@
 """PostgreSQL settings: tell a DSN from a path, never show a password, check schema names.
 
 A DSN may carry a password (``postgresql://u:secret@h/db`` or ``password=secret``). Anything
-tether logs or puts in an error message goes through ``redact_dsn`` first.
+tether logs or puts in an error message goes through ``redact_dsn`` first (``tether._redact``:
+the one redaction for DSNs and URLs).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Final
 
-URL_SCHEMES: Final = ("postgresql://", "postgres://")
-_SHOWN_KEYS: Final = ("host", "hostaddr", "port", "dbname", "user")
+from ...._redact import POSTGRES_SCHEMES, is_conninfo, parse_dsn
+from ...._redact import redact_dsn as redact_dsn
 
-
-_CONNINFO_RE: Final = re.compile(r"\s*(host|hostaddr|port|dbname|user|service)\s*=")
+URL_SCHEMES: Final = POSTGRES_SCHEMES
 
 
 def is_postgres_dsn(value: str) -> bool:
@@ -22,52 +22,13 @@ def is_postgres_dsn(value: str) -> bool:
     A ``postgresql://`` (or ``postgres://``) URL, or a libpq ``key=value`` string that starts
     with a connection keyword (``host=db dbname=chat``): no sane file path looks like that.
     """
-    return value.lower().startswith(URL_SCHEMES) or _CONNINFO_RE.match(value) is not None
-
-
-def _parse(dsn: str) -> dict[str, Any] | None:
-    try:  # libpq's own parser (psycopg is the optional 'postgres' extra)
-        from psycopg.conninfo import conninfo_to_dict
-
-        return conninfo_to_dict(dsn)
-    except ImportError:
-        pass
-    except Exception:
-        return None
-    from urllib.parse import urlsplit
-
-    try:
-        url = urlsplit(dsn)
-        return {
-            "host": url.hostname,
-            "port": url.port,
-            "user": url.username,
-            "password": url.password,
-            "dbname": url.path.lstrip("/"),
-        }
-    except ValueError:
-        return None
+    return value.lower().startswith(URL_SCHEMES) or is_conninfo(value)
 
 
 def dsn_has_password(dsn: str) -> bool:
     """Does the DSN itself carry a password (which would show in ``ps`` and shell history)?"""
-    parts = _parse(dsn)
+    parts = parse_dsn(dsn)
     return bool(parts and parts.get("password"))
-
-
-def redact_dsn(dsn: str) -> str:
-    """A description of ``dsn`` without its password or other options: safe to log."""
-    parts = _parse(dsn)
-    if parts is None:
-        return "postgresql://<unparsable DSN>"
-    host = str(parts.get("host") or parts.get("hostaddr") or "localhost")
-    port = parts.get("port")
-    user = parts.get("user")
-    where = f"{user}@" if user else ""
-    where += f"[{host}]" if ":" in host and "," not in host else host
-    if port:
-        where += f":{port}"
-    return f"postgresql://{where}/{parts.get('dbname') or ''}"
 
 
 SCHEMA_RULE: Final = "[a-z_][a-z0-9_]{0,47}"

@@ -1,0 +1,101 @@
+"""Strict JSON for what crosses the network: only documents every party can read back.
+
+``json.loads`` alone accepts more than JSON (``NaN``, ``Infinity``; ``1e999`` becomes ``inf``),
+reads integers of any size (and raises a bare ``ValueError`` past 4,300 digits), and recurses
+into nesting until Python's recursion limit breaks. A peer that sends such a document must get
+a clear refusal naming where it went wrong, never a crash, and nothing non-finite or wider
+than 64 bits may reach a store (SQLite and PostgreSQL cannot hold it; strict JSON parsers
+cannot read it back). ``loads_strict`` is the one reader both ends of gateway protocol v1 use.
+Only the standard library here: every layer may import it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Final
+
+MAX_DEPTH: Final = 32
+"""Deepest nesting of arrays and objects accepted (protocol v1 needs 3)."""
+INT_MIN: Final = -(2**63)
+INT_MAX: Final = 2**63 - 1
+
+
+class JsonRefused(ValueError):
+    """The text is not JSON this project accepts; the message says where and why."""
+
+
+class _Wide:
+    """An integer literal too long to convert: kept as its digit count to be reported."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+class _Constant:
+    """``NaN``, ``Infinity`` or ``-Infinity``: kept to be reported with its path."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _parse_int(text: str) -> int | _Wide:
+    digits = len(text.lstrip("-"))
+    return _Wide(digits) if digits > 20 else int(text)
+
+
+def loads_strict(data: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse ``data`` (UTF-8 if bytes) as strict JSON, or raise ``JsonRefused``.
+
+    Refused: invalid JSON, invalid UTF-8, nesting deeper than ``max_depth``, integers outside
+    the signed 64-bit range, ``NaN``/``Infinity`` and numbers that overflow a float.
+    """
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError:
+        raise JsonRefused("not UTF-8") from None
+    try:
+        doc = json.loads(text, parse_int=_parse_int, parse_constant=_Constant)
+    except json.JSONDecodeError as exc:
+        raise JsonRefused(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise JsonRefused(f"nested deeper than {max_depth} levels") from None
+    check_values(doc, max_depth=max_depth)
+    return doc
+
+
+def check_values(doc: Any, *, max_depth: int = MAX_DEPTH) -> None:
+    """Walk ``doc`` (without recursion) and refuse, naming the path, the first value out of
+    bounds: nesting past ``max_depth``, an integer past 64 bits, a non-finite number."""
+    stack: list[tuple[Any, str, int]] = [(doc, "$", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, dict):
+            if depth >= max_depth:
+                raise JsonRefused(f"{path}: nested deeper than {max_depth} levels")
+            stack.extend((v, f"{path}.{_key(k)}", depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            if depth >= max_depth:
+                raise JsonRefused(f"{path}: nested deeper than {max_depth} levels")
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+        elif isinstance(value, bool | str) or value is None:
+            continue
+        elif isinstance(value, int):
+            if not INT_MIN <= value <= INT_MAX:
+                raise JsonRefused(f"{path}: integer {value} does not fit in 64 bits")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise JsonRefused(f"{path}: number too large for a 64-bit float")
+        elif isinstance(value, _Wide):
+            raise JsonRefused(f"{path}: an integer of {value.digits} digits (at most 64 bits)")
+        elif isinstance(value, _Constant):
+            raise JsonRefused(f"{path}: {value.name} is not a JSON number")
+
+
+def _key(key: str) -> str:
+    shown = key if key.isidentifier() and len(key) <= 40 else repr(key[:40])
+    return shown
