@@ -13,7 +13,7 @@ import tether
 
 project = "tether"
 author = "the tether developers"
-copyright = "the tether developers"  # noqa: A001 (Sphinx's name for it)
+copyright = "the tether developers"
 release = version = tether.__version__
 
 extensions = [
@@ -40,10 +40,16 @@ autoclass_content = "class"
 nitpicky = True
 # names outside tether (no inventory offline) and private names in signatures
 nitpick_ignore_regex = [
-    (r"py:.*", r"(trio|trio_util|attrs|httpx|hypercorn|prometheus_client|psycopg|psycopg_pool)"
-     r"(\..*)?"),
-    (r"py:.*", r"(typing|collections|contextlib|datetime|os|pathlib|logging|random|signal|"
-     r"types|enum|re|sqlite3|abc|json|asyncio|concurrent)(\..*)?"),
+    (
+        r"py:.*",
+        r"(trio|trio_util|attrs|httpx|hypercorn|prometheus_client|psycopg|psycopg_pool)"
+        r"(\..*)?",
+    ),
+    (
+        r"py:.*",
+        r"(typing|collections|contextlib|datetime|os|pathlib|logging|random|signal|"
+        r"types|enum|re|sqlite3|abc|json|asyncio|concurrent)(\..*)?",
+    ),
     (r"py:.*", r".*\._[a-z].*"),
 ]
 
