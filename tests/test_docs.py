@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from docs_blocks import DocsBlockError, blocks, check_page
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,7 +17,11 @@ PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.par
 GUIDES = [p for p in PAGES if p.parent.name == "guide"]
 
 
-@pytest.mark.parametrize("page", [*PAGES, ROOT / "README.md"], ids=lambda p: p.relative_to(ROOT).as_posix())
+def page_id(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+@pytest.mark.parametrize("page", [*PAGES, ROOT / "README.md"], ids=page_id)
 def test_every_block_of_the_page_runs(
     page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
