@@ -45,7 +45,7 @@ async def test_the_shell_worker_answers_every_task_and_stops_on_sigterm(tmp_path
             async with trio.open_nursery() as nursery:
                 await nursery.start(worker.run)
                 with trio.fail_after(60):
-                    while (await store.counts())[CustodyState.RESULT] < len(tasks):
+                    while (await store.counts())[CustodyState.RESULT] < len(tasks):  # noqa: ASYNC110
                         await trio.sleep(0.05)
                 worker.request_stop()
             proc.send_signal(signal.SIGTERM)
