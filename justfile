@@ -11,9 +11,17 @@ setup:
 demo *ARGS:
     uv run tether demo {{ARGS}}
 
-# lint, types, then the whole test suite (notebooks included)
-test: lint
+# lint, types, the docs site (strict), then the whole test suite (notebooks, docs' code)
+test: lint docs-strict
     uv run pytest
+
+# build the docs site into docs/_build/html (open docs/_build/html/index.html)
+docs *ARGS:
+    uv run sphinx-build -q -n -b html docs docs/_build/html {{ARGS}}
+
+# the docs site from scratch, warnings as errors (a broken reference or a stray page fails)
+docs-strict:
+    uv run sphinx-build -q -n -W --keep-going -E -b html docs docs/_build/html
 
 # ruff (lint + format check) and mypy --strict
 lint:

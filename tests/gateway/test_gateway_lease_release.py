@@ -265,7 +265,7 @@ async def test_tasks_leased_to_a_poller_that_hung_up_go_back_at_once(
 
 
 def test_the_protocol_docs_list_the_endpoint() -> None:
-    docs = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text()
+    docs = (Path(__file__).parents[2] / "docs" / "guide" / "gateway.md").read_text()
     assert "`POST /v1/leases/release`" in docs
     assert "X-Tether-Client" in docs
     assert _app.__doc__ is not None

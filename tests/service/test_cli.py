@@ -135,7 +135,7 @@ def test_the_help_the_readme_and_the_code_agree_on_exit_codes(
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     sentence = " ".join(readme.split("Exit codes:", 1)[1].split(".", 1)[0].split())
     assert {int(c) for c in re.findall(r"\b(\d+) ", sentence)} == documented, sentence
-    bridge_doc = (Path(__file__).parents[2] / "docs" / "bridge.md").read_text()
+    bridge_doc = (Path(__file__).parents[2] / "docs" / "guide" / "bridge.md").read_text()
     section = bridge_doc.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     assert {int(c) for c in re.findall(r"\b(\d+) ", " ".join(section.split()))} == documented
 

@@ -208,7 +208,7 @@ class GatewayStore:
         """Store a new message as a queued task; returns it and whether it is new.
 
         Re-submitting the same id with the same content is a no-op (safe retries); the same
-        id with other content is a :class:`Conflict`.
+        id with other content is a ``Conflict`` (HTTP 409).
         """
         return await self._run(self._submit, room, sender, body, now, task_id)
 

@@ -33,10 +33,11 @@ class CounterSource:
 class Observed:
     """The live objects behind ``/healthz``, ``/metrics``, ``/tasks`` and ``/status``.
 
-    ``gateway`` (optional) returns the gateway client's current :class:`ConnectionStatus`; when
-    it is set, health also requires that the gateway answered within ``gateway_window``
-    seconds. ``counters`` are extra counters (the bridge adds deliveries and dead letters).
-    ``wall_clock`` is compared with the status's wall-clock ``last_ok``.
+    ``gateway`` (optional) returns the gateway client's current
+    :class:`~tether.bridge.wire.ConnectionStatus`; when it is set, health also requires that
+    the gateway answered within ``gateway_window`` seconds. ``counters`` are extra counters
+    (the bridge adds deliveries and dead letters). ``wall_clock`` is compared with the
+    status's wall-clock ``last_ok``.
     """
 
     registry: TaskRegistry

@@ -86,7 +86,8 @@ class BridgeService:
     ``await service.run_until_signal()`` for a process of its own.
 
     ``store`` and ``factory`` may be given (tests, the demo); otherwise they come from
-    ``config.store`` and ``config.agent``. ``gateway_options`` go to :class:`GatewayClient`.
+    ``config.store`` and ``config.agent``. ``gateway_options`` go to
+    :class:`~tether.bridge.wire.GatewayClient`.
 
     Stopping it in-process:
 

@@ -1,0 +1,73 @@
+"""examples/tool_agent.py: tools as session handlers with time limits, and barge-in."""
+
+from __future__ import annotations
+
+import pytest
+import tool_agent
+import trio
+import trio.testing
+
+import tether
+
+
+@pytest.fixture
+def mock_clock() -> trio.testing.MockClock:
+    """Virtual time: each test's timings are exact, and the 10 s tool takes none."""
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+async def converse(
+    messages: list[tuple[str, float]],
+) -> tuple[list[tuple[float, str]], tether.Session]:
+    replies: list[tuple[float, str]] = []
+
+    async def reply(text: str) -> None:
+        replies.append((trio.current_time(), text))
+
+    async with tether.open_session("chat") as session:
+        tool_agent.add_tool_agent(session, reply)
+        for message, pause in messages:
+            session.emit("message", message)
+            await trio.sleep(pause)
+    return replies, session
+
+
+async def test_the_agent_answers_with_what_its_tool_found(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    start = trio.current_time()
+    replies, _ = await converse([("what is the weather in Paris", 5)])
+    assert [(t - start, text) for t, text in replies] == [(0.5, "sunny and 21 degrees in Paris")]
+
+
+async def test_a_slow_tool_is_cut_at_its_own_limit_and_the_others_still_answer(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    start = trio.current_time()
+    replies, session = await converse([("search for trio and the weather in Oslo", 20)])
+    ((at, text),) = replies
+    assert at - start == 3.0  # search's limit, not its 10 s
+    assert text == "sunny and 21 degrees in Oslo; (search timed out after 3s)"
+    assert session.stats().failed == 0
+
+
+async def test_a_newer_message_barges_in_and_cancels_the_answer_and_its_tools(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    start = trio.current_time()
+    replies, session = await converse([("weather in Rome", 0.2), ("no, the weather in Lisbon", 5)])
+    assert [(t - start, text) for t, text in replies] == [(0.7, "sunny and 21 degrees in Lisbon")]
+    stats = session.stats()
+    # Rome's message run and the weather tool run it had started were both cancelled
+    assert (stats.cancelled, stats.finished, stats.failed) == (2, 2, 0)
+
+
+async def test_the_scripted_conversation_runs(
+    mock_clock: trio.testing.MockClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await tool_agent.main()
+    out = capsys.readouterr().out
+    assert "agent: sunny and 21 degrees in Paris" in out
+    assert "agent: sunny and 21 degrees in Oslo; (search timed out after 3s)" in out
+    assert "Rome" not in out.split("user:  weather in Rome")[1].split("agent:")[1]
+    assert "agent: sunny and 21 degrees in Lisbon" in out
