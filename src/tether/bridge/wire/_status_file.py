@@ -38,6 +38,8 @@ class ConnectionStatus:
     error: str | None = None
     consecutive_failures: int = 0
     heartbeat: str = "unknown"  # unknown | ok | failing | unsupported
+    pool: str | None = None
+    """The stem of the process's pool names in the custody store (``<pool>-w1``...)."""
     updated_at: str = ""
     schema_version: int = STATUS_SCHEMA_VERSION
 
