@@ -105,12 +105,14 @@ async def test_the_shell_example_answers_every_task_once_through_kills_mid_write
         assert mid_write_kills >= 1, "no kill landed mid-write; the test proved less"
 
         counts = await store.counts()
-        assert counts[S.RESULT] == TASKS and counts[S.DEAD] == 0
+        assert counts[S.RESULT] == TASKS
+        assert counts[S.DEAD] == 0
         for i in range(TASKS):
             record = await store.get(f"x-{i}")
             assert record is not None
             assert record.result == f"MESSAGE {i}\nSECOND LINE\n"
-            assert record.owner is not None and record.owner.startswith("xhost-w")
+            assert record.owner is not None
+            assert record.owner.startswith("xhost-w")
 
         async def archived() -> bool:
             return len(list((exchange / "archive").glob("*.result.txt"))) == TASKS

@@ -33,7 +33,8 @@ def test_the_oldest_live_candidate_leads_and_the_dead_and_workers_never_do() -> 
         member("w", started=0.0, beat=99.9, role="worker"),
     ]
     leader = elect(members, 100.0, lead_dead_after=1.0)
-    assert leader is not None and leader.name == "b"
+    assert leader is not None
+    assert leader.name == "b"
     # a tie on start time goes by name, so every reader picks the same one
     tied = [member("y", 5.0, 99.9), member("x", 5.0, 99.9)]
     assert elect(tied, 100.0, 1.0) == tied[1]
@@ -50,9 +51,7 @@ async def test_a_standby_never_sweeps_and_takes_over_within_two_beats_of_a_crash
 ) -> None:
     store = timed_store
     # the first lead's process "crashes": it never gets to remove its beat
-    first = PoolLead(
-        _NoGoodbye(store), name="first-lead", sweep_interval=0.05, beat_interval=0.5
-    )
+    first = PoolLead(_NoGoodbye(store), name="first-lead", sweep_interval=0.05, beat_interval=0.5)
     second = PoolLead(store, name="second-lead", sweep_interval=0.05, beat_interval=0.5)
     async with trio.open_nursery() as nursery:
         # "w1" only beats here (nothing claims): the assignments stay visible
@@ -65,8 +64,10 @@ async def test_a_standby_never_sweeps_and_takes_over_within_two_beats_of_a_crash
 
         await nursery.start(run_first)
         await nursery.start(second.run)
-        assert first.leading and not second.leading
-        assert second.leader is not None and second.leader.name == "first-lead"
+        assert first.leading
+        assert not second.leading
+        assert second.leader is not None
+        assert second.leader.name == "first-lead"
         for i in range(5):
             await store.ingest(Task(f"t{i}", "x"))
         await wait_for(lambda: _count(store, S.ASSIGNED, 5))
@@ -84,7 +85,8 @@ async def test_a_standby_never_sweeps_and_takes_over_within_two_beats_of_a_crash
         await wait_for(lambda: _leads(second))
         took = trio.current_time() - killed_at
         assert took <= 2 * second.beat_interval + 0.2, took
-        assert second.takeovers == 1 and second.leading_since is not None
+        assert second.takeovers == 1
+        assert second.leading_since is not None
         await store.ingest(Task("after", "x"))
         await wait_for(lambda: _owner_is(store, "after", "w1"))
         second.request_stop()
@@ -102,15 +104,18 @@ async def test_a_soft_stopped_leader_hands_over_at_once_and_a_newcomer_stands_by
             await first.start(a.run)
             await nursery.start(b.run)
             await trio.sleep(2.0)
-            assert a.leading and not b.leading  # a newcomer does not unseat the leader
+            assert a.leading
+            assert not b.leading
             stopped_at = trio.current_time()
             a.request_stop()
         await wait_for(lambda: _leads(b))
         assert trio.current_time() - stopped_at <= b.beat_interval / 4 + 0.1
         c = PoolLead(store, name="c-lead", sweep_interval=0.05, beat_interval=0.5)
         await nursery.start(c.run)
-        assert b.leading and not c.leading
-        assert c.leader is not None and c.leader.name == "b-lead"
+        assert b.leading
+        assert not c.leading
+        assert c.leader is not None
+        assert c.leader.name == "b-lead"
         nursery.cancel_scope.cancel()
 
 

@@ -90,7 +90,8 @@ async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
             children = {(c["supervisor"], c["child"]) for c in doc["children"]}
             assert {("runtime", "bridge"), ("bridge", "admin"), ("bridge", "ingest")} <= children
             w1, w2 = service.pool_names[:2]
-            assert w1.startswith("tether-bridge-") and w1.endswith("-w1")
+            assert w1.startswith("tether-bridge-")
+            assert w1.endswith("-w1")
             assert {("workers", w1), ("workers", w2)} <= children
 
             metrics = samples((await admin.get("/metrics", headers=headers)).text)
