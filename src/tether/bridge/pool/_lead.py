@@ -250,12 +250,15 @@ class PoolLead:
     leader: WorkerInfo | None = attrs.field(init=False, default=None)
     """The leader as this candidate last saw it (itself, another candidate, or None)."""
     takeovers: int = attrs.field(init=False, default=0)
+    first_assigned_at: float | None = attrs.field(init=False, default=None)
+    """Store-clock time of this leadership's first assignment (None until it assigned)."""
     workers_seen: tuple[str, ...] = attrs.field(init=False, default=())
     """The live workers (by ``dead_after``) in the beats this candidate read last."""
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
     _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
     _beat_at: float = attrs.field(init=False, default=-math.inf)
     _beats_in_loop: bool = attrs.field(init=False, default=False)
+    _took_over_from: str | None = attrs.field(init=False, default=None)
 
     @property
     def _beat_every(self) -> float:
@@ -351,6 +354,16 @@ class PoolLead:
         if done:
             lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
         assigned = tuple(a for a in plan.assign if a.id not in lost)
+        if assigned and self.leading and self.first_assigned_at is None:
+            self.first_assigned_at = now
+            since = now - (self.leading_since if self.leading_since is not None else now)
+            log.log(
+                logging.INFO if self._took_over_from is None else logging.WARNING,
+                "lead %s: first assignment as leader %.3fs after taking over (store clock %.3f)",
+                self.name,
+                since,
+                now,
+            )
         if self.wakeups is not None:
             self.wakeups.tasks_assigned(a.worker for a in assigned)
             if returned:
@@ -469,9 +482,12 @@ class PoolLead:
         leading = leader is not None and leader.name == self.name
         if leading and not self.leading:
             self.leading_since = now
+            self.first_assigned_at = None
             self.takeovers += 1
             before = self.leader
+            self._took_over_from = None
             if before is not None and before.name != self.name:
+                self._took_over_from = before.name
                 log.warning(
                     "lead %s: now leading (leader %s silent for %.2fs)",
                     self.name,
