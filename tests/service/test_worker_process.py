@@ -7,6 +7,7 @@ same explicit ``--pool-name`` is refused in one line (exit 2); SIGTERM stops it 
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from pathlib import Path
@@ -55,8 +56,14 @@ async def test_a_worker_process_shares_the_pool_shows_the_leader_and_refuses_its
     admin_token = tmp_path / "admin" / "token"
     admin_token.parent.mkdir(mode=0o700)
     write_token(admin_token, "worker-admin-token")
+    bridge_status = tmp_path / "bridge-status.json"
     bridge = await BridgeProcess.start(
-        gateway.url, token_file, store, tmp_path / "bridge.log", workers=1
+        gateway.url,
+        token_file,
+        store,
+        tmp_path / "bridge.log",
+        workers=1,
+        extra=["--status-file", str(bridge_status)],
     )
     worker_log = tmp_path / "worker.log"
     worker = await start_worker(
@@ -96,10 +103,14 @@ async def test_a_worker_process_shares_the_pool_shows_the_leader_and_refuses_its
     assert {"blue-w1", "blue-w2"} <= set(pool["workers_seen"])
     assert len(pool["workers_seen"]) == 3  # and the bridge's worker
 
+    bridge_pool = json.loads(bridge_status.read_text())["pool"]  # its unique stem
+    assert bridge_pool.startswith("tether-bridge-")
+    assert f"{bridge_pool}-w1" in pool["workers_seen"]
+
     # the same explicit name again, while the first process lives: refused in one line
     second_log = tmp_path / "second.log"
     second = await start_worker(store, second_log, "--pool-name", "blue", "--workers", "2")
-    with trio.fail_after(30):
+    with trio.fail_after(90):  # a Python start-up on a loaded 2-core machine, then 2.5 s
         assert await second.wait() == 2
     err = second_log.read_text().strip().splitlines()
     assert err[-1].startswith("tether: error: pool name blue-")

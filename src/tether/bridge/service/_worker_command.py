@@ -33,6 +33,15 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "a random suffix are added unless --pool-name is given)",
         str,
     ),
+    "sweep_interval": (
+        "seconds between the pool lead's sweeps when nothing rings it (default: 0.25; new "
+        "work rings it at once through PostgreSQL NOTIFY)",
+        float,
+    ),
+    "poll_interval": (
+        "seconds an idle worker waits between claims when nothing rings it (default: 0.25)",
+        float,
+    ),
     "reconcile_interval": (
         "seconds between reconciler passes (repools expired leases) (default: 5)",
         float,

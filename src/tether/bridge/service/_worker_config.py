@@ -53,8 +53,11 @@ class WorkerConfig:
     reconcile_interval: float = 5.0
     lead: bool = True
     lead_beat_interval: float = 0.5
-    sweep_interval: float = 0.05
-    poll_interval: float = 0.05
+    sweep_interval: float = 0.25
+    """Slower than a bridge's (0.05 s): a worker process hears new work through the store's
+    wake-ups (PostgreSQL ``NOTIFY``); the sweep and the poll are the fallback, and idle polls
+    from many processes load the database."""
+    poll_interval: float = 0.25
     grace: float = 10.0
     status_file: Path | None = None
     synchronous: str = "FULL"

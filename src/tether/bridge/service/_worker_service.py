@@ -240,6 +240,24 @@ class WorkerService:
         await supervisor.start_child(
             ChildSpec("status", _until_stopped(self._publish_status), restart="permanent")
         )
+        if hasattr(store, "wait_for_work"):
+            await supervisor.start_child(
+                ChildSpec("store-wakeups", _until_stopped(partial(self._relay_wakeups, store)))
+            )
+
+    async def _relay_wakeups(
+        self, store: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Work another process made (a bridge ingested, a lead assigned) rings this process's
+        lead and workers at once: PostgreSQL's ``NOTIFY`` through ``store.wait_for_work``. A
+        hint only; the polls (``poll_interval``, ``sweep_interval``) stay the source of truth,
+        so they can be slower here than in a bridge, which hears its own ingest directly."""
+        task_status.started()
+        names = [w.name for w in self.workers]
+        while True:
+            if await store.wait_for_work(1.0):
+                self.wakeups.tasks_pending()
+                self.wakeups.tasks_assigned(names)
 
     async def _run_workers(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
