@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 
 from ._cli_observe import add_observe_parsers, run_ps, run_status
 from .bridge.service._command import EXIT_AUTH, add_bridge_parsers, run_bridge, run_store
+from .bridge.service._worker_command import add_worker_parsers, run_worker
 from .gateway._command import add_gateway_parser, run_gateway
 
 EXIT_OK = 0
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     tree = examples.add_parser("tree", help="print the live task tree of a small service")
     tree.add_argument("--seconds", type=float, default=1.5, help="how long it runs")
     add_bridge_parsers(sub, EPILOG)
+    add_worker_parsers(sub, EPILOG)
     add_gateway_parser(sub, EPILOG)
     add_observe_parsers(sub, EPILOG)
     return parser
@@ -119,6 +121,8 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "bridge":
         return run_bridge(args)
+    if args.command == "worker":
+        return run_worker(args)
     if args.command == "store":
         return run_store(args)
     if args.command == "gateway":

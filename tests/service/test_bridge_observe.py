@@ -89,7 +89,10 @@ async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
             assert doc["gateway"]["ok"] is True
             children = {(c["supervisor"], c["child"]) for c in doc["children"]}
             assert {("runtime", "bridge"), ("bridge", "admin"), ("bridge", "ingest")} <= children
-            assert {("workers", "tether-bridge-w1"), ("workers", "tether-bridge-w2")} <= children
+            w1, w2 = service.pool_names[:2]
+            assert w1.startswith("tether-bridge-")
+            assert w1.endswith("-w1")
+            assert {("workers", w1), ("workers", w2)} <= children
 
             metrics = samples((await admin.get("/metrics", headers=headers)).text)
             assert metrics[("tether_ingested_total", ())] == len(ids)
@@ -107,7 +110,7 @@ async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
             everything = nodes(tree)
             [ingest] = [n for n in everything if n["name"] == "ingest"]
             assert ingest["owner"] == "ingest"
-            for worker in ("tether-bridge-w1", "tether-bridge-w2"):
+            for worker in (w1, w2):
                 # the supervised worker, and its agent session's tasks below it
                 [child] = [n for n in everything if n["name"] == worker]
                 assert child["owner"] == worker
@@ -117,6 +120,13 @@ async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
             status = (await admin.get("/status", headers=headers)).json()
             assert status["custody"]["delivered"] == len(ids)
             assert len(status["sessions"]) == config.workers
+            pool = status["pool"]  # the only lead candidate on this store leads
+            assert pool["stem"] == service.pool_stem
+            assert pool["workers"] == [w1, w2]
+            assert pool["leading"] is True
+            assert pool["leader"] == pool["lead"] == f"{service.pool_stem}-lead"
+            assert pool["leading_since"] is not None
+            assert pool["workers_seen"] == [w1, w2]
         await runtime.supervisor.terminate_child("bridge")
 
     logged = "\n".join(

@@ -15,7 +15,7 @@ POST    /v1/notices                 worker  ``{"id","kind":"stall","age_s"}``: t
 POST    /v1/heartbeat               worker  ``{"client","protocol_version":1,"inflight"}``
 POST    /v1/leases/release          worker  ``{"client"}``: queue again its unacked leases
 GET     /v1/stats                   worker  task counts, duplicates absorbed, clients
-POST    /v1/messages                user    ``{"room","text","sender"?,"id"?}`` → task id
+POST    /v1/messages                user    ``{"room","text","sender"?,"id"?,"priority"?}`` → id
 GET     /v1/messages?room=R&limit=N user    a room's recent messages with their replies
 GET     /v1/messages/<id>?wait=N    user    status and reply; waits ≤ N s for the reply
 ======  ==========================  ======  ==============================================
@@ -392,7 +392,14 @@ class GatewayApp:
         self._authorize(request, USER)
         message = _valid(parse_message, await self._json(request))
         task, created = await _conflicts(
-            self.store.submit(message.room, message.sender, message.text, self.clock(), message.id)
+            self.store.submit(
+                message.room,
+                message.sender,
+                message.text,
+                self.clock(),
+                message.id,
+                message.priority,
+            )
         )
         if created:
             self._wake_pollers()

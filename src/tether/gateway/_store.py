@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     reply       TEXT,
     worker      TEXT,
     answered_at REAL,
-    leased_to   TEXT
+    leased_to   TEXT,
+    priority    TEXT NOT NULL DEFAULT 'normal'
 );
 CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, lease_until);
 CREATE INDEX IF NOT EXISTS tasks_by_room ON tasks (room);
@@ -97,8 +98,11 @@ CREATE TABLE IF NOT EXISTS clients (
 
 _TASK_COLUMNS = (
     "id, room, sender, body, created_at, state, lease_until, deliveries, acked_at, reply, "
-    "worker, answered_at, (SELECT reason FROM rejections r WHERE r.id = tasks.id)"
+    "worker, answered_at, (SELECT reason FROM rejections r WHERE r.id = tasks.id), priority"
 )
+PRIORITIES = ("urgent", "normal", "low")
+_PRIORITY_ORDER = "CASE priority WHEN 'urgent' THEN 0 WHEN 'low' THEN 2 ELSE 1 END"
+"""The hand-out order: urgent first, low last, then oldest first."""
 
 
 class StoreError(Exception):
@@ -125,6 +129,7 @@ class StoredTask:
     answered_at: float | None
     reason: str | None = None
     """Why the worker side closed it without a reply (a rejection), if it did."""
+    priority: str = "normal"
 
 
 @attrs.frozen
@@ -203,31 +208,48 @@ class GatewayStore:
     # -- the user side -----------------------------------------------------------------
 
     async def submit(
-        self, room: str, sender: str, body: str, now: float, task_id: str | None
+        self,
+        room: str,
+        sender: str,
+        body: str,
+        now: float,
+        task_id: str | None,
+        priority: str = "normal",
     ) -> tuple[StoredTask, bool]:
         """Store a new message as a queued task; returns it and whether it is new.
 
         Re-submitting the same id with the same content is a no-op (safe retries); the same
         id with other content is a ``Conflict`` (HTTP 409).
         """
-        return await self._run(self._submit, room, sender, body, now, task_id)
+        return await self._run(self._submit, room, sender, body, now, task_id, priority)
 
     def _submit(
-        self, room: str, sender: str, body: str, now: float, task_id: str | None
+        self,
+        room: str,
+        sender: str,
+        body: str,
+        now: float,
+        task_id: str | None,
+        priority: str = "normal",
     ) -> tuple[StoredTask, bool]:
         with _transaction(self._db):
             if task_id is not None:
                 existing = self._get(task_id)
                 if existing is not None:
-                    if (existing.room, existing.sender, existing.body) != (room, sender, body):
+                    if (existing.room, existing.sender, existing.body, existing.priority) != (
+                        room,
+                        sender,
+                        body,
+                        priority,
+                    ):
                         raise Conflict(f"task id {task_id!r} exists with different content")
                     return existing, False
             else:
                 task_id = new_task_id(now)
             self._db.execute(
-                "INSERT INTO tasks (id, room, sender, body, created_at, state)"
-                " VALUES (?, ?, ?, ?, ?, 'queued')",
-                (task_id, room, sender, body, now),
+                "INSERT INTO tasks (id, room, sender, body, created_at, state, priority)"
+                " VALUES (?, ?, ?, ?, ?, 'queued', ?)",
+                (task_id, room, sender, body, now, priority),
             )
             created = self._get(task_id)
         assert created is not None
@@ -266,7 +288,8 @@ class GatewayStore:
                 row[0]
                 for row in self._db.execute(
                     "SELECT id FROM tasks WHERE state = 'queued'"
-                    " OR (state = 'leased' AND lease_until <= ?) ORDER BY rowid LIMIT ?",
+                    " OR (state = 'leased' AND lease_until <= ?)"
+                    f" ORDER BY {_PRIORITY_ORDER}, rowid LIMIT ?",
                     (now, limit),
                 )
             ]
@@ -595,6 +618,7 @@ def _connect(path: Path) -> sqlite3.Connection:
                     db.execute(statement)
             _check_schema_version(db, path)
             _add_leased_to(db)
+            _add_priority(db)
     except sqlite3.DatabaseError as exc:
         db.close()
         raise StoreError(f"cannot use {path} as the gateway database: {exc}") from None
@@ -623,3 +647,11 @@ def _add_leased_to(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
     if "leased_to" not in columns:
         db.execute("ALTER TABLE tasks ADD COLUMN leased_to TEXT")
+
+
+def _add_priority(db: sqlite3.Connection) -> None:
+    """Give a database made before priorities its ``priority`` column (additive, like
+    ``leased_to``: every older task is ``normal``)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
+    if "priority" not in columns:
+        db.execute("ALTER TABLE tasks ADD COLUMN priority TEXT NOT NULL DEFAULT 'normal'")

@@ -8,19 +8,22 @@ import attrs
 
 from .._converter import structure
 from ..bridge.wire._messages import GatewayTask, check_label, check_task_id, require_object
-from ._store import StoredTask
+from ._store import PRIORITIES, StoredTask
 
 MAX_TEXT_CHARS = 32_000
 
 
 @attrs.frozen
 class MessageRequest:
-    """``POST /v1/messages``. ``id`` (optional) makes a retried submission idempotent."""
+    """``POST /v1/messages``. ``id`` (optional) makes a retried submission idempotent;
+    ``priority`` (``urgent``, ``normal``, ``low``) orders the hand-out and the pool's
+    assignments."""
 
     room: str
     text: str
     sender: str = "user"
     id: str | None = None
+    priority: str = "normal"
 
 
 @attrs.frozen
@@ -44,6 +47,7 @@ class MessageView:
     created_at: float
     answered_at: float | None
     reason: str | None = None
+    priority: str = "normal"
 
 
 def parse_message(data: Any) -> MessageRequest:
@@ -58,6 +62,8 @@ def parse_message(data: Any) -> MessageRequest:
         raise ValueError(f"text has {len(message.text)} characters; the limit is {MAX_TEXT_CHARS}")
     if "\x00" in message.text:
         raise ValueError("text contains a NUL character")
+    if message.priority not in PRIORITIES:
+        raise ValueError(f"priority must be one of urgent, normal, low; got {message.priority!r}")
     return message
 
 
@@ -74,6 +80,7 @@ def message_view(task: StoredTask) -> MessageView:
         created_at=task.created_at,
         answered_at=task.answered_at,
         reason=task.reason,
+        priority=task.priority,
     )
 
 
@@ -85,4 +92,5 @@ def task_for_worker(task: StoredTask) -> GatewayTask:
         sender=task.sender,
         created_at=task.created_at,
         delivery=task.deliveries,
+        priority=task.priority,
     )

@@ -12,6 +12,7 @@ from .._directory import Directory
 from .._registry import TaskRegistry
 from .._runtime import Runtime
 from ..bridge.custody._store import InspectStore
+from ..bridge.pool._status import PoolStatus
 from ..bridge.wire._status_file import ConnectionStatus
 
 DEFAULT_GATEWAY_WINDOW = 120.0
@@ -48,6 +49,8 @@ class Observed:
     gateway_window: float = DEFAULT_GATEWAY_WINDOW
     counters: list[CounterSource] = attrs.field(factory=list)
     wall_clock: Callable[[], float] = time.time
+    pool: Callable[[], PoolStatus] | None = None
+    """This process's pool membership and the leader it sees (bridges, ``tether worker run``)."""
 
     def __attrs_post_init__(self) -> None:
         if not self.gateway_window > 0:
@@ -62,6 +65,7 @@ class Observed:
         gateway: Callable[[], ConnectionStatus] | None = None,
         gateway_window: float = DEFAULT_GATEWAY_WINDOW,
         counters: list[CounterSource] | None = None,
+        pool: Callable[[], PoolStatus] | None = None,
     ) -> Observed:
         return cls(
             registry=runtime.registry,
@@ -71,4 +75,5 @@ class Observed:
             gateway=gateway,
             gateway_window=gateway_window,
             counters=list(counters or ()),
+            pool=pool,
         )

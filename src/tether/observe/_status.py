@@ -10,6 +10,7 @@ import trio
 
 from .._child import ChildSnapshot
 from ..bridge.custody._rules import IN_CUSTODY, CustodyState
+from ..bridge.pool._status import PoolStatus, render_pool
 from ..bridge.wire._status_file import ConnectionStatus
 from ._health import HealthReport, check_health
 from ._observed import Observed
@@ -63,6 +64,7 @@ class StatusReport:
     live_tasks: int
     handler_failures: int
     background_failures: int | None
+    pool: PoolStatus | None = None
 
 
 def child_view(child: ChildSnapshot, now: float) -> ChildView:
@@ -154,6 +156,7 @@ async def status_report(observed: Observed) -> StatusReport:
         live_tasks=observed.registry.count(),
         handler_failures=observed.directory.handler_failures(),
         background_failures=None if observed.runtime is None else observed.runtime.failed_count,
+        pool=None if observed.pool is None else observed.pool(),
     )
 
 
@@ -193,6 +196,8 @@ def render_status(report: StatusReport) -> str:
         lines.append(
             f"gateway {gw.gateway}: {state}, last ok {gw.last_ok or 'never'}{backoff}{error}"
         )
+    if report.pool is not None:
+        lines += render_pool(report.pool)
     if report.sessions:
         lines.append(f"sessions: {len(report.sessions)}")
         for s in report.sessions:

@@ -22,11 +22,13 @@ from ._lead import Deferred as Deferred
 from ._lead import PoolLead as PoolLead
 from ._lead import Returned as Returned
 from ._lead import SweepReport as SweepReport
+from ._lead import elect as elect
 from ._lead import plan_sweep as plan_sweep
 from ._liveness import is_alive as is_alive
 from ._liveness import live_lead as live_lead
 from ._stall import StallPass as StallPass
 from ._stall import StallWatcher as StallWatcher
+from ._status import PoolStatus as PoolStatus
 from ._wakeup import PoolWakeups as PoolWakeups
 from ._wakeup import Wakeup as Wakeup
 from ._worker import PoolWorker as PoolWorker
@@ -41,6 +43,7 @@ __all__ = [
     "FileExchange",
     "HeaderRefused",
     "PoolLead",
+    "PoolStatus",
     "PoolWakeups",
     "PoolWorker",
     "Reply",
@@ -50,6 +53,7 @@ __all__ = [
     "StallWatcher",
     "SweepReport",
     "Wakeup",
+    "elect",
     "file_exchange_worker",
     "is_alive",
     "live_lead",

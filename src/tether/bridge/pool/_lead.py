@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -46,7 +46,7 @@ import trio
 
 from ..._converter import structure_versioned, unstructure
 from ..custody._rules import check_worker
-from ..custody._store import LeadStore, PoolView
+from ..custody._store import LeadStore, PoolView, WorkerInfo
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive
 from ._stop import StopSignal
 from ._wakeup import PoolWakeups, Wakeup
@@ -236,9 +236,29 @@ class PoolLead:
     last_report: SweepReport | None = attrs.field(init=False, default=None)
     _last_pick: str | None = attrs.field(init=False, default=None)
     _window: int = attrs.field(init=False, default=0)
+    beat_interval: float = 0.5
+    """Seconds between a lead candidate's beats while ``run`` runs (leader and standbys alike:
+    a beat loop of its own, so a slow sweep never delays it)."""
+    lead_dead_after: float | None = None
+    """A silent leader counts as gone after this long (default ``2 * beat_interval``): a
+    standby takes over then. Safety never depends on it: two leads sweeping at once (a
+    leader that was only slow) is correct, every move being a compare-and-set."""
+    leading: bool = attrs.field(init=False, default=False)
+    """Is this candidate the pool's leader now (as of its last beat)? ``run`` sweeps only then."""
+    leading_since: float | None = attrs.field(init=False, default=None)
+    """Store-clock time this candidate became the leader (None while standing by)."""
+    leader: WorkerInfo | None = attrs.field(init=False, default=None)
+    """The leader as this candidate last saw it (itself, another candidate, or None)."""
+    takeovers: int = attrs.field(init=False, default=0)
+    first_assigned_at: float | None = attrs.field(init=False, default=None)
+    """Store-clock time of this leadership's first assignment (None until it assigned)."""
+    workers_seen: tuple[str, ...] = attrs.field(init=False, default=())
+    """The live workers (by ``dead_after``) in the beats this candidate read last."""
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
     _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
     _beat_at: float = attrs.field(init=False, default=-math.inf)
+    _beats_in_loop: bool = attrs.field(init=False, default=False)
+    _took_over_from: str | None = attrs.field(init=False, default=None)
 
     @property
     def _beat_every(self) -> float:
@@ -254,6 +274,14 @@ class PoolLead:
         if self.wakeups is not None:
             self._doorbell = self.wakeups.lead
         check_seconds("dead_after", self.dead_after)
+        check_seconds("beat_interval", self.beat_interval)
+        if self.lead_dead_after is None:
+            self.lead_dead_after = 2 * self.beat_interval
+        elif check_seconds("lead_dead_after", self.lead_dead_after) <= self.beat_interval:
+            raise ValueError(
+                f"lead_dead_after ({self.lead_dead_after!r}) must be longer than beat_interval "
+                f"({self.beat_interval!r}), or a live leader looks dead between its beats"
+            )
         check_seconds("stuck_after", self.stuck_after)
         check_seconds("max_skew", self.max_skew, allow_zero=True)
         if self.stuck_cap is None:
@@ -304,7 +332,8 @@ class PoolLead:
         async def plan_and_assign() -> None:
             answers.append(await self.store.plan_and_assign(decide, pending_limit=limit))
 
-        if 0 <= now - self._beat_at < self._beat_every:  # a clock stepped back beats now
+        if self._beats_in_loop or 0 <= now - self._beat_at < self._beat_every:
+            # ``run`` beats in a loop of its own; else a clock stepped back beats now
             await plan_and_assign()  # under load: no beat, one transaction for the sweep
         else:
             self._beat_at = now
@@ -325,6 +354,16 @@ class PoolLead:
         if done:
             lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
         assigned = tuple(a for a in plan.assign if a.id not in lost)
+        if assigned and self.leading and self.first_assigned_at is None:
+            self.first_assigned_at = now
+            since = now - (self.leading_since if self.leading_since is not None else now)
+            log.log(
+                logging.INFO if self._took_over_from is None else logging.WARNING,
+                "lead %s: first assignment as leader %.3fs after taking over (store clock %.3f)",
+                self.name,
+                since,
+                now,
+            )
         if self.wakeups is not None:
             self.wakeups.tasks_assigned(a.worker for a in assigned)
             if returned:
@@ -431,31 +470,120 @@ class PoolLead:
                 nursery.start_soon(stuck, r)
         return tuple(sorted(returned, key=lambda r: r.id))
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Sweep every ``sweep_interval`` seconds, or sooner when rung, until stopped (ready
-        after the first sweep).
+    def judge(self, members: Sequence[WorkerInfo], now: float) -> WorkerInfo | None:
+        """Who leads, from the candidates' beats: the live lead candidate (beat within
+        ``lead_dead_after``) that has beaten the longest (earliest ``started_at``, then name).
 
-        On a soft stop the lead removes its beat, so workers go leaderless at once instead of
-        after ``dead_after``.
+        Every candidate reads the same rows, so they agree; a newcomer never unseats a live
+        leader, and a leader that stopped beating is replaced by the oldest standby. Sets
+        ``leading`` (and ``leading_since``, ``takeovers``) for this candidate."""
+        assert self.lead_dead_after is not None
+        leader = elect(members, now, self.lead_dead_after, self.max_skew)
+        leading = leader is not None and leader.name == self.name
+        if leading and not self.leading:
+            self.leading_since = now
+            self.first_assigned_at = None
+            self.takeovers += 1
+            before = self.leader
+            self._took_over_from = None
+            if before is not None and before.name != self.name:
+                self._took_over_from = before.name
+                log.warning(
+                    "lead %s: now leading (leader %s silent for %.2fs)",
+                    self.name,
+                    before.name,
+                    now - before.last_beat,
+                )
+            else:
+                log.info("lead %s: now leading", self.name)
+            self._doorbell.set()
+        elif self.leading and not leading:
+            log.warning(
+                "lead %s: standing by (leader is %s)",
+                self.name,
+                "nobody" if leader is None else leader.name,
+            )
+            self.leading_since = None
+        self.leading = leading
+        self.leader = leader
+        self.workers_seen = tuple(
+            sorted(
+                m.name
+                for m in members
+                if m.role == "worker" and is_alive(m, now, self.dead_after, self.max_skew)
+            )
+        )
+        return leader
+
+    async def _beat_loop(self) -> None:
+        """Beat every ``beat_interval``; standbys also read the beats every quarter of it (a
+        read, not a commit), so a silent leader is replaced soon after ``lead_dead_after``."""
+        look = self.beat_interval / 4
+        next_beat = -math.inf
+        while True:
+            now = trio.current_time()
+            if now >= next_beat:
+                next_beat = now + self.beat_interval
+                members = await self.store.beat(self.name, "lead", 0)
+            elif self.leading:
+                await trio.sleep_until(next_beat)
+                continue
+            else:
+                members = await self.store.workers()
+            self.judge(members, self.now())
+            await trio.sleep_until(min(next_beat, trio.current_time() + look))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Stand as a lead candidate until stopped (ready after the first beat, and the first
+        sweep if this candidate leads): beat every ``beat_interval``; while the leader (see
+        ``judge``), sweep every ``sweep_interval`` seconds, or sooner when rung.
+
+        On a soft stop the lead removes its beat, so a standby takes over (or workers go
+        leaderless) at once instead of after ``lead_dead_after``.
         """
         self._stop = StopSignal()  # a new run (a supervisor restart) starts unstopped
-        self._beat_at = -math.inf  # and beats at its first sweep
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                self._stop.forward_supervisor_stop, name=f"pool-lead:{self.name}::stop"
-            )
-            nursery.start_soon(self._ring_on_stop, name=f"pool-lead:{self.name}::stop-ring")
-            started = trio.current_time()
-            await self.sweep_once()
-            task_status.started()
-            while not self._stop.is_set():
-                await self._doorbell.wait(self.sweep_interval)
-                # rung again soon after a sweep began: let more rings gather into one sweep
-                with trio.move_on_at(started + self.min_sweep_gap):
-                    await self._stop.wait()
-                if self._stop.is_set():
-                    break
+        self._beat_at = -math.inf
+        self._beats_in_loop = True
+        self.leading = False
+        self.leading_since = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    self._stop.forward_supervisor_stop, name=f"pool-lead:{self.name}::stop"
+                )
+                nursery.start_soon(self._ring_on_stop, name=f"pool-lead:{self.name}::stop-ring")
+                self.judge(await self.store.beat(self.name, "lead", 0), self.now())
+                nursery.start_soon(self._beat_loop, name=f"pool-lead:{self.name}::beat")
                 started = trio.current_time()
-                await self.sweep_once()
-            nursery.cancel_scope.cancel()
+                if self.leading:
+                    await self.sweep_once()
+                task_status.started()
+                while not self._stop.is_set():
+                    await self._doorbell.wait(self.sweep_interval)
+                    # rung again soon after a sweep began: let more rings gather into one sweep
+                    with trio.move_on_at(started + self.min_sweep_gap):
+                        await self._stop.wait()
+                    if self._stop.is_set():
+                        break
+                    if not self.leading:
+                        continue
+                    started = trio.current_time()
+                    await self.sweep_once()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._beats_in_loop = False
+            self.leading = False
+            self.leading_since = None
         await self.store.remove_worker(self.name)
+
+
+def elect(
+    members: Iterable[WorkerInfo],
+    now: float,
+    lead_dead_after: float,
+    max_skew: float = DEFAULT_MAX_SKEW,
+) -> WorkerInfo | None:
+    """The pool's leader among ``members``: the live lead candidate with the earliest
+    ``started_at`` (then name), or None when no candidate lives (workers go leaderless)."""
+    live = [m for m in members if m.role == "lead" and is_alive(m, now, lead_dead_after, max_skew)]
+    return min(live, key=lambda m: (m.started_at, m.name), default=None)

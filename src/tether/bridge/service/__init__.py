@@ -16,6 +16,9 @@ from ._store_status import StatusEntry as StatusEntry
 from ._store_status import StoreStatus as StoreStatus
 from ._store_status import render_status as render_status
 from ._store_status import store_status as store_status
+from ._worker_config import WorkerConfig as WorkerConfig
+from ._worker_config import load_worker_config as load_worker_config
+from ._worker_service import WorkerService as WorkerService
 
 __all__ = [
     "BridgeConfig",
@@ -23,7 +26,10 @@ __all__ = [
     "ConfigError",
     "StatusEntry",
     "StoreStatus",
+    "WorkerConfig",
+    "WorkerService",
     "load_config",
+    "load_worker_config",
     "render_status",
     "store_status",
 ]

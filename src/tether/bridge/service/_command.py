@@ -50,15 +50,27 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         int,
     ),
     "client_name": ("name this bridge gives the gateway (default: tether-bridge)", str),
+    "pool_name": (
+        "stem of this process's pool names (<stem>-w1.., <stem>-lead), kept across restarts; "
+        "a second live process under it is refused (default: <client-name>-<host>-<random>, "
+        "unique per process)",
+        str,
+    ),
     "poll_wait": ("long-poll wait in seconds (default: 30)", float),
     "lease_s": ("a worker's lease on a task, renewed by its heartbeat (default: 60)", float),
     "max_attempts": ("attempts before a task is dead-lettered (default: 5)", int),
     "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
     "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
     "lead": (
-        "run a pool lead (true: room affinity, balanced assignment; false: workers claim "
-        "pending tasks directly) (default: true)",
+        "stand as a pool lead candidate: of all processes sharing the store, the oldest live "
+        "candidate leads (room affinity, balanced assignment), the others stand by; with no "
+        "live candidate workers claim pending tasks directly (default: true)",
         str,
+    ),
+    "lead_beat_interval": (
+        "seconds between a lead candidate's beats; a leader silent for two is replaced by "
+        "another process's standby lead (default: 0.5)",
+        float,
     ),
     "sweep_interval": ("seconds between the pool lead's assignment sweeps (default: 0.05)", float),
     "poll_interval": ("seconds an idle worker waits between claims (default: 0.05)", float),

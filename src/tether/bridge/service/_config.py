@@ -54,6 +54,9 @@ class BridgeConfig:
     ends (throughput). ``capacity = concurrency`` for slow agents: no task waits behind a busy
     worker while another idles (fairness). At least ``concurrency``."""
     client_name: str = "tether-bridge"
+    pool_name: str | None = None
+    """The stem of this process's pool names (``<stem>-w1``, ``<stem>-lead``), verbatim; a
+    second live process under it is refused. None: ``<client_name>-<host>-<random>``, unique."""
     poll_wait: float = 30.0
     lease_s: float = 60.0
     max_attempts: int = 5
@@ -62,6 +65,9 @@ class BridgeConfig:
     lead: bool = True
     """Run a pool lead (room affinity, balanced assignment). Without one, workers claim pending
     tasks directly: less latency, no affinity."""
+    lead_beat_interval: float = 0.5
+    """Seconds between a lead candidate's beats; a leader silent for two of them is replaced
+    by the oldest standby candidate (another process's lead)."""
     sweep_interval: float = 0.05
     """Seconds between the pool lead's periodic sweeps. In-process wake-ups make it sweep as
     soon as tasks arrive or a slot frees; this is the fallback (work added by other processes)."""
@@ -250,6 +256,15 @@ def _host(name: str, value: Any) -> str:
     return text
 
 
+def _optional_pool_name(name: str, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    text = _text(name, value)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,55}", text):
+        raise ValueError("must be 1-56 characters from [A-Za-z0-9_-], starting alphanumeric")
+    return text
+
+
 def _optional_path(name: str, value: Any) -> Path | None:
     if value is None or value == "":
         return None
@@ -267,12 +282,14 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "concurrency": _int_range(1, 1024),
     "capacity": _optional_int(1, 16_384),
     "client_name": _label,
+    "pool_name": _optional_pool_name,
     "poll_wait": _seconds(0, 60),
     "lease_s": _seconds(0.1, 86_400),
     "max_attempts": _int_range(1, 1000),
     "heartbeat_interval": _seconds(0.1, 3600),
     "reconcile_interval": _seconds(0.01, 3600),
     "lead": _bool,
+    "lead_beat_interval": _seconds(0.05, 60),
     "sweep_interval": _seconds(0.005, 60),
     "poll_interval": _seconds(0.005, 60),
     "stall_after": _seconds(0.1, 7 * 86_400),
@@ -354,7 +371,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    unknown_tables = sorted(set(data) - {"bridge"})
+    unknown_tables = sorted(set(data) - {"bridge", "worker"})  # [worker]: tether worker run
     if unknown_tables:
         raise ConfigError(
             f"config file {path}: unknown key or table {unknown_tables[0]!r}; "

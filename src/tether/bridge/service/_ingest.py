@@ -90,6 +90,7 @@ def to_custody_task(task: GatewayTask) -> Task:
         body=task.body,
         room=task.room,
         headers={"sender": task.sender, "delivery": str(task.delivery)},
+        priority=task.priority,
     )
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from functools import partial
@@ -46,6 +45,7 @@ from ..custody._store import Store
 from ..pool._agent import AgentFactory, load_agent
 from ..pool._lead import PoolLead
 from ..pool._stall import StallWatcher
+from ..pool._status import PoolStatus, pool_status
 from ..pool._wakeup import PoolWakeups
 from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
 from ..stores._open import open_store
@@ -60,6 +60,7 @@ from ._config import BridgeConfig
 from ._dead_notices import DeadNotices
 from ._delivery import Delivery, delivery_holder
 from ._ingest import Ingest
+from ._names import check_names_free, lead_name, pool_stem, worker_names
 
 if TYPE_CHECKING:
     from ...observe import CounterSource
@@ -68,16 +69,9 @@ log = logging.getLogger("tether.bridge")
 
 ServiceRun = Callable[..., Awaitable[None]]
 
-
-def pool_stem(client_name: str) -> str:
-    """The prefix of this bridge's pool names (its gateway client name, made a valid worker
-    name), so bridges sharing one store never share a worker name."""
-    return re.sub(r"[^A-Za-z0-9_-]", "-", client_name)[:56] or "bridge"
-
-
-def worker_names(client_name: str, count: int) -> list[str]:
-    stem = pool_stem(client_name)
-    return [f"{stem}-w{i}" for i in range(1, count + 1)]
+_DEAD_AFTER = 10.0
+"""``PoolLead.dead_after`` and ``PoolWorker.lead_dead_after`` (their defaults): a member silent
+this long is gone."""
 
 
 @attrs.define(eq=False)
@@ -131,9 +125,25 @@ class BridgeService:
     """Ingest, the lead and the workers ring each other through it (in this process)."""
     aborted: str | None = attrs.field(default=None, init=False)
     """The reason given to :meth:`abort`, once it was called."""
+    pool_stem: str = attrs.field(init=False)
+    """The stem of this bridge's pool names (``config.pool_name``, or unique per object)."""
+    workers: list[PoolWorker] = attrs.field(factory=list, init=False)
+    lead: PoolLead | None = attrs.field(default=None, init=False)
     _failed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _supervisor: Supervisor | None = attrs.field(default=None, init=False)
     _body: trio.CancelScope | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.pool_stem = pool_stem(self.config.client_name, self.config.pool_name)
+
+    @property
+    def pool_names(self) -> list[str]:
+        """Every name this bridge beats under in the store (workers, then its lead)."""
+        names = worker_names(self.pool_stem, self.config.workers)
+        return [*names, lead_name(self.pool_stem)] if self.config.lead else names
+
+    def pool_status(self) -> PoolStatus:
+        return pool_status(self.pool_stem, self.workers, self.lead)
 
     @property
     def worker_grace(self) -> float:
@@ -166,10 +176,19 @@ class BridgeService:
                         schema=config.store_schema,
                     )
                     stack.push_async_callback(store.aclose)
+                if config.pool_name is not None:  # a chosen name: refuse it if taken
+                    await check_names_free(
+                        store,
+                        self.pool_names,
+                        dead_after=_DEAD_AFTER,
+                        watch=min(2.0, store.lease_s / 3) + 0.5,
+                    )
+                log.info("pool names: %s-w1..w%d", self.pool_stem, config.workers)
                 options: dict[str, Any] = {
                     "client_name": config.client_name,
                     "status_file": config.status_file,
                     "poll_wait": config.poll_wait,
+                    "pool_name": self.pool_stem,
                 }
                 options.update(self.gateway_options)
                 gateway = await stack.enter_async_context(
@@ -183,7 +202,7 @@ class BridgeService:
                     store,
                     gateway,
                     on_dead=self.wakeups.tasks_dead,
-                    holder=delivery_holder(pool_stem(config.client_name)),
+                    holder=delivery_holder(self.pool_stem),
                 )
                 self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
                 supervisor = await stack.enter_async_context(
@@ -301,6 +320,7 @@ class BridgeService:
             gateway=lambda: gateway.status,
             gateway_window=config.health_window,
             counters=self._counters(),
+            pool=self.pool_status,
         )
         settings = AdminSettings(
             token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0
@@ -366,7 +386,7 @@ class BridgeService:
         assert self.delivery is not None
         assert self.dead_notices is not None
         reconciler = Reconciler(store, on_dead=self.wakeups.tasks_dead)
-        stem = pool_stem(config.client_name)
+        stem = self.pool_stem
         workers = [
             PoolWorker(
                 store,
@@ -379,8 +399,9 @@ class BridgeService:
                 wakeups=self.wakeups,
                 after_complete=self._result_stored,
             )
-            for name in worker_names(config.client_name, config.workers)
+            for name in worker_names(stem, config.workers)
         ]
+        self.workers = workers
         stall = StallWatcher(store, stall_after=config.stall_after, notify=self.notify_stall)
         specs = [
             self._spec(
@@ -406,10 +427,12 @@ class BridgeService:
             # before the workers, so a soft stop ends it after them; it drops its beat then
             lead = PoolLead(
                 store,
-                name=f"{stem}-lead",
+                name=lead_name(stem),
                 sweep_interval=config.sweep_interval,
+                beat_interval=config.lead_beat_interval,
                 wakeups=self.wakeups,
             )
+            self.lead = lead
             specs.insert(4, self._spec("lead", lead.run))
         return specs
 

@@ -142,6 +142,8 @@ class GatewayClient:
     release_timeout: float = LEASE_RELEASE_TIMEOUT
     rng: random.Random = attrs.field(factory=random.Random)
     transport: httpx.AsyncBaseTransport | None = None
+    pool_name: str | None = None
+    """The stem of the bridge's pool names, shown in the status file (``pool``)."""
 
     lease_holder: str = attrs.field(default="", init=False)
     """Who holds this client's gateway leases (``X-Tether-Client``): ``client_name`` and a
@@ -189,7 +191,9 @@ class GatewayClient:
                 f"release_timeout must be within 0-60 seconds (> 0), got {self.release_timeout}"
             )
         self.lease_holder = f"{self.client_name[:121]}-{secrets.token_hex(3)}"
-        self._status = ConnectionStatus(gateway=self.shown_url, client=self.client_name)
+        self._status = ConnectionStatus(
+            gateway=self.shown_url, client=self.client_name, pool=self.pool_name
+        )
         if self.status_file is not None:
             self._status_writer = StatusFile(self.status_file)
 

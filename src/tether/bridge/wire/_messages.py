@@ -60,7 +60,9 @@ class GatewayTask:
     """One task handed out by ``GET /v1/tasks``.
 
     ``delivery`` counts hand-outs of this task (1 the first time; more means an earlier
-    hand-out was not acked within its lease and the task was redelivered).
+    hand-out was not acked within its lease and the task was redelivered). ``priority``
+    (``urgent``, ``normal`` or ``low``; optional, added to v1: an older gateway leaves it out)
+    orders the pool lead's assignments; any other value has the task rejected.
     """
 
     id: str
@@ -69,6 +71,7 @@ class GatewayTask:
     sender: str = "user"
     created_at: float = 0.0
     delivery: int = 1
+    priority: str = "normal"
 
 
 @attrs.frozen

@@ -40,6 +40,8 @@ class ConnectionStatus:
     heartbeat: str = "unknown"  # unknown | ok | failing | unsupported
     """``failing``: the last beat failed, or the gateway stopped answering since the last good
     one (a beat could not get through either; the client beats again once it answers)."""
+    pool: str | None = None
+    """The stem of the process's pool names in the custody store (``<pool>-w1``...)."""
     updated_at: str = ""
     schema_version: int = STATUS_SCHEMA_VERSION
 

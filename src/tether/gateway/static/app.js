@@ -119,7 +119,12 @@ async function send(event) {
   if (!token()) { notice("Paste the gateway token first."); return; }
   $("send").disabled = true;
   try {
-    const body = { room: $("room").value.trim(), sender: $("sender").value.trim(), text };
+    const body = {
+      room: $("room").value.trim(),
+      sender: $("sender").value.trim(),
+      text,
+      priority: $("priority").value,
+    };
     const created = await api("POST", "/v1/messages", body);
     render({ id: created.id, sender: body.sender, text, status: created.status });
     $("text").value = "";

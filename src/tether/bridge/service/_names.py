@@ -1,0 +1,110 @@
+"""Pool names: unique by default, and a name a live process uses is never taken twice.
+
+Every process that joins a store's pool (a bridge, ``tether worker run``) names its members
+``<stem>-w1..wN`` and ``<stem>-lead``. Two processes under one stem would merge into one set of
+workers in the store (the lead counts one worker where there are two, the gateway cannot tell
+them apart), so:
+
+- By default the stem is ``<client name>-<short host>-<6 random hex>``: unique without any
+  setting, and still readable in ``tether store status`` and the gateway's result metadata.
+  The process writes it to its status file (and logs it).
+- ``--pool-name NAME`` uses NAME as the stem verbatim (a stable name across restarts, for
+  dashboards). Before joining, the process checks that no live process beats under those
+  names; if one does it exits with one line (exit code 2).
+
+How a name's liveness is judged: by its beats in the store, and by whether they *move*. A name
+whose last beat is older than ``dead_after`` is free. A recent beat may be the last one of a
+process that was just killed (a restart under a fixed name comes right after it), so the
+process reads the beats again after ``watch`` seconds (a little more than the members' beat
+period): if any of them moved, another process is beating there and the start is refused;
+if none did, the names are a dead process's and are taken over (its assignments go back to
+pending through the lead as usual; its claims expire with their leases).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import socket
+from collections.abc import Collection
+from typing import Final
+
+import trio
+
+from ..._config_error import ConfigError
+from ..custody._store import PoolMemberStore
+from ..pool._liveness import is_alive
+
+STEM_MAX: Final = 56
+"""Room for ``-w256`` and ``-lead`` inside the 64-character worker-name rule."""
+
+
+class NameInUse(ConfigError):
+    """A pool name given explicitly is being used by another live process."""
+
+
+def _clean(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "-", text).strip("-_")
+
+
+def short_host(hostname: str | None = None) -> str:
+    """The host's first label, made a valid worker-name part (at most 16 characters)."""
+    name = socket.gethostname() if hostname is None else hostname
+    return _clean(name.split(".", 1)[0])[:16] or "host"
+
+
+def pool_stem(client_name: str, pool_name: str | None = None, *, host: str | None = None) -> str:
+    """The prefix of a process's pool names: ``pool_name`` verbatim if given, else the client
+    name, the short host and a random suffix (a new one each call: each process its own)."""
+    if pool_name is not None:
+        stem = _clean(pool_name)
+        if stem != pool_name or not stem or len(stem) > STEM_MAX or not stem[0].isalnum():
+            raise ConfigError(
+                f"pool_name must be 1-{STEM_MAX} characters from [A-Za-z0-9_-], starting with a "
+                f"letter or digit, got {pool_name!r}"
+            )
+        return stem
+    suffix = secrets.token_hex(3)
+    head = _clean(client_name) or "tether"
+    hostpart = short_host(host)
+    room = STEM_MAX - len(suffix) - 1  # what is left for "<head>-<host>"
+    head = head[: max(1, room - len(hostpart) - 1)].strip("-_") or "tether"
+    return f"{head}-{hostpart}"[:room] + f"-{suffix}"
+
+
+def worker_names(stem: str, count: int) -> list[str]:
+    return [f"{stem}-w{i}" for i in range(1, count + 1)]
+
+
+def lead_name(stem: str) -> str:
+    return f"{stem}-lead"
+
+
+async def check_names_free(
+    store: PoolMemberStore,
+    names: Collection[str],
+    *,
+    dead_after: float,
+    watch: float,
+) -> None:
+    """Refuse (``NameInUse``) if a live process beats under any of ``names`` (see the module
+    docstring: a recent beat must also move within ``watch`` seconds to count as live)."""
+    wanted = set(names)
+    now = store.clock()
+    recent = {
+        m.name: m.last_beat
+        for m in await store.workers()
+        if m.name in wanted and is_alive(m, now, dead_after)
+    }
+    if not recent:
+        return
+    await trio.sleep(watch)
+    moved = sorted(
+        m.name for m in await store.workers() if m.name in recent and m.last_beat != recent[m.name]
+    )
+    if moved:
+        raise NameInUse(
+            f"pool name {moved[0]} is in use by another live process (its beats in the store "
+            "keep moving); give this process another --pool-name, or leave --pool-name unset "
+            "for a unique one"
+        )

@@ -1,0 +1,148 @@
+"""``tether worker run``: join a custody store's pool from any host, no gateway needed.
+
+Heavy imports happen only when the command runs, so ``--help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._command import _HELP as BRIDGE_HELP
+from ._command import _flag
+from ._config import env_name
+from ._worker_config import WORKER_SETTINGS
+
+_HELP: dict[str, tuple[str, type[Any]]] = {
+    **{name: BRIDGE_HELP[name] for name in WORKER_SETTINGS if name in BRIDGE_HELP},
+    "agent": (
+        "agent factory as module:factory (default: tether.agents.echo:factory, unless "
+        "--exchange is given)",
+        str,
+    ),
+    "exchange": (
+        "host the file exchange in this directory for an outside program (any language): "
+        "tasks appear as outbox/<id>.txt, the program writes results/<id>.txt "
+        "(see docs/pool.md); instead of --agent",
+        Path,
+    ),
+    "client_name": (
+        "prefix of this process's pool names (default: tether-worker; a short host name and "
+        "a random suffix are added unless --pool-name is given)",
+        str,
+    ),
+    "sweep_interval": (
+        "seconds between the pool lead's sweeps when nothing rings it (default: 0.25; new "
+        "work rings it at once through PostgreSQL NOTIFY)",
+        float,
+    ),
+    "poll_interval": (
+        "seconds an idle worker waits between claims when nothing rings it (default: 0.25)",
+        float,
+    ),
+    "reconcile_interval": (
+        "seconds between reconciler passes (repools expired leases) (default: 5)",
+        float,
+    ),
+    "status_file": ("write this process's pool status (JSON, 0600) here", Path),
+    "admin_port": (
+        "serve the admin endpoint (/healthz, /metrics, /tasks, /status) on this port; "
+        "0 picks a free one (default: off)",
+        int,
+    ),
+    "admin_token_file": (
+        "bearer token of the admin endpoint, created 0600 if missing "
+        "(default: tether-data/worker/admin-token)",
+        Path,
+    ),
+}
+assert set(_HELP) == set(WORKER_SETTINGS), set(WORKER_SETTINGS) ^ set(_HELP)
+
+CONFIG_HELP = f"""configuration (later sources win):
+  defaults < TOML file (--config or $TETHER_CONFIG, a [worker] table with the
+  settings' names, e.g. workers = 8) < environment ({env_name("workers")}, ...) < flags
+
+who leads: every bridge and worker process on a store stands as a lead candidate
+(unless --lead false); the oldest live one leads, the others stand by and take over
+within about two --lead-beat-interval of its last beat.
+"""
+
+
+def add_worker_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
+) -> None:
+    worker = sub.add_parser(
+        "worker",
+        help="pool workers on any host: claim tasks from a custody store, run them, store replies",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = worker.add_subparsers(dest="worker_command", required=True, metavar="ACTION")
+    run = actions.add_parser(
+        "run",
+        help="join a store's pool until SIGINT/SIGTERM",
+        description=(
+            "Join the pool of a custody store (PostgreSQL: from any host; SQLite: processes "
+            "on the same host) with N workers running an agent, or hosting the file exchange "
+            "for an outside program. No gateway is needed: a bridge elsewhere ingests and "
+            "delivers. SIGINT/SIGTERM stop it gracefully (runs finish or are handed back)."
+        ),
+        epilog=CONFIG_HELP + "\n" + epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--config", type=Path, default=None, help="a TOML config file")
+    for setting in WORKER_SETTINGS:
+        text, kind = _HELP[setting]
+        run.add_argument(_flag(setting), dest=setting, type=kind, default=None, help=text)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    import trio
+
+    from ..._logging import configure_logging
+    from ..._token_file import ensure_token_file
+    from ._config import ConfigError
+    from ._worker_config import load_worker_config, prepare_worker_dirs
+
+    flags = {name: getattr(args, name) for name in WORKER_SETTINGS if hasattr(args, name)}
+    config = load_worker_config(file=args.config, flags=flags)
+    from ..pool._agent import AgentLoadError, load_agent
+    from ._worker_service import WorkerService
+
+    factory = None
+    if config.exchange is None:
+        try:
+            factory = load_agent(config.agent_spec)
+        except AgentLoadError as exc:
+            raise ConfigError(str(exc)) from None
+    configure_logging(config.log_level, config.log_format)
+    prepare_worker_dirs(config)
+    if config.admin_port is not None and ensure_token_file(config.admin_token_file):
+        print(f"tether: created admin token file {config.admin_token_file}", file=sys.stderr)
+    service = WorkerService(config, factory=factory)
+    doing = (
+        f"file exchange in {config.exchange}"
+        if config.exchange is not None
+        else f"agent {config.agent_spec}"
+    )
+    print(
+        f"tether worker: pool {service.pool_stem} ({config.workers} worker(s), {doing}); "
+        "Ctrl+C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    def admin_ready(port: int) -> None:
+        host = f"[{config.admin_host}]" if ":" in config.admin_host else config.admin_host
+        print(
+            f"tether worker: admin endpoint http://{host}:{port} "
+            f"(token in {config.admin_token_file})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    service.admin_ready = admin_ready
+    trio.run(service.run_until_signal)
+    return 0

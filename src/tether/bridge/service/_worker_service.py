@@ -1,0 +1,345 @@
+"""``WorkerService``: a process that joins a custody store's pool without a gateway.
+
+It runs ``workers`` pool workers (a Python agent, or the file exchange for an outside program),
+a lead candidate (unless ``lead = false``) and a reconciler, as supervised children. It needs
+only the store: a bridge elsewhere ingests from the gateway and delivers the replies these
+workers store.
+
+Who leads: every process sharing a store (bridges and worker processes alike) stands a lead
+candidate by default; the oldest live candidate leads and the others stand by
+(``PoolLead.judge``), taking over within about two ``lead_beat_interval``s of the leader's
+last beat. So a pool of worker processes leads itself when its bridges run ``--lead false`` or
+are all down, and with no live candidate at all the workers claim pending tasks directly.
+
+The reconciler repools expired leases (a killed worker's claims) whichever process is alive:
+its every move is a compare-and-set, so several reconcilers on one store are safe.
+
+Stop: SIGINT/SIGTERM (``run_until_signal``) or the supervisor's soft stop. The workers stop
+claiming, give back their waiting assignments, finish their runs within ``grace`` or release
+them (pending again, no attempt burnt); the lead removes its beat so a standby takes over at
+once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from functools import partial
+from typing import Any
+
+import attrs
+import trio
+
+from ... import (
+    ChildSpec,
+    Supervisor,
+    current_runtime,
+    open_runtime,
+    open_supervisor,
+    wait_stop_requested,
+)
+from ..._atomic_file import write_atomic
+from ..._converter import unstructure
+from ..._fs import ensure_private_dir
+from ..._util import open_nursery_unwrapped
+from ..custody._reconcile import Reconciler
+from ..custody._store import Store
+from ..pool._agent import AgentFactory, load_agent
+from ..pool._files import file_exchange_worker
+from ..pool._lead import PoolLead
+from ..pool._status import PoolStatus, pool_status
+from ..pool._wakeup import PoolWakeups
+from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
+from ..stores._open import open_store
+from ..wire._status_file import utc_now_iso
+from ._names import check_names_free, lead_name, pool_stem, worker_names
+from ._worker_config import WorkerConfig
+
+log = logging.getLogger("tether.bridge.worker")
+
+STATUS_REFRESH = 2.0
+"""Seconds between rewrites of the status file (also rewritten at once when the lead moves)."""
+
+
+@attrs.frozen
+class WorkerProcessStatus:
+    """The status file of ``tether worker run`` (JSON, replaced atomically, 0600)."""
+
+    pid: int
+    store: str
+    pool: PoolStatus
+    exchange: str | None
+    completed: int
+    failed: int
+    released: int
+    state: str
+    """``starting``, ``running``, ``stopping`` or ``stopped``."""
+    updated_at: str
+    schema_version: int = 1
+
+
+@attrs.define(eq=False)
+class WorkerService:
+    """``await nursery.start(service.run)`` or ``await service.run_until_signal()``."""
+
+    config: WorkerConfig
+    store: Store | None = None
+    factory: AgentFactory | None = None
+    admin_ready: Callable[[int], None] | None = None
+    pool_stem: str = attrs.field(init=False)
+    workers: list[PoolWorker] = attrs.field(factory=list, init=False)
+    lead: PoolLead | None = attrs.field(default=None, init=False)
+    admin_port: int | None = attrs.field(default=None, init=False)
+    running: bool = attrs.field(default=False, init=False)
+    wakeups: PoolWakeups = attrs.field(factory=PoolWakeups, init=False)
+    _state: str = attrs.field(default="starting", init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.pool_stem = pool_stem(self.config.client_name, self.config.pool_name)
+
+    @property
+    def pool_names(self) -> list[str]:
+        names = worker_names(self.pool_stem, self.config.workers)
+        return [*names, lead_name(self.pool_stem)] if self.config.lead else names
+
+    @property
+    def worker_grace(self) -> float:
+        return self.config.grace + RELEASE_TIMEOUT + 1.0
+
+    @property
+    def stop_grace(self) -> float:
+        return self.config.grace + RELEASE_TIMEOUT + 10.0
+
+    def pool_status(self) -> PoolStatus:
+        return pool_status(self.pool_stem, self.workers, self.lead)
+
+    def process_status(self) -> WorkerProcessStatus:
+        config = self.config
+        return WorkerProcessStatus(
+            pid=os.getpid(),
+            store=_shown_store(config.store),
+            pool=self.pool_status(),
+            exchange=None if config.exchange is None else str(config.exchange),
+            completed=sum(w.completed for w in self.workers),
+            failed=sum(w.failed for w in self.workers),
+            released=sum(w.released for w in self.workers),
+            state=self._state,
+            updated_at=utc_now_iso(),
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Join the pool until cancelled or asked to stop (as a supervised child)."""
+        config = self.config
+        async with AsyncExitStack() as stack:
+            store = self.store
+            if store is None:
+                store = await open_store(
+                    config.store,
+                    lease_s=config.lease_s,
+                    max_attempts=config.max_attempts,
+                    synchronous=config.synchronous,  # type: ignore[arg-type]
+                    password_file=config.store_password_file,
+                    schema=config.store_schema,
+                )
+                stack.push_async_callback(store.aclose)
+            if config.pool_name is not None:
+                await check_names_free(
+                    store,
+                    self.pool_names,
+                    dead_after=10.0,
+                    watch=min(2.0, store.lease_s / 3) + 0.5,
+                )
+            self.workers = self._build_workers(store)
+            supervisor = await stack.enter_async_context(
+                open_supervisor(name="worker", strategy="one_for_one", max_restarts=10, period=30)
+            )
+            if config.admin_port is not None:
+                await self._start_admin(supervisor, store)
+            await self._start_children(supervisor, store)
+            self.running = True
+            self._state = "running"
+            log.info(
+                "worker process running: pool %s, %d worker(s) on %s%s",
+                self.pool_stem,
+                config.workers,
+                _shown_store(config.store),
+                "" if config.exchange is None else f", file exchange in {config.exchange}",
+            )
+            task_status.started()
+            await wait_stop_requested()
+            self._state = "stopping"
+        self._state = "stopped"
+        await self._write_status()
+
+    async def run_until_signal(self) -> None:
+        """The service as a process: SIGINT/SIGTERM stop it gracefully, then this returns."""
+        done = trio.Event()
+        error: list[BaseException] = []
+
+        async def service(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await self.run(task_status=task_status)
+            except Exception as exc:
+                if not self.running:
+                    raise
+                error.append(exc)
+            finally:
+                done.set()
+
+        async with open_runtime(grace=self.config.grace) as runtime:
+            await runtime.supervisor.start_child(
+                ChildSpec("worker", service, restart="temporary", shutdown_grace=self.stop_grace)
+            )
+            await done.wait()
+        if error:
+            raise error[0]
+
+    # -- the parts -------------------------------------------------------------------------
+
+    def _build_workers(self, store: Store) -> list[PoolWorker]:
+        config = self.config
+        options: dict[str, Any] = {
+            "concurrency": config.concurrency,
+            "capacity": config.capacity,
+            "poll_interval": config.poll_interval,
+            "stop_grace": config.grace,
+            "wakeups": self.wakeups,
+        }
+        names = worker_names(self.pool_stem, config.workers)
+        if config.exchange is not None:
+            return [file_exchange_worker(store, name, config.exchange, **options) for name in names]
+        factory = self.factory if self.factory is not None else load_agent(config.agent_spec)
+        return [PoolWorker(store, name, factory, **options) for name in names]
+
+    async def _start_children(self, supervisor: Supervisor, store: Store) -> None:
+        config = self.config
+        reconciler = Reconciler(store, on_dead=self.wakeups.tasks_dead)
+        await supervisor.start_child(
+            ChildSpec(
+                "reconciler",
+                _until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
+            )
+        )
+        if config.lead:
+            self.lead = PoolLead(
+                store,
+                name=lead_name(self.pool_stem),
+                sweep_interval=config.sweep_interval,
+                beat_interval=config.lead_beat_interval,
+                wakeups=self.wakeups,
+            )
+            await supervisor.start_child(
+                ChildSpec("lead", self.lead.run, shutdown_grace=config.grace)
+            )
+        await supervisor.start_child(
+            ChildSpec("workers", self._run_workers, shutdown_grace=self.worker_grace)
+        )
+        await supervisor.start_child(
+            ChildSpec("status", _until_stopped(self._publish_status), restart="permanent")
+        )
+        if hasattr(store, "wait_for_work"):
+            await supervisor.start_child(
+                ChildSpec("store-wakeups", _until_stopped(partial(self._relay_wakeups, store)))
+            )
+
+    async def _relay_wakeups(
+        self, store: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Work another process made (a bridge ingested, a lead assigned) rings this process's
+        lead and workers at once: PostgreSQL's ``NOTIFY`` through ``store.wait_for_work``. A
+        hint only; the polls (``poll_interval``, ``sweep_interval``) stay the source of truth,
+        so they can be slower here than in a bridge, which hears its own ingest directly."""
+        task_status.started()
+        names = [w.name for w in self.workers]
+        while True:
+            if await store.wait_for_work(1.0):
+                self.wakeups.tasks_pending()
+                self.wakeups.tasks_assigned(names)
+
+    async def _run_workers(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The workers under their own supervisor, so a soft stop reaches all of them at once."""
+        async with open_supervisor(
+            name="workers", strategy="one_for_one", max_restarts=10, period=30
+        ) as supervisor:
+            for worker in self.workers:
+                await supervisor.start_child(
+                    ChildSpec(
+                        worker.name,
+                        worker.run,
+                        restart="transient",
+                        shutdown_grace=self.worker_grace,
+                    )
+                )
+            task_status.started()
+            await wait_stop_requested()
+            for worker in self.workers:
+                worker.request_stop()
+
+    async def _publish_status(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Rewrite the status file every ``STATUS_REFRESH`` s, and at once when the lead moves."""
+        if self.config.status_file is None:
+            task_status.started()
+            await trio.sleep_forever()
+        await self._write_status()
+        task_status.started()
+        last = self.pool_status().leader
+        deadline = trio.current_time() + STATUS_REFRESH
+        while True:
+            await trio.sleep(0.1)
+            leader = self.pool_status().leader
+            if leader != last or trio.current_time() >= deadline:
+                last = leader
+                deadline = trio.current_time() + STATUS_REFRESH
+                await self._write_status()
+
+    async def _write_status(self) -> None:
+        path = self.config.status_file
+        if path is None:
+            return
+        data = json.dumps(unstructure(self.process_status()), indent=2, sort_keys=True) + "\n"
+        await trio.to_thread.run_sync(ensure_private_dir, path.parent)
+        await trio.to_thread.run_sync(write_atomic, path, data.encode(), 0o600)
+
+    async def _start_admin(self, supervisor: Supervisor, store: Store) -> None:
+        from ...observe import AdminSettings, Observed, admin_child
+
+        runtime = current_runtime()
+        if runtime is None:
+            raise RuntimeError("the admin endpoint needs open_runtime() around WorkerService.run")
+        config = self.config
+        observed = Observed.of_runtime(runtime, store=store, pool=self.pool_status)
+        settings = AdminSettings(
+            token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0
+        )
+        self.admin_port = await supervisor.start_child(admin_child(observed, settings))
+        if self.admin_ready is not None:
+            self.admin_ready(self.admin_port)
+
+
+def _shown_store(store: str) -> str:
+    from ..stores.postgres._dsn import is_postgres_dsn, redact_dsn
+
+    return redact_dsn(store) if is_postgres_dsn(store) else store
+
+
+ServiceRun = Callable[..., Awaitable[None]]
+
+
+def _until_stopped(run: ServiceRun) -> ServiceRun:
+    """Wrap a service that ignores soft stops: a stop request ends it cleanly."""
+
+    async def stoppable(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with open_nursery_unwrapped() as nursery:
+            await nursery.start(run)
+            task_status.started()
+            await wait_stop_requested()
+            nursery.cancel_scope.cancel()
+
+    return stoppable

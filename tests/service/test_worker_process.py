@@ -1,0 +1,140 @@
+"""``tether worker run`` as a real process beside a ``tether bridge run`` on one SQLite store.
+
+The worker process has no gateway: it claims, runs and stores; the bridge ingests and delivers.
+Its admin ``/status`` names the leader and the workers it sees; a second process under the
+same explicit ``--pool-name`` is refused in one line (exit 2); SIGTERM stops it (exit 0).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from tether._cli import main
+from tether.bridge import write_token
+
+from ._support import (
+    STARTED,
+    BridgeProcess,
+    GatewayHandle,
+    answered_count,
+    bridge_env,
+    submit_many,
+    wait_until,
+)
+
+WORKER_COMMAND = [sys.executable, "-m", "tether._cli", "worker", "run"]
+
+
+async def start_worker(store: Path, log: Path, *extra: str) -> trio.Process:
+    args = [
+        *WORKER_COMMAND,
+        "--store", str(store),
+        "--agent", "tether.agents.echo:factory",
+        "--reconcile-interval", "0.2",
+        "--grace", "1",
+        "--log-level", "INFO",
+        *extra,
+    ]  # fmt: skip
+    with open(log, "ab") as sink:  # noqa: ASYNC230 - a file handle for the child
+        process = await trio.lowlevel.open_process(args, stderr=sink, env=bridge_env())
+    STARTED.append(process)
+    return process
+
+
+@pytest.mark.slow
+async def test_a_worker_process_shares_the_pool_shows_the_leader_and_refuses_its_name_twice(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    store = tmp_path / "custody.db"
+    admin_token = tmp_path / "admin" / "token"
+    admin_token.parent.mkdir(mode=0o700)
+    write_token(admin_token, "worker-admin-token")
+    bridge_status = tmp_path / "bridge-status.json"
+    bridge = await BridgeProcess.start(
+        gateway.url,
+        token_file,
+        store,
+        tmp_path / "bridge.log",
+        workers=1,
+        extra=["--status-file", str(bridge_status)],
+    )
+    worker_log = tmp_path / "worker.log"
+    worker = await start_worker(
+        store,
+        worker_log,
+        "--pool-name", "blue",
+        "--workers", "2",
+        "--admin-port", "0",
+        "--admin-token-file", str(admin_token),
+    )  # fmt: skip
+
+    async def admin_announced() -> bool:
+        return "admin endpoint http://" in worker_log.read_text()
+
+    await wait_until(admin_announced, limit_s=30, step=0.05)
+    [line] = [ln for ln in worker_log.read_text().splitlines() if "admin endpoint http" in ln]
+    url = line.split()[4]
+
+    ids = await submit_many(gateway, [f"hello {i}" for i in range(80)], "wp")
+
+    async def all_answered() -> bool:
+        return await answered_count(gateway) == len(ids)
+
+    await wait_until(all_answered, limit_s=60)
+    workers = {(await gateway.message(id))["worker"] for id in ids}
+    assert {"blue-w1", "blue-w2"} & workers, workers  # the worker process did work
+    for id in ids[:5]:
+        assert (await gateway.message(id))["reply"].startswith("echo: hello ")
+
+    headers = {"authorization": "Bearer worker-admin-token"}
+    async with httpx.AsyncClient(timeout=10) as http:
+        pool = (await http.get(f"{url}/status", headers=headers)).json()["pool"]
+    assert pool["stem"] == "blue"
+    assert pool["workers"] == ["blue-w1", "blue-w2"]
+    assert pool["leader"] is not None
+    assert pool["leader"].endswith("-lead")
+    assert {"blue-w1", "blue-w2"} <= set(pool["workers_seen"])
+    assert len(pool["workers_seen"]) == 3  # and the bridge's worker
+
+    bridge_pool = json.loads(bridge_status.read_text())["pool"]  # its unique stem
+    assert bridge_pool.startswith("tether-bridge-")
+    assert f"{bridge_pool}-w1" in pool["workers_seen"]
+
+    # the same explicit name again, while the first process lives: refused in one line
+    second_log = tmp_path / "second.log"
+    second = await start_worker(store, second_log, "--pool-name", "blue", "--workers", "2")
+    with trio.fail_after(90):  # a Python start-up on a loaded 2-core machine, then 2.5 s
+        assert await second.wait() == 2
+    err = second_log.read_text().strip().splitlines()
+    assert err[-1].startswith("tether: error: pool name blue-")
+    assert "in use by another live process" in err[-1]
+    assert "Traceback" not in second_log.read_text()
+
+    worker.send_signal(signal.SIGTERM)
+    with trio.fail_after(30):
+        assert await worker.wait() == 0
+    assert await bridge.stop() == 0
+
+
+def test_worker_run_reports_bad_settings_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = [
+        (["--agent", "no.such.module:factory"], "no.such.module"),
+        (["--agent", "tether.agents.echo:factory", "--exchange", str(tmp_path)], "not both"),
+        (["--workers", "0"], "workers must be an integer from 1 to 256"),
+        (["--pool-name", "bad name"], "pool_name must be"),
+    ]
+    for extra, expected in cases:
+        code = main(["worker", "run", "--store", str(tmp_path / "s.db"), *extra])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert expected in err, err
