@@ -12,6 +12,7 @@ from .._directory import Directory
 from .._registry import TaskRegistry
 from .._runtime import Runtime
 from ..bridge.custody._store import InspectStore
+from ..bridge.pool._timings import Timings
 from ..bridge.wire._status_file import ConnectionStatus
 
 DEFAULT_GATEWAY_WINDOW = 120.0
@@ -36,7 +37,8 @@ class Observed:
     ``gateway`` (optional) returns the gateway client's current :class:`ConnectionStatus`; when
     it is set, health also requires that the gateway answered within ``gateway_window``
     seconds. ``counters`` are extra counters (the bridge adds deliveries and dead letters).
-    ``wall_clock`` is compared with the status's wall-clock ``last_ok``.
+    ``wall_clock`` is compared with the status's wall-clock ``last_ok``. ``timings``
+    (optional) are the bridge's queue wait, run and delivery time histograms.
     """
 
     registry: TaskRegistry
@@ -47,6 +49,8 @@ class Observed:
     gateway_window: float = DEFAULT_GATEWAY_WINDOW
     counters: list[CounterSource] = attrs.field(factory=list)
     wall_clock: Callable[[], float] = time.time
+    timings: Timings | None = None
+    """Queue wait, run and delivery times (the bridge's), exported as histograms."""
 
     def __attrs_post_init__(self) -> None:
         if not self.gateway_window > 0:
@@ -61,6 +65,7 @@ class Observed:
         gateway: Callable[[], ConnectionStatus] | None = None,
         gateway_window: float = DEFAULT_GATEWAY_WINDOW,
         counters: list[CounterSource] | None = None,
+        timings: Timings | None = None,
     ) -> Observed:
         return cls(
             registry=runtime.registry,
@@ -70,4 +75,5 @@ class Observed:
             gateway=gateway,
             gateway_window=gateway_window,
             counters=list(counters or ()),
+            timings=timings,
         )
