@@ -146,7 +146,8 @@ async def test_a_receiver_that_hangs_or_fails_never_holds_up_or_fails_the_run(
     assert trio.current_time() - started < 4.0  # the 3 s run, not held up by its progress
     (result,) = await timed_store.ready_results()
     assert result.body.startswith("0 1 2 ")
-    assert worker.completed == 1 and worker.failed == 0
+    assert worker.completed == 1
+    assert worker.failed == 0
     assert calls >= 1
     assert most_in_flight == 1  # one send in flight per run: a hang never piles up
 
@@ -177,7 +178,8 @@ async def test_the_bundled_slow_stream_agent_streams_its_reply(
     assert result.body == "stream: one two three four five six"
     assert updates[0].status == "thinking about 6 words..."
     streamed = [u.partial for u in updates if u.partial]
-    assert streamed and all(result.body.startswith(p) for p in streamed)
+    assert streamed
+    assert all(result.body.startswith(p) for p in streamed)
     assert streamed[0] != result.body  # partial text went out before the reply was done
 
 
