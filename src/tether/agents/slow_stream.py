@@ -1,10 +1,10 @@
 """A slow streaming agent: shows progress and streams its reply a word at a time.
 
 What an LLM agent looks like to the people waiting on it, without an LLM: it first reports a
-status ("thinking about 5 words...") for three pauses, then streams the reply ``stream: <body>`` word by word
-with a pause between words, and returns the whole text as the one custodial reply. The page
-demo and the tests use it. The pause comes from the task's ``stream-delay`` header, else
-``TETHER_STREAM_DELAY``, else 0.3 seconds.
+status ("thinking about 5 words...") for three pauses, then streams the reply
+``stream: <body>`` word by word with a pause between words, and returns the whole text as the
+one custodial reply. The page demo and the tests use it. The pause comes from the task's
+``stream-delay`` header, else ``TETHER_STREAM_DELAY``, else 0.3 seconds.
 """
 
 from __future__ import annotations
@@ -43,12 +43,17 @@ async def words(text: str, delay: float) -> AsyncIterator[str]:
         yield word if i == 0 else " " + word
 
 
+async def answer(task: Task, delay: float | None = None) -> str:
+    """The agent's handler body (``delay`` overrides the task's setting)."""
+    pause = delay_of(task) if delay is None else delay
+    progress = progress_of(task)
+    progress.status(f"thinking about {len(task.body.split())} words...")
+    await trio.sleep(3 * pause)
+    progress.status("writing")
+    return await progress.stream_from(words(f"stream: {task.body}", pause))
+
+
 def factory(session: Session) -> None:
     @session.on("task")
     async def slow_stream(task: Task) -> str:
-        delay = delay_of(task)
-        progress = progress_of(task)
-        progress.status(f"thinking about {len(task.body.split())} words...")
-        await trio.sleep(3 * delay)
-        progress.status("writing")
-        return await progress.stream_from(words(f"stream: {task.body}", delay))
+        return await answer(task)
