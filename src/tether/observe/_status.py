@@ -121,8 +121,8 @@ async def read_custody(observed: Observed) -> CustodyReading | None:
         if counts.get(CustodyState.DEAD, 0):
             unreported = await observed.store.unreported_dead_count()
         oldest: dict[CustodyState, float] = {}
-        for state in IN_CUSTODY:
-            if counts.get(state, 0):
+        for state in CustodyState:  # in the states' order, not the set's
+            if state in IN_CUSTODY and counts.get(state, 0):
                 records = await observed.store.records(state, limit=1)
                 if records:
                     age = observed.store.clock() - records[0].created_at
