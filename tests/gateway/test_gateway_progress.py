@@ -232,3 +232,14 @@ def test_the_board_keeps_the_newest_update_and_stays_bounded() -> None:
     assert board.get("e") is not None
     board.forget("e")
     assert len(board) == 0
+
+
+def test_the_protocol_docs_list_the_progress_endpoint_and_its_version_rules() -> None:
+    from tether.gateway import _app
+
+    docs = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text()
+    assert "`POST /v1/tasks/<id>/progress`" in docs
+    assert "### Progress (optional)" in docs
+    assert "seen=REV" in docs
+    assert _app.__doc__ is not None
+    assert "POST    /v1/tasks/<id>/progress" in _app.__doc__
