@@ -75,18 +75,23 @@ from .pool import HeaderRefused as HeaderRefused
 from .pool import PoolLead as PoolLead
 from .pool import PoolWakeups as PoolWakeups
 from .pool import PoolWorker as PoolWorker
+from .pool import Progress as Progress
+from .pool import ProgressUpdate as ProgressUpdate
 from .pool import Reply as Reply
 from .pool import ResultRefused as ResultRefused
 from .pool import Returned as Returned
 from .pool import StallPass as StallPass
 from .pool import StallWatcher as StallWatcher
 from .pool import SweepReport as SweepReport
+from .pool import Timings as Timings
 from .pool import Wakeup as Wakeup
 from .pool import file_exchange_worker as file_exchange_worker
 from .pool import is_alive as is_alive
 from .pool import live_lead as live_lead
 from .pool import load_agent as load_agent
 from .pool import plan_sweep as plan_sweep
+from .pool import progress_of as progress_of
+from .pool import reporting as reporting
 from .service import BridgeConfig as BridgeConfig
 from .service import BridgeService as BridgeService
 from .service import ConfigError as ConfigError
@@ -166,6 +171,8 @@ __all__ = [
     "PoolWorker",
     "PostgresStore",
     "Priority",
+    "Progress",
+    "ProgressUpdate",
     "Queued",
     "ReconcileReport",
     "Reconciler",
@@ -194,6 +201,7 @@ __all__ = [
     "SweepReport",
     "Task",
     "TaskRecord",
+    "Timings",
     "TokenFileError",
     "UnknownTask",
     "Wakeup",
@@ -210,9 +218,11 @@ __all__ = [
     "may_move",
     "open_store",
     "plan_sweep",
+    "progress_of",
     "read_token",
     "redact_dsn",
     "render_status",
+    "reporting",
     "store_status",
     "write_token",
 ]

@@ -12,13 +12,22 @@ POST    /v1/results/batch           worker  ``{"results":[...]}``: many results 
 POST    /v1/results                 worker  ``{"id","body","no_send"?,"metadata"?}``
 POST    /v1/tasks/<id>/reject       worker  ``{"id","reason"}``: the bridge cannot take it
 POST    /v1/notices                 worker  ``{"id","kind":"stall","age_s"}``: tell people
+POST    /v1/tasks/<id>/progress     worker  ``{"id","attempt","seq","running_s","status"?,
+                                            "partial"?}``: what a running task shows now
 POST    /v1/heartbeat               worker  ``{"client","protocol_version":1,"inflight"}``
 POST    /v1/leases/release          worker  ``{"client"}``: queue again its unacked leases
 GET     /v1/stats                   worker  task counts, duplicates absorbed, clients
 POST    /v1/messages                user    ``{"room","text","sender"?,"id"?,"priority"?}`` → id
 GET     /v1/messages?room=R&limit=N user    a room's recent messages with their replies
 GET     /v1/messages/<id>?wait=N    user    status and reply; waits ≤ N s for the reply
+        &seen=REV                           ... or, with ``seen``, for any change of the view
 ======  ==========================  ======  ==============================================
+
+Progress (optional in protocol v1, best effort) lives in memory only (``ProgressBoard``): the
+message views carry the latest status line and partial reply while a message is open, plus
+when its run began; a stall notice shows as ``stalled_at``/``stalled_s``. Every view has a
+``rev`` that changes with anything it shows, so the chat page follows a message live with
+one long poll at a time (``seen=<rev>``) and no reload.
 
 A reject closes a handed-out task (leased or acked) with its reason, which the message views
 then carry as ``reason`` (an additive field of protocol v1): the bridge rejects a task it
@@ -87,8 +96,10 @@ from ..bridge.wire._messages import (
     parse_result,
     parse_result_batch,
 )
+from ..bridge.wire._progress import parse_progress
+from ._progress import ProgressBoard
 from ._store import FINAL_STATES, Conflict, GatewayStore, ItemOutcome, StoredTask
-from ._wire import message_view, parse_message, task_for_worker
+from ._wire import MessageView, message_view, parse_message, task_for_worker
 
 log = logging.getLogger("tether.gateway")
 
@@ -110,6 +121,7 @@ _PAGE_HEADERS = [
 ]
 _ACK_PATH = re.compile(r"/v1/tasks/([^/]+)/ack")
 _REJECT_PATH = re.compile(r"/v1/tasks/([^/]+)/reject")
+_PROGRESS_PATH = re.compile(r"/v1/tasks/([^/]+)/progress")
 _MESSAGE_PATH = re.compile(r"/v1/messages/([^/]+)")
 
 
@@ -145,6 +157,8 @@ class GatewayApp:
     _tasks_added: trio.Event = attrs.field(factory=trio.Event, init=False)
     _answered: trio.Event = attrs.field(factory=trio.Event, init=False)
     _static: dict[str, bytes] = attrs.field(factory=_load_static, init=False)
+    progress: ProgressBoard = attrs.field(factory=ProgressBoard, init=False)
+    """What each open message's run shows now (in memory: progress is never custody)."""
 
     def __attrs_post_init__(self) -> None:
         if not self.lease > 0:
@@ -198,6 +212,9 @@ class GatewayApp:
         if path == "/v1/results":
             allow_methods(method, "POST")
             return self._result
+        if _PROGRESS_PATH.fullmatch(path):
+            allow_methods(method, "POST")
+            return self._progress
         if path == "/v1/acks":
             allow_methods(method, "POST")
             return self._ack_batch
@@ -268,6 +285,8 @@ class GatewayApp:
                 await self.store.release_tasks([task.id for task in tasks])
                 self._wake_pollers()
             return
+        if tasks:
+            self._message_changed()
         payload = {"tasks": [unstructure(task_for_worker(task)) for task in tasks]}
         await send_json(send, 200, payload)
 
@@ -280,12 +299,14 @@ class GatewayApp:
         task = await _conflicts(self.store.ack(ack.id, self.clock()))
         if task is None:
             raise HttpError(404, f"unknown task id {ack.id!r}")
+        self._message_changed()
         await send_json(send, 200, {"id": task.id, "status": task.state})
 
     async def _ack_batch(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)
         batch = _valid(parse_ack_batch, await self._json(request))
         outcomes = await self.store.ack_many(batch.ids, self.clock())
+        self._message_changed()
         await send_json(send, 200, {"items": [unstructure(_item(o)) for o in outcomes]})
 
     async def _result_batch(self, request: Request, send: Send) -> None:
@@ -331,7 +352,29 @@ class GatewayApp:
             notice.id,
             notice.age_s,
         )
+        self._message_changed()
         await send_json(send, 200, {"id": notice.id, "kind": notice.kind})
+
+    async def _progress(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        match = _PROGRESS_PATH.fullmatch(request.path)
+        assert match is not None
+        path_id = _valid(check_task_id, match.group(1), "task id in the path")
+        progress = _valid(parse_progress, await request.json(self.limits.max_body), path_id)
+        task = await self.store.get(progress.id)
+        if task is None:
+            raise HttpError(409, f"unknown task id {progress.id!r}")  # not 404: see _reject
+        kept = False
+        if task.state not in FINAL_STATES:
+            kept = self.progress.update(progress, self.clock())
+            if kept:
+                self._message_changed()
+        await send_json(send, 200, {"id": progress.id, "kept": kept})
+
+    def _message_changed(self) -> None:
+        """Something a message view shows changed: every waiting message poll looks again."""
+        self._answered.set()
+        self._answered = trio.Event()
 
     async def _result(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)
@@ -413,9 +456,13 @@ class GatewayApp:
         _valid(check_label, room, "room")
         limit = query_count(request.query, "limit", 50, self.limits.max_history)
         history = await self.store.room_history(room, limit)
-        await send_json(
-            send, 200, {"messages": [unstructure(message_view(task)) for task in history]}
-        )
+        views = [unstructure(self._view(task)) for task in history]
+        await send_json(send, 200, {"messages": views})
+
+    def _view(self, task: StoredTask) -> MessageView:
+        if task.state in FINAL_STATES:
+            self.progress.forget(task.id)
+        return message_view(task, self.progress.get(task.id))
 
     async def _message(self, request: Request, send: Send) -> None:
         self._authorize(request, USER)
@@ -423,6 +470,7 @@ class GatewayApp:
         assert match is not None
         task_id = _valid(check_task_id, match.group(1), "message id in the path")
         wait = min(query_seconds(request.query, "wait", 0.0), self.limits.max_wait)
+        seen = request.query.get("seen")
         deadline = trio.current_time() + wait
         task: StoredTask | None = None
         async with _cancel_on_disconnect(request) as disconnected:
@@ -433,13 +481,15 @@ class GatewayApp:
                     raise HttpError(404, f"unknown message id {task_id!r}")
                 if task.state in FINAL_STATES or self.closing.is_set():
                     break
+                if seen is not None and self._view(task).rev != seen:
+                    break
                 with trio.move_on_at(deadline) as waited:
                     await answered.wait()
                 if waited.cancelled_caught:
                     break
         if disconnected() or task is None:
             return
-        await send_json(send, 200, unstructure(message_view(task)))
+        await send_json(send, 200, unstructure(self._view(task)))
 
 
 def _item(outcome: ItemOutcome) -> BatchItem:

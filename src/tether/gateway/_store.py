@@ -98,7 +98,9 @@ CREATE TABLE IF NOT EXISTS clients (
 
 _TASK_COLUMNS = (
     "id, room, sender, body, created_at, state, lease_until, deliveries, acked_at, reply, "
-    "worker, answered_at, (SELECT reason FROM rejections r WHERE r.id = tasks.id), priority"
+    "worker, answered_at, (SELECT reason FROM rejections r WHERE r.id = tasks.id), priority, "
+    "(SELECT at FROM notices n WHERE n.id = tasks.id AND n.kind = 'stall'), "
+    "(SELECT age_s FROM notices n WHERE n.id = tasks.id AND n.kind = 'stall')"
 )
 PRIORITIES = ("urgent", "normal", "low")
 _PRIORITY_ORDER = "CASE priority WHEN 'urgent' THEN 0 WHEN 'low' THEN 2 ELSE 1 END"
@@ -130,6 +132,10 @@ class StoredTask:
     reason: str | None = None
     """Why the worker side closed it without a reply (a rejection), if it did."""
     priority: str = "normal"
+    stalled_at: float | None = None
+    """When a stall notice about it came (the worker side found it taking long), if one did."""
+    stall_age_s: float | None = None
+    """How long it had been in the worker side's custody when that notice was sent."""
 
 
 @attrs.frozen

@@ -8,7 +8,8 @@ import attrs
 
 from .._converter import structure
 from ..bridge.wire._messages import GatewayTask, check_label, check_task_id, require_object
-from ._store import PRIORITIES, StoredTask
+from ._progress import LiveProgress
+from ._store import FINAL_STATES, PRIORITIES, StoredTask
 
 MAX_TEXT_CHARS = 32_000
 
@@ -34,6 +35,13 @@ class MessageView:
     (a worker side has it), answered (``reply`` is set) or closed (done, no reply). A closed
     message the worker side rejected or gave up on (its agent kept failing) carries the
     ``reason``; ``None`` otherwise (added to protocol v1: old clients ignore it).
+
+    While it is not yet answered or closed (all additive too): ``working_since`` (when the
+    worker side's current run of it began, by the gateway's clock), ``progress`` (the latest
+    status line), ``partial`` (the reply as it is being written) and ``attempt`` come from the
+    worker side's best-effort progress updates; ``stalled_at`` and ``stalled_s`` say a stall
+    notice came (it had been in custody that many seconds). ``rev`` changes whenever anything
+    here does: ``GET /v1/messages/<id>?wait=N&seen=<rev>`` answers as soon as it differs.
     """
 
     id: str
@@ -48,6 +56,13 @@ class MessageView:
     answered_at: float | None
     reason: str | None = None
     priority: str = "normal"
+    working_since: float | None = None
+    progress: str | None = None
+    partial: str | None = None
+    attempt: int | None = None
+    stalled_at: float | None = None
+    stalled_s: float | None = None
+    rev: str = ""
 
 
 def parse_message(data: Any) -> MessageRequest:
@@ -67,7 +82,15 @@ def parse_message(data: Any) -> MessageRequest:
     return message
 
 
-def message_view(task: StoredTask) -> MessageView:
+def message_view(task: StoredTask, live: LiveProgress | None = None) -> MessageView:
+    """The view of ``task``; ``live`` (its progress) is shown only while it is open."""
+    if task.state in FINAL_STATES:
+        live = None
+    rev = f"{task.state}/{task.deliveries}"
+    if live is not None:
+        rev += f"/{live.attempt}.{live.seq}"
+    if task.stalled_at is not None:
+        rev += f"/stall@{task.stalled_at!r}"
     return MessageView(
         id=task.id,
         room=task.room,
@@ -81,6 +104,13 @@ def message_view(task: StoredTask) -> MessageView:
         answered_at=task.answered_at,
         reason=task.reason,
         priority=task.priority,
+        working_since=None if live is None else live.working_since,
+        progress=None if live is None else live.status,
+        partial=None if live is None else live.partial,
+        attempt=None if live is None else live.attempt,
+        stalled_at=task.stalled_at,
+        stalled_s=task.stall_age_s,
+        rev=rev,
     )
 
 

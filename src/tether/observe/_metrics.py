@@ -14,7 +14,7 @@ from typing import Final
 
 import attrs
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .._child import CHILD_STATES
@@ -26,18 +26,23 @@ from ._status import CustodyReading, read_custody
 
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 
+IN_CUSTODY_ORDER: Final = tuple(s for s in CustodyState if s in IN_CUSTODY)
+
 
 @attrs.define(eq=False)
 class _LiveCollector(Collector):
     observed: Observed
     custody: CustodyReading | None = None
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(
+        self,
+    ) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
         yield from self._registry_metrics(self.observed.registry)
         yield from self._supervisor_metrics()
         yield from self._session_metrics()
         yield from self._custody_metrics()
         yield from self._gateway_metrics()
+        yield from self._timing_metrics()
         for source in self.observed.counters:
             yield CounterMetricFamily(
                 f"tether_{source.name}", source.documentation, value=source.read()
@@ -137,6 +142,26 @@ class _LiveCollector(Collector):
             "Dead-lettered tasks the gateway has not yet confirmed hearing about",
             value=reading.dead_unreported,
         )
+        oldest = GaugeMetricFamily(
+            "tether_custody_oldest_age_seconds",
+            "Age since intake of the oldest task in each in-custody state (0 when none)",
+            labels=["state"],
+        )
+        for custody_state in IN_CUSTODY_ORDER:
+            oldest.add_metric([custody_state.value], reading.oldest_s.get(custody_state, 0.0))
+        yield oldest
+
+    def _timing_metrics(self) -> Iterator[HistogramMetricFamily]:
+        timings = self.observed.timings
+        if timings is None:
+            return
+        for histogram in timings.histograms:
+            yield HistogramMetricFamily(
+                f"tether_{histogram.name}_seconds",
+                histogram.documentation,
+                buckets=histogram.cumulative(),
+                sum_value=histogram.sum,
+            )
 
     def _gateway_metrics(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         observed = self.observed

@@ -13,6 +13,7 @@ from .._registry import TaskRegistry
 from .._runtime import Runtime
 from ..bridge.custody._store import InspectStore
 from ..bridge.pool._status import PoolStatus
+from ..bridge.pool._timings import Timings
 from ..bridge.wire._status_file import ConnectionStatus
 
 DEFAULT_GATEWAY_WINDOW = 120.0
@@ -38,7 +39,8 @@ class Observed:
     :class:`~tether.bridge.wire.ConnectionStatus`; when it is set, health also requires that
     the gateway answered within ``gateway_window`` seconds. ``counters`` are extra counters
     (the bridge adds deliveries and dead letters). ``wall_clock`` is compared with the
-    status's wall-clock ``last_ok``.
+    status's wall-clock ``last_ok``. ``timings`` (optional) are the bridge's queue wait, run and
+    delivery time histograms.
     """
 
     registry: TaskRegistry
@@ -51,6 +53,8 @@ class Observed:
     wall_clock: Callable[[], float] = time.time
     pool: Callable[[], PoolStatus] | None = None
     """This process's pool membership and the leader it sees (bridges, ``tether worker run``)."""
+    timings: Timings | None = None
+    """Queue wait, run and delivery times (the bridge's), exported as histograms."""
 
     def __attrs_post_init__(self) -> None:
         if not self.gateway_window > 0:
@@ -66,6 +70,7 @@ class Observed:
         gateway_window: float = DEFAULT_GATEWAY_WINDOW,
         counters: list[CounterSource] | None = None,
         pool: Callable[[], PoolStatus] | None = None,
+        timings: Timings | None = None,
     ) -> Observed:
         return cls(
             registry=runtime.registry,
@@ -76,4 +81,5 @@ class Observed:
             gateway_window=gateway_window,
             counters=list(counters or ()),
             pool=pool,
+            timings=timings,
         )

@@ -53,6 +53,17 @@ class SessionView:
 
 
 @attrs.frozen
+class TimingView:
+    """One timing histogram in brief: how many observations, and the p50/p99 of the recent
+    ones (None before the first)."""
+
+    name: str
+    count: int
+    p50_s: float | None
+    p99_s: float | None
+
+
+@attrs.frozen
 class StatusReport:
     health: HealthReport
     supervisors: list[SupervisorView]
@@ -65,6 +76,9 @@ class StatusReport:
     handler_failures: int
     background_failures: int | None
     pool: PoolStatus | None = None
+    timings: list[TimingView] = attrs.field(factory=list)
+    oldest_s: dict[str, float] = attrs.field(factory=dict)
+    """Age (since intake) of the oldest task in each in-custody state that holds any."""
 
 
 def child_view(child: ChildSnapshot, now: float) -> ChildView:
@@ -94,6 +108,9 @@ class CustodyReading:
     error: str | None = None
     dead_unreported: int = 0
     """Dead letters the gateway has not yet confirmed hearing about."""
+    oldest_s: dict[CustodyState, float] = attrs.field(factory=dict)
+    """Age (since intake, by the store's clock) of the oldest task in each in-custody state
+    that holds any (one indexed read per such state)."""
 
 
 async def read_custody(observed: Observed) -> CustodyReading | None:
@@ -105,12 +122,20 @@ async def read_custody(observed: Observed) -> CustodyReading | None:
         unreported = 0
         if counts.get(CustodyState.DEAD, 0):
             unreported = await observed.store.unreported_dead_count()
+        oldest: dict[CustodyState, float] = {}
+        for state in CustodyState:  # in the states' order, not the set's
+            if state in IN_CUSTODY and counts.get(state, 0):
+                records = await observed.store.records(state, limit=1)
+                if records:
+                    age = observed.store.clock() - records[0].created_at
+                    oldest[state] = round(max(0.0, age), 3)
     except Exception as exc:
         log.warning("cannot read the custody store's counts: %r", exc)
         return CustodyReading(None, repr(exc))
     return CustodyReading(
         {state: int(counts.get(state, 0)) for state in CustodyState},
         dead_unreported=unreported,
+        oldest_s=oldest,
     )
 
 
@@ -157,7 +182,35 @@ async def status_report(observed: Observed) -> StatusReport:
         handler_failures=observed.directory.handler_failures(),
         background_failures=None if observed.runtime is None else observed.runtime.failed_count,
         pool=None if observed.pool is None else observed.pool(),
+        timings=timing_views(observed),
+        oldest_s={}
+        if reading is None
+        else {state.value: age for state, age in reading.oldest_s.items()},
     )
+
+
+def timing_views(observed: Observed) -> list[TimingView]:
+    if observed.timings is None:
+        return []
+    return [
+        TimingView(
+            name=h.name,
+            count=h.total,
+            p50_s=_rounded(h.quantile(0.5)),
+            p99_s=_rounded(h.quantile(0.99)),
+        )
+        for h in observed.timings.histograms
+    ]
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.1f}ms" if value < 1 else f"{value:.2f}s"
 
 
 def render_status(report: StatusReport) -> str:
@@ -188,6 +241,17 @@ def render_status(report: StatusReport) -> str:
         lines.append(f"custody: {report.in_flight} in flight ({counts})")
     elif report.custody_error is not None:
         lines.append(f"custody: cannot read the store: {report.custody_error}")
+    if report.oldest_s:
+        oldest = ", ".join(f"{state} {age:.1f}s" for state, age in report.oldest_s.items())
+        lines.append(f"oldest in custody: {oldest}")
+    for timing in report.timings:
+        if timing.count == 0:
+            lines.append(f"{timing.name:<11} no observations yet")
+        else:
+            lines.append(
+                f"{timing.name:<11} p50 {_seconds(timing.p50_s)}  p99 {_seconds(timing.p99_s)}"
+                f"  ({timing.count} observed)"
+            )
     gw = report.gateway
     if gw is not None:
         state = "connected" if gw.connected else "NOT connected"

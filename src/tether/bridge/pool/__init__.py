@@ -3,6 +3,8 @@
 - ``_lead``: :class:`PoolLead` and its pure planner :func:`plan_sweep`.
 - ``_worker``: :class:`PoolWorker`, where a worker claims, runs its agent and stores the outcome.
 - ``_liveness``: the one predicate "is this member alive" (:func:`is_alive`).
+- ``_progress``: what a running agent shows people (status, partial reply); ``_timings``:
+  queue wait, run and delivery time histograms.
 - ``_stall``: stall notices, once per task. ``_files``: the file exchange for outside programs.
 - ``_agent``: what an agent is and how ``module:factory`` is loaded. ``_wakeup``: "look now".
 """
@@ -26,9 +28,15 @@ from ._lead import elect as elect
 from ._lead import plan_sweep as plan_sweep
 from ._liveness import is_alive as is_alive
 from ._liveness import live_lead as live_lead
+from ._progress import Progress as Progress
+from ._progress import ProgressUpdate as ProgressUpdate
+from ._progress import progress_of as progress_of
+from ._progress import reporting as reporting
 from ._stall import StallPass as StallPass
 from ._stall import StallWatcher as StallWatcher
 from ._status import PoolStatus as PoolStatus
+from ._timings import Histogram as Histogram
+from ._timings import Timings as Timings
 from ._wakeup import PoolWakeups as PoolWakeups
 from ._wakeup import Wakeup as Wakeup
 from ._worker import PoolWorker as PoolWorker
@@ -42,16 +50,20 @@ __all__ = [
     "EmptyReply",
     "FileExchange",
     "HeaderRefused",
+    "Histogram",
     "PoolLead",
     "PoolStatus",
     "PoolWakeups",
     "PoolWorker",
+    "Progress",
+    "ProgressUpdate",
     "Reply",
     "ResultRefused",
     "Returned",
     "StallPass",
     "StallWatcher",
     "SweepReport",
+    "Timings",
     "Wakeup",
     "elect",
     "file_exchange_worker",
@@ -59,4 +71,6 @@ __all__ = [
     "live_lead",
     "load_agent",
     "plan_sweep",
+    "progress_of",
+    "reporting",
 ]

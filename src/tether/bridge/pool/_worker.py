@@ -27,6 +27,12 @@
   assignments, let the runs in hand finish for ``stop_grace`` seconds, then cancel them and
   ``release`` their claims (back to pending without burning an attempt). A hard cancel also
   releases what is in hand.
+- Progress (``on_progress``): each run gets a reporter (``progress_of(task)`` in the agent); a
+  publisher task sends the latest state of each run still going, at most one update per run
+  every ``progress_interval``, never for a run quicker than that, one send in flight per run.
+  A send that fails or hangs is logged and dropped (the next change supersedes it); a receiver
+  that answers False (no endpoint) ends the publishing. Runs never wait for it.
+- Timings (``timings``): the claim (queue wait), the run's duration, the stored reply.
 """
 
 from __future__ import annotations
@@ -46,8 +52,10 @@ from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task,
 from ..custody._store import WorkerInfo, WorkerStore
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
+from ._progress import Progress, ProgressUpdate, reporting
 from ._stall import Notify, StallWatcher
 from ._stop import StopSignal
+from ._timings import Timings
 from ._wakeup import PoolWakeups, Wakeup
 
 log = logging.getLogger("tether.bridge.pool.worker")
@@ -60,6 +68,12 @@ PREFETCH_S: Final = 0.1
 
 RUN_AVERAGE_WEIGHT: Final = 0.2
 """How much one run moves the average run time (an exponential moving average)."""
+
+PROGRESS_SEND_TIMEOUT: Final = 5.0
+"""Seconds one progress update may take to send before it is dropped."""
+
+OnProgress = Callable[[ProgressUpdate], Awaitable[bool]]
+"""Sends one progress update; False when the receiver cannot take any (stop sending)."""
 
 NOT_RUN: Final = (QueueFull, HandlerDropped, HandlerCancelled)
 """What ``session.call`` raises when the session refused or cancelled the run: not a failure
@@ -82,6 +96,12 @@ class _Active:
     finishing: bool = False
     """The run is storing its outcome: a renew racing with it must not count as lost."""
     settled: bool = False
+    started: float = 0.0
+    """``trio.current_time()`` when the run began (its progress says how long it has gone)."""
+    progress: Progress | None = None
+    sent: int = -1
+    """The reporter's version last sent (-1: nothing yet, not even "working")."""
+    sending: bool = False
 
 
 @attrs.define(eq=False)
@@ -118,6 +138,13 @@ class PoolWorker:
     """If given, the worker watches its own claims and calls ``on_stall(task_id, age)`` once
     per task older than ``stall_after`` (see ``StallWatcher``; a raise is retried)."""
     stall_after: float = 60.0
+    on_progress: OnProgress | None = None
+    """If given, each run gets a progress reporter and its updates are sent through this
+    (coalesced, rate-bounded, best effort: see the module docstring)."""
+    progress_interval: float = 0.5
+    """Seconds between two progress updates of one run (and before its first)."""
+    timings: Timings | None = None
+    """If given, the worker records queue waits, run times and stored replies in it."""
     completed: int = attrs.field(init=False, default=0)
     failed: int = attrs.field(init=False, default=0)
     released: int = attrs.field(init=False, default=0)
@@ -132,6 +159,8 @@ class PoolWorker:
     _stopping: bool = attrs.field(init=False, default=False)
     _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
     _run_seconds: float | None = attrs.field(init=False, default=None)
+    _progress_refused: bool = attrs.field(init=False, default=False)
+    _progress_warned: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
@@ -150,6 +179,7 @@ class PoolWorker:
         if self.wakeups is not None:
             self._doorbell = self.wakeups.worker(self.name)
         check_seconds("stall_after", self.stall_after)
+        check_seconds("progress_interval", self.progress_interval)
         check_seconds("lead_dead_after", self.lead_dead_after)
         check_seconds("max_skew", self.max_skew, allow_zero=True)
         check_seconds("stop_grace", self.stop_grace, allow_zero=True)
@@ -184,6 +214,8 @@ class PoolWorker:
 
     def _timed_run(self, seconds: float) -> None:
         """Fold one run's duration (claim to answer) into the average ``asked_capacity`` uses."""
+        if self.timings is not None:
+            self.timings.ran(seconds)
         if self._run_seconds is None:
             self._run_seconds = seconds
         else:
@@ -227,6 +259,12 @@ class PoolWorker:
                             worker=self.name,
                         )
                         nursery.start_soon(watcher.run, name=f"{self._label}::stall")
+                    if self.on_progress is not None:
+                        nursery.start_soon(
+                            self._publish_progress,
+                            self.on_progress,
+                            name=f"{self._label}::progress",
+                        )
                     async with trio.open_nursery() as work:
                         task_status.started()
                         await self._claim_until_stopped(session, work)
@@ -321,7 +359,9 @@ class PoolWorker:
         ``claim_many`` is queued while this outcome commits instead of after it (the two
         overlap, or share a group commit), rather than costing one commit after the other."""
         id = claim.task.id
-        entry = _Active(claim)
+        entry = _Active(claim, started=trio.current_time())
+        if self.timings is not None:
+            self.timings.claimed(id, self.now())
         for old in [a for a in self._active if a.claim.task.id == id]:
             # the store handed the task out again, so every older attempt here is fenced out
             self._lose(old, StaleLease(f"task {id!r} was claimed again as attempt {claim.attempt}"))
@@ -329,18 +369,19 @@ class PoolWorker:
         try:
             with entry.scope:
                 try:
-                    started = trio.current_time()
-                    reply = reply_of(await session.call(TASK_EVENT, claim.task), id)
+                    reply = reply_of(await self._call(session, entry), id)
                 except NOT_RUN as exc:
                     log.info("worker %s: task %s was not run: %s", self.name, id, exc)
                     await self._release(entry)
                     return False
                 except Exception as exc:
                     answered()
+                    if self.timings is not None:
+                        self.timings.ran(trio.current_time() - entry.started)
                     await self._fail(entry, exc)
                 else:
                     answered()
-                    self._timed_run(trio.current_time() - started)
+                    self._timed_run(trio.current_time() - entry.started)
                     await self._complete(entry, reply)
         except trio.Cancelled:
             with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
@@ -349,6 +390,77 @@ class PoolWorker:
         finally:
             del self._active[entry]
         return True
+
+    async def _call(self, session: Session, entry: _Active) -> list[object]:
+        """Run the agent on the claim's task, with a progress reporter if progress is sent."""
+        task = entry.claim.task
+        if self.on_progress is None:
+            return await session.call(TASK_EVENT, task)
+        entry.progress = Progress()
+        with reporting(task, entry.progress):
+            return await session.call(TASK_EVENT, task)
+
+    async def _publish_progress(self, send: OnProgress) -> None:
+        """Every ``progress_interval``: one update for each run going at least that long whose
+        reporter changed since its last update (the first says it is working), unless that
+        run's previous update is still on its way."""
+        async with trio.open_nursery() as sends:
+            while True:
+                await trio.sleep(self.progress_interval)
+                if self._progress_refused:
+                    log.info("worker %s: the receiver takes no progress; not sending", self.name)
+                    sends.cancel_scope.cancel()
+                    return
+                now = trio.current_time()
+                for entry in list(self._active):
+                    progress = entry.progress
+                    if (
+                        progress is None
+                        or entry.sending
+                        or entry.lost
+                        or entry.finishing
+                        or progress.version == entry.sent
+                        or now - entry.started < self.progress_interval
+                    ):
+                        continue
+                    version, status, partial = progress.snapshot()
+                    update = ProgressUpdate(
+                        id=entry.claim.task.id,
+                        attempt=entry.claim.attempt,
+                        seq=version,
+                        running_s=round(now - entry.started, 3),
+                        worker=self.name,
+                        status=status,
+                        partial=partial,
+                    )
+                    entry.sent, entry.sending = version, True
+                    sends.start_soon(self._send_progress, send, entry, update)
+
+    async def _send_progress(
+        self, send: OnProgress, entry: _Active, update: ProgressUpdate
+    ) -> None:
+        try:
+            with trio.move_on_after(PROGRESS_SEND_TIMEOUT) as timer:
+                if not await send(update):
+                    self._progress_refused = True
+            if timer.cancelled_caught:
+                self._progress_trouble(update, "timed out")
+        except Exception as exc:
+            self._progress_trouble(update, repr(exc))
+        finally:
+            entry.sending = False
+
+    def _progress_trouble(self, update: ProgressUpdate, problem: str) -> None:
+        level = logging.DEBUG if self._progress_warned else logging.WARNING
+        self._progress_warned = True
+        log.log(
+            level,
+            "worker %s: a progress update of task %s was dropped (%s); progress is best "
+            "effort, the run goes on",
+            self.name,
+            update.id,
+            problem,
+        )
 
     async def _complete(self, entry: _Active, reply: Reply) -> None:
         entry.finishing = True
@@ -362,6 +474,8 @@ class PoolWorker:
             return
         entry.settled = True
         self.completed += 1
+        if self.timings is not None:
+            self.timings.result_stored(entry.claim.task.id, self.now())
         if self.after_complete is not None:
             try:
                 await self.after_complete(entry.claim.task)

@@ -31,6 +31,7 @@ import trio
 from ..._converter import unstructure
 from ..custody._rules import CustodyConflict, Result, check_delivery_lease
 from ..custody._store import DeliveryStore
+from ..pool._timings import Timings
 from ..wire._client import GatewayClient, GatewayRequestError
 from ..wire._messages import MAX_BATCH, ResultMetadata, ResultReceipt, ResultRequest, parse_result
 
@@ -93,6 +94,8 @@ class Delivery:
     """How long a read's results stay leased to ``holder``; ``None``: the store's ``lease_s``
     (the time a crashed bridge's work waits for another). A post that outlasts it (a gateway
     outage) may be posted by another bridge too: a duplicate the gateway absorbs."""
+    timings: Timings | None = None
+    """If given, each confirmed reply's delivery time is observed (from its stored reply)."""
     stats: DeliveryStats = attrs.field(factory=DeliveryStats, init=False)
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
     _stopped: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -188,6 +191,8 @@ class Delivery:
         self, confirmed: list[tuple[Result, ResultReceipt]], mark_slots: trio.Semaphore
     ) -> None:
         """Mark every confirmed reply delivered, in one store call (one commit)."""
+        if self.timings is not None:
+            self.timings.delivered((r.task.id for r, _ in confirmed), self.store.clock())
         try:
             marked = await self.store.mark_delivered_many([r.task.id for r, _ in confirmed])
         finally:

@@ -30,6 +30,7 @@ import trio
 
 from ..custody._rules import InvalidTask, Task
 from ..custody._store import IngestStore
+from ..pool._timings import Timings
 from ..pool._wakeup import PoolWakeups
 from ..wire._backoff import Backoff
 from ..wire._client import GatewayClient, GatewayError, GatewayRequestError
@@ -106,6 +107,8 @@ class Ingest:
     wakeups: PoolWakeups | None = None
     release_on_exit: bool = True
     """Give this client's unacked leases back to the gateway when ``run`` ends."""
+    timings: Timings | None = None
+    """If given, each new task's intake time is noted (its queue wait ends at its claim)."""
     stats: IngestStats = attrs.field(factory=IngestStats, init=False)
 
     async def run_once(self, wait: float | None = None) -> IngestRound:
@@ -129,6 +132,8 @@ class Ingest:
             landed = [(task, fresh) for task, fresh in landed if task not in conflicts]
             rejected.extend((task.id, CONFLICT_REASON) for task in conflicts)
         new = tuple(task.id for task, fresh in landed if fresh)
+        if new and self.timings is not None:
+            self.timings.taken_in(new, self.store.clock())
         if new and self.wakeups is not None:
             self.wakeups.tasks_pending()
         replays = tuple(task.id for task, fresh in landed if not fresh)

@@ -44,8 +44,10 @@ from ..custody._rules import IN_CUSTODY, Task
 from ..custody._store import Store
 from ..pool._agent import AgentFactory, load_agent
 from ..pool._lead import PoolLead
+from ..pool._progress import ProgressUpdate
 from ..pool._stall import StallWatcher
 from ..pool._status import PoolStatus, pool_status
+from ..pool._timings import Timings
 from ..pool._wakeup import PoolWakeups
 from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
 from ..stores._open import open_store
@@ -56,6 +58,7 @@ from ..wire._client import (
     GatewayRequestError,
     GatewayUnavailable,
 )
+from ..wire._progress import ProgressRequest
 from ._config import BridgeConfig
 from ._dead_notices import DeadNotices
 from ._delivery import Delivery, delivery_holder
@@ -122,6 +125,8 @@ class BridgeService:
     running: bool = attrs.field(default=False, init=False)
     """True once every child started (``run`` reported ready)."""
     wakeups: PoolWakeups = attrs.field(factory=PoolWakeups, init=False)
+    timings: Timings = attrs.field(factory=Timings, init=False)
+    """Queue wait, run and delivery times this bridge observed (the admin endpoint shows them)."""
     """Ingest, the lead and the workers ring each other through it (in this process)."""
     aborted: str | None = attrs.field(default=None, init=False)
     """The reason given to :meth:`abort`, once it was called."""
@@ -196,13 +201,18 @@ class BridgeService:
                 )
                 self.gateway = gateway
                 self.ingest = Ingest(
-                    store, gateway, poll_wait=config.poll_wait, wakeups=self.wakeups
+                    store,
+                    gateway,
+                    poll_wait=config.poll_wait,
+                    wakeups=self.wakeups,
+                    timings=self.timings,
                 )
                 self.delivery = Delivery(
                     store,
                     gateway,
                     on_dead=self.wakeups.tasks_dead,
                     holder=delivery_holder(self.pool_stem),
+                    timings=self.timings,
                 )
                 self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
                 supervisor = await stack.enter_async_context(
@@ -321,6 +331,7 @@ class BridgeService:
             gateway_window=config.health_window,
             counters=self._counters(),
             pool=self.pool_status,
+            timings=self.timings,
         )
         settings = AdminSettings(
             token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0
@@ -398,6 +409,8 @@ class BridgeService:
                 stop_grace=config.grace,
                 wakeups=self.wakeups,
                 after_complete=self._result_stored,
+                on_progress=self.send_progress,
+                timings=self.timings,
             )
             for name in worker_names(stem, config.workers)
         ]
@@ -559,6 +572,23 @@ class BridgeService:
         log.warning("task %s has been in custody for %.0f s without a reply", task_id, age_s)
         if self.gateway is not None:
             await self.gateway.notice(task_id, age_s)
+
+    async def send_progress(self, update: ProgressUpdate) -> bool:
+        """The pool's progress callback: one update to the gateway (False: it has no
+        progress endpoint, so the workers stop sending)."""
+        if self.gateway is None:
+            return False
+        return await self.gateway.progress(
+            ProgressRequest(
+                id=update.id,
+                attempt=update.attempt,
+                seq=update.seq,
+                running_s=update.running_s,
+                status=update.status,
+                partial=update.partial,
+                worker=update.worker,
+            )
+        )
 
 
 def _until_stopped(run: ServiceRun) -> ServiceRun:

@@ -8,8 +8,8 @@ What it promises its caller:
 - an auth refusal (401/403) re-reads the token file once (the token may have been rotated)
   and retries; refused again, it raises :class:`GatewayAuthError` with one clear line;
 - any other refusal (4xx) raises :class:`GatewayRequestError` with the gateway's reason;
-- optional endpoints (heartbeat, reject, notices, lease release) that the gateway does not
-  have (404/405) are logged once and not called again;
+- optional endpoints (heartbeat, reject, notices, lease release, progress) that the gateway
+  does not have (404/405) are logged once and not called again;
 - every request names its lease holder (``X-Tether-Client``: the client name and a random
   suffix per client object), so the gateway knows whose leases a poll hands out and
   :meth:`GatewayClient.release_leases` gives back this client's only, never those of another
@@ -68,6 +68,7 @@ from ._messages import (
     parse_lenient,
     parse_result,
 )
+from ._progress import ProgressRequest, fit_progress
 from ._status_file import ConnectionStatus, StatusFile, utc_now_iso
 
 log = logging.getLogger("tether.bridge.gateway")
@@ -153,6 +154,7 @@ class GatewayClient:
     reject_supported: bool = attrs.field(default=True, init=False)
     notices_supported: bool = attrs.field(default=True, init=False)
     release_supported: bool = attrs.field(default=True, init=False)
+    progress_supported: bool = attrs.field(default=True, init=False)
     rejected_tasks: int = attrs.field(default=0, init=False)
     _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
     _token: str = attrs.field(default="", init=False)
@@ -465,6 +467,31 @@ class GatewayClient:
         if response is None:
             self.notices_supported = False
             log.info("gateway %s has no notices endpoint; notices stay in the log", self.shown_url)
+            return False
+        return True
+
+    async def progress(self, request: ProgressRequest) -> bool:
+        """Send one progress update (texts cut to the limits); False when the gateway has no
+        progress endpoint (remembered: no request next time).
+
+        Best effort, not retried: a transient failure raises :class:`GatewayUnavailable`, a
+        refusal :class:`GatewayRequestError` (e.g. 409 for a task the gateway has closed);
+        the caller drops the update, and the next one supersedes it anyway.
+        """
+        if not self.progress_supported:
+            return False
+        check_task_id(request.id)
+        response = await self._request(
+            "POST",
+            f"/v1/tasks/{request.id}/progress",
+            what=f"a progress update of {request.id}",
+            payload=unstructure(fit_progress(request)),
+            optional=True,
+            retry=False,
+        )
+        if response is None:
+            self.progress_supported = False
+            log.info("gateway %s has no progress endpoint; progress is not sent", self.base_url)
             return False
         return True
 

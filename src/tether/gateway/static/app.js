@@ -35,8 +35,48 @@ async function api(method, path, body) {
 const PENDING = {
   queued: "waiting for an agent…",
   leased: "an agent is picking it up…",
-  acked: "an agent is working on it…",
+  acked: "queued for an agent…",
 };
+
+function part(item, cls, tag = "div") {
+  let el = item.querySelector("." + cls);
+  if (!el) {
+    el = document.createElement(tag);
+    el.className = cls;
+    item.append(el);
+  }
+  return el;
+}
+
+function clock(seconds) {
+  return new Date(seconds * 1000).toLocaleTimeString();
+}
+
+function elapsed(since) {
+  const s = Math.max(0, Math.round(Date.now() / 1000 - since));
+  return s < 120 ? `${s} s` : `${Math.floor(s / 60)} min ${s % 60} s`;
+}
+
+function showLife(life, message) {
+  // the message's life line: working since when, and the agent's latest status text
+  if (message.working_since == null) {
+    delete life.dataset.since;
+    life.textContent = "";
+    life.hidden = true;
+    return;
+  }
+  life.hidden = false;
+  life.dataset.since = String(message.working_since);
+  life.dataset.progress = message.progress || "";
+  tickLife(life);
+}
+
+function tickLife(life) {
+  const since = Number(life.dataset.since);
+  const status = life.dataset.progress ? ` · ${life.dataset.progress}` : "";
+  const attempt = life.dataset.attempt > 1 ? ` (attempt ${life.dataset.attempt})` : "";
+  life.textContent = `working since ${clock(since)} (${elapsed(since)})${attempt}${status}`;
+}
 
 function render(message) {
   let item = document.querySelector(`li[data-id="${CSS.escape(message.id)}"]`);
@@ -50,13 +90,33 @@ function render(message) {
     const text = document.createElement("div");
     text.className = "text";
     text.textContent = message.text;
+    const life = document.createElement("div");
+    life.className = "life";
+    life.hidden = true;
+    const stall = document.createElement("div");
+    stall.className = "stall";
+    stall.hidden = true;
     const reply = document.createElement("div");
     reply.className = "reply";
-    item.append(from, text, reply);
+    item.append(from, text, life, stall, reply);
     $("messages").append(item);
     item.scrollIntoView({ block: "end" });
   }
-  const reply = item.querySelector(".reply");
+  const done = message.status === "answered" || message.status === "closed";
+  const life = part(item, "life");
+  const stall = part(item, "stall");
+  const reply = part(item, "reply");
+  life.dataset.attempt = String(message.attempt || 1);
+  showLife(life, done ? {} : message);
+  if (!done && message.stalled_s != null) {
+    stall.hidden = false;
+    stall.textContent =
+      `Taking longer than usual: ${Math.round(message.stalled_s)} s in the bridge's hands` +
+      (message.stalled_at ? ` at ${clock(message.stalled_at)}` : "") + ".";
+  } else {
+    stall.hidden = true;
+    stall.textContent = "";
+  }
   reply.dataset.status = message.status;
   if (message.status === "answered") {
     reply.textContent = message.reply;
@@ -66,21 +126,32 @@ function render(message) {
     reply.dataset.status = "failed";
   } else if (message.status === "closed") {
     reply.textContent = "(closed without a reply)";
+  } else if (message.partial) {
+    reply.textContent = message.partial;  // the reply as it is being written
+    reply.dataset.status = "streaming";
+  } else if (message.working_since != null) {
+    reply.textContent = "an agent is working on it…";
+    reply.dataset.status = "working";
   } else {
     reply.textContent = PENDING[message.status] || message.status;
   }
-  return message.status === "answered" || message.status === "closed";
+  return done;
 }
 
-async function watch(id) {
+async function watch(id, rev = "-") {
+  // one long poll at a time: it answers when anything shown changes (seen=rev; "-" matches
+  // no view, so the first answer is at once), or at WAIT_S
   if (watching.has(id)) return;
   watching.add(id);
   let pause = 1000;
   try {
     for (;;) {
       try {
-        const message = await api("GET", `/v1/messages/${encodeURIComponent(id)}?wait=${WAIT_S}`);
+        const seen = `&seen=${encodeURIComponent(rev)}`;
+        const message = await api(
+          "GET", `/v1/messages/${encodeURIComponent(id)}?wait=${WAIT_S}${seen}`);
         pause = 1000;
+        rev = message.rev;
         if (render(message)) return;
       } catch (error) {
         if (error.status && error.status < 500) {
@@ -104,7 +175,7 @@ async function loadRoom() {
     const room = $("room").value.trim();
     const data = await api("GET", `/v1/messages?room=${encodeURIComponent(room)}&limit=50`);
     for (const message of data.messages) {
-      if (!render(message)) watch(message.id);
+      if (!render(message)) watch(message.id, message.rev);
     }
     notice(`Connected to room ${room}.`, true);
   } catch (error) {
@@ -159,6 +230,7 @@ function start() {
     }
   });
   loadRoom();
+  setInterval(() => document.querySelectorAll(".life[data-since]").forEach(tickLife), 1000);
 }
 
 start();

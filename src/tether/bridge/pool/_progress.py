@@ -1,0 +1,136 @@
+"""Progress: what an agent shows people while a run goes (status text, the partial reply).
+
+An agent's ``"task"`` handler reaches the reporter of the run it is in with
+``progress_of(task)``::
+
+    @session.on("task")
+    async def answer(task: Task) -> str:
+        progress = progress_of(task)
+        progress.status("searching the web...")
+        hits = await search(task.body)
+        progress.status(f"reading {len(hits)} pages")
+        return await progress.stream_from(llm.stream(task.body, hits))
+
+Progress is never custody. The methods are plain (not ``async``) and only record the latest
+state in memory: they never wait, never do I/O and never raise because of the gateway. The
+worker that runs the task sends what is there at a bounded rate (every
+``PoolWorker.progress_interval``, the latest state only: a hundred chunks in between travel as
+one update) and only for runs that last longer than one interval, so a quick run costs
+nothing. A lost update is simply superseded by the next one; the final reply the handler
+returns stays the one custodial result (the partial text is not stored anywhere).
+
+Outside a worker's run (an agent called directly in a test) ``progress_of`` returns a detached
+reporter that records the same way and sends nothing, so an agent needs no special case.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterable, Iterator
+from contextlib import contextmanager
+
+import attrs
+
+from ..custody._rules import Task
+
+
+@attrs.frozen
+class ProgressUpdate:
+    """One coalesced update of a running task, as the worker hands it to ``on_progress``.
+
+    ``seq`` grows with every change within one attempt (a receiver keeps the update with the
+    highest ``(attempt, seq)``); ``running_s`` is how long the run has been going."""
+
+    id: str
+    attempt: int
+    seq: int
+    running_s: float
+    worker: str
+    status: str | None = None
+    partial: str | None = None
+
+
+@attrs.define(eq=False)
+class Progress:
+    """The progress reporter of one run. Thread-safe: a sync handler (run in a worker thread)
+    may call it too. Every method returns at once."""
+
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _status: str | None = attrs.field(default=None, init=False)
+    _parts: list[str] = attrs.field(factory=list, init=False)
+    _version: int = attrs.field(default=0, init=False)
+
+    def status(self, text: str) -> None:
+        """Set the status line people see ("searching the web..."); the latest one wins."""
+        if not isinstance(text, str):
+            raise TypeError(f"progress status must be a str, got {type(text).__name__}")
+        with self._lock:
+            self._status = text
+            self._version += 1
+
+    def stream(self, chunk: str) -> None:
+        """Append ``chunk`` to the partial reply people see while it is being written."""
+        if not isinstance(chunk, str):
+            raise TypeError(f"a streamed chunk must be a str, got {type(chunk).__name__}")
+        if chunk:
+            with self._lock:
+                self._parts.append(chunk)
+                self._version += 1
+
+    def clear(self) -> None:
+        """Forget the partial reply shown so far (the agent starts its answer over)."""
+        with self._lock:
+            self._parts.clear()
+            self._version += 1
+
+    @property
+    def partial(self) -> str:
+        """The partial reply streamed so far (all of it, however long)."""
+        with self._lock:
+            text = "".join(self._parts)
+            self._parts[:] = [text] if text else []
+        return text
+
+    @property
+    def version(self) -> int:
+        """Grows with every change: what the worker compares to send only what is new."""
+        return self._version
+
+    async def stream_from(self, chunks: AsyncIterable[str]) -> str:
+        """Stream every chunk of ``chunks`` (an LLM client's token stream) and return the
+        whole text, ready to be the reply: ``return await progress.stream_from(stream)``."""
+        async for chunk in chunks:
+            self.stream(chunk)
+        return self.partial
+
+    def snapshot(self) -> tuple[int, str | None, str | None]:
+        """``(version, status, partial)``: what the next update carries (the gateway client
+        cuts both texts to protocol v1's limits)."""
+        with self._lock:
+            version, status = self._version, self._status
+        return version, status, self.partial or None
+
+
+_RUNNING: dict[int, tuple[Task, Progress]] = {}
+"""The reporter of each task object a worker is running now, by the object's identity (two
+attempts of one task are two objects; equal tasks of two runs must not share a reporter)."""
+
+
+def progress_of(task: Task) -> Progress:
+    """The progress reporter of the run ``task`` is in (a detached one outside a run)."""
+    entry = _RUNNING.get(id(task))
+    if entry is not None and entry[0] is task:
+        return entry[1]
+    return Progress()
+
+
+@contextmanager
+def reporting(task: Task, progress: Progress) -> Iterator[Progress]:
+    """Make ``progress`` what ``progress_of(task)`` returns while the block runs."""
+    key = id(task)
+    _RUNNING[key] = (task, progress)
+    try:
+        yield progress
+    finally:
+        if _RUNNING.get(key, (None, None))[1] is progress:
+            del _RUNNING[key]

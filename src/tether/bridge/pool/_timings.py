@@ -1,0 +1,149 @@
+"""Timings: how long tasks wait, run and take to deliver, observed in-process.
+
+Three histograms, fed by the parts of one bridge as tasks pass through them:
+
+- ``queue_wait``: from the commit that took a task into custody (ingest acks right after it)
+  to a worker's claim of it;
+- ``run_time``: from the claim to the agent's answer (a reply or a crash);
+- ``delivery``: from the reply being stored to the gateway confirming it.
+
+Each needs two moments of one task; the first is kept in a bounded map by task id until the
+second comes (or, past ``MAX_TRACKED`` waiting ids, the oldest is forgotten). So a task taken
+in by one bridge and claimed by another (a shared PostgreSQL store), or stored before a
+restart and delivered after it, is simply not observed: the histograms describe what this
+process saw, and cost a dict operation and a bisect per moment. The admin endpoint exports
+them as Prometheus histograms; ``tether status`` prints their p50/p99, computed over the last
+``RECENT`` observations of each.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from typing import Final
+
+import attrs
+
+BUCKETS: Final = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+)
+"""Upper bounds in seconds (plus ``+Inf``): from a quick echo to an agent working an hour."""
+
+RECENT: Final = 1024
+"""Observations kept per histogram for the quantiles ``tether status`` prints."""
+
+MAX_TRACKED: Final = 100_000
+"""Ids waiting for their second moment, per kind, before the oldest are forgotten."""
+
+
+@attrs.define(eq=False)
+class Histogram:
+    """Cumulative bucket counts (Prometheus style) and the recent observations."""
+
+    name: str
+    documentation: str
+    buckets: tuple[float, ...] = BUCKETS
+    counts: list[int] = attrs.field(init=False)
+    """Observations per bucket (not cumulative; ``counts[-1]`` is above the last bound)."""
+    total: int = attrs.field(init=False, default=0)
+    sum: float = attrs.field(init=False, default=0.0)
+    recent: deque[float] = attrs.field(init=False, factory=lambda: deque(maxlen=RECENT))
+
+    def __attrs_post_init__(self) -> None:
+        self.counts = [0] * (len(self.buckets) + 1)
+
+    def observe(self, seconds: float) -> None:
+        if not math.isfinite(seconds):
+            return
+        seconds = max(0.0, seconds)  # two clocks a hair apart never make a negative wait
+        self.counts[bisect.bisect_left(self.buckets, seconds)] += 1
+        self.total += 1
+        self.sum += seconds
+        self.recent.append(seconds)
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``(upper bound, observations at or below it)`` pairs ending with ``+Inf``."""
+        pairs, running = [], 0
+        for bound, count in zip([*map(str, self.buckets), "+Inf"], self.counts, strict=True):
+            running += count
+            pairs.append((bound, running))
+        return pairs
+
+    def quantile(self, q: float) -> float | None:
+        """The ``q`` quantile of the recent observations (nearest rank); None before any."""
+        if not self.recent:
+            return None
+        ordered = sorted(self.recent)
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+@attrs.define(eq=False)
+class Timings:
+    """One bridge's timing histograms; the parts call the method of each moment they see."""
+
+    queue_wait: Histogram = attrs.field(
+        factory=lambda: Histogram(
+            "queue_wait", "Seconds from intake (commit, then ack) to a worker's claim"
+        )
+    )
+    run_time: Histogram = attrs.field(
+        factory=lambda: Histogram("run_time", "Seconds from a claim to the agent's answer")
+    )
+    delivery: Histogram = attrs.field(
+        factory=lambda: Histogram(
+            "delivery", "Seconds from a reply being stored to the gateway confirming it"
+        )
+    )
+    _taken: OrderedDict[str, float] = attrs.field(init=False, factory=OrderedDict)
+    _stored: OrderedDict[str, float] = attrs.field(init=False, factory=OrderedDict)
+
+    @property
+    def histograms(self) -> tuple[Histogram, ...]:
+        return (self.queue_wait, self.run_time, self.delivery)
+
+    def taken_in(self, ids: Iterable[str], at: float) -> None:
+        """Ingest committed these new tasks at ``at`` (the store's clock)."""
+        for id in ids:
+            _remember(self._taken, id, at)
+
+    def claimed(self, id: str, at: float) -> None:
+        taken = self._taken.pop(id, None)
+        if taken is not None:
+            self.queue_wait.observe(at - taken)
+
+    def ran(self, seconds: float) -> None:
+        self.run_time.observe(seconds)
+
+    def result_stored(self, id: str, at: float) -> None:
+        _remember(self._stored, id, at)
+
+    def delivered(self, ids: Iterable[str], at: float) -> None:
+        for id in ids:
+            stored = self._stored.pop(id, None)
+            if stored is not None:
+                self.delivery.observe(at - stored)
+
+
+def _remember(moments: OrderedDict[str, float], id: str, at: float) -> None:
+    moments[id] = at
+    if len(moments) > MAX_TRACKED:
+        moments.popitem(last=False)
