@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import attrs
 import trio
 
+from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
 from ..custody._rules import InvalidTask, Task
 from ..custody._store import IngestStore
 from ..pool._wakeup import PoolWakeups
@@ -93,6 +94,10 @@ class Ingest:
     wakeups: PoolWakeups | None = None
     release_on_exit: bool = True
     """Give this client's unacked leases back to the gateway when ``run`` ends."""
+    room_policy: RoomPolicy = attrs.field(
+        default=DEFAULT_ROOM_POLICY, validator=lambda _i, _a, v: check_room_policy(v)
+    )
+    """The room policy stored with every task ingested (``custody._rooms``)."""
     stats: IngestStats = attrs.field(factory=IngestStats, init=False)
 
     async def run_once(self, wait: float | None = None) -> IngestRound:
@@ -138,7 +143,7 @@ class Ingest:
             return [], []
         try:
             try:
-                fresh = await self.store.ingest_many(tasks)
+                fresh = await self.store.ingest_many(tasks, room_policy=self.room_policy)
                 return list(zip(tasks, fresh, strict=True)), []
             except InvalidTask:
                 pass
@@ -148,7 +153,7 @@ class Ingest:
             rejected: list[tuple[str, str]] = []
             for task in tasks:
                 try:
-                    [new] = await self.store.ingest_many([task])
+                    [new] = await self.store.ingest_many([task], room_policy=self.room_policy)
                 except InvalidTask as exc:
                     rejected.append((task.id, str(exc)))
                 else:
