@@ -139,8 +139,7 @@ async def test_a_replace_agent_asks_for_barge_in_per_room_not_across_rooms() -> 
         assert session.handler_policies("task") == ["concurrent"]
         async with trio.open_nursery() as nursery:
             for id, room in (("a", "r1"), ("b", "r2")):
-                task = Task(id, "hi", room=room)
-                nursery.start_soon(lambda t=task: _collect(session, t, replies))
+                nursery.start_soon(_collect, session, Task(id, "hi", room=room), replies)
             await trio.testing.wait_all_tasks_blocked()
             release.set()
     assert sorted(r.body for r in replies) == ["ok a", "ok b"]

@@ -262,14 +262,7 @@ class GatewayStore:
 
     def _claim(self, limit: int, lease: float, now: float, client: str | None) -> Claim:
         with _transaction(self._db):
-            ids = [
-                row[0]
-                for row in self._db.execute(
-                    "SELECT id FROM tasks WHERE state = 'queued'"
-                    " OR (state = 'leased' AND lease_until <= ?) ORDER BY rowid LIMIT ?",
-                    (now, limit),
-                )
-            ]
+            ids = self._in_room_order(limit, now)
             tasks = []
             for task_id in ids:
                 self._db.execute(
@@ -286,6 +279,29 @@ class GatewayStore:
                 "SELECT MIN(lease_until) FROM tasks WHERE state = 'leased'"
             ).fetchone()
         return Claim(tasks, next_expiry)
+
+    def _in_room_order(self, limit: int, now: float) -> list[str]:
+        """Up to ``limit`` available tasks, oldest first, never one whose room has an earlier
+        task leased elsewhere and not yet acked: a room's messages reach the bridges (and so
+        their custody stores) in the order they were sent, even with several bridges polling.
+        A room's later messages wait until the earlier ones are acked (or their lease lapses
+        and they are handed out again, first)."""
+        ids: list[str] = []
+        held: set[str] = set()  # rooms with an earlier task this poll cannot hand out
+        for task_id, room, blocked in self._db.execute(
+            "SELECT id, room, EXISTS (SELECT 1 FROM tasks e WHERE e.room = t.room"
+            " AND e.rowid < t.rowid AND e.state = 'leased' AND e.lease_until > ?)"
+            " FROM tasks t WHERE state = 'queued' OR (state = 'leased' AND lease_until <= ?)"
+            " ORDER BY rowid",
+            (now, now),
+        ):
+            if blocked or room in held:
+                held.add(room)
+                continue
+            ids.append(task_id)
+            if len(ids) >= limit:
+                break
+        return ids
 
     async def release_client(self, client: str) -> int:
         """Queue again every task leased to ``client`` and not acked; returns how many.

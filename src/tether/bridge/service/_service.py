@@ -42,7 +42,8 @@ from ..._util import open_nursery_unwrapped
 from ..custody._reconcile import Reconciler
 from ..custody._rules import IN_CUSTODY, Task
 from ..custody._store import Store
-from ..pool._agent import AgentFactory, load_agent
+from ..custody._rooms import RoomPolicy
+from ..pool._agent import AgentFactory, agent_room_policy, load_agent
 from ..pool._lead import PoolLead
 from ..pool._stall import StallWatcher
 from ..pool._wakeup import PoolWakeups
@@ -125,6 +126,9 @@ class BridgeService:
     fatal: BaseException | None = attrs.field(default=None, init=False)
     running: bool = attrs.field(default=False, init=False)
     """True once every child started (``run`` reported ready)."""
+    room_policy: RoomPolicy | None = attrs.field(default=None, init=False)
+    """The room policy this bridge ingests with: the agent's if it names one, else
+    ``config.room_policy`` (known once ``run`` started)."""
     wakeups: PoolWakeups = attrs.field(factory=PoolWakeups, init=False)
     """Ingest, the lead and the workers ring each other through it (in this process)."""
     aborted: str | None = attrs.field(default=None, init=False)
@@ -174,13 +178,20 @@ class BridgeService:
                     GatewayClient(config.gateway, config.token_file, **options)
                 )
                 self.gateway = gateway
+                self.room_policy = await agent_room_policy(factory) or config.room_policy
                 self.ingest = Ingest(
-                    store, gateway, poll_wait=config.poll_wait, wakeups=self.wakeups
+                    store,
+                    gateway,
+                    poll_wait=config.poll_wait,
+                    wakeups=self.wakeups,
+                    room_policy=self.room_policy,
                 )
                 self.delivery = Delivery(
                     store,
                     gateway,
                     on_dead=self.wakeups.tasks_dead,
+                    # a delivered reply may let its room's next message run (serial rooms)
+                    on_delivered=self.wakeups.tasks_pending,
                     holder=delivery_holder(pool_stem(config.client_name)),
                 )
                 self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
