@@ -40,9 +40,9 @@ from ... import (
 )
 from ..._util import open_nursery_unwrapped
 from ..custody._reconcile import Reconciler
+from ..custody._rooms import RoomPolicy
 from ..custody._rules import IN_CUSTODY, Task
 from ..custody._store import Store
-from ..custody._rooms import RoomPolicy
 from ..pool._agent import AgentFactory, agent_room_policy, load_agent
 from ..pool._lead import PoolLead
 from ..pool._stall import StallWatcher

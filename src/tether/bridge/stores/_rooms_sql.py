@@ -19,16 +19,25 @@ wants an owner on every result)."""
 def room_gate(t: str, tasks: str, order: str, sendable: str) -> str:
     """The claim gate on candidate row ``t``: may a task of this room run now?
 
-    Always for a task without a room or ingested under ``concurrent``. Otherwise only while
-    no other task of its room is claimed, and no earlier one (by ``order``: arrival) is still
-    pending, assigned, or a reply not yet delivered (``sendable``, a condition on the other row
-    ``o``: not a no-send result). ``tasks`` is the (schema-qualified) table.
+    Always for a task without a room or ingested under ``concurrent``. Otherwise only when no
+    earlier task of its room is still pending or assigned (it is the room's head), no task of
+    its room is claimed, and no earlier one holds a reply not yet delivered (``sendable``: a
+    condition on the other row ``o``, not a no-send result). ``order`` is arrival order
+    (SQLite's ``rowid``, PostgreSQL's ``seq``); ``tasks`` the (schema-qualified) table.
+
+    Each test is one seek in a partial index of the room's queue, claims or custody (their
+    predicates are repeated word for word, so SQLite's planner matches them), so reading a
+    task costs a few index probes whether its room holds one message or thousands.
     """
     return (
-        f"({t}.room IS NULL OR {t}.room_policy = 'concurrent' OR NOT EXISTS ("
-        f"SELECT 1 FROM {tasks} o WHERE o.room = {t}.room AND o.state IN ({IN_CUSTODY_SQL}) "
-        f"AND o.{order} <> {t}.{order} AND (o.state = 'claimed' OR (o.{order} < {t}.{order} "
-        f"AND (o.state IN ('pending', 'assigned') OR (o.state = 'result' AND {sendable}))))))"
+        f"({t}.room IS NULL OR {t}.room_policy = 'concurrent' OR ("
+        f"NOT EXISTS (SELECT 1 FROM {tasks} o WHERE o.room = {t}.room "
+        f"AND o.state IN ('assigned', 'pending') AND o.{order} < {t}.{order}) "
+        f"AND NOT EXISTS (SELECT 1 FROM {tasks} o WHERE o.room = {t}.room "
+        "AND o.state = 'claimed') "
+        f"AND NOT EXISTS (SELECT 1 FROM {tasks} o WHERE o.room = {t}.room "
+        f"AND o.state IN ({IN_CUSTODY_SQL}) AND o.state = 'result' AND {sendable} "
+        f"AND o.{order} < {t}.{order})))"
     )
 
 
