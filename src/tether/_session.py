@@ -214,6 +214,28 @@ class Session:
         """The policies of ``event``'s handlers, in registration order."""
         return [h.policy for h in self._handlers.get(event, ())]
 
+    def set_policy(self, event: str, policy: Policy) -> None:
+        """Change the policy of ``event``'s handlers, before any of them runs.
+
+        For a host that applies a handler's declared policy itself, at a scope the session
+        cannot see: the bridge's pool worker runs a ``replace`` agent's task handler
+        ``concurrent`` because it enforces ``replace`` per room (``tether.bridge`` rooms), not
+        across every room its session serves.
+        """
+        if policy not in POLICIES:
+            raise ValueError(
+                f"unknown policy {policy!r} for {event!r}; choose one of {sorted(POLICIES)}"
+            )
+        handlers = self._handlers.get(event, [])
+        if any(h.runs or h.queue for h in handlers):
+            raise RuntimeError(f"session {self.name!r}: {event!r} has runs; set its policy first")
+        for h in handlers:
+            h.policy = policy
+        if policy == "serial" and handlers:
+            self._bounded_events.add(event)
+        else:
+            self._bounded_events.discard(event)
+
     # -- events ------------------------------------------------------------------------------
 
     def emit(self, event: str, payload: Any = None) -> None:

@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from tether import open_session
 from tether.agents import echo, flaky, noop
 from tether.bridge import AgentLoadError, EmptyReply, Reply, Task, load_agent
-from tether.bridge.pool._agent import AgentError, install_agent, reply_of
+from tether.bridge.pool._agent import AgentError, agent_room_policy, install_agent, reply_of
 
 not_callable = 42
 
@@ -110,13 +111,54 @@ async def test_an_agent_registering_two_task_handlers_is_refused() -> None:
             install_agent(session, twice)
 
 
-@pytest.mark.parametrize("policy", ["replace", "drop"])
-async def test_an_agent_whose_task_handler_cancels_or_skips_runs_is_refused(policy: Any) -> None:
+async def test_an_agent_whose_task_handler_skips_runs_is_refused() -> None:
     def factory(session: Any) -> None:
-        session.add_handler("task", lambda task: "ok", policy=policy)
+        session.add_handler("task", lambda task: "ok", policy="drop")
 
-    with pytest.raises(AgentError, match=f"policy '{policy}', which cancels or skips runs"):
+    with pytest.raises(AgentError, match="policy 'drop', which cancels or skips runs"):
         await _ask(factory, Task("t", "hi"))
+
+
+async def test_a_replace_agent_asks_for_barge_in_per_room_not_across_rooms() -> None:
+    """A ``replace`` task handler is the room policy ``replace``: the store supersedes per
+    room, so the worker's session runs the handler concurrently (a session-wide replace would
+    cancel one room's run for another room's message)."""
+    release = trio.Event()
+
+    async def slow(task: Task) -> str:
+        await release.wait()
+        return f"ok {task.id}"
+
+    def factory(session: Any) -> None:
+        session.add_handler("task", slow, policy="replace")
+
+    assert await agent_room_policy(factory) == "replace"
+    replies: list[Any] = []
+    async with open_session("agent-test") as session:
+        assert install_agent(session, factory) == "replace"
+        assert session.handler_policies("task") == ["concurrent"]
+        async with trio.open_nursery() as nursery:
+            for id, room in (("a", "r1"), ("b", "r2")):
+                nursery.start_soon(_collect, session, Task(id, "hi", room=room), replies)
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+    assert sorted(r.body for r in replies) == ["ok a", "ok b"]
+
+
+async def _collect(session: Any, task: Task, into: list[Any]) -> None:
+    into.append(reply_of(await session.call("task", task), task.id))
+
+
+async def test_an_agent_may_name_its_room_policy() -> None:
+    def factory(session: Any) -> None:
+        session.add_handler("task", lambda task: "ok")
+
+    assert await agent_room_policy(factory) is None  # the bridge's setting applies
+    factory.room_policy = "concurrent"  # type: ignore[attr-defined]
+    assert await agent_room_policy(factory) == "concurrent"
+    factory.room_policy = "fifo"  # type: ignore[attr-defined]
+    with pytest.raises(AgentError, match="room_policy attribute is wrong: room policy must be"):
+        await agent_room_policy(factory)
 
 
 @pytest.mark.parametrize("policy", ["concurrent", "serial"])

@@ -53,7 +53,8 @@ def views(draw: st.DrawFn) -> PoolView:
     )
     pending = tuple(sorted(pending, key=lambda t: ["urgent", "normal", "low"].index(t.priority)))
     rooms = {r: draw(st.sampled_from(NAMES)) for r in ROOM_NAMES if draw(st.booleans())}
-    return PoolView(NOW, workers, assigned, claims, pending, rooms)
+    busy = frozenset(r for r in ROOM_NAMES if draw(st.booleans()))
+    return PoolView(NOW, workers, assigned, claims, pending, rooms, busy)
 
 
 @settings(max_examples=300, deadline=None)
@@ -82,13 +83,31 @@ def test_a_plan_keeps_every_rule(view: PoolView) -> None:
     for name, count in new.items():
         assert name in live
         assert kept[name] + view.claims.get(name, 0) + count <= live[name].capacity
-    # affinity: a room whose keeper lives goes to the keeper or waits
+    # affinity: a room with a run in flight (claimed, or assigned and kept) whose keeper lives
+    # goes to the keeper or waits; a room with nothing in flight may move (a preference)
     by_id = {t.id: t for t in view.pending}
-    for a in plan.assign:
+    in_flight = set(view.busy_rooms) | {
+        a.room for a in view.assigned if a.room is not None and a.id not in returned
+    }
+    keepers = dict(view.rooms)
+    for a in plan.assign:  # in queue order; what the plan assigned is in flight from then on
         room = by_id[a.id].room
-        keeper = view.rooms.get(room) if room is not None else None
-        if keeper in live:
+        if room is None:
+            continue
+        keeper = keepers.get(room)
+        if keeper in live and room in in_flight:
             assert (a.worker, a.why) == (keeper, "affinity")
+        elif a.why == "affinity":
+            assert a.worker == keeper
+        keepers[room] = a.worker
+        in_flight.add(room)
+    # a room's tasks in one plan all go to one worker (its order is the store's, but a room
+    # is never split in a sweep)
+    per_room = collections.defaultdict(set)
+    for a in plan.assign:
+        if by_id[a.id].room is not None:
+            per_room[by_id[a.id].room].add(a.worker)
+    assert all(len(workers) == 1 for workers in per_room.values())
     # order: once a task free to go anywhere waits for capacity, no later such task goes
     done = {a.id: a.worker for a in plan.assign}
     keepers = dict(view.rooms)

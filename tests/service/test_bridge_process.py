@@ -25,6 +25,10 @@ from ._support import (
 pytestmark = pytest.mark.slow
 
 FAST_LEASES = ["--lease-s", "2", "--grace", "5"]
+CHAOS = [*FAST_LEASES, "--room-policy", "concurrent"]
+"""The chaos test is about crash safety, so its rooms run concurrently: under the default
+``serial`` policy a SIGKILLed bridge's rooms wait out its leases (2 s), longer than most of
+these bridges live (``test_rooms.py`` holds the room order across restarts)."""
 
 
 async def _all_answered(gateway: GatewayHandle, n: int, limit_s: float) -> None:
@@ -73,7 +77,7 @@ async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
     rng = random.Random(8)
     kills = 0
     for _ in range(12):
-        bridge = await BridgeProcess.start(gateway.url, token_file, store, log, extra=FAST_LEASES)
+        bridge = await BridgeProcess.start(gateway.url, token_file, store, log, extra=CHAOS)
         await trio.sleep(rng.uniform(0.4, 1.6))
         bridge.kill()
         assert await bridge.process.wait() == -signal.SIGKILL
@@ -81,7 +85,7 @@ async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
     answered_during_chaos = await answered_count(gateway)
     print(f"chaos done at {trio.current_time() - started:.1f} s")
     beats_before = await _client_heartbeats(gateway)
-    final = await BridgeProcess.start(gateway.url, token_file, store, log, extra=FAST_LEASES)
+    final = await BridgeProcess.start(gateway.url, token_file, store, log, extra=CHAOS)
     await _all_answered(gateway, len(ids), limit_s=60)
     print(f"all answered at {trio.current_time() - started:.1f} s")
     # the work may all be done before the final bridge is even up (a fast chaos phase): stop

@@ -11,7 +11,7 @@ import attrs
 import pytest
 import trio
 
-from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
+from tether.bridge import CustodyState, GatewayClient, RoomPolicy, SqliteStore, Task
 from tether.bridge.pool._wakeup import PoolWakeups
 from tether.bridge.service._ingest import Ingest, IngestCommitFailed
 
@@ -42,11 +42,13 @@ class CommitFailsOnce:
     inner: SqliteStore
     failures: int = 1
 
-    async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
+    async def ingest_many(
+        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = "concurrent"
+    ) -> list[bool]:
         if self.failures:
             self.failures -= 1
             raise OSError(28, "No space left on device")
-        return await self.inner.ingest_many(tasks)
+        return await self.inner.ingest_many(tasks, room_policy=room_policy)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -21,8 +21,10 @@ from .._token_file import TokenFileError as TokenFileError
 from .._token_file import ensure_token_file as ensure_token_file
 from .._token_file import read_token as read_token
 from .._token_file import write_token as write_token
+from .custody import DEFAULT_ROOM_POLICY as DEFAULT_ROOM_POLICY
 from .custody import IN_CUSTODY as IN_CUSTODY
 from .custody import MAX_CLAIM_BATCH as MAX_CLAIM_BATCH
+from .custody import ROOM_POLICIES as ROOM_POLICIES
 from .custody import TERMINAL as TERMINAL
 from .custody import TRANSITIONS as TRANSITIONS
 from .custody import WORKER_ROLES as WORKER_ROLES
@@ -50,12 +52,14 @@ from .custody import ReconcileReport as ReconcileReport
 from .custody import ReconcilerStore as ReconcilerStore
 from .custody import Result as Result
 from .custody import RetentionStore as RetentionStore
+from .custody import RoomPolicy as RoomPolicy
 from .custody import StaleLease as StaleLease
 from .custody import StallCandidate as StallCandidate
 from .custody import StallStore as StallStore
 from .custody import StateReader as StateReader
 from .custody import Store as Store
 from .custody import StoreClock as StoreClock
+from .custody import Superseded as Superseded
 from .custody import Task as Task
 from .custody import TaskRecord as TaskRecord
 from .custody import UnknownTask as UnknownTask
@@ -123,9 +127,11 @@ if _typing.TYPE_CHECKING:
     from .stores.postgres import StoreTimeout as StoreTimeout
 
 __all__ = [
+    "DEFAULT_ROOM_POLICY",
     "IN_CUSTODY",
     "MAX_CLAIM_BATCH",
     "PROTOCOL_VERSION",
+    "ROOM_POLICIES",
     "TERMINAL",
     "TRANSITIONS",
     "WORKER_ROLES",
@@ -183,6 +189,7 @@ __all__ = [
     "ResultRefused",
     "RetentionStore",
     "Returned",
+    "RoomPolicy",
     "SchemaTooNew",
     "SqliteStore",
     "StaleLease",
@@ -198,6 +205,7 @@ __all__ = [
     "StoreConnectionLost",
     "StoreStatus",
     "StoreTimeout",
+    "Superseded",
     "SweepReport",
     "Task",
     "TaskRecord",

@@ -25,6 +25,7 @@ the message, lease and result operations share the row shapes and the serializin
 
 from __future__ import annotations
 
+import heapq
 import secrets
 import sqlite3
 from collections.abc import Callable
@@ -290,15 +291,7 @@ class GatewayStore:
 
     def _claim(self, limit: int, lease: float, now: float, client: str | None) -> Claim:
         with _transaction(self._db):
-            ids = [
-                row[0]
-                for row in self._db.execute(
-                    "SELECT id FROM tasks WHERE state = 'queued'"
-                    " OR (state = 'leased' AND lease_until <= ?)"
-                    f" ORDER BY {_PRIORITY_ORDER}, rowid LIMIT ?",
-                    (now, limit),
-                )
-            ]
+            ids = self._in_room_order(limit, now)
             tasks = []
             for task_id in ids:
                 self._db.execute(
@@ -315,6 +308,40 @@ class GatewayStore:
                 "SELECT MIN(lease_until) FROM tasks WHERE state = 'leased'"
             ).fetchone()
         return Claim(tasks, next_expiry)
+
+    def _in_room_order(self, limit: int, now: float) -> list[str]:
+        """Up to ``limit`` available tasks, by priority then age, never one whose room has an
+        earlier task leased elsewhere and not yet acked, nor one ahead of an earlier task of
+        its room: a room's messages reach the bridges (and so their custody stores) in the
+        order they were sent, even with several bridges polling. Priority orders the rooms'
+        next messages against each other; within a room, arrival order wins. A room's later
+        messages wait until the earlier ones are acked (or their lease lapses and they are
+        handed out again, first)."""
+        queues: dict[object, list[tuple[int, int, str]]] = {}
+        held: set[str] = set()  # rooms with an earlier task this poll cannot hand out
+        for rowid, task_id, room, rank, blocked in self._db.execute(
+            f"SELECT rowid, id, room, {_PRIORITY_ORDER}, EXISTS (SELECT 1 FROM tasks e"
+            " WHERE e.room = t.room AND e.rowid < t.rowid AND e.state = 'leased'"
+            " AND e.lease_until > ?)"
+            " FROM tasks t WHERE state = 'queued' OR (state = 'leased' AND lease_until <= ?)"
+            " ORDER BY rowid",
+            (now, now),
+        ):
+            if room is not None and (blocked or room in held):
+                held.add(room)
+                continue
+            key: object = task_id if room is None else room  # a roomless task is its own queue
+            queues.setdefault(key, []).append((rank, rowid, task_id))
+        heads = [(queue[0], key, 0) for key, queue in queues.items()]
+        heapq.heapify(heads)
+        ids: list[str] = []
+        while heads and len(ids) < limit:
+            (_, _, task_id), key, n = heapq.heappop(heads)
+            ids.append(task_id)
+            queue = queues[key]
+            if n + 1 < len(queue):
+                heapq.heappush(heads, (queue[n + 1], key, n + 1))
+        return ids
 
     async def release_client(self, client: str) -> int:
         """Queue again every task leased to ``client`` and not acked; returns how many.

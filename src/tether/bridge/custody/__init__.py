@@ -5,12 +5,17 @@
 - ``_store``: the ``Store`` protocol, split into the narrow roles its callers use (what ingest,
   a worker, the lead, delivery, the reconciler and an operator need). A third backend
   implements every role; start there.
+- ``_rooms``: room policies (``serial`` order, ``replace`` barge-in), kept by the store.
 - ``_reconcile``: the reconciler (lease expiry; it never drops an id).
 - ``_log``: one log line per committed transition, for every backend.
 """
 
 from ._reconcile import Reconciler as Reconciler
 from ._reconcile import ReconcileReport as ReconcileReport
+from ._rooms import DEFAULT_ROOM_POLICY as DEFAULT_ROOM_POLICY
+from ._rooms import ROOM_POLICIES as ROOM_POLICIES
+from ._rooms import RoomPolicy as RoomPolicy
+from ._rooms import Superseded as Superseded
 from ._rules import IN_CUSTODY as IN_CUSTODY
 from ._rules import MAX_CLAIM_BATCH as MAX_CLAIM_BATCH
 from ._rules import TERMINAL as TERMINAL
@@ -54,8 +59,10 @@ from ._store import WorkerRole as WorkerRole
 from ._store import WorkerStore as WorkerStore
 
 __all__ = [
+    "DEFAULT_ROOM_POLICY",
     "IN_CUSTODY",
     "MAX_CLAIM_BATCH",
+    "ROOM_POLICIES",
     "TERMINAL",
     "TRANSITIONS",
     "WORKER_ROLES",
@@ -83,12 +90,14 @@ __all__ = [
     "ReconcilerStore",
     "Result",
     "RetentionStore",
+    "RoomPolicy",
     "StaleLease",
     "StallCandidate",
     "StallStore",
     "StateReader",
     "Store",
     "StoreClock",
+    "Superseded",
     "Task",
     "TaskRecord",
     "UnknownTask",

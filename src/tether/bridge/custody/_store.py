@@ -21,6 +21,7 @@ from typing import Final, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from ._rooms import RoomPolicy
 from ._rules import Claim, CustodyState, Result, Task, TaskRecord
 
 
@@ -92,6 +93,10 @@ class PoolView:
     of a room in ``skip_rooms``."""
     rooms: Mapping[str, str]
     """For the rooms of ``pending``: the worker that last took a task of that room."""
+    busy_rooms: frozenset[str] = frozenset()
+    """Rooms with a task claimed now (a run in flight). ``pending`` holds only tasks their
+    room's policy lets run now (``custody._rooms``); a room with nothing in flight may move
+    to another worker."""
 
 
 @attrs.frozen
@@ -123,15 +128,21 @@ class StoreClock(Protocol):
 class IngestStore(StoreClock, Protocol):
     """What ingest needs: take the gateway's tasks into custody (then, and only then, it acks)."""
 
-    async def ingest(self, task: Task) -> bool:
+    async def ingest(self, task: Task, *, room_policy: RoomPolicy = ...) -> bool:
         """Store ``task`` as pending. ``False`` for a replay: nothing changes, in any state,
         and also for an id whose delivered row was pruned while its tombstone is kept."""
         ...
 
-    async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
+    async def ingest_many(
+        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = ...
+    ) -> list[bool]:
         """Ingest a gateway batch in one transaction (one commit, then ack them all).
 
         Every task is validated first: one invalid task refuses the batch and stores nothing.
+        Each new task keeps ``room_policy`` (default ``concurrent``; the bridge passes its
+        configured policy, ``serial`` by default): claims and the lead's view honour it (see
+        ``custody._rooms``). Under ``replace`` a new task of a room supersedes, in the same
+        transaction, the older tasks of its room still pending, assigned or claimed.
         """
         ...
 

@@ -17,14 +17,18 @@ from typing import Any, Final
 import attrs
 
 from ..._session import Session, open_session
+from ..custody._rooms import RoomPolicy, check_room_policy
 
 AgentFactory = Callable[[Session], None]
 """Registers a ``"task"`` handler on an already-open session."""
 
 TASK_EVENT: Final = "task"
-TASK_POLICIES: Final = frozenset({"concurrent", "serial"})
-"""Handler policies an agent may use: ``replace`` and ``drop`` cancel or skip runs on purpose,
-which for a task queue means churning claims that never finish."""
+TASK_POLICIES: Final = frozenset({"concurrent", "serial", "replace"})
+"""Handler policies an agent may use. ``replace`` is the room policy ``replace`` (barge-in per
+room, kept by the store across workers and bridges): the worker runs such a handler
+``concurrent``, since a session-wide ``replace`` would cancel one room's run for another's
+message. ``drop`` skips runs on purpose, which for a task queue means churning claims that
+never finish."""
 
 _SPEC_RE: Final = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
 
@@ -83,9 +87,10 @@ def load_agent(spec: str) -> AgentFactory:
     return obj  # type: ignore[no-any-return]
 
 
-def install_agent(session: Session, factory: AgentFactory) -> None:
+def install_agent(session: Session, factory: AgentFactory) -> RoomPolicy | None:
     """Run ``factory(session)`` and check that it registered exactly one ``"task"`` handler,
-    with a policy that runs every call (``concurrent`` or ``serial``)."""
+    with a policy that runs every call (``concurrent`` or ``serial``) or ``replace``; return
+    the room policy the agent declares (``agent_room_policy``), if any."""
     factory(session)
     handlers = session.handler_names(TASK_EVENT)
     if len(handlers) != 1:
@@ -102,6 +107,37 @@ def install_agent(session: Session, factory: AgentFactory) -> None:
             f"{TASK_EVENT!r} handler with policy {policy!r}, which cancels or skips runs; a "
             f"task must run to an outcome, so use one of {sorted(TASK_POLICIES)}"
         )
+    declared = getattr(factory, "room_policy", None)
+    if declared is not None:
+        return _checked_policy(factory, declared)
+    if policy == "replace":
+        session.set_policy(TASK_EVENT, "concurrent")  # the store keeps replace, per room
+        return "replace"
+    return None
+
+
+def _checked_policy(factory: AgentFactory, declared: object) -> RoomPolicy:
+    try:
+        return check_room_policy(declared)
+    except ValueError as exc:
+        raise AgentError(
+            f"agent factory {getattr(factory, '__qualname__', factory)!r}: its room_policy "
+            f"attribute is wrong: {exc}"
+        ) from None
+
+
+async def agent_room_policy(factory: AgentFactory) -> RoomPolicy | None:
+    """The room policy an agent asks for, overriding the bridge's ``--room-policy``: its
+    factory's ``room_policy`` attribute if set, else ``"replace"`` if it registers its task
+    handler with the session policy ``replace`` (barge-in), else ``None`` (the bridge's).
+
+    Ingest stores the policy with each task, so the bridge asks before it ingests; the
+    factory is run once on a throwaway session to see its handler."""
+    declared = getattr(factory, "room_policy", None)
+    if declared is not None:
+        return _checked_policy(factory, declared)
+    async with open_session("room-policy-probe") as session:
+        return install_agent(session, factory)
 
 
 async def check_agent(spec: str, factory: AgentFactory) -> None:

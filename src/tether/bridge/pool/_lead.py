@@ -9,10 +9,17 @@ Each sweep reads one consistent ``PoolView`` and decides, as a pure function of 
 - *Stuck assignments.* An assignment not claimed within ``stuck_after`` seconds goes back to
   pending, unless its worker is busy with claims (it will claim when a slot frees): then it is
   deferred, until ``stuck_cap`` seconds, when it goes back regardless.
-- *Pending tasks*, in priority order (urgent, normal, low) then age: a task of a room goes to
-  the worker that last took that room while that worker lives (it waits while that worker is
-  full, so a conversation stays on one worker); otherwise to the least-loaded live worker
-  (assigned + claimed), ties broken round-robin by name. A worker at its capacity gets nothing.
+- *Pending tasks*, in priority order (urgent, normal, low) then age; the store lists only
+  those their room's policy lets run now (``custody._rooms``: under ``serial`` a room's next
+  task appears once the one before is done and delivered). A task of a room prefers the
+  worker that last took that room (its keeper) while that worker lives. Affinity is a
+  preference, not a prison: while a run of the room is in flight (claimed or assigned) the
+  room stays with its keeper and waits while the keeper is full; with nothing in flight it
+  moves to the least-loaded free worker when the keeper is full or holds more than
+  ``AFFINITY_SLACK`` tasks beyond that worker (so a bridge that starts late, or a keeper that
+  is saturated, shares the rooms; order is kept by the store, not by the keeper). Other tasks
+  go to the least-loaded live worker (assigned + claimed), ties broken round-robin by name. A
+  worker at its capacity gets nothing.
   When a page of pending tasks is held up by rooms whose keeper is full while other workers
   have room, the sweep reads the next tasks without those rooms (no head-of-line blocking).
 
@@ -55,6 +62,9 @@ log = logging.getLogger("tether.bridge.pool.lead")
 
 SWEEP_SCHEMA_VERSION: Final = 1
 MAX_PAGES: Final = 8
+AFFINITY_SLACK: Final = 1
+"""How many more tasks (assigned + claimed) a room's keeper may hold than the least-loaded
+free worker and still get the room's next task, when nothing of the room is in flight."""
 """Pending pages one sweep reads at most while rooms with a full keeper fill them."""
 
 
@@ -165,17 +175,28 @@ def plan_sweep(
     assign: list[Assigned] = []
     waiting = 0
     blocked: set[str] = set()
+    in_flight = set(view.busy_rooms) | {a.room for a in view.assigned if a.room is not None}
     for task in view.pending:
         keeper = rooms.get(task.room) if task.room is not None else None
+        free = [n for n in names if load[n] < cap[n]]
         if keeper is not None and keeper in live and task.room is not None:
-            if load[keeper] < cap[keeper]:
+            if task.room in in_flight:  # a run of the room is out: it stays with its keeper
+                if load[keeper] < cap[keeper]:
+                    assign.append(Assigned(task.id, keeper, "affinity"))
+                    load[keeper] += 1
+                else:
+                    waiting += 1
+                    blocked.add(task.room)
+                continue
+            if load[keeper] < cap[keeper] and load[keeper] <= AFFINITY_SLACK + min(
+                load[n] for n in free
+            ):
                 assign.append(Assigned(task.id, keeper, "affinity"))
                 load[keeper] += 1
-            else:
-                waiting += 1
-                blocked.add(task.room)
-            continue
-        free = [n for n in names if load[n] < cap[n]]
+                in_flight.add(task.room)
+                continue
+            # nothing of the room is in flight and its keeper is full or much busier than a
+            # free worker: the room moves (affinity is a preference, not a prison)
         if not free:
             waiting += 1
             continue
@@ -187,6 +208,7 @@ def plan_sweep(
         load[pick] += 1
         if task.room is not None:
             rooms[task.room] = pick
+            in_flight.add(task.room)
     return SweepPlan(
         dead_workers=tuple(sorted(dead_workers)),
         stuck=tuple(stuck),

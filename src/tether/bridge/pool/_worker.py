@@ -48,6 +48,7 @@ import trio
 
 from ..._session import Session, open_session
 from ..._session_types import HandlerCancelled, HandlerDropped, QueueFull
+from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
 from ..custody._store import WorkerInfo, WorkerStore
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
@@ -150,6 +151,12 @@ class PoolWorker:
     released: int = attrs.field(init=False, default=0)
     lost: int = attrs.field(init=False, default=0)
     """Claims the worker lost to fencing (its lease expired and someone else holds the task)."""
+    superseded: int = attrs.field(init=False, default=0)
+    """Runs stopped because a newer message of their room superseded the task (``replace``)."""
+    supersede_grace: float | None = None
+    """Seconds a superseded run may still take before it is cancelled (its reply is discarded
+    either way: the store already holds the task's no-send result). Default ``stop_grace``,
+    the soft-stop grace; 0 cancels at once."""
     leaderless: bool = attrs.field(init=False, default=False)
     _active: dict[_Active, None] = attrs.field(init=False, factory=dict)
     """The runs in hand, keyed by entry: the same task id may come back as a new attempt while
@@ -183,6 +190,8 @@ class PoolWorker:
         check_seconds("lead_dead_after", self.lead_dead_after)
         check_seconds("max_skew", self.max_skew, allow_zero=True)
         check_seconds("stop_grace", self.stop_grace, allow_zero=True)
+        if self.supersede_grace is not None:
+            check_seconds("supersede_grace", self.supersede_grace, allow_zero=True)
         if self.heartbeat_interval is None:
             self._interval = min(2.0, self.store.lease_s / 3)
         else:
@@ -522,11 +531,28 @@ class PoolWorker:
         log.info("worker %s: released task %s unfinished", self.name, entry.claim.task.id)
 
     def _lose(self, entry: _Active, exc: StaleLease) -> None:
+        if isinstance(exc, Superseded):
+            self._supersede(entry, exc, at_once=entry.finishing)
+            return
         if not entry.lost:
             entry.lost = True
             self.lost += 1
             log.warning("worker %s: lost task %s: %s", self.name, entry.claim.task.id, exc)
         entry.scope.cancel()
+
+    def _supersede(self, entry: _Active, exc: Superseded, *, at_once: bool) -> None:
+        """A newer message of the room superseded this run's task (the store recorded its
+        no-send result): nothing of the run is stored; a run still going gets the soft-stop
+        grace (``supersede_grace``), then is cancelled."""
+        if not entry.lost:
+            entry.lost = True
+            self.superseded += 1
+            log.info("worker %s: stopping task %s: %s", self.name, entry.claim.task.id, exc)
+        if at_once:
+            entry.scope.cancel()
+            return
+        grace = self.stop_grace if self.supersede_grace is None else self.supersede_grace
+        entry.scope.deadline = min(entry.scope.deadline, trio.current_time() + grace)
 
     async def _heartbeat(self) -> None:
         while True:

@@ -61,6 +61,12 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "max_attempts": ("attempts before a task is dead-lettered (default: 5)", int),
     "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
     "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
+    "room_policy": (
+        "how a room's messages run: serial (one at a time, in arrival order), replace "
+        "(a newer message supersedes older ones waiting or running) or concurrent; an agent "
+        "may override it (default: serial)",
+        str,
+    ),
     "lead": (
         "stand as a pool lead candidate: of all processes sharing the store, the oldest live "
         "candidate leads (room affinity, balanced assignment), the others stand by; with no "

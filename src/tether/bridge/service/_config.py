@@ -23,6 +23,7 @@ from ..._config_error import ConfigError as ConfigError
 from ..._fs import ensure_private_dir
 from ..._logging import LogFormat
 from ..._redact import redact_url
+from ..custody._rooms import DEFAULT_ROOM_POLICY, ROOM_POLICIES, RoomPolicy
 from ..stores.postgres._dsn import check_schema, is_postgres_dsn
 
 DEFAULT_DATA_DIR: Final = Path("tether-data")
@@ -62,6 +63,11 @@ class BridgeConfig:
     max_attempts: int = 5
     heartbeat_interval: float = 60.0
     reconcile_interval: float = 5.0
+    room_policy: RoomPolicy = DEFAULT_ROOM_POLICY
+    """How a room's messages run (``tether.bridge.custody._rooms``): ``serial`` (one at a time,
+    in arrival order, replies in order), ``replace`` (a newer message supersedes older ones
+    still waiting or running) or ``concurrent``. An agent may override it (its factory's
+    ``room_policy`` attribute, or a ``replace`` task handler)."""
     lead: bool = True
     """Run a pool lead (room affinity, balanced assignment). Without one, workers claim pending
     tasks directly: less latency, no affinity."""
@@ -288,6 +294,7 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "max_attempts": _int_range(1, 1000),
     "heartbeat_interval": _seconds(0.1, 3600),
     "reconcile_interval": _seconds(0.01, 3600),
+    "room_policy": _lower_choice(*ROOM_POLICIES),
     "lead": _bool,
     "lead_beat_interval": _seconds(0.05, 60),
     "sweep_interval": _seconds(0.005, 60),

@@ -88,6 +88,9 @@ class Delivery:
     posted (``run`` only; ``run_once`` waits for its marks)."""
     on_dead: Callable[[], None] | None = None
     """Called after a reply was dead-lettered (the bridge rings its dead-notice loop)."""
+    on_delivered: Callable[[], None] | None = None
+    """Called after replies were marked delivered (the bridge rings its pool lead: the next
+    message of a ``serial`` room may run only once the reply before it was delivered)."""
     holder: str = attrs.field(factory=delivery_holder)
     """This loop's name on the delivery leases it takes (stores with ``delivery_leases``)."""
     lease_s: float | None = None
@@ -198,6 +201,8 @@ class Delivery:
         finally:
             self._marking.difference_update(r.task.id for r, _ in confirmed)
             mark_slots.release()
+        if self.on_delivered is not None and any(marked):
+            self.on_delivered()
         for (result, receipt), ok in zip(confirmed, marked, strict=True):
             task_id = result.task.id
             if not ok:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import attrs
 import trio
 
+from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
 from ..custody._rules import InvalidTask, Task
 from ..custody._store import IngestStore
 from ..pool._timings import Timings
@@ -109,6 +110,10 @@ class Ingest:
     """Give this client's unacked leases back to the gateway when ``run`` ends."""
     timings: Timings | None = None
     """If given, each new task's intake time is noted (its queue wait ends at its claim)."""
+    room_policy: RoomPolicy = attrs.field(
+        default=DEFAULT_ROOM_POLICY, validator=lambda _i, _a, v: check_room_policy(v)
+    )
+    """The room policy stored with every task ingested (``custody._rooms``)."""
     stats: IngestStats = attrs.field(factory=IngestStats, init=False)
 
     async def run_once(self, wait: float | None = None) -> IngestRound:
@@ -181,7 +186,7 @@ class Ingest:
             return [], []
         try:
             try:
-                fresh = await self.store.ingest_many(tasks)
+                fresh = await self.store.ingest_many(tasks, room_policy=self.room_policy)
                 return list(zip(tasks, fresh, strict=True)), []
             except InvalidTask:
                 pass
@@ -191,7 +196,7 @@ class Ingest:
             rejected: list[tuple[str, str]] = []
             for task in tasks:
                 try:
-                    [new] = await self.store.ingest_many([task])
+                    [new] = await self.store.ingest_many([task], room_policy=self.room_policy)
                 except InvalidTask as exc:
                     rejected.append((task.id, str(exc)))
                 else:

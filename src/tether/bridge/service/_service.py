@@ -40,9 +40,10 @@ from ... import (
 from ..._redact import redact_url
 from ..._util import open_nursery_unwrapped
 from ..custody._reconcile import Reconciler
+from ..custody._rooms import RoomPolicy
 from ..custody._rules import IN_CUSTODY, Task
 from ..custody._store import Store
-from ..pool._agent import AgentFactory, load_agent
+from ..pool._agent import AgentFactory, agent_room_policy, load_agent
 from ..pool._lead import PoolLead
 from ..pool._progress import ProgressUpdate
 from ..pool._stall import StallWatcher
@@ -124,6 +125,9 @@ class BridgeService:
     fatal: BaseException | None = attrs.field(default=None, init=False)
     running: bool = attrs.field(default=False, init=False)
     """True once every child started (``run`` reported ready)."""
+    room_policy: RoomPolicy | None = attrs.field(default=None, init=False)
+    """The room policy this bridge ingests with: the agent's if it names one, else
+    ``config.room_policy`` (known once ``run`` started)."""
     wakeups: PoolWakeups = attrs.field(factory=PoolWakeups, init=False)
     timings: Timings = attrs.field(factory=Timings, init=False)
     """Queue wait, run and delivery times this bridge observed (the admin endpoint shows them)."""
@@ -200,12 +204,14 @@ class BridgeService:
                     GatewayClient(config.gateway, config.token_file, **options)
                 )
                 self.gateway = gateway
+                self.room_policy = await agent_room_policy(factory) or config.room_policy
                 self.ingest = Ingest(
                     store,
                     gateway,
                     poll_wait=config.poll_wait,
                     wakeups=self.wakeups,
                     timings=self.timings,
+                    room_policy=self.room_policy,
                 )
                 self.delivery = Delivery(
                     store,
@@ -213,6 +219,8 @@ class BridgeService:
                     on_dead=self.wakeups.tasks_dead,
                     holder=delivery_holder(self.pool_stem),
                     timings=self.timings,
+                    # a delivered reply may let its room's next message run (serial rooms)
+                    on_delivered=self.wakeups.tasks_pending,
                 )
                 self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
                 supervisor = await stack.enter_async_context(

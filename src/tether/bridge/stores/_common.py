@@ -15,6 +15,7 @@ from typing import Any, Final
 import attrs
 
 from ..._converter import unstructure
+from ..custody._rooms import SUPERSEDED_PREFIX, Superseded
 from ..custody._rules import (
     IN_CUSTODY,
     PRIORITY_RANK,
@@ -90,6 +91,8 @@ class Seen:
     owner: str | None
     attempt: int
     lease_until: float | None
+    reason: str | None = None
+    """The task's recorded reason (a superseded task's says so: see ``custody._rooms``)."""
 
     @property
     def owner_note(self) -> str:
@@ -116,6 +119,8 @@ def stale_lease(seen: Seen | None, claim: Claim, now: float, verb: str) -> Excep
         held = f"its lease expired at {seen.lease_until:.3f} (now {now:.3f})"
     else:
         held = f"the store has it {seen.state.value}{seen.owner_note}"
+    if seen.state is CustodyState.RESULT and (seen.reason or "").startswith(SUPERSEDED_PREFIX):
+        return Superseded(f"cannot {verb} task {claim.task.id!r} for {who}: {seen.reason}")
     return StaleLease(f"cannot {verb} task {claim.task.id!r} for {who}: {held}")
 
 

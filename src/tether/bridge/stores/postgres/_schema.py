@@ -102,6 +102,18 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         ADD CONSTRAINT tasks_delivery_lease_on_results
             CHECK (state = 'result' OR delivery_holder IS NULL);
     """,
+    # 5 -> 6 (rooms, issue #17): the room policy each task was ingested under; the partial
+    # indexes find a room's head, its claims and its replies (the claim's room gate)
+    """
+    ALTER TABLE {s}.tasks ADD COLUMN room_policy text NOT NULL DEFAULT 'concurrent'
+        CHECK (room_policy IN ('concurrent', 'serial', 'replace'));
+    CREATE INDEX tasks_room_custody ON {s}.tasks (room, seq)
+        WHERE room IS NOT NULL AND state IN ('assigned', 'claimed', 'pending', 'result');
+    CREATE INDEX tasks_room_queue ON {s}.tasks (room, seq)
+        WHERE room IS NOT NULL AND state IN ('assigned', 'pending');
+    CREATE INDEX tasks_room_claimed ON {s}.tasks (room)
+        WHERE room IS NOT NULL AND state = 'claimed';
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

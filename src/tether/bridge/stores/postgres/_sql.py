@@ -13,6 +13,7 @@ from typing import Final
 import attrs
 
 from .._common import IN_CUSTODY_SQL
+from .._rooms_sql import room_busy, room_gate
 
 TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
 RECORD_COLS: Final = (
@@ -54,8 +55,10 @@ class Sql:
     def ingest(self) -> str:
         return (
             f"WITH ins AS (INSERT INTO {self.s}.tasks AS t "
-            "(id, body, room, priority, headers, state, attempt, created_at, updated_at) "
-            "SELECT id, body, room, priority, headers, 'pending', 1, %(now)s, %(now)s "
+            "(id, body, room, priority, headers, state, attempt, created_at, updated_at, "
+            "room_policy) "
+            "SELECT id, body, room, priority, headers, 'pending', 1, %(now)s, %(now)s, "
+            "%(policy)s "
             "FROM unnest(%(ids)s::text[], %(bodies)s::bytea[], %(rooms)s::text[], "
             "%(ranks)s::smallint[], %(headers)s::text[]) WITH ORDINALITY "
             "AS v (id, body, room, priority, headers, ord) "
@@ -63,6 +66,21 @@ class Sql:
             "ORDER BY ord "
             "ON CONFLICT (id) DO NOTHING RETURNING id) "
             "SELECT id, pg_notify(%(chan)s, 'pending')::text FROM ins"
+        )
+
+    @property
+    def supersede(self) -> str:
+        # replace: per room, the newest of the new tasks turns the room's older tasks still
+        # waiting or running into no-send results (a concurrent claim is waited for, then the
+        # row re-checked); returns (superseded id, newer id)
+        return (
+            f"WITH n AS (SELECT DISTINCT ON (room) room, id, seq FROM {self.s}.tasks "
+            "WHERE id = ANY(%(ids)s::text[]) AND room IS NOT NULL ORDER BY room, seq DESC) "
+            f"UPDATE {self.s}.tasks t SET state = 'result', result = ''::bytea, no_send = true, "
+            "owner = coalesce(t.owner, %(owner)s), lease_until = NULL, "
+            f"{NO_DELIVERY_LEASE}, reason = %(prefix)s || n.id, updated_at = %(now)s "
+            "FROM n WHERE t.room = n.room AND t.seq < n.seq "
+            "AND t.state IN ('pending', 'assigned', 'claimed') RETURNING t.id, n.id"
         )
 
     @property
@@ -92,9 +110,15 @@ class Sql:
         )
 
     @property
+    def room_gate(self) -> str:
+        """May candidate ``t`` run now, by its room's policy (``stores._rooms_sql``)."""
+        return room_gate("t", f"{self.s}.tasks", "seq", "NOT o.no_send")
+
+    @property
     def queued(self) -> str:
         return (
             f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
+            f"AND {self.room_gate} "
             "ORDER BY t.priority, t.seq LIMIT %(limit)s"
         )
 
@@ -103,8 +127,13 @@ class Sql:
         return (
             f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
             "AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) "
+            f"AND {self.room_gate} "
             "ORDER BY t.priority, t.seq LIMIT %(limit)s"
         )
+
+    @property
+    def view_busy_rooms(self) -> str:
+        return room_busy(f"{self.s}.tasks")
 
     @property
     def assign(self) -> str:
@@ -246,9 +275,11 @@ class Sql:
         # SKIP LOCKED: a row another transaction is claiming is passed over, never waited for.
         tasks = f"{self.s}.tasks"
         return (
-            f"WITH mine AS (SELECT id FROM {tasks} WHERE state = 'assigned' "
-            "AND owner = %(worker)s ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
-            f"pool AS (SELECT id FROM {tasks} WHERE %(leaderless)s AND state = 'pending' "
+            f"WITH mine AS (SELECT id FROM {tasks} t WHERE state = 'assigned' "
+            f"AND owner = %(worker)s AND {self.room_gate} "
+            "ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
+            f"pool AS (SELECT id FROM {tasks} t WHERE %(leaderless)s AND state = 'pending' "
+            f"AND {self.room_gate} "
             "AND NOT EXISTS (SELECT FROM mine) ORDER BY priority, seq LIMIT 1 "
             "FOR UPDATE SKIP LOCKED), "
             "pick AS (SELECT id FROM mine UNION ALL SELECT id FROM pool), "
@@ -266,10 +297,11 @@ class Sql:
         # ones to make up the rest, returned in that order (priority, then age, in each)
         tasks = f"{self.s}.tasks"
         return (
-            f"WITH mine AS (SELECT id FROM {tasks} WHERE state = 'assigned' "
-            "AND owner = %(worker)s ORDER BY priority, seq LIMIT %(limit)s "
-            "FOR UPDATE SKIP LOCKED), "
-            f"pool AS (SELECT id FROM {tasks} WHERE %(leaderless)s AND state = 'pending' "
+            f"WITH mine AS (SELECT id FROM {tasks} t WHERE state = 'assigned' "
+            f"AND owner = %(worker)s AND {self.room_gate} "
+            "ORDER BY priority, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            f"pool AS (SELECT id FROM {tasks} t WHERE %(leaderless)s AND state = 'pending' "
+            f"AND {self.room_gate} "
             "ORDER BY priority, seq LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM mine)) "
             "FOR UPDATE SKIP LOCKED), "
             "pick AS (SELECT id, 0 AS grp FROM mine UNION ALL SELECT id, 1 FROM pool), "
@@ -399,7 +431,10 @@ class Sql:
 
     @property
     def cas_state(self) -> str:
-        return f"SELECT state, owner, attempt, lease_until FROM {self.s}.tasks WHERE id = %(id)s"
+        return (
+            "SELECT state, owner, attempt, lease_until, reason "
+            f"FROM {self.s}.tasks WHERE id = %(id)s"
+        )
 
     @property
     def state(self) -> str:

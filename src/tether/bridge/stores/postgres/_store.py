@@ -36,6 +36,12 @@ import trio
 from psycopg_pool import ConnectionPool
 
 from ...custody import _log as _clog
+from ...custody._rooms import (
+    SUPERSEDED_PREFIX,
+    RoomPolicy,
+    check_room_policy,
+    superseded_reason,
+)
 from ...custody._rules import (
     PRIORITY_RANK,
     Claim,
@@ -74,6 +80,7 @@ from .._common import (
     task_from_row,
     unknown_task,
 )
+from .._rooms_sql import SUPERSEDED_OWNER
 from ._connection import Conn as Conn
 from ._connection import StoreConnectionLost as StoreConnectionLost
 from ._connection import StoreTimeout as StoreTimeout
@@ -253,29 +260,41 @@ class PostgresStore:
 
     # -- ingest -------------------------------------------------------------------------------
 
-    async def ingest(self, task: Task) -> bool:
-        [new] = await self.ingest_many([task])
+    async def ingest(self, task: Task, *, room_policy: RoomPolicy = "concurrent") -> bool:
+        [new] = await self.ingest_many([task], room_policy=room_policy)
         return new
 
-    async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
+    async def ingest_many(
+        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = "concurrent"
+    ) -> list[bool]:
+        policy = check_room_policy(room_policy)
         rows = [self._ingest_row(task) for task in tasks]  # all valid, or nothing is stored
         if not rows:
             return []
         ids, bodies, rooms, ranks, headers = (list(col) for col in zip(*rows, strict=True))
         params: dict[str, Any] = {"ids": ids, "bodies": bodies, "rooms": rooms, "ranks": ranks}
-        params.update(headers=headers, now=self.clock(), chan=self._channel)
-        sql = self._sql.ingest
+        params.update(headers=headers, now=self.clock(), chan=self._channel, policy=policy)
+        params.update(owner=SUPERSEDED_OWNER, prefix=SUPERSEDED_PREFIX)
+        sql, supersede = self._sql.ingest, self._sql.supersede
+        replace = policy == "replace" and any(room is not None for room in rooms)
 
-        def op(conn: Conn) -> list[bool]:
-            inserted = {r[0] for r in conn.execute(sql, params).fetchall()}
+        def op(conn: Conn) -> tuple[list[bool], list[tuple[str, str]]]:
+            with conn.transaction():  # replace: the new tasks and what they supersede at once
+                inserted = {r[0] for r in conn.execute(sql, params).fetchall()}
+                moved: list[tuple[str, str]] = []
+                if replace and inserted:
+                    fresh = {**params, "ids": sorted(inserted)}
+                    moved = [(r[0], r[1]) for r in conn.execute(supersede, fresh).fetchall()]
             first: list[bool] = []
             for row in rows:
                 first.append(row[0] in inserted)
                 inserted.discard(row[0])  # a duplicate later in the batch is a replay
-            return first
+            return first, moved
 
-        new = await self._run(op)
+        new, superseded = await self._run(op)
         _clog.ingested(ids, new)
+        for id, by in superseded:
+            _clog.moved(id, None, CustodyState.RESULT, reason=superseded_reason(by))
         return new
 
     def _ingest_row(self, task: Task) -> tuple[Any, ...]:
@@ -397,6 +416,7 @@ class PostgresStore:
                     claims=dict(conn.execute(sql.view_claims).fetchall()),
                     pending=tuple(pending),
                     rooms=rooms,
+                    busy_rooms=frozenset(r[0] for r in conn.execute(sql.view_busy_rooms)),
                 )
             finally:
                 conn.execute("COMMIT")
@@ -763,8 +783,8 @@ class PostgresStore:
             now = conn.execute(state_sql, params).fetchone()
             if now is None:
                 raise unknown_task(params["id"])
-            state, owner, attempt, lease_until = now
-            return None, Seen(CustodyState(state), owner, attempt, lease_until)
+            state, owner, attempt, lease_until, reason = now
+            return None, Seen(CustodyState(state), owner, attempt, lease_until, reason)
 
         return await self._run(op)
 

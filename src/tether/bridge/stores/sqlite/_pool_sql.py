@@ -9,9 +9,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from typing import Final
 
 from ...custody._store import Assignment, PoolView, Queued, WorkerInfo
 from .._common import RANK_PRIORITY
+from .._rooms_sql import room_busy, room_gate
+
+ROOM_GATE: Final = room_gate("t", "tasks", "rowid", "o.no_send = 0")
+"""May candidate ``t`` run now, by its room's policy: the lead plans only with those."""
 
 
 def pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str) -> PoolView:
@@ -22,6 +27,7 @@ def pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str
         "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
         "LEFT JOIN rooms r ON r.room = t.room WHERE t.state = 'pending' "
         "AND (t.room IS NULL OR t.room NOT IN (SELECT value FROM json_each(?))) "
+        f"AND {ROOM_GATE} "
         "ORDER BY t.priority, t.rowid LIMIT ?",
         (skip, pending_limit),
     ):
@@ -45,6 +51,7 @@ def pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str
         ),
         pending=tuple(pending),
         rooms=rooms,
+        busy_rooms=frozenset(r[0] for r in conn.execute(room_busy("tasks"))),
     )
 
 

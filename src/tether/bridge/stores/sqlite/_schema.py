@@ -77,6 +77,17 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_dead_unreported ON tasks (updated_at)
         WHERE state = 'dead' AND dead_reported_at IS NULL
     """,
+    # 4 -> 5 (rooms, issue #17): the room policy each task was ingested under; the partial
+    # indexes find a room's head, its claims and its replies (the claim's room gate)
+    """
+    ALTER TABLE tasks ADD COLUMN room_policy TEXT NOT NULL DEFAULT 'concurrent'
+        CHECK (room_policy IN ('concurrent', 'serial', 'replace'));
+    CREATE INDEX tasks_room_custody ON tasks (room)
+        WHERE room IS NOT NULL AND state IN ('assigned', 'claimed', 'pending', 'result');
+    CREATE INDEX tasks_room_queue ON tasks (room)
+        WHERE room IS NOT NULL AND state IN ('assigned', 'pending');
+    CREATE INDEX tasks_room_claimed ON tasks (room) WHERE room IS NOT NULL AND state = 'claimed'
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

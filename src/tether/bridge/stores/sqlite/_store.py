@@ -33,6 +33,7 @@ from typing import Any, Final, TypeVar
 import attrs
 
 from ...custody import _log as _clog
+from ...custody._rooms import RoomPolicy, check_room_policy, superseded_reason
 from ...custody._rules import (
     MAX_BODY_BYTES,
     PRIORITY_RANK,
@@ -70,10 +71,11 @@ from .._common import (
     task_from_row,
     unknown_task,
 )
+from .._rooms_sql import SUPERSEDED_OWNER
 from ._access import explain_open_failure
 from ._connect import Synchronous as Synchronous
 from ._connect import connect_reader, connect_writer
-from ._pool_sql import assign_one, assign_pairs, note_room, pool_view, read_workers
+from ._pool_sql import ROOM_GATE, assign_one, assign_pairs, note_room, pool_view, read_workers
 from ._writer import SqliteWriter
 
 T = TypeVar("T")
@@ -170,28 +172,44 @@ class SqliteStore:
 
     # -- ingest -------------------------------------------------------------------------------
 
-    async def ingest(self, task: Task) -> bool:
-        [new] = await self.ingest_many([task])
+    async def ingest(self, task: Task, *, room_policy: RoomPolicy = "concurrent") -> bool:
+        [new] = await self.ingest_many([task], room_policy=room_policy)
         return new
 
-    async def ingest_many(self, tasks: Sequence[Task]) -> list[bool]:
+    async def ingest_many(
+        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = "concurrent"
+    ) -> list[bool]:
+        policy = check_room_policy(room_policy)
         rows = [self._ingest_row(task) for task in tasks]  # all valid, or nothing is stored
+        superseded: list[tuple[str, str]] = []
 
         def op(conn: sqlite3.Connection) -> list[bool]:
-            return [
-                conn.execute(
-                    f"INSERT INTO tasks ({_TASK_COLS}, state, attempt, created_at, updated_at) "
-                    "SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ? "
-                    "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
-                    "ON CONFLICT (id) DO NOTHING",
-                    (*row, row[0]),
-                ).rowcount
-                == 1
-                for row in rows
-            ]
+            superseded.clear()  # (a replayed job starts over)
+            new = []
+            for row in rows:
+                fresh = (
+                    conn.execute(
+                        f"INSERT INTO tasks ({_TASK_COLS}, state, attempt, created_at, "
+                        "updated_at, room_policy) SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ? "
+                        "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
+                        "ON CONFLICT (id) DO NOTHING",
+                        (*row, policy, row[0]),
+                    ).rowcount
+                    == 1
+                )
+                new.append(fresh)
+            if policy == "replace":  # per room, the newest new task supersedes the older ones
+                newest = {
+                    row[2]: row for row, fresh in zip(rows, new, strict=True) if fresh and row[2]
+                }
+                for room, row in newest.items():
+                    superseded.extend(_supersede(conn, row[0], room, row[6]))
+            return new
 
         new = await self._writer.run(op) if rows else []
         _clog.ingested((row[0] for row in rows), new)
+        for id, by in superseded:
+            _clog.moved(id, None, CustodyState.RESULT, reason=superseded_reason(by))
         return new
 
     def _ingest_row(self, task: Task) -> tuple[Any, ...]:
@@ -399,8 +417,10 @@ class SqliteStore:
             # in (priority, age) order; one UPDATE claims them all
             rows = conn.execute(
                 "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, updated_at = ? "
-                "WHERE rowid IN (SELECT rowid FROM tasks WHERE state = 'assigned' AND owner = ? "
-                "ORDER BY priority, rowid LIMIT ?) "
+                "WHERE rowid IN (SELECT t.rowid FROM tasks t "
+                "WHERE t.state = 'assigned' AND t.owner = ? "
+                f"AND {ROOM_GATE} "
+                "ORDER BY t.priority, t.rowid LIMIT ?) "
                 f"RETURNING {_TASK_COLS}, attempt, rowid",
                 (worker, lease_until, now, worker, limit),
             ).fetchall()
@@ -408,8 +428,10 @@ class SqliteStore:
             if taken < limit and leaderless:
                 rows += conn.execute(
                     "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
-                    "updated_at = ? WHERE rowid IN (SELECT rowid FROM tasks "
-                    "WHERE state = 'pending' ORDER BY priority, rowid LIMIT ?) "
+                    "updated_at = ? WHERE rowid IN (SELECT t.rowid FROM tasks t "
+                    "WHERE t.state = 'pending' "
+                    f"AND {ROOM_GATE} "
+                    "ORDER BY t.priority, t.rowid LIMIT ?) "
                     f"RETURNING {_TASK_COLS}, attempt, rowid",
                     (worker, lease_until, now, limit - taken),
                 ).fetchall()
@@ -857,5 +879,25 @@ def _require(conn: sqlite3.Connection, id: str) -> TaskRecord:
 
 def _stale(conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:
     rec = _record(conn, claim.task.id)
-    seen = None if rec is None else Seen(rec.state, rec.owner, rec.attempt, rec.lease_until)
+    seen = (
+        None
+        if rec is None
+        else Seen(rec.state, rec.owner, rec.attempt, rec.lease_until, rec.reason)
+    )
     return stale_lease(seen, claim, now, verb)
+
+
+def _supersede(
+    conn: sqlite3.Connection, newer: str, room: str, now: float
+) -> list[tuple[str, str]]:
+    """``replace``: every older task of ``room`` still waiting or running becomes a no-send
+    result "superseded by ``newer``" (a running worker's lease is fenced out: ``Superseded``).
+    Returns ``(id, newer)`` per task moved."""
+    rows = conn.execute(
+        "UPDATE tasks SET state = 'result', result = '', no_send = 1, "
+        "owner = coalesce(owner, ?), lease_until = NULL, reason = ?, updated_at = ? "
+        "WHERE room = ? AND id <> ? AND state IN ('pending', 'assigned', 'claimed') "
+        "AND rowid < (SELECT rowid FROM tasks WHERE id = ?) RETURNING id",
+        (SUPERSEDED_OWNER, superseded_reason(newer), now, room, newer, newer),
+    ).fetchall()
+    return [(r[0], newer) for r in rows]
