@@ -59,6 +59,7 @@ from .custody import StoreClock as StoreClock
 from .custody import Task as Task
 from .custody import TaskRecord as TaskRecord
 from .custody import UnknownTask as UnknownTask
+from .custody import WaitingRetries as WaitingRetries
 from .custody import WorkerInfo as WorkerInfo
 from .custody import WorkerRole as WorkerRole
 from .custody import WorkerStore as WorkerStore
@@ -196,6 +197,7 @@ __all__ = [
     "TaskRecord",
     "TokenFileError",
     "UnknownTask",
+    "WaitingRetries",
     "Wakeup",
     "WorkerInfo",
     "WorkerRole",

@@ -77,6 +77,15 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_dead_unreported ON tasks (updated_at)
         WHERE state = 'dead' AND dead_reported_at IS NULL
     """,
+    # 4 -> 5 (retry backoff, issue #16): a failed attempt goes back to pending with a
+    # not-before time; nobody claims or assigns it earlier. Only a pending task has one (the
+    # CHECK); the partial index finds the earliest one due without scanning the queue
+    """
+    ALTER TABLE tasks ADD COLUMN not_before REAL
+        CHECK (not_before IS NULL OR state = 'pending');
+    CREATE INDEX tasks_waiting ON tasks (not_before)
+        WHERE state = 'pending' AND not_before IS NOT NULL
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
