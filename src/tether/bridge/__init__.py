@@ -73,11 +73,14 @@ from .pool import Deferred as Deferred
 from .pool import EmptyReply as EmptyReply
 from .pool import FileExchange as FileExchange
 from .pool import HeaderRefused as HeaderRefused
+from .pool import Permanent as Permanent
 from .pool import PoolLead as PoolLead
 from .pool import PoolWakeups as PoolWakeups
 from .pool import PoolWorker as PoolWorker
 from .pool import Reply as Reply
 from .pool import ResultRefused as ResultRefused
+from .pool import Retry as Retry
+from .pool import RetryBackoff as RetryBackoff
 from .pool import Returned as Returned
 from .pool import StallPass as StallPass
 from .pool import StallWatcher as StallWatcher
@@ -160,6 +163,7 @@ __all__ = [
     "InvalidWorkerName",
     "LeadStore",
     "LeaseExpiry",
+    "Permanent",
     "PoolLead",
     "PoolMemberStore",
     "PoolView",
@@ -176,6 +180,8 @@ __all__ = [
     "ResultReceipt",
     "ResultRefused",
     "RetentionStore",
+    "Retry",
+    "RetryBackoff",
     "Returned",
     "SchemaTooNew",
     "SqliteStore",

@@ -25,6 +25,9 @@ from ._lead import SweepReport as SweepReport
 from ._lead import plan_sweep as plan_sweep
 from ._liveness import is_alive as is_alive
 from ._liveness import live_lead as live_lead
+from ._retry import Permanent as Permanent
+from ._retry import Retry as Retry
+from ._retry import RetryBackoff as RetryBackoff
 from ._stall import StallPass as StallPass
 from ._stall import StallWatcher as StallWatcher
 from ._wakeup import PoolWakeups as PoolWakeups
@@ -40,11 +43,14 @@ __all__ = [
     "EmptyReply",
     "FileExchange",
     "HeaderRefused",
+    "Permanent",
     "PoolLead",
     "PoolWakeups",
     "PoolWorker",
     "Reply",
     "ResultRefused",
+    "Retry",
+    "RetryBackoff",
     "Returned",
     "StallPass",
     "StallWatcher",

@@ -18,7 +18,9 @@
 - Outcomes: a reply is stored with ``complete``; an empty reply, a reply of the wrong type, a
   reply the store refuses (over its size limit, not valid Unicode) or a handler crash becomes
   ``fail`` with the traceback's last line as the reason (repooled with
-  ``attempt + 1``, dead past ``max_attempts``). Nothing is lost silently. A call the session
+  ``attempt + 1`` after a ``retry_backoff`` delay, dead past ``max_attempts``). An agent may
+  name its failure: ``Retry(after=s)`` waits ``s`` seconds instead of the backoff,
+  ``Permanent(reason)`` dead-letters at once. Nothing is lost silently. A call the session
   refused or cancelled (``QueueFull`` of a ``serial`` agent, ``HandlerDropped``,
   ``HandlerCancelled`` from an ``interrupt``) never ran to an outcome: the claim is released
   with the same attempt, and the slot stays taken for ``poll_interval`` so a refusing agent is
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
@@ -46,6 +49,7 @@ from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task,
 from ..custody._store import WorkerInfo, WorkerStore
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
+from ._retry import Permanent, Retry, RetryBackoff
 from ._stall import Notify, StallWatcher
 from ._stop import StopSignal
 from ._wakeup import PoolWakeups, Wakeup
@@ -118,6 +122,10 @@ class PoolWorker:
     """If given, the worker watches its own claims and calls ``on_stall(task_id, age)`` once
     per task older than ``stall_after`` (see ``StallWatcher``; a raise is retried)."""
     stall_after: float = 60.0
+    retry_backoff: RetryBackoff = attrs.field(factory=RetryBackoff)
+    """The delay before a failed task's next attempt (``RetryBackoff(0, 0)``: at once)."""
+    rng: random.Random = attrs.field(factory=random.Random)
+    """Draws the backoff's jitter (tests inject a seeded one)."""
     completed: int = attrs.field(init=False, default=0)
     failed: int = attrs.field(init=False, default=0)
     released: int = attrs.field(init=False, default=0)
@@ -370,11 +378,27 @@ class PoolWorker:
                     "worker %s: after_complete failed for task %s", self.name, entry.claim.task.id
                 )
 
+    def retry_delay(self, exc: BaseException, attempt: int) -> float:
+        """Seconds before the next attempt after ``exc`` failed attempt ``attempt``: the
+        agent's ``Retry(after=)``, else the backoff's draw."""
+        if isinstance(exc, Retry) and exc.after is not None:
+            return exc.after
+        return self.retry_backoff.delay(attempt, self.rng)
+
     async def _fail(self, entry: _Active, exc: Exception) -> None:
-        reason = failure_reason(exc)
+        if isinstance(exc, Permanent):  # the store says "permanent failure on attempt n: ..."
+            reason = exc.reason
+        elif isinstance(exc, Retry):
+            reason = f"Retry: {exc.reason}"
+        else:
+            reason = failure_reason(exc)
         entry.finishing = True
+        permanent = isinstance(exc, Permanent)
+        delay = 0.0 if permanent else self.retry_delay(exc, entry.claim.attempt)
         try:
-            state = await self.store.fail(entry.claim, reason)
+            state = await self.store.fail(
+                entry.claim, reason, retry_after=delay, permanent=permanent
+            )
         except StaleLease as stale:
             self._lose(entry, stale)
             return
@@ -385,13 +409,14 @@ class PoolWorker:
         level = logging.ERROR if state is CustodyState.DEAD else logging.WARNING
         log.log(
             level,
-            "worker %s: task %s attempt %d failed (%s); now %s",
+            "worker %s: task %s attempt %d failed (%s); now %s%s",
             self.name,
             entry.claim.task.id,
             entry.claim.attempt,
             reason,
             state.value,
-            exc_info=exc,
+            f", next attempt in {delay:.1f}s" if state is CustodyState.PENDING and delay else "",
+            exc_info=None if isinstance(exc, Retry | Permanent) else exc,
         )
 
     async def _release(self, entry: _Active) -> None:

@@ -22,6 +22,7 @@ import attrs
 from ..._config_error import ConfigError as ConfigError
 from ..._fs import ensure_private_dir
 from ..._logging import LogFormat
+from ..pool._retry import RetryBackoff
 from ..stores.postgres._dsn import check_schema, is_postgres_dsn
 
 DEFAULT_DATA_DIR: Final = Path("tether-data")
@@ -56,6 +57,11 @@ class BridgeConfig:
     poll_wait: float = 30.0
     lease_s: float = 60.0
     max_attempts: int = 5
+    retry_backoff: RetryBackoff = attrs.field(factory=RetryBackoff)
+    """The delay before a failed task's next attempt: full jitter, uniform between 0 and
+    ``min(cap, first * 2 ** (attempt - 1))``; ``FIRST:CAP`` seconds in flags, TOML and
+    ``TETHER_RETRY_BACKOFF`` (default ``2:300``; ``0``: retry at once). An agent's
+    ``Retry(after=)`` overrides it for its task."""
     heartbeat_interval: float = 60.0
     reconcile_interval: float = 5.0
     lead: bool = True
@@ -242,6 +248,14 @@ def _host(name: str, value: Any) -> str:
     return text
 
 
+def _retry_backoff(name: str, value: Any) -> RetryBackoff:
+    if isinstance(value, RetryBackoff):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    return RetryBackoff.parse(_text(name, value))
+
+
 def _optional_path(name: str, value: Any) -> Path | None:
     if value is None or value == "":
         return None
@@ -262,6 +276,7 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "poll_wait": _seconds(0, 60),
     "lease_s": _seconds(0.1, 86_400),
     "max_attempts": _int_range(1, 1000),
+    "retry_backoff": _retry_backoff,
     "heartbeat_interval": _seconds(0.1, 3600),
     "reconcile_interval": _seconds(0.01, 3600),
     "lead": _bool,

@@ -369,6 +369,7 @@ class BridgeService:
                 capacity=config.capacity,
                 poll_interval=config.poll_interval,
                 stop_grace=config.grace,
+                retry_backoff=config.retry_backoff,
                 wakeups=self.wakeups,
                 after_complete=self._result_stored,
             )
