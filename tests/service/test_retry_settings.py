@@ -83,3 +83,22 @@ def test_status_says_nothing_of_retries_when_none_wait(
     assert main(["store", "status", "--store", str(tmp_path / "custody.db"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (doc["waiting_retries"], doc["next_retry_in_s"]) == (0, None)
+
+
+def test_run_timeout_defaults_to_ten_minutes_and_may_be_turned_off(tmp_path: Path) -> None:
+    assert load_config(environ={}).run_timeout == 600.0
+    assert load_config(environ={"TETHER_RUN_TIMEOUT": "90"}).run_timeout == 90.0
+    for off in ("0", "off", "none"):
+        assert load_config(environ={}, flags={"run_timeout": off}).run_timeout is None
+    file = tmp_path / "bridge.toml"
+    file.write_text("[bridge]\nrun_timeout = 0\n")
+    assert load_config(file=file, environ={}).run_timeout is None
+
+
+def test_a_bad_run_timeout_is_one_line_naming_its_source() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={}, flags={"run_timeout": "soon"})
+    assert str(info.value) == (
+        "run_timeout must be a number of seconds from 0.1 to 604800, or 0/off for no limit, "
+        "got 'soon' (from --run-timeout)"
+    )

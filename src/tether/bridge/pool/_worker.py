@@ -25,6 +25,12 @@
   ``HandlerCancelled`` from an ``interrupt``) never ran to an outcome: the claim is released
   with the same attempt, and the slot stays taken for ``poll_interval`` so a refusing agent is
   not hammered.
+- Run timeout: a run that takes longer than ``run_timeout`` (the agent factory's own
+  ``run_timeout`` attribute wins, see ``agent_run_timeout``) is cancelled and counts as a
+  failed attempt, "timed out after N s". A run whose outcome is still not stored ``stop_grace``
+  seconds after its timeout (it ignores cancellation, or storing it hangs) loses its lease:
+  the heartbeat stops renewing it, the reconciler repools the task and the fence refuses
+  whatever that run stores late.
 - Soft stop (``request_stop()`` or the supervisor's stop): stop claiming, give back unclaimed
   assignments, let the runs in hand finish for ``stop_grace`` seconds, then cancel them and
   ``release`` their claims (back to pending without burning an attempt). A hard cancel also
@@ -78,9 +84,26 @@ def failure_reason(exc: BaseException) -> str:
     return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+class RunTimedOut(Exception):
+    """A run took longer than its timeout and was cancelled (a failed attempt)."""
+
+
+def agent_run_timeout(factory: AgentFactory, default: float | None) -> float | None:
+    """The run timeout for ``factory``'s runs: its ``run_timeout`` attribute if it has one
+    (seconds > 0, or None for no limit), else ``default``."""
+    value = getattr(factory, "run_timeout", default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"run_timeout must be None or seconds > 0, got {value!r}")
+    return float(value)
+
+
 @attrs.define(eq=False)
 class _Active:
     claim: Claim
+    deadline: float = math.inf
+    """When the run times out (Trio clock); past it plus ``stop_grace`` the lease is let go."""
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     lost: bool = False
     finishing: bool = False
@@ -126,6 +149,12 @@ class PoolWorker:
     """The delay before a failed task's next attempt (``RetryBackoff(0, 0)``: at once)."""
     rng: random.Random = attrs.field(factory=random.Random)
     """Draws the backoff's jitter (tests inject a seeded one)."""
+    run_timeout: float | None = 600.0
+    """Seconds one run may take before it is cancelled (a failed attempt, "timed out after N
+    s"); None: no limit. Ten minutes suits LLM agents (a long generation with tool calls); an
+    agent factory overrides it with its own ``run_timeout`` attribute."""
+    let_go: int = attrs.field(init=False, default=0)
+    """Leases no longer renewed because their run outlived its timeout plus ``stop_grace``."""
     completed: int = attrs.field(init=False, default=0)
     failed: int = attrs.field(init=False, default=0)
     released: int = attrs.field(init=False, default=0)
@@ -140,6 +169,7 @@ class PoolWorker:
     _stopping: bool = attrs.field(init=False, default=False)
     _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
     _run_seconds: float | None = attrs.field(init=False, default=None)
+    _timeout: float | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
@@ -161,6 +191,7 @@ class PoolWorker:
         check_seconds("lead_dead_after", self.lead_dead_after)
         check_seconds("max_skew", self.max_skew, allow_zero=True)
         check_seconds("stop_grace", self.stop_grace, allow_zero=True)
+        self._timeout = agent_run_timeout(self.factory, self.run_timeout)
         if self.heartbeat_interval is None:
             self._interval = min(2.0, self.store.lease_s / 3)
         else:
@@ -329,7 +360,8 @@ class PoolWorker:
         ``claim_many`` is queued while this outcome commits instead of after it (the two
         overlap, or share a group commit), rather than costing one commit after the other."""
         id = claim.task.id
-        entry = _Active(claim)
+        started = trio.current_time()
+        entry = _Active(claim, math.inf if self._timeout is None else started + self._timeout)
         for old in [a for a in self._active if a.claim.task.id == id]:
             # the store handed the task out again, so every older attempt here is fenced out
             self._lose(old, StaleLease(f"task {id!r} was claimed again as attempt {claim.attempt}"))
@@ -337,8 +369,7 @@ class PoolWorker:
         try:
             with entry.scope:
                 try:
-                    started = trio.current_time()
-                    reply = reply_of(await session.call(TASK_EVENT, claim.task), id)
+                    reply = await self._call(session, entry)
                 except NOT_RUN as exc:
                     log.info("worker %s: task %s was not run: %s", self.name, id, exc)
                     await self._release(entry)
@@ -357,6 +388,15 @@ class PoolWorker:
         finally:
             del self._active[entry]
         return True
+
+    async def _call(self, session: Session, entry: _Active) -> Reply:
+        """The agent's reply to ``entry``'s task; ``RunTimedOut`` once its deadline passed
+        (the run is cancelled: a sync handler's thread is abandoned by the session)."""
+        task = entry.claim.task
+        with trio.CancelScope(deadline=entry.deadline) as timer:
+            return reply_of(await session.call(TASK_EVENT, task), task.id)
+        assert timer.cancelled_caught
+        raise RunTimedOut(f"timed out after {self._timeout:g} s")
 
     async def _complete(self, entry: _Active, reply: Reply) -> None:
         entry.finishing = True
@@ -388,6 +428,8 @@ class PoolWorker:
     async def _fail(self, entry: _Active, exc: Exception) -> None:
         if isinstance(exc, Permanent):  # the store says "permanent failure on attempt n: ..."
             reason = exc.reason
+        elif isinstance(exc, RunTimedOut):
+            reason = str(exc)
         elif isinstance(exc, Retry):
             reason = f"Retry: {exc.reason}"
         else:
@@ -416,7 +458,7 @@ class PoolWorker:
             reason,
             state.value,
             f", next attempt in {delay:.1f}s" if state is CustodyState.PENDING and delay else "",
-            exc_info=None if isinstance(exc, Retry | Permanent) else exc,
+            exc_info=None if isinstance(exc, Retry | Permanent | RunTimedOut) else exc,
         )
 
     async def _release(self, entry: _Active) -> None:
@@ -479,7 +521,21 @@ class PoolWorker:
                 )
 
     async def _renew(self, entry: _Active) -> None:
-        if entry.lost or entry.finishing:
+        if entry.lost:
+            return
+        if trio.current_time() > entry.deadline + self.stop_grace:
+            if not entry.lost:  # the run outlived its timeout and grace: let the lease lapse
+                entry.lost = True
+                self.let_go += 1
+                log.warning(
+                    "worker %s: task %s is %.1fs past its run timeout and still not stored; "
+                    "its lease is no longer renewed (the reconciler takes it back)",
+                    self.name,
+                    entry.claim.task.id,
+                    trio.current_time() - entry.deadline,
+                )
+            return
+        if entry.finishing:
             return
         try:
             entry.claim = await self.store.renew(entry.claim)

@@ -59,6 +59,12 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "(default: 2:300)",
         str,
     ),
+    "run_timeout": (
+        "seconds one agent run may take before it is cancelled and counted as a failed attempt; "
+        "0 or off: no limit; an agent factory's run_timeout attribute overrides it (default: "
+        "600, for LLM agents)",
+        str,
+    ),
     "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
     "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
     "lead": (
