@@ -1,7 +1,8 @@
 """A hypothesis stateful test: random custody operations against a plain-Python model.
 
-Rules drive ingest / assign / unassign / claim / renew / complete / fail / release / clock
-advance / reconcile / deliver / dead-letter / reopen on a real store, and the model predicts every
+Rules drive ingest / assign / unassign / claim / renew / complete / fail (with a retry delay
+or permanent) / release / clock advance / reconcile / deliver / dead-letter / the lead's view /
+reopen on a real store, and the model predicts every
 answer. After every step the whole store is compared with the model, so an acknowledged id is
 never lost, is in exactly the state the model says (one state), and a fenced holder's complete,
 renew, fail or release always raises ``StaleLease`` and changes nothing. ``release`` keeps the
@@ -64,6 +65,11 @@ class Model:
     attempt: int = 1
     lease_until: float | None = None
     result: str | None = None
+    not_before: float | None = None
+    """A pending task waiting out a retry backoff; nobody takes it before then."""
+
+    def due(self, now: float) -> bool:
+        return self.state is S.PENDING and (self.not_before is None or self.not_before <= now)
 
 
 def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -105,7 +111,7 @@ class CustodyMachine(RuleBasedStateMachine):
         mine = [i for i, m in self.model.items() if m.state is S.ASSIGNED and m.owner == worker]
         if mine:
             return min(mine, key=key)
-        pending = [i for i, m in self.model.items() if m.state is S.PENDING]
+        pending = [i for i, m in self.model.items() if m.due(self.clock.now)]
         if leaderless and pending:
             return min(pending, key=key)
         return None
@@ -125,12 +131,12 @@ class CustodyMachine(RuleBasedStateMachine):
         if m is None:
             with pytest.raises(UnknownTask):
                 _run(self.store.assign, id, worker)
-        elif m.state is not S.PENDING:
+        elif not m.due(self.clock.now):  # not pending, or waiting out its backoff
             with pytest.raises(CustodyConflict):
                 _run(self.store.assign, id, worker)
         else:
             _run(self.store.assign, id, worker)
-            m.state, m.owner = S.ASSIGNED, worker
+            m.state, m.owner, m.not_before = S.ASSIGNED, worker, None
 
     @rule(id=st.sampled_from(IDS), worker=st.sampled_from(WORKERS))
     def unassign(self, id: str, worker: str) -> None:
@@ -160,6 +166,7 @@ class CustodyMachine(RuleBasedStateMachine):
         assert (claim.task.id, claim.worker, claim.attempt) == (expected, worker, m.attempt)
         assert claim.lease_until == self.clock.now + LEASE_S
         m.state, m.owner, m.lease_until = S.CLAIMED, worker, claim.lease_until
+        m.not_before = None
         self.claims.append(claim)
 
     @precondition(lambda self: self.claims)
@@ -191,21 +198,32 @@ class CustodyMachine(RuleBasedStateMachine):
         m.state, m.lease_until, m.result = S.RESULT, None, body
 
     @precondition(lambda self: self.claims)
-    @rule(pick=st.integers(min_value=0))
-    def fail(self, pick: int) -> None:
+    @rule(
+        pick=st.integers(min_value=0),
+        retry_after=st.sampled_from([0.0, 1.0, LEASE_S, LEASE_S * 2]),
+        permanent=st.booleans(),
+    )
+    def fail(self, pick: int, retry_after: float, permanent: bool) -> None:
         claim = self.claims[pick % len(self.claims)]
+
+        async def call() -> CustodyState:
+            return await self.store.fail(
+                claim, "model failure", retry_after=retry_after, permanent=permanent
+            )
+
         if not self._live(claim):
             with pytest.raises(StaleLease):
-                _run(self.store.fail, claim, "model failure")
+                _run(call)
             return
         m = self.model[claim.task.id]
-        state = _run(self.store.fail, claim, "model failure")
-        if m.attempt >= MAX_ATTEMPTS:
+        state = _run(call)
+        if permanent or m.attempt >= MAX_ATTEMPTS:
             assert state is S.DEAD
             m.state, m.lease_until = S.DEAD, None
         else:
             assert state is S.PENDING
             m.state, m.owner, m.lease_until, m.attempt = S.PENDING, None, None, m.attempt + 1
+            m.not_before = self.clock.now + retry_after if retry_after else None
 
     @precondition(lambda self: self.claims)
     @rule(pick=st.integers(min_value=0))
@@ -267,7 +285,32 @@ class CustodyMachine(RuleBasedStateMachine):
                 _run(self.store.dead_letter, id, "model gave up")
         else:
             _run(self.store.dead_letter, id, "model gave up")
-            m.state, m.lease_until = S.DEAD, None
+            m.state, m.lease_until, m.not_before = S.DEAD, None, None
+
+    @rule()
+    def lead_view(self) -> None:
+        """The lead's view and the pending queue hold exactly the due tasks, and name the
+        earliest waiting one; an operator counts the waiting ones."""
+
+        async def call() -> tuple[Any, Any, Any]:
+            view = await self.store.pool_view()
+            return view, await self.store.pending(), await self.store.waiting_retries()
+
+        view, pending, waiting = _run(call)
+        now = self.clock.now
+        due = sorted(
+            (i for i, m in self.model.items() if m.due(now)),
+            key=lambda i: (RANK[self.model[i].priority], self.model[i].seq),
+        )
+        assert [q.id for q in view.pending] == due
+        assert [t.id for t in pending] == due
+        ahead = [
+            m.not_before
+            for m in self.model.values()
+            if m.state is S.PENDING and m.not_before is not None and m.not_before > now
+        ]
+        assert view.next_due == (min(ahead) if ahead else None)
+        assert (waiting.count, waiting.next_due) == (len(ahead), view.next_due)
 
     @rule()
     def reopen(self) -> None:
@@ -290,6 +333,7 @@ class CustodyMachine(RuleBasedStateMachine):
                 continue
             assert rec is not None, f"{id} was acknowledged and is lost"
             assert (rec.state, rec.attempt, rec.lease_until) == (m.state, m.attempt, m.lease_until)
+            assert rec.not_before == m.not_before  # only pending tasks have one
             if m.state in (S.ASSIGNED, S.CLAIMED, S.PENDING):
                 assert rec.owner == m.owner
             if m.state in (S.RESULT, S.DELIVERED):

@@ -63,6 +63,7 @@ from .custody import Superseded as Superseded
 from .custody import Task as Task
 from .custody import TaskRecord as TaskRecord
 from .custody import UnknownTask as UnknownTask
+from .custody import WaitingRetries as WaitingRetries
 from .custody import WorkerInfo as WorkerInfo
 from .custody import WorkerRole as WorkerRole
 from .custody import WorkerStore as WorkerStore
@@ -76,6 +77,7 @@ from .pool import Deferred as Deferred
 from .pool import EmptyReply as EmptyReply
 from .pool import FileExchange as FileExchange
 from .pool import HeaderRefused as HeaderRefused
+from .pool import Permanent as Permanent
 from .pool import PoolLead as PoolLead
 from .pool import PoolWakeups as PoolWakeups
 from .pool import PoolWorker as PoolWorker
@@ -83,6 +85,8 @@ from .pool import Progress as Progress
 from .pool import ProgressUpdate as ProgressUpdate
 from .pool import Reply as Reply
 from .pool import ResultRefused as ResultRefused
+from .pool import Retry as Retry
+from .pool import RetryBackoff as RetryBackoff
 from .pool import Returned as Returned
 from .pool import StallPass as StallPass
 from .pool import StallWatcher as StallWatcher
@@ -170,6 +174,7 @@ __all__ = [
     "InvalidWorkerName",
     "LeadStore",
     "LeaseExpiry",
+    "Permanent",
     "PoolLead",
     "PoolMemberStore",
     "PoolView",
@@ -188,6 +193,8 @@ __all__ = [
     "ResultReceipt",
     "ResultRefused",
     "RetentionStore",
+    "Retry",
+    "RetryBackoff",
     "Returned",
     "RoomPolicy",
     "SchemaTooNew",
@@ -212,6 +219,7 @@ __all__ = [
     "Timings",
     "TokenFileError",
     "UnknownTask",
+    "WaitingRetries",
     "Wakeup",
     "WorkerInfo",
     "WorkerRole",

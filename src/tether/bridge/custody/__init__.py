@@ -54,6 +54,7 @@ from ._store import StallStore as StallStore
 from ._store import StateReader as StateReader
 from ._store import Store as Store
 from ._store import StoreClock as StoreClock
+from ._store import WaitingRetries as WaitingRetries
 from ._store import WorkerInfo as WorkerInfo
 from ._store import WorkerRole as WorkerRole
 from ._store import WorkerStore as WorkerStore
@@ -101,6 +102,7 @@ __all__ = [
     "Task",
     "TaskRecord",
     "UnknownTask",
+    "WaitingRetries",
     "WorkerInfo",
     "WorkerRole",
     "WorkerStore",

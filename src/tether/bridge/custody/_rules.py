@@ -218,6 +218,9 @@ class TaskRecord:
     reason: str | None
     created_at: float
     updated_at: float
+    not_before: float | None = None
+    """A pending task waiting out a retry backoff: nobody claims or assigns it before this
+    (store clock). ``None``: due now (and for every state but pending)."""
 
 
 class CustodyConflict(Exception):
@@ -230,3 +233,14 @@ class StaleLease(CustodyConflict):
 
 class UnknownTask(LookupError):
     """No task with this id was ever ingested."""
+
+
+def check_retry_after(value: object) -> float:
+    """A retry delay: finite seconds >= 0 (0: the task may run again at once)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value < float("inf")
+    ):
+        raise ValueError(f"retry_after must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)

@@ -97,6 +97,17 @@ class PoolView:
     """Rooms with a task claimed now (a run in flight). ``pending`` holds only tasks their
     room's policy lets run now (``custody._rooms``); a room with nothing in flight may move
     to another worker."""
+    next_due: float | None = None
+    """The earliest ``not_before`` (store clock) of a pending task still waiting out a retry
+    backoff (``pending`` leaves those out), or None: when the lead should look again."""
+
+
+@attrs.frozen
+class WaitingRetries:
+    """Pending tasks waiting out a retry backoff: how many, and when the first is due."""
+
+    count: int
+    next_due: float | None
 
 
 @attrs.frozen
@@ -215,7 +226,8 @@ class WorkerStore(PoolMemberStore, StallStore, Protocol):
 
     async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
         """The worker's next lease: its own assignments first (by priority, then age); pending
-        tasks only when ``leaderless``. ``None`` if nothing is there."""
+        tasks only when ``leaderless``, and only those that are due (never one waiting out a
+        retry backoff). ``None`` if nothing is there."""
         ...
 
     async def claim_many(
@@ -236,10 +248,20 @@ class WorkerStore(PoolMemberStore, StallStore, Protocol):
         confirms the task to the gateway without posting a message."""
         ...
 
-    async def fail(self, claim: Claim, reason: str) -> CustodyState:
+    async def fail(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        retry_after: float = 0.0,
+        permanent: bool = False,
+    ) -> CustodyState:
         """claimed -> pending with ``attempt + 1``, or dead once ``max_attempts`` is reached.
 
-        Returns the new state; ``StaleLease`` if fenced out.
+        ``retry_after`` (seconds, store clock): the repooled task is not claimed or assigned
+        before now + ``retry_after`` (its ``not_before``; 0: at once). ``permanent``: dead now
+        whatever the attempt (a hopeless input burns no more attempts). Returns the new state;
+        ``StaleLease`` if fenced out; ``ValueError`` for a negative or infinite delay.
         """
         ...
 
@@ -253,11 +275,13 @@ class LeadStore(PoolMemberStore, Protocol):
     """What the pool lead needs: read the queue and assign (or take back) tasks."""
 
     async def pending(self, *, limit: int = ...) -> Sequence[Task]:
-        """Pending tasks in the order the lead should assign them: priority, then age."""
+        """Pending tasks that are due (not waiting out a retry backoff), in the order the lead
+        should assign them: priority, then age."""
         ...
 
     async def assign(self, id: str, worker: str) -> None:
-        """pending -> assigned to ``worker``; ``CustodyConflict`` if not pending."""
+        """pending -> assigned to ``worker``; ``CustodyConflict`` if not pending, or pending
+        but waiting out a retry backoff (its ``not_before`` is still ahead)."""
         ...
 
     async def unassign(self, id: str, worker: str) -> bool:
@@ -269,7 +293,8 @@ class LeadStore(PoolMemberStore, Protocol):
 
     async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
         """Assign each ``(id, worker)`` in one transaction: ``True`` where the task was pending
-        and is now assigned, ``False`` where it had moved on (nothing changes for it). Records
+        and due and is now assigned, ``False`` where it had moved on or is waiting out a retry
+        backoff (nothing changes for it). Records
         each task's room as last handled by that worker (room affinity)."""
         ...
 
@@ -401,6 +426,10 @@ class InspectStore(StoreClock, StateReader, Protocol):
 
     async def unreported_dead_count(self) -> int:
         """How many dead tasks the gateway has not yet confirmed hearing about."""
+        ...
+
+    async def waiting_retries(self) -> WaitingRetries:
+        """Pending tasks whose ``not_before`` is still ahead (store clock), and the earliest."""
         ...
 
 

@@ -32,6 +32,9 @@ from ._progress import Progress as Progress
 from ._progress import ProgressUpdate as ProgressUpdate
 from ._progress import progress_of as progress_of
 from ._progress import reporting as reporting
+from ._retry import Permanent as Permanent
+from ._retry import Retry as Retry
+from ._retry import RetryBackoff as RetryBackoff
 from ._stall import StallPass as StallPass
 from ._stall import StallWatcher as StallWatcher
 from ._status import PoolStatus as PoolStatus
@@ -51,6 +54,7 @@ __all__ = [
     "FileExchange",
     "HeaderRefused",
     "Histogram",
+    "Permanent",
     "PoolLead",
     "PoolStatus",
     "PoolWakeups",
@@ -59,6 +63,8 @@ __all__ = [
     "ProgressUpdate",
     "Reply",
     "ResultRefused",
+    "Retry",
+    "RetryBackoff",
     "Returned",
     "StallPass",
     "StallWatcher",

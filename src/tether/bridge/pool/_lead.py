@@ -30,6 +30,8 @@ so under load each sweep assigns a batch and when idle it costs one sweep per in
 lead rings each worker it assigned to, so the task is claimed at once rather than at the
 worker's next poll.
 The periodic sweep stays the source of truth: a wake-up that never comes costs latency only.
+A task waiting out a retry backoff is not in the view's pending tasks; the view says when the
+first one is due (``next_due``) and the lead sweeps then if that comes before its interval.
 
 A sweep that only assigns (the usual case) is one transaction where the store can
 (``Store.plan_and_assign``: SQLite reads the view, runs ``plan_sweep`` and assigns in one
@@ -279,6 +281,7 @@ class PoolLead:
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
     _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
     _beat_at: float = attrs.field(init=False, default=-math.inf)
+    _next_due: float | None = attrs.field(init=False, default=None)
     _beats_in_loop: bool = attrs.field(init=False, default=False)
     _took_over_from: str | None = attrs.field(init=False, default=None)
 
@@ -371,6 +374,7 @@ class PoolLead:
             if plan.assign:
                 done = await self.store.assign_many([(a.id, a.worker) for a in plan.assign])
         self._last_pick = plan.last_pick
+        self._next_due = view.next_due
         self._window = self._next_window(view, now)
         lost: tuple[str, ...] = ()
         if done:
@@ -555,6 +559,13 @@ class PoolLead:
             self.judge(members, self.now())
             await trio.sleep_until(min(next_beat, trio.current_time() + look))
 
+    def _idle_wait(self) -> float:
+        """Seconds until the next sweep unless rung: the interval, or less when a task waiting
+        out its retry backoff falls due sooner (store clock)."""
+        if self._next_due is None:
+            return self.sweep_interval
+        return max(0.0, min(self.sweep_interval, self._next_due - self.now()))
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Stand as a lead candidate until stopped (ready after the first beat, and the first
         sweep if this candidate leads): beat every ``beat_interval``; while the leader (see
@@ -581,7 +592,7 @@ class PoolLead:
                     await self.sweep_once()
                 task_status.started()
                 while not self._stop.is_set():
-                    await self._doorbell.wait(self.sweep_interval)
+                    await self._doorbell.wait(self._idle_wait())
                     # rung again soon after a sweep began: let more rings gather into one sweep
                     with trio.move_on_at(started + self.min_sweep_gap):
                         await self._stop.wait()

@@ -18,11 +18,19 @@
 - Outcomes: a reply is stored with ``complete``; an empty reply, a reply of the wrong type, a
   reply the store refuses (over its size limit, not valid Unicode) or a handler crash becomes
   ``fail`` with the traceback's last line as the reason (repooled with
-  ``attempt + 1``, dead past ``max_attempts``). Nothing is lost silently. A call the session
+  ``attempt + 1`` after a ``retry_backoff`` delay, dead past ``max_attempts``). An agent may
+  name its failure: ``Retry(after=s)`` waits ``s`` seconds instead of the backoff,
+  ``Permanent(reason)`` dead-letters at once. Nothing is lost silently. A call the session
   refused or cancelled (``QueueFull`` of a ``serial`` agent, ``HandlerDropped``,
   ``HandlerCancelled`` from an ``interrupt``) never ran to an outcome: the claim is released
   with the same attempt, and the slot stays taken for ``poll_interval`` so a refusing agent is
   not hammered.
+- Run timeout: a run that takes longer than ``run_timeout`` (the agent factory's own
+  ``run_timeout`` attribute wins, see ``agent_run_timeout``) is cancelled and counts as a
+  failed attempt, "timed out after N s". A run whose outcome is still not stored ``stop_grace``
+  seconds after its timeout (it ignores cancellation, or storing it hangs) loses its lease:
+  the heartbeat stops renewing it, the reconciler repools the task and the fence refuses
+  whatever that run stores late.
 - Soft stop (``request_stop()`` or the supervisor's stop): stop claiming, give back unclaimed
   assignments, let the runs in hand finish for ``stop_grace`` seconds, then cancel them and
   ``release`` their claims (back to pending without burning an attempt). A hard cancel also
@@ -39,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
@@ -54,6 +63,7 @@ from ..custody._store import WorkerInfo, WorkerStore
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._progress import Progress, ProgressUpdate, reporting
+from ._retry import Permanent, Retry, RetryBackoff
 from ._stall import Notify, StallWatcher
 from ._stop import StopSignal
 from ._timings import Timings
@@ -89,9 +99,26 @@ def failure_reason(exc: BaseException) -> str:
     return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+class RunTimedOut(Exception):
+    """A run took longer than its timeout and was cancelled (a failed attempt)."""
+
+
+def agent_run_timeout(factory: AgentFactory, default: float | None) -> float | None:
+    """The run timeout for ``factory``'s runs: its ``run_timeout`` attribute if it has one
+    (seconds > 0, or None for no limit), else ``default``."""
+    value = getattr(factory, "run_timeout", default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"run_timeout must be None or seconds > 0, got {value!r}")
+    return float(value)
+
+
 @attrs.define(eq=False)
 class _Active:
     claim: Claim
+    deadline: float = math.inf
+    """When the run times out (Trio clock); past it plus ``stop_grace`` the lease is let go."""
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     lost: bool = False
     finishing: bool = False
@@ -139,6 +166,16 @@ class PoolWorker:
     """If given, the worker watches its own claims and calls ``on_stall(task_id, age)`` once
     per task older than ``stall_after`` (see ``StallWatcher``; a raise is retried)."""
     stall_after: float = 60.0
+    retry_backoff: RetryBackoff = attrs.field(factory=RetryBackoff)
+    """The delay before a failed task's next attempt (``RetryBackoff(0, 0)``: at once)."""
+    rng: random.Random = attrs.field(factory=random.Random)
+    """Draws the backoff's jitter (tests inject a seeded one)."""
+    run_timeout: float | None = 600.0
+    """Seconds one run may take before it is cancelled (a failed attempt, "timed out after N
+    s"); None: no limit. Ten minutes suits LLM agents (a long generation with tool calls); an
+    agent factory overrides it with its own ``run_timeout`` attribute."""
+    let_go: int = attrs.field(init=False, default=0)
+    """Leases no longer renewed because their run outlived its timeout plus ``stop_grace``."""
     on_progress: OnProgress | None = None
     """If given, each run gets a progress reporter and its updates are sent through this
     (coalesced, rate-bounded, best effort: see the module docstring)."""
@@ -166,6 +203,7 @@ class PoolWorker:
     _stopping: bool = attrs.field(init=False, default=False)
     _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
     _run_seconds: float | None = attrs.field(init=False, default=None)
+    _timeout: float | None = attrs.field(init=False, default=None)
     _progress_refused: bool = attrs.field(init=False, default=False)
     _progress_warned: bool = attrs.field(init=False, default=False)
 
@@ -190,6 +228,7 @@ class PoolWorker:
         check_seconds("lead_dead_after", self.lead_dead_after)
         check_seconds("max_skew", self.max_skew, allow_zero=True)
         check_seconds("stop_grace", self.stop_grace, allow_zero=True)
+        self._timeout = agent_run_timeout(self.factory, self.run_timeout)
         if self.supersede_grace is not None:
             check_seconds("supersede_grace", self.supersede_grace, allow_zero=True)
         if self.heartbeat_interval is None:
@@ -368,7 +407,9 @@ class PoolWorker:
         ``claim_many`` is queued while this outcome commits instead of after it (the two
         overlap, or share a group commit), rather than costing one commit after the other."""
         id = claim.task.id
-        entry = _Active(claim, started=trio.current_time())
+        started = trio.current_time()
+        deadline = math.inf if self._timeout is None else started + self._timeout
+        entry = _Active(claim, deadline=deadline, started=started)
         if self.timings is not None:
             self.timings.claimed(id, self.now())
         for old in [a for a in self._active if a.claim.task.id == id]:
@@ -378,7 +419,7 @@ class PoolWorker:
         try:
             with entry.scope:
                 try:
-                    reply = reply_of(await self._call(session, entry), id)
+                    reply = await self._call(session, entry)
                 except NOT_RUN as exc:
                     log.info("worker %s: task %s was not run: %s", self.name, id, exc)
                     await self._release(entry)
@@ -400,14 +441,19 @@ class PoolWorker:
             del self._active[entry]
         return True
 
-    async def _call(self, session: Session, entry: _Active) -> list[object]:
-        """Run the agent on the claim's task, with a progress reporter if progress is sent."""
+    async def _call(self, session: Session, entry: _Active) -> Reply:
+        """The agent's reply to the claim's task, with a progress reporter if progress is sent;
+        ``RunTimedOut`` once its deadline passed (the run is cancelled: a sync handler's thread
+        is abandoned by the session)."""
         task = entry.claim.task
-        if self.on_progress is None:
-            return await session.call(TASK_EVENT, task)
-        entry.progress = Progress()
-        with reporting(task, entry.progress):
-            return await session.call(TASK_EVENT, task)
+        with trio.CancelScope(deadline=entry.deadline) as timer:
+            if self.on_progress is None:
+                return reply_of(await session.call(TASK_EVENT, task), task.id)
+            entry.progress = Progress()
+            with reporting(task, entry.progress):
+                return reply_of(await session.call(TASK_EVENT, task), task.id)
+        assert timer.cancelled_caught
+        raise RunTimedOut(f"timed out after {self._timeout:g} s")
 
     async def _publish_progress(self, send: OnProgress) -> None:
         """Every ``progress_interval``: one update for each run going at least that long whose
@@ -493,11 +539,29 @@ class PoolWorker:
                     "worker %s: after_complete failed for task %s", self.name, entry.claim.task.id
                 )
 
+    def retry_delay(self, exc: BaseException, attempt: int) -> float:
+        """Seconds before the next attempt after ``exc`` failed attempt ``attempt``: the
+        agent's ``Retry(after=)``, else the backoff's draw."""
+        if isinstance(exc, Retry) and exc.after is not None:
+            return exc.after
+        return self.retry_backoff.delay(attempt, self.rng)
+
     async def _fail(self, entry: _Active, exc: Exception) -> None:
-        reason = failure_reason(exc)
+        if isinstance(exc, Permanent):  # the store says "permanent failure on attempt n: ..."
+            reason = exc.reason
+        elif isinstance(exc, RunTimedOut):
+            reason = str(exc)
+        elif isinstance(exc, Retry):
+            reason = f"Retry: {exc.reason}"
+        else:
+            reason = failure_reason(exc)
         entry.finishing = True
+        permanent = isinstance(exc, Permanent)
+        delay = 0.0 if permanent else self.retry_delay(exc, entry.claim.attempt)
         try:
-            state = await self.store.fail(entry.claim, reason)
+            state = await self.store.fail(
+                entry.claim, reason, retry_after=delay, permanent=permanent
+            )
         except StaleLease as stale:
             self._lose(entry, stale)
             return
@@ -508,13 +572,14 @@ class PoolWorker:
         level = logging.ERROR if state is CustodyState.DEAD else logging.WARNING
         log.log(
             level,
-            "worker %s: task %s attempt %d failed (%s); now %s",
+            "worker %s: task %s attempt %d failed (%s); now %s%s",
             self.name,
             entry.claim.task.id,
             entry.claim.attempt,
             reason,
             state.value,
-            exc_info=exc,
+            f", next attempt in {delay:.1f}s" if state is CustodyState.PENDING and delay else "",
+            exc_info=None if isinstance(exc, Retry | Permanent | RunTimedOut) else exc,
         )
 
     async def _release(self, entry: _Active) -> None:
@@ -594,7 +659,21 @@ class PoolWorker:
                 )
 
     async def _renew(self, entry: _Active) -> None:
-        if entry.lost or entry.finishing:
+        if entry.lost:
+            return
+        if trio.current_time() > entry.deadline + self.stop_grace:
+            if not entry.lost:  # the run outlived its timeout and grace: let the lease lapse
+                entry.lost = True
+                self.let_go += 1
+                log.warning(
+                    "worker %s: task %s is %.1fs past its run timeout and still not stored; "
+                    "its lease is no longer renewed (the reconciler takes it back)",
+                    self.name,
+                    entry.claim.task.id,
+                    trio.current_time() - entry.deadline,
+                )
+            return
+        if entry.finishing:
             return
         try:
             entry.claim = await self.store.renew(entry.claim)

@@ -59,6 +59,18 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "poll_wait": ("long-poll wait in seconds (default: 30)", float),
     "lease_s": ("a worker's lease on a task, renewed by its heartbeat (default: 60)", float),
     "max_attempts": ("attempts before a task is dead-lettered (default: 5)", int),
+    "retry_backoff": (
+        "delay before a failed task's next attempt, FIRST:CAP seconds: exponential with full "
+        "jitter, up to FIRST after the first failure, doubling, at most CAP; 0 retries at once "
+        "(default: 2:300)",
+        str,
+    ),
+    "run_timeout": (
+        "seconds one agent run may take before it is cancelled and counted as a failed attempt; "
+        "0 or off: no limit; an agent factory's run_timeout attribute overrides it (default: "
+        "600, for LLM agents)",
+        str,
+    ),
     "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
     "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
     "room_policy": (

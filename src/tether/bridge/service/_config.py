@@ -24,6 +24,7 @@ from ..._fs import ensure_private_dir
 from ..._logging import LogFormat
 from ..._redact import redact_url
 from ..custody._rooms import DEFAULT_ROOM_POLICY, ROOM_POLICIES, RoomPolicy
+from ..pool._retry import RetryBackoff
 from ..stores.postgres._dsn import check_schema, is_postgres_dsn
 
 DEFAULT_DATA_DIR: Final = Path("tether-data")
@@ -61,6 +62,17 @@ class BridgeConfig:
     poll_wait: float = 30.0
     lease_s: float = 60.0
     max_attempts: int = 5
+    retry_backoff: RetryBackoff = attrs.field(factory=RetryBackoff)
+    """The delay before a failed task's next attempt: full jitter, uniform between 0 and
+    ``min(cap, first * 2 ** (attempt - 1))``; ``FIRST:CAP`` seconds in flags, TOML and
+    ``TETHER_RETRY_BACKOFF`` (default ``2:300``; ``0``: retry at once). An agent's
+    ``Retry(after=)`` overrides it for its task."""
+    run_timeout: float | None = 600.0
+    """Seconds one agent run may take before it is cancelled and counted as a failed attempt
+    ("timed out after N s"); None (``0``/``off`` in flags, TOML and ``TETHER_RUN_TIMEOUT``):
+    no limit. Ten minutes suits LLM agents (long generations, tool calls); an agent factory
+    overrides it with a ``run_timeout`` attribute. A run still not finished ``grace`` seconds
+    later loses its lease to the reconciler."""
     heartbeat_interval: float = 60.0
     reconcile_interval: float = 5.0
     room_policy: RoomPolicy = DEFAULT_ROOM_POLICY
@@ -271,6 +283,30 @@ def _optional_pool_name(name: str, value: Any) -> str | None:
     return text
 
 
+def _retry_backoff(name: str, value: Any) -> RetryBackoff:
+    if isinstance(value, RetryBackoff):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    return RetryBackoff.parse(_text(name, value))
+
+
+def _optional_seconds(low: float, high: float) -> Callable[[str, Any], float | None]:
+    def parse(name: str, value: Any) -> float | None:
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "none")):
+            return None
+        if value == 0 or (isinstance(value, str) and value.strip() in ("0", "0.0")):
+            return None
+        try:
+            return _seconds(low, high)(name, value)
+        except ValueError:
+            raise ValueError(
+                f"must be a number of seconds from {low:g} to {high:g}, or 0/off for no limit"
+            ) from None
+
+    return parse
+
+
 def _optional_path(name: str, value: Any) -> Path | None:
     if value is None or value == "":
         return None
@@ -292,6 +328,8 @@ _PARSERS: Final[Mapping[str, Callable[[str, Any], Any]]] = {
     "poll_wait": _seconds(0, 60),
     "lease_s": _seconds(0.1, 86_400),
     "max_attempts": _int_range(1, 1000),
+    "retry_backoff": _retry_backoff,
+    "run_timeout": _optional_seconds(0.1, 7 * 86_400),
     "heartbeat_interval": _seconds(0.1, 3600),
     "reconcile_interval": _seconds(0.01, 3600),
     "room_policy": _lower_choice(*ROOM_POLICIES),

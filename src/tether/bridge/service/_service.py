@@ -415,6 +415,8 @@ class BridgeService:
                 capacity=config.capacity,
                 poll_interval=config.poll_interval,
                 stop_grace=config.grace,
+                retry_backoff=config.retry_backoff,
+                run_timeout=config.run_timeout,
                 wakeups=self.wakeups,
                 after_complete=self._result_stored,
                 on_progress=self.send_progress,

@@ -1,7 +1,8 @@
 """``tether store status``: what the custody store holds, for an operator at a terminal.
 
-Counts per custody state, the oldest tasks still in custody (with their age, owner and
-attempt), and the dead letters with their reasons (and how many the gateway has not yet been
+Counts per custody state, the pending tasks waiting out a retry backoff (how many, and when
+the first is due), the oldest tasks still in custody (with their age, owner and attempt), and
+the dead letters with their reasons (and how many the gateway has not yet been
 told about, so their users still wait): the things to look at when replies are late or missing.
 """
 
@@ -36,6 +37,10 @@ class StoreStatus:
     schema_version: int = 1
     dead_unreported: int = 0
     """Dead letters the gateway has not confirmed hearing about (their users were not told)."""
+    waiting_retries: int = 0
+    """Pending tasks waiting out a retry backoff (no worker takes them before they are due)."""
+    next_retry_in_s: float | None = None
+    """Seconds until the first of them is due (None: none waits)."""
 
     def to_document(self) -> dict[str, object]:
         return unstructure(self)  # type: ignore[no-any-return]
@@ -68,12 +73,18 @@ async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
     oldest.sort(key=lambda r: r.created_at)
     dead = await store.records(CustodyState.DEAD, limit=limit, newest_first=True)
     unreported = await store.unreported_dead_count() if counts[CustodyState.DEAD] else 0
+    waiting = await store.waiting_retries() if counts[CustodyState.PENDING] else None
+    next_in = None
+    if waiting is not None and waiting.next_due is not None:
+        next_in = round(max(0.0, waiting.next_due - now), 3)
     return StoreStatus(
         counts={state.value: counts[state] for state in CustodyState},
         in_custody=sum(counts[state] for state in IN_CUSTODY),
         oldest_in_flight=tuple(_entry(r, now, r.created_at) for r in oldest[:limit]),
         dead_letters=tuple(_entry(r, now, r.updated_at) for r in dead),
         dead_unreported=unreported,
+        waiting_retries=0 if waiting is None else waiting.count,
+        next_retry_in_s=next_in,
     )
 
 
@@ -91,6 +102,13 @@ def render_status(status: StoreStatus, where: str) -> str:
     for state, count in status.counts.items():
         lines.append(f"  {state:<10} {count:>8}")
     lines.append(f"  {'in custody':<10} {status.in_custody:>8}")
+    if status.waiting_retries:
+        due = (
+            ""
+            if status.next_retry_in_s is None
+            else f", next due in {_age(status.next_retry_in_s)}"
+        )
+        lines.append(f"waiting for a retry: {status.waiting_retries} pending{due}")
     lines.append("oldest in flight:" if status.oldest_in_flight else "nothing in flight")
     lines.extend(_rows(status.oldest_in_flight, dead=False))
     if status.counts[CustodyState.DEAD.value]:

@@ -23,6 +23,7 @@ from ..custody._rules import (
     CustodyState,
     StaleLease,
     Task,
+    TaskRecord,
     UnknownTask,
     check_body,
     check_task_id,
@@ -122,6 +123,30 @@ def stale_lease(seen: Seen | None, claim: Claim, now: float, verb: str) -> Excep
     if seen.state is CustodyState.RESULT and (seen.reason or "").startswith(SUPERSEDED_PREFIX):
         return Superseded(f"cannot {verb} task {claim.task.id!r} for {who}: {seen.reason}")
     return StaleLease(f"cannot {verb} task {claim.task.id!r} for {who}: {held}")
+
+
+def fail_outcome(reason: str, attempt: int, max_attempts: int, permanent: bool) -> tuple[bool, str]:
+    """Does a failed attempt end the task (dead), and the reason to store: a ``permanent``
+    failure dies at once, any other once ``max_attempts`` is reached."""
+    if not isinstance(permanent, bool):
+        raise TypeError(f"permanent must be a bool, got {type(permanent).__name__}")
+    if permanent:
+        return True, f"permanent failure on attempt {attempt}: {reason}"
+    if attempt >= max_attempts:
+        return True, f"failed on attempt {attempt} of {max_attempts}: {reason}"
+    return False, reason
+
+
+def assign_refused(record: TaskRecord, worker: str, now: float) -> str:
+    """Why ``assign`` refused ``record``'s task: it is not pending, or waits for a retry."""
+    what = f"cannot assign task {record.task.id!r} to {worker!r}"
+    if record.state is CustodyState.PENDING and record.not_before is not None:
+        return (
+            f"{what}: it is pending but waits for a retry until {record.not_before:.3f} "
+            f"(now {now:.3f})"
+        )
+    held = owner_note(record.owner, record.attempt)
+    return f"{what}: it is {record.state.value}{held}, not pending"
 
 
 def unknown_task(id: str) -> UnknownTask:

@@ -114,6 +114,16 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_room_claimed ON {s}.tasks (room)
         WHERE room IS NOT NULL AND state = 'claimed';
     """,
+    # 6 -> 7 (retry backoff, issue #16): a failed attempt goes back to pending with a
+    # not-before time; nobody claims or assigns it earlier. Only a pending task has one (the
+    # CHECK); the partial index finds the earliest one due without scanning the queue
+    """
+    ALTER TABLE {s}.tasks
+        ADD COLUMN not_before double precision,
+        ADD CONSTRAINT tasks_not_before_pending CHECK (not_before IS NULL OR state = 'pending');
+    CREATE INDEX tasks_waiting ON {s}.tasks (not_before)
+        WHERE state = 'pending' AND not_before IS NOT NULL;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

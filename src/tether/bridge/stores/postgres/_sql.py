@@ -18,8 +18,10 @@ from .._rooms_sql import room_busy, room_gate
 TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
 RECORD_COLS: Final = (
     f"{TASK_COLS}, t.state, t.owner, t.attempt, t.lease_until, t.result, t.reason, "
-    "t.created_at, t.updated_at"
+    "t.created_at, t.updated_at, t.not_before"
 )
+DUE: Final = "(t.not_before IS NULL OR t.not_before <= %(now)s)"
+"""A pending task that is not waiting out a retry backoff."""
 FENCE: Final = (
     "t.id = %(id)s AND t.state = 'claimed' AND t.owner = %(worker)s "
     "AND t.attempt = %(attempt)s AND t.lease_until > %(now)s"
@@ -105,7 +107,7 @@ class Sql:
     @property
     def pending(self) -> str:
         return (
-            f"SELECT {TASK_COLS} FROM {self.s}.tasks t WHERE t.state = 'pending' "
+            f"SELECT {TASK_COLS} FROM {self.s}.tasks t WHERE t.state = 'pending' AND {DUE} "
             "ORDER BY t.priority, t.seq LIMIT %(limit)s"
         )
 
@@ -118,7 +120,7 @@ class Sql:
     def queued(self) -> str:
         return (
             f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
-            f"AND {self.room_gate} "
+            f"AND {DUE} AND {self.room_gate} "
             "ORDER BY t.priority, t.seq LIMIT %(limit)s"
         )
 
@@ -126,7 +128,7 @@ class Sql:
     def queued_skipping_rooms(self) -> str:
         return (
             f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
-            "AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) "
+            f"AND {DUE} AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) "
             f"AND {self.room_gate} "
             "ORDER BY t.priority, t.seq LIMIT %(limit)s"
         )
@@ -139,7 +141,8 @@ class Sql:
     def assign(self) -> str:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'assigned', owner = %(worker)s, "
-            "updated_at = %(now)s WHERE t.id = %(id)s AND t.state = 'pending'",
+            "not_before = NULL, updated_at = %(now)s "
+            f"WHERE t.id = %(id)s AND t.state = 'pending' AND {DUE}",
             "1",
             notify=True,
             also=self._note_room("u.room", "%(worker)s"),
@@ -160,7 +163,8 @@ class Sql:
             "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[]) "
             "WITH ORDINALITY AS v (id, worker, ord)), "
             f"u AS (UPDATE {self.s}.tasks t SET state = 'assigned', owner = v.worker, "
-            "updated_at = %(now)s FROM v WHERE t.id = v.id AND t.state = 'pending' "
+            "not_before = NULL, updated_at = %(now)s FROM v "
+            f"WHERE t.id = v.id AND t.state = 'pending' AND {DUE} "
             "RETURNING t.id, t.room, v.worker, v.ord), "
             # one row per room (ON CONFLICT cannot touch a row twice): the last pair wins
             f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
@@ -279,12 +283,12 @@ class Sql:
             f"AND owner = %(worker)s AND {self.room_gate} "
             "ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
             f"pool AS (SELECT id FROM {tasks} t WHERE %(leaderless)s AND state = 'pending' "
-            f"AND {self.room_gate} "
+            f"AND {DUE} AND {self.room_gate} "
             "AND NOT EXISTS (SELECT FROM mine) ORDER BY priority, seq LIMIT 1 "
             "FOR UPDATE SKIP LOCKED), "
             "pick AS (SELECT id FROM mine UNION ALL SELECT id FROM pool), "
             f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
-            "lease_until = %(until)s, updated_at = %(now)s FROM pick "
+            "lease_until = %(until)s, not_before = NULL, updated_at = %(now)s FROM pick "
             "WHERE t.id = pick.id AND t.state IN ('assigned', 'pending') "
             f"RETURNING {TASK_COLS}, t.attempt), "
             f"{self._note_room('u.room', '%(worker)s')} "
@@ -301,12 +305,12 @@ class Sql:
             f"AND owner = %(worker)s AND {self.room_gate} "
             "ORDER BY priority, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             f"pool AS (SELECT id FROM {tasks} t WHERE %(leaderless)s AND state = 'pending' "
-            f"AND {self.room_gate} "
+            f"AND {DUE} AND {self.room_gate} "
             "ORDER BY priority, seq LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM mine)) "
             "FOR UPDATE SKIP LOCKED), "
             "pick AS (SELECT id, 0 AS grp FROM mine UNION ALL SELECT id, 1 FROM pool), "
             f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
-            "lease_until = %(until)s, updated_at = %(now)s FROM pick "
+            "lease_until = %(until)s, not_before = NULL, updated_at = %(now)s FROM pick "
             "WHERE t.id = pick.id AND t.state IN ('assigned', 'pending') "
             f"RETURNING {TASK_COLS}, t.attempt, pick.grp, t.priority AS rank, t.seq), "
             # one row per room (ON CONFLICT cannot touch a row twice)
@@ -337,8 +341,8 @@ class Sql:
     def fail_repool(self) -> str:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, lease_until = NULL, "
-            "attempt = t.attempt + 1, reason = %(reason)s, updated_at = %(now)s "
-            f"WHERE {FENCE}",
+            "attempt = t.attempt + 1, not_before = %(not_before)s, reason = %(reason)s, "
+            f"updated_at = %(now)s WHERE {FENCE}",
             "1",
             notify=True,
         )
@@ -423,7 +427,7 @@ class Sql:
     @property
     def dead_letter(self) -> str:
         return _cas_sql(
-            f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, "
+            f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, not_before = NULL, "
             f"{NO_DELIVERY_LEASE}, reason = %(reason)s, updated_at = %(now)s "
             f"WHERE t.id = %(id)s AND t.state IN ({IN_CUSTODY_SQL})",
             "1",
@@ -487,6 +491,20 @@ class Sql:
         return (
             f"SELECT t.id FROM {self.s}.tasks t WHERE t.id = ANY(%(ids)s::text[]) "
             "AND t.state = 'dead' AND t.dead_reported_at IS NOT NULL"
+        )
+
+    @property
+    def next_due(self) -> str:
+        return (
+            f"SELECT min(not_before) FROM {self.s}.tasks "
+            "WHERE state = 'pending' AND not_before > %(now)s"
+        )
+
+    @property
+    def waiting_retries(self) -> str:
+        return (
+            f"SELECT count(*), min(not_before) FROM {self.s}.tasks "
+            "WHERE state = 'pending' AND not_before > %(now)s"
         )
 
     @property

@@ -54,6 +54,7 @@ from ...custody._rules import (
     check_body,
     check_claim_limit,
     check_delivery_lease,
+    check_retry_after,
     check_task_id,
     check_worker,
 )
@@ -65,6 +66,7 @@ from ...custody._store import (
     PoolView,
     Queued,
     StallCandidate,
+    WaitingRetries,
     WorkerInfo,
     WorkerRole,
     plan_then_assign,
@@ -72,8 +74,10 @@ from ...custody._store import (
 from .._common import (
     RANK_PRIORITY,
     Seen,
+    assign_refused,
     check_limit,
     check_reason,
+    fail_outcome,
     fence_args,
     ingest_headers,
     stale_lease,
@@ -328,19 +332,25 @@ class PostgresStore:
     async def pending(self, *, limit: int = 100) -> Sequence[Task]:
         check_limit(limit)
         sql = self._sql.pending
+        params = {"limit": limit, "now": self.clock()}
 
         def op(conn: Conn) -> list[Task]:
-            return [_task(r) for r in conn.execute(sql, {"limit": limit})]
+            return [_task(r) for r in conn.execute(sql, params)]
 
         return await self._run(op)
 
     async def assign(self, id: str, worker: str) -> None:
         check_task_id(id)
         check_worker(worker)
-        params = {"id": id, "worker": worker, "now": self.clock()}
+        now = self.clock()
+        params = {"id": id, "worker": worker, "now": now}
         params.update(chan=self._channel, payload=assigned_payload(worker))
         _, before = await self._cas(self._sql.assign, params)
         if before is not None:
+            if before.state is CustodyState.PENDING:  # pending, but waiting out a backoff
+                record = await self.get(id)
+                if record is not None:
+                    raise CustodyConflict(assign_refused(record, worker, now))
             raise CustodyConflict(
                 f"cannot assign task {id!r} to {worker!r}: it is {before.state.value}"
                 f"{before.owner_note}, not pending"
@@ -402,7 +412,7 @@ class PostgresStore:
                 pending = [
                     Queued(id, room, RANK_PRIORITY[rank])
                     for id, room, rank in conn.execute(
-                        pending_sql, {"limit": pending_limit, "skip": skip}
+                        pending_sql, {"limit": pending_limit, "skip": skip, "now": at}
                     )
                 ]
                 names = sorted({t.room for t in pending if t.room is not None})
@@ -417,6 +427,7 @@ class PostgresStore:
                     pending=tuple(pending),
                     rooms=rooms,
                     busy_rooms=frozenset(r[0] for r in conn.execute(sql.view_busy_rooms)),
+                    next_due=_one(conn.execute(sql.next_due, {"now": at}).fetchone()),
                 )
             finally:
                 conn.execute("COMMIT")
@@ -527,13 +538,20 @@ class PostgresStore:
             attempt=claim.attempt,
         )
 
-    async def fail(self, claim: Claim, reason: str) -> CustodyState:
+    async def fail(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        retry_after: float = 0.0,
+        permanent: bool = False,
+    ) -> CustodyState:
         params = self._fence_params(claim)
         reason = _pg_reason(reason)
-        dead = claim.attempt >= self.max_attempts
-        if dead:
-            reason = f"failed on attempt {claim.attempt} of {self.max_attempts}: {reason}"
-        params.update(reason=reason, chan=self._channel, payload=PENDING)
+        delay = check_retry_after(retry_after)
+        dead, reason = fail_outcome(reason, claim.attempt, self.max_attempts, permanent)
+        not_before = params["now"] + delay if delay > 0 else None
+        params.update(reason=reason, chan=self._channel, payload=PENDING, not_before=not_before)
         sql = self._sql.fail_dead if dead else self._sql.fail_repool
         _, before = await self._cas(sql, params)
         if before is not None:
@@ -545,7 +563,7 @@ class PostgresStore:
             target,
             worker=claim.worker,
             attempt=claim.attempt,
-            reason=reason,
+            reason=reason if not_before is None else f"{reason}; retry in {delay:.3f}s",
             level=None if dead else logging.WARNING,
         )
         return target
@@ -755,6 +773,17 @@ class PostgresStore:
         marked = await self._run(op)
         return [id in marked for id in checked]
 
+    async def waiting_retries(self) -> WaitingRetries:
+        sql = self._sql.waiting_retries
+        params = {"now": self.clock()}
+
+        def op(conn: Conn) -> WaitingRetries:
+            row = conn.execute(sql, params).fetchone()
+            assert row is not None
+            return WaitingRetries(int(row[0]), _one(row[1:]))
+
+        return await self._run(op)
+
     async def unreported_dead_count(self) -> int:
         sql = self._sql.unreported_dead_count
 
@@ -805,8 +834,13 @@ def _task(row: Sequence[Any]) -> Task:
     return task_from_row(row, _decode(row[1]))
 
 
+def _one(row: Sequence[Any] | None) -> float | None:
+    """The first column of ``row`` as a float, or None (a NULL, or no row)."""
+    return None if row is None or row[0] is None else float(row[0])
+
+
 def _record(row: Sequence[Any]) -> TaskRecord:
-    owner, attempt, lease_until, result, reason, created_at, updated_at = row[6:13]
+    owner, attempt, lease_until, result, reason, created_at, updated_at, not_before = row[6:14]
     return TaskRecord(
         _task(row),
         CustodyState(row[5]),
@@ -817,6 +851,7 @@ def _record(row: Sequence[Any]) -> TaskRecord:
         reason,
         created_at,
         updated_at,
+        not_before,
     )
 
 

@@ -26,10 +26,11 @@ def pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str
     for id, room, rank, keeper in conn.execute(
         "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
         "LEFT JOIN rooms r ON r.room = t.room WHERE t.state = 'pending' "
+        "AND (t.not_before IS NULL OR t.not_before <= ?) "
         "AND (t.room IS NULL OR t.room NOT IN (SELECT value FROM json_each(?))) "
         f"AND {ROOM_GATE} "
         "ORDER BY t.priority, t.rowid LIMIT ?",
-        (skip, pending_limit),
+        (at, skip, pending_limit),
     ):
         pending.append(Queued(id, room, RANK_PRIORITY[rank]))
         if keeper is not None:
@@ -52,7 +53,20 @@ def pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str
         pending=tuple(pending),
         rooms=rooms,
         busy_rooms=frozenset(r[0] for r in conn.execute(room_busy("tasks"))),
+        next_due=next_due(conn, at),
     )
+
+
+DUE: Final = "(not_before IS NULL OR not_before <= ?)"
+"""A pending task that is not waiting out a retry backoff (the parameter: now)."""
+
+
+def next_due(conn: sqlite3.Connection, now: float) -> float | None:
+    """The earliest not-before still ahead of ``now`` (the ``tasks_waiting`` index), or None."""
+    (due,) = conn.execute(
+        "SELECT min(not_before) FROM tasks WHERE state = 'pending' AND not_before > ?", (now,)
+    ).fetchone()
+    return None if due is None else float(due)
 
 
 def assign_pairs(
@@ -68,12 +82,14 @@ def assign_pairs(
         first.setdefault(id, n)
     unique = json.dumps([pairs[n] for n in sorted(first.values())])
     rows = conn.execute(
-        "UPDATE tasks SET state = 'assigned', owner = v.worker, updated_at = ? "
+        "UPDATE tasks SET state = 'assigned', owner = v.worker, not_before = NULL, "
+        "updated_at = ? "
         "FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS worker "
         "FROM json_each(?)) AS v "
         "WHERE tasks.id = v.id AND tasks.state = 'pending' "
+        "AND (tasks.not_before IS NULL OR tasks.not_before <= ?) "
         "RETURNING tasks.id, tasks.room, tasks.owner",
-        (now, unique),
+        (now, unique, now),
     ).fetchall()
     rows.sort(key=lambda row: first[row[0]])  # a room goes to its last pair's worker
     for _, room, worker in rows:
@@ -85,9 +101,9 @@ def assign_pairs(
 
 def assign_one(conn: sqlite3.Connection, id: str, worker: str, now: float) -> bool:
     row = conn.execute(
-        "UPDATE tasks SET state = 'assigned', owner = ?, updated_at = ? "
-        "WHERE id = ? AND state = 'pending' RETURNING room",
-        (worker, now, id),
+        "UPDATE tasks SET state = 'assigned', owner = ?, not_before = NULL, updated_at = ? "
+        f"WHERE id = ? AND state = 'pending' AND {DUE} RETURNING room",
+        (worker, now, id, now),
     ).fetchone()
     if row is None:
         return False

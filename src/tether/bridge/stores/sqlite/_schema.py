@@ -88,6 +88,15 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         WHERE room IS NOT NULL AND state IN ('assigned', 'pending');
     CREATE INDEX tasks_room_claimed ON tasks (room) WHERE room IS NOT NULL AND state = 'claimed'
     """,
+    # 5 -> 6 (retry backoff, issue #16): a failed attempt goes back to pending with a
+    # not-before time; nobody claims or assigns it earlier. Only a pending task has one (the
+    # CHECK); the partial index finds the earliest one due without scanning the queue
+    """
+    ALTER TABLE tasks ADD COLUMN not_before REAL
+        CHECK (not_before IS NULL OR state = 'pending');
+    CREATE INDEX tasks_waiting ON tasks (not_before)
+        WHERE state = 'pending' AND not_before IS NOT NULL
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -47,6 +47,7 @@ from ...custody._rules import (
     check_body,
     check_claim_limit,
     check_delivery_lease,
+    check_retry_after,
     check_task_id,
     check_worker,
 )
@@ -56,17 +57,19 @@ from ...custody._store import (
     LeaseExpiry,
     PoolView,
     StallCandidate,
+    WaitingRetries,
     WorkerInfo,
     WorkerRole,
 )
 from .._common import (
     IN_CUSTODY_SQL,
     Seen,
+    assign_refused,
     check_limit,
     check_reason,
+    fail_outcome,
     fence_args,
     ingest_headers,
-    owner_note,
     stale_lease,
     task_from_row,
     unknown_task,
@@ -75,14 +78,24 @@ from .._rooms_sql import SUPERSEDED_OWNER
 from ._access import explain_open_failure
 from ._connect import Synchronous as Synchronous
 from ._connect import connect_reader, connect_writer
-from ._pool_sql import ROOM_GATE, assign_one, assign_pairs, note_room, pool_view, read_workers
+from ._pool_sql import (
+    DUE,
+    ROOM_GATE,
+    assign_one,
+    assign_pairs,
+    next_due,
+    note_room,
+    pool_view,
+    read_workers,
+)
 from ._writer import SqliteWriter
 
 T = TypeVar("T")
 
 _TASK_COLS: Final = "id, body, room, priority, headers"
 _RECORD_COLS: Final = (
-    f"{_TASK_COLS}, state, owner, attempt, lease_until, result, reason, created_at, updated_at"
+    f"{_TASK_COLS}, state, owner, attempt, lease_until, result, reason, created_at, updated_at, "
+    "not_before"
 )
 _FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND attempt = ? AND lease_until > ?"
 
@@ -267,22 +280,20 @@ class SqliteStore:
         def op(conn: sqlite3.Connection) -> None:
             if not assign_one(conn, id, worker, now):
                 rec = _require(conn, id)
-                raise CustodyConflict(
-                    f"cannot assign task {id!r} to {worker!r}: it is {rec.state.value}"
-                    f"{owner_note(rec.owner, rec.attempt)}, not pending"
-                )
+                raise CustodyConflict(assign_refused(rec, worker, now))
 
         await self._writer.run(op)
         _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
 
     async def pending(self, *, limit: int = 100) -> Sequence[Task]:
         check_limit(limit)
+        now = self.clock()
 
         def op(conn: sqlite3.Connection) -> list[Task]:
             rows = conn.execute(
-                f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' "
+                f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' AND {DUE} "
                 "ORDER BY priority, rowid LIMIT ?",
-                (limit,),
+                (now, limit),
             )
             return [_task(r) for r in rows]
 
@@ -428,12 +439,12 @@ class SqliteStore:
             if taken < limit and leaderless:
                 rows += conn.execute(
                     "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
-                    "updated_at = ? WHERE rowid IN (SELECT t.rowid FROM tasks t "
-                    "WHERE t.state = 'pending' "
+                    "not_before = NULL, updated_at = ? WHERE rowid IN (SELECT t.rowid FROM tasks t "
+                    f"WHERE t.state = 'pending' AND {DUE} "
                     f"AND {ROOM_GATE} "
                     "ORDER BY t.priority, t.rowid LIMIT ?) "
                     f"RETURNING {_TASK_COLS}, attempt, rowid",
-                    (worker, lease_until, now, limit - taken),
+                    (worker, lease_until, now, now, limit - taken),
                 ).fetchall()
             if len(rows) > 1:  # RETURNING order is unspecified: queue order, assignments first
                 rows[:taken] = sorted(rows[:taken], key=lambda r: (r[3], r[6]))
@@ -488,22 +499,41 @@ class SqliteStore:
         await self._writer.run(op)
         _clog.moved(id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt)
 
-    async def fail(self, claim: Claim, reason: str) -> CustodyState:
+    async def fail(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        retry_after: float = 0.0,
+        permanent: bool = False,
+    ) -> CustodyState:
         worker, attempt, id = fence_args(claim)
         reason = check_reason(reason)
+        delay = check_retry_after(retry_after)
         now = self.clock()
-        dead = attempt >= self.max_attempts
-        if dead:
-            reason = f"failed on attempt {attempt} of {self.max_attempts}: {reason}"
+        dead, reason = fail_outcome(reason, attempt, self.max_attempts, permanent)
+        not_before = now + delay if delay > 0 else None
 
         def op(conn: sqlite3.Connection) -> None:
             if dead:
                 sql = "state = 'dead', lease_until = NULL"
             else:
-                sql = "state = 'pending', owner = NULL, lease_until = NULL, attempt = attempt + 1"
+                sql = (
+                    "state = 'pending', owner = NULL, lease_until = NULL, attempt = attempt + 1, "
+                    "not_before = :not_before"
+                )
             cur = conn.execute(
-                f"UPDATE tasks SET {sql}, reason = ?, updated_at = ? WHERE {_FENCE}",
-                (reason, now, id, worker, attempt, now),
+                f"UPDATE tasks SET {sql}, reason = :reason, updated_at = :now WHERE id = :id "
+                "AND state = 'claimed' AND owner = :worker AND attempt = :attempt "
+                "AND lease_until > :now",
+                {
+                    "not_before": not_before,
+                    "reason": reason,
+                    "now": now,
+                    "id": id,
+                    "worker": worker,
+                    "attempt": attempt,
+                },
             )
             if cur.rowcount != 1:
                 raise _stale(conn, claim, now, "fail")
@@ -516,7 +546,7 @@ class SqliteStore:
             target,
             worker=worker,
             attempt=attempt,
-            reason=reason,
+            reason=reason if not_before is None else f"{reason}; retry in {delay:.3f}s",
             level=None if dead else logging.WARNING,
         )
         return target
@@ -738,8 +768,8 @@ class SqliteStore:
         def op(conn: sqlite3.Connection) -> CustodyState | None:
             before = conn.execute("SELECT state FROM tasks WHERE id = ?", (id,)).fetchone()
             cur = conn.execute(
-                "UPDATE tasks SET state = 'dead', lease_until = NULL, reason = ?, "
-                f"updated_at = ? WHERE id = ? AND state IN ({IN_CUSTODY_SQL})",
+                "UPDATE tasks SET state = 'dead', lease_until = NULL, not_before = NULL, "
+                f"reason = ?, updated_at = ? WHERE id = ? AND state IN ({IN_CUSTODY_SQL})",
                 (reason, now, id),
             )
             if cur.rowcount != 1:
@@ -845,6 +875,17 @@ class SqliteStore:
             return done
 
         return await self._writer.run(op)
+
+    async def waiting_retries(self) -> WaitingRetries:
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> WaitingRetries:
+            (count,) = conn.execute(
+                "SELECT count(*) FROM tasks WHERE state = 'pending' AND not_before > ?", (now,)
+            ).fetchone()
+            return WaitingRetries(int(count), next_due(conn, now))
+
+        return await self._read(op)
 
     async def unreported_dead_count(self) -> int:
         def op(conn: sqlite3.Connection) -> int:
