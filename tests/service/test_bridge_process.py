@@ -3,8 +3,10 @@ SIGTERM under load. The gateway runs in the test; each bridge is ``tether bridge
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -213,11 +215,28 @@ async def test_a_second_sigterm_stops_at_once_with_the_documented_130_and_keeps_
     [task_id] = await submit_many(gateway, ["hang on"], "hang")
     store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
     bridge = await BridgeProcess.start(
-        gateway.url, token_file, store, log, agent="service.agent_for_tests:factory"
+        gateway.url,
+        token_file,
+        store,
+        log,
+        agent="service.agent_for_tests:factory",
+        extra=["--grace", "120"],  # the graceful stop waits for the run: still on at signal 2
     )
 
+    def claimed_now() -> bool:  # read in-process: no subprocess per poll on a loaded machine
+        if not store.exists():
+            return False
+        with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
+            try:
+                return bool(
+                    db.execute("SELECT count(*) FROM tasks WHERE state = 'claimed'").fetchone()[0]
+                    == 1
+                )
+            except sqlite3.OperationalError:  # not created or migrated yet
+                return False
+
     async def claimed() -> bool:
-        return bool((await store_status(store))["counts"]["claimed"] == 1)
+        return await trio.to_thread.run_sync(claimed_now)
 
     await wait_until(claimed, limit_s=30, step=0.1)
     bridge.process.send_signal(signal.SIGTERM)  # graceful: the worker waits for its run
