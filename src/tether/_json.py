@@ -97,5 +97,5 @@ def check_values(doc: Any, *, max_depth: int = MAX_DEPTH) -> None:
 
 
 def _key(key: str) -> str:
-    shown = key if key.isidentifier() and len(key) <= 40 else repr(key[:40])
-    return shown
+    """An object key as a path step: plain when it is a short identifier, else quoted."""
+    return key if key.isidentifier() and len(key) <= 40 else repr(key[:40])

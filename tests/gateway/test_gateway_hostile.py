@@ -3,6 +3,7 @@ never a 500 or a traceback, and nothing it carried is stored."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import socket
@@ -11,6 +12,7 @@ import httpx
 import pytest
 import trio
 
+from tether._logging import make_handler
 from tether.bridge.wire._limits import MAX_VERSION_CHARS
 from tether.gateway import AppLimits
 
@@ -159,3 +161,30 @@ async def test_a_body_that_never_arrives_is_answered_408(
             answer += chunk
     sock.close()
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+
+
+async def test_a_reject_reason_cannot_forge_a_gateway_log_line(
+    start_gateway: StartGateway, http: httpx.AsyncClient
+) -> None:
+    """Item 5 through a real server: the reason is logged on one line, its controls escaped."""
+    stream = io.StringIO()
+    handler = make_handler("text", stream)
+    logger = logging.getLogger("tether.gateway")
+    logger.addHandler(handler)
+    try:
+        gateway = await start_gateway()
+        task_id = await gateway.submit(http, "hello")
+        polled = await http.get(f"{gateway.url}/v1/tasks", headers=gateway.headers())
+        assert [t["id"] for t in polled.json()["tasks"]] == [task_id]
+        reason = "bad\n2026-12-01 00:00:00,000 INFO tether.gateway: forged \x07\x1b[2J"
+        response = await http.post(
+            f"{gateway.url}/v1/tasks/{task_id}/reject",
+            json={"id": task_id, "reason": reason},
+            headers=gateway.headers(),
+        )
+        assert response.status_code == 200, response.text
+    finally:
+        logger.removeHandler(handler)
+    (line,) = [x for x in stream.getvalue().splitlines() if "rejected task" in x]
+    assert line.endswith("bad\\n2026-12-01 00:00:00,000 INFO tether.gateway: forged \\x07\\x1b[2J")
+    assert not [x for x in stream.getvalue().splitlines() if "forged" in x and x != line]

@@ -293,6 +293,7 @@ async def test_a_password_in_a_url_is_never_printed(
             capture_stdout=True,
             capture_stderr=True,
             check=False,
+            cwd=tmp_path,  # a URL misread as a file name would be created here, not in the repo
         )
     out = result.stdout.decode() + result.stderr.decode()
     assert result.returncode == 2, out
