@@ -15,7 +15,8 @@ The noop agent measures what tether and PostgreSQL cost per task; a real agent's
 to it (and then more workers, not a bigger database, is what helps). ``TETHER_BENCH_PG_DSN`` (or
 ``TETHER_TEST_PG_DSN``) names the server (a database of its own is created and dropped);
 without one a throwaway server is started (initdb, fsync on). ``TASKS``, ``ROUNDS`` and
-``PROCESSES`` (e.g. ``1,2,4,8``) may be set in the environment. Every process runs on this
+``PROCESSES`` (e.g. ``1,2,4,8``) may be set in the environment, and ``WORKER_ARGS`` (extra
+flags for each ``tether worker run``, e.g. ``--poll-interval 0.05``). Every process runs on this
 machine, so the figures are a floor for hosts of their own.
 """
 
@@ -109,6 +110,7 @@ async def worker_processes(dsn: str, n: int, folder: Path) -> list[float]:
     store = await PostgresStore.open(dsn, schema=schema, pool_size=2)
     common = store_args(dsn, folder, schema)
     command = [*CLI, "worker", "run", "--agent", "tether.agents.noop:factory", *common]
+    command += os.environ.get("WORKER_ARGS", "").split()
     rates = []
     try:
 
