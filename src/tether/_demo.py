@@ -138,6 +138,10 @@ async def _demo(folder: Path, count: int, workers: int, agent: str, quiet: bool)
             poll_wait=5.0,
             grace=5.0,
             log_level="WARNING",
+            # the demo's users fire independent questions all at once; under the default
+            # (serial) each room would answer its five in turn, a reply delivered before the
+            # next run: right for a conversation, slow for a throughput demo
+            room_policy="concurrent",
         )
         headers = {"Authorization": f"Bearer {token}"}
         async with (

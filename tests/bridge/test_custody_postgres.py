@@ -300,8 +300,9 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         f"ALTER TABLE {s}.tasks DROP COLUMN no_send; DROP INDEX {s}.tasks_claimed_age; "
         f"ALTER TABLE {s}.tasks DROP COLUMN dead_reported_at; "
         f"ALTER TABLE {s}.tasks DROP COLUMN delivery_holder, DROP COLUMN delivery_until; "
-        f"ALTER TABLE {s}.tasks DROP COLUMN room_policy; "  # (its index goes with it)
-        f"ALTER TABLE {s}.tasks DROP COLUMN not_before; "
+        f"ALTER TABLE {s}.tasks DROP COLUMN room_policy; "
+        f"DROP INDEX {s}.tasks_room_custody, {s}.tasks_room_queue, {s}.tasks_room_claimed; "
+        f"ALTER TABLE {s}.tasks DROP COLUMN not_before; "  # (its index goes with it)
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)

@@ -54,7 +54,8 @@ async def test_release_queues_only_the_clients_unacked_leases(
     start_gateway: StartGateway, http: httpx.AsyncClient
 ) -> None:
     gateway = await start_gateway(lease=30.0)
-    ids = [await gateway.submit(http, f"message {i}") for i in range(3)]
+    # three rooms: a room's later message is not handed out while an earlier one is leased
+    ids = [await gateway.submit(http, f"message {i}", room=f"room-{i}") for i in range(3)]
     a_tasks = await poll(http, gateway, "bridge-a", limit=2)
     b_tasks = await poll(http, gateway, "bridge-b")
     assert [t["id"] for t in a_tasks] == ids[:2]
@@ -270,3 +271,25 @@ def test_the_protocol_docs_list_the_endpoint() -> None:
     assert "X-Tether-Client" in docs
     assert _app.__doc__ is not None
     assert "POST    /v1/leases/release" in _app.__doc__
+
+
+async def test_a_rooms_later_messages_wait_while_an_earlier_one_is_leased_elsewhere(
+    start_gateway: StartGateway, http: httpx.AsyncClient
+) -> None:
+    """With several bridges polling, a room's messages reach them in the order they were
+    sent: a later one is held back while an earlier one is leased and not yet acked."""
+    gateway = await start_gateway(lease=30.0)
+    ids = [await gateway.submit(http, f"message {i}", room="chat") for i in range(3)]
+    other = await gateway.submit(http, "elsewhere", room="other")
+    a_tasks = await poll(http, gateway, "bridge-a", limit=1)
+    assert [t["id"] for t in a_tasks] == ids[:1]
+    b_tasks = await poll(http, gateway, "bridge-b")
+    assert [t["id"] for t in b_tasks] == [other]  # not chat's later messages
+    acked = await http.post(
+        f"{gateway.url}/v1/tasks/{ids[0]}/ack",
+        json={"id": ids[0], "durable": True},
+        headers=gateway.headers(),
+    )
+    assert acked.status_code == 200, acked.text
+    b_again = await poll(http, gateway, "bridge-b")
+    assert [t["id"] for t in b_again] == ids[1:]  # in order, in one poll

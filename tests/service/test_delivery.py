@@ -29,7 +29,9 @@ async def _take(
     with trio.fail_after(10):
         taken: list[str] = []
         while len(taken) < n:
-            taken.extend((await Ingest(store, client).run_once(wait=1)).ingested)
+            # rooms run concurrently here: the tests claim a room's tasks side by side
+            ingest = Ingest(store, client, room_policy="concurrent")
+            taken.extend((await ingest.run_once(wait=1)).ingested)
     return ids
 
 
