@@ -301,6 +301,7 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         f"ALTER TABLE {s}.tasks DROP COLUMN dead_reported_at; "
         f"ALTER TABLE {s}.tasks DROP COLUMN delivery_holder, DROP COLUMN delivery_until; "
         f"ALTER TABLE {s}.tasks DROP COLUMN not_before; "
+        f"DROP TABLE {s}.journal; DROP FUNCTION {s}.journal_note() CASCADE; "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)
