@@ -204,8 +204,17 @@ class CustodyMachine(RuleBasedStateMachine):
         permanent=st.booleans(),
     )
     def fail(self, pick: int, retry_after: float, permanent: bool) -> None:
-        claim = self.claims[pick % len(self.claims)]
+        self._fail(self.claims[pick % len(self.claims)], retry_after, permanent)
 
+    @precondition(lambda self: any(self._live(c) for c in self.claims))
+    @rule(retry_after=st.sampled_from([1.0, LEASE_S, LEASE_S * 2]))
+    def fail_newest_for_a_retry(self, retry_after: float) -> None:
+        """A live claim fails with a delay: what the not-before guards are about (``fail``
+        above mostly picks stale copies, so a waiting task is rare without this rule)."""
+        live = [c for c in self.claims if self._live(c)]
+        self._fail(live[-1], retry_after, permanent=False)
+
+    def _fail(self, claim: Claim, retry_after: float, permanent: bool) -> None:
         async def call() -> CustodyState:
             return await self.store.fail(
                 claim, "model failure", retry_after=retry_after, permanent=permanent

@@ -41,6 +41,7 @@ from .custody import InspectStore as InspectStore
 from .custody import InvalidTask as InvalidTask
 from .custody import InvalidTaskId as InvalidTaskId
 from .custody import InvalidWorkerName as InvalidWorkerName
+from .custody import JournalEntry as JournalEntry
 from .custody import LeadStore as LeadStore
 from .custody import LeaseExpiry as LeaseExpiry
 from .custody import PoolMemberStore as PoolMemberStore
@@ -172,6 +173,7 @@ __all__ = [
     "InvalidTask",
     "InvalidTaskId",
     "InvalidWorkerName",
+    "JournalEntry",
     "LeadStore",
     "LeaseExpiry",
     "Permanent",

@@ -42,6 +42,7 @@ from ._store import Decide as Decide
 from ._store import DeliveryStore as DeliveryStore
 from ._store import IngestStore as IngestStore
 from ._store import InspectStore as InspectStore
+from ._store import JournalEntry as JournalEntry
 from ._store import LeadStore as LeadStore
 from ._store import LeaseExpiry as LeaseExpiry
 from ._store import PoolMemberStore as PoolMemberStore
@@ -80,6 +81,7 @@ __all__ = [
     "InvalidTask",
     "InvalidTaskId",
     "InvalidWorkerName",
+    "JournalEntry",
     "LeadStore",
     "LeaseExpiry",
     "PoolMemberStore",

@@ -102,6 +102,29 @@ class PoolView:
     backoff (``pending`` leaves those out), or None: when the lead should look again."""
 
 
+JournalActor = Literal["bridge", "lead", "worker", "reconciler", "operator"]
+
+
+@attrs.frozen
+class JournalEntry:
+    """One step of a task's custody history (appended in the same transaction as the move)."""
+
+    at: float
+    """When (store clock)."""
+    src: CustodyState | None
+    """The state it left (None: ingested)."""
+    dst: CustodyState
+    worker: str | None
+    """The owner involved (the worker assigned, claiming, or whose lease ended)."""
+    attempt: int
+    """The attempt the move concerns (a failure names the attempt that failed)."""
+    reason: str | None
+    """The reason recorded by this move (a failure, an expiry, a dead letter), else None."""
+    actor: JournalActor
+    """Who moved it: ``bridge`` (ingest, delivery, dead letters), ``lead`` (assignments),
+    ``worker`` (claims and outcomes), ``reconciler`` (lease expiry), ``operator``."""
+
+
 @attrs.frozen
 class WaitingRetries:
     """Pending tasks waiting out a retry backoff: how many, and when the first is due."""
@@ -430,6 +453,10 @@ class InspectStore(StoreClock, StateReader, Protocol):
 
     async def waiting_retries(self) -> WaitingRetries:
         """Pending tasks whose ``not_before`` is still ahead (store clock), and the earliest."""
+        ...
+
+    async def journal(self, id: str) -> Sequence[JournalEntry]:
+        """``id``'s custody history, oldest first (empty for an unknown or pruned task)."""
         ...
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._config import DEFAULT_AGENT, DEFAULT_GATEWAY, SETTINGS, env_name
+from ._config import DEFAULT_AGENT, DEFAULT_GATEWAY, SETTINGS, BridgeConfig, env_name
 
 EXIT_AUTH = 3
 
@@ -172,6 +172,19 @@ def add_bridge_parsers(
         status.add_argument(_flag(setting), type=kind, default=None, help=text)
     status.add_argument("--limit", type=int, default=10, help="rows per list (default: 10)")
     status.add_argument("--json", action="store_true", help="print one JSON document")
+    show = store_actions.add_parser(
+        "show",
+        help="one task's record and its custody journal (every move, when, by whom, why)",
+        epilog=CONFIG_HELP + "\n" + epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    show.add_argument("id", help="the task id")
+    show.add_argument("--config", type=Path, default=None, help="a TOML config file")
+    show.add_argument("--store", default=None, help=_HELP["store"][0])
+    for setting in ("store_password_file", "store_schema"):
+        text, kind = _HELP[setting]
+        show.add_argument(_flag(setting), type=kind, default=None, help=text)
+    show.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 def _flags(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
@@ -189,6 +202,8 @@ def run_store(args: argparse.Namespace) -> int:
     config = load_config(
         file=args.config, flags=_flags(args, ("store", "store_password_file", "store_schema"))
     )
+    if args.store_command == "show":
+        return trio.run(_show, config, args.id, args.json)
     if args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
 
@@ -210,6 +225,33 @@ def run_store(args: argparse.Namespace) -> int:
         return 0
 
     return trio.run(status)
+
+
+async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
+    from ..custody._rules import InvalidTaskId
+    from ..stores._open import open_store
+    from ._store_show import TaskShow, render_show
+
+    store = await open_store(
+        config.store,
+        must_exist=True,
+        password_file=config.store_password_file,
+        schema=config.store_schema,
+    )
+    try:
+        try:
+            record = await store.get(id)
+        except InvalidTaskId as exc:
+            print(f"tether: {exc}", file=sys.stderr)
+            return 2
+        if record is None:
+            print(f"tether: no task {id!r} in the store {config.store}", file=sys.stderr)
+            return 1
+        show = TaskShow(record, tuple(await store.journal(id)), store.clock())
+    finally:
+        await store.aclose()
+    print(json.dumps(show.to_document(), indent=2) if as_json else render_show(show))
+    return 0
 
 
 def run_bridge(args: argparse.Namespace) -> int:

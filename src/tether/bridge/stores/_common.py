@@ -29,6 +29,7 @@ from ..custody._rules import (
     check_task_id,
     check_worker,
 )
+from ..custody._store import JournalEntry
 
 RANK_PRIORITY: Final[Mapping[int, str]] = {rank: name for name, rank in PRIORITY_RANK.items()}
 """The stored priority rank back to its name."""
@@ -147,6 +148,20 @@ def assign_refused(record: TaskRecord, worker: str, now: float) -> str:
         )
     held = owner_note(record.owner, record.attempt)
     return f"{what}: it is {record.state.value}{held}, not pending"
+
+
+def journal_entry(row: Sequence[Any]) -> JournalEntry:
+    """A ``JournalEntry`` from ``at, src, dst, worker, attempt, reason, actor``."""
+    at, src, dst, worker, attempt, reason, actor = row
+    return JournalEntry(
+        float(at),
+        None if src is None else CustodyState(src),
+        CustodyState(dst),
+        worker,
+        int(attempt),
+        reason,
+        actor,
+    )
 
 
 def unknown_task(id: str) -> UnknownTask:

@@ -124,6 +124,59 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_waiting ON {s}.tasks (not_before)
         WHERE state = 'pending' AND not_before IS NOT NULL;
     """,
+    # 6 -> 7 (custody journal, issue #16): every state change of a task is appended to its
+    # history by a trigger, in the same transaction as the change, from every statement that
+    # moves a task; deleting a task (retention) deletes its history. The actor is read off
+    # the move, as in SQLite
+    """
+    CREATE TABLE {s}.journal (
+        seq         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id          text NOT NULL,
+        at          double precision NOT NULL,
+        src         text,
+        dst         text NOT NULL,
+        worker      text,
+        attempt     integer NOT NULL,
+        reason      text,
+        actor       text NOT NULL
+    );
+    CREATE INDEX journal_task ON {s}.journal (id, seq);
+    CREATE FUNCTION {s}.journal_note() RETURNS trigger LANGUAGE plpgsql AS $body$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            INSERT INTO {s}.journal (id, at, src, dst, worker, attempt, reason, actor)
+            VALUES (NEW.id, NEW.created_at, NULL, NEW.state, NULL, NEW.attempt, NULL, 'bridge');
+        ELSIF TG_OP = 'UPDATE' THEN
+            INSERT INTO {s}.journal (id, at, src, dst, worker, attempt, reason, actor)
+            VALUES (
+                NEW.id, NEW.updated_at, OLD.state, NEW.state, coalesce(NEW.owner, OLD.owner),
+                OLD.attempt,
+                CASE WHEN NEW.reason IS DISTINCT FROM OLD.reason THEN NEW.reason END,
+                CASE
+                    WHEN NEW.reason IS DISTINCT FROM OLD.reason
+                        AND NEW.reason LIKE 'operator:%' THEN 'operator'
+                    WHEN NEW.state = 'assigned'
+                        OR (OLD.state = 'assigned' AND NEW.state = 'pending') THEN 'lead'
+                    WHEN OLD.state = 'claimed' AND NEW.reason IS DISTINCT FROM OLD.reason
+                        AND NEW.reason LIKE 'lease of worker %' THEN 'reconciler'
+                    WHEN NEW.state = 'claimed' OR OLD.state = 'claimed' THEN 'worker'
+                    ELSE 'bridge'
+                END
+            );
+        ELSE
+            DELETE FROM {s}.journal WHERE id = OLD.id;
+        END IF;
+        RETURN NULL;
+    END
+    $body$;
+    CREATE TRIGGER journal_ingest AFTER INSERT ON {s}.tasks
+        FOR EACH ROW EXECUTE FUNCTION {s}.journal_note();
+    CREATE TRIGGER journal_move AFTER UPDATE OF state ON {s}.tasks
+        FOR EACH ROW WHEN (NEW.state IS DISTINCT FROM OLD.state)
+        EXECUTE FUNCTION {s}.journal_note();
+    CREATE TRIGGER journal_prune AFTER DELETE ON {s}.tasks
+        FOR EACH ROW EXECUTE FUNCTION {s}.journal_note();
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -494,6 +494,13 @@ class Sql:
         )
 
     @property
+    def journal(self) -> str:
+        return (
+            f"SELECT at, src, dst, worker, attempt, reason, actor FROM {self.s}.journal "
+            "WHERE id = %(id)s ORDER BY seq"
+        )
+
+    @property
     def next_due(self) -> str:
         return (
             f"SELECT min(not_before) FROM {self.s}.tasks "

@@ -62,6 +62,7 @@ from ...custody._store import (
     WORKER_ROLES,
     Assignment,
     Decide,
+    JournalEntry,
     LeaseExpiry,
     PoolView,
     Queued,
@@ -80,6 +81,7 @@ from .._common import (
     fail_outcome,
     fence_args,
     ingest_headers,
+    journal_entry,
     stale_lease,
     task_from_row,
     unknown_task,
@@ -783,6 +785,13 @@ class PostgresStore:
             return WaitingRetries(int(row[0]), _one(row[1:]))
 
         return await self._run(op)
+
+    async def journal(self, id: str) -> Sequence[JournalEntry]:
+        check_task_id(id)
+        sql = self._sql.journal
+        return await self._run(
+            lambda conn: [journal_entry(row) for row in conn.execute(sql, {"id": id})]
+        )
 
     async def unreported_dead_count(self) -> int:
         sql = self._sql.unreported_dead_count

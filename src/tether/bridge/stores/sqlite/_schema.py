@@ -97,6 +97,48 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_waiting ON tasks (not_before)
         WHERE state = 'pending' AND not_before IS NOT NULL
     """,
+    # 5 -> 6 (custody journal, issue #16): every state change of a task is appended to its
+    # history by triggers, so it commits in the same transaction as the change itself, from
+    # every statement that moves a task (no code path can forget it); deleting a task (the
+    # retention of delivered tasks) deletes its history. The actor is read off the move
+    """
+    CREATE TABLE journal (
+        id          TEXT NOT NULL,
+        at          REAL NOT NULL,
+        src         TEXT,
+        dst         TEXT NOT NULL,
+        worker      TEXT,
+        attempt     INTEGER NOT NULL,
+        reason      TEXT,
+        actor       TEXT NOT NULL
+    );
+    CREATE INDEX journal_task ON journal (id);
+    CREATE TRIGGER journal_ingest AFTER INSERT ON tasks BEGIN
+        INSERT INTO journal (id, at, src, dst, worker, attempt, reason, actor)
+        VALUES (NEW.id, NEW.created_at, NULL, NEW.state, NULL, NEW.attempt, NULL, 'bridge');
+    END;
+    CREATE TRIGGER journal_move AFTER UPDATE OF state ON tasks
+    WHEN NEW.state IS NOT OLD.state BEGIN
+        INSERT INTO journal (id, at, src, dst, worker, attempt, reason, actor)
+        VALUES (
+            NEW.id, NEW.updated_at, OLD.state, NEW.state, coalesce(NEW.owner, OLD.owner),
+            OLD.attempt, CASE WHEN NEW.reason IS NOT OLD.reason THEN NEW.reason END,
+            CASE
+                WHEN NEW.reason IS NOT OLD.reason AND NEW.reason LIKE 'operator:%'
+                    THEN 'operator'
+                WHEN NEW.state = 'assigned' OR OLD.state = 'assigned' AND NEW.state = 'pending'
+                    THEN 'lead'
+                WHEN OLD.state = 'claimed' AND NEW.reason IS NOT OLD.reason
+                    AND NEW.reason LIKE 'lease of worker %' THEN 'reconciler'
+                WHEN NEW.state = 'claimed' OR OLD.state = 'claimed' THEN 'worker'
+                ELSE 'bridge'
+            END
+        );
+    END;
+    CREATE TRIGGER journal_prune AFTER DELETE ON tasks BEGIN
+        DELETE FROM journal WHERE id = OLD.id;
+    END
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -134,5 +176,17 @@ def migrate(conn: sqlite3.Connection) -> int:
 
 
 def _statements(script: str) -> list[str]:
-    # executescript() would COMMIT our transaction first; split on ';' instead (no ';' in text)
-    return [s.strip() for s in script.split(";") if s.strip()]
+    # executescript() would COMMIT our transaction first; split on ';' instead (no ';' in
+    # text), joining pieces until SQLite calls the statement complete (a trigger's body holds
+    # several statements of its own)
+    statements: list[str] = []
+    pending = ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                statements.append(pending.strip())
+            pending = ""
+    if pending.strip(" \n;"):
+        statements.append(pending.strip())
+    return statements

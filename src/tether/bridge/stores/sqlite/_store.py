@@ -54,6 +54,7 @@ from ...custody._rules import (
 from ...custody._store import (
     WORKER_ROLES,
     Decide,
+    JournalEntry,
     LeaseExpiry,
     PoolView,
     StallCandidate,
@@ -70,6 +71,7 @@ from .._common import (
     fail_outcome,
     fence_args,
     ingest_headers,
+    journal_entry,
     stale_lease,
     task_from_row,
     unknown_task,
@@ -884,6 +886,19 @@ class SqliteStore:
                 "SELECT count(*) FROM tasks WHERE state = 'pending' AND not_before > ?", (now,)
             ).fetchone()
             return WaitingRetries(int(count), next_due(conn, now))
+
+        return await self._read(op)
+
+    async def journal(self, id: str) -> Sequence[JournalEntry]:
+        check_task_id(id)
+
+        def op(conn: sqlite3.Connection) -> list[JournalEntry]:
+            rows = conn.execute(
+                "SELECT at, src, dst, worker, attempt, reason, actor FROM journal "
+                "WHERE id = ? ORDER BY rowid",
+                (id,),
+            )
+            return [journal_entry(row) for row in rows]
 
         return await self._read(op)
 

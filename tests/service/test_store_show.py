@@ -1,0 +1,57 @@
+"""``tether store show ID``: the record and its custody journal as a timeline (issue #16)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from tether._cli import main
+from tether.bridge import SqliteStore, Task
+
+
+async def _history(path: Path) -> None:
+    async with await SqliteStore.open(path) as store:
+        await store.ingest(Task("flaky", "hi", room="lobby"))
+        await store.assign("flaky", "w1")
+        claim = await store.claim("w1")
+        assert claim is not None
+        await store.fail(claim, "ConnectionError: 503", retry_after=300)
+
+
+def test_show_prints_the_record_and_every_move(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "custody.db"
+    trio.run(_history, path)
+    assert main(["store", "show", "flaky", "--store", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "task flaky: pending, attempt 2"
+    assert any(line.startswith("  next try    in ") for line in out)
+    assert "  reason      ConnectionError: 503" in out
+    journal = out[out.index("journal:") + 1 :]
+    assert [line.split(" ago  ", 1)[1] for line in journal] == [
+        "ingested -> pending  attempt 1  by bridge",
+        "pending -> assigned  attempt 1  by lead w1",
+        "assigned -> claimed  attempt 1  by worker w1",
+        "claimed -> pending  attempt 1  by worker w1: ConnectionError: 503",
+    ]
+    assert main(["store", "show", "flaky", "--store", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["record"]["state"] == "pending"
+    assert [e["dst"] for e in doc["journal"]] == ["pending", "assigned", "claimed", "pending"]
+
+
+def test_show_of_an_unknown_or_malformed_id_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "custody.db"
+    trio.run(_history, path)
+    assert main(["store", "show", "nope", "--store", str(path)]) == 1
+    assert capsys.readouterr().err.strip() == f"tether: no task 'nope' in the store {path}"
+    assert main(["store", "show", "bad id", "--store", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tether: ")
+    assert "\n" not in err
