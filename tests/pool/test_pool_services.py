@@ -34,9 +34,9 @@ async def test_a_lead_and_two_workers_answer_everything_keeping_rooms_together(
         await nursery.start(lead.run)
         for w in workers:
             await nursery.start(w.run)
-        for task in tasks:  # arriving over time, not all at once
-            await timed_store.ingest(task)
-            await trio.sleep(0.05)
+        for task in tasks:  # arriving over time, each after the last was answered: no keeper
+            await timed_store.ingest(task)  # is ever busy, so no room has a reason to move
+            await trio.sleep(0.5)  # (affinity is a preference: a saturated keeper's room moves)
         await wait_for(lambda: _all(timed_store, S.RESULT, len(tasks)))
         assert not any(w.leaderless for w in workers)
         for w in workers:
