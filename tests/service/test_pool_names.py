@@ -45,10 +45,18 @@ def test_an_explicit_pool_name_is_used_verbatim_and_checked() -> None:
 
 
 def test_two_bridges_with_default_settings_never_share_a_name(tmp_path: Path) -> None:
-    config = BridgeConfig(token_file=tmp_path / "t", workers=3)
+    config = BridgeConfig(token_file=tmp_path / "t", workers=3, store="postgresql://u@db/t")
     a, b = BridgeService(config), BridgeService(config)
     assert not set(a.pool_names) & set(b.pool_names)
     assert len(a.pool_names) == 4  # three workers and a lead candidate
+
+
+def test_a_bridge_on_a_sqlite_file_keeps_its_names_across_restarts(tmp_path: Path) -> None:
+    """One bridge per SQLite file: a restart reuses the names, so its new workers claim what
+    the killed one was assigned at once."""
+    config = BridgeConfig(token_file=tmp_path / "t", store=str(tmp_path / "c.db"))
+    assert BridgeService(config).pool_names == BridgeService(config).pool_names
+    assert BridgeService(config).pool_stem == f"tether-bridge-{short_host()}"
 
 
 async def test_a_name_with_moving_beats_is_refused_in_one_line(tmp_path: Path) -> None:

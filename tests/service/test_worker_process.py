@@ -65,6 +65,19 @@ async def test_a_worker_process_shares_the_pool_shows_the_leader_and_refuses_its
         workers=1,
         extra=["--status-file", str(bridge_status)],
     )
+    try:
+        await _shared_pool_scenario(gateway, tmp_path, store, admin_token, bridge)
+    finally:  # in the test's own run: a failure must not leave a worker process running
+        for process in STARTED:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+async def _shared_pool_scenario(
+    gateway: GatewayHandle, tmp_path: Path, store: Path, admin_token: Path, bridge: BridgeProcess
+) -> None:
+    bridge_status = tmp_path / "bridge-status.json"
     worker_log = tmp_path / "worker.log"
     worker = await start_worker(
         store,

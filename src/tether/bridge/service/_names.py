@@ -72,6 +72,17 @@ def pool_stem(client_name: str, pool_name: str | None = None, *, host: str | Non
     return f"{head}-{hostpart}"[:room] + f"-{suffix}"
 
 
+def host_stem(client_name: str, *, host: str | None = None) -> str:
+    """``<client name>-<short host>``, no random part: a bridge's default on a SQLite store.
+
+    One bridge per SQLite file is the model (``delivery_leases`` is false there), so a
+    restarted bridge keeps its names and its new workers claim what its predecessor was
+    assigned at once, instead of the lead waiting out the dead names' ``dead_after``."""
+    head = _clean(client_name) or "tether"
+    hostpart = short_host(host)
+    return f"{head[: STEM_MAX - len(hostpart) - 1].strip('-_') or 'tether'}-{hostpart}"
+
+
 def worker_names(stem: str, count: int) -> list[str]:
     return [f"{stem}-w{i}" for i in range(1, count + 1)]
 

@@ -64,7 +64,7 @@ from ._config import BridgeConfig
 from ._dead_notices import DeadNotices
 from ._delivery import Delivery, delivery_holder
 from ._ingest import Ingest
-from ._names import check_names_free, lead_name, pool_stem, worker_names
+from ._names import check_names_free, host_stem, lead_name, pool_stem, worker_names
 
 if TYPE_CHECKING:
     from ...observe import CounterSource
@@ -143,7 +143,11 @@ class BridgeService:
     _body: trio.CancelScope | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.pool_stem = pool_stem(self.config.client_name, self.config.pool_name)
+        config = self.config
+        if config.pool_name is None and not config.store_is_url:
+            self.pool_stem = host_stem(config.client_name)  # one bridge per SQLite file
+        else:
+            self.pool_stem = pool_stem(config.client_name, config.pool_name)
 
     @property
     def pool_names(self) -> list[str]:
