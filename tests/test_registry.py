@@ -279,3 +279,62 @@ async def test_a_failing_clock_is_guarded_too(caplog: pytest.LogCaptureFixture) 
         assert "TaskRegistry.after_io_wait failed" in caplog.text
     finally:
         trio.lowlevel.remove_instrument(reg)
+
+
+async def _nest(depth: int, release: trio.Event) -> None:
+    if depth == 0:
+        await release.wait()
+        return
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_nest, depth - 1, release, name=f"level-{depth - 1}")
+
+
+async def test_render_tree_draws_a_chain_deeper_than_the_recursion_limit(
+    registry: TaskRegistry,
+) -> None:
+    import sys
+
+    depth = 300
+    release = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_nest, depth, release, name=f"level-{depth}")
+        await trio.testing.wait_all_tasks_blocked()
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(150)  # below the tree's depth: a recursive walk would fail
+        try:
+            lines = registry.render_tree().splitlines()
+            names = [i.name for i in registry.snapshot()]
+        finally:
+            sys.setrecursionlimit(limit)
+        assert lines[0] == f"{depth + 1} live tasks"
+        # each level one step further in, in order from the top
+        assert [line.lstrip(" └─├│").split()[0] for line in lines[1:4]] == [
+            f"level-{depth}",
+            f"level-{depth - 1}",
+            f"level-{depth - 2}",
+        ]
+        assert lines[-1].split()[-2] == "level-0"
+        assert lines[-1].index("level-0") == 4 * (depth + 1)  # the deepest, drawn deepest
+        assert sorted(names) == sorted(f"level-{k}" for k in range(depth + 1))
+        release.set()
+
+
+async def test_siblings_started_together_keep_their_spawn_order(registry: TaskRegistry) -> None:
+    import gc
+
+    release = trio.Event()
+    async with trio.open_nursery() as nursery:
+        for name in ("b", "a", "d", "c"):  # one scheduler pass: the same start time
+            nursery.start_soon(release.wait, name=name)
+        await trio.testing.wait_all_tasks_blocked()
+        assert gc.isenabled()
+        tree = registry.render_tree()
+        assert [line.split()[1] for line in tree.splitlines()[1:]] == ["b", "a", "d", "c"]
+        assert gc.isenabled()  # the queries pause the collector and restore it
+        gc.disable()
+        try:
+            registry.snapshot()
+            assert not gc.isenabled()  # ... and leave it off if it was off
+        finally:
+            gc.enable()
+        release.set()

@@ -9,6 +9,8 @@ production (see ``benchmarks/registry_overhead.py``).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Literal
@@ -149,8 +151,8 @@ class TaskRegistry(trio.abc.Instrument):
         wanted = frozenset(kinds)
         if wanted == ALL_KINDS:
             return list(self._live)
-        classify = _Classifier()
-        return [t for t in list(self._live) if classify(t) in wanted]
+        with _gc_paused():
+            return [row[0] for row in self._rows(wanted)]
 
     def find(self, name: str, *, kinds: Iterable[TaskKind] = USER_ONLY) -> list[trio.lowlevel.Task]:
         """Every live task labelled ``name`` (a name may be shared by many tasks)."""
@@ -185,38 +187,59 @@ class TaskRegistry(trio.abc.Instrument):
         """``(task, owner, kind, started_at)`` for each live task of the given kinds: the live
         objects behind ``snapshot()``, for observers that walk the tree (call it in the Trio
         thread and do not keep the tasks)."""
+        with _gc_paused():
+            return [
+                (task, owner, kind, started) for task, _, owner, kind, started in self._rows(kinds)
+            ]
+
+    def _rows(
+        self, kinds: Iterable[TaskKind]
+    ) -> list[tuple[trio.lowlevel.Task, trio.lowlevel.Task | None, str | None, TaskKind, float]]:
+        """``(task, parent, owner, kind, started_at)`` per live task of the given kinds, in
+        spawn order: the one pass every tree query shares, linear in the live tasks (each task's
+        kind comes from its parent's, memoised, so no ancestor chain is walked twice)."""
         wanted = frozenset(kinds)
         classify = _Classifier()
-        out = []
-        for task, (owner, started) in self._decoded():
-            kind = classify(task)
-            if kind in wanted:
-                out.append((task, owner, kind, started))
-        return out
+        memo = classify.memo
+        rows: list[
+            tuple[trio.lowlevel.Task, trio.lowlevel.Task | None, str | None, TaskKind, float]
+        ] = []
+        append = rows.append
+        for task, entry in list(self._live.items()):
+            nursery = task.parent_nursery
+            parent = None if nursery is None else nursery.parent_task
+            # fast path: the parent's kind is known and is not the harness (whose children may
+            # be harness or user by name): a child inherits it
+            kind = memo.get(parent) if parent is not None else None
+            if kind is None or kind == "harness":
+                kind = classify(task)
+            else:
+                memo[task] = kind
+            if kind not in wanted:
+                continue
+            if isinstance(entry, tuple):
+                append((task, parent, entry[0], kind, entry[1]))
+            else:
+                append((task, parent, None, kind, entry))
+        return rows
 
     def snapshot(self, *, kinds: Iterable[TaskKind] = USER_ONLY) -> list[TaskInfo]:
         """Frozen records of the live tasks, oldest first."""
-        wanted = frozenset(kinds)
-        classify = _Classifier()
-        infos = []
-        for task, (owner, started) in self._decoded():
-            kind = classify(task)
-            if kind not in wanted:
-                continue
-            parent = _parent(task)
-            infos.append(
+        with _gc_paused():
+            infos = [
                 TaskInfo(
-                    name=task.name,
-                    owner=owner,
-                    kind=kind,
-                    started_at=started,
-                    parent=None if parent is None else parent.name,
-                    task_id=id(task),
-                    parent_id=None if parent is None else id(parent),
+                    task.name,
+                    owner,
+                    kind,
+                    started,
+                    None if parent is None else parent.name,
+                    id(task),
+                    None if parent is None else id(parent),
                 )
-            )
-        infos.sort(key=lambda i: i.started_at)
-        return infos
+                for task, parent, owner, kind, started in self._rows(kinds)
+            ]
+            infos.sort(key=_started_at)
+            return infos
 
     def render_tree(
         self, *, kinds: Iterable[TaskKind] = USER_ONLY, now: float | None = None
@@ -224,34 +247,47 @@ class TaskRegistry(trio.abc.Instrument):
         """The live task tree as text: one line per task with its owner and age.
 
         Tasks whose parent is not shown (a filtered-out kind, e.g. the test harness) are drawn
-        as roots, so no live task is ever missing from the picture.
+        as roots, so no live task is ever missing from the picture. Linear in the live tasks
+        (iterative, so a deep chain of nested tasks cannot exhaust the recursion limit).
         """
-        wanted = frozenset(kinds)
-        classify = _Classifier()
         now = self.clock() if now is None else now
-        live = {t: e for t, e in self._decoded() if classify(t) in wanted}
-        children: dict[trio.lowlevel.Task | None, list[trio.lowlevel.Task]] = {}
-        for task in live:
-            parent = _parent(task)
-            children.setdefault(parent if parent in live else None, []).append(task)
-        for kids in children.values():
-            kids.sort(key=lambda t: live[t][1])
+        with _gc_paused():
+            rows = self._rows(kinds)
+            shown = {row[0]: row for row in rows}
+            children: dict[trio.lowlevel.Task | None, list[trio.lowlevel.Task]] = {}
+            for task, parent, *_ in rows:
+                key = parent if parent in shown else None
+                kids = children.get(key)
+                if kids is None:
+                    children[key] = [task]
+                else:
+                    kids.append(task)
+            for kids in children.values():
+                if len(kids) > 1:
+                    kids.sort(key=lambda t: shown[t][4])  # stable: spawn order breaks ties
 
-        lines = [f"{len(live)} live task{'s' if len(live) != 1 else ''}"]
-
-        def walk(task: trio.lowlevel.Task, prefix: str, last: bool) -> None:
-            owner, started = live[task]
-            branch = "└── " if last else "├── "
-            owner_txt = f" [{owner}]" if owner else ""
-            lines.append(f"{prefix}{branch}{task.name}{owner_txt}  {_age(now - started)}")
-            kids = children.get(task, [])
-            for i, kid in enumerate(kids):
-                walk(kid, prefix + ("    " if last else "│   "), i == len(kids) - 1)
-
-        roots = children.get(None, [])
-        for i, root in enumerate(roots):
-            walk(root, "", i == len(roots) - 1)
-        return "\n".join(lines)
+            lines = [f"{len(rows)} live task{'s' if len(rows) != 1 else ''}"]
+            append = lines.append
+            # (task, prefix, last) to draw, in reverse so pop() yields them in order
+            roots = children.get(None, [])
+            stack = [(root, "", i == len(roots) - 1) for i, root in enumerate(roots)]
+            stack.reverse()
+            while stack:
+                task, prefix, last = stack.pop()
+                _, _, owner, _, started = shown[task]
+                owner_txt = f" [{owner}]" if owner else ""
+                append(
+                    f"{prefix}{'└── ' if last else '├── '}{task.name}{owner_txt}  "
+                    f"{_age(now - started)}"
+                )
+                kids = children.get(task)
+                if kids:
+                    below = prefix + ("    " if last else "│   ")
+                    end = len(kids) - 1
+                    stack.extend(
+                        (kid, below, i == end) for i, kid in reversed(list(enumerate(kids)))
+                    )
+            return "\n".join(lines)
 
     def __iter__(self) -> Iterator[trio.lowlevel.Task]:
         return iter(self.current_tasks())
@@ -281,6 +317,28 @@ def _age(seconds: float) -> str:
     return f"{seconds / 60:.1f}m"
 
 
+def _started_at(info: TaskInfo) -> float:
+    return info.started_at
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a query builds a million objects.
+
+    Every allocation counts toward the collector's thresholds, and its older generations scan
+    every tracked object: a query that allocates per live task would trigger collections whose
+    cost grows with the live heap, making the query superlinear. The query's objects are not
+    cyclic garbage, so pausing the collector loses nothing; it is restored after.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 class _Classifier:
     """Sorts tasks into user / system / harness, memoising ancestors within one query.
 
@@ -292,10 +350,10 @@ class _Classifier:
 
     def __init__(self) -> None:
         self._root = trio.lowlevel.current_root_task()
-        self._memo: dict[trio.lowlevel.Task, TaskKind] = {}
+        self.memo: dict[trio.lowlevel.Task, TaskKind] = {}
 
     def __call__(self, task: trio.lowlevel.Task) -> TaskKind:
-        memo = self._memo
+        memo = self.memo
         path: list[trio.lowlevel.Task] = []
         kind: TaskKind | None = None
         current: trio.lowlevel.Task | None = task

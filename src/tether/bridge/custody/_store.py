@@ -271,6 +271,17 @@ class WorkerStore(PoolMemberStore, StallStore, Protocol):
         confirms the task to the gateway without posting a message."""
         ...
 
+    async def complete_many(
+        self, outcomes: Sequence[tuple[Claim, str]], *, no_send: bool = False
+    ) -> list[bool]:
+        """``complete`` for each ``(claim, body)`` in ONE transaction, each fenced on its own
+        (id, claimed, owner, attempt, live lease): ``True`` where the task moved to ``result``,
+        ``False`` where its fence no longer holds (the lease was lost or the task is gone;
+        nothing changes for it, as a ``StaleLease`` would say). Every body is checked first: a
+        bad one refuses the whole call, nothing written. A worker buffering the results of
+        several runs commits them with one durable write instead of one each."""
+        ...
+
     async def fail(
         self,
         claim: Claim,

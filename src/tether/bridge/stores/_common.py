@@ -60,6 +60,17 @@ def fence_args(claim: object) -> tuple[str, int, str]:
     return check_worker(claim.worker), claim.attempt, check_task_id(claim.task.id)
 
 
+def complete_args(claim: object, body: object, max_body_bytes: int) -> tuple[str, int, str]:
+    """A completion's fence ``(worker, attempt, task id)``, once the claim and the result body
+    are checked (a str within the size limit): what ``complete_many`` checks for every item
+    before it writes anything."""
+    fence = fence_args(claim)
+    if not isinstance(body, str):
+        raise TypeError(f"a result body must be a str, got {type(body).__name__}")
+    check_body(body, max_body_bytes, what=f"result of task {fence[2]!r}")
+    return fence
+
+
 def ingest_headers(task: object, max_body_bytes: int) -> str:
     """Check a task for ingest (type, body and headers within the size limit); return its
     headers as the JSON text both backends store."""

@@ -338,6 +338,23 @@ class Sql:
         )
 
     @property
+    def complete_many(self) -> str:
+        # ``complete`` for many claims in one statement: the fences ride in as parallel arrays
+        # (one row each, fences distinct) and each row is fenced on its own; the fences that
+        # moved come back. pg_notify per moved row: PostgreSQL folds identical notifications of one
+        # transaction into one, sent only if it commits.
+        return (
+            "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[], "
+            "%(attempts)s::integer[], %(bodies)s::bytea[]) AS v(id, worker, attempt, body)), "
+            f"u AS (UPDATE {self.s}.tasks t SET state = 'result', result = v.body, "
+            "no_send = %(no_send)s, lease_until = NULL, updated_at = %(now)s FROM v "
+            "WHERE t.id = v.id AND t.state = 'claimed' AND t.owner = v.worker "
+            "AND t.attempt = v.attempt AND t.lease_until > %(now)s "
+            "RETURNING t.id, v.worker, v.attempt) "
+            "SELECT u.id, u.worker, u.attempt, pg_notify(%(chan)s, %(payload)s)::text FROM u"
+        )
+
+    @property
     def fail_repool(self) -> str:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, lease_until = NULL, "

@@ -78,6 +78,7 @@ from .._common import (
     assign_refused,
     check_limit,
     check_reason,
+    complete_args,
     fail_outcome,
     fence_args,
     ingest_headers,
@@ -539,6 +540,42 @@ class PostgresStore:
             worker=claim.worker,
             attempt=claim.attempt,
         )
+
+    async def complete_many(
+        self, outcomes: Sequence[tuple[Claim, str]], *, no_send: bool = False
+    ) -> list[bool]:
+        fences = [complete_args(claim, body, self.max_body_bytes) for claim, body in outcomes]
+        if not isinstance(no_send, bool):
+            raise TypeError(f"no_send must be a bool, got {type(no_send).__name__}")
+        # one row per fence (the first): a repeat in the same call finds the task no longer
+        # claimed, as a second ``complete`` would, and so reports False. Fences of one id that
+        # differ (a stale claim beside the live one) can match at most one row between them.
+        first: dict[tuple[str, int, str], int] = {}
+        for i, fence in enumerate(fences):
+            first.setdefault(fence, i)
+        if not first:
+            return []
+        params = {
+            "ids": [id for _, _, id in first],
+            "workers": [worker for worker, _, _ in first],
+            "attempts": [attempt for _, attempt, _ in first],
+            "bodies": [_encode(outcomes[i][1]) for i in first.values()],
+            "no_send": no_send,
+            "now": self.clock(),
+            "chan": self._channel,
+            "payload": RESULT,
+        }
+        sql = self._sql.complete_many
+
+        def op(conn: Conn) -> set[tuple[str, int, str]]:
+            return {(r[1], r[2], r[0]) for r in conn.execute(sql, params)}
+
+        moved = await self._run(op)
+        for worker, attempt, id in moved:
+            _clog.moved(
+                id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt
+            )
+        return [fence in moved and first[fence] == i for i, fence in enumerate(fences)]
 
     async def fail(
         self,

@@ -68,6 +68,7 @@ from .._common import (
     assign_refused,
     check_limit,
     check_reason,
+    complete_args,
     fail_outcome,
     fence_args,
     ingest_headers,
@@ -500,6 +501,37 @@ class SqliteStore:
 
         await self._writer.run(op)
         _clog.moved(id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt)
+
+    async def complete_many(
+        self, outcomes: Sequence[tuple[Claim, str]], *, no_send: bool = False
+    ) -> list[bool]:
+        if not isinstance(no_send, bool):
+            raise TypeError(f"no_send must be a bool, got {type(no_send).__name__}")
+        rows = [
+            (body, int(no_send), *complete_args(claim, body, self.max_body_bytes))
+            for claim, body in outcomes
+        ]
+        if not rows:
+            return []
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> list[bool]:
+            sql = (
+                "UPDATE tasks SET state = 'result', result = ?, no_send = ?, lease_until = NULL, "
+                f"updated_at = ? WHERE {_FENCE}"
+            )
+            return [
+                conn.execute(sql, (body, flag, now, id, worker, attempt, now)).rowcount == 1
+                for body, flag, worker, attempt, id in rows
+            ]
+
+        done = await self._writer.run(op)
+        for (_, _, worker, attempt, id), moved in zip(rows, done, strict=True):
+            if moved:
+                _clog.moved(
+                    id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt
+                )
+        return done
 
     async def fail(
         self,
