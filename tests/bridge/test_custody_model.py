@@ -361,7 +361,7 @@ def test_custody_store_matches_its_model(backend: Backend) -> None:
     run_state_machine_as_test(
         OnThisBackend,
         settings=settings(
-            max_examples=75,
+            max_examples=50,
             stateful_step_count=50,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
