@@ -124,7 +124,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_waiting ON {s}.tasks (not_before)
         WHERE state = 'pending' AND not_before IS NOT NULL;
     """,
-    # 6 -> 7 (custody journal, issue #16): every state change of a task is appended to its
+    # 7 -> 8 (custody journal, issue #16): every state change of a task is appended to its
     # history by a trigger, in the same transaction as the change, from every statement that
     # moves a task; deleting a task (retention) deletes its history. The actor is read off
     # the move, as in SQLite

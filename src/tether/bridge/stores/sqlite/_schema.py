@@ -97,7 +97,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_waiting ON tasks (not_before)
         WHERE state = 'pending' AND not_before IS NOT NULL
     """,
-    # 5 -> 6 (custody journal, issue #16): every state change of a task is appended to its
+    # 6 -> 7 (custody journal, issue #16): every state change of a task is appended to its
     # history by triggers, so it commits in the same transaction as the change itself, from
     # every statement that moves a task (no code path can forget it); deleting a task (the
     # retention of delivered tasks) deletes its history. The actor is read off the move
