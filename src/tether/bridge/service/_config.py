@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -375,28 +375,7 @@ def load_config(
 
     ``file`` defaults to ``$TETHER_CONFIG`` when that is set. Raises :class:`ConfigError`.
     """
-    environ = os.environ if environ is None else environ
-    raw: dict[str, tuple[Any, str]] = {}
-    if file is None and environ.get(ENV_PREFIX + "CONFIG"):
-        file = Path(environ[ENV_PREFIX + "CONFIG"])
-    if file is not None:
-        for key, value in _read_toml(file).items():
-            raw[key] = (value, f"{file} [bridge] {key}")
-    for setting in SETTINGS:
-        name = env_name(setting)
-        if name in environ:
-            raw[setting] = (environ[name], name)
-    for setting, value in (flags or {}).items():
-        if setting not in _PARSERS:
-            raise ConfigError(f"unknown setting {setting!r}")
-        if value is not None:
-            raw[setting] = (value, "--" + setting.replace("_", "-"))
-    values: dict[str, Any] = {}
-    for setting, (value, source) in raw.items():
-        try:
-            values[setting] = _PARSERS[setting](setting, value)
-        except ValueError as exc:
-            raise ConfigError(f"{setting} {exc}, got {_shown(value)} (from {source})") from None
+    values, raw = merge_settings("bridge", _PARSERS, file=file, flags=flags, environ=environ)
     concurrency = values.get("concurrency", DEFAULT_CONCURRENCY)
     problem = capacity_problem(values.get("capacity"), concurrency)
     if problem is not None:
@@ -407,7 +386,50 @@ def load_config(
     return BridgeConfig(**values)
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def merge_settings(
+    table: str,
+    parsers: Mapping[str, Callable[[str, Any], Any]],
+    *,
+    file: Path | None,
+    flags: Mapping[str, Any] | None,
+    environ: Mapping[str, str] | None,
+) -> tuple[dict[str, Any], dict[str, tuple[Any, str]]]:
+    """The settings named in ``parsers``, parsed, from defaults < ``file``'s ``[table]`` <
+    ``environ`` (``TETHER_*``) < ``flags`` (None = unset); a bad one is a ``ConfigError`` naming
+    the setting, the value and where it came from. ``file`` defaults to ``$TETHER_CONFIG``.
+    Returns the parsed values and, for each, the raw value and where it came from."""
+    environ = os.environ if environ is None else environ
+    raw: dict[str, tuple[Any, str]] = {}
+    if file is None and environ.get(ENV_PREFIX + "CONFIG"):
+        file = Path(environ[ENV_PREFIX + "CONFIG"])
+    if file is not None:
+        for key, value in read_table(file, table, tuple(parsers)).items():
+            raw[key] = (value, f"{file} [{table}] {key}")
+    for setting in parsers:
+        name = env_name(setting)
+        if name in environ:
+            raw[setting] = (environ[name], name)
+    for setting, value in (flags or {}).items():
+        if setting not in parsers:
+            raise ConfigError(f"unknown setting {setting!r}")
+        if value is not None:
+            raw[setting] = (value, "--" + setting.replace("_", "-"))
+    values: dict[str, Any] = {}
+    for setting, (value, source) in raw.items():
+        try:
+            values[setting] = parsers[setting](setting, value)
+        except ValueError as exc:
+            raise ConfigError(f"{setting} {exc}, got {_shown(value)} (from {source})") from None
+    return values, raw
+
+
+_TABLES: Final = {"bridge": "settings", "worker": "worker settings"}
+"""The config file's tables: ``[bridge]`` (``tether bridge run``), ``[worker]`` (``tether worker
+run``), with how an error names what goes in each."""
+
+
+def read_table(path: Path, table: str, settings: Sequence[str]) -> dict[str, Any]:
+    """``path``'s ``[table]``, checked: TOML, known tables only, known settings only."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -416,22 +438,22 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    unknown_tables = sorted(set(data) - {"bridge", "worker"})  # [worker]: tether worker run
+    unknown_tables = sorted(set(data) - set(_TABLES))
     if unknown_tables:
         raise ConfigError(
             f"config file {path}: unknown key or table {unknown_tables[0]!r}; "
-            "settings go in a [bridge] table"
+            f"{_TABLES[table]} go in a [{table}] table"
         )
-    table = data.get("bridge", {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"config file {path}: 'bridge' must be a table")
-    unknown = sorted(set(table) - set(SETTINGS))
+    values = data.get(table, {})
+    if not isinstance(values, dict):
+        raise ConfigError(f"config file {path}: {table!r} must be a table")
+    unknown = sorted(set(values) - set(settings))
     if unknown:
         raise ConfigError(
-            f"config file {path}: unknown setting {unknown[0]!r} in [bridge] "
-            f"(known: {', '.join(SETTINGS)})"
+            f"config file {path}: unknown setting {unknown[0]!r} in [{table}] "
+            f"(known: {', '.join(settings)})"
         )
-    return table
+    return values
 
 
 def prepare_data_dir(config: BridgeConfig) -> None:

@@ -7,8 +7,6 @@ so a value means the same thing (and is refused with the same one-line message) 
 
 from __future__ import annotations
 
-import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -23,12 +21,11 @@ from ._config import (
     DEFAULT_AGENT,
     DEFAULT_CONCURRENCY,
     DEFAULT_DATA_DIR,
-    ENV_PREFIX,
     _optional_path,
     _shown,
     capacity_problem,
-    env_name,
     is_postgres_url,
+    merge_settings,
 )
 
 
@@ -101,61 +98,13 @@ def load_worker_config(
     environ: Mapping[str, str] | None = None,
 ) -> WorkerConfig:
     """Merge defaults, ``file`` (its ``[worker]`` table), ``environ`` and ``flags``."""
-    environ = os.environ if environ is None else environ
-    raw: dict[str, tuple[Any, str]] = {}
-    if file is None and environ.get(ENV_PREFIX + "CONFIG"):
-        file = Path(environ[ENV_PREFIX + "CONFIG"])
-    if file is not None:
-        for key, value in _read_worker_table(file).items():
-            raw[key] = (value, f"{file} [worker] {key}")
-    for setting in WORKER_SETTINGS:
-        name = env_name(setting)
-        if name in environ:
-            raw[setting] = (environ[name], name)
-    for setting, value in (flags or {}).items():
-        if setting not in _WORKER_PARSERS:
-            raise ConfigError(f"unknown setting {setting!r}")
-        if value is not None:
-            raw[setting] = (value, "--" + setting.replace("_", "-"))
-    values: dict[str, Any] = {}
-    for setting, (value, source) in raw.items():
-        try:
-            values[setting] = _WORKER_PARSERS[setting](setting, value)
-        except ValueError as exc:
-            raise ConfigError(f"{setting} {exc}, got {_shown(value)} (from {source})") from None
+    values, raw = merge_settings("worker", _WORKER_PARSERS, file=file, flags=flags, environ=environ)
     problem = capacity_problem(
         values.get("capacity"), values.get("concurrency", DEFAULT_CONCURRENCY)
     )
     if problem is not None:
         raise ConfigError(f"capacity {problem}, got {_shown(raw['capacity'][0])}")
     return WorkerConfig(**values)
-
-
-def _read_worker_table(path: Path) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    unknown_tables = sorted(set(data) - {"bridge", "worker"})
-    if unknown_tables:
-        raise ConfigError(
-            f"config file {path}: unknown key or table {unknown_tables[0]!r}; "
-            "worker settings go in a [worker] table"
-        )
-    table = data.get("worker", {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"config file {path}: 'worker' must be a table")
-    unknown = sorted(set(table) - set(WORKER_SETTINGS))
-    if unknown:
-        raise ConfigError(
-            f"config file {path}: unknown setting {unknown[0]!r} in [worker] "
-            f"(known: {', '.join(WORKER_SETTINGS)})"
-        )
-    return table
 
 
 def prepare_worker_dirs(config: WorkerConfig) -> None:
