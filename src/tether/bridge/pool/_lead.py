@@ -375,6 +375,7 @@ class PoolLead:
                 done = await self.store.assign_many([(a.id, a.worker) for a in plan.assign])
         self._last_pick = plan.last_pick
         self._next_due = view.next_due
+        self._see_workers(view.workers, view.at)
         self._window = self._next_window(view, now)
         lost: tuple[str, ...] = ()
         if done:
@@ -532,6 +533,12 @@ class PoolLead:
             self.leading_since = None
         self.leading = leading
         self.leader = leader
+        self._see_workers(members, now)
+        return leader
+
+    def _see_workers(self, members: Sequence[WorkerInfo], now: float) -> None:
+        """Note the live workers among ``members``: from every beat read, and from every sweep's
+        view (a leader beats only every ``beat_interval``, its sweeps are more recent)."""
         self.workers_seen = tuple(
             sorted(
                 m.name
@@ -539,7 +546,6 @@ class PoolLead:
                 if m.role == "worker" and is_alive(m, now, self.dead_after, self.max_skew)
             )
         )
-        return leader
 
     async def _beat_loop(self) -> None:
         """Beat every ``beat_interval``; standbys also read the beats every quarter of it (a
