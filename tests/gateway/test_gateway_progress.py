@@ -237,7 +237,7 @@ def test_the_board_keeps_the_newest_update_and_stays_bounded() -> None:
 def test_the_protocol_docs_list_the_progress_endpoint_and_its_version_rules() -> None:
     from tether.gateway import _app
 
-    docs = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text()
+    docs = (Path(__file__).parents[2] / "docs" / "guide" / "gateway.md").read_text()
     assert "`POST /v1/tasks/<id>/progress`" in docs
     assert "### Progress (optional)" in docs
     assert "seen=REV" in docs

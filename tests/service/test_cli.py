@@ -227,11 +227,11 @@ async def test_output_into_a_closed_pipe_exits_quietly_with_141(
 
 async def test_an_agent_refused_for_its_policy_is_a_configuration_error(tmp_path: Path) -> None:
     """Issue 21.8: it exited 1 (an unknown module exits 2); both are configuration errors."""
-    (tmp_path / "replace_agent.py").write_text(
+    (tmp_path / "drop_agent.py").write_text(
         "def factory(session):\n"
         "    async def handle(task):\n"
         "        return 'x'\n"
-        "    session.add_handler('task', handle, policy='replace')\n"
+        "    session.add_handler('task', handle, policy='drop')\n"
     )
     result = await trio.run_process(
         [
@@ -241,7 +241,7 @@ async def test_an_agent_refused_for_its_policy_is_a_configuration_error(tmp_path
             "bridge",
             "run",
             "--agent",
-            "replace_agent:factory",
+            "drop_agent:factory",
             "--gateway",
             "http://127.0.0.1:9",
             "--token-file",
@@ -257,8 +257,8 @@ async def test_an_agent_refused_for_its_policy_is_a_configuration_error(tmp_path
     err = result.stderr.decode()
     assert result.returncode == 2, err
     assert err.count("\n") == 1
-    assert err.startswith("tether: error: agent 'replace_agent:factory': ")
-    assert "policy 'replace'" in err
+    assert err.startswith("tether: error: agent 'drop_agent:factory': ")
+    assert "policy 'drop'" in err
     assert not (tmp_path / "data").exists()  # refused before anything was created
 
 
