@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 
 from tether import Session, open_runtime
-from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
+from tether.bridge import BridgeConfig, BridgeService, CustodyState, RetryBackoff, SqliteStore, Task
 
 from ._support import GatewayHandle, submit_many, wait_until
 
@@ -44,6 +44,8 @@ async def test_graceful_stops_mid_load_post_nothing_twice_and_lose_nothing(
         lease_s=3.0,
         grace=2.0,
         reconcile_interval=0.2,
+        room_policy="concurrent",  # one room of independent messages; rooms: test_rooms
+        retry_backoff=RetryBackoff(0, 0),  # the sevens die at once, not over backoff
     )
 
     async def settled() -> bool:
