@@ -78,8 +78,15 @@ async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
     store, log = tmp_path / "bridge" / "custody.db", tmp_path / "bridge.log"
     rng = random.Random(8)
     kills = 0
-    for _ in range(12):
+    for n in range(12):
+        beats = await _client_heartbeats(gateway)
         bridge = await BridgeProcess.start(gateway.url, token_file, store, log, extra=CHAOS)
+        # each kill lands on a running bridge (its first heartbeat follows its start-up), and
+        # the first only once replies flow: on a loaded machine a start-up alone can take longer
+        # than the random life below, and then no kill would land mid-work
+        await wait_until(_gt(_client_heartbeats, gateway, beats), limit_s=30, step=0.05)
+        if n == 0:
+            await wait_until(_gt(answered_count, gateway, 0), limit_s=30, step=0.05)
         await trio.sleep(rng.uniform(0.4, 1.6))
         bridge.kill()
         assert await bridge.process.wait() == -signal.SIGKILL
