@@ -26,6 +26,7 @@ from ..custody._rules import (
     TaskRecord,
     UnknownTask,
     check_body,
+    check_headers,
     check_task_id,
     check_worker,
 )
@@ -81,6 +82,7 @@ def ingest_headers(task: object, max_body_bytes: int) -> str:
         return "{}"
     headers = json.dumps(unstructure(task.headers), separators=(",", ":"))
     check_body(headers, max_body_bytes, what=f"headers of task {task.id!r}")
+    check_headers(task.headers, f"task {task.id!r}")
     return headers
 
 

@@ -109,6 +109,36 @@ def check_body(value: str, limit: int, what: str = "task body") -> str:
     return value
 
 
+MAX_HEADERS: Final = 32
+"""Most headers one task may carry (the bridge sets two: ``sender`` and ``delivery``)."""
+
+MAX_HEADER_NAME_CHARS: Final = 128
+
+MAX_HEADER_VALUE_CHARS: Final = 4096
+"""A header is metadata shown to an agent and in ``tether store show``, not a second body: a
+gateway that puts a megabyte in ``sender`` has its task refused, by name, at ingest."""
+
+
+def check_headers(headers: dict[str, str], what: str) -> None:
+    """Refuse too many headers, an empty or over-long name, or an over-long value (``InvalidTask``
+    naming the header); names and values must be valid Unicode."""
+    if len(headers) > MAX_HEADERS:
+        raise InvalidTask(f"{what} has {len(headers)} headers; the limit is {MAX_HEADERS}")
+    for name, value in headers.items():
+        if not 0 < len(name) <= MAX_HEADER_NAME_CHARS:
+            raise InvalidTask(
+                f"{what} has a header name of {len(name)} characters {name[:40]!r}; "
+                f"names are 1-{MAX_HEADER_NAME_CHARS} characters"
+            )
+        if len(value) > MAX_HEADER_VALUE_CHARS:
+            raise InvalidTask(
+                f"{what}: header {name[:40]!r} is {len(value)} characters; "
+                f"the limit is {MAX_HEADER_VALUE_CHARS}"
+            )
+        check_text(name, f"{what}: a header name")
+        check_text(value, f"{what}: header {name[:40]!r}")
+
+
 # Rooms and client names are labels shown to people; same shape as worker names, a bit longer.
 LABEL_RULE: Final = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"
 _LABEL: Final = re.compile(LABEL_RULE)
