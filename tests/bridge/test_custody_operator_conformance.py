@@ -176,7 +176,7 @@ async def test_cancel_takes_waiting_and_running_tasks_to_dead_with_the_reason(
     # the dead-notice loop tells the gateway about them
     assert {r.task.id for r in await store.unreported_dead()} == {"p", "a", "c"}
     # the running worker is fenced out: no renew, no late result, no failure
-    with pytest.raises(StaleLease, match="dead"):
+    with pytest.raises(StaleLease, match=r"dead \(owner .*\(operator: cancelled: user withdrew"):
         await store.renew(claim)
     with pytest.raises(StaleLease):
         await store.complete(claim, "late reply")
