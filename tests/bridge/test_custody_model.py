@@ -327,6 +327,22 @@ class CustodyMachine(RuleBasedStateMachine):
                 m.state, m.owner, m.attempt, m.lease_until = S.PENDING, None, 1, None
                 m.not_before, m.result = None, None
 
+    @precondition(lambda self: self.model)
+    @rule(state=st.sampled_from(list(S)), pick=st.integers(min_value=0), redrive=st.booleans())
+    def operator_on_a_task_in(self, state: CustodyState, pick: int, redrive: bool) -> None:
+        """Cancel or re-drive a task in ``state`` if one is: every guard meets every state
+        (random ids rarely name a task with a reply, or one dead after several attempts)."""
+        ids = [i for i, m in self.model.items() if m.state is state]
+        if ids:
+            (self.redrive if redrive else self.cancel)([ids[pick % len(ids)]])
+
+    @precondition(lambda self: any(self._live(c) for c in self.claims))
+    @rule()
+    def fail_newest_for_good(self) -> None:
+        """A live claim fails permanently: dead on whatever attempt it reached."""
+        live = [c for c in self.claims if self._live(c)]
+        self._fail(live[-1], 0.0, permanent=True)
+
     @rule()
     def redrive_every_dead(self) -> None:
         outcomes = _run(self.store.redrive_dead)

@@ -232,3 +232,12 @@ async def _ids(store: Store) -> list[str]:
     for state in S:
         ids += [r.task.id for r in await store.records(state, limit=100)]
     return ids
+
+
+async def test_a_redriven_task_may_raise_a_new_stall_notice(store: Store) -> None:
+    await drive_to(store, "s", S.CLAIMED)
+    assert await store.mark_stall_notified("s")
+    await store.cancel(["s"], "stuck for an hour")
+    [done] = await store.redrive(["s"])
+    assert done.done
+    assert await store.mark_stall_notified("s")  # the old run's notice was forgotten

@@ -14,7 +14,7 @@ import sys
 import trio
 from psycopg.conninfo import conninfo_to_dict
 
-from tether.bridge import CustodyState, PostgresStore
+from tether.bridge import CustodyState, PostgresStore, Task
 
 from .test_store_operator_cli import fill_store
 
@@ -57,3 +57,38 @@ async def test_the_tether_process_operates_a_postgres_store(postgres_dsn: str) -
         assert record is not None
         assert record.reason == "operator: cancelled: operator test"
         assert [e.actor for e in await store.journal("c1")][-1] == "operator"
+
+
+async def test_a_redrive_wakes_idle_workers_on_other_hosts(postgres_dsn: str) -> None:
+    """The re-drive's ``NOTIFY`` goes out in its own statement: an idle worker elsewhere (here
+    another store object, as on another host) wakes at once instead of after its poll."""
+    schema = "opwake"
+    idle = await PostgresStore.open(postgres_dsn, schema=schema)
+    operator = await PostgresStore.open(postgres_dsn, schema=schema)
+    try:
+        await operator.ingest(Task("d1", "hi"))
+        await operator.dead_letter("d1", "gave up")
+        with trio.fail_after(10):
+            while not idle.listening:
+                await idle.wait_for_work(0.01)  # starts the listener
+        woken: list[float] = []
+
+        async def wait() -> None:
+            start = trio.current_time()
+            if await idle.wait_for_work(10.0):
+                woken.append(trio.current_time() - start)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.05)
+            await operator.cancel(["d1"], "no wake-up for a cancel")  # refused: already dead
+            [done] = await operator.redrive(["d1"])
+            assert done.done
+        assert woken
+        assert woken[0] < 5.0  # not the 10 s timeout
+        claim = await idle.claim("w1", leaderless=True)
+        assert claim is not None
+        assert (claim.task.id, claim.attempt) == ("d1", 1)
+    finally:
+        await idle.aclose()
+        await operator.aclose()
