@@ -141,9 +141,11 @@ async def test_redrive_dead_selects_by_reason_oldest_death_first(
     outcomes = await store.redrive_dead(reason_contains="503")
     assert [(o.id, o.done) for o in outcomes] == [("d0", True), ("d2", True)]
     assert await store.state("d1") is S.DEAD
-    assert [o.id for o in await store.redrive_dead(limit=5)] == ["d1"]
+    assert [o.id for o in await store.redrive_dead(limit=5, reason="input fixed")] == ["d1"]
     assert await store.redrive_dead() == []
     [entry] = [e for e in await store.journal("d1") if e.src is S.DEAD]
+    assert (entry.actor, entry.reason) == ("operator", "operator: re-driven: input fixed")
+    [entry] = [e for e in await store.journal("d0") if e.src is S.DEAD]
     assert (entry.actor, entry.reason) == ("operator", "operator: re-driven")
 
 

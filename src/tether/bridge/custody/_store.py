@@ -504,10 +504,11 @@ class OperatorStore(StoreClock, Protocol):
         ...
 
     async def redrive_dead(
-        self, *, reason_contains: str | None = None, limit: int = ...
+        self, *, reason_contains: str | None = None, reason: str | None = None, limit: int = ...
     ) -> Sequence[OperatorOutcome]:
         """``redrive`` every dead task (up to ``limit``, oldest death first) whose reason
-        contains ``reason_contains`` (case-sensitive substring; None: every dead task)."""
+        contains ``reason_contains`` (case-sensitive substring; None: every dead task), with
+        ``reason`` recorded as ``redrive``'s is."""
         ...
 
     async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:

@@ -392,7 +392,7 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
         if args.store_command == "cancel":
             return await _store_ops.cancel(store, args.ids, args.reason)
         if args.dead:
-            return await _store_ops.retry_dead(store, args.reason_contains)
+            return await _store_ops.retry_dead(store, args.reason_contains, args.reason)
         return await _store_ops.retry(store, args.ids, args.reason)
     finally:
         await store.aclose()

@@ -762,11 +762,15 @@ class PostgresStore:
         return redrive_outcomes(checked, moved, seen)
 
     async def redrive_dead(
-        self, *, reason_contains: str | None = None, limit: int = 10_000
+        self,
+        *,
+        reason_contains: str | None = None,
+        reason: str | None = None,
+        limit: int = 10_000,
     ) -> Sequence[OperatorOutcome]:
         text = check_contains(reason_contains)
         check_limit(limit)
-        why = redrive_reason(None)
+        why = _pg_reason(redrive_reason(reason))
         params = {
             "text": None if text is None else text.replace("\0", "\\0"),
             "limit": limit,

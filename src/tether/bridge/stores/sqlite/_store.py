@@ -843,11 +843,15 @@ class SqliteStore:
         return redrive_outcomes(checked, moved, seen)
 
     async def redrive_dead(
-        self, *, reason_contains: str | None = None, limit: int = 10_000
+        self,
+        *,
+        reason_contains: str | None = None,
+        reason: str | None = None,
+        limit: int = 10_000,
     ) -> Sequence[OperatorOutcome]:
         text = check_contains(reason_contains)
         check_limit(limit)
-        why = redrive_reason(None)
+        why = redrive_reason(reason)
         now = self.clock()
         ids: list[str] = []
 
