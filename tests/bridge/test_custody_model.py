@@ -1,8 +1,8 @@
 """A hypothesis stateful test: random custody operations against a plain-Python model.
 
 Rules drive ingest / assign / unassign / claim / renew / complete / fail (with a retry delay
-or permanent) / release / clock advance / reconcile / deliver / dead-letter / the lead's view /
-reopen on a real store, and the model predicts every
+or permanent) / release / clock advance / reconcile / deliver / dead-letter / an operator's
+cancel and re-drive / the lead's view / reopen on a real store, and the model predicts every
 answer. After every step the whole store is compared with the model, so an acknowledged id is
 never lost, is in exactly the state the model says (one state), and a fenced holder's complete,
 renew, fail or release always raises ``StaleLease`` and changes nothing. ``release`` keeps the
@@ -295,6 +295,59 @@ class CustodyMachine(RuleBasedStateMachine):
         else:
             _run(self.store.dead_letter, id, "model gave up")
             m.state, m.lease_until, m.not_before = S.DEAD, None, None
+
+    @rule(ids=st.lists(st.sampled_from(IDS), min_size=1, max_size=3, unique=True))
+    def cancel(self, ids: list[str]) -> None:
+        """An operator cancels: pending, assigned or claimed -> dead; anything else refused,
+        unchanged. A cancelled claim's holder is fenced out (its copies are no longer live)."""
+        outcomes = _run(self.store.cancel, ids, "model cancelled")
+        assert [o.id for o in outcomes] == ids
+        for o in outcomes:
+            m = self.model.get(o.id)
+            expected = m is not None and m.state in (S.PENDING, S.ASSIGNED, S.CLAIMED)
+            assert o.done == expected, o
+            assert o.state == (S.DEAD if expected else (m.state if m else None))
+            if expected:
+                assert m is not None
+                m.state, m.lease_until, m.not_before = S.DEAD, None, None
+
+    @rule(ids=st.permutations(IDS), every_dead=st.booleans())
+    def redrive(self, ids: list[str], every_dead: bool) -> None:
+        """An operator re-drives: dead -> pending with fresh attempts, due now; any other state
+        (delivered above all) is refused and unchanged. Every id is named (in a random order,
+        unknown ones too), so the guard meets whatever states the run has reached; only dead
+        tasks move. ``every_dead``: ``redrive_dead``, which picks the dead ones itself."""
+        if every_dead:
+            outcomes = _run(self.store.redrive_dead)
+            ids = [i for i, m in self.model.items() if m.state is S.DEAD]
+            assert sorted(o.id for o in outcomes) == sorted(ids)
+        else:
+            outcomes = _run(self.store.redrive, ids)
+            assert [o.id for o in outcomes] == ids
+        for o in sorted(outcomes, key=lambda o: o.id):
+            m = self.model.get(o.id)
+            expected = m is not None and m.state is S.DEAD
+            assert o.done == expected, o
+            assert o.state == (S.PENDING if expected else (m.state if m else None))
+            if expected:
+                assert m is not None
+                m.state, m.owner, m.attempt, m.lease_until = S.PENDING, None, 1, None
+                m.not_before, m.result = None, None
+
+    @precondition(lambda self: any(self._live(c) for c in self.claims))
+    @rule()
+    def complete_newest(self) -> None:
+        """A live claim completes (``complete`` above mostly picks stale copies, so without
+        this replies, and then delivered tasks for the operator's guards, are rare)."""
+        live = [c for c in self.claims if self._live(c)]
+        self.complete(self.claims.index(live[-1]))
+
+    @precondition(lambda self: any(self._live(c) for c in self.claims))
+    @rule()
+    def fail_newest_for_good(self) -> None:
+        """A live claim fails permanently: dead on whatever attempt it reached."""
+        live = [c for c in self.claims if self._live(c)]
+        self._fail(live[-1], 0.0, permanent=True)
 
     @rule()
     def lead_view(self) -> None:

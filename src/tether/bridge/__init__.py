@@ -24,6 +24,7 @@ from .._token_file import write_token as write_token
 from .custody import DEFAULT_ROOM_POLICY as DEFAULT_ROOM_POLICY
 from .custody import IN_CUSTODY as IN_CUSTODY
 from .custody import MAX_CLAIM_BATCH as MAX_CLAIM_BATCH
+from .custody import OPERATOR_MOVES as OPERATOR_MOVES
 from .custody import ROOM_POLICIES as ROOM_POLICIES
 from .custody import TERMINAL as TERMINAL
 from .custody import TRANSITIONS as TRANSITIONS
@@ -44,6 +45,8 @@ from .custody import InvalidWorkerName as InvalidWorkerName
 from .custody import JournalEntry as JournalEntry
 from .custody import LeadStore as LeadStore
 from .custody import LeaseExpiry as LeaseExpiry
+from .custody import OperatorOutcome as OperatorOutcome
+from .custody import OperatorStore as OperatorStore
 from .custody import PoolMemberStore as PoolMemberStore
 from .custody import PoolView as PoolView
 from .custody import Priority as Priority
@@ -70,6 +73,7 @@ from .custody import WorkerRole as WorkerRole
 from .custody import WorkerStore as WorkerStore
 from .custody import in_custody as in_custody
 from .custody import may_move as may_move
+from .custody import operator_may as operator_may
 from .pool import AgentError as AgentError
 from .pool import AgentFactory as AgentFactory
 from .pool import AgentLoadError as AgentLoadError
@@ -135,6 +139,7 @@ __all__ = [
     "DEFAULT_ROOM_POLICY",
     "IN_CUSTODY",
     "MAX_CLAIM_BATCH",
+    "OPERATOR_MOVES",
     "PROTOCOL_VERSION",
     "ROOM_POLICIES",
     "TERMINAL",
@@ -176,6 +181,8 @@ __all__ = [
     "JournalEntry",
     "LeadStore",
     "LeaseExpiry",
+    "OperatorOutcome",
+    "OperatorStore",
     "Permanent",
     "PoolLead",
     "PoolMemberStore",
@@ -235,6 +242,7 @@ __all__ = [
     "load_config",
     "may_move",
     "open_store",
+    "operator_may",
     "plan_sweep",
     "progress_of",
     "read_token",

@@ -32,7 +32,9 @@ one long poll at a time (``seen=<rev>``) and no reload.
 A reject closes a handed-out task (leased or acked) with its reason, which the message views
 then carry as ``reason`` (an additive field of protocol v1): the bridge rejects a task it
 cannot take, and reports each dead-lettered task the same way, so the user waiting for a
-reply learns it failed and why. A reject of an answered or closed task is a no-op (200).
+reply learns it failed and why. A reject of an answered or closed task is a no-op (200). A
+real result for a rejected task reopens it: the bridge's operator re-drove the dead task
+(``tether store retry``), and its reply replaces the rejection (counted as ``reopened``).
 
 A poll's ``X-Tether-Client`` header (optional, additive) names the client its leases are
 held by; ``POST /v1/leases/release`` hands every task leased to that client and not yet acked

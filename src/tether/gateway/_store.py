@@ -8,9 +8,10 @@ answer says so.
 A task moves ``queued`` → ``leased`` (handed out by a poll, until ``lease_until``) →
 ``acked`` (the worker side has it durably) → ``answered`` (a reply) or ``closed`` (a result
 with ``no_send``, or a rejection: the worker side cannot take it or gave up on it, and the
-reason is kept in ``rejections`` and shown with the message). A lease that runs out without
-an ack makes the task available again: it is redelivered by the next poll, its ``deliveries``
-count going up.
+reason is kept in ``rejections`` and shown with the message; a real result that comes after a
+rejection reopens the task: the worker side re-drove it, and the reply replaces the
+rejection). A lease that runs out without an ack makes the task available again: it is
+redelivered by the next poll, its ``deliveries`` count going up.
 
 Each lease remembers the client that polled it (``leased_to``, the ``X-Tether-Client``
 header), so a stopping bridge can hand back at once what it was leased and never acked
@@ -185,6 +186,8 @@ class StoreStats:
     notices: int = 0
     released: int = 0
     """Leases handed back by their client before they ran out (``release_client``)."""
+    reopened: int = 0
+    """Rejected (dead) tasks whose real reply came later and replaced the rejection."""
 
 
 def new_task_id(now: float) -> str:
@@ -440,11 +443,15 @@ class GatewayStore:
         task = self._get(task_id)
         if task is None:
             return None
-        if task.state in FINAL_STATES:
+        reopened = _rejected(task)
+        if task.state in FINAL_STATES and not reopened:
             self._bump("duplicate_results", 1)
             return ResultOutcome(task, duplicate=True)
         if _never_delivered(task):
             raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
+        if reopened:  # the worker side re-drove a task it had given up on: the reply wins
+            self._db.execute("DELETE FROM rejections WHERE id = ?", (task_id,))
+            self._bump("reopened", 1)
         self._db.execute(
             "UPDATE tasks SET state = ?, reply = ?, worker = ?, answered_at = ?,"
             " lease_until = NULL, leased_to = NULL, acked_at = COALESCE(acked_at, ?)"
@@ -604,6 +611,7 @@ class GatewayStore:
             rejected=counters.get("rejected", 0),
             notices=counters.get("notices", 0),
             released=counters.get("released", 0),
+            reopened=counters.get("reopened", 0),
         )
 
     def _bump(self, name: str, by: int) -> None:
@@ -613,6 +621,13 @@ class GatewayStore:
                 " ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
                 (name, by),
             )
+
+
+def _rejected(task: StoredTask) -> bool:
+    """Was ``task`` closed by a rejection (a dead notice), with no reply? Such a task is
+    reopened by a real result: an operator re-drove the dead task on the worker side
+    (``tether store retry``) and its reply replaces the rejection."""
+    return task.state == "closed" and task.reason is not None and task.reply is None
 
 
 def _never_delivered(task: StoredTask) -> bool:

@@ -18,6 +18,7 @@ from ._rooms import RoomPolicy as RoomPolicy
 from ._rooms import Superseded as Superseded
 from ._rules import IN_CUSTODY as IN_CUSTODY
 from ._rules import MAX_CLAIM_BATCH as MAX_CLAIM_BATCH
+from ._rules import OPERATOR_MOVES as OPERATOR_MOVES
 from ._rules import TERMINAL as TERMINAL
 from ._rules import TRANSITIONS as TRANSITIONS
 from ._rules import BodyTooLarge as BodyTooLarge
@@ -35,6 +36,7 @@ from ._rules import TaskRecord as TaskRecord
 from ._rules import UnknownTask as UnknownTask
 from ._rules import in_custody as in_custody
 from ._rules import may_move as may_move
+from ._rules import operator_may as operator_may
 from ._store import WORKER_ROLES as WORKER_ROLES
 from ._store import Assignment as Assignment
 from ._store import DeadNoticeStore as DeadNoticeStore
@@ -45,6 +47,8 @@ from ._store import InspectStore as InspectStore
 from ._store import JournalEntry as JournalEntry
 from ._store import LeadStore as LeadStore
 from ._store import LeaseExpiry as LeaseExpiry
+from ._store import OperatorOutcome as OperatorOutcome
+from ._store import OperatorStore as OperatorStore
 from ._store import PoolMemberStore as PoolMemberStore
 from ._store import PoolView as PoolView
 from ._store import Queued as Queued
@@ -64,6 +68,7 @@ __all__ = [
     "DEFAULT_ROOM_POLICY",
     "IN_CUSTODY",
     "MAX_CLAIM_BATCH",
+    "OPERATOR_MOVES",
     "ROOM_POLICIES",
     "TERMINAL",
     "TRANSITIONS",
@@ -84,6 +89,8 @@ __all__ = [
     "JournalEntry",
     "LeadStore",
     "LeaseExpiry",
+    "OperatorOutcome",
+    "OperatorStore",
     "PoolMemberStore",
     "PoolView",
     "Priority",
@@ -110,4 +117,5 @@ __all__ = [
     "WorkerStore",
     "in_custody",
     "may_move",
+    "operator_may",
 ]

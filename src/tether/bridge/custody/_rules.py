@@ -53,6 +53,8 @@ IN_CUSTODY: Final = frozenset(
     {CustodyState.PENDING, CustodyState.ASSIGNED, CustodyState.CLAIMED, CustodyState.RESULT}
 )
 TERMINAL: Final = frozenset({CustodyState.DELIVERED, CustodyState.DEAD})
+"""Where the bridge is done with a task. Only an operator's re-drive leaves one (dead ->
+pending, see ``TRANSITIONS``)."""
 
 
 def in_custody(state: CustodyState) -> bool:
@@ -78,8 +80,34 @@ TRANSITIONS: Final[Mapping[CustodyState, frozenset[CustodyState]]] = {
     _S.CLAIMED: frozenset({_S.RESULT, _S.PENDING, _S.DEAD}),
     _S.RESULT: frozenset({_S.DELIVERED, _S.DEAD}),
     _S.DELIVERED: frozenset(),
-    _S.DEAD: frozenset(),
+    # dead -> pending: an operator's re-drive (``tether store retry``), the one move out of a
+    # terminal state. A dead letter is often the world's fault (a model provider's outage, a
+    # bug fixed since): the operator sends it again with fresh attempts instead of asking the
+    # user to. Only an operator makes it, never the bridge: a task the bridge gave up on
+    # stays dead until a person decides. Delivered stays terminal: its reply was confirmed.
+    _S.DEAD: frozenset({_S.PENDING}),
 }
+"""Every allowed move. Besides the bridge's own, an operator may cancel a task not yet run to
+a reply (pending, assigned or claimed -> dead, ``tether store cancel``; a claimed task's run is
+fenced out: its heartbeat's renew fails and the run is cancelled) and re-drive a dead one."""
+
+OPERATOR_MOVES: Final[Mapping[CustodyState, frozenset[CustodyState]]] = {
+    _S.PENDING: frozenset({_S.DEAD}),
+    _S.ASSIGNED: frozenset({_S.DEAD}),
+    _S.CLAIMED: frozenset({_S.DEAD}),
+    _S.DEAD: frozenset({_S.PENDING}),
+}
+"""The moves an operator makes by hand: cancel (-> dead) and re-drive (dead -> pending). A
+task with a stored reply (result) or a confirmed one (delivered) is neither cancelled nor
+re-driven: its reply exists."""
+
+OPERATOR_PREFIX: Final = "operator: "
+"""How an operator's move starts its recorded reason (the journal reads the actor off it)."""
+
+
+def operator_may(src: CustodyState, dst: CustodyState) -> bool:
+    """May an operator move a task from ``src`` to ``dst`` (cancel or re-drive)?"""
+    return dst in OPERATOR_MOVES.get(src, frozenset())
 
 
 def may_move(src: CustodyState, dst: CustodyState) -> bool:

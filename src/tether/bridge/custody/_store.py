@@ -2,9 +2,10 @@
 
 Each caller is typed against only the role it plays (``IngestStore`` for ingest,
 ``WorkerStore`` for a pool worker, ``LeadStore`` for the lead, ``DeliveryStore``,
-``DeadNoticeStore``, ``StallStore``, ``ReconcilerStore``, ``RetentionStore``, and
-``InspectStore`` for operators), so a reader sees at once what a part may do to custody, and a
-test double for one part implements one small protocol. ``Store`` is every role together: what
+``DeadNoticeStore``, ``StallStore``, ``ReconcilerStore``, ``RetentionStore``,
+``InspectStore`` for operators' reads and ``OperatorStore`` for their re-drive and cancel), so
+a reader sees at once what a part may do to custody, and a test double for one part implements
+one small protocol. ``Store`` is every role together: what
 a backend implements (a third backend starts here, and passes the conformance suite in
 ``tests/bridge``).
 
@@ -471,6 +472,53 @@ class InspectStore(StoreClock, StateReader, Protocol):
         ...
 
 
+@attrs.frozen
+class OperatorOutcome:
+    """What an operator's verb did to one task: moved it, or refused and changed nothing."""
+
+    id: str
+    done: bool
+    """True: the task moved (``state`` is where it is now). False: refused, nothing changed."""
+    state: CustodyState | None
+    """The task's state after the call (None: no such task)."""
+    detail: str
+    """One line: what was done, or why it was refused."""
+
+
+class OperatorStore(StoreClock, Protocol):
+    """What an operator changes by hand (``tether store retry``/``cancel``): re-drive dead
+    tasks, cancel tasks not yet run to a reply. Each call is one transaction; each task moves by
+    a compare-and-set on the state it was read in, so a task that moved meanwhile is refused,
+    never overwritten. A task an operator moved is journalled with actor ``operator``."""
+
+    async def redrive(
+        self, ids: Sequence[str], *, reason: str | None = None
+    ) -> Sequence[OperatorOutcome]:
+        """dead -> pending for each of ``ids``, with fresh attempts (attempt 1), no
+        ``not_before`` (due now), owner, lease and stored reply cleared, and the dead-notice
+        marker cleared (if it dies again, the gateway hears again). Any other state is refused
+        (a delivered task's reply was confirmed; an in-custody one is still being handled).
+        ``reason`` (optional) is recorded after "operator: re-driven". Work wakes as for
+        ingest (PostgreSQL: ``NOTIFY``). Every id is validated first: a malformed one refuses
+        the whole call (``InvalidTaskId``), nothing changed."""
+        ...
+
+    async def redrive_dead(
+        self, *, reason_contains: str | None = None, reason: str | None = None, limit: int = ...
+    ) -> Sequence[OperatorOutcome]:
+        """``redrive`` every dead task (up to ``limit``, oldest death first) whose reason
+        contains ``reason_contains`` (case-sensitive substring; None: every dead task), with
+        ``reason`` recorded as ``redrive``'s is."""
+        ...
+
+    async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:
+        """pending, assigned or claimed -> dead with "operator: cancelled: ``reason``". A claimed
+        task keeps its owner for the record but loses its lease, so the running worker's renew,
+        complete or fail is fenced out (``StaleLease``) and its late result refused. A task with
+        a reply (result, delivered) or already dead is refused, nothing changed."""
+        ...
+
+
 @runtime_checkable
 class Store(
     IngestStore,
@@ -482,6 +530,7 @@ class Store(
     ReconcilerStore,
     RetentionStore,
     InspectStore,
+    OperatorStore,
     Protocol,
 ):
     """A transactional custody store: every role at once. A backend implements this; each caller

@@ -1,4 +1,4 @@
-"""``tether bridge run`` and ``tether store status``: the bridge from the command line.
+"""``tether bridge run`` and ``tether store ...``: the bridge from the command line.
 
 Heavy imports (trio, the store, the service) happen only when a command runs, so ``--help``
 stays instant.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -154,7 +155,7 @@ def add_bridge_parsers(
 
     store = sub.add_parser(
         "store",
-        help="inspect the custody store",
+        help="inspect the custody store; re-drive or cancel tasks",
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -185,6 +186,90 @@ def add_bridge_parsers(
         text, kind = _HELP[setting]
         show.add_argument(_flag(setting), type=kind, default=None, help=text)
     show.add_argument("--json", action="store_true", help="print one JSON document")
+    _add_operator_parsers(store_actions, epilog)
+
+
+OPERATOR_EXITS = """exit codes of retry and cancel:
+  0  every named task moved (retry --dead: every match; none matching is fine)
+  1  at least one task was refused: one line on stderr per refused id says why, nothing
+     changed for it; the other ids DID move (each is its own compare-and-set)
+  2  bad usage (a malformed id, no ids, a bad option): nothing changed
+"""
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    """Where the store is: the same options (and config sources) as ``store status``."""
+    parser.add_argument("--config", type=Path, default=None, help="a TOML config file")
+    parser.add_argument("--store", default=None, help=_HELP["store"][0])
+    for setting in ("store_password_file", "store_schema"):
+        text, kind = _HELP[setting]
+        parser.add_argument(_flag(setting), type=kind, default=None, help=text)
+
+
+def _add_operator_parsers(
+    store_actions: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
+) -> None:
+    from ..custody._rules import CustodyState
+
+    def action(name: str, text: str, description: str, exits: str = "") -> argparse.ArgumentParser:
+        parser = store_actions.add_parser(
+            name,
+            help=text,
+            description=description,
+            epilog=CONFIG_HELP + "\n" + exits + ("\n" if exits else "") + epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _store_options(parser)
+        return parser
+
+    listing = action(
+        "list",
+        "tasks in one custody state, oldest first",
+        "List the tasks in one custody state (id, attempt, owner, age, reason), oldest first.",
+    )
+    listing.add_argument(
+        "--state", required=True, choices=[s.value for s in CustodyState], help="the state"
+    )
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default: 50)")
+    listing.add_argument("--json", action="store_true", help="print one JSON document")
+    retry = action(
+        "retry",
+        "re-drive dead tasks: dead -> pending with fresh attempts",
+        "Re-drive dead tasks (dead -> pending with fresh attempts, due now); a running bridge "
+        "picks them up and delivers their replies (the gateway reopens a task it was told was "
+        "dead). A task in any other state is refused (a delivered one's reply was confirmed).",
+        OPERATOR_EXITS,
+    )
+    retry.add_argument("ids", nargs="*", metavar="ID", help="the task ids to re-drive")
+    retry.add_argument(
+        "--dead",
+        action="store_true",
+        help="re-drive every dead task (or those matching --reason-contains)",
+    )
+    retry.add_argument(
+        "--reason-contains",
+        default=None,
+        metavar="TEXT",
+        help="with --dead: only dead tasks whose reason contains TEXT (case-sensitive)",
+    )
+    retry.add_argument(
+        "--reason", default=None, help="why, recorded in each task's journal (optional)"
+    )
+    cancel = action(
+        "cancel",
+        "cancel tasks not yet answered: pending/assigned/claimed -> dead",
+        "Cancel tasks not yet run to a reply (pending, assigned, claimed -> dead with the "
+        "reason; the gateway is told, as for any dead task). A claimed task's run is cancelled "
+        "at its worker's next heartbeat and its late result refused. A task with a reply "
+        "(result, delivered) or already dead is refused.",
+        OPERATOR_EXITS,
+    )
+    cancel.add_argument("ids", nargs="+", metavar="ID", help="the task ids to cancel")
+    cancel.add_argument(
+        "--reason",
+        default="cancelled by an operator",
+        help="why, recorded as the dead task's reason (default: cancelled by an operator)",
+    )
 
 
 def _flags(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
@@ -204,6 +289,8 @@ def run_store(args: argparse.Namespace) -> int:
     )
     if args.store_command == "show":
         return trio.run(_show, config, args.id, args.json)
+    if args.store_command in ("list", "retry", "cancel"):
+        return trio.run(_operate, config, args)
     if args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
 
@@ -252,6 +339,63 @@ async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
         await store.aclose()
     print(json.dumps(show.to_document(), indent=2) if as_json else render_show(show))
     return 0
+
+
+def _check_operator_args(args: argparse.Namespace) -> None:
+    """Refuse bad usage before the store is opened (exit 2, nothing changed)."""
+    from ..custody._rules import check_task_id
+    from ._config import ConfigError
+
+    if args.store_command == "list":
+        if args.limit < 1:
+            raise ConfigError(f"--limit must be >= 1, got {args.limit}")
+        return
+    if args.store_command == "retry":
+        if args.dead and args.ids:
+            raise ConfigError("give task ids or --dead, not both")
+        if not args.dead and not args.ids:
+            raise ConfigError("name the task ids to re-drive, or --dead for every dead task")
+        if args.reason_contains is not None and not args.dead:
+            raise ConfigError("--reason-contains selects among dead tasks: use it with --dead")
+        if args.reason_contains == "":
+            raise ConfigError("--reason-contains needs some text")
+    for name in ("reason",):
+        value = getattr(args, name, None)
+        if value is not None and not value.strip():
+            raise ConfigError(f"--{name} needs some text")
+    for id in args.ids:
+        try:
+            check_task_id(id)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
+    from ..custody._rules import CustodyState
+    from ..stores._open import open_store
+    from . import _store_ops
+
+    _check_operator_args(args)
+    # each move is printed (and journalled): the custody log's own line for it would only
+    # repeat it on stderr through logging's last-resort handler
+    logging.getLogger("tether.custody").addHandler(logging.NullHandler())
+    store = await open_store(
+        config.store,
+        must_exist=True,
+        password_file=config.store_password_file,
+        schema=config.store_schema,
+    )
+    try:
+        if args.store_command == "list":
+            state = CustodyState(args.state)
+            return await _store_ops.list_tasks(store, state, args.limit, args.json)
+        if args.store_command == "cancel":
+            return await _store_ops.cancel(store, args.ids, args.reason)
+        if args.dead:
+            return await _store_ops.retry_dead(store, args.reason_contains, args.reason)
+        return await _store_ops.retry(store, args.ids, args.reason)
+    finally:
+        await store.aclose()
 
 
 def run_bridge(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from ..._converter import unstructure
 from ..custody._rooms import SUPERSEDED_PREFIX, Superseded
 from ..custody._rules import (
     IN_CUSTODY,
+    OPERATOR_PREFIX,
     PRIORITY_RANK,
     Claim,
     CustodyState,
@@ -134,6 +135,8 @@ def stale_lease(seen: Seen | None, claim: Claim, now: float, verb: str) -> Excep
         held = f"its lease expired at {seen.lease_until:.3f} (now {now:.3f})"
     else:
         held = f"the store has it {seen.state.value}{seen.owner_note}"
+        if seen.state is CustodyState.DEAD and (seen.reason or "").startswith(OPERATOR_PREFIX):
+            held += f" ({seen.reason})"  # an operator cancelled it: the worker's log says so
     if seen.state is CustodyState.RESULT and (seen.reason or "").startswith(SUPERSEDED_PREFIX):
         return Superseded(f"cannot {verb} task {claim.task.id!r} for {who}: {seen.reason}")
     return StaleLease(f"cannot {verb} task {claim.task.id!r} for {who}: {held}")

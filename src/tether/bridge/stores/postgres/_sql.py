@@ -13,6 +13,7 @@ from typing import Final
 import attrs
 
 from .._common import IN_CUSTODY_SQL
+from .._operator import CANCELLABLE_SQL
 from .._rooms_sql import room_busy, room_gate
 
 TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
@@ -536,6 +537,53 @@ class Sql:
         return (
             f"SELECT count(*) FROM {self.s}.tasks WHERE state = 'dead' AND dead_reported_at IS NULL"
         )
+
+    # -- operator (re-drive, cancel): one statement each, rows locked as they are read, so the
+    # state an outcome names is the one the move was decided on
+
+    def _operator_move(self, pick: str, update: str, expect: str, notify: bool) -> str:
+        signal = (
+            ", CASE WHEN u.id IS NOT NULL THEN pg_notify(%(chan)s, 'pending') END::text"
+            if notify
+            else ""
+        )
+        return (
+            f"WITH pick AS ({pick} FOR UPDATE), "
+            f"u AS (UPDATE {self.s}.tasks t SET {update}, updated_at = %(now)s FROM pick "
+            f"WHERE t.id = pick.id AND t.state IN ({expect}) RETURNING t.id), "
+            f"gone AS (DELETE FROM {self.s}.stall_notices n USING u WHERE n.id = u.id) "
+            f"SELECT pick.id, pick.state, u.id IS NOT NULL{signal} "
+            "FROM pick LEFT JOIN u ON u.id = pick.id"
+        )
+
+    _REDRIVE = (
+        "state = 'pending', owner = NULL, attempt = 1, lease_until = NULL, not_before = NULL, "
+        f"result = NULL, no_send = false, dead_reported_at = NULL, {NO_DELIVERY_LEASE}, "
+        "reason = %(reason)s"
+    )
+
+    @property
+    def redrive(self) -> str:
+        pick = f"SELECT id, state FROM {self.s}.tasks WHERE id = ANY(%(ids)s::text[])"
+        return self._operator_move(pick, self._REDRIVE, "'dead'", notify=True)
+
+    @property
+    def redrive_dead(self) -> str:
+        pick = (
+            f"SELECT id, state FROM {self.s}.tasks WHERE state = 'dead' "
+            "AND (%(text)s::text IS NULL OR strpos(reason, %(text)s::text) > 0) "
+            "ORDER BY updated_at, seq LIMIT %(limit)s"
+        )
+        return self._operator_move(pick, self._REDRIVE, "'dead'", notify=True)
+
+    @property
+    def cancel(self) -> str:
+        pick = f"SELECT id, state FROM {self.s}.tasks WHERE id = ANY(%(ids)s::text[])"
+        update = (
+            "state = 'dead', lease_until = NULL, not_before = NULL, "
+            f"{NO_DELIVERY_LEASE}, reason = %(reason)s"
+        )
+        return self._operator_move(pick, update, CANCELLABLE_SQL, notify=False)
 
 
 # -- helpers -------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ from ...custody._store import (
     Decide,
     JournalEntry,
     LeaseExpiry,
+    OperatorOutcome,
     PoolView,
     Queued,
     StallCandidate,
@@ -86,6 +87,14 @@ from .._common import (
     stale_lease,
     task_from_row,
     unknown_task,
+)
+from .._operator import (
+    cancel_outcomes,
+    cancel_reason,
+    check_contains,
+    check_ids,
+    redrive_outcomes,
+    redrive_reason,
 )
 from .._rooms_sql import SUPERSEDED_OWNER
 from ._connection import Conn as Conn
@@ -738,6 +747,63 @@ class PostgresStore:
             raise CustodyConflict(f"cannot dead-letter task {id!r}: it is {before.state.value}")
         if before is None:  # the statement does not say which state it left: logged as "?"
             _clog.moved(id, None, CustodyState.DEAD, reason=reason)
+
+    # -- operator -----------------------------------------------------------------------------
+
+    async def redrive(
+        self, ids: Sequence[str], *, reason: str | None = None
+    ) -> Sequence[OperatorOutcome]:
+        checked = check_ids(ids)
+        why = _pg_reason(redrive_reason(reason))
+        params = {"ids": checked, "reason": why, "now": self.clock(), "chan": self._channel}
+        moved, seen = await self._operator(self._sql.redrive, params)
+        for id in moved:
+            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
+        return redrive_outcomes(checked, moved, seen)
+
+    async def redrive_dead(
+        self,
+        *,
+        reason_contains: str | None = None,
+        reason: str | None = None,
+        limit: int = 10_000,
+    ) -> Sequence[OperatorOutcome]:
+        text = check_contains(reason_contains)
+        check_limit(limit)
+        why = _pg_reason(redrive_reason(reason))
+        params = {
+            "text": None if text is None else text.replace("\0", "\\0"),
+            "limit": limit,
+            "reason": why,
+            "now": self.clock(),
+            "chan": self._channel,
+        }
+        moved, seen = await self._operator(self._sql.redrive_dead, params)
+        for id in moved:
+            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
+        return redrive_outcomes(list(seen), moved, seen)
+
+    async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:
+        checked = check_ids(ids)
+        why = _pg_reason(cancel_reason(reason))
+        params = {"ids": checked, "reason": why, "now": self.clock()}
+        moved, seen = await self._operator(self._sql.cancel, params)
+        for id, source in moved.items():
+            _clog.moved(id, source, CustodyState.DEAD, reason=why)
+        return cancel_outcomes(checked, moved, seen)
+
+    async def _operator(
+        self, sql: str, params: Mapping[str, Any]
+    ) -> tuple[dict[str, CustodyState], dict[str, CustodyState]]:
+        """Run an operator move: (moved: id -> the state it left, seen: id -> state read)."""
+
+        def op(conn: Conn) -> list[tuple[Any, ...]]:
+            return conn.execute(sql, params).fetchall()
+
+        rows = await self._run(op)
+        seen = {row[0]: CustodyState(row[1]) for row in rows}
+        moved = {row[0]: CustodyState(row[1]) for row in rows if row[2]}
+        return moved, seen
 
     # -- reads --------------------------------------------------------------------------------
 

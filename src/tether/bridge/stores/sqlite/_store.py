@@ -56,6 +56,7 @@ from ...custody._store import (
     Decide,
     JournalEntry,
     LeaseExpiry,
+    OperatorOutcome,
     PoolView,
     StallCandidate,
     WaitingRetries,
@@ -76,6 +77,15 @@ from .._common import (
     stale_lease,
     task_from_row,
     unknown_task,
+)
+from .._operator import (
+    CANCELLABLE_SQL,
+    cancel_outcomes,
+    cancel_reason,
+    check_contains,
+    check_ids,
+    redrive_outcomes,
+    redrive_reason,
 )
 from .._rooms_sql import SUPERSEDED_OWNER
 from ._access import explain_open_failure
@@ -819,6 +829,69 @@ class SqliteStore:
         if source is not None:
             _clog.moved(id, source, CustodyState.DEAD, reason=reason)
 
+    # -- operator -----------------------------------------------------------------------------
+
+    async def redrive(
+        self, ids: Sequence[str], *, reason: str | None = None
+    ) -> Sequence[OperatorOutcome]:
+        checked = check_ids(ids)
+        why = redrive_reason(reason)
+        now = self.clock()
+        moved, seen = await self._writer.run(lambda conn: _redrive(conn, checked, why, now))
+        for id in moved:
+            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
+        return redrive_outcomes(checked, moved, seen)
+
+    async def redrive_dead(
+        self,
+        *,
+        reason_contains: str | None = None,
+        reason: str | None = None,
+        limit: int = 10_000,
+    ) -> Sequence[OperatorOutcome]:
+        text = check_contains(reason_contains)
+        check_limit(limit)
+        why = redrive_reason(reason)
+        now = self.clock()
+        ids: list[str] = []
+
+        def op(conn: sqlite3.Connection) -> tuple[dict[str, CustodyState], dict[str, CustodyState]]:
+            ids[:] = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT id FROM tasks WHERE state = 'dead' "
+                    "AND (?1 IS NULL OR instr(reason, ?1) > 0) ORDER BY updated_at, rowid LIMIT ?2",
+                    (text, limit),
+                )
+            ]
+            return _redrive(conn, ids, why, now)
+
+        moved, seen = await self._writer.run(op)
+        for id in moved:
+            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
+        return redrive_outcomes(ids, moved, seen)
+
+    async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:
+        checked = check_ids(ids)
+        why = cancel_reason(reason)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> tuple[dict[str, CustodyState], dict[str, CustodyState]]:
+            # the writer holds the write lock: the states read here are the ones the UPDATE sees
+            seen = _states(conn, checked)
+            rows = conn.execute(
+                "UPDATE tasks SET state = 'dead', lease_until = NULL, not_before = NULL, "
+                "reason = ?, updated_at = ? WHERE id IN (SELECT value FROM json_each(?)) "
+                f"AND state IN ({CANCELLABLE_SQL}) RETURNING id",
+                (why, now, json.dumps(checked)),
+            ).fetchall()
+            return {r[0]: seen[r[0]] for r in rows}, seen
+
+        moved, seen = await self._writer.run(op)
+        for id, source in moved.items():
+            _clog.moved(id, source, CustodyState.DEAD, reason=why)
+        return cancel_outcomes(checked, moved, seen)
+
     # -- reads --------------------------------------------------------------------------------
 
     async def state(self, id: str) -> CustodyState | None:
@@ -963,6 +1036,37 @@ def _require(conn: sqlite3.Connection, id: str) -> TaskRecord:
     if rec is None:
         raise unknown_task(id)
     return rec
+
+
+def _states(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, CustodyState]:
+    """The state of each of ``ids`` that exists."""
+    rows = conn.execute(
+        "SELECT id, state FROM tasks WHERE id IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(ids)),),
+    )
+    return {id: CustodyState(state) for id, state in rows}
+
+
+def _redrive(
+    conn: sqlite3.Connection, ids: Sequence[str], why: str, now: float
+) -> tuple[dict[str, CustodyState], dict[str, CustodyState]]:
+    """dead -> pending for those of ``ids`` that are dead: fresh attempts, due now, nothing of
+    the dead run kept (owner, lease, stored reply, stall and dead-notice markers). Returns
+    (moved: id -> dead, seen: every existing id -> its state before)."""
+    seen = _states(conn, ids)
+    rows = conn.execute(
+        "UPDATE tasks SET state = 'pending', owner = NULL, attempt = 1, lease_until = NULL, "
+        "not_before = NULL, result = NULL, no_send = 0, dead_reported_at = NULL, reason = ?, "
+        "updated_at = ? WHERE id IN (SELECT value FROM json_each(?)) AND state = 'dead' "
+        "RETURNING id",
+        (why, now, json.dumps(list(ids))),
+    ).fetchall()
+    moved = [r[0] for r in rows]
+    conn.execute(
+        "DELETE FROM stall_notices WHERE id IN (SELECT value FROM json_each(?))",
+        (json.dumps(moved),),
+    )
+    return dict.fromkeys(moved, CustodyState.DEAD), seen
 
 
 def _stale(conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:

@@ -1,0 +1,117 @@
+"""``tether store list``, ``retry`` and ``cancel``: an operator's verbs on a live store.
+
+``list`` reads; ``retry`` re-drives dead tasks (dead -> pending, fresh attempts) and ``cancel``
+takes tasks not yet run to a reply to dead (``OperatorStore``). A running bridge picks the
+change up by itself: a re-driven task is pending like a new one (the lead's next sweep assigns
+it; on PostgreSQL a ``NOTIFY`` wakes idle workers at once), a cancelled claim's worker loses its
+lease at its next heartbeat, which cancels the run, and its late result is refused by the fence.
+
+Exit codes: 0 every named task moved (``--dead``: every match, none is fine); 1 at least one
+was refused (each refusal is one line on stderr naming the task and why; the others DID move,
+each id is its own compare-and-set); 2 bad usage (a malformed id, no ids, a bad option):
+nothing changed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+from ..._converter import unstructure
+from ..custody._rules import CustodyState, TaskRecord
+from ..custody._store import OperatorOutcome, Store
+
+REDRIVE_BATCH: Final = 500
+"""Dead tasks re-driven per transaction by ``retry --dead`` (a progress line after each)."""
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def render_list(records: Sequence[TaskRecord], state: CustodyState, now: float) -> str:
+    """One line per task: id, attempt, owner, age in the store, reason."""
+    if not records:
+        return f"no {state.value} tasks"
+    lines = [f"{len(records)} {state.value} task(s), oldest first:"]
+    for r in records:
+        owner = f"  owner {r.owner}" if r.owner else ""
+        due = f"  next try in {r.not_before - now:.1f}s" if r.not_before is not None else ""
+        why = f"  {r.reason}" if r.reason else ""
+        lines.append(
+            f"  {r.task.id}  attempt {r.attempt}  age {_age(now - r.created_at)}{owner}{due}{why}"
+        )
+    return "\n".join(lines)
+
+
+async def list_tasks(store: Store, state: CustodyState, limit: int, as_json: bool) -> int:
+    records = await store.records(state, limit=limit)
+    now = store.clock()
+    if as_json:
+        doc = {"schema_version": 1, "state": state.value, "now": now, "tasks": records}
+        print(json.dumps(unstructure(doc), indent=2))
+    else:
+        print(render_list(records, state, now))
+    return 0
+
+
+def _report(outcomes: Sequence[OperatorOutcome], *, quiet_done: bool = False) -> int:
+    """Print each outcome (done on stdout unless ``quiet_done``, refused on stderr); the
+    number refused."""
+    refused = 0
+    for o in outcomes:
+        if o.done:
+            if not quiet_done:
+                print(o.detail)
+        else:
+            refused += 1
+            print(f"tether: {o.detail}", file=sys.stderr)
+    return refused
+
+
+def _summary(verb: str, done: int, refused: int) -> int:
+    tail = f"; {refused} refused (see above), nothing changed for them" if refused else ""
+    print(f"{verb} {done} task(s){tail}")
+    return 1 if refused else 0
+
+
+async def retry(store: Store, ids: Sequence[str], reason: str | None) -> int:
+    outcomes = await store.redrive(ids, reason=reason)
+    refused = _report(outcomes)
+    return _summary("re-drove", len(outcomes) - refused, refused)
+
+
+async def retry_dead(store: Store, reason_contains: str | None, reason: str | None) -> int:
+    """Re-drive every dead task matching, in batches, with a progress line per batch. Stops
+    after as many as were dead when it began: a task that dies again meanwhile (a live bridge
+    runs what was re-driven) is not re-driven again in the same call."""
+    budget = (await store.counts())[CustodyState.DEAD]
+    done = refused = 0
+    while budget > 0:
+        outcomes = await store.redrive_dead(
+            reason_contains=reason_contains, reason=reason, limit=min(REDRIVE_BATCH, budget)
+        )
+        if not outcomes:
+            break
+        budget -= len(outcomes)
+        batch_refused = _report(outcomes, quiet_done=True)
+        refused += batch_refused
+        done += len(outcomes) - batch_refused
+        print(f"re-driven so far: {done}", file=sys.stderr, flush=True)
+    if done == 0 and refused == 0:
+        match = "" if reason_contains is None else f" whose reason contains {reason_contains!r}"
+        print(f"no dead tasks{match}")
+        return 0
+    return _summary("re-drove", done, refused)
+
+
+async def cancel(store: Store, ids: Sequence[str], reason: str) -> int:
+    outcomes = await store.cancel(ids, reason)
+    refused = _report(outcomes)
+    return _summary("cancelled", len(outcomes) - refused, refused)
