@@ -10,9 +10,12 @@ import trio
 import trio_util
 
 ChildState = Literal["starting", "running", "backoff", "stopping", "stopped", "failed"]
+"""Where a supervised child is in its life (``SupervisedChild.state``)."""
 CHILD_STATES: tuple[ChildState, ...] = get_args(ChildState)
 
 RestartType = Literal["permanent", "transient", "temporary"]
+"""When a child is restarted: always (``permanent``), only after a failure (``transient``),
+never (``temporary``)."""
 RESTART_TYPES: tuple[RestartType, ...] = get_args(RestartType)
 
 DEFAULT_SHUTDOWN_GRACE = 5.0

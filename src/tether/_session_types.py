@@ -7,6 +7,7 @@ from typing import Literal
 import attrs
 
 Policy = Literal["concurrent", "serial", "replace", "drop"]
+"""How a handler takes calls that arrive while it runs (see ``Session.on``)."""
 POLICIES: frozenset[str] = frozenset({"concurrent", "serial", "replace", "drop"})
 
 OnError = Literal["log", "raise"]

@@ -78,6 +78,7 @@ from ._stop import STOP_EVENT
 log = logging.getLogger("tether.supervisor")
 
 Strategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
+"""Which children a supervisor restarts when one fails (Erlang/OTP's three strategies)."""
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 
 SHUTDOWN_MARGIN = 1.0

@@ -39,6 +39,9 @@ _FALSE = ("", "0", "false", "no")
 
 @attrs.define(eq=False)
 class AdminApp:
+    """The admin endpoint as an ASGI app (``serve_admin`` serves it): ``/healthz``,
+    ``/metrics``, ``/tasks``, ``/status``, each behind the bearer token."""
+
     observed: Observed
     tokens: TokenSource
     metrics: Metrics = attrs.field(init=False)

@@ -40,6 +40,8 @@ class GatewayHealth:
 
 @attrs.frozen
 class HealthReport:
+    """``/healthz``: ok or not, and why (each supervised child, the gateway connection)."""
+
     ok: bool
     status: str  # ok | unhealthy | stopping
     problems: list[str]

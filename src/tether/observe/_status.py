@@ -65,6 +65,8 @@ class TimingView:
 
 @attrs.frozen
 class StatusReport:
+    """``/status`` (what ``tether status`` prints): health, supervisors, sessions, custody."""
+
     health: HealthReport
     supervisors: list[SupervisorView]
     sessions: list[SessionView]
@@ -140,6 +142,7 @@ async def read_custody(observed: Observed) -> CustodyReading | None:
 
 
 async def status_report(observed: Observed) -> StatusReport:
+    """Read everything ``/status`` shows from ``observed`` now."""
     reading = await read_custody(observed)
     counts = None if reading is None else reading.counts
     now = trio.current_time()

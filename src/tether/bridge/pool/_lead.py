@@ -72,6 +72,8 @@ free worker and still get the room's next task, when nothing of the room is in f
 
 @attrs.frozen
 class Assigned:
+    """One assignment a sweep planned: task ``id`` to ``worker``, and why that worker."""
+
     id: str
     worker: str
     why: Literal["affinity", "least_loaded"]

@@ -28,6 +28,8 @@ Notify = Callable[[str, float], Awaitable[None]]
 
 @attrs.frozen
 class StallPass:
+    """What one pass of the ``StallWatcher`` did: the notices it sent, failed, pruned."""
+
     at: float
     sent: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()

@@ -19,6 +19,8 @@ from ..custody._store import InspectStore
 
 @attrs.frozen
 class StatusEntry:
+    """One task in a ``StoreStatus`` list (oldest in flight, or a dead letter)."""
+
     id: str
     state: CustodyState
     age_s: float
@@ -30,6 +32,9 @@ class StatusEntry:
 
 @attrs.frozen
 class StoreStatus:
+    """What ``tether store status`` shows: counts per state, the oldest tasks in flight,
+    the latest dead letters (``store_status`` reads it, ``render_status`` prints it)."""
+
     counts: dict[str, int]
     in_custody: int
     oldest_in_flight: tuple[StatusEntry, ...]
