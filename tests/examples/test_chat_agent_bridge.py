@@ -158,23 +158,20 @@ async def test_tokens_show_as_progress_a_429_waits_retry_after_a_400_is_dead(
                     return record is not None and record.attempt >= 2
 
                 await wait_until(retried, limit_s=30, step=0.01)
-                waiting = await store.get(busy)
                 answered = await message_where(gateway, busy, lambda v: v["status"] == "answered")
                 assert answered["reply"] == "you said: busy once"
                 closed = await message_where(gateway, bad, lambda v: v["status"] == "closed")
                 journal = await store.journal(busy)
                 dead = await store.get(bad)
-    assert waiting is not None
-    assert waiting.state is CustodyState.PENDING  # seen in the 1 s it waits out
-    assert waiting.not_before is not None
     (failed,) = [
         e for e in journal if e.src is CustodyState.CLAIMED and e.dst is CustodyState.PENDING
     ]
     assert failed.reason is not None
     assert "HTTP 429, retry after 1s" in failed.reason
-    assert waiting.not_before - failed.at == pytest.approx(1.0, abs=0.01)
     (claimed,) = [e for e in journal if e.dst is CustodyState.CLAIMED and e.attempt == 2]
-    assert claimed.at >= waiting.not_before  # nobody took it before the server's time
+    # nobody took it before the server's Retry-After (read from the journal, not caught in its
+    # pending window, which a loaded machine's poll could miss)
+    assert claimed.at >= failed.at + 1.0 - 1e-6, (failed.at, claimed.at)
     assert model.seen["busy once"] == 2
 
     assert "HTTP 400" in closed["reason"]
