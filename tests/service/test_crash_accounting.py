@@ -130,6 +130,7 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
         kills += 1
         answered_at_kills.append(await answered_count(gateway))
     chaos_s = trio.current_time() - started
+    beats = await _client_heartbeats(gateway)
     final = await BridgeProcess.start(
         gateway.url, token_file, store, log, agent=AGENT, extra=OPTIONS
     )
@@ -137,7 +138,13 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
     async def all_answered() -> bool:
         return await answered_count(gateway) >= len(ids)
 
+    async def final_beating() -> bool:
+        return await _client_heartbeats(gateway) > beats
+
     await wait_until(all_answered, limit_s=120, step=0.1)
+    # the work may be done before the final bridge is even up: stop it once it runs (its
+    # first gateway heartbeat comes after its signal handlers)
+    await wait_until(final_beating, limit_s=90, step=0.05)
     assert await final.stop() == 0, final.log_tail()
 
     status = await store_status(store)
