@@ -9,6 +9,13 @@ renew, fail or release always raises ``StaleLease`` and changes nothing. ``relea
 attempt, so another worker's later claim differs from a released one only by its owner: the
 model checks the owner half of the fence as well as the attempt half.
 
+Crashes (``custody._crashes``): workers may beat (``beat``), and a lease whose holder beat and
+then fell silent expires as a crash (the next attempt, but no failure counted; a suspect); a
+worker may start again
+under its name (``restart``: its claims are crash expiries at once). Suspects are claimed only
+alone (nothing else claimed by that worker, each worker its own process here, and no other
+suspect claimed), never planned or assigned, and die after two crashes while alone.
+
 How it runs under pytest-trio: hypothesis rules are synchronous, and a pytest-trio test owns
 its Trio run, so the test function is a plain ``def`` (pytest-trio leaves those alone) and every
 rule runs its store calls in a fresh ``trio.run``. One store object lives across those runs: the
@@ -46,6 +53,7 @@ from tether.bridge import (
     UnknownTask,
     in_custody,
 )
+from tether.bridge.custody._crashes import DEFAULT_MAX_CRASHES_ALONE
 
 from .custody_support import LEASE_S, MAX_ATTEMPTS, Backend, FakeClock
 
@@ -67,9 +75,16 @@ class Model:
     result: str | None = None
     not_before: float | None = None
     """A pending task waiting out a retry backoff; nobody takes it before then."""
+    crash_count: int = 0
+    crashes_alone: int = 0
+    suspect: bool = False
 
     def due(self, now: float) -> bool:
         return self.state is S.PENDING and (self.not_before is None or self.not_before <= now)
+
+    def plannable(self, now: float) -> bool:
+        """Due and not a suspect: the lead may plan and assign it."""
+        return self.due(now) and not self.suspect
 
 
 def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -85,6 +100,7 @@ class CustodyMachine(RuleBasedStateMachine):
         self.store: Store = _run(self._open)
         self.model: dict[str, Model] = {}
         self.claims: list[Claim] = []  # every claim handed out, stale copies included
+        self.beats: dict[str, float] = {}  # each worker's last beat (crashes)
 
     async def _open(self) -> Store:
         return await self.backend.open(self.where, self.clock)
@@ -108,10 +124,13 @@ class CustodyMachine(RuleBasedStateMachine):
         def key(id: str) -> tuple[int, int]:
             return (RANK[self.model[id].priority], self.model[id].seq)
 
+        isolated, suspect = self._suspect_for(worker)
+        if isolated:
+            return suspect
         mine = [i for i, m in self.model.items() if m.state is S.ASSIGNED and m.owner == worker]
         if mine:
             return min(mine, key=key)
-        pending = [i for i, m in self.model.items() if m.due(self.clock.now)]
+        pending = [i for i, m in self.model.items() if m.plannable(self.clock.now)]
         if leaderless and pending:
             return min(pending, key=key)
         return None
@@ -131,7 +150,7 @@ class CustodyMachine(RuleBasedStateMachine):
         if m is None:
             with pytest.raises(UnknownTask):
                 _run(self.store.assign, id, worker)
-        elif not m.due(self.clock.now):  # not pending, or waiting out its backoff
+        elif not m.plannable(self.clock.now):  # not pending, waiting out its backoff, suspect
             with pytest.raises(CustodyConflict):
                 _run(self.store.assign, id, worker)
         else:
@@ -195,7 +214,7 @@ class CustodyMachine(RuleBasedStateMachine):
             return
         _run(self.store.complete, claim, body)
         m = self.model[claim.task.id]
-        m.state, m.lease_until, m.result = S.RESULT, None, body
+        m.state, m.lease_until, m.result, m.suspect = S.RESULT, None, body, False
 
     @precondition(lambda self: self.claims)
     @rule(
@@ -226,7 +245,8 @@ class CustodyMachine(RuleBasedStateMachine):
             return
         m = self.model[claim.task.id]
         state = _run(call)
-        if permanent or m.attempt >= MAX_ATTEMPTS:
+        m.suspect = False
+        if permanent or m.attempt - m.crash_count >= MAX_ATTEMPTS:  # crashes are no failures
             assert state is S.DEAD
             m.state, m.lease_until = S.DEAD, None
         else:
@@ -257,13 +277,8 @@ class CustodyMachine(RuleBasedStateMachine):
         now = self.clock.now
         for id, m in self.model.items():
             if m.state is S.CLAIMED and m.lease_until is not None and m.lease_until <= now:
-                dead = m.attempt >= MAX_ATTEMPTS
-                outcome = S.DEAD if dead else S.PENDING
-                expected.add((id, m.owner, m.attempt, outcome))
-                m.state, m.lease_until = outcome, None
-                if not dead:
-                    m.owner, m.attempt = None, m.attempt + 1
-        got = {(e.id, e.worker, e.attempt, e.outcome) for e in report.expired}
+                expected.add(self._expire(id, m, restarted=False))
+        got = {(e.id, e.worker, e.attempt, e.outcome, e.crash) for e in report.expired}
         assert got == expected
 
     @rule()
@@ -361,7 +376,7 @@ class CustodyMachine(RuleBasedStateMachine):
         view, pending, waiting = _run(call)
         now = self.clock.now
         due = sorted(
-            (i for i, m in self.model.items() if m.due(now)),
+            (i for i, m in self.model.items() if m.plannable(now)),
             key=lambda i: (RANK[self.model[i].priority], self.model[i].seq),
         )
         assert [q.id for q in view.pending] == due
@@ -373,6 +388,71 @@ class CustodyMachine(RuleBasedStateMachine):
         ]
         assert view.next_due == (min(ahead) if ahead else None)
         assert (waiting.count, waiting.next_due) == (len(ahead), view.next_due)
+
+    # -- crashes (custody._crashes) ----------------------------------------------------------
+
+    def _suspect_for(self, worker: str) -> tuple[bool, str | None]:
+        """The isolation rule: (does it decide this claim, the suspect it hands out or None)."""
+        claimed = [m for m in self.model.values() if m.state is S.CLAIMED]
+        if any(m.suspect and m.owner == worker for m in claimed):
+            return True, None  # a suspect runs here: nothing else does
+        ready = [i for i, m in self.model.items() if m.suspect and m.due(self.clock.now)]
+        if not ready or any(m.suspect for m in claimed):
+            return False, None
+        if any(m.owner == worker for m in claimed):
+            return True, None  # drains
+        return True, min(
+            ready,
+            key=lambda i: (
+                -self.model[i].crashes_alone,
+                -self.model[i].crash_count,
+                RANK[self.model[i].priority],
+                self.model[i].seq,
+            ),
+        )
+
+    def _expire(self, id: str, m: Model, *, restarted: bool) -> tuple[Any, ...]:
+        """Predict one expired lease; returns (id, worker, attempt, outcome, crash)."""
+        owner, attempt = m.owner, m.attempt
+        beat = self.beats.get(owner or "")
+        crash = restarted or (beat is not None and beat < self.clock.now - LEASE_S / 2)
+        if crash:
+            m.crash_count += 1
+            if m.suspect:
+                m.crashes_alone += 1
+            dead = m.crashes_alone >= DEFAULT_MAX_CRASHES_ALONE
+            m.suspect = not dead
+        else:
+            dead = m.attempt - m.crash_count >= MAX_ATTEMPTS
+            m.suspect = False
+        outcome = S.DEAD if dead else S.PENDING
+        m.state, m.lease_until = outcome, None
+        if not dead:  # the next run has the next attempt (the fence), crash or not
+            m.owner, m.attempt = None, m.attempt + 1
+        return (id, owner, attempt, outcome, crash)
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def beat(self, worker: str) -> None:
+        _run(self.store.beat, worker, "worker", 10)
+        self.beats[worker] = self.clock.now
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def restart(self, worker: str) -> None:
+        """``worker`` starts in a new process: whatever its name holds is a crash expiry."""
+        got = _run(self.store.recover_claims, worker)
+        expected = {
+            self._expire(id, m, restarted=True)
+            for id, m in self.model.items()
+            if m.state is S.CLAIMED and m.owner == worker
+        }
+        assert {(e.id, e.worker, e.attempt, e.outcome, e.crash) for e in got} == expected
+
+    @rule()
+    def suspects(self) -> None:
+        got = _run(self.store.suspects)
+        expected = {i for i, m in self.model.items() if m.suspect and in_custody(m.state)}
+        assert got.count == len(expected)
+        assert {r.task.id for r in got.records} == expected
 
     @rule()
     def reopen(self) -> None:
@@ -396,6 +476,9 @@ class CustodyMachine(RuleBasedStateMachine):
             assert rec is not None, f"{id} was acknowledged and is lost"
             assert (rec.state, rec.attempt, rec.lease_until) == (m.state, m.attempt, m.lease_until)
             assert rec.not_before == m.not_before  # only pending tasks have one
+            assert (rec.crash_count, rec.crashes_alone) == (m.crash_count, m.crashes_alone)
+            if in_custody(m.state):
+                assert rec.suspect == m.suspect
             if m.state in (S.ASSIGNED, S.CLAIMED, S.PENDING):
                 assert rec.owner == m.owner
             if m.state in (S.RESULT, S.DELIVERED):

@@ -7,6 +7,7 @@
   implements every role; start there.
 - ``_rooms``: room policies (``serial`` order, ``replace`` barge-in), kept by the store.
 - ``_reconcile``: the reconciler (lease expiry; it never drops an id).
+- ``_crashes``: crash expiries, suspects that run alone, poison tasks proven and dead-lettered.
 - ``_log``: one log line per committed transition, for every backend.
 """
 
@@ -59,6 +60,7 @@ from ._store import StallStore as StallStore
 from ._store import StateReader as StateReader
 from ._store import Store as Store
 from ._store import StoreClock as StoreClock
+from ._store import Suspects as Suspects
 from ._store import WaitingRetries as WaitingRetries
 from ._store import WorkerInfo as WorkerInfo
 from ._store import WorkerRole as WorkerRole
@@ -108,6 +110,7 @@ __all__ = [
     "Store",
     "StoreClock",
     "Superseded",
+    "Suspects",
     "Task",
     "TaskRecord",
     "UnknownTask",

@@ -252,6 +252,13 @@ class TaskRecord:
     not_before: float | None = None
     """A pending task waiting out a retry backoff: nobody claims or assigns it before this
     (store clock). ``None``: due now (and for every state but pending)."""
+    crash_count: int = 0
+    """Leases of this task lost because their holder's process died (never failed attempts;
+    see ``custody._crashes``)."""
+    crashes_alone: int = 0
+    """Of those, the crashes while it ran alone in its process (as a suspect)."""
+    suspect: bool = False
+    """It was in flight at a crash and has not finished since: it runs alone."""
 
 
 class CustodyConflict(Exception):

@@ -36,8 +36,11 @@ class LeaseExpiry:
     lease_until: float
     now: float
     outcome: CustodyState
-    """``PENDING`` (repooled with ``attempt + 1``) or ``DEAD`` (``max_attempts`` reached)."""
+    """``PENDING`` (repooled with ``attempt + 1``, or the same attempt after a crash) or
+    ``DEAD`` (``max_attempts`` reached, or proven to kill its process)."""
     reason: str
+    crash: bool = False
+    """The holder's process died: a crash expiry (no attempt burnt; see ``custody._crashes``)."""
 
 
 WorkerRole = Literal["lead", "worker"]
@@ -132,6 +135,15 @@ class WaitingRetries:
 
     count: int
     next_due: float | None
+
+
+@attrs.frozen
+class Suspects:
+    """Tasks in custody that were in flight at a crash and have not finished since."""
+
+    count: int
+    records: tuple[TaskRecord, ...]
+    """The first ``limit`` of them, most crashes first."""
 
 
 @attrs.frozen
@@ -305,6 +317,15 @@ class WorkerStore(PoolMemberStore, StallStore, Protocol):
         (a soft stop), which is not a failure. ``StaleLease`` if fenced out."""
         ...
 
+    async def recover_claims(self, worker: str) -> Sequence[LeaseExpiry]:
+        """Every task still claimed under ``worker``'s name -> a crash expiry now (pending
+        with the same attempt, a suspect; or dead if proven to kill its process: see
+        ``custody._crashes``). A worker calls it once as it starts, before its first beat and
+        claim: whatever its name holds then was held by an earlier process that died (a
+        restarted SQLite bridge keeps its names), whose fresh beats would otherwise make the
+        dead holder look alive."""
+        ...
+
 
 class LeadStore(PoolMemberStore, Protocol):
     """What the pool lead needs: read the queue and assign (or take back) tasks."""
@@ -469,6 +490,11 @@ class InspectStore(StoreClock, StateReader, Protocol):
 
     async def journal(self, id: str) -> Sequence[JournalEntry]:
         """``id``'s custody history, oldest first (empty for an unknown or pruned task)."""
+        ...
+
+    async def suspects(self, *, limit: int = ...) -> Suspects:
+        """How many tasks in custody are suspects, and the first ``limit`` (most crashes while
+        alone, then most crashes, then oldest): what ``tether store status`` shows."""
         ...
 
 

@@ -31,6 +31,10 @@
   seconds after its timeout (it ignores cancellation, or storing it hangs) loses its lease:
   the heartbeat stops renewing it, the reconciler repools the task and the fence refuses
   whatever that run stores late.
+- Crashes: as it starts, before its first beat, the worker turns the claims its name still
+  holds (an earlier process under the same name died with them) into crash expiries
+  (``recover_claims``, see ``custody._crashes``): no attempt is burnt and the tasks run alone
+  as suspects; the store's claim keeps each suspect alone in its process.
 - Soft stop (``request_stop()`` or the supervisor's stop): stop claiming, give back unclaimed
   assignments, let the runs in hand finish for ``stop_grace`` seconds, then cancel them and
   ``release`` their claims (back to pending without burning an attempt). A hard cancel also
@@ -290,6 +294,7 @@ class PoolWorker:
         self._stopping = False
         async with open_session(f"worker-{self.name}") as session:
             install_agent(session, self.factory)
+            await self._recover_claims()  # before the first beat (custody._crashes)
             await self._beat()
             try:
                 async with trio.open_nursery() as nursery:
@@ -326,6 +331,12 @@ class PoolWorker:
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
                     await self._leave()
+
+    async def _recover_claims(self) -> None:
+        """Claims under this name now are an earlier process's, which died with them: crash
+        expiries (no attempt burnt; the tasks become suspects and run alone)."""
+        for e in await self.store.recover_claims(self.name):
+            log.warning("worker %s: task %s: %s", self.name, e.id, e.reason)
 
     async def _leave(self) -> None:
         """Give back unclaimed assignments and forget the beat (the lead need not wait out

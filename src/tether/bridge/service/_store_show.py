@@ -1,8 +1,8 @@
 """``tether store show ID``: one task's record and its custody journal, as a timeline.
 
 What an operator reads when one user's reply is late or missing: where the task is now (state,
-owner, attempt, lease, a retry's due time, the reason), then every move it made, when, by whom
-and why, oldest first.
+owner, attempt, lease, a retry's due time, crashes of its worker's process, the reason), then
+every move it made, when, by whom and why, oldest first.
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ def render_show(show: TaskShow) -> str:
         lines.append(f"  lease until {_at(r.lease_until, now)}")
     if r.not_before is not None:
         lines.append(f"  next try    {_at(r.not_before, now)}")
+    if r.crash_count:
+        suspect = ", a suspect: it runs alone" if r.suspect else ""
+        lines.append(
+            f"  crashes     {r.crash_count} ({r.crashes_alone} while running alone){suspect}"
+        )
     if r.reason is not None:
         lines.append(f"  reason      {r.reason}")
     lines.append(

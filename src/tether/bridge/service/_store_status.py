@@ -3,7 +3,9 @@
 Counts per custody state, the pending tasks waiting out a retry backoff (how many, and when
 the first is due), the oldest tasks still in custody (with their age, owner and attempt), and
 the dead letters with their reasons (and how many the gateway has not yet been
-told about, so their users still wait): the things to look at when replies are late or missing.
+told about, so their users still wait), and the suspects: tasks that were in flight when a
+worker process died, which run alone until they finish (``custody._crashes``), with their crash
+counts: the things to look at when replies are late or missing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ class StatusEntry:
     attempt: int
     owner: str | None
     reason: str | None
+    crash_count: int = 0
+    """Leases of the task lost because its worker's process died (not failed attempts)."""
+    crashes_alone: int = 0
+    """Of those, while it ran alone as a suspect (``max_crashes_alone`` of them: dead)."""
 
 
 @attrs.frozen
@@ -46,6 +52,10 @@ class StoreStatus:
     """Pending tasks waiting out a retry backoff (no worker takes them before they are due)."""
     next_retry_in_s: float | None = None
     """Seconds until the first of them is due (None: none waits)."""
+    suspects: int = 0
+    """Tasks in custody that were in flight at a crash and have not finished since."""
+    suspect_tasks: tuple[StatusEntry, ...] = ()
+    """The first of them, most crashes while alone first."""
 
     def to_document(self) -> dict[str, object]:
         return unstructure(self)  # type: ignore[no-any-return]
@@ -59,6 +69,8 @@ def _entry(record: TaskRecord, now: float, since: float) -> StatusEntry:
         attempt=record.attempt,
         owner=record.owner,
         reason=record.reason,
+        crash_count=record.crash_count,
+        crashes_alone=record.crashes_alone,
     )
 
 
@@ -82,6 +94,7 @@ async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
     next_in = None
     if waiting is not None and waiting.next_due is not None:
         next_in = round(max(0.0, waiting.next_due - now), 3)
+    suspects = await store.suspects(limit=limit)
     return StoreStatus(
         counts={state.value: counts[state] for state in CustodyState},
         in_custody=sum(counts[state] for state in IN_CUSTODY),
@@ -90,6 +103,8 @@ async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
         dead_unreported=unreported,
         waiting_retries=0 if waiting is None else waiting.count,
         next_retry_in_s=next_in,
+        suspects=suspects.count,
+        suspect_tasks=tuple(_entry(r, now, r.created_at) for r in suspects.records),
     )
 
 
@@ -114,6 +129,15 @@ def render_status(status: StoreStatus, where: str) -> str:
             else f", next due in {_age(status.next_retry_in_s)}"
         )
         lines.append(f"waiting for a retry: {status.waiting_retries} pending{due}")
+    if status.suspects:
+        lines.append(
+            f"suspects (in flight when a worker process died; each runs alone): {status.suspects}"
+        )
+        lines.extend(
+            f"  {e.id}  {e.state.value}  crashes {e.crash_count} "
+            f"({e.crashes_alone} alone)  attempt {e.attempt}"
+            for e in status.suspect_tasks
+        )
     lines.append("oldest in flight:" if status.oldest_in_flight else "nothing in flight")
     lines.extend(_rows(status.oldest_in_flight, dead=False))
     if status.counts[CustodyState.DEAD.value]:
@@ -137,7 +161,9 @@ def _rows(entries: Sequence[StatusEntry], *, dead: bool) -> list[str]:
             rows.append(f"  {e.id}  {_age(e.age_s)} ago  attempt {e.attempt}: {e.reason}")
         else:
             owner = f" by {e.owner}" if e.owner else ""
+            crashes = f"  crashes {e.crash_count}" if e.crash_count else ""
             rows.append(
                 f"  {e.id}  {e.state.value}{owner}  age {_age(e.age_s)}  attempt {e.attempt}"
+                f"{crashes}"
             )
     return rows

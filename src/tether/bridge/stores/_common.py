@@ -15,6 +15,7 @@ from typing import Any, Final
 import attrs
 
 from ..._converter import unstructure
+from ..custody._crashes import failures
 from ..custody._rooms import SUPERSEDED_PREFIX, Superseded
 from ..custody._rules import (
     IN_CUSTODY,
@@ -142,14 +143,28 @@ def stale_lease(seen: Seen | None, claim: Claim, now: float, verb: str) -> Excep
     return StaleLease(f"cannot {verb} task {claim.task.id!r} for {who}: {held}")
 
 
-def fail_outcome(reason: str, attempt: int, max_attempts: int, permanent: bool) -> tuple[bool, str]:
-    """Does a failed attempt end the task (dead), and the reason to store: a ``permanent``
-    failure dies at once, any other once ``max_attempts`` is reached."""
+def check_permanent(permanent: object) -> bool:
     if not isinstance(permanent, bool):
         raise TypeError(f"permanent must be a bool, got {type(permanent).__name__}")
+    return permanent
+
+
+def fail_outcome(
+    reason: str, attempt: int, max_attempts: int, permanent: bool, crash_count: int = 0
+) -> tuple[bool, str]:
+    """Does a failed attempt end the task (dead), and the reason to store: a ``permanent``
+    failure dies at once, any other once ``max_attempts`` failures are reached (runs lost to
+    crashes, ``crash_count``, are not failures: ``custody._crashes``)."""
+    check_permanent(permanent)
     if permanent:
         return True, f"permanent failure on attempt {attempt}: {reason}"
-    if attempt >= max_attempts:
+    failed = failures(attempt, crash_count)
+    if failed >= max_attempts:
+        if crash_count:
+            return True, (
+                f"failed on attempt {attempt} ({failed} failures of {max_attempts}; "
+                f"{crash_count} lost to crashes): {reason}"
+            )
         return True, f"failed on attempt {attempt} of {max_attempts}: {reason}"
     return False, reason
 
@@ -157,6 +172,11 @@ def fail_outcome(reason: str, attempt: int, max_attempts: int, permanent: bool) 
 def assign_refused(record: TaskRecord, worker: str, now: float) -> str:
     """Why ``assign`` refused ``record``'s task: it is not pending, or waits for a retry."""
     what = f"cannot assign task {record.task.id!r} to {worker!r}"
+    if record.state is CustodyState.PENDING and record.suspect:
+        return (
+            f"{what}: it is a suspect (in flight at {record.crash_count} crash(es)); "
+            "a worker claims it alone, the lead never assigns it"
+        )
     if record.state is CustodyState.PENDING and record.not_before is not None:
         return (
             f"{what}: it is pending but waits for a retry until {record.not_before:.3f} "

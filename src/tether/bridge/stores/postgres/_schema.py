@@ -177,6 +177,19 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE TRIGGER journal_prune AFTER DELETE ON {s}.tasks
         FOR EACH ROW EXECUTE FUNCTION {s}.journal_note();
     """,
+    # 8 -> 9 (crash accounting, issue #16): leases lost because their holder's process died
+    # are counted apart from failed attempts; a task in flight at a crash is a suspect (it runs
+    # alone) until it finishes; crashes_alone proves a poison task (custody._crashes). The
+    # partial index finds the few suspects without scanning the queue
+    """
+    ALTER TABLE {s}.tasks
+        ADD COLUMN crash_count integer NOT NULL DEFAULT 0,
+        ADD COLUMN crashes_alone integer NOT NULL DEFAULT 0,
+        ADD COLUMN suspect boolean NOT NULL DEFAULT false,
+        ADD CONSTRAINT tasks_crash_counts
+            CHECK (crash_count >= 0 AND crashes_alone >= 0 AND crashes_alone <= crash_count);
+    CREATE INDEX tasks_suspects ON {s}.tasks (state, priority, seq) WHERE suspect;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

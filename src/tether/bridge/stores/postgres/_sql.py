@@ -19,7 +19,7 @@ from .._rooms_sql import room_busy, room_gate
 TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
 RECORD_COLS: Final = (
     f"{TASK_COLS}, t.state, t.owner, t.attempt, t.lease_until, t.result, t.reason, "
-    "t.created_at, t.updated_at, t.not_before"
+    "t.created_at, t.updated_at, t.not_before, t.crash_count, t.crashes_alone, t.suspect"
 )
 DUE: Final = "(t.not_before IS NULL OR t.not_before <= %(now)s)"
 """A pending task that is not waiting out a retry backoff."""
@@ -27,6 +27,13 @@ FENCE: Final = (
     "t.id = %(id)s AND t.state = 'claimed' AND t.owner = %(worker)s "
     "AND t.attempt = %(attempt)s AND t.lease_until > %(now)s"
 )
+_IN_PROCESS: Final = (
+    "(c.owner = %(worker)s OR (%(prefix)s::text IS NOT NULL "
+    "AND left(c.owner, length(%(prefix)s::text)) = %(prefix)s::text))"
+)
+"""Claim ``c`` is held in the claiming worker's process (``custody._crashes.process_prefix``)."""
+_IN_PLAY: Final = "WHERE suspect AND state IN ('pending', 'claimed')"
+"""A suspect waiting or running (the partial index ``tasks_suspects`` finds it)."""
 NO_DELIVERY_LEASE: Final = "delivery_holder = NULL, delivery_until = NULL"
 """Every transition out of ``result`` drops the delivery lease (a CHECK insists)."""
 
@@ -109,7 +116,7 @@ class Sql:
     def pending(self) -> str:
         return (
             f"SELECT {TASK_COLS} FROM {self.s}.tasks t WHERE t.state = 'pending' AND {DUE} "
-            "ORDER BY t.priority, t.seq LIMIT %(limit)s"
+            "AND NOT t.suspect ORDER BY t.priority, t.seq LIMIT %(limit)s"
         )
 
     @property
@@ -121,7 +128,7 @@ class Sql:
     def queued(self) -> str:
         return (
             f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
-            f"AND {DUE} AND {self.room_gate} "
+            f"AND {DUE} AND NOT t.suspect AND {self.room_gate} "
             "ORDER BY t.priority, t.seq LIMIT %(limit)s"
         )
 
@@ -129,7 +136,8 @@ class Sql:
     def queued_skipping_rooms(self) -> str:
         return (
             f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
-            f"AND {DUE} AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) "
+            f"AND {DUE} AND NOT t.suspect "
+            "AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) "
             f"AND {self.room_gate} "
             "ORDER BY t.priority, t.seq LIMIT %(limit)s"
         )
@@ -143,7 +151,7 @@ class Sql:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'assigned', owner = %(worker)s, "
             "not_before = NULL, updated_at = %(now)s "
-            f"WHERE t.id = %(id)s AND t.state = 'pending' AND {DUE}",
+            f"WHERE t.id = %(id)s AND t.state = 'pending' AND {DUE} AND NOT t.suspect",
             "1",
             notify=True,
             also=self._note_room("u.room", "%(worker)s"),
@@ -165,7 +173,7 @@ class Sql:
             "WITH ORDINALITY AS v (id, worker, ord)), "
             f"u AS (UPDATE {self.s}.tasks t SET state = 'assigned', owner = v.worker, "
             "not_before = NULL, updated_at = %(now)s FROM v "
-            f"WHERE t.id = v.id AND t.state = 'pending' AND {DUE} "
+            f"WHERE t.id = v.id AND t.state = 'pending' AND {DUE} AND NOT t.suspect "
             "RETURNING t.id, t.room, v.worker, v.ord), "
             # one row per room (ON CONFLICT cannot touch a row twice): the last pair wins
             f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
@@ -275,38 +283,25 @@ class Sql:
         )
 
     @property
-    def claim(self) -> str:
-        # own assignments first; pending ones only when leaderless and none of ours is there.
-        # SKIP LOCKED: a row another transaction is claiming is passed over, never waited for.
-        tasks = f"{self.s}.tasks"
-        return (
-            f"WITH mine AS (SELECT id FROM {tasks} t WHERE state = 'assigned' "
-            f"AND owner = %(worker)s AND {self.room_gate} "
-            "ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
-            f"pool AS (SELECT id FROM {tasks} t WHERE %(leaderless)s AND state = 'pending' "
-            f"AND {DUE} AND {self.room_gate} "
-            "AND NOT EXISTS (SELECT FROM mine) ORDER BY priority, seq LIMIT 1 "
-            "FOR UPDATE SKIP LOCKED), "
-            "pick AS (SELECT id FROM mine UNION ALL SELECT id FROM pool), "
-            f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
-            "lease_until = %(until)s, not_before = NULL, updated_at = %(now)s FROM pick "
-            "WHERE t.id = pick.id AND t.state IN ('assigned', 'pending') "
-            f"RETURNING {TASK_COLS}, t.attempt), "
-            f"{self._note_room('u.room', '%(worker)s')} "
-            "SELECT * FROM u"
-        )
+    def claim_many(self) -> str:
+        """The usual claim: while no suspect is in play (pending or claimed) anywhere."""
+        return self._claim_many(f"AND NOT EXISTS (SELECT FROM {self.s}.tasks {_IN_PLAY}) ")
 
     @property
-    def claim_many(self) -> str:
+    def claim_many_among_suspects(self) -> str:
+        """The claim of non-suspect work while suspects are in play (under the locks)."""
+        return self._claim_many("")
+
+    def _claim_many(self, guard: str) -> str:
         # ``claim`` for up to %(limit)s rows: own assignments first, then (leaderless) pending
         # ones to make up the rest, returned in that order (priority, then age, in each)
         tasks = f"{self.s}.tasks"
         return (
             f"WITH mine AS (SELECT id FROM {tasks} t WHERE state = 'assigned' "
-            f"AND owner = %(worker)s AND {self.room_gate} "
+            f"AND owner = %(worker)s AND NOT t.suspect AND {self.room_gate} {guard}"
             "ORDER BY priority, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             f"pool AS (SELECT id FROM {tasks} t WHERE %(leaderless)s AND state = 'pending' "
-            f"AND {DUE} AND {self.room_gate} "
+            f"AND {DUE} AND NOT t.suspect AND {self.room_gate} {guard}"
             "ORDER BY priority, seq LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM mine)) "
             "FOR UPDATE SKIP LOCKED), "
             "pick AS (SELECT id, 0 AS grp FROM mine UNION ALL SELECT id, 1 FROM pool), "
@@ -333,7 +328,8 @@ class Sql:
     def complete(self) -> str:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'result', result = %(body)s, "
-            f"no_send = %(no_send)s, lease_until = NULL, updated_at = %(now)s WHERE {FENCE}",
+            f"no_send = %(no_send)s, lease_until = NULL, suspect = false, updated_at = %(now)s "
+            f"WHERE {FENCE}",
             "1",
             notify=True,
         )
@@ -348,7 +344,8 @@ class Sql:
             "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[], "
             "%(attempts)s::integer[], %(bodies)s::bytea[]) AS v(id, worker, attempt, body)), "
             f"u AS (UPDATE {self.s}.tasks t SET state = 'result', result = v.body, "
-            "no_send = %(no_send)s, lease_until = NULL, updated_at = %(now)s FROM v "
+            "no_send = %(no_send)s, lease_until = NULL, suspect = false, updated_at = %(now)s "
+            "FROM v "
             "WHERE t.id = v.id AND t.state = 'claimed' AND t.owner = v.worker "
             "AND t.attempt = v.attempt AND t.lease_until > %(now)s "
             "RETURNING t.id, v.worker, v.attempt) "
@@ -356,11 +353,15 @@ class Sql:
         )
 
     @property
+    def fenced_crash_count(self) -> str:
+        return f"SELECT t.crash_count FROM {self.s}.tasks t WHERE {FENCE} FOR UPDATE"
+
+    @property
     def fail_repool(self) -> str:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, lease_until = NULL, "
             "attempt = t.attempt + 1, not_before = %(not_before)s, reason = %(reason)s, "
-            f"updated_at = %(now)s WHERE {FENCE}",
+            f"suspect = false, updated_at = %(now)s WHERE {FENCE}",
             "1",
             notify=True,
         )
@@ -368,31 +369,120 @@ class Sql:
     @property
     def fail_dead(self) -> str:
         return _cas_sql(
-            f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, "
+            f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, suspect = false, "
             f"reason = %(reason)s, updated_at = %(now)s WHERE {FENCE}",
             "1",
         )
 
+    # -- crashes and suspects (custody._crashes) -------------------------------------------
+
     @property
-    def expire(self) -> str:
-        over = "e.attempt >= %(max)s"
+    def expired_claims(self) -> str:
+        """Expired leases with their holder's last beat, locked for this transaction."""
         return (
-            f"WITH e AS (SELECT id, owner, attempt, lease_until, seq FROM {self.s}.tasks "
-            "WHERE state = 'claimed' AND lease_until <= %(now)s "
-            "ORDER BY lease_until, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
-            f"u AS (UPDATE {self.s}.tasks t SET "
-            f"state = CASE WHEN {over} THEN 'dead' ELSE 'pending' END, "
-            f"owner = CASE WHEN {over} THEN e.owner END, "
-            f"attempt = CASE WHEN {over} THEN e.attempt ELSE e.attempt + 1 END, "
-            "reason = format('lease of worker %%s on attempt %%s expired at %%s (now %%s); ', "
-            "e.owner, e.attempt, round(e.lease_until::numeric, 3), "
-            "round(%(now)s::numeric, 3)) || "
-            f"CASE WHEN {over} THEN format('max_attempts %%s reached', %(max)s) "
-            "ELSE format('repooled as attempt %%s', e.attempt + 1) END, "
-            "lease_until = NULL, updated_at = %(now)s FROM e WHERE t.id = e.id "
-            "RETURNING e.id, e.owner, e.attempt, e.lease_until, t.state, t.reason, e.seq) "
-            "SELECT u.*, CASE WHEN u.state = 'pending' "
-            "THEN pg_notify(%(chan)s, 'pending')::text END FROM u"
+            f"{self._expired_select} WHERE t.state = 'claimed' AND t.lease_until <= %(now)s "
+            "ORDER BY t.lease_until, t.seq LIMIT %(limit)s FOR UPDATE OF t SKIP LOCKED"
+        )
+
+    @property
+    def claims_of(self) -> str:
+        """Every claim held under ``%(worker)s``, locked (its new process recovers them)."""
+        return (
+            f"{self._expired_select} WHERE t.state = 'claimed' AND t.owner = %(worker)s "
+            "ORDER BY t.seq FOR UPDATE OF t"
+        )
+
+    @property
+    def _expired_select(self) -> str:
+        return (
+            "SELECT t.id, t.owner, t.attempt, t.lease_until, t.suspect, t.crash_count, "
+            f"t.crashes_alone, w.last_beat FROM {self.s}.tasks t "
+            f"LEFT JOIN {self.s}.workers w ON w.name = t.owner"
+        )
+
+    @property
+    def settle_expired(self) -> str:
+        """Write each expired lease's outcome (parallel arrays), fenced on (claimed, attempt)."""
+        return (
+            "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(states)s::text[], "
+            "%(attempts)s::integer[], %(crashes)s::integer[], %(alone)s::integer[], "
+            "%(suspects)s::boolean[], %(reasons)s::text[], %(was)s::integer[]) "
+            "AS v(id, state, attempt, crashes, alone, suspect, reason, was)) "
+            f"UPDATE {self.s}.tasks t SET state = v.state, "
+            "owner = CASE WHEN v.state = 'dead' THEN t.owner END, attempt = v.attempt, "
+            "crash_count = v.crashes, crashes_alone = v.alone, suspect = v.suspect, "
+            "reason = v.reason, lease_until = NULL, updated_at = %(now)s FROM v "
+            "WHERE t.id = v.id AND t.state = 'claimed' AND t.attempt = v.was"
+        )
+
+    @property
+    def _suspect_ready(self) -> str:
+        return f"t.state = 'pending' AND t.suspect AND {DUE} AND {self.room_gate}"
+
+    @property
+    def suspects_in_play(self) -> str:
+        return f"SELECT EXISTS (SELECT FROM {self.s}.tasks {_IN_PLAY})"
+
+    @property
+    def suspects_unclaimed(self) -> str:
+        """Is a suspect pending while none is claimed? (Read before any lock: it says which
+        locks the claim takes.)"""
+        return (
+            f"SELECT EXISTS (SELECT FROM {self.s}.tasks WHERE suspect AND state = 'pending') "
+            f"AND NOT EXISTS (SELECT FROM {self.s}.tasks WHERE suspect AND state = 'claimed')"
+        )
+
+    @property
+    def suspect_flags(self) -> str:
+        """A suspect claimed in the worker's process; one claimed anywhere; one ready."""
+        return (
+            f"SELECT EXISTS (SELECT FROM {self.s}.tasks c WHERE c.suspect "
+            f"AND c.state = 'claimed' AND {_IN_PROCESS}), "
+            f"EXISTS (SELECT FROM {self.s}.tasks c WHERE c.suspect AND c.state = 'claimed'), "
+            f"EXISTS (SELECT FROM {self.s}.tasks t WHERE {self._suspect_ready})"
+        )
+
+    @property
+    def process_busy(self) -> str:
+        return (
+            f"SELECT EXISTS (SELECT FROM {self.s}.tasks c WHERE c.state = 'claimed' "
+            f"AND {_IN_PROCESS})"
+        )
+
+    @property
+    def claim_suspect(self) -> str:
+        """The next suspect, most crashed first (a poison task is convicted right after a
+        restart), claimed alone."""
+        tasks = f"{self.s}.tasks"
+        return (
+            f"WITH pick AS (SELECT id FROM {tasks} t WHERE {self._suspect_ready} "
+            "ORDER BY t.crashes_alone DESC, t.crash_count DESC, t.priority, t.seq LIMIT 1 "
+            "FOR UPDATE SKIP LOCKED), "
+            f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
+            "lease_until = %(until)s, not_before = NULL, updated_at = %(now)s FROM pick "
+            f"WHERE t.id = pick.id AND t.state = 'pending' RETURNING {TASK_COLS}, t.attempt), "
+            f"{self._note_room('u.room', '%(worker)s')} "
+            "SELECT * FROM u"
+        )
+
+    @property
+    def lock_shared(self) -> str:
+        return "SELECT pg_advisory_xact_lock_shared(hashtext(%(key)s))"
+
+    @property
+    def lock(self) -> str:
+        return "SELECT pg_advisory_xact_lock(hashtext(%(key)s))"
+
+    @property
+    def suspects_count(self) -> str:
+        return f"SELECT count(*) FROM {self.s}.tasks WHERE suspect AND state IN ({IN_CUSTODY_SQL})"
+
+    @property
+    def suspects(self) -> str:
+        return (
+            f"SELECT {RECORD_COLS} FROM {self.s}.tasks t "
+            f"WHERE t.suspect AND t.state IN ({IN_CUSTODY_SQL}) "
+            "ORDER BY t.crashes_alone DESC, t.crash_count DESC, t.seq LIMIT %(limit)s"
         )
 
     @property

@@ -36,6 +36,13 @@ import trio
 from psycopg_pool import ConnectionPool
 
 from ...custody import _log as _clog
+from ...custody._crashes import (
+    DEFAULT_MAX_CRASHES_ALONE,
+    Expired,
+    check_max_crashes_alone,
+    expiry_outcome,
+    process_prefix,
+)
 from ...custody._rooms import (
     SUPERSEDED_PREFIX,
     RoomPolicy,
@@ -68,6 +75,7 @@ from ...custody._store import (
     PoolView,
     Queued,
     StallCandidate,
+    Suspects,
     WaitingRetries,
     WorkerInfo,
     WorkerRole,
@@ -78,6 +86,7 @@ from .._common import (
     Seen,
     assign_refused,
     check_limit,
+    check_permanent,
     check_reason,
     complete_args,
     fail_outcome,
@@ -123,6 +132,8 @@ class PostgresStore:
     _listener: Listener
     _channel: str
     _limiters: trio.lowlevel.RunVar[trio.CapacityLimiter] = attrs.field(init=False)
+    max_crashes_alone: int = DEFAULT_MAX_CRASHES_ALONE
+    """Crashes while it ran alone that prove a task kills its process (``custody._crashes``)."""
     _closed: bool = attrs.field(init=False, default=False)
     _sql: Sql = attrs.field(init=False)
 
@@ -146,6 +157,7 @@ class PostgresStore:
         statement_timeout_s: float = 60.0,
         password: str | None = None,
         create: bool = True,
+        max_crashes_alone: int = DEFAULT_MAX_CRASHES_ALONE,
     ) -> PostgresStore:
         """Connect, create and migrate ``schema`` if needed, and open a pool of ``pool_size``.
 
@@ -164,6 +176,7 @@ class PostgresStore:
         check_limit(max_attempts, "max_attempts")
         check_limit(max_body_bytes, "max_body_bytes")
         check_limit(pool_size, "pool_size")
+        check_max_crashes_alone(max_crashes_alone)
         for name, value in (
             ("lock_timeout_s", lock_timeout_s),
             ("statement_timeout_s", statement_timeout_s),
@@ -205,6 +218,7 @@ class PostgresStore:
             pool,
             Listener(connect, channel, notify),
             channel,
+            max_crashes_alone,
         )
 
     async def aclose(self) -> None:
@@ -476,24 +490,8 @@ class PostgresStore:
     # -- worker -------------------------------------------------------------------------------
 
     async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
-        check_worker(worker)
-        now = self.clock()
-        lease_until = now + self.lease_s
-        params = {"worker": worker, "leaderless": leaderless, "now": now, "until": lease_until}
-        sql = self._sql.claim
-
-        def op(conn: Conn) -> Claim | None:
-            row = conn.execute(sql, params).fetchone()
-            if row is None:
-                return None
-            return Claim(_task(row), worker, row[5], lease_until)
-
-        claim: Claim | None = await self._run(op)
-        if claim is not None:
-            _clog.moved(
-                claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
-            )
-        return claim
+        claims = await self.claim_many(worker, 1, leaderless=leaderless)
+        return claims[0] if claims else None
 
     async def claim_many(
         self, worker: str, limit: int, *, leaderless: bool = False
@@ -509,12 +507,42 @@ class PostgresStore:
             "now": now,
             "until": lease_until,
         }
-        sql = self._sql.claim_many
+        params["prefix"] = prefix = process_prefix(worker)
+        sql = self._sql
+        process_key = {"key": f"tether-process:{self.schema}:{prefix or worker}"}
+        pool_key = {"key": f"tether-suspects:{self.schema}"}
 
         def op(conn: Conn) -> list[Claim]:
-            return [
-                Claim(_task(row), worker, row[5], lease_until) for row in conn.execute(sql, params)
-            ]
+            # a suspect runs alone (custody._crashes). With no suspect in play (the usual
+            # case) a claim is one statement, which claims nothing once one is. Otherwise every
+            # claim of a process holds its advisory lock, shared; a claim that may take a
+            # suspect holds it exclusively and the pool's suspect lock too, so no other suspect
+            # claim, and no locked claim of its process, commits between its checks and its
+            # claim
+            rows = conn.execute(sql.claim_many, params).fetchall()
+            if rows or not _one(conn.execute(sql.suspects_in_play).fetchone()):
+                return [Claim(_task(row), worker, row[5], lease_until) for row in rows]
+            with conn.transaction():
+                may_take = bool(_one(conn.execute(sql.suspects_unclaimed).fetchone()))
+                if may_take:
+                    conn.execute(sql.lock, process_key)
+                    conn.execute(sql.lock, pool_key)
+                else:
+                    conn.execute(sql.lock_shared, process_key)
+                flags = conn.execute(sql.suspect_flags, params).fetchone()
+                assert flags is not None
+                here, anywhere, waiting = flags
+                if here:
+                    return []  # a suspect runs in this process: nothing else does
+                if waiting and not anywhere:
+                    # the process drains, then takes the suspect alone (a claim that holds
+                    # only the shared lock leaves it to the next one)
+                    if not may_take or _one(conn.execute(sql.process_busy, params).fetchone()):
+                        return []
+                    rows = conn.execute(sql.claim_suspect, params).fetchall()
+                else:
+                    rows = conn.execute(sql.claim_many_among_suspects, params).fetchall()
+            return [Claim(_task(row), worker, row[5], lease_until) for row in rows]
 
         claims = await self._run(op)
         for claim in claims:
@@ -597,13 +625,31 @@ class PostgresStore:
         params = self._fence_params(claim)
         reason = _pg_reason(reason)
         delay = check_retry_after(retry_after)
-        dead, reason = fail_outcome(reason, claim.attempt, self.max_attempts, permanent)
+        check_permanent(permanent)
         not_before = params["now"] + delay if delay > 0 else None
-        params.update(reason=reason, chan=self._channel, payload=PENDING, not_before=not_before)
-        sql = self._sql.fail_dead if dead else self._sql.fail_repool
-        _, before = await self._cas(sql, params)
-        if before is not None:
-            raise stale_lease(before, claim, params["now"], "fail")
+        params.update(chan=self._channel, payload=PENDING, not_before=not_before)
+        sql = self._sql
+
+        def op(conn: Conn) -> tuple[bool, str] | Seen | None:
+            # the failure budget leaves out the runs lost to crashes (custody._crashes)
+            with conn.transaction():
+                row = conn.execute(sql.fenced_crash_count, params).fetchone()
+                if row is None:
+                    now = conn.execute(sql.cas_state, params).fetchone()
+                    if now is None:
+                        return None
+                    state, owner, attempt, lease_until, why = now
+                    return Seen(CustodyState(state), owner, attempt, lease_until, why)
+                dead, why = fail_outcome(
+                    reason, claim.attempt, self.max_attempts, permanent, row[0]
+                )
+                conn.execute(sql.fail_dead if dead else sql.fail_repool, {**params, "reason": why})
+                return dead, why
+
+        outcome = await self._run(op)
+        if not isinstance(outcome, tuple):
+            raise stale_lease(outcome, claim, params["now"], "fail")
+        dead, reason = outcome
         target = CustodyState.DEAD if dead else CustodyState.PENDING
         _clog.moved(
             claim.task.id,
@@ -666,18 +712,65 @@ class PostgresStore:
 
     async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
         check_limit(limit)
-        now = self.clock()
-        params = {"now": now, "max": self.max_attempts, "limit": limit, "chan": self._channel}
-        sql = self._sql.expire
+        params = {"now": self.clock(), "limit": limit}
+        return await self._settle(self._sql.expired_claims, params, restarted=False)
+
+    async def recover_claims(self, worker: str) -> Sequence[LeaseExpiry]:
+        params = {"now": self.clock(), "worker": check_worker(worker)}
+        return await self._settle(self._sql.claims_of, params, restarted=True)
+
+    async def _settle(
+        self, select: str, params: Mapping[str, Any], *, restarted: bool
+    ) -> list[LeaseExpiry]:
+        """Read (and lock) leases with ``select``; write what ``custody._crashes`` decides."""
+        now = params["now"]
+        sql = self._sql
 
         def op(conn: Conn) -> list[LeaseExpiry]:
-            rows = sorted(conn.execute(sql, params).fetchall(), key=lambda r: (r[3], r[6]))
+            with conn.transaction():
+                expired = [
+                    Expired(id, owner, attempt, until, bool(suspect), crashes, alone, beat)
+                    for id, owner, attempt, until, suspect, crashes, alone, beat in conn.execute(
+                        select, params
+                    )
+                ]
+                if not expired:
+                    return []
+                outcomes = [
+                    expiry_outcome(
+                        e,
+                        now=now,
+                        lease_s=self.lease_s,
+                        max_attempts=self.max_attempts,
+                        max_crashes_alone=self.max_crashes_alone,
+                        restarted=restarted,
+                    )
+                    for e in expired
+                ]
+                conn.execute(
+                    sql.settle_expired,
+                    {
+                        "ids": [e.id for e in expired],
+                        "states": [o.state.value for o in outcomes],
+                        "attempts": [o.attempt for o in outcomes],
+                        "crashes": [o.crash_count for o in outcomes],
+                        "alone": [o.crashes_alone for o in outcomes],
+                        "suspects": [o.suspect for o in outcomes],
+                        "reasons": [o.reason for o in outcomes],
+                        "was": [e.attempt for e in expired],
+                        "now": now,
+                    },
+                )
+                if any(o.state is CustodyState.PENDING for o in outcomes):
+                    conn.execute("SELECT pg_notify(%s, %s)", (self._channel, PENDING))
             return [
-                LeaseExpiry(id, owner, attempt, until, now, CustodyState(state), reason)
-                for id, owner, attempt, until, state, reason, _seq, _signal in rows
+                LeaseExpiry(
+                    e.id, e.owner, e.attempt, e.lease_until, now, o.state, o.reason, o.crash
+                )
+                for e, o in zip(expired, outcomes, strict=True)
             ]
 
-        expiries: list[LeaseExpiry] = await self._run(op)
+        expiries = await self._run(op)
         _clog.expired(expiries)
         return expiries
 
@@ -896,6 +989,18 @@ class PostgresStore:
             lambda conn: [journal_entry(row) for row in conn.execute(sql, {"id": id})]
         )
 
+    async def suspects(self, *, limit: int = 100) -> Suspects:
+        check_limit(limit)
+        sql = self._sql
+
+        def op(conn: Conn) -> Suspects:
+            with conn.transaction():
+                count = _one(conn.execute(sql.suspects_count).fetchone())
+                rows = conn.execute(sql.suspects, {"limit": limit}).fetchall()
+            return Suspects(int(count or 0), tuple(_record(r) for r in rows))
+
+        return await self._run(op)
+
     async def unreported_dead_count(self) -> int:
         sql = self._sql.unreported_dead_count
 
@@ -953,6 +1058,7 @@ def _one(row: Sequence[Any] | None) -> float | None:
 
 def _record(row: Sequence[Any]) -> TaskRecord:
     owner, attempt, lease_until, result, reason, created_at, updated_at, not_before = row[6:14]
+    crash_count, crashes_alone, suspect = row[14:17]
     return TaskRecord(
         _task(row),
         CustodyState(row[5]),
@@ -964,6 +1070,9 @@ def _record(row: Sequence[Any]) -> TaskRecord:
         created_at,
         updated_at,
         not_before,
+        crash_count=crash_count,
+        crashes_alone=crashes_alone,
+        suspect=bool(suspect),
     )
 
 

@@ -27,6 +27,7 @@ def pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str
         "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
         "LEFT JOIN rooms r ON r.room = t.room WHERE t.state = 'pending' "
         "AND (t.not_before IS NULL OR t.not_before <= ?) "
+        "AND t.suspect = 0 "  # suspects are claimed alone, never planned (custody._crashes)
         "AND (t.room IS NULL OR t.room NOT IN (SELECT value FROM json_each(?))) "
         f"AND {ROOM_GATE} "
         "ORDER BY t.priority, t.rowid LIMIT ?",
@@ -61,6 +62,38 @@ DUE: Final = "(not_before IS NULL OR not_before <= ?)"
 """A pending task that is not waiting out a retry backoff (the parameter: now)."""
 
 
+# -- crashes and suspects (custody._crashes): named parameters :worker, :prefix, :now, :until
+
+_DUE_T: Final = "(t.not_before IS NULL OR t.not_before <= :now)"
+_IN_PROCESS: Final = (
+    "(c.owner = :worker OR (:prefix IS NOT NULL AND substr(c.owner, 1, length(:prefix)) = :prefix))"
+)
+_SUSPECT_READY: Final = f"t.state = 'pending' AND t.suspect = 1 AND {_DUE_T} AND {ROOM_GATE}"
+SUSPECT_FLAGS: Final = (
+    "SELECT EXISTS (SELECT 1 FROM tasks c WHERE c.suspect = 1 AND c.state = 'claimed' "
+    f"AND {_IN_PROCESS}), "
+    "EXISTS (SELECT 1 FROM tasks c WHERE c.suspect = 1 AND c.state = 'claimed'), "
+    f"EXISTS (SELECT 1 FROM tasks t WHERE {_SUSPECT_READY})"
+)
+"""A suspect claimed in the worker's process; one claimed anywhere; one waiting to run."""
+PROCESS_BUSY: Final = (
+    f"SELECT EXISTS (SELECT 1 FROM tasks c WHERE c.state = 'claimed' AND {_IN_PROCESS})"
+)
+CLAIM_SUSPECT: Final = (
+    "UPDATE tasks SET state = 'claimed', owner = :worker, lease_until = :until, "
+    "not_before = NULL, updated_at = :now WHERE rowid = (SELECT t.rowid FROM tasks t "
+    f"WHERE {_SUSPECT_READY} "
+    "ORDER BY t.crashes_alone DESC, t.crash_count DESC, t.priority, t.rowid LIMIT 1) "
+    "RETURNING id, body, room, priority, headers, attempt, rowid"
+)
+"""The next suspect, most crashed first (a poison task is convicted right after a restart)."""
+EXPIRED_SELECT: Final = (
+    "SELECT t.id, t.owner, t.attempt, t.lease_until, t.suspect, t.crash_count, "
+    "t.crashes_alone, w.last_beat FROM tasks t LEFT JOIN workers w ON w.name = t.owner"
+)
+"""An expired lease's evidence for ``custody._crashes.Expired`` (add the WHERE)."""
+
+
 def next_due(conn: sqlite3.Connection, now: float) -> float | None:
     """The earliest not-before still ahead of ``now`` (the ``tasks_waiting`` index), or None."""
     (due,) = conn.execute(
@@ -86,7 +119,7 @@ def assign_pairs(
         "updated_at = ? "
         "FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS worker "
         "FROM json_each(?)) AS v "
-        "WHERE tasks.id = v.id AND tasks.state = 'pending' "
+        "WHERE tasks.id = v.id AND tasks.state = 'pending' AND tasks.suspect = 0 "
         "AND (tasks.not_before IS NULL OR tasks.not_before <= ?) "
         "RETURNING tasks.id, tasks.room, tasks.owner",
         (now, unique, now),
@@ -102,7 +135,7 @@ def assign_pairs(
 def assign_one(conn: sqlite3.Connection, id: str, worker: str, now: float) -> bool:
     row = conn.execute(
         "UPDATE tasks SET state = 'assigned', owner = ?, not_before = NULL, updated_at = ? "
-        f"WHERE id = ? AND state = 'pending' AND {DUE} RETURNING room",
+        f"WHERE id = ? AND state = 'pending' AND {DUE} AND suspect = 0 RETURNING room",
         (worker, now, id, now),
     ).fetchone()
     if row is None:

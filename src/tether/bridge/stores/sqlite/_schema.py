@@ -139,6 +139,18 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         DELETE FROM journal WHERE id = OLD.id;
     END
     """,
+    # 7 -> 8 (crash accounting, issue #16): leases lost because their holder's process died
+    # are counted apart from failed attempts; a task in flight at a crash is a suspect (it runs
+    # alone) until it finishes; crashes_alone proves a poison task (custody._crashes). The
+    # partial index finds the few suspects without scanning the queue
+    """
+    ALTER TABLE tasks ADD COLUMN crash_count INTEGER NOT NULL DEFAULT 0
+        CHECK (crash_count >= 0);
+    ALTER TABLE tasks ADD COLUMN crashes_alone INTEGER NOT NULL DEFAULT 0
+        CHECK (crashes_alone >= 0 AND crashes_alone <= crash_count);
+    ALTER TABLE tasks ADD COLUMN suspect INTEGER NOT NULL DEFAULT 0 CHECK (suspect IN (0, 1));
+    CREATE INDEX tasks_suspects ON tasks (state, priority) WHERE suspect = 1
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -33,6 +33,13 @@ from typing import Any, Final, TypeVar
 import attrs
 
 from ...custody import _log as _clog
+from ...custody._crashes import (
+    DEFAULT_MAX_CRASHES_ALONE,
+    Expired,
+    check_max_crashes_alone,
+    expiry_outcome,
+    process_prefix,
+)
 from ...custody._rooms import RoomPolicy, check_room_policy, superseded_reason
 from ...custody._rules import (
     MAX_BODY_BYTES,
@@ -59,6 +66,7 @@ from ...custody._store import (
     OperatorOutcome,
     PoolView,
     StallCandidate,
+    Suspects,
     WaitingRetries,
     WorkerInfo,
     WorkerRole,
@@ -68,6 +76,7 @@ from .._common import (
     Seen,
     assign_refused,
     check_limit,
+    check_permanent,
     check_reason,
     complete_args,
     fail_outcome,
@@ -92,8 +101,12 @@ from ._access import explain_open_failure
 from ._connect import Synchronous as Synchronous
 from ._connect import connect_reader, connect_writer
 from ._pool_sql import (
+    CLAIM_SUSPECT,
     DUE,
+    EXPIRED_SELECT,
+    PROCESS_BUSY,
     ROOM_GATE,
+    SUSPECT_FLAGS,
     assign_one,
     assign_pairs,
     next_due,
@@ -108,9 +121,13 @@ T = TypeVar("T")
 _TASK_COLS: Final = "id, body, room, priority, headers"
 _RECORD_COLS: Final = (
     f"{_TASK_COLS}, state, owner, attempt, lease_until, result, reason, created_at, updated_at, "
-    "not_before"
+    "not_before, crash_count, crashes_alone, suspect"
 )
 _FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND attempt = ? AND lease_until > ?"
+_FENCE_NAMED: Final = (
+    "id = :id AND state = 'claimed' AND owner = :worker AND attempt = :attempt "
+    "AND lease_until > :now"
+)
 
 
 @attrs.define(eq=False)
@@ -127,6 +144,8 @@ class SqliteStore:
     """Reads run on their own connection and thread: in WAL mode they see every committed
     change without waiting behind the writer's batch and its fsync (a lead's sweep or
     delivery's look is then a read, not a wait for someone else's commit)."""
+    max_crashes_alone: int = DEFAULT_MAX_CRASHES_ALONE
+    """Crashes while it ran alone that prove a task kills its process (``custody._crashes``)."""
 
     @classmethod
     async def open(
@@ -140,6 +159,7 @@ class SqliteStore:
         synchronous: Synchronous = "FULL",
         max_batch: int = 512,
         busy_timeout_s: float = 10.0,
+        max_crashes_alone: int = DEFAULT_MAX_CRASHES_ALONE,
     ) -> SqliteStore:
         """Open (creating and migrating if needed) the store at ``path``.
 
@@ -152,6 +172,7 @@ class SqliteStore:
             raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
         check_limit(max_attempts, "max_attempts")
         check_limit(max_body_bytes, "max_body_bytes")
+        check_max_crashes_alone(max_crashes_alone)
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA; got {synchronous!r}")
         check_limit(max_batch, "max_batch")
@@ -173,7 +194,16 @@ class SqliteStore:
         except BaseException:
             await writer.close()
             raise
-        return cls(db, clock, float(lease_s), max_attempts, max_body_bytes, writer, reader)
+        return cls(
+            db,
+            clock,
+            float(lease_s),
+            max_attempts,
+            max_body_bytes,
+            writer,
+            reader,
+            max_crashes_alone,
+        )
 
     @property
     def commits(self) -> int:
@@ -305,7 +335,7 @@ class SqliteStore:
         def op(conn: sqlite3.Connection) -> list[Task]:
             rows = conn.execute(
                 f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' AND {DUE} "
-                "ORDER BY priority, rowid LIMIT ?",
+                "AND suspect = 0 ORDER BY priority, rowid LIMIT ?",
                 (now, limit),
             )
             return [_task(r) for r in rows]
@@ -436,13 +466,27 @@ class SqliteStore:
         now = self.clock()
         lease_until = now + self.lease_s
 
+        prefix = process_prefix(worker)
+
         def op(conn: sqlite3.Connection) -> list[Claim]:
-            # the worker's own assignments first, then (leaderless) pending tasks, each queue
-            # in (priority, age) order; one UPDATE claims them all
+            # a suspect runs alone (custody._crashes): first the isolation rule, then the
+            # worker's own assignments, then (leaderless) pending tasks, each queue in
+            # (priority, age) order; one UPDATE claims each queue's share
+            p = {"worker": worker, "prefix": prefix, "now": now, "until": lease_until}
+            here, anywhere, waiting = conn.execute(SUSPECT_FLAGS, p).fetchone()
+            if here:
+                return []  # a suspect runs in this process: nothing else does
+            if waiting and not anywhere:
+                if conn.execute(PROCESS_BUSY, p).fetchone()[0]:
+                    return []  # the process drains, then takes the suspect alone
+                rows = conn.execute(CLAIM_SUSPECT, p).fetchall()
+                for room in {r[2] for r in rows if r[2] is not None}:
+                    note_room(conn, room, worker, now)
+                return [Claim(_task(r), worker, r[5], lease_until) for r in rows]
             rows = conn.execute(
                 "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, updated_at = ? "
                 "WHERE rowid IN (SELECT t.rowid FROM tasks t "
-                "WHERE t.state = 'assigned' AND t.owner = ? "
+                "WHERE t.state = 'assigned' AND t.owner = ? AND t.suspect = 0 "
                 f"AND {ROOM_GATE} "
                 "ORDER BY t.priority, t.rowid LIMIT ?) "
                 f"RETURNING {_TASK_COLS}, attempt, rowid",
@@ -453,7 +497,7 @@ class SqliteStore:
                 rows += conn.execute(
                     "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
                     "not_before = NULL, updated_at = ? WHERE rowid IN (SELECT t.rowid FROM tasks t "
-                    f"WHERE t.state = 'pending' AND {DUE} "
+                    f"WHERE t.state = 'pending' AND {DUE} AND t.suspect = 0 "
                     f"AND {ROOM_GATE} "
                     "ORDER BY t.priority, t.rowid LIMIT ?) "
                     f"RETURNING {_TASK_COLS}, attempt, rowid",
@@ -503,7 +547,7 @@ class SqliteStore:
         def op(conn: sqlite3.Connection) -> None:
             cur = conn.execute(
                 "UPDATE tasks SET state = 'result', result = ?, no_send = ?, lease_until = NULL, "
-                f"updated_at = ? WHERE {_FENCE}",
+                f"suspect = 0, updated_at = ? WHERE {_FENCE}",
                 (body, int(no_send), now, id, worker, attempt, now),
             )
             if cur.rowcount != 1:
@@ -528,7 +572,7 @@ class SqliteStore:
         def op(conn: sqlite3.Connection) -> list[bool]:
             sql = (
                 "UPDATE tasks SET state = 'result', result = ?, no_send = ?, lease_until = NULL, "
-                f"updated_at = ? WHERE {_FENCE}"
+                f"suspect = 0, updated_at = ? WHERE {_FENCE}"
             )
             return [
                 conn.execute(sql, (body, flag, now, id, worker, attempt, now)).rowcount == 1
@@ -555,10 +599,17 @@ class SqliteStore:
         reason = check_reason(reason)
         delay = check_retry_after(retry_after)
         now = self.clock()
-        dead, reason = fail_outcome(reason, attempt, self.max_attempts, permanent)
+        check_permanent(permanent)
         not_before = now + delay if delay > 0 else None
+        fence = {"now": now, "id": id, "worker": worker, "attempt": attempt}
 
-        def op(conn: sqlite3.Connection) -> None:
+        def op(conn: sqlite3.Connection) -> tuple[bool, str]:
+            # the failure budget leaves out the runs lost to crashes (custody._crashes)
+            row = conn.execute(f"SELECT crash_count FROM tasks WHERE {_FENCE_NAMED}", fence)
+            crashes = row.fetchone()
+            if crashes is None:
+                raise _stale(conn, claim, now, "fail")
+            dead, why = fail_outcome(reason, attempt, self.max_attempts, permanent, crashes[0])
             if dead:
                 sql = "state = 'dead', lease_until = NULL"
             else:
@@ -566,23 +617,14 @@ class SqliteStore:
                     "state = 'pending', owner = NULL, lease_until = NULL, attempt = attempt + 1, "
                     "not_before = :not_before"
                 )
-            cur = conn.execute(
-                f"UPDATE tasks SET {sql}, reason = :reason, updated_at = :now WHERE id = :id "
-                "AND state = 'claimed' AND owner = :worker AND attempt = :attempt "
-                "AND lease_until > :now",
-                {
-                    "not_before": not_before,
-                    "reason": reason,
-                    "now": now,
-                    "id": id,
-                    "worker": worker,
-                    "attempt": attempt,
-                },
+            conn.execute(
+                f"UPDATE tasks SET {sql}, suspect = 0, reason = :reason, updated_at = :now "
+                f"WHERE {_FENCE_NAMED}",
+                {"not_before": not_before, "reason": why, **fence},
             )
-            if cur.rowcount != 1:
-                raise _stale(conn, claim, now, "fail")
+            return dead, why
 
-        await self._writer.run(op)
+        dead, reason = await self._writer.run(op)
         target = CustodyState.DEAD if dead else CustodyState.PENDING
         _clog.moved(
             id,
@@ -680,57 +722,81 @@ class SqliteStore:
     async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
         check_limit(limit)
         now = self.clock()
-        max_attempts = self.max_attempts
 
         def op(conn: sqlite3.Connection) -> list[LeaseExpiry]:
-            # One set-based UPDATE (the writer holds the write lock, so the evidence SELECT
-            # and the UPDATE see the same rows); SET expressions read the row's old values.
-            params = {"now": now, "max": max_attempts, "limit": limit}
-            expired = (
-                "SELECT rowid FROM tasks WHERE state = 'claimed' AND lease_until <= :now "
-                "ORDER BY lease_until, rowid LIMIT :limit"
-            )
-            evidence = conn.execute(
-                "SELECT id, owner, attempt, lease_until FROM tasks "
-                "WHERE state = 'claimed' AND lease_until <= :now "
-                "ORDER BY lease_until, rowid LIMIT :limit",
-                params,
+            # the writer holds the write lock: the evidence read and the updates see the same
+            # rows; each lease is settled by custody._crashes (a crash or a failed attempt)
+            rows = conn.execute(
+                f"{EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.lease_until <= ? "
+                "ORDER BY t.lease_until, t.rowid LIMIT ?",
+                (now, limit),
             ).fetchall()
-            if not evidence:
-                return []
-            over = "attempt >= :max"
-            reasons = dict(
-                conn.execute(
-                    "UPDATE tasks SET "
-                    f"state = CASE WHEN {over} THEN 'dead' ELSE 'pending' END, "
-                    f"owner = CASE WHEN {over} THEN owner END, "
-                    f"attempt = CASE WHEN {over} THEN attempt ELSE attempt + 1 END, "
-                    "reason = printf('lease of worker %s on attempt %d expired at %.3f "
-                    "(now %.3f); ', owner, attempt, lease_until, :now) || "
-                    f"CASE WHEN {over} THEN printf('max_attempts %d reached', :max) "
-                    "ELSE printf('repooled as attempt %d', attempt + 1) END, "
-                    "lease_until = NULL, updated_at = :now "
-                    f"WHERE rowid IN ({expired}) RETURNING id, reason",
-                    params,
-                )
-            )
-            dead, pending = CustodyState.DEAD, CustodyState.PENDING
-            return [
-                LeaseExpiry(
-                    id,
-                    owner,
-                    attempt,
-                    until,
-                    now,
-                    dead if attempt >= max_attempts else pending,
-                    reasons[id],
-                )
-                for id, owner, attempt, until in evidence
-            ]
+            return self._settle(conn, rows, now, restarted=False)
 
         expiries: list[LeaseExpiry] = await self._writer.run(op)
         _clog.expired(expiries)
         return expiries
+
+    async def recover_claims(self, worker: str) -> Sequence[LeaseExpiry]:
+        check_worker(worker)
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> list[LeaseExpiry]:
+            rows = conn.execute(
+                f"{EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.owner = ? ORDER BY t.rowid",
+                (worker,),
+            ).fetchall()
+            return self._settle(conn, rows, now, restarted=True)
+
+        expiries: list[LeaseExpiry] = await self._writer.run(op)
+        _clog.expired(expiries)
+        return expiries
+
+    def _settle(
+        self, conn: sqlite3.Connection, rows: Sequence[Any], now: float, *, restarted: bool
+    ) -> list[LeaseExpiry]:
+        """Write the outcome ``custody._crashes`` decides for each expired lease read."""
+        out: list[LeaseExpiry] = []
+        updates: list[dict[str, Any]] = []
+        for row in rows:
+            id, owner, attempt, until, suspect, crashes, alone, last_beat = row
+            e = Expired(id, owner, attempt, until, bool(suspect), crashes, alone, last_beat)
+            o = expiry_outcome(
+                e,
+                now=now,
+                lease_s=self.lease_s,
+                max_attempts=self.max_attempts,
+                max_crashes_alone=self.max_crashes_alone,
+                restarted=restarted,
+            )
+            updates.append(
+                {
+                    "state": o.state.value,
+                    "attempt": o.attempt,
+                    "crashes": o.crash_count,
+                    "alone": o.crashes_alone,
+                    "suspect": int(o.suspect),
+                    "reason": o.reason,
+                    "now": now,
+                    "id": e.id,
+                    "owner": e.owner,
+                    "was": e.attempt,
+                }
+            )
+            out.append(
+                LeaseExpiry(
+                    e.id, e.owner, e.attempt, e.lease_until, now, o.state, o.reason, o.crash
+                )
+            )
+        conn.executemany(
+            "UPDATE tasks SET state = :state, "
+            "owner = CASE WHEN :state = 'dead' THEN owner END, attempt = :attempt, "
+            "crash_count = :crashes, crashes_alone = :alone, suspect = :suspect, "
+            "reason = :reason, lease_until = NULL, updated_at = :now "
+            "WHERE id = :id AND state = 'claimed' AND owner = :owner AND attempt = :was",
+            updates,
+        )
+        return out
 
     # -- delivery -----------------------------------------------------------------------------
 
@@ -938,7 +1004,7 @@ class SqliteStore:
                 f"SELECT {_RECORD_COLS} FROM tasks WHERE state = ? ORDER BY rowid {order} LIMIT ?",
                 (state.value, limit),
             )
-            return [TaskRecord(_task(row), CustodyState(row[5]), *row[6:]) for row in rows]
+            return [_record_of(row) for row in rows]
 
         return await self._read(op)
 
@@ -954,7 +1020,7 @@ class SqliteStore:
                 "ORDER BY updated_at, rowid LIMIT ?",
                 (limit,),
             )
-            return [TaskRecord(_task(row), CustodyState(row[5]), *row[6:]) for row in rows]
+            return [_record_of(row) for row in rows]
 
         return await self._read(op)
 
@@ -1007,6 +1073,21 @@ class SqliteStore:
 
         return await self._read(op)
 
+    async def suspects(self, *, limit: int = 100) -> Suspects:
+        check_limit(limit)
+
+        def op(conn: sqlite3.Connection) -> Suspects:
+            custody = f"suspect = 1 AND state IN ({IN_CUSTODY_SQL})"
+            (count,) = conn.execute(f"SELECT count(*) FROM tasks WHERE {custody}").fetchone()
+            rows = conn.execute(
+                f"SELECT {_RECORD_COLS} FROM tasks WHERE {custody} "
+                "ORDER BY crashes_alone DESC, crash_count DESC, rowid LIMIT ?",
+                (limit,),
+            )
+            return Suspects(int(count), tuple(_record_of(r) for r in rows))
+
+        return await self._read(op)
+
     async def unreported_dead_count(self) -> int:
         def op(conn: sqlite3.Connection) -> int:
             (n,) = conn.execute(
@@ -1028,7 +1109,26 @@ def _record(conn: sqlite3.Connection, id: str) -> TaskRecord | None:
     row = conn.execute(f"SELECT {_RECORD_COLS} FROM tasks WHERE id = ?", (id,)).fetchone()
     if row is None:
         return None
-    return TaskRecord(_task(row), CustodyState(row[5]), *row[6:])
+    return _record_of(row)
+
+
+def _record_of(row: Sequence[Any]) -> TaskRecord:
+    owner, attempt, lease_until, result, reason, created, updated, not_before = row[6:14]
+    return TaskRecord(
+        _task(row),
+        CustodyState(row[5]),
+        owner,
+        attempt,
+        lease_until,
+        result,
+        reason,
+        created,
+        updated,
+        not_before,
+        crash_count=row[14],
+        crashes_alone=row[15],
+        suspect=bool(row[16]),
+    )
 
 
 def _require(conn: sqlite3.Connection, id: str) -> TaskRecord:

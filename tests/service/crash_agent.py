@@ -1,0 +1,30 @@
+"""An agent for the crash tests: it SIGKILLs its own process on a body containing 'poison'
+(a poison task: the bridge dies with it, as an agent that segfaults or exhausts memory would);
+any other body is answered after ``RUN_S`` ('slow' in the body: ``SLOW_S``).
+
+``--agent service.crash_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import trio
+
+from tether import Session
+from tether.bridge import Task
+
+RUN_S = 0.02
+SLOW_S = 0.3
+
+
+async def handle(task: Task) -> str:
+    if "poison" in task.body:
+        os.kill(os.getpid(), signal.SIGKILL)
+    await trio.sleep(SLOW_S if "slow" in task.body else RUN_S)
+    return f"echo: {task.body}"
+
+
+def factory(session: Session) -> None:
+    session.add_handler("task", handle)

@@ -1,0 +1,164 @@
+"""Crash accounting with real processes (issue #16, item 3): ``tether bridge run`` killed for
+real, restarted by a supervisor loop the way systemd would (``Restart=always``).
+
+- A poison task (its agent SIGKILLs its own process) is proven by two crashes while it ran
+  alone and dead-lettered with the reason saying so; every other message is answered.
+- SIGKILL chaos with an agent that never fails: no message ends dead (crashes spend no
+  attempts, and an innocent suspect is not convicted), and each gets exactly one reply.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from pathlib import Path
+
+import pytest
+import trio
+
+from ._support import (
+    BridgeProcess,
+    GatewayHandle,
+    answered_count,
+    store_status,
+    submit_many,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow
+
+AGENT = "service.crash_agent:factory"
+OPTIONS = ["--lease-s", "2", "--grace", "5", "--room-policy", "concurrent"]
+FULL_CHAOS = os.environ.get("TETHER_TEST_FULL_CHAOS") == "1"
+"""The issue's numbers (200 messages, 15 kills) take several minutes on a loaded 2-core
+machine, where one bridge start alone can take 10 s or more; by default the chaos run is
+scaled down (120 messages, 8 kills, the same 1.5-3 s lives). ``TETHER_TEST_FULL_CHAOS=1``
+runs the full one."""
+MESSAGES, KILLS = (200, 15) if FULL_CHAOS else (120, 8)
+
+
+async def _client_heartbeats(gateway: GatewayHandle) -> int:
+    return sum(int(c["heartbeats"]) for c in (await gateway.stats())["clients"])
+
+
+async def test_a_poison_task_is_proven_and_dead_lettered_and_every_other_message_answered(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    texts = [f"message {i}" for i in range(500)]
+    poison = 137
+    texts[poison] = "poison pill"
+    ids = await submit_many(gateway, texts, "poison")
+    store, log = tmp_path / "bridge" / "custody.db", tmp_path / "bridge.log"
+    restarts = 0
+
+    async def all_settled() -> bool:
+        return await answered_count(gateway) >= len(ids)
+
+    with trio.fail_after(240):  # a bridge start alone can take 10 s on a loaded machine
+        while True:  # the supervisor: a bridge that dies is started again at once
+            bridge = await BridgeProcess.start(
+                gateway.url, token_file, store, log, agent=AGENT, extra=OPTIONS
+            )
+            async with trio.open_nursery() as nursery:
+                exited = trio.Event()
+
+                async def watch(
+                    bridge: BridgeProcess = bridge, exited: trio.Event = exited
+                ) -> None:
+                    await bridge.process.wait()
+                    exited.set()
+
+                nursery.start_soon(watch)
+                while not exited.is_set() and not await all_settled():
+                    with trio.move_on_after(0.2):
+                        await exited.wait()
+                if not exited.is_set():
+                    assert await bridge.stop() == 0, bridge.log_tail()
+                    break
+            assert bridge.process.returncode == -signal.SIGKILL, bridge.log_tail()
+            restarts += 1
+            assert restarts <= 6, f"the bridge keeps dying: {restarts} restarts"
+
+    # the poison task: dead, with the proof; its user was told
+    message = await gateway.message(ids[poison])
+    assert message["status"] == "closed"
+    assert "killed its worker process 2 times while running alone" in message["reason"]
+    status = await store_status(store)
+    assert status["counts"]["dead"] == 1
+    [dead] = status["dead_letters"]
+    assert dead["id"] == ids[poison]
+    assert (dead["crash_count"], dead["crashes_alone"]) == (3, 2)
+    # one crash in a crowd, then two alone: the bridge died three times, no more
+    assert restarts == 3
+    # every other message: answered once, with its own reply
+    assert status["counts"]["delivered"] == len(ids) - 1
+    stats = await gateway.stats()
+    assert stats["tasks"]["answered"] == len(ids) - 1
+    for i in random.Random(3).sample([i for i in range(len(ids)) if i != poison], 60):
+        assert (await gateway.message(ids[i]))["reply"] == f"echo: {texts[i]}"
+    assert status["suspects"] == 0
+    print(f"\npoison: {restarts} restarts; crash counts {dead['crash_count']}")
+
+
+async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
+    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+) -> None:
+    """``MESSAGES`` messages, ``KILLS`` SIGKILLs 1.5-3 s apart, an agent that takes 0.3 s and
+    never fails."""
+    texts = [f"slow message {i}" for i in range(MESSAGES)]
+    ids = await submit_many(gateway, texts, "chaos")
+    store, log = tmp_path / "bridge" / "custody.db", tmp_path / "bridge.log"
+    rng = random.Random(16)
+    started = trio.current_time()
+    kills = 0
+    answered_at_kills: list[int] = []
+    for _ in range(KILLS):
+        beats = await _client_heartbeats(gateway)
+        bridge = await BridgeProcess.start(
+            gateway.url, token_file, store, log, agent=AGENT, extra=OPTIONS
+        )
+
+        async def beating(before: int = beats) -> bool:
+            return await _client_heartbeats(gateway) > before
+
+        # each kill lands on a running bridge (its first gateway heartbeat follows start-up)
+        await wait_until(beating, limit_s=90, step=0.05)
+        await trio.sleep(rng.uniform(1.5, 3.0))
+        bridge.kill()
+        assert await bridge.process.wait() == -signal.SIGKILL
+        kills += 1
+        answered_at_kills.append(await answered_count(gateway))
+    chaos_s = trio.current_time() - started
+    beats = await _client_heartbeats(gateway)
+    final = await BridgeProcess.start(
+        gateway.url, token_file, store, log, agent=AGENT, extra=OPTIONS
+    )
+
+    async def all_answered() -> bool:
+        return await answered_count(gateway) >= len(ids)
+
+    async def final_beating() -> bool:
+        return await _client_heartbeats(gateway) > beats
+
+    await wait_until(all_answered, limit_s=120, step=0.1)
+    # the work may be done before the final bridge is even up: stop it once it runs (its
+    # first gateway heartbeat comes after its signal handlers)
+    await wait_until(final_beating, limit_s=90, step=0.05)
+    assert await final.stop() == 0, final.log_tail()
+
+    status = await store_status(store)
+    assert status["counts"]["dead"] == 0, status["dead_letters"]
+    assert status["counts"]["delivered"] == len(ids)
+    stats = await gateway.stats()
+    assert stats["tasks"]["answered"] == len(ids)  # exactly one reply each
+    for task_id, text in zip(ids, texts, strict=True):
+        message = await gateway.message(task_id)
+        assert message["reply"] == f"echo: {text}"
+    # the kills really landed while work was in progress
+    in_progress = sum(1 for n in answered_at_kills if 0 < n < len(ids))
+    assert in_progress >= 3, answered_at_kills
+    print(
+        f"\nchaos: {kills} SIGKILLs in {chaos_s:.1f} s, answered at each kill "
+        f"{answered_at_kills}; all answered {trio.current_time() - started:.1f} s after start"
+    )

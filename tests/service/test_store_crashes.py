@@ -1,0 +1,61 @@
+"""``tether store status`` and ``store show`` show crash accounting (issue #16, item 3): the
+suspects (tasks in flight when a worker process died, which run alone) with their crash
+counts, and a task's crashes in its record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from tether._cli import main
+from tether.bridge import SqliteStore, Task
+
+
+async def _crashed(path: Path) -> None:
+    """Worker ``b-w1`` held two tasks when its process died; it came back under its name."""
+    async with await SqliteStore.open(path) as store:
+        await store.ingest_many([Task("hit", "x"), Task("also", "y"), Task("calm", "z")])
+        await store.beat("b-w1", "worker", 4)
+        assert len(await store.claim_many("b-w1", 2, leaderless=True)) == 2
+        assert len(await store.recover_claims("b-w1")) == 2  # the restart's first step
+
+
+def test_status_lists_the_suspects_with_their_crash_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "custody.db"
+    trio.run(_crashed, path)
+    assert main(["store", "status", "--store", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("suspects (in flight when a worker process died; each runs alone): 2")
+    assert sorted(out[at + 1 : at + 3]) == [
+        "  also  pending  crashes 1 (0 alone)  attempt 2",
+        "  hit  pending  crashes 1 (0 alone)  attempt 2",
+    ]
+    assert main(["store", "status", "--store", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["suspects"] == 2
+    assert {(e["id"], e["crash_count"], e["crashes_alone"]) for e in doc["suspect_tasks"]} == {
+        ("hit", 1, 0),
+        ("also", 1, 0),
+    }
+    calm = next(e for e in doc["oldest_in_flight"] if e["id"] == "calm")
+    assert calm["crash_count"] == 0
+
+
+def test_show_says_how_often_the_task_lost_its_worker_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "custody.db"
+    trio.run(_crashed, path)
+    assert main(["store", "show", "hit", "--store", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "task hit: pending, attempt 2"
+    assert "  crashes     1 (0 while running alone), a suspect: it runs alone" in out
+    journal = out[out.index("journal:") + 1 :]
+    last = journal[-1].split(" ago  ", 1)[1]
+    assert last.startswith("claimed -> pending  attempt 1  by reconciler b-w1: lease of worker ")
+    assert "the worker restarted in a new process" in last
