@@ -284,3 +284,35 @@ async def test_processes_racing_for_suspects_never_run_two(
         assert (await store.counts())[S.CLAIMED] == 1
         await store.complete(got[0], "ok")
     assert (await store.suspects()).count == 0
+
+
+async def test_an_operators_redrive_vouches_for_a_convicted_task_and_cancel_ends_a_suspect(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await _crash(store, fake_clock, "old-w1", "p", "q")
+    for n in range(1, DEFAULT_MAX_CRASHES_ALONE + 1):
+        [claim] = await _claim(store, f"r{n}-w1", 10)
+        assert claim.task.id == "p"
+        fake_clock.advance(LEASE_S + 1)
+        await store.expire_leases()
+    assert await store.state("p") is S.DEAD
+    # cancelling the other suspect takes it out of the suspects' line for good
+    [cancelled] = await store.cancel(["q"], "not worth the risk")
+    assert (cancelled.done, cancelled.state) == (True, S.DEAD)
+    assert (await store.suspects()).count == 0
+    # the operator re-drives the convicted task (say, the agent's bug is fixed): fresh attempts
+    # and no crash record, so it is planned and claimed like any new task, not run alone
+    [redriven] = await store.redrive(["p"], reason="agent fixed")
+    assert redriven.done
+    record = await store.get("p")
+    assert record is not None
+    assert (record.state, record.attempt, record.crash_count, record.crashes_alone) == (
+        S.PENDING,
+        1,
+        0,
+        0,
+    )
+    assert record.suspect is False
+    await store.ingest(Task("n", "a new one"))
+    claims = await _claim(store, "r9-w1", 10)
+    assert sorted(c.task.id for c in claims) == ["n", "p"]  # together: p is no suspect

@@ -522,7 +522,8 @@ class OperatorStore(StoreClock, Protocol):
     ) -> Sequence[OperatorOutcome]:
         """dead -> pending for each of ``ids``, with fresh attempts (attempt 1), no
         ``not_before`` (due now), owner, lease and stored reply cleared, and the dead-notice
-        marker cleared (if it dies again, the gateway hears again). Any other state is refused
+        marker cleared (if it dies again, the gateway hears again), and its crash accounting
+        cleared (the operator vouches for it: not a suspect). Any other state is refused
         (a delivered task's reply was confirmed; an in-custody one is still being handled).
         ``reason`` (optional) is recorded after "operator: re-driven". Work wakes as for
         ingest (PostgreSQL: ``NOTIFY``). Every id is validated first: a malformed one refuses
@@ -540,7 +541,8 @@ class OperatorStore(StoreClock, Protocol):
     async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:
         """pending, assigned or claimed -> dead with "operator: cancelled: ``reason``". A claimed
         task keeps its owner for the record but loses its lease, so the running worker's renew,
-        complete or fail is fenced out (``StaleLease``) and its late result refused. A task with
+        complete or fail is fenced out (``StaleLease``) and its late result refused. A cancelled
+        suspect is a suspect no more (its crash counts stay, as evidence). A task with
         a reply (result, delivered) or already dead is refused, nothing changed."""
         ...
 

@@ -649,7 +649,7 @@ class Sql:
     _REDRIVE = (
         "state = 'pending', owner = NULL, attempt = 1, lease_until = NULL, not_before = NULL, "
         f"result = NULL, no_send = false, dead_reported_at = NULL, {NO_DELIVERY_LEASE}, "
-        "reason = %(reason)s"
+        "crash_count = 0, crashes_alone = 0, suspect = false, reason = %(reason)s"
     )
 
     @property
@@ -670,7 +670,7 @@ class Sql:
     def cancel(self) -> str:
         pick = f"SELECT id, state FROM {self.s}.tasks WHERE id = ANY(%(ids)s::text[])"
         update = (
-            "state = 'dead', lease_until = NULL, not_before = NULL, "
+            "state = 'dead', lease_until = NULL, not_before = NULL, suspect = false, "
             f"{NO_DELIVERY_LEASE}, reason = %(reason)s"
         )
         return self._operator_move(pick, update, CANCELLABLE_SQL, notify=False)

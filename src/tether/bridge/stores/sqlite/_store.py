@@ -947,7 +947,8 @@ class SqliteStore:
             seen = _states(conn, checked)
             rows = conn.execute(
                 "UPDATE tasks SET state = 'dead', lease_until = NULL, not_before = NULL, "
-                "reason = ?, updated_at = ? WHERE id IN (SELECT value FROM json_each(?)) "
+                "suspect = 0, reason = ?, updated_at = ? "
+                "WHERE id IN (SELECT value FROM json_each(?)) "
                 f"AND state IN ({CANCELLABLE_SQL}) RETURNING id",
                 (why, now, json.dumps(checked)),
             ).fetchall()
@@ -1151,14 +1152,15 @@ def _redrive(
     conn: sqlite3.Connection, ids: Sequence[str], why: str, now: float
 ) -> tuple[dict[str, CustodyState], dict[str, CustodyState]]:
     """dead -> pending for those of ``ids`` that are dead: fresh attempts, due now, nothing of
-    the dead run kept (owner, lease, stored reply, stall and dead-notice markers). Returns
+    the dead run kept (owner, lease, stored reply, stall and dead-notice markers, crash counts
+    and the suspect mark: the operator vouches for it). Returns
     (moved: id -> dead, seen: every existing id -> its state before)."""
     seen = _states(conn, ids)
     rows = conn.execute(
         "UPDATE tasks SET state = 'pending', owner = NULL, attempt = 1, lease_until = NULL, "
-        "not_before = NULL, result = NULL, no_send = 0, dead_reported_at = NULL, reason = ?, "
-        "updated_at = ? WHERE id IN (SELECT value FROM json_each(?)) AND state = 'dead' "
-        "RETURNING id",
+        "not_before = NULL, result = NULL, no_send = 0, dead_reported_at = NULL, "
+        "crash_count = 0, crashes_alone = 0, suspect = 0, reason = ?, updated_at = ? "
+        "WHERE id IN (SELECT value FROM json_each(?)) AND state = 'dead' RETURNING id",
         (why, now, json.dumps(list(ids))),
     ).fetchall()
     moved = [r[0] for r in rows]
