@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import operator
 from collections.abc import Callable, Iterable, Iterator
 from typing import Literal
 
@@ -189,56 +190,67 @@ class TaskRegistry(trio.abc.Instrument):
         thread and do not keep the tasks)."""
         with _gc_paused():
             return [
-                (task, owner, kind, started) for task, _, owner, kind, started in self._rows(kinds)
+                (task, owner, kind, started)
+                for task, _, owner, kind, started, _ in self._rows(kinds)
             ]
 
-    def _rows(
-        self, kinds: Iterable[TaskKind]
-    ) -> list[tuple[trio.lowlevel.Task, trio.lowlevel.Task | None, str | None, TaskKind, float]]:
-        """``(task, parent, owner, kind, started_at)`` per live task of the given kinds, in
-        spawn order: the one pass every tree query shares, linear in the live tasks (each task's
-        kind comes from its parent's, memoised, so no ancestor chain is walked twice)."""
+    def _rows(self, kinds: Iterable[TaskKind]) -> list[_Row]:
+        """``(task, parent, owner, kind, started_at, name)`` per live task of the given kinds,
+        in spawn order: the one pass every tree query shares, linear in the live tasks.
+
+        A task's kind is its parent's (the harness's children aside, see ``_Classifier``), so
+        it is decided once per *nursery* and shared by all the nursery's children: the pass
+        costs one attribute read and one lookup in a small table per task, and touches each
+        task object once (its name is read while it is in the cache).
+        """
         wanted = frozenset(kinds)
         classify = _Classifier()
         memo = classify.memo
-        rows: list[
-            tuple[trio.lowlevel.Task, trio.lowlevel.Task | None, str | None, TaskKind, float]
-        ] = []
+        root = classify.root
+        # nursery -> (its parent task, the kind all its children inherit, shown?), for the
+        # nurseries whose children inherit their parent's kind
+        nurseries: dict[trio.Nursery | None, tuple[trio.lowlevel.Task, TaskKind, bool]] = {}
+        rows: list[_Row] = []
         append = rows.append
+        parent: trio.lowlevel.Task | None
         for task, entry in list(self._live.items()):
             nursery = task.parent_nursery
-            parent = None if nursery is None else nursery.parent_task
-            # fast path: the parent's kind is known and is not the harness (whose children may
-            # be harness or user by name): a child inherits it
-            kind = memo.get(parent) if parent is not None else None
-            if kind is None or kind == "harness":
+            known = nurseries.get(nursery)
+            if known is not None:
+                parent, kind, keep = known
+                if not keep:
+                    continue
+            else:
+                parent = None if nursery is None else nursery.parent_task
                 kind = classify(task)
-            else:
-                memo[task] = kind
-            if kind not in wanted:
-                continue
+                if parent is not None and parent is not root:
+                    parent_kind = memo.get(parent)
+                    if parent_kind is not None and parent_kind != "harness":
+                        nurseries[nursery] = (parent, kind, kind in wanted)
+                if kind not in wanted:
+                    continue
             if isinstance(entry, tuple):
-                append((task, parent, entry[0], kind, entry[1]))
+                append((task, parent, entry[0], kind, entry[1], task.name))
             else:
-                append((task, parent, None, kind, entry))
+                append((task, parent, None, kind, entry, task.name))
         return rows
 
     def snapshot(self, *, kinds: Iterable[TaskKind] = USER_ONLY) -> list[TaskInfo]:
         """Frozen records of the live tasks, oldest first."""
         with _gc_paused():
-            infos = [
-                TaskInfo(
-                    task.name,
-                    owner,
-                    kind,
-                    started,
-                    None if parent is None else parent.name,
-                    id(task),
-                    None if parent is None else id(parent),
-                )
-                for task, parent, owner, kind, started in self._rows(kinds)
-            ]
-            infos.sort(key=_started_at)
+            rows = self._rows(kinds)
+            rows.sort(key=_ROW_STARTED)  # stable: spawn order breaks ties
+            parent_names: dict[trio.lowlevel.Task | None, tuple[str | None, int | None]] = {
+                None: (None, None)
+            }
+            infos: list[TaskInfo] = []
+            append = infos.append
+            for task, parent, owner, kind, started, name in rows:
+                of_parent = parent_names.get(parent)
+                if of_parent is None:
+                    assert parent is not None
+                    of_parent = parent_names[parent] = (parent.name, id(parent))
+                append(TaskInfo(name, owner, kind, started, of_parent[0], id(task), of_parent[1]))
             return infos
 
     def render_tree(
@@ -248,45 +260,61 @@ class TaskRegistry(trio.abc.Instrument):
 
         Tasks whose parent is not shown (a filtered-out kind, e.g. the test harness) are drawn
         as roots, so no live task is ever missing from the picture. Linear in the live tasks
-        (iterative, so a deep chain of nested tasks cannot exhaust the recursion limit).
+        (iterative, so a deep chain of nested tasks cannot exhaust the recursion limit). Each
+        line is built in one format from pieces shared by many tasks (an age per distinct
+        start time, an owner's label per owner).
         """
         now = self.clock() if now is None else now
         with _gc_paused():
             rows = self._rows(kinds)
-            shown = {row[0]: row for row in rows}
-            children: dict[trio.lowlevel.Task | None, list[trio.lowlevel.Task]] = {}
-            for task, parent, *_ in rows:
-                key = parent if parent in shown else None
-                kids = children.get(key)
-                if kids is None:
-                    children[key] = [task]
+            shown = {row[0] for row in rows}
+            roots: list[_Row] = []
+            children: dict[trio.lowlevel.Task, list[_Row]] = {}
+            for row in rows:
+                parent = row[1]
+                if parent is not None and parent in shown:
+                    kids = children.get(parent)
+                    if kids is None:
+                        children[parent] = [row]
+                    else:
+                        kids.append(row)
                 else:
-                    kids.append(task)
+                    roots.append(row)
             for kids in children.values():
                 if len(kids) > 1:
-                    kids.sort(key=lambda t: shown[t][4])  # stable: spawn order breaks ties
+                    kids.sort(key=_ROW_STARTED)  # stable: spawn order breaks ties
+            roots.sort(key=_ROW_STARTED)
 
+            # "<name><owner>  <age>": the part after the name, per (owner, start time)
+            tails: dict[object, str] = {}
             lines = [f"{len(rows)} live task{'s' if len(rows) != 1 else ''}"]
             append = lines.append
-            # (task, prefix, last) to draw, in reverse so pop() yields them in order
-            roots = children.get(None, [])
-            stack = [(root, "", i == len(roots) - 1) for i, root in enumerate(roots)]
-            stack.reverse()
-            while stack:
-                task, prefix, last = stack.pop()
-                _, _, owner, _, started = shown[task]
-                owner_txt = f" [{owner}]" if owner else ""
-                append(
-                    f"{prefix}{'└── ' if last else '├── '}{task.name}{owner_txt}  "
-                    f"{_age(now - started)}"
-                )
-                kids = children.get(task)
-                if kids:
-                    below = prefix + ("    " if last else "│   ")
-                    end = len(kids) - 1
-                    stack.extend(
-                        (kid, below, i == end) for i, kid in reversed(list(enumerate(kids)))
-                    )
+            # frames of (siblings, next index, prefix); a task with children suspends its
+            # frame after its own line and draws its children's frame first
+            frames: list[tuple[list[_Row], int, str]] = [(roots, 0, "")]
+            while frames:
+                kids, i, prefix = frames.pop()
+                end = len(kids) - 1
+                middle = prefix + "├── "
+                while i <= end:
+                    task, _, owner, _, started, name = kids[i]
+                    key = started if owner is None else (owner, started)
+                    tail = tails.get(key)
+                    if tail is None:
+                        owner_txt = f" [{owner}]" if owner else ""
+                        tail = tails[key] = f"{owner_txt}  {_age(now - started)}"
+                    below = children.get(task)
+                    if i == end:
+                        append(f"{prefix}└── {name}{tail}")
+                        if below:
+                            frames.append((below, 0, prefix + "    "))
+                        break
+                    append(f"{middle}{name}{tail}")
+                    i += 1
+                    if below:
+                        frames.append((kids, i, prefix))
+                        frames.append((below, 0, prefix + "│   "))
+                        break
             return "\n".join(lines)
 
     def __iter__(self) -> Iterator[trio.lowlevel.Task]:
@@ -294,6 +322,8 @@ class TaskRegistry(trio.abc.Instrument):
 
 
 _Entry = float | tuple[str, float]
+_Row = tuple[trio.lowlevel.Task, trio.lowlevel.Task | None, str | None, TaskKind, float, str]
+_ROW_STARTED = operator.itemgetter(4)
 
 
 def _encode(owner: str | None, started: float) -> _Entry:
@@ -349,7 +379,7 @@ class _Classifier:
     """
 
     def __init__(self) -> None:
-        self._root = trio.lowlevel.current_root_task()
+        self.root = trio.lowlevel.current_root_task()
         self.memo: dict[trio.lowlevel.Task, TaskKind] = {}
 
     def __call__(self, task: trio.lowlevel.Task) -> TaskKind:
@@ -362,11 +392,11 @@ class _Classifier:
             if known is not None:
                 kind = known
                 break
-            if current is self._root:
+            if current is self.root:
                 kind = "system"
                 break
             parent = _parent(current)
-            if parent is None or parent is self._root:
+            if parent is None or parent is self.root:
                 kind = self._top_level_kind(current, parent)
                 memo[current] = kind
                 break
