@@ -37,7 +37,6 @@ from ... import (
     ChildSpec,
     Supervisor,
     current_runtime,
-    open_runtime,
     open_supervisor,
     wait_stop_requested,
 )
@@ -53,9 +52,10 @@ from ..pool._lead import PoolLead
 from ..pool._status import PoolStatus, pool_status
 from ..pool._wakeup import PoolWakeups
 from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
-from ..stores._open import open_store
 from ..wire._status_file import utc_now_iso
-from ._names import check_names_free, lead_name, pool_stem, worker_names
+from ._names import lead_name, pool_stem, worker_names
+from ._pool_store import open_pool_store
+from ._process import run_until_signal
 from ._worker_config import WorkerConfig
 
 log = logging.getLogger("tether.bridge.worker")
@@ -134,24 +134,9 @@ class WorkerService:
         """Join the pool until cancelled or asked to stop (as a supervised child)."""
         config = self.config
         async with AsyncExitStack() as stack:
-            store = self.store
-            if store is None:
-                store = await open_store(
-                    config.store,
-                    lease_s=config.lease_s,
-                    max_attempts=config.max_attempts,
-                    synchronous=config.synchronous,  # type: ignore[arg-type]
-                    password_file=config.store_password_file,
-                    schema=config.store_schema,
-                )
-                stack.push_async_callback(store.aclose)
-            if config.pool_name is not None:
-                await check_names_free(
-                    store,
-                    self.pool_names,
-                    dead_after=10.0,
-                    watch=min(2.0, store.lease_s / 3) + 0.5,
-                )
+            store = await open_pool_store(
+                stack, config, self.store, self.pool_names, check_names=config.pool_name is not None
+            )
             self.workers = self._build_workers(store)
             supervisor = await stack.enter_async_context(
                 open_supervisor(name="worker", strategy="one_for_one", max_restarts=10, period=30)
@@ -176,26 +161,13 @@ class WorkerService:
 
     async def run_until_signal(self) -> None:
         """The service as a process: SIGINT/SIGTERM stop it gracefully, then this returns."""
-        done = trio.Event()
-        error: list[BaseException] = []
-
-        async def service(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            try:
-                await self.run(task_status=task_status)
-            except Exception as exc:
-                if not self.running:
-                    raise
-                error.append(exc)
-            finally:
-                done.set()
-
-        async with open_runtime(grace=self.config.grace) as runtime:
-            await runtime.supervisor.start_child(
-                ChildSpec("worker", service, restart="temporary", shutdown_grace=self.stop_grace)
-            )
-            await done.wait()
-        if error:
-            raise error[0]
+        await run_until_signal(
+            "worker",
+            self.run,
+            lambda: self.running,
+            grace=self.config.grace,
+            stop_grace=self.stop_grace,
+        )
 
     # -- the parts -------------------------------------------------------------------------
 
