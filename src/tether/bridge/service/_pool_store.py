@@ -12,7 +12,7 @@ from typing import Final, Protocol
 
 from ..custody._store import Store
 from ..stores._open import open_store
-from ._names import check_names_free
+from ._names import CHOSE_ANOTHER, check_names_free
 
 NAME_DEAD_AFTER: Final = 10.0
 """``PoolLead.dead_after`` and ``PoolWorker.lead_dead_after`` (their defaults): a member silent
@@ -43,6 +43,7 @@ async def open_pool_store(
     names: Collection[str],
     *,
     check_names: bool,
+    remedy: str = CHOSE_ANOTHER,
 ) -> Store:
     """``store`` if given, else the store ``settings`` name, opened and closed with ``stack``;
     with ``check_names`` (a name that was chosen, not generated anew), refuse to join under
@@ -63,5 +64,6 @@ async def open_pool_store(
             names,
             dead_after=NAME_DEAD_AFTER,
             watch=min(2.0, store.lease_s / 3) + 0.5,
+            remedy=remedy,
         )
     return store
