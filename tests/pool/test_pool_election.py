@@ -59,13 +59,7 @@ async def test_a_standby_never_sweeps_and_takes_over_within_two_beats_of_a_crash
     async with trio.open_nursery() as nursery:
         # "w1" only beats here (nothing claims): the assignments stay visible
         await store.beat("w1", "worker", 1000)
-        first_scope = trio.CancelScope()
-
-        async def run_first(task_status: trio.TaskStatus[None]) -> None:
-            with first_scope:
-                await first.run(task_status=task_status)
-
-        await nursery.start(run_first)
+        first_scope = await _start_killable(nursery, first)
         await nursery.start(second.run)
         assert first.leading
         assert not second.leading
@@ -168,13 +162,7 @@ async def test_a_new_leader_assigns_within_two_beat_intervals_of_the_crash_whene
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(keep_beating_w1)
-        first_scope = trio.CancelScope()
-
-        async def run_first(task_status: trio.TaskStatus[None]) -> None:
-            with first_scope:
-                await first.run(task_status=task_status)
-
-        await nursery.start(run_first)
+        first_scope = await _start_killable(nursery, first)
         await nursery.start(second.run)
         await trio.sleep(3.2)
         assert first.leading
@@ -197,6 +185,19 @@ async def test_a_new_leader_assigns_within_two_beat_intervals_of_the_crash_whene
         assert second.leading_since is not None
         assert gone_at <= second.leading_since <= gone_at + 0.01
         nursery.cancel_scope.cancel()
+
+
+async def _start_killable(nursery: trio.Nursery, lead: PoolLead) -> trio.CancelScope:
+    """Start ``lead.run``; cancelling the scope returned ends it at once (as a SIGKILL of its
+    process would, given a store that never removes its beat: ``_NoGoodbye``)."""
+    scope = trio.CancelScope()
+
+    async def run(task_status: trio.TaskStatus[None]) -> None:
+        with scope:
+            await lead.run(task_status=task_status)
+
+    await nursery.start(run)
+    return scope
 
 
 async def _last_beat(store: SqliteStore, name: str) -> float:
