@@ -101,7 +101,17 @@ async def test_two_bridges_and_six_worker_processes_on_one_postgres(
             worker_env = {**os.environ, "FLEET_DSN": postgres_dsn}
             for k in range(6):
                 process = await trio.lowlevel.open_process(
-                    [sys.executable, str(WORKER_CHILD), "worker", schema, f"px{k}", "0"],
+                    # px0 holds its runs after three results, so the SIGKILL finds it holding
+                    # one for sure: seen between "start" and "done" of a 50 ms run, it often
+                    # was not on a loaded machine (the output of both came in one read)
+                    [
+                        sys.executable,
+                        str(WORKER_CHILD),
+                        "holder" if k == 0 else "worker",
+                        schema,
+                        f"px{k}",
+                        "0",
+                    ],
                     stdout=subprocess.PIPE,
                     env=worker_env,
                 )

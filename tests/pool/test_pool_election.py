@@ -1,19 +1,22 @@
 """One leader among the lead candidates of every process on a store; standbys take over fast.
 
 The rule (``elect``): the live lead candidate that has beaten the longest leads; a newcomer
-never unseats it; a silent leader is replaced once ``lead_dead_after`` (two beat intervals)
-passed since its last beat, a soft-stopped one at once (it removes its beat).
+never unseats it; a silent leader is replaced once ``lead_dead_after`` (1.5 beat intervals,
+in which a candidate beats three times) passed since its last beat, a soft-stopped one at once
+(it removes its beat).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import pytest
 import trio
 
 from store_clock import StoreAwareClock
 from tether.bridge import CustodyState, PoolLead, SqliteStore, Task
-from tether.bridge.custody._store import WorkerInfo
+from tether.bridge.custody._store import WorkerInfo, WorkerRole
 from tether.bridge.pool import elect
 
 from .pool_support import wait_for
@@ -56,13 +59,7 @@ async def test_a_standby_never_sweeps_and_takes_over_within_two_beats_of_a_crash
     async with trio.open_nursery() as nursery:
         # "w1" only beats here (nothing claims): the assignments stay visible
         await store.beat("w1", "worker", 1000)
-        first_scope = trio.CancelScope()
-
-        async def run_first(task_status: trio.TaskStatus[None]) -> None:
-            with first_scope:
-                await first.run(task_status=task_status)
-
-        await nursery.start(run_first)
+        first_scope = await _start_killable(nursery, first)
         await nursery.start(second.run)
         assert first.leading
         assert not second.leading
@@ -143,3 +140,127 @@ async def _leads(lead: PoolLead) -> bool:
 async def _owner_is(store: SqliteStore, id: str, worker: str) -> bool:
     record = await store.get(id)
     return record is not None and record.owner == worker and record.state is S.ASSIGNED
+
+
+@pytest.mark.parametrize("phase", [0.0, 0.1, 0.25, 0.5, 0.75, 0.99])
+async def test_a_new_leader_assigns_within_two_beat_intervals_of_the_crash_whenever_it_comes(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock, phase: float
+) -> None:
+    """The failover goal of the pool guide, on every phase of the leader's beat: from the
+    SIGKILL of the leading process (here: its lead stops beating, its beat stays) to the new
+    leader's first assignment, at most two beat intervals. The worst phase is a kill just after
+    a beat: the standby must wait out ``lead_dead_after`` from that beat in full."""
+    store = timed_store
+    beat = 0.5
+    first = PoolLead(_NoGoodbye(store), name="first-lead", sweep_interval=0.05, beat_interval=beat)
+    second = PoolLead(store, name="second-lead", sweep_interval=0.05, beat_interval=beat)
+
+    async def keep_beating_w1() -> None:  # a worker that only beats: assignments stay
+        while True:
+            await store.beat("w1", "worker", 1000)
+            await trio.sleep(1.0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keep_beating_w1)
+        first_scope = await _start_killable(nursery, first)
+        await nursery.start(second.run)
+        await trio.sleep(3.2)
+        assert first.leading
+        assert not second.leading
+        last = await _last_beat(store, "first-lead")
+        await wait_for(lambda: _beat_moved(store, "first-lead", last), step=0.001)
+        await trio.sleep(phase * beat)
+        killed_at = trio.current_time()
+        first_scope.cancel()
+        gone_at = await _last_beat(store, "first-lead") + 1.5 * beat  # lead_dead_after
+        for i in range(3):
+            await store.ingest(Task(f"after-{i}", "x"))
+        await wait_for(lambda: _assigned(second), step=0.001)
+        assert second.first_assigned_at is not None
+        took = second.first_assigned_at - killed_at
+        assert 0 < took <= 2 * beat, took
+        assert second.takeovers == 1
+        # the standby looked again the moment the leader's last beat turned lead_dead_after
+        # old, not at its next quarter-interval read
+        assert second.leading_since is not None
+        assert gone_at <= second.leading_since <= gone_at + 0.01
+        nursery.cancel_scope.cancel()
+
+
+async def _start_killable(nursery: trio.Nursery, lead: PoolLead) -> trio.CancelScope:
+    """Start ``lead.run``; cancelling the scope returned ends it at once (as a SIGKILL of its
+    process would, given a store that never removes its beat: ``_NoGoodbye``)."""
+    scope = trio.CancelScope()
+
+    async def run(task_status: trio.TaskStatus[None]) -> None:
+        with scope:
+            await lead.run(task_status=task_status)
+
+    await nursery.start(run)
+    return scope
+
+
+async def _last_beat(store: SqliteStore, name: str) -> float:
+    return next(m.last_beat for m in await store.workers() if m.name == name)
+
+
+async def _beat_moved(store: SqliteStore, name: str, before: float) -> bool:
+    return await _last_beat(store, name) != before
+
+
+async def _assigned(lead: PoolLead) -> bool:
+    return lead.first_assigned_at is not None
+
+
+async def test_a_leader_whose_beat_comes_late_by_less_than_an_interval_keeps_the_lead(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """The failover is fast without unseating a live leader: a beat may come a whole
+    ``beat_interval`` late (a slow commit, a pause of the process) before a standby takes
+    over; and a leader that was only slow leads again once it beats (it has beaten longest)."""
+    store = timed_store
+    beat = 0.5
+    late = _LateBeats(store, "first-lead")
+    first = PoolLead(late, name="first-lead", sweep_interval=0.05, beat_interval=beat)
+    second = PoolLead(store, name="second-lead", sweep_interval=0.05, beat_interval=beat)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(first.run)
+        await nursery.start(second.run)
+        await trio.sleep(2.0)
+        assert first.leading
+        late.delay = 0.9 * beat  # the next beat only: comes 0.9 intervals late
+        await trio.sleep(3.0)
+        assert late.delayed == 1
+        assert first.leading
+        assert second.takeovers == 0
+        late.delay = 1.2 * beat  # too late: the standby takes over, then hands back
+        await wait_for(lambda: _leads(second), step=0.001)
+        assert late.delayed == 2
+        await wait_for(lambda: _not_leading(second), step=0.001)
+        assert first.leading
+        await trio.sleep(2.0)
+        assert first.leading
+        assert not second.leading
+        assert second.takeovers == 1
+        nursery.cancel_scope.cancel()
+
+
+class _LateBeats(_NoGoodbye):
+    """The store as a process sees it that pauses once before one beat of ``name``."""
+
+    def __init__(self, store: SqliteStore, name: str) -> None:
+        super().__init__(store)
+        self._name = name
+        self.delay = 0.0
+        self.delayed = 0
+
+    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+        if worker == self._name and self.delay:
+            delay, self.delay = self.delay, 0.0
+            self.delayed += 1
+            await trio.sleep(delay)
+        return await self._store.beat(worker, role, capacity)
+
+
+async def _not_leading(lead: PoolLead) -> bool:
+    return not lead.leading

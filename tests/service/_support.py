@@ -203,15 +203,17 @@ async def store_status(store: Path) -> Any:
     return json.loads(result.stdout)
 
 
-async def submit_many(gateway: GatewayHandle, texts: Sequence[str], prefix: str) -> list[str]:
-    """Submit every text (16 at a time) with ids ``<prefix>-<n>``, spread over 40 rooms (a
-    room's tasks stay on one worker); returns the ids."""
+async def submit_many(
+    gateway: GatewayHandle, texts: Sequence[str], prefix: str, rooms: int = 40
+) -> list[str]:
+    """Submit every text (16 at a time) with ids ``<prefix>-<n>``, spread over ``rooms`` rooms
+    (``room-<n>``; a room's tasks stay on one worker); returns the ids."""
     ids = [f"{prefix}-{i:05d}" for i in range(len(texts))]
     limiter = trio.CapacityLimiter(16)
 
     async def one(i: int) -> None:
         async with limiter:
-            await gateway.submit(texts[i], room=f"room-{i % 40}", id=ids[i])
+            await gateway.submit(texts[i], room=f"room-{i % rooms}", id=ids[i])
 
     async with trio.open_nursery() as nursery:
         for i in range(len(texts)):

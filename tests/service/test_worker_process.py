@@ -151,3 +151,61 @@ def test_worker_run_reports_bad_settings_in_one_line(
         assert code == 2, err
         assert len(err.strip().splitlines()) == 1, err
         assert expected in err, err
+
+
+@pytest.mark.slow
+async def test_a_restarted_worker_process_keeps_the_name_in_its_status_file(
+    tmp_path: Path,
+) -> None:
+    """A restart with the same ``--status-file`` keeps the generated pool name (its rooms and
+    logs stay continuous); a second live process given that file is refused in one line."""
+    store = tmp_path / "custody.db"
+    status = tmp_path / "worker-status.json"
+    keep = ["--status-file", str(status), "--workers", "1"]
+    try:
+        first = await start_worker(store, tmp_path / "first.log", *keep)
+        stem = await _running_stem(status, first.pid)
+        assert stem.startswith("tether-worker-")
+
+        second_log = tmp_path / "second.log"
+        second = await start_worker(store, second_log, *keep)
+        with trio.fail_after(90):  # a Python start-up on a loaded machine, then 2.5 s
+            assert await second.wait() == 2
+        err = second_log.read_text().strip().splitlines()
+        assert err[-1].startswith(f"tether: error: pool name {stem}-"), err[-1]
+        assert f"kept in the status file {status}" in err[-1]
+        assert "Traceback" not in second_log.read_text()
+        assert json.loads(status.read_text())["pid"] == first.pid  # untouched by the refused
+
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+        third_log = tmp_path / "third.log"
+        third = await start_worker(store, third_log, *keep)
+        assert await _running_stem(status, third.pid) == stem
+        assert f"pool name {stem}: kept from {status}" in third_log.read_text()
+        third.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            assert await third.wait() == 0
+    finally:
+        for process in STARTED:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+async def _running_stem(status: Path, pid: int) -> str:
+    """The pool stem in the status file once the process ``pid`` wrote it, running."""
+    found: list[str] = []
+
+    async def written() -> bool:
+        try:
+            document = json.loads(await trio.Path(status).read_text())
+        except (FileNotFoundError, ValueError):
+            return False
+        if document["pid"] != pid or document["state"] != "running":
+            return False
+        found.append(document["pool"]["stem"])
+        return True
+
+    await wait_until(written, limit_s=90, step=0.05)
+    return found[-1]

@@ -234,6 +234,16 @@ def _merge_pages(earlier: PoolView, page: PoolView) -> PoolView:
     return attrs.evolve(page, pending=pending, rooms={**earlier.rooms, **page.rooms})
 
 
+LEAD_DEAD_AFTER_BEATS: Final = 1.5
+"""``lead_dead_after`` in beat intervals by default (see ``PoolLead.lead_dead_after``)."""
+BEATS_PER_INTERVAL: Final = 2
+"""A lead candidate's beats per ``beat_interval``: with ``LEAD_DEAD_AFTER_BEATS`` the
+failover takes at most 1.5 intervals to notice, with a whole interval of slack for a late beat
+(the slack of beating once per interval and waiting two)."""
+_JUST_AFTER: Final = 0.001
+"""Seconds past a leader's deadline a standby looks again: past it, the leader counts as gone."""
+
+
 @attrs.define(eq=False)
 class PoolLead:
     """The lead as a service: ``await nursery.start(lead.run)``; or ``await sweep_once()``."""
@@ -263,12 +273,16 @@ class PoolLead:
     _last_pick: str | None = attrs.field(init=False, default=None)
     _window: int = attrs.field(init=False, default=0)
     beat_interval: float = 0.5
-    """Seconds between a lead candidate's beats while ``run`` runs (leader and standbys alike:
-    a beat loop of its own, so a slow sweep never delays it)."""
+    """The unit of a failover: a lead candidate beats twice in it while ``run`` runs (leader
+    and standbys alike: a beat loop of its own, so a slow sweep never delays it), and a
+    standby replaces a crashed leader within it and a half (``lead_dead_after``), so the new
+    leader assigns within two of them (the goal of the pool guide)."""
     lead_dead_after: float | None = None
-    """A silent leader counts as gone after this long (default ``2 * beat_interval``): a
-    standby takes over then. Safety never depends on it: two leads sweeping at once (a
-    leader that was only slow) is correct, every move being a compare-and-set."""
+    """A silent leader counts as gone after this long (default ``1.5 * beat_interval``: three
+    half-interval beats, so a leader's beat may come a whole ``beat_interval`` late before a
+    standby takes over). Safety never depends on it: two leads sweeping at once (a leader that
+    was only slow) is correct, every move being a compare-and-set; and a slow leader that
+    beats again leads again (it has beaten the longest), the standby stands by."""
     leading: bool = attrs.field(init=False, default=False)
     """Is this candidate the pool's leader now (as of its last beat)? ``run`` sweeps only then."""
     leading_since: float | None = attrs.field(init=False, default=None)
@@ -303,7 +317,7 @@ class PoolLead:
         check_seconds("dead_after", self.dead_after)
         check_seconds("beat_interval", self.beat_interval)
         if self.lead_dead_after is None:
-            self.lead_dead_after = 2 * self.beat_interval
+            self.lead_dead_after = LEAD_DEAD_AFTER_BEATS * self.beat_interval
         elif check_seconds("lead_dead_after", self.lead_dead_after) <= self.beat_interval:
             raise ValueError(
                 f"lead_dead_after ({self.lead_dead_after!r}) must be longer than beat_interval "
@@ -550,22 +564,31 @@ class PoolLead:
         )
 
     async def _beat_loop(self) -> None:
-        """Beat every ``beat_interval``; standbys also read the beats every quarter of it (a
-        read, not a commit), so a silent leader is replaced soon after ``lead_dead_after``."""
+        """Beat ``BEATS_PER_INTERVAL`` times a ``beat_interval``. Standbys also read the beats
+        every quarter interval (a read, not a commit: a soft-stopped leader removed its beat)
+        and at the moment the leader's last beat turns ``lead_dead_after`` old, so a crashed
+        leader is replaced then, not up to a quarter interval later."""
+        assert self.lead_dead_after is not None
         look = self.beat_interval / 4
+        period = self.beat_interval / BEATS_PER_INTERVAL
         next_beat = -math.inf
         while True:
             now = trio.current_time()
             if now >= next_beat:
-                next_beat = now + self.beat_interval
+                next_beat = now + period
                 members = await self.store.beat(self.name, "lead", 0)
             elif self.leading:
                 await trio.sleep_until(next_beat)
                 continue
             else:
                 members = await self.store.workers()
-            self.judge(members, self.now())
-            await trio.sleep_until(min(next_beat, trio.current_time() + look))
+            leader = self.judge(members, self.now())
+            now = trio.current_time()
+            wake = min(next_beat, now + look)
+            if leader is not None and not self.leading:
+                silent = leader.last_beat + self.lead_dead_after - self.now()  # store clock
+                wake = min(wake, now + max(silent, 0.0) + _JUST_AFTER)
+            await trio.sleep_until(wake)
 
     def _idle_wait(self) -> float:
         """Seconds until the next sweep unless rung: the interval, or less when a task waiting

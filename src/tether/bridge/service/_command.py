@@ -87,7 +87,7 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         str,
     ),
     "lead_beat_interval": (
-        "seconds between a lead candidate's beats; a leader silent for two is replaced by "
+        "a lead candidate beats twice per interval; a leader silent for 1.5 is replaced by "
         "another process's standby lead (default: 0.5)",
         float,
     ),

@@ -39,6 +39,11 @@ STEM_MAX: Final = 56
 """Room for ``-w256`` and ``-lead`` inside the 64-character worker-name rule."""
 
 
+CHOSE_ANOTHER: Final = (
+    "give this process another --pool-name, or leave --pool-name unset for a unique one"
+)
+
+
 class NameInUse(ConfigError):
     """A pool name given explicitly is being used by another live process."""
 
@@ -97,9 +102,11 @@ async def check_names_free(
     *,
     dead_after: float,
     watch: float,
+    remedy: str = CHOSE_ANOTHER,
 ) -> None:
-    """Refuse (``NameInUse``) if a live process beats under any of ``names`` (see the module
-    docstring: a recent beat must also move within ``watch`` seconds to count as live)."""
+    """Refuse (``NameInUse``, ending with ``remedy``) if a live process beats under any of
+    ``names`` (see the module docstring: a recent beat must also move within ``watch`` seconds
+    to count as live)."""
     wanted = set(names)
     now = store.clock()
     recent = {
@@ -116,6 +123,5 @@ async def check_names_free(
     if moved:
         raise NameInUse(
             f"pool name {moved[0]} is in use by another live process (its beats in the store "
-            "keep moving); give this process another --pool-name, or leave --pool-name unset "
-            "for a unique one"
+            f"keep moving); {remedy}"
         )

@@ -33,7 +33,6 @@ from ... import (
     ChildSpec,
     Supervisor,
     current_runtime,
-    open_runtime,
     open_supervisor,
     wait_stop_requested,
 )
@@ -51,7 +50,6 @@ from ..pool._status import PoolStatus, pool_status
 from ..pool._timings import Timings
 from ..pool._wakeup import PoolWakeups
 from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
-from ..stores._open import open_store
 from ..wire._client import (
     GatewayAuthError,
     GatewayClient,
@@ -64,7 +62,9 @@ from ._config import BridgeConfig
 from ._dead_notices import DeadNotices
 from ._delivery import Delivery, delivery_holder
 from ._ingest import Ingest
-from ._names import check_names_free, host_stem, lead_name, pool_stem, worker_names
+from ._names import host_stem, lead_name, pool_stem, worker_names
+from ._pool_store import open_pool_store
+from ._process import run_until_signal
 
 if TYPE_CHECKING:
     from ...observe import CounterSource
@@ -72,10 +72,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("tether.bridge")
 
 ServiceRun = Callable[..., Awaitable[None]]
-
-_DEAD_AFTER = 10.0
-"""``PoolLead.dead_after`` and ``PoolWorker.lead_dead_after`` (their defaults): a member silent
-this long is gone."""
 
 
 @attrs.define(eq=False)
@@ -178,24 +174,13 @@ class BridgeService:
         factory = self.factory if self.factory is not None else load_agent(config.agent)
         try:
             async with AsyncExitStack() as stack:
-                store = self.store
-                if store is None:
-                    store = await open_store(
-                        config.store,
-                        lease_s=config.lease_s,
-                        max_attempts=config.max_attempts,
-                        synchronous=config.synchronous,  # type: ignore[arg-type]
-                        password_file=config.store_password_file,
-                        schema=config.store_schema,
-                    )
-                    stack.push_async_callback(store.aclose)
-                if config.pool_name is not None:  # a chosen name: refuse it if taken
-                    await check_names_free(
-                        store,
-                        self.pool_names,
-                        dead_after=_DEAD_AFTER,
-                        watch=min(2.0, store.lease_s / 3) + 0.5,
-                    )
+                store = await open_pool_store(  # a chosen name: refused if taken
+                    stack,
+                    config,
+                    self.store,
+                    self.pool_names,
+                    check_names=config.pool_name is not None,
+                )
                 log.info("pool names: %s-w1..w%d", self.pool_stem, config.workers)
                 options: dict[str, Any] = {
                     "client_name": config.client_name,
@@ -299,26 +284,13 @@ class BridgeService:
 
     async def run_until_signal(self) -> None:
         """The bridge as a process: SIGINT/SIGTERM stop it gracefully, then this returns."""
-        done = trio.Event()
-        error: list[BaseException] = []
-
-        async def bridge(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            try:
-                await self.run(task_status=task_status)
-            except Exception as exc:
-                if not self.running:
-                    raise  # a start-up failure: start_child raises it below
-                error.append(exc)
-            finally:
-                done.set()
-
-        async with open_runtime(grace=self.config.grace) as runtime:
-            await runtime.supervisor.start_child(
-                ChildSpec("bridge", bridge, restart="temporary", shutdown_grace=self.stop_grace)
-            )
-            await done.wait()
-        if error:
-            raise error[0]
+        await run_until_signal(
+            "bridge",
+            self.run,
+            lambda: self.running,
+            grace=self.config.grace,
+            stop_grace=self.stop_grace,
+        )
 
     # -- the children ----------------------------------------------------------------------
 

@@ -66,7 +66,7 @@ CONFIG_HELP = f"""configuration (later sources win):
 
 who leads: every bridge and worker process on a store stands as a lead candidate
 (unless --lead false); the oldest live one leads, the others stand by and take over
-within about two --lead-beat-interval of its last beat.
+1.5 --lead-beat-interval after its last beat (a candidate beats twice per interval).
 """
 
 

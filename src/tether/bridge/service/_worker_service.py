@@ -7,9 +7,10 @@ workers store.
 
 Who leads: every process sharing a store (bridges and worker processes alike) stands a lead
 candidate by default; the oldest live candidate leads and the others stand by
-(``PoolLead.judge``), taking over within about two ``lead_beat_interval``s of the leader's
-last beat. So a pool of worker processes leads itself when its bridges run ``--lead false`` or
-are all down, and with no live candidate at all the workers claim pending tasks directly.
+(``PoolLead.judge``), taking over 1.5 ``lead_beat_interval``s after the leader's last
+beat (a candidate beats twice per interval), so a new leader assigns within two of the crash.
+So a pool of worker processes leads itself when its bridges run ``--lead false`` or are all
+down, and with no live candidate at all the workers claim pending tasks directly.
 
 The reconciler repools expired leases (a killed worker's claims) whichever process is alive:
 its every move is a compare-and-set, so several reconcilers on one store are safe.
@@ -28,6 +29,7 @@ import os
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -37,11 +39,11 @@ from ... import (
     ChildSpec,
     Supervisor,
     current_runtime,
-    open_runtime,
     open_supervisor,
     wait_stop_requested,
 )
 from ..._atomic_file import write_atomic
+from ..._config_error import ConfigError
 from ..._converter import unstructure
 from ..._fs import ensure_private_dir
 from ..._util import open_nursery_unwrapped
@@ -53,9 +55,10 @@ from ..pool._lead import PoolLead
 from ..pool._status import PoolStatus, pool_status
 from ..pool._wakeup import PoolWakeups
 from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
-from ..stores._open import open_store
 from ..wire._status_file import utc_now_iso
-from ._names import check_names_free, lead_name, pool_stem, worker_names
+from ._names import CHOSE_ANOTHER, lead_name, pool_stem, worker_names
+from ._pool_store import open_pool_store
+from ._process import run_until_signal
 from ._worker_config import WorkerConfig
 
 log = logging.getLogger("tether.bridge.worker")
@@ -96,9 +99,14 @@ class WorkerService:
     running: bool = attrs.field(default=False, init=False)
     wakeups: PoolWakeups = attrs.field(factory=PoolWakeups, init=False)
     _state: str = attrs.field(default="starting", init=False)
+    stem_from_status_file: bool = attrs.field(default=False, init=False)
+    """The pool stem is the one this process's predecessor wrote to ``config.status_file``."""
 
     def __attrs_post_init__(self) -> None:
-        self.pool_stem = pool_stem(self.config.client_name, self.config.pool_name)
+        config = self.config
+        kept = None if config.pool_name is not None else stem_in_status_file(config.status_file)
+        self.stem_from_status_file = kept is not None
+        self.pool_stem = kept or pool_stem(config.client_name, config.pool_name)
 
     @property
     def pool_names(self) -> list[str]:
@@ -134,24 +142,19 @@ class WorkerService:
         """Join the pool until cancelled or asked to stop (as a supervised child)."""
         config = self.config
         async with AsyncExitStack() as stack:
-            store = self.store
-            if store is None:
-                store = await open_store(
-                    config.store,
-                    lease_s=config.lease_s,
-                    max_attempts=config.max_attempts,
-                    synchronous=config.synchronous,  # type: ignore[arg-type]
-                    password_file=config.store_password_file,
-                    schema=config.store_schema,
-                )
-                stack.push_async_callback(store.aclose)
-            if config.pool_name is not None:
-                await check_names_free(
-                    store,
-                    self.pool_names,
-                    dead_after=10.0,
-                    watch=min(2.0, store.lease_s / 3) + 0.5,
-                )
+            if self.stem_from_status_file:
+                log.info("pool name %s: kept from %s", self.pool_stem, config.status_file)
+            store = await open_pool_store(
+                stack,
+                config,
+                self.store,
+                self.pool_names,
+                check_names=config.pool_name is not None or self.stem_from_status_file,
+                remedy=CHOSE_ANOTHER
+                if not self.stem_from_status_file
+                else f"it was kept in the status file {config.status_file}: give this process "
+                "another --status-file",
+            )
             self.workers = self._build_workers(store)
             supervisor = await stack.enter_async_context(
                 open_supervisor(name="worker", strategy="one_for_one", max_restarts=10, period=30)
@@ -176,26 +179,13 @@ class WorkerService:
 
     async def run_until_signal(self) -> None:
         """The service as a process: SIGINT/SIGTERM stop it gracefully, then this returns."""
-        done = trio.Event()
-        error: list[BaseException] = []
-
-        async def service(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            try:
-                await self.run(task_status=task_status)
-            except Exception as exc:
-                if not self.running:
-                    raise
-                error.append(exc)
-            finally:
-                done.set()
-
-        async with open_runtime(grace=self.config.grace) as runtime:
-            await runtime.supervisor.start_child(
-                ChildSpec("worker", service, restart="temporary", shutdown_grace=self.stop_grace)
-            )
-            await done.wait()
-        if error:
-            raise error[0]
+        await run_until_signal(
+            "worker",
+            self.run,
+            lambda: self.running,
+            grace=self.config.grace,
+            stop_grace=self.stop_grace,
+        )
 
     # -- the parts -------------------------------------------------------------------------
 
@@ -321,6 +311,24 @@ class WorkerService:
         self.admin_port = await supervisor.start_child(admin_child(observed, settings))
         if self.admin_ready is not None:
             self.admin_ready(self.admin_port)
+
+
+def stem_in_status_file(path: Path | None) -> str | None:
+    """The pool stem a previous ``tether worker run`` wrote to the status file ``path`` (None:
+    no file, or none to be found in it), so a restarted process keeps its names: its rooms'
+    affinity and its logs stay continuous. A file it cannot use is said in a warning, never
+    fatal: the process takes a new unique name then."""
+    if path is None:
+        return None
+    try:
+        document = json.loads(path.read_bytes())
+        stem = document["pool"]["stem"]
+        return pool_stem("", stem if isinstance(stem, str) else "")  # a chosen name's rules
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, ConfigError) as exc:
+        log.warning("status file %s: no pool name kept in it (%s); taking a new one", path, exc)
+        return None
 
 
 def _shown_store(store: str) -> str:

@@ -1,0 +1,69 @@
+"""Opening a process's custody store and taking its pool names: one path for every process that
+joins a store's pool (``BridgeService``, ``WorkerService``), so the store settings, the close on
+exit and the check of a chosen name cannot drift apart between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Final, Protocol
+
+from ..custody._store import Store
+from ..stores._open import open_store
+from ._names import CHOSE_ANOTHER, check_names_free
+
+NAME_DEAD_AFTER: Final = 10.0
+"""``PoolLead.dead_after`` and ``PoolWorker.lead_dead_after`` (their defaults): a member silent
+this long is gone, so its names are free."""
+
+
+class StoreSettings(Protocol):
+    """The settings of a process's store, as ``BridgeConfig`` and ``WorkerConfig`` hold them."""
+
+    @property
+    def store(self) -> str: ...
+    @property
+    def store_password_file(self) -> Path | None: ...
+    @property
+    def store_schema(self) -> str: ...
+    @property
+    def lease_s(self) -> float: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def synchronous(self) -> str: ...
+
+
+async def open_pool_store(
+    stack: AsyncExitStack,
+    settings: StoreSettings,
+    store: Store | None,
+    names: Collection[str],
+    *,
+    check_names: bool,
+    remedy: str = CHOSE_ANOTHER,
+) -> Store:
+    """``store`` if given, else the store ``settings`` name, opened and closed with ``stack``;
+    with ``check_names`` (a name that was chosen, not generated anew), refuse to join under
+    ``names`` while a live process beats under them (``NameInUse``)."""
+    if store is None:
+        store = await open_store(
+            settings.store,
+            lease_s=settings.lease_s,
+            max_attempts=settings.max_attempts,
+            synchronous=settings.synchronous,  # type: ignore[arg-type]
+            password_file=settings.store_password_file,
+            schema=settings.store_schema,
+        )
+        stack.push_async_callback(store.aclose)
+    if check_names:
+        await check_names_free(
+            store,
+            names,
+            dead_after=NAME_DEAD_AFTER,
+            watch=min(2.0, store.lease_s / 3) + 0.5,
+            remedy=remedy,
+        )
+    return store
