@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.lowlevel
 
 from tether.bridge import Claim, CustodyState, PoolWorker, SqliteStore, StaleLease, Task
 from tether.bridge.custody._rules import InvalidTask
@@ -223,3 +224,34 @@ async def test_without_its_run_the_batcher_stores_directly(
     assert (store.many, store.single) == ([], ["t0"])
     with pytest.raises(StaleLease):
         await CompletionBatcher(store).complete(claim, "again")  # type: ignore[arg-type]
+
+
+async def test_a_reply_cancelled_while_its_batch_commits_still_learns_it_was_stored(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    store = RecordingStore(timed_store, hold=True)
+    await timed_store.ingest_many([Task("t0", "x")])
+    [claim] = await timed_store.claim_many("w1", 1, leaderless=True)
+    batcher = CompletionBatcher(store)  # type: ignore[arg-type]
+    learned: list[str] = []
+    caller = trio.CancelScope()
+
+    async def complete() -> None:
+        with caller:
+            await batcher.complete(claim, "reply")
+            learned.append("stored")  # the caller knows the outcome, then its cancel lands
+            await trio.lowlevel.checkpoint()
+            learned.append("unreachable")
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        nursery.start_soon(complete)
+        await store.entered.wait()
+        caller.cancel()  # a stop lands while the batch commits
+        await trio.sleep(1)
+        assert learned == []  # still waiting for the commit's answer
+        store.release.set()
+        await wait_for(lambda: _n(timed_store, S.RESULT, 1), within=PROMPT, step=0.01)
+        await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
+    assert learned == ["stored"]

@@ -14,8 +14,8 @@ batch is stored one by one and only the bad reply gets the error. ``complete`` r
 once its reply is committed: nothing is acked or delivered before.
 
 A caller cancelled before its reply was taken into a batch is simply dropped from the queue
-(nothing stored: its claim is released as before); one cancelled while its batch commits is in
-the same place as a ``complete`` cancelled mid-commit.
+(nothing stored: its claim is released as before); one cancelled while its batch commits waits
+for that commit and learns its outcome, as a ``complete`` queued in the store's writer does.
 """
 
 from __future__ import annotations
@@ -77,7 +77,12 @@ class CompletionBatcher:
         except trio.Cancelled:
             if item in self._queue:  # not taken into a batch yet: nothing will be stored
                 self._queue.remove(item)
-            raise
+                raise
+            # taken into a batch: its commit goes ahead, so learn its outcome first (as a
+            # ``complete`` in the store's writer does); the cancellation comes at the caller's
+            # next checkpoint, its scope being still cancelled
+            with trio.CancelScope(shield=True):
+                await item.done.wait()
         if item.error is not None:
             raise item.error
 
