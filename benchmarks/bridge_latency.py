@@ -39,7 +39,7 @@ import attrs
 import httpx
 import trio
 
-from bridge_throughput import TOKEN, gateway_process
+from bridge_throughput import TOKEN, gateway_process, post_message
 from tether import Session
 from tether.bridge import BridgeConfig, BridgeService, SqliteStore, Task
 
@@ -98,10 +98,7 @@ async def _submitter(url: str, rate: float, count: int) -> None:
 
         async def post(i: int) -> None:
             async with limiter:
-                response = await http.post(
-                    "/v1/messages", json={"room": f"room-{i % 40}", "text": f"message {i}"}
-                )
-                response.raise_for_status()
+                await post_message(http, i)
 
         start = trio.current_time()
         async with trio.open_nursery() as nursery:
