@@ -95,6 +95,22 @@ async def gateway_process(folder: Path) -> AsyncIterator[str]:
                 await proc.stdout.aclose()
 
 
+async def post_message(http: httpx.AsyncClient, i: int) -> None:
+    """Submit message ``i`` (room ``i % 40``) under the id ``m-<i>``, so a retry is idempotent:
+    on a loaded machine the gateway may close a kept-alive connection as a request goes out."""
+    message = {"id": f"m-{i}", "room": f"room-{i % 40}", "text": f"message {i}"}
+    for attempt in range(5):
+        try:
+            response = await http.post("/v1/messages", json=message)
+        except httpx.TransportError:
+            if attempt == 4:
+                raise
+            await trio.sleep(0.1)
+            continue
+        response.raise_for_status()
+        return
+
+
 async def store_rate(folder: Path) -> float:
     store = await SqliteStore.open(folder / "store.db")
     try:
@@ -146,10 +162,7 @@ async def bridge_rate(folder: Path, *, lead: bool) -> float:
 
         async def submit(i: int) -> None:
             async with limiter:
-                response = await http.post(
-                    "/v1/messages", json={"room": f"room-{i % 40}", "text": f"message {i}"}
-                )
-                response.raise_for_status()
+                await post_message(http, i)
 
         async with trio.open_nursery() as submitters:
             for i in range(MESSAGES):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import enum
+
 import pytest
 
-from tether._json import JsonRefused, loads_strict
+from tether._json import JsonRefused, check_values, loads_strict
 
 
 @pytest.mark.parametrize(
@@ -33,3 +35,19 @@ def test_accepted_at_the_bounds() -> None:
     doc = loads_strict('{"a": [9223372036854775807, -9223372036854775808, 1.5e308, null]}')
     assert doc == {"a": [2**63 - 1, -(2**63), 1.5e308, None]}
     assert loads_strict("[" * 32 + "]" * 32) is not None
+
+
+def test_the_quick_walk_and_the_named_refusal_agree() -> None:
+    """Values the quick walk doubts (a subclass of int, a deep path) are judged by the walk
+    that names paths: accepted if in bounds, refused with their path if not."""
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    check_values({"tasks": [{"id": "a", "level": Level.HIGH, "n": 2**63 - 1, "x": -1.5}]})
+    wide = {"tasks": [{"id": f"t{i}", "delivery": 1} for i in range(50)]}
+    wide["tasks"][37]["delivery"] = 2**64
+    with pytest.raises(JsonRefused, match=r"\$\.tasks\[37\]\.delivery: integer"):
+        check_values(wide)
+    with pytest.raises(JsonRefused, match=r"\$\.a\.b: number too large"):
+        check_values({"a": {"b": float("inf")}})

@@ -64,6 +64,8 @@ log = logging.getLogger("tether.bridge.pool.lead")
 
 SWEEP_SCHEMA_VERSION: Final = 1
 MAX_PAGES: Final = 8
+MIN_WINDOW: Final = 16
+"""Pending tasks a sweep reads at least (see ``PoolLead._next_window``)."""
 AFFINITY_SLACK: Final = 1
 """How many more tasks (assigned + claimed) a room's keeper may hold than the least-loaded
 free worker and still get the room's next task, when nothing of the room is in flight."""
@@ -392,7 +394,9 @@ class PoolLead:
         self._last_pick = plan.last_pick
         self._next_due = view.next_due
         self._see_workers(view.workers, view.at)
-        self._window = self._next_window(view, now)
+        self._window, widened = self._next_window(view, plan, now, limit)
+        if widened:  # workers had room for more than this sweep read: look again soon
+            self._doorbell.set()
         lost: tuple[str, ...] = ()
         if done:
             lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
@@ -482,17 +486,29 @@ class PoolLead:
         await self._stop.wait()
         self._doorbell.set()
 
-    def _next_window(self, view: PoolView, now: float) -> int:
-        """How many pending tasks the next sweep reads: twice what the live workers can take in
-        total (reading a deep backlog every sweep costs more than the assigning), never more
-        than ``pending_limit``. The surplus leaves room for room tasks that must wait; past
-        that the sweep pages on (``_read_past_full_rooms``)."""
+    def _next_window(
+        self, view: PoolView, plan: SweepPlan, now: float, limit: int
+    ) -> tuple[int, bool]:
+        """How many pending tasks the next sweep reads, and whether this sweep read too few.
+
+        About twice what the live workers will take then: the capacity this plan left free
+        plus as much as it assigned (what they free until the next sweep, at the pace of this
+        one), at least ``MIN_WINDOW``. Under load a sweep assigns a few tasks as slots free,
+        and reading the whole backlog's head each time would cost the store's writer far more
+        than the assigning. At most twice the workers' total capacity (at least 64) and
+        ``pending_limit``: the surplus leaves room for room tasks that must wait; past that the
+        sweep pages on (``_read_past_full_rooms``). A full page that left workers with room
+        while the window was below that bound says the window was too small: the next sweep
+        (rung at once) reads the larger one."""
         total = sum(
             w.capacity
             for w in view.workers
             if w.role == "worker" and is_alive(w, now, self.dead_after, self.max_skew)
         )
-        return max(1, min(self.pending_limit, max(64, 2 * total)))
+        bound = max(1, min(self.pending_limit, max(64, 2 * total)))
+        wanted = max(MIN_WINDOW, 2 * (plan.spare + len(plan.assign)))
+        widened = limit < bound and plan.spare > 0 and len(view.pending) >= limit
+        return min(bound, wanted), widened
 
     async def _return(self, view: PoolView, plan: SweepPlan, now: float) -> tuple[Returned, ...]:
         since = {a.id: a.since for a in view.assigned}

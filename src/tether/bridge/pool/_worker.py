@@ -15,7 +15,9 @@
 - Leases: a heartbeat every ``heartbeat_interval`` beats and renews every claim in hand (one
   concurrent batch, so the store commits them together). A renew that is fenced out means the
   task now belongs to someone else: its run is cancelled and nothing is stored.
-- Outcomes: a reply is stored with ``complete``; an empty reply, a reply of the wrong type, a
+- Outcomes: a reply is stored with ``complete`` (the replies of runs that answer while a commit
+  is in flight go together in one ``complete_many``, each still fenced on its own: see
+  ``CompletionBatcher``); an empty reply, a reply of the wrong type, a
   reply the store refuses (over its size limit, not valid Unicode) or a handler crash becomes
   ``fail`` with the traceback's last line as the reason (repooled with
   ``attempt + 1`` after a ``retry_backoff`` delay, dead past ``max_attempts``). An agent may
@@ -65,6 +67,7 @@ from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
 from ..custody._store import WorkerInfo, WorkerStore
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
+from ._completions import CompletionBatcher
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._progress import Progress, ProgressUpdate, reporting
 from ._retry import Permanent, Retry, RetryBackoff
@@ -210,9 +213,12 @@ class PoolWorker:
     _timeout: float | None = attrs.field(init=False, default=None)
     _progress_refused: bool = attrs.field(init=False, default=False)
     _progress_warned: bool = attrs.field(init=False, default=False)
+    completions: CompletionBatcher = attrs.field(init=False)
+    """Stores the replies of runs that answer together with one ``complete_many``."""
 
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
+        self.completions = CompletionBatcher(self.store)
         if not callable(self.factory):
             raise TypeError(f"factory must be callable, got {self.factory!r}")
         c = self.concurrency
@@ -302,6 +308,7 @@ class PoolWorker:
                         self._stop.forward_supervisor_stop, name=f"{self._label}::stop"
                     )
                     nursery.start_soon(self._heartbeat, name=f"{self._label}::heartbeat")
+                    await nursery.start(self.completions.run, name=f"{self._label}::completions")
                     if self.on_stall is not None:
                         watcher = StallWatcher(
                             self.store,
@@ -531,7 +538,7 @@ class PoolWorker:
     async def _complete(self, entry: _Active, reply: Reply) -> None:
         entry.finishing = True
         try:
-            await self.store.complete(entry.claim, reply.body, no_send=reply.no_send)
+            await self.completions.complete(entry.claim, reply.body, no_send=reply.no_send)
         except StaleLease as exc:
             self._lose(entry, exc)
             return

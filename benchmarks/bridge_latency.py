@@ -1,0 +1,220 @@
+"""The latency the bridge adds to one message, at light load and at 80% of its maximum rate.
+
+A reference gateway runs in a SEPARATE PROCESS (``bridge_throughput.gateway_process``: real
+HTTP on 127.0.0.1, its own SQLite) and so does the load: a submitter process posts chat
+messages on an open-loop schedule (message ``i`` at ``i / rate`` seconds, whatever the
+answers do), so neither's work shares this process's GIL. Here runs one ``BridgeService``
+(4 workers x 4 tasks, default intervals, ``synchronous=FULL``) whose agent notes, by the wall
+clock both processes share, when each run starts and when it replies. Afterwards the
+gateway's own database says when it accepted each message (``created_at``) and when it had the
+reply (``answered_at``):
+
+- **in**: accepted by the gateway -> the agent starts (poll, ingest commit, ack, the lead's
+  assignment and the worker's claim; leaderless: the claim alone);
+- **out**: the agent replies -> the gateway has the reply (the result's commit, delivery's
+  post and the gateway storing it);
+- **added**: in + out, the time the bridge adds end to end (the agent's own time left out).
+
+Phases (each a fresh gateway, bridge and files): the maximum rate (``BURST`` messages queued
+first, then drained), light load (``LIGHT_RATE`` msg/s for ``LIGHT_S`` s) and 80% of the
+maximum (for ``LOADED_S`` s), with a lead and leaderless. p50/p99 in milliseconds; the goal at
+light load is a p99 under 20 ms added. The environment may set ``BURST``, ``LIGHT_RATE``,
+``LIGHT_S``, ``LOADED_S`` and ``MODES`` (``lead,leaderless``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import trio
+
+from bridge_throughput import TOKEN, gateway_process, post_message
+from tether import Session
+from tether.bridge import BridgeConfig, BridgeService, SqliteStore, Task
+
+BURST = int(os.environ.get("BURST", "1000"))
+LIGHT_RATE = float(os.environ.get("LIGHT_RATE", "20"))
+LIGHT_S = float(os.environ.get("LIGHT_S", "15"))
+LOADED_S = float(os.environ.get("LOADED_S", "10"))
+MODES = os.environ.get("MODES", "lead,leaderless").split(",")
+WORKERS = 4
+CONCURRENCY = 4
+STALL_S = 30.0
+
+
+@attrs.define
+class Runs:
+    """What the agent saw: wall-clock start and reply of each task id."""
+
+    started: dict[str, float] = attrs.field(factory=dict)
+    replied: dict[str, float] = attrs.field(factory=dict)
+
+    def factory(self, session: Session) -> None:
+        @session.on("task")
+        async def note(task: Task) -> str:
+            self.started[task.id] = time.time()
+            self.replied[task.id] = time.time()
+            return "ok"
+
+
+@attrs.frozen
+class Phase:
+    name: str
+    rate: float
+    """Messages per second handled (burst) or offered (the others)."""
+    inbound: list[float]
+    outbound: list[float]
+    added: list[float]
+
+
+def _ms(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+async def _submit(url: str, rate: float, count: int) -> None:
+    """Run the submitter process (``submit`` mode of this file) and wait for it."""
+    command = [sys.executable, __file__, "submit", url, repr(rate), str(count)]
+    await trio.run_process(command, stdout=subprocess.DEVNULL)
+
+
+async def _submitter(url: str, rate: float, count: int) -> None:
+    """Post ``count`` messages, message ``i`` at ``i / rate`` s (``rate`` 0: all at once)."""
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+    ) as http:
+        limiter = trio.CapacityLimiter(32)
+
+        async def post(i: int) -> None:
+            async with limiter:
+                await post_message(http, i)
+
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for i in range(count):
+                if rate > 0:
+                    await trio.sleep_until(start + i / rate)
+                nursery.start_soon(post, i)
+
+
+async def _until_delivered(service: BridgeService, count: int) -> None:
+    assert service.delivery is not None
+    stats = service.delivery.stats
+    seen, since = -1, time.perf_counter()
+    while stats.delivered < count:
+        if stats.delivered != seen:
+            seen, since = stats.delivered, time.perf_counter()
+        elif time.perf_counter() - since > STALL_S:
+            raise RuntimeError(f"stalled at {seen} of {count} delivered")
+        await trio.sleep(0.01)
+
+
+async def phase(folder: Path, name: str, *, lead: bool, rate: float, count: int) -> Phase:
+    """One phase: ``rate`` 0 queues ``count`` messages first and measures the drain rate."""
+    await trio.Path(folder).mkdir(parents=True)
+    runs = Runs()
+    async with gateway_process(folder) as url:
+        if rate == 0:
+            await _submit(url, 0, count)
+        config = BridgeConfig(
+            gateway=url,
+            token_file=folder / "token",
+            store=str(folder / "bridge.db"),
+            agent="tether.agents.noop:factory",
+            workers=WORKERS,
+            concurrency=CONCURRENCY,
+            grace=2.0,
+            lead=lead,
+            synchronous="FULL",
+            log_level="WARNING",
+        )
+        store = await SqliteStore.open(folder / "bridge.db", synchronous="FULL")
+        service = BridgeService(config, store=store, factory=runs.factory)
+        try:
+            async with trio.open_nursery() as bridge:
+                await bridge.start(service.run)
+                start = time.perf_counter()
+                if rate > 0:
+                    bridge.start_soon(_submit, url, rate, count)
+                await _until_delivered(service, count)
+                elapsed = time.perf_counter() - start
+                bridge.cancel_scope.cancel()
+        finally:
+            await store.aclose()
+    with sqlite3.connect(folder / "gateway.db") as db:
+        rows = db.execute("SELECT id, created_at, answered_at FROM tasks").fetchall()
+    inbound, outbound = [], []
+    for id, created, answered in rows:
+        inbound.append(runs.started[id] - created)
+        outbound.append(answered - runs.replied[id])
+    added = [a + b for a, b in zip(inbound, outbound, strict=True)]
+    return Phase(name, count / elapsed if rate == 0 else rate, inbound, outbound, added)
+
+
+def _line(p: Phase) -> str:
+    if p.name.endswith("max"):  # queued before the bridge started: only the rate means much
+        return f"{p.name:<24} {p.rate:7.0f} msg/s  n={len(p.added):5d}  (drained a queue)"
+    return (
+        f"{p.name:<24} {p.rate:7.0f} msg/s  n={len(p.added):5d}  "
+        f"in p50 {_ms(p.inbound, 0.5):6.1f} p99 {_ms(p.inbound, 0.99):6.1f}  "
+        f"out p50 {_ms(p.outbound, 0.5):6.1f} p99 {_ms(p.outbound, 0.99):6.1f}  "
+        f"added p50 {_ms(p.added, 0.5):6.1f} p99 {_ms(p.added, 0.99):6.1f} ms"
+    )
+
+
+async def main() -> None:
+    logging.basicConfig(level=logging.WARNING)
+    results: list[Phase] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in MODES:
+            lead = mode == "lead"
+            burst = await phase(
+                Path(tmp, mode, "burst"), f"{mode} max", lead=lead, rate=0, count=BURST
+            )
+            print(_line(burst), file=sys.stderr)
+            light = await phase(
+                Path(tmp, mode, "light"),
+                f"{mode} light",
+                lead=lead,
+                rate=LIGHT_RATE,
+                count=round(LIGHT_RATE * LIGHT_S),
+            )
+            print(_line(light), file=sys.stderr)
+            loaded_rate = 0.8 * burst.rate
+            loaded = await phase(
+                Path(tmp, mode, "loaded"),
+                f"{mode} 80% load",
+                lead=lead,
+                rate=loaded_rate,
+                count=round(loaded_rate * LOADED_S),
+            )
+            print(_line(loaded), file=sys.stderr)
+            results += [burst, light, loaded]
+    for p in results:
+        print(_line(p))
+    for p in results:
+        if p.name.endswith("light"):
+            verdict = "met" if _ms(p.added, 0.99) < 20 else "NOT met"
+            print(f"{p.name}: p99 added {_ms(p.added, 0.99):.1f} ms (goal < 20 ms: {verdict})")
+
+
+def _cli(argv: list[str]) -> Any:
+    if argv[:1] == ["submit"]:
+        url, rate, count = argv[1], float(argv[2]), int(argv[3])
+        return trio.run(_submitter, url, rate, count)
+    return trio.run(main)
+
+
+if __name__ == "__main__":
+    _cli(sys.argv[1:])
