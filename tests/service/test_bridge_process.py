@@ -72,7 +72,7 @@ async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
     gateway: GatewayHandle, token_file: Path, tmp_path: Path
 ) -> None:
     started = trio.current_time()
-    texts = [f"message {i}" for i in range(2000)]
+    texts = [f"message {i}" for i in range(1000)]  # 2,000 doubled its time, not its kills
     ids = await submit_many(gateway, texts, "chaos")
     print(f"\nsubmitted in {trio.current_time() - started:.1f} s")
     store, log = tmp_path / "bridge" / "custody.db", tmp_path / "bridge.log"
