@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from ... import ChildSpec, open_runtime
+from ... import ChildSpec, open_runtime, wait_stop_requested
+from ..._util import open_nursery_unwrapped
 
 
 async def run_until_signal(
@@ -41,3 +42,19 @@ async def run_until_signal(
         await done.wait()
     if error:
         raise error[0]
+
+
+def until_stopped(
+    run: Callable[..., Awaitable[None]],
+) -> Callable[..., Awaitable[None]]:
+    """Wrap a service that ignores soft stops: a stop request ends it cleanly (the bridge's and
+    the worker process's children that have nothing to finish)."""
+
+    async def stoppable(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with open_nursery_unwrapped() as nursery:
+            await nursery.start(run)
+            task_status.started()
+            await wait_stop_requested()
+            nursery.cancel_scope.cancel()
+
+    return stoppable

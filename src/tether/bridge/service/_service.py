@@ -64,7 +64,7 @@ from ._delivery import Delivery, delivery_holder
 from ._ingest import Ingest
 from ._names import host_stem, lead_name, pool_stem, worker_names
 from ._pool_store import open_pool_store
-from ._process import run_until_signal
+from ._process import run_until_signal, until_stopped
 
 if TYPE_CHECKING:
     from ...observe import CounterSource
@@ -405,21 +405,21 @@ class BridgeService:
         specs = [
             self._spec(
                 "reconciler",
-                _until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
+                until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
             ),
             self._spec("delivery", partial(self._deliver, self.delivery)),
-            self._spec("dead-notices", _until_stopped(self.dead_notices.run)),
-            self._spec("retention", _until_stopped(partial(self._prune, store))),
+            self._spec("dead-notices", until_stopped(self.dead_notices.run)),
+            self._spec("retention", until_stopped(partial(self._prune, store))),
             self._spec(
                 "heartbeat",
-                _until_stopped(partial(self._heartbeat, store, gateway)),
+                until_stopped(partial(self._heartbeat, store, gateway)),
                 restart="transient",
             ),
             self._spec("workers", partial(self._run_workers, workers), grace=self.worker_grace),
             self._spec("stall-notices", stall.run),
             # on its way out ingest gives the gateway back what it leased and never acked
             self._spec(
-                "ingest", _until_stopped(self.ingest.run), grace=2.0 + gateway.release_timeout
+                "ingest", until_stopped(self.ingest.run), grace=2.0 + gateway.release_timeout
             ),
         ]
         if config.lead:
@@ -575,16 +575,3 @@ class BridgeService:
                 worker=update.worker,
             )
         )
-
-
-def _until_stopped(run: ServiceRun) -> ServiceRun:
-    """Wrap a service that ignores soft stops: a stop request ends it cleanly."""
-
-    async def stoppable(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with open_nursery_unwrapped() as nursery:
-            await nursery.start(run)
-            task_status.started()
-            await wait_stop_requested()
-            nursery.cancel_scope.cancel()
-
-    return stoppable

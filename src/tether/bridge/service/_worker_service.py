@@ -46,7 +46,6 @@ from ..._atomic_file import write_atomic
 from ..._config_error import ConfigError
 from ..._converter import unstructure
 from ..._fs import ensure_private_dir
-from ..._util import open_nursery_unwrapped
 from ..custody._reconcile import Reconciler
 from ..custody._store import Store
 from ..pool._agent import AgentFactory, load_agent
@@ -58,7 +57,7 @@ from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
 from ..wire._status_file import utc_now_iso
 from ._names import CHOSE_ANOTHER, lead_name, pool_stem, worker_names
 from ._pool_store import open_pool_store
-from ._process import run_until_signal
+from ._process import run_until_signal, until_stopped
 from ._worker_config import WorkerConfig
 
 log = logging.getLogger("tether.bridge.worker")
@@ -210,7 +209,7 @@ class WorkerService:
         await supervisor.start_child(
             ChildSpec(
                 "reconciler",
-                _until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
+                until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
             )
         )
         if config.lead:
@@ -228,11 +227,11 @@ class WorkerService:
             ChildSpec("workers", self._run_workers, shutdown_grace=self.worker_grace)
         )
         await supervisor.start_child(
-            ChildSpec("status", _until_stopped(self._publish_status), restart="permanent")
+            ChildSpec("status", until_stopped(self._publish_status), restart="permanent")
         )
         if hasattr(store, "wait_for_work"):
             await supervisor.start_child(
-                ChildSpec("store-wakeups", _until_stopped(partial(self._relay_wakeups, store)))
+                ChildSpec("store-wakeups", until_stopped(partial(self._relay_wakeups, store)))
             )
 
     async def _relay_wakeups(
@@ -338,16 +337,3 @@ def _shown_store(store: str) -> str:
 
 
 ServiceRun = Callable[..., Awaitable[None]]
-
-
-def _until_stopped(run: ServiceRun) -> ServiceRun:
-    """Wrap a service that ignores soft stops: a stop request ends it cleanly."""
-
-    async def stoppable(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with open_nursery_unwrapped() as nursery:
-            await nursery.start(run)
-            task_status.started()
-            await wait_stop_requested()
-            nursery.cancel_scope.cancel()
-
-    return stoppable
