@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from ._cli_observe import add_observe_parsers, run_ps, run_status
+from ._cli_parsers import add_command
 from .bridge.service._command import EXIT_AUTH, add_bridge_parsers, run_bridge, run_store
 from .bridge.service._worker_command import add_worker_parsers, run_worker
 from .gateway._command import add_gateway_parser, run_gateway
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo = sub.add_parser(
+    demo = add_command(
+        sub,
         "demo",
         help="a local gateway + a bridge with the echo agent, a few hundred messages end to end",
         description=(
@@ -54,7 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
             "temporary directory, send messages, wait for every reply, print a summary."
         ),
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     demo.add_argument(
         "--messages", type=int, default=300, help="messages to send (default: %(default)s)"
@@ -66,12 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="agent factory module:factory (default: %(default)s)",
     )
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
-    example = sub.add_parser(
-        "example",
-        help="small runtime examples",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    example = add_command(sub, "example", help="small runtime examples", epilog=EPILOG)
     examples = example.add_subparsers(dest="example", required=True, metavar="NAME")
     tree = examples.add_parser("tree", help="print the live task tree of a small service")
     tree.add_argument("--seconds", type=float, default=1.5, help="how long it runs")

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ._cli_parsers import Subparsers, add_command
+
 DEFAULT_URL = "http://127.0.0.1:8766"
 DEFAULT_TOKEN_FILE = Path("tether-data") / "bridge" / "admin-token"
 URL_ENV = "TETHER_ADMIN_URL"
@@ -22,9 +24,7 @@ class AdminRequestError(Exception):
     """The admin endpoint could not be reached or refused the request (one-line message)."""
 
 
-def add_observe_parsers(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
-) -> None:
+def add_observe_parsers(sub: Subparsers, epilog: str) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--url",
@@ -42,24 +42,24 @@ def add_observe_parsers(
         "--timeout", type=float, default=10.0, help="seconds to wait for an answer (default: 10)"
     )
     common.add_argument("--json", action="store_true", help="print the JSON document as received")
-    ps = sub.add_parser(
+    ps = add_command(
+        sub,
         "ps",
         parents=[common],
         help="the live task tree of a running service",
         description="Show a running service's live Trio tasks as a tree: name, [owner], age.",
         epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ps.add_argument("--stacks", action="store_true", help="show where each task is waiting")
     ps.add_argument(
         "--all", action="store_true", help="include Trio's system tasks and the harness"
     )
-    sub.add_parser(
+    add_command(
+        sub,
         "status",
         parents=[common],
         help="health, supervised children (with backoff), sessions and custody counts",
         epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
 

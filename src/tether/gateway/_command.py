@@ -12,25 +12,26 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._cli_parsers import Subparsers, add_command, add_group
+
 if TYPE_CHECKING:
     from ._server import GatewaySettings
 
 DEFAULT_DIR = Path("tether-data") / "gateway"
 
 
-def add_gateway_parser(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
-) -> None:
+def add_gateway_parser(sub: Subparsers, epilog: str) -> None:
     from ..bridge.wire._limits import MAX_REQUEST_BYTES
 
-    gateway = sub.add_parser(
+    actions = add_group(
+        sub,
         "gateway",
         help="the reference gateway (protocol v1)",
         epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        dest="gateway_command",
     )
-    actions = gateway.add_subparsers(dest="gateway_command", required=True, metavar="ACTION")
-    serve = actions.add_parser(
+    serve = add_command(
+        actions,
         "serve",
         help="serve the gateway and its chat page",
         description=(
@@ -38,7 +39,6 @@ def add_gateway_parser(
             "token file is created with a fresh random token (mode 0600)."
         ),
         epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     serve.add_argument(

@@ -13,13 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..._cli_parsers import Subparsers, add_command, add_group, add_settings
 from ._config import DEFAULT_AGENT, DEFAULT_GATEWAY, SETTINGS, BridgeConfig, env_name
 
 EXIT_AUTH = 3
-
-
-def _flag(setting: str) -> str:
-    return "--" + setting.replace("_", "-")
 
 
 _HELP: dict[str, tuple[str, type[Any]]] = {
@@ -128,17 +125,16 @@ CONFIG_HELP = f"""configuration (later sources win):
 """
 
 
-def add_bridge_parsers(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
-) -> None:
-    bridge = sub.add_parser(
+def add_bridge_parsers(sub: Subparsers, epilog: str) -> None:
+    actions = add_group(
+        sub,
         "bridge",
         help="the bridge: gateway -> custody store -> agent workers -> gateway",
         epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        dest="bridge_command",
     )
-    actions = bridge.add_subparsers(dest="bridge_command", required=True, metavar="ACTION")
-    run = actions.add_parser(
+    run = add_command(
+        actions,
         "run",
         help="run a bridge until SIGINT/SIGTERM",
         description=(
@@ -147,44 +143,33 @@ def add_bridge_parsers(
             "gracefully (workers finish or hand back their tasks; nothing is lost)."
         ),
         epilog=CONFIG_HELP + "\n" + epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("--config", type=Path, default=None, help="a TOML config file")
-    for setting, (text, kind) in _HELP.items():
-        run.add_argument(_flag(setting), dest=setting, type=kind, default=None, help=text)
+    add_settings(run, _HELP)
 
-    store = sub.add_parser(
+    store_actions = add_group(
+        sub,
         "store",
         help="inspect the custody store; re-drive or cancel tasks",
         epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        dest="store_command",
     )
-    store_actions = store.add_subparsers(dest="store_command", required=True, metavar="ACTION")
-    status = store_actions.add_parser(
+    status = add_command(
+        store_actions,
         "status",
         help="counts per custody state, oldest in flight, dead letters with reasons",
         epilog=CONFIG_HELP + "\n" + epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    status.add_argument("--config", type=Path, default=None, help="a TOML config file")
-    status.add_argument("--store", default=None, help=_HELP["store"][0])
-    for setting in ("store_password_file", "store_schema"):
-        text, kind = _HELP[setting]
-        status.add_argument(_flag(setting), type=kind, default=None, help=text)
+    _store_options(status)
     status.add_argument("--limit", type=int, default=10, help="rows per list (default: 10)")
     status.add_argument("--json", action="store_true", help="print one JSON document")
-    show = store_actions.add_parser(
+    show = add_command(
+        store_actions,
         "show",
         help="one task's record and its custody journal (every move, when, by whom, why)",
         epilog=CONFIG_HELP + "\n" + epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     show.add_argument("id", help="the task id")
-    show.add_argument("--config", type=Path, default=None, help="a TOML config file")
-    show.add_argument("--store", default=None, help=_HELP["store"][0])
-    for setting in ("store_password_file", "store_schema"):
-        text, kind = _HELP[setting]
-        show.add_argument(_flag(setting), type=kind, default=None, help=text)
+    _store_options(show)
     show.add_argument("--json", action="store_true", help="print one JSON document")
     _add_operator_parsers(store_actions, epilog)
 
@@ -198,26 +183,20 @@ OPERATOR_EXITS = """exit codes of retry and cancel:
 
 
 def _store_options(parser: argparse.ArgumentParser) -> None:
-    """Where the store is: the same options (and config sources) as ``store status``."""
-    parser.add_argument("--config", type=Path, default=None, help="a TOML config file")
-    parser.add_argument("--store", default=None, help=_HELP["store"][0])
-    for setting in ("store_password_file", "store_schema"):
-        text, kind = _HELP[setting]
-        parser.add_argument(_flag(setting), type=kind, default=None, help=text)
+    """Where the store is, for every ``store`` action: a path/URL and how to log in."""
+    add_settings(parser, _HELP, ("store", "store_password_file", "store_schema"))
 
 
-def _add_operator_parsers(
-    store_actions: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
-) -> None:
+def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
     from ..custody._rules import CustodyState
 
     def action(name: str, text: str, description: str, exits: str = "") -> argparse.ArgumentParser:
-        parser = store_actions.add_parser(
+        parser = add_command(
+            store_actions,
             name,
             help=text,
             description=description,
             epilog=CONFIG_HELP + "\n" + exits + ("\n" if exits else "") + epilog,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         _store_options(parser)
         return parser

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..._cli_parsers import Subparsers, add_command, add_group, add_settings
 from ._command import _HELP as BRIDGE_HELP
-from ._command import _flag
 from ._config import env_name
 from ._worker_config import WORKER_SETTINGS
 
@@ -70,17 +70,16 @@ who leads: every bridge and worker process on a store stands as a lead candidate
 """
 
 
-def add_worker_parsers(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], epilog: str
-) -> None:
-    worker = sub.add_parser(
+def add_worker_parsers(sub: Subparsers, epilog: str) -> None:
+    actions = add_group(
+        sub,
         "worker",
         help="pool workers on any host: claim tasks from a custody store, run them, store replies",
         epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        dest="worker_command",
     )
-    actions = worker.add_subparsers(dest="worker_command", required=True, metavar="ACTION")
-    run = actions.add_parser(
+    run = add_command(
+        actions,
         "run",
         help="join a store's pool until SIGINT/SIGTERM",
         description=(
@@ -90,12 +89,8 @@ def add_worker_parsers(
             "delivers. SIGINT/SIGTERM stop it gracefully (runs finish or are handed back)."
         ),
         epilog=CONFIG_HELP + "\n" + epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("--config", type=Path, default=None, help="a TOML config file")
-    for setting in WORKER_SETTINGS:
-        text, kind = _HELP[setting]
-        run.add_argument(_flag(setting), dest=setting, type=kind, default=None, help=text)
+    add_settings(run, _HELP, WORKER_SETTINGS)
 
 
 def run_worker(args: argparse.Namespace) -> int:
