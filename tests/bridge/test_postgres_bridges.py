@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,7 +34,7 @@ from service._support import (
 )
 from tether.bridge import CustodyState, PostgresStore, write_token
 
-from .test_postgres_fleet import Child
+from .test_postgres_fleet import open_fleet
 
 WORKER_CHILD = Path(__file__).with_name("pg_pool_fleet_child.py")
 MESSAGES = 240
@@ -71,9 +70,7 @@ async def test_two_bridges_and_six_worker_processes_on_one_postgres(
     ids = await submit_many(gateway, [f"message {i}" for i in range(MESSAGES)], "pg")
 
     bridges: list[trio.Process] = []
-    workers: list[Child] = []
     logs = [tmp_path / "bridge-a.log", tmp_path / "bridge-b.log"]
-    changed = trio.Event()
     try:
         for n, log in enumerate(logs):
             env = bridge_env()
@@ -97,39 +94,32 @@ async def test_two_bridges_and_six_worker_processes_on_one_postgres(
             ]  # fmt: skip
             with open(log, "ab") as sink:  # noqa: ASYNC230 - a file handle for the child
                 bridges.append(await trio.lowlevel.open_process(args, stderr=sink, env=env))
-        async with trio.open_nursery() as nursery:
-            worker_env = {**os.environ, "FLEET_DSN": postgres_dsn}
-            for k in range(6):
-                process = await trio.lowlevel.open_process(
-                    # px0 holds its runs after three results, so the SIGKILL finds it holding
-                    # one for sure: seen between "start" and "done" of a 50 ms run, it often
-                    # was not on a loaded machine (the output of both came in one read)
-                    [
-                        sys.executable,
-                        str(WORKER_CHILD),
-                        "holder" if k == 0 else "worker",
-                        schema,
-                        f"px{k}",
-                        "0",
-                    ],
-                    stdout=subprocess.PIPE,
-                    env=worker_env,
-                )
-                child = Child(f"px{k}", process, changed)
-                workers.append(child)
-                nursery.start_soon(child.read)
-            victim = workers[0]
+        # px0 holds its runs after three results, so the SIGKILL finds it holding one for
+        # sure: seen between "start" and "done" of a 50 ms run, it often was not on a loaded
+        # machine (the output of both came in one read)
+        commands = [
+            (
+                f"px{k}",
+                [
+                    sys.executable,
+                    str(WORKER_CHILD),
+                    "holder" if k == 0 else "worker",
+                    schema,
+                    f"px{k}",
+                    "0",
+                ],
+            )
+            for k in range(6)
+        ]
+        async with open_fleet(commands, {**os.environ, "FLEET_DSN": postgres_dsn}) as fleet:
+            victim = fleet["px0"]
 
             def held() -> set[str]:
                 started = {line.split()[1] for line in victim.seen("start")}
                 return started - {line.split()[1] for line in victim.seen("done")}
 
             with trio.fail_after(60):
-                while not (len(victim.seen("done")) >= 2 and held()):
-                    await changed.wait()
-                    changed = trio.Event()
-                    for w in workers:
-                        w.changed = changed
+                await fleet.until(lambda: len(victim.seen("done")) >= 2 and bool(held()))
             victim.process.send_signal(signal.SIGKILL)
             lost_with_victim = held()
 
@@ -144,18 +134,14 @@ async def test_two_bridges_and_six_worker_processes_on_one_postgres(
                 return bool(await answered_count(gateway) >= MESSAGES)
 
             await wait_until(all_answered, limit_s=60, step=0.1)
-            nursery.cancel_scope.cancel()
         bridges[1].send_signal(signal.SIGTERM)
         with trio.fail_after(30):
             assert await bridges[1].wait() == 0, logs[1].read_text()[-2000:]
     finally:
-        for process in [*bridges, *(w.process for w in workers)]:
+        for process in bridges:
             if process.returncode is None:
                 process.kill()
             await process.wait()
-        for w in workers:
-            assert w.process.stdout is not None
-            await w.process.stdout.aclose()
 
     stats = await gateway.stats()
     assert stats["tasks"]["answered"] == MESSAGES  # the gateway keeps exactly one reply each
@@ -174,7 +160,7 @@ async def test_two_bridges_and_six_worker_processes_on_one_postgres(
                 assert rec.attempt >= 2
     finally:
         await watch.aclose()
-    done_by_workers = {line.split()[1] for w in workers for line in w.seen("done")}
+    done_by_workers = {line.split()[1] for w in fleet.children.values() for line in w.seen("done")}
     assert len(done_by_workers) >= MESSAGES // 4  # the worker processes really took work
     print(
         f"\nduplicates absorbed by the gateway: {stats['duplicate_results']}, "

@@ -15,7 +15,8 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
@@ -34,7 +35,7 @@ LEASE_S = 1.0
 class Child:
     name: str
     process: trio.Process
-    changed: trio.Event
+    fleet: Fleet
     lines: list[str] = attrs.field(factory=list)
 
     def seen(self, word: str) -> list[str]:
@@ -47,8 +48,50 @@ class Child:
             buffer += chunk
             *done, buffer = buffer.split(b"\n")
             self.lines += [line.decode() for line in done]
-            self.changed.set()
+            self.fleet.changed.set()
         # a last line without its newline was cut by the kill: not a promise
+
+
+@attrs.define(eq=False)
+class Fleet:
+    """Child processes that report what they do, one line at a time, on stdout."""
+
+    children: dict[str, Child] = attrs.field(factory=dict)
+    changed: trio.Event = attrs.field(factory=trio.Event)  # replaced after each wait
+
+    def __getitem__(self, name: str) -> Child:
+        return self.children[name]
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        """Until ``predicate`` holds, re-checked whenever a child has said something."""
+        while not predicate():
+            await self.changed.wait()
+            self.changed = trio.Event()
+
+
+@asynccontextmanager
+async def open_fleet(
+    commands: Sequence[tuple[str, list[str]]], env: dict[str, str]
+) -> AsyncIterator[Fleet]:
+    """Start one process per (name, argv); on the way out SIGKILL those still running."""
+    fleet = Fleet()
+    try:
+        async with trio.open_nursery() as nursery:
+            for name, argv in commands:
+                process = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, env=env)
+                fleet.children[name] = child = Child(name, process, fleet)
+                nursery.start_soon(child.read)
+            yield fleet
+            for child in fleet.children.values():
+                if child.process.returncode is None:
+                    child.process.send_signal(signal.SIGKILL)
+    finally:
+        for child in fleet.children.values():
+            if child.process.returncode is None:
+                child.process.kill()
+            await child.process.wait()
+            assert child.process.stdout is not None
+            await child.process.stdout.aclose()
 
 
 @pytest.mark.slow
@@ -59,51 +102,25 @@ async def test_two_bridges_and_six_workers_survive_sigkills(postgres_dsn: str) -
     roles = [("bridge", "b0"), ("bridge", "b1")]
     roles += [("holder", "w0")] + [("worker", f"w{k}") for k in range(1, 5)]
     roles += [("staller", "w5")]
-    children: list[Child] = []
-    changed = trio.Event()  # set whenever a child says something; replaced after each wait
-
-    async def until(predicate: Callable[[], bool]) -> None:
-        nonlocal changed
-        while not predicate():
-            await changed.wait()
-            changed = trio.Event()
-            for child in children:
-                child.changed = changed
-
-    try:
-        async with trio.open_nursery() as nursery:
-            for mode, name in roles:
-                process = await trio.lowlevel.open_process(
-                    [sys.executable, str(CHILD), mode, schema, name, str(TOTAL), str(LEASE_S)],
-                    stdout=subprocess.PIPE,
-                    env=env,
-                )
-                child = Child(name, process, changed)
-                children.append(child)
-                nursery.start_soon(child.read)
-            by_name = {c.name: c for c in children}
-            with trio.fail_after(90):
-                # kill w0 while it holds a lease, after it has done some work (it holds its
-                # sixth claim until killed)
-                w0, b0 = by_name["w0"], by_name["b0"]
-                await until(lambda: bool(w0.seen("holding")))
-                w0.process.send_signal(signal.SIGKILL)
-                await until(lambda: len(b0.seen("delivered")) >= TOTAL // 4)
-                b0.process.send_signal(signal.SIGKILL)
-                # the store is the source of truth: poll it
-                while (await watch.counts())[CustodyState.DELIVERED] < TOTAL:  # noqa: ASYNC110
-                    await trio.sleep(0.1)
-                await until(lambda: bool(by_name["w5"].seen("fenced")))  # the staller wakes up
-            for child in children:
-                if child.process.returncode is None:
-                    child.process.send_signal(signal.SIGKILL)
-    finally:
-        for child in children:
-            if child.process.returncode is None:
-                child.process.kill()
-            await child.process.wait()
-            assert child.process.stdout is not None
-            await child.process.stdout.aclose()
+    commands = [
+        (name, [sys.executable, str(CHILD), mode, schema, name, str(TOTAL), str(LEASE_S)])
+        for mode, name in roles
+    ]
+    async with open_fleet(commands, env) as fleet:
+        with trio.fail_after(90):
+            # kill w0 while it holds a lease, after it has done some work (it holds its sixth
+            # claim until killed)
+            w0, b0 = fleet["w0"], fleet["b0"]
+            await fleet.until(lambda: bool(w0.seen("holding")))
+            w0.process.send_signal(signal.SIGKILL)
+            await fleet.until(lambda: len(b0.seen("delivered")) >= TOTAL // 4)
+            b0.process.send_signal(signal.SIGKILL)
+            # the store is the source of truth: poll it
+            while (await watch.counts())[CustodyState.DELIVERED] < TOTAL:  # noqa: ASYNC110
+                await trio.sleep(0.1)
+            await fleet.until(lambda: bool(fleet["w5"].seen("fenced")))  # the staller wakes up
+    children = list(fleet.children.values())
+    by_name = fleet.children
     try:
         ids = {f"t{i}" for i in range(TOTAL)}
         counts = await watch.counts()
@@ -154,54 +171,28 @@ async def test_pool_leads_and_workers_on_postgres_survive_sigkills(postgres_dsn:
     env = {**os.environ, "FLEET_DSN": postgres_dsn}
     roles = [("bridge", "b0"), ("bridge", "b1"), ("holder", "w0")]
     roles += [("worker", f"w{k}") for k in range(1, 6)]
-    children: list[Child] = []
-    changed = trio.Event()
+    commands = [
+        (name, [sys.executable, str(POOL_CHILD), role, schema, name, str(total)])
+        for role, name in roles
+    ]
+    async with open_fleet(commands, env) as fleet:
+        w0, b0 = fleet["w0"], fleet["b0"]
+        with trio.fail_after(90):
+            # w0 holds its runs after three results: it dies holding one, for sure
+            await fleet.until(lambda: bool(w0.seen("holding")))
+            w0.process.send_signal(signal.SIGKILL)
+            await fleet.until(lambda: len(b0.seen("delivered")) >= total // 4)
+            b0.process.send_signal(signal.SIGKILL)
+            # the store is the source of truth: poll it
+            while (await watch.counts())[CustodyState.DELIVERED] < total:  # noqa: ASYNC110
+                await trio.sleep(0.1)
+    children = list(fleet.children.values())
+    by_name = fleet.children
 
-    async def until(predicate: Callable[[], bool]) -> None:
-        nonlocal changed
-        while not predicate():
-            await changed.wait()
-            changed = trio.Event()
-            for child in children:
-                child.changed = changed
+    def held(child: Child) -> set[str]:
+        started = {line.split()[1] for line in child.seen("start")}
+        return started - {line.split()[1] for line in child.seen("done")}
 
-    try:
-        async with trio.open_nursery() as nursery:
-            for role, name in roles:
-                process = await trio.lowlevel.open_process(
-                    [sys.executable, str(POOL_CHILD), role, schema, name, str(total)],
-                    stdout=subprocess.PIPE,
-                    env=env,
-                )
-                child = Child(name, process, changed)
-                children.append(child)
-                nursery.start_soon(child.read)
-            by_name = {c.name: c for c in children}
-            w0, b0 = by_name["w0"], by_name["b0"]
-
-            def held(child: Child) -> set[str]:
-                started = {line.split()[1] for line in child.seen("start")}
-                return started - {line.split()[1] for line in child.seen("done")}
-
-            with trio.fail_after(90):
-                # w0 holds its runs after three results: it dies holding one, for sure
-                await until(lambda: bool(w0.seen("holding")))
-                w0.process.send_signal(signal.SIGKILL)
-                await until(lambda: len(b0.seen("delivered")) >= total // 4)
-                b0.process.send_signal(signal.SIGKILL)
-                # the store is the source of truth: poll it
-                while (await watch.counts())[CustodyState.DELIVERED] < total:  # noqa: ASYNC110
-                    await trio.sleep(0.1)
-            for child in children:
-                if child.process.returncode is None:
-                    child.process.send_signal(signal.SIGKILL)
-    finally:
-        for child in children:
-            if child.process.returncode is None:
-                child.process.kill()
-            await child.process.wait()
-            assert child.process.stdout is not None
-            await child.process.stdout.aclose()
     try:
         counts = await watch.counts()
         assert counts[CustodyState.DELIVERED] == sum(counts.values()) == total
