@@ -225,8 +225,19 @@ async def test_output_into_a_closed_pipe_exits_quietly_with_141(
     assert (result.returncode, err) == (141, "")
 
 
-async def test_an_agent_refused_for_its_policy_is_a_configuration_error(tmp_path: Path) -> None:
-    """Issue 21.8: it exited 1 (an unknown module exits 2); both are configuration errors."""
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bridge", "run", "--gateway", "http://127.0.0.1:9", "--token-file", "{tmp}/token"],
+        ["worker", "run"],
+    ],
+    ids=["bridge", "worker"],
+)
+async def test_an_agent_refused_for_its_policy_is_a_configuration_error(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """Issue 21.8: it exited 1 (an unknown module exits 2); both are configuration errors.
+    A worker process makes the same check as a bridge before it creates anything."""
     (tmp_path / "drop_agent.py").write_text(
         "def factory(session):\n"
         "    async def handle(task):\n"
@@ -238,14 +249,9 @@ async def test_an_agent_refused_for_its_policy_is_a_configuration_error(tmp_path
             sys.executable,
             "-m",
             "tether._cli",
-            "bridge",
-            "run",
+            *(word.format(tmp=tmp_path) for word in command),
             "--agent",
             "drop_agent:factory",
-            "--gateway",
-            "http://127.0.0.1:9",
-            "--token-file",
-            str(tmp_path / "token"),
             "--store",
             str(tmp_path / "data" / "custody.db"),
         ],

@@ -386,16 +386,10 @@ def run_bridge(args: argparse.Namespace) -> int:
     from ._config import load_config, prepare_data_dir
 
     config = load_config(file=args.config, flags=_flags(args, SETTINGS))
-    from ..pool._agent import AgentLoadError, check_agent, load_agent
-    from ._config import ConfigError
+    from ._command_startup import admin_announcer, load_checked_agent
     from ._service import BridgeService  # after the config: a typo is reported at once
 
-    try:
-        factory = load_agent(config.agent)
-        trio.run(check_agent, config.agent, factory)  # its policy, before anything is created
-    except AgentLoadError as exc:
-        raise ConfigError(str(exc)) from None
-
+    factory = load_checked_agent(config.agent)
     configure_logging(config.log_level, config.log_format)
     prepare_data_dir(config)
     if config.admin_port is not None and ensure_token_file(config.admin_token_file):
@@ -407,15 +401,6 @@ def run_bridge(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-
-    def admin_ready(port: int) -> None:
-        host = f"[{config.admin_host}]" if ":" in config.admin_host else config.admin_host
-        print(
-            f"tether bridge: admin endpoint http://{host}:{port} "
-            f"(token in {config.admin_token_file})",
-            file=sys.stderr,
-            flush=True,
-        )
-
+    admin_ready = admin_announcer("tether bridge", config.admin_host, config.admin_token_file)
     trio.run(BridgeService(config, factory=factory, admin_ready=admin_ready).run_until_signal)
     return 0

@@ -98,20 +98,14 @@ def run_worker(args: argparse.Namespace) -> int:
 
     from ..._logging import configure_logging
     from ..._token_file import ensure_token_file
-    from ._config import ConfigError
     from ._worker_config import load_worker_config, prepare_worker_dirs
 
     flags = {name: getattr(args, name) for name in WORKER_SETTINGS if hasattr(args, name)}
     config = load_worker_config(file=args.config, flags=flags)
-    from ..pool._agent import AgentLoadError, load_agent
+    from ._command_startup import admin_announcer, load_checked_agent
     from ._worker_service import WorkerService
 
-    factory = None
-    if config.exchange is None:
-        try:
-            factory = load_agent(config.agent_spec)
-        except AgentLoadError as exc:
-            raise ConfigError(str(exc)) from None
+    factory = None if config.exchange is not None else load_checked_agent(config.agent_spec)
     configure_logging(config.log_level, config.log_format)
     prepare_worker_dirs(config)
     if config.admin_port is not None and ensure_token_file(config.admin_token_file):
@@ -128,16 +122,8 @@ def run_worker(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-
-    def admin_ready(port: int) -> None:
-        host = f"[{config.admin_host}]" if ":" in config.admin_host else config.admin_host
-        print(
-            f"tether worker: admin endpoint http://{host}:{port} "
-            f"(token in {config.admin_token_file})",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    service.admin_ready = admin_ready
+    service.admin_ready = admin_announcer(
+        "tether worker", config.admin_host, config.admin_token_file
+    )
     trio.run(service.run_until_signal)
     return 0
