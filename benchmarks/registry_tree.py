@@ -8,7 +8,10 @@ its own ``trio.run`` (on a ``MockClock`` jumped every 5,000 spawns, so the tasks
 distinct start times that two registries read alike); the figure is the median CPU time
 (``time.process_time``, steadier than wall time on a shared machine) of ``--rounds`` calls,
 in microseconds per live task, and its ratio to the bar: <= 2.5 us per task at 1M for both
-(issue #19), and the cost at 1M close to the cost at 10k (linear).
+(issue #19), and the cost at 1M close to the cost at 10k (linear). The ``floor`` line is a
+bare pass over the tasks (each one's nursery and name read, nothing built): its own growth
+with the size is the CPU caches' (10k tasks fit, 1M do not), so "x the floor" staying flat
+across sizes is what linear means on real hardware.
 
 ``--baseline PATH`` compares with another version of the registry in the same run: PATH is a
 ``_registry.py`` (e.g. main's checkout), loaded as a second module and installed as a second
@@ -52,6 +55,17 @@ async def _group() -> None:
         await trio.sleep_forever()
 
 
+def _floor(registry: TaskRegistry) -> int:
+    """The least any query must do: visit each live task and read its nursery and name (no
+    output). Its growth from 10k to 1M is the memory hierarchy's (10k tasks fit in the CPU's
+    caches, 1M do not), not the algorithm's; a query that grows no faster is linear."""
+    total = 0
+    for task in registry._live.copy():
+        if task.parent_nursery is not None:
+            total += len(task.name)
+    return total
+
+
 def _load_baseline(path: str) -> ModuleType:
     """``path`` as the module ``tether._registry_baseline`` (its relative imports resolve
     inside this ``tether``)."""
@@ -71,7 +85,7 @@ def _same_output(name: str, ours: Any, theirs: Any) -> bool:
 
 
 async def _measure(
-    n: int, rounds: int, baseline: ModuleType | None, clock: trio.testing.MockClock
+    n: int, rounds: int, baseline: ModuleType | None, floor: bool, clock: trio.testing.MockClock
 ) -> dict[str, list[float]]:
     registries: dict[str, Any] = {"new": TaskRegistry()}
     if baseline is not None:
@@ -97,6 +111,8 @@ async def _measure(
         for version, registry in registries.items():
             calls[f"render_tree {version}"] = functools.partial(registry.render_tree, now=now)
             calls[f"snapshot {version}"] = registry.snapshot
+        if floor:
+            calls["floor"] = functools.partial(_floor, registries["new"])
         if baseline is not None:
             for name in QUERIES:
                 if not _same_output(name, calls[f"{name} new"](), calls[f"{name} main"]()):
@@ -120,23 +136,28 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline", metavar="PATH", help="another _registry.py to compare")
+    parser.add_argument("--no-floor", action="store_true", help="skip the bare-pass floor line")
     args = parser.parse_args()
     baseline = _load_baseline(args.baseline) if args.baseline else None
     first: dict[str, float] = {}
     for n in (int(s) for s in args.sizes.split(",")):
         gc.collect()
         clock = trio.testing.MockClock()  # time moves only when jumped: both versions agree
-        times = trio.run(_measure, n, args.rounds, baseline, clock, clock=clock)
+        times = trio.run(_measure, n, args.rounds, baseline, not args.no_floor, clock, clock=clock)
+        floor = statistics.median(times["floor"]) if "floor" in times else None
         for key, values in times.items():
             median = statistics.median(values)
             first.setdefault(key, median)
             line = (
                 f"{n:>9} tasks  {key:<16} {median:5.2f} us/task "
                 f"(spread {max(values) - min(values):.2f}, n={len(values)})  "
-                f"{median / BAR_US:.2f}x the {BAR_US} bar  {median / first[key]:.2f}x its "
-                f"first size"
+                f"{median / first[key]:.2f}x its first size"
             )
-            name, version = key.rsplit(" ", 1)
+            if key != "floor":
+                line += f"  {median / BAR_US:.2f}x the {BAR_US} bar"
+                if floor:
+                    line += f"  {median / floor:.1f}x the floor"
+            name, _, version = key.partition(" ")
             if version == "new" and f"{name} main" in times:
                 line += f"  new/main {median / statistics.median(times[f'{name} main']):.2f}"
             print(line, flush=True)
