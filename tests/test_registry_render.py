@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import attrs
 import pytest
 import trio
 import trio.lowlevel
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tether import ALL_KINDS, TaskInfo, TaskRegistry, owned_by
-from tether._registry import TaskKind
+from tether._registry import _TASK_INFO_BUILDER, USER_ONLY, TaskKind
 
 
 @pytest.fixture
@@ -190,3 +193,104 @@ async def test_snapshot_records_are_pinned(
         assert by_name["kid-late"].started_at == parent.started_at + 5.0
         assert by_name["first"].parent_id == id(me)
         release.set()
+
+
+def test_a_record_built_without_init_is_the_same_value() -> None:
+    """``snapshot()`` fills the records' slots directly; the result must be exactly what the
+    public constructor makes (equal, same hash, frozen, every field set)."""
+    new, name, owner, kind, started, parent, task_id, parent_id = _TASK_INFO_BUILDER
+    fast = new(TaskInfo)
+    name(fast, "n")
+    owner(fast, None)
+    kind(fast, "system")
+    started(fast, 2.5)
+    parent(fast, "p")
+    task_id(fast, 7)
+    parent_id(fast, 9)
+    made = TaskInfo("n", None, "system", 2.5, "p", 7, 9)
+    assert fast == made
+    assert hash(fast) == hash(made)
+    assert attrs.asdict(fast) == attrs.asdict(made)
+    assert repr(fast) == repr(made)
+    assert fast != attrs.evolve(made, parent_id=None)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fast.name = "other"  # type: ignore[misc]
+
+
+# a random tree: each node is (owner, two nurseries?, restart its age?, children)
+_Node = tuple[str | None, bool, bool, tuple["_Node", ...]]
+_nodes: st.SearchStrategy[_Node] = st.deferred(
+    lambda: st.tuples(
+        st.sampled_from([None, "a", "b"]),
+        st.booleans(),
+        st.booleans(),
+        st.lists(_nodes, max_size=4).map(tuple) | st.just(()),
+    )
+)
+
+
+def _reference_snapshot(registry: TaskRegistry, kinds: frozenset[TaskKind]) -> list[TaskInfo]:
+    """``snapshot()`` the plain way: a record per entry through the constructor, the parent
+    read from each task, then a stable sort on the start time."""
+    infos = []
+    for task, owner, kind, started in registry.entries(kinds=kinds):
+        nursery = task.parent_nursery
+        parent = None if nursery is None else nursery.parent_task
+        infos.append(
+            TaskInfo(
+                task.name,
+                owner,
+                kind,
+                started,
+                None if parent is None else parent.name,
+                id(task),
+                None if parent is None else id(parent),
+            )
+        )
+    return sorted(infos, key=lambda info: info.started_at)
+
+
+@settings(max_examples=60, deadline=None)
+@given(forest=st.lists(_nodes, min_size=1, max_size=6))
+async def test_random_trees_agree_with_the_references(forest: list[_Node]) -> None:
+    """Any shape (depth, nurseries per parent, owners, ages restarted out of spawn order):
+    ``snapshot()`` equals the plain construction and ``render_tree()`` the plain drawing."""
+    registry = TaskRegistry()
+    trio.lowlevel.add_instrument(registry)
+    registry.adopt_running()
+    release = trio.Event()
+    spawned: list[trio.lowlevel.Task] = []
+    restart: list[trio.lowlevel.Task] = []
+
+    async def node(spec: _Node) -> None:
+        _, two_nurseries, restarted, children = spec
+        me = trio.lowlevel.current_task()
+        spawned.append(me)
+        if restarted:
+            restart.append(me)
+        async with trio.open_nursery() as first, trio.open_nursery() as second:
+            for k, child in enumerate(children):
+                target = second if two_nurseries and k % 2 else first
+                with owned_by(child[0]) if child[0] else _no_owner():
+                    target.start_soon(node, child, name=f"n{len(spawned)}-{k}")
+                await trio.lowlevel.checkpoint()  # a new scheduler pass: a later start time
+            await release.wait()
+
+    async with trio.open_nursery() as nursery:
+        for k, spec in enumerate(forest):
+            with owned_by(spec[0]) if spec[0] else _no_owner():
+                nursery.start_soon(node, spec, name=f"top-{k % 2}")  # names shared
+        await trio.testing.wait_all_tasks_blocked()
+        await trio.lowlevel.checkpoint()
+        for task in restart:
+            registry.mark_started(task)  # later than tasks spawned after it
+        now = trio.current_time() + 0.5
+        user = registry.snapshot()
+        assert {info.task_id for info in user} == {id(task) for task in spawned}
+        filters: tuple[frozenset[TaskKind], ...] = (USER_ONLY, ALL_KINDS, frozenset({"system"}))
+        for kinds in filters:
+            infos = registry.snapshot(kinds=kinds)
+            assert infos == _reference_snapshot(registry, kinds)
+            assert registry.render_tree(kinds=kinds, now=now) == _reference_tree(infos, now)
+        release.set()
+    trio.lowlevel.remove_instrument(registry)

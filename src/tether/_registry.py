@@ -50,6 +50,42 @@ class TaskInfo:
     parent_id: int | None = None
 
 
+def _task_info_builder() -> tuple[
+    Callable[[type[TaskInfo]], TaskInfo],
+    Callable[[TaskInfo, str], None],
+    Callable[[TaskInfo, str | None], None],
+    Callable[[TaskInfo, TaskKind], None],
+    Callable[[TaskInfo, float], None],
+    Callable[[TaskInfo, str | None], None],
+    Callable[[TaskInfo, int], None],
+    Callable[[TaskInfo, int | None], None],
+]:
+    """``object.__new__`` and one slot setter per field, in field order: how ``snapshot()``
+    builds a million records without the generated ``__init__`` (which sets each field of a
+    frozen class through ``object.__setattr__``: ~1.5x the cost, measured). ``TaskInfo`` has no
+    defaults to apply, converters or validators for it to skip, so a record built this way
+    is the same value (the tests compare the two); a new field must be added here too, and
+    the check below refuses to import until it is."""
+    fields = tuple(a.name for a in attrs.fields(TaskInfo))
+    expected = ("name", "owner", "kind", "started_at", "parent", "task_id", "parent_id")
+    if fields != expected:  # pragma: no cover - guards a future edit of TaskInfo
+        raise TypeError(f"_task_info_builder sets {expected}, TaskInfo has {fields}")
+    slots = vars(TaskInfo)
+    return (
+        object.__new__,
+        slots["name"].__set__,
+        slots["owner"].__set__,
+        slots["kind"].__set__,
+        slots["started_at"].__set__,
+        slots["parent"].__set__,
+        slots["task_id"].__set__,
+        slots["parent_id"].__set__,
+    )
+
+
+_TASK_INFO_BUILDER = _task_info_builder()
+
+
 @attrs.define(eq=False)
 class TaskRegistry(trio.abc.Instrument):
     """Every live task, keyed by its ``trio.lowlevel.Task`` object.
@@ -196,24 +232,25 @@ class TaskRegistry(trio.abc.Instrument):
 
     def _rows(self, kinds: Iterable[TaskKind]) -> list[_Row]:
         """``(task, parent, owner, kind, started_at, name)`` per live task of the given kinds,
-        in spawn order: the one pass every tree query shares, linear in the live tasks.
+        in spawn order: the pass behind ``entries()`` and ``current_tasks()``, linear in the
+        live tasks.
 
         A task's kind is its parent's (the harness's children aside, see ``_Classifier``), so
         it is decided once per *nursery* and shared by all the nursery's children: the pass
         costs one attribute read and one lookup in a small table per task, and touches each
-        task object once (its name is read while it is in the cache).
+        task object once (its name is read while it is in the cache). ``snapshot()`` and
+        ``render_tree()`` make the same pass but build their own output in it.
         """
         wanted = frozenset(kinds)
         classify = _Classifier()
-        memo = classify.memo
-        root = classify.root
         # nursery -> (its parent task, the kind all its children inherit, shown?), for the
         # nurseries whose children inherit their parent's kind
-        nurseries: dict[trio.Nursery | None, tuple[trio.lowlevel.Task, TaskKind, bool]] = {}
+        nurseries: dict[trio.Nursery | None, tuple[trio.lowlevel.Task | None, TaskKind, bool]] = {}
         rows: list[_Row] = []
         append = rows.append
-        parent: trio.lowlevel.Task | None
-        for task, entry in list(self._live.items()):
+        # a copy taken in one C call (a caller in another thread cannot change it under us),
+        # iterated without building a pair per task
+        for task, entry in self._live.copy().items():
             nursery = task.parent_nursery
             known = nurseries.get(nursery)
             if known is not None:
@@ -221,36 +258,66 @@ class TaskRegistry(trio.abc.Instrument):
                 if not keep:
                     continue
             else:
-                parent = None if nursery is None else nursery.parent_task
-                kind = classify(task)
-                if parent is not None and parent is not root:
-                    parent_kind = memo.get(parent)
-                    if parent_kind is not None and parent_kind != "harness":
-                        nurseries[nursery] = (parent, kind, kind in wanted)
+                parent, kind, shared = classify.in_nursery(task, nursery)
+                if shared:
+                    nurseries[nursery] = (parent, kind, kind in wanted)
                 if kind not in wanted:
                     continue
-            if isinstance(entry, tuple):
-                append((task, parent, entry[0], kind, entry[1], task.name))
+            if entry.__class__ is tuple:
+                owner, started = entry
+                append((task, parent, owner, kind, started, task.name))
             else:
-                append((task, parent, None, kind, entry, task.name))
+                append((task, parent, None, kind, entry, task.name))  # type: ignore[arg-type]
         return rows
 
     def snapshot(self, *, kinds: Iterable[TaskKind] = USER_ONLY) -> list[TaskInfo]:
-        """Frozen records of the live tasks, oldest first."""
+        """Frozen records of the live tasks, oldest first.
+
+        One pass builds the records directly (no intermediate row per task), filling their
+        slots with ``_TASK_INFO_BUILDER`` rather than the generated ``__init__``: at a million
+        tasks the records' construction is most of the query's cost.
+        """
+        wanted = frozenset(kinds)
+        new, set_name, set_owner, set_kind, set_started, set_parent, set_id, set_parent_id = (
+            _TASK_INFO_BUILDER
+        )
         with _gc_paused():
-            rows = self._rows(kinds)
-            rows.sort(key=_ROW_STARTED)  # stable: spawn order breaks ties
-            parent_names: dict[trio.lowlevel.Task | None, tuple[str | None, int | None]] = {
-                None: (None, None)
-            }
+            classify = _Classifier()
+            # nursery -> (kind, parent name, parent id) shared by its children, or () when
+            # they are not shown; only for nurseries whose children inherit the parent's kind
+            nurseries: dict[trio.Nursery | None, tuple[()] | _Shared] = {}
             infos: list[TaskInfo] = []
             append = infos.append
-            for task, parent, owner, kind, started, name in rows:
-                of_parent = parent_names.get(parent)
-                if of_parent is None:
-                    assert parent is not None
-                    of_parent = parent_names[parent] = (parent.name, id(parent))
-                append(TaskInfo(name, owner, kind, started, of_parent[0], id(task), of_parent[1]))
+            for task, entry in self._live.copy().items():
+                nursery = task.parent_nursery
+                known = nurseries.get(nursery)
+                if known is None:
+                    parent, kind, shared = classify.in_nursery(task, nursery)
+                    known = (
+                        ()
+                        if kind not in wanted
+                        else (kind, None, None)
+                        if parent is None
+                        else (kind, parent.name, id(parent))
+                    )
+                    if shared:
+                        nurseries[nursery] = known
+                if not known:
+                    continue
+                info = new(TaskInfo)
+                if entry.__class__ is tuple:
+                    set_owner(info, entry[0])
+                    set_started(info, entry[1])
+                else:
+                    set_owner(info, None)
+                    set_started(info, entry)  # type: ignore[arg-type]
+                set_name(info, task.name)
+                set_kind(info, known[0])
+                set_parent(info, known[1])
+                set_id(info, id(task))
+                set_parent_id(info, known[2])
+                append(info)
+            infos.sort(key=_INFO_STARTED)  # stable: spawn order breaks ties
             return infos
 
     def render_tree(
@@ -259,50 +326,66 @@ class TaskRegistry(trio.abc.Instrument):
         """The live task tree as text: one line per task with its owner and age.
 
         Tasks whose parent is not shown (a filtered-out kind, e.g. the test harness) are drawn
-        as roots, so no live task is ever missing from the picture. Linear in the live tasks
-        (iterative, so a deep chain of nested tasks cannot exhaust the recursion limit). Each
-        line is built in one format from pieces shared by many tasks (an age per distinct
-        start time, an owner's label per owner).
+        as roots, so no live task is ever missing from the picture. Linear in the live tasks:
+        one pass files each task straight into its parent's list of children (the list is
+        found once per nursery), then an explicit frame stack draws them (so a deep chain of
+        nested tasks cannot exhaust the recursion limit). Each line is built in one format
+        from pieces shared by many tasks (an age and owner label per distinct entry).
         """
         now = self.clock() if now is None else now
+        wanted = frozenset(kinds)
+        live = self._live
         with _gc_paused():
-            rows = self._rows(kinds)
-            shown = {row[0] for row in rows}
-            roots: list[_Row] = []
-            children: dict[trio.lowlevel.Task, list[_Row]] = {}
-            for row in rows:
-                parent = row[1]
-                if parent is not None and parent in shown:
-                    kids = children.get(parent)
-                    if kids is None:
-                        children[parent] = [row]
+            classify = _Classifier()
+            roots: list[_Drawn] = []
+            children: dict[trio.lowlevel.Task, list[_Drawn]] = {}
+            # nursery -> the list its children join (their parent's, or the roots when the
+            # parent is not shown), or None when they are not shown
+            nurseries: dict[trio.Nursery | None, list[_Drawn] | None] = {}
+            for task, entry in live.copy().items():
+                nursery = task.parent_nursery
+                kids = nurseries.get(nursery, _UNSEEN)
+                if kids is _UNSEEN:
+                    parent, kind, shared = classify.in_nursery(task, nursery)
+                    if kind not in wanted:
+                        kids = None
+                    elif parent is not None and parent in live and classify(parent) in wanted:
+                        kids = children.get(parent)
+                        if kids is None:
+                            kids = children[parent] = []
                     else:
-                        kids.append(row)
-                else:
-                    roots.append(row)
+                        kids = roots
+                    if shared:
+                        nurseries[nursery] = kids
+                if kids is None:
+                    continue
+                started = entry if entry.__class__ is float else entry[1]  # type: ignore[index]
+                kids.append((started, entry, task.name, task))
+            count = len(roots)
             for kids in children.values():
+                count += len(kids)
                 if len(kids) > 1:
-                    kids.sort(key=_ROW_STARTED)  # stable: spawn order breaks ties
-            roots.sort(key=_ROW_STARTED)
+                    kids.sort(key=_DRAWN_STARTED)  # stable: spawn order breaks ties
+            roots.sort(key=_DRAWN_STARTED)
 
-            # "<name><owner>  <age>": the part after the name, per (owner, start time)
-            tails: dict[object, str] = {}
-            lines = [f"{len(rows)} live task{'s' if len(rows) != 1 else ''}"]
+            # "<name><owner>  <age>": the part after the name, per entry (start time, owner)
+            tails: dict[_Entry, str] = {}
+            lines = [f"{count} live task{'s' if count != 1 else ''}"]
             append = lines.append
             # frames of (siblings, next index, prefix); a task with children suspends its
             # frame after its own line and draws its children's frame first
-            frames: list[tuple[list[_Row], int, str]] = [(roots, 0, "")]
+            frames: list[tuple[list[_Drawn], int, str]] = [(roots, 0, "")]
             while frames:
-                kids, i, prefix = frames.pop()
-                end = len(kids) - 1
+                siblings, i, prefix = frames.pop()
+                end = len(siblings) - 1
                 middle = prefix + "├── "
                 while i <= end:
-                    task, _, owner, _, started, name = kids[i]
-                    key = started if owner is None else (owner, started)
-                    tail = tails.get(key)
+                    _, entry, name, task = siblings[i]
+                    tail = tails.get(entry)
                     if tail is None:
+                        owner, started = _decode(entry)
                         owner_txt = f" [{owner}]" if owner else ""
-                        tail = tails[key] = f"{owner_txt}  {_age(now - started)}"
+                        tail = tails[entry] = f"{owner_txt}  {_age(now - started)}"
                     below = children.get(task)
                     if i == end:
                         append(f"{prefix}└── {name}{tail}")
@@ -312,7 +395,7 @@ class TaskRegistry(trio.abc.Instrument):
                     append(f"{middle}{name}{tail}")
                     i += 1
                     if below:
-                        frames.append((kids, i, prefix))
+                        frames.append((siblings, i, prefix))
                         frames.append((below, 0, prefix + "│   "))
                         break
             return "\n".join(lines)
@@ -323,7 +406,13 @@ class TaskRegistry(trio.abc.Instrument):
 
 _Entry = float | tuple[str, float]
 _Row = tuple[trio.lowlevel.Task, trio.lowlevel.Task | None, str | None, TaskKind, float, str]
-_ROW_STARTED = operator.itemgetter(4)
+# render_tree's row: (started_at, entry, name, task), sorted on the first
+_Drawn = tuple[float, _Entry, str, trio.lowlevel.Task]
+_DRAWN_STARTED = operator.itemgetter(0)
+# snapshot's per-nursery share: (kind, parent name, parent id)
+_Shared = tuple[TaskKind, str | None, int | None]
+_INFO_STARTED = operator.attrgetter("started_at")
+_UNSEEN: list[_Drawn] = []  # a marker: "this nursery has not been looked at yet"
 
 
 def _encode(owner: str | None, started: float) -> _Entry:
@@ -345,10 +434,6 @@ def _age(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.1f}s"
     return f"{seconds / 60:.1f}m"
-
-
-def _started_at(info: TaskInfo) -> float:
-    return info.started_at
 
 
 @contextlib.contextmanager
@@ -411,6 +496,21 @@ class _Classifier:
                 kind = "user"
             memo[t] = kind
         return memo.get(task, kind)
+
+    def in_nursery(
+        self, task: trio.lowlevel.Task, nursery: trio.Nursery | None
+    ) -> tuple[trio.lowlevel.Task | None, TaskKind, bool]:
+        """``(parent, kind, shared)`` for ``task`` in ``nursery``: ``shared`` says every other
+        child of that nursery has the same parent and kind, so a query may decide them once
+        per nursery. Not for the root's nurseries nor the harness main's (where a child's
+        kind depends on its own name), nor when the parent's kind is unknown."""
+        parent = None if nursery is None else nursery.parent_task
+        kind = self(task)
+        shared = False
+        if parent is not None and parent is not self.root:
+            parent_kind = self.memo.get(parent)
+            shared = parent_kind is not None and parent_kind != "harness"
+        return parent, kind, shared
 
     def _top_level_kind(
         self, task: trio.lowlevel.Task, parent: trio.lowlevel.Task | None
