@@ -174,3 +174,67 @@ async def test_a_commit_with_new_tasks_rings_the_pool_and_a_replay_round_does_no
     again = await ingest.run_once(wait=1)
     assert (again.ingested, again.replays) == ((), (task_id,))
     assert not wakeups.lead.is_set()  # nothing new: no sweep needed
+
+
+@attrs.define(eq=False)
+class AcksHeld:
+    """A real gateway client whose ``ack_many`` calls wait until ``release`` is set."""
+
+    inner: GatewayClient
+    release: trio.Event = attrs.field(factory=trio.Event)
+    held: list[list[str]] = attrs.field(factory=list)
+    acked: list[str] = attrs.field(factory=list)
+
+    async def ack_many(self, task_ids: Sequence[str]) -> list[Any]:
+        self.held.append(list(task_ids))
+        await self.release.wait()
+        refused = await self.inner.ack_many(task_ids)
+        self.acked.extend(task_ids)
+        return refused
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_the_next_poll_goes_out_while_a_rounds_ack_is_on_its_way(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    held = AcksHeld(client)
+    ingest = Ingest(store, held, poll_wait=5.0)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ingest.run)
+        first = await gateway.submit("first")
+
+        async def first_ack_held() -> bool:
+            return len(held.held) == 1
+
+        await wait_until(first_ack_held)
+        second = await gateway.submit("second")
+
+        async def second_ack_held() -> bool:  # polled, committed, acking: no ack answered yet
+            return len(held.held) == 2
+
+        await wait_until(second_ack_held)
+        assert await store.state(second) is CustodyState.PENDING
+        assert held.acked == []
+        # each ack after its own round's commit (the first may come back in the second round:
+        # its 1 s gateway lease can run out while its ack is held; a replay, acked again)
+        assert held.held[0] == [first]
+        assert second in held.held[1]
+        held.release.set()
+
+        async def both_acked() -> bool:
+            return set(held.acked) == {first, second}
+
+        await wait_until(both_acked)
+        nursery.cancel_scope.cancel()
+    assert (await gateway.message(first))["status"] == "acked"
+    assert (await gateway.message(second))["status"] == "acked"
+
+
+async def test_acks_in_flight_must_be_a_positive_int(
+    store: SqliteStore, client: GatewayClient
+) -> None:
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="acks_in_flight must be an int >= 1"):
+            Ingest(store, client, acks_in_flight=bad)  # type: ignore[arg-type]
