@@ -238,3 +238,57 @@ async def test_acks_in_flight_must_be_a_positive_int(
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="acks_in_flight must be an int >= 1"):
             Ingest(store, client, acks_in_flight=bad)  # type: ignore[arg-type]
+
+
+@attrs.define(eq=False)
+class CommitsHeld:
+    """A real store whose ``ingest_many`` calls wait until ``release`` is set."""
+
+    inner: SqliteStore
+    release: trio.Event = attrs.field(factory=trio.Event)
+    held: list[list[str]] = attrs.field(factory=list)
+
+    async def ingest_many(
+        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = "concurrent"
+    ) -> list[bool]:
+        self.held.append([task.id for task in tasks])
+        await self.release.wait()
+        return await self.inner.ingest_many(tasks, room_policy=room_policy)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_the_next_poll_goes_out_while_a_round_commits_and_rounds_commit_in_order(
+    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+) -> None:
+    held = CommitsHeld(store)
+    ingest = Ingest(held, client, poll_wait=5.0)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ingest.run)
+        first = await gateway.submit("first")
+
+        async def first_commit_held() -> bool:
+            return len(held.held) == 1
+
+        await wait_until(first_commit_held)
+        second = await gateway.submit("second")
+
+        async def second_polled() -> bool:  # leased to the bridge while the first commits
+            return bool((await gateway.message(second))["status"] == "leased")
+
+        await wait_until(second_polled)
+        assert held.held == [[first]]  # the second round waits for the first's commit
+        assert await store.state(first) is None
+        held.release.set()
+
+        async def both_acked() -> bool:
+            states = [(await gateway.message(id))["status"] for id in (first, second)]
+            return states == ["acked", "acked"]
+
+        await wait_until(both_acked)
+        nursery.cancel_scope.cancel()
+    # committed in poll order (the first may come back with the second: its 1 s gateway lease
+    # can run out while its commit is held; a replay)
+    assert held.held[0] == [first]
+    assert second in held.held[1]
