@@ -18,9 +18,11 @@ reply (``answered_at``):
 Phases (each a fresh gateway, bridge and files): the maximum rate (``BURST`` messages queued
 first, then drained), light load (``LIGHT_RATE`` msg/s for ``LIGHT_S`` s) and 80% of the
 maximum (for ``LOADED_S`` s), with a lead and leaderless. p50/p99 in milliseconds; the goal at
-light load is a p99 under 20 ms added. The environment may set ``BURST``, ``LIGHT_RATE``,
-``LIGHT_S``, ``LOADED_S``, ``MODES`` (``lead,leaderless``), ``PHASES`` (``max,light,loaded``)
-and ``MAX_RATE`` (the maximum the 80% phase takes when ``max`` is not run).
+light load is a p99 under 20 ms added. Before its load, the light phase's bridge idles for
+``IDLE_S`` seconds and its CPU use is printed (wake-ups must not cost an idle bridge CPU: no
+busy polling). The environment may set ``BURST``, ``LIGHT_RATE``, ``LIGHT_S``, ``LOADED_S``,
+``IDLE_S``, ``MODES`` (``lead,leaderless``), ``PHASES`` (``max,light,loaded``) and
+``MAX_RATE`` (the maximum the 80% phase takes when ``max`` is not run).
 
 ``TRACE=1`` also prints, per timed phase, the p50/p99 of each hop of a message's path (see
 ``Trace``): which step the added time goes to. The tracer wraps the store's and the gateway
@@ -58,6 +60,8 @@ LOADED_S = float(os.environ.get("LOADED_S", "10"))
 MODES = os.environ.get("MODES", "lead,leaderless").split(",")
 TRACE = os.environ.get("TRACE", "") not in ("", "0")
 PHASES = os.environ.get("PHASES", "max,light,loaded").split(",")
+IDLE_S = float(os.environ.get("IDLE_S", "5"))
+"""Seconds the light phase's bridge idles first, its CPU time measured (0: not measured)."""
 MAX_RATE = float(os.environ.get("MAX_RATE", "0"))
 """Used for the 80% phase when the ``max`` phase is left out of ``PHASES``."""
 WORKERS = 4
@@ -190,6 +194,8 @@ class Phase:
     outbound: list[float]
     added: list[float]
     trace: Trace | None = None
+    idle_cpu: float | None = None
+    """CPU seconds per second this process (the bridge) used while idle, before the load."""
 
 
 def _ms(values: list[float], q: float) -> float:
@@ -260,6 +266,12 @@ async def phase(folder: Path, name: str, *, lead: bool, rate: float, count: int)
         try:
             async with trio.open_nursery() as bridge:
                 await bridge.start(service.run)
+                idle_cpu = None
+                if name.endswith("light") and IDLE_S > 0:
+                    await trio.sleep(1.0)  # past the start-up
+                    cpu = time.process_time()
+                    await trio.sleep(IDLE_S)
+                    idle_cpu = (time.process_time() - cpu) / IDLE_S
                 start = time.perf_counter()
                 if rate > 0:
                     bridge.start_soon(_submit, url, rate, count)
@@ -282,7 +294,8 @@ async def phase(folder: Path, name: str, *, lead: bool, rate: float, count: int)
             trace.note([id], "started", runs.started[id])
             trace.note([id], "replied", runs.replied[id])
     added = [a + b for a, b in zip(inbound, outbound, strict=True)]
-    return Phase(name, count / elapsed if rate == 0 else rate, inbound, outbound, added, trace)
+    rate = count / elapsed if rate == 0 else rate
+    return Phase(name, rate, inbound, outbound, added, trace, idle_cpu)
 
 
 def _hops(p: Phase) -> str:
@@ -303,6 +316,7 @@ def _line(p: Phase) -> str:
         f"in p50 {_ms(p.inbound, 0.5):6.1f} p99 {_ms(p.inbound, 0.99):6.1f}  "
         f"out p50 {_ms(p.outbound, 0.5):6.1f} p99 {_ms(p.outbound, 0.99):6.1f}  "
         f"added p50 {_ms(p.added, 0.5):6.1f} p99 {_ms(p.added, 0.99):6.1f} ms"
+        + ("" if p.idle_cpu is None else f"  idle CPU {100 * p.idle_cpu:.1f}%")
     )
 
 
