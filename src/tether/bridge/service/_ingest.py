@@ -18,16 +18,12 @@ here comes back as a replay, which ingest absorbs.
 A commit that stored new tasks rings ``wakeups.tasks_pending()`` (``PoolWakeups``), so the
 lead assigns them now instead of at its next sweep.
 
-``run`` keeps a poll at the gateway while it commits and acks: the next poll goes out as soon
-as a poll answered (one answer at most waits for its commit), and the acks (and rejections)
-of up to ``acks_in_flight`` rounds go out while the next poll waits. Each ack still follows
-its own round's commit, and rounds commit one at a time in poll order (the store's queue
-order); only the next poll no longer waits for them. Waiting would leave the gateway without
-a poll for a commit and an ack's round trip (the gateway's own commit included) each round,
-and a message arriving then would wait that long before the bridge even heard of it. A
-leased task is not handed out again while its round commits or acks, so nothing is polled
-twice for it; a round polled but not committed when ``run`` ends is leased to this client
-and unacked, so the lease release gives it back.
+``run`` does not wait for a round's acks before it polls again: the acks (and rejections) of
+up to ``acks_in_flight`` rounds go out while the next poll waits. Each still follows its own
+round's commit; only the next poll no longer follows them. Waiting would leave the gateway
+without a poll for an ack's round trip (its own commit included) each round, and a message
+arriving then would wait that long before the bridge even heard of it. A leased task is not
+handed out again while its ack is on the way, so nothing is polled twice for it.
 """
 
 from __future__ import annotations
@@ -139,30 +135,17 @@ class Ingest:
         """One long poll, one commit, then the acks. Raises ``IngestCommitFailed``.
 
         Returns once the acks (and rejections) were answered."""
-        polled = await self._poll(wait)
         async with open_nursery_unwrapped() as answers:
-            return await self._land(polled, answers, trio.Semaphore(1))
+            return await self._round(wait, answers, trio.Semaphore(1))
 
-    async def _poll(self, wait: float | None) -> list[GatewayTask]:
+    async def _round(
+        self, wait: float | None, answers: trio.Nursery, slots: trio.Semaphore
+    ) -> IngestRound:
+        """Poll, commit, then start the acks and rejections in ``answers`` (holding one of
+        ``slots`` until they are answered) and return without waiting for them."""
         polled = await self.gateway.poll_tasks(self.poll_wait if wait is None else wait)
         self.stats.rounds += 1
         self.stats.polled += len(polled)
-        return polled
-
-    async def _poll_ahead(self, rounds: trio.MemorySendChannel[list[GatewayTask]]) -> None:
-        """Poll until cancelled, handing each non-empty answer to ``run``'s commit loop (the
-        next poll goes out as soon as that loop took the last answer)."""
-        async with rounds:
-            while True:
-                polled = await self._poll(None)
-                if polled:
-                    await rounds.send(polled)
-
-    async def _land(
-        self, polled: Sequence[GatewayTask], answers: trio.Nursery, slots: trio.Semaphore
-    ) -> IngestRound:
-        """Commit a poll's tasks, then start their acks and rejections in ``answers`` (holding
-        one of ``slots`` until they are answered) and return without waiting for them."""
         if not polled:
             return IngestRound(polled=0)
         good: list[Task] = []
@@ -279,10 +262,9 @@ class Ingest:
                 log.warning("the gateway refused the rejection of %s: %s", task_id, exc)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Poll → commit → ack until cancelled, polling again while a round commits and its
-        acks are on their way (up to ``acks_in_flight`` rounds of them). A failed commit is
-        logged and retried after a backoff (the gateway redelivers); an auth refusal or a
-        closed store ends the loop."""
+        """Poll → commit → ack until cancelled, polling again while the acks are on their way
+        (up to ``acks_in_flight`` rounds of them). A failed commit is logged and retried after
+        a backoff (the gateway redelivers); an auth refusal or a closed store ends the loop."""
         if not (self.poll_wait >= 0 and math.isfinite(self.poll_wait)):
             raise ValueError(f"poll_wait must be a number of seconds >= 0, got {self.poll_wait}")
         task_status.started()
@@ -290,11 +272,9 @@ class Ingest:
             # the acks in flight end (answered or cancelled) before the leases are released
             async with open_nursery_unwrapped() as answers:
                 slots = trio.Semaphore(self.acks_in_flight)
-                polls, rounds = trio.open_memory_channel[list[GatewayTask]](0)
-                answers.start_soon(self._poll_ahead, polls)
-                async for polled in rounds:  # one at a time, in poll order
+                while True:
                     try:
-                        await self._land(polled, answers, slots)
+                        await self._round(None, answers, slots)
                     except IngestCommitFailed as exc:
                         delay = self.retry.next_delay()
                         log.error("%s; retrying in %.1f s", exc, delay)  # noqa: TRY400
