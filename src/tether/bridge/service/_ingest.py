@@ -17,13 +17,6 @@ here comes back as a replay, which ingest absorbs.
 
 A commit that stored new tasks rings ``wakeups.tasks_pending()`` (``PoolWakeups``), so the
 lead assigns them now instead of at its next sweep.
-
-``run`` does not wait for a round's acks before it polls again: the acks (and rejections) of
-up to ``acks_in_flight`` rounds go out while the next poll waits. Each still follows its own
-round's commit; only the next poll no longer follows them. Waiting would leave the gateway
-without a poll for an ack's round trip (its own commit included) each round, and a message
-arriving then would wait that long before the bridge even heard of it. A leased task is not
-handed out again while its ack is on the way, so nothing is polled twice for it.
 """
 
 from __future__ import annotations
@@ -35,7 +28,6 @@ from collections.abc import Sequence
 import attrs
 import trio
 
-from ..._util import open_nursery_unwrapped
 from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
 from ..custody._rules import InvalidTask, Task
 from ..custody._store import IngestStore
@@ -112,8 +104,6 @@ class Ingest:
     gateway: GatewayClient
     poll_wait: float = 30.0
     ack_concurrency: int = 16
-    acks_in_flight: int = attrs.field(default=4)
-    """Rounds whose acks may still be on their way while ``run`` polls again (at least 1)."""
     retry: Backoff = attrs.field(factory=lambda: Backoff(0.5, 30.0))
     wakeups: PoolWakeups | None = None
     release_on_exit: bool = True
@@ -126,23 +116,8 @@ class Ingest:
     """The room policy stored with every task ingested (``custody._rooms``)."""
     stats: IngestStats = attrs.field(factory=IngestStats, init=False)
 
-    @acks_in_flight.validator
-    def _check_acks_in_flight(self, _attribute: object, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"acks_in_flight must be an int >= 1, got {value!r}")
-
     async def run_once(self, wait: float | None = None) -> IngestRound:
-        """One long poll, one commit, then the acks. Raises ``IngestCommitFailed``.
-
-        Returns once the acks (and rejections) were answered."""
-        async with open_nursery_unwrapped() as answers:
-            return await self._round(wait, answers, trio.Semaphore(1))
-
-    async def _round(
-        self, wait: float | None, answers: trio.Nursery, slots: trio.Semaphore
-    ) -> IngestRound:
-        """Poll, commit, then start the acks and rejections in ``answers`` (holding one of
-        ``slots`` until they are answered) and return without waiting for them."""
+        """One long poll, one commit, then the acks. Raises ``IngestCommitFailed``."""
         polled = await self.gateway.poll_tasks(self.poll_wait if wait is None else wait)
         self.stats.rounds += 1
         self.stats.polled += len(polled)
@@ -167,9 +142,12 @@ class Ingest:
         if new and self.wakeups is not None:
             self.wakeups.tasks_pending()
         replays = tuple(task.id for task, fresh in landed if not fresh)
-        if landed or rejected:
-            await slots.acquire()  # after the commit: an ack never precedes it
-            answers.start_soon(self._answer, [task.id for task, _ in landed], rejected, slots)
+        async with trio.open_nursery() as nursery:
+            limiter = trio.CapacityLimiter(self.ack_concurrency)
+            if landed:
+                nursery.start_soon(self._ack, [task.id for task, _ in landed])
+            for task_id, reason in rejected:
+                nursery.start_soon(self._reject, task_id, reason, limiter)
         self.stats.ingested += len(new)
         self.stats.replays += len(replays)
         self.stats.rejected += len(rejected)
@@ -233,20 +211,6 @@ class Ingest:
             ) from exc
         return landed, rejected
 
-    async def _answer(
-        self, acks: list[str], rejected: list[tuple[str, str]], slot: trio.Semaphore
-    ) -> None:
-        """A round's acks (one batch) and rejections, concurrently; then free its slot."""
-        try:
-            async with trio.open_nursery() as nursery:
-                limiter = trio.CapacityLimiter(self.ack_concurrency)
-                if acks:
-                    nursery.start_soon(self._ack, acks)
-                for task_id, reason in rejected:
-                    nursery.start_soon(self._reject, task_id, reason, limiter)
-        finally:
-            slot.release()
-
     async def _ack(self, task_ids: list[str]) -> None:
         for refusal in await self.gateway.ack_many(task_ids):
             # the task is safe in the store either way; the gateway may redeliver it, and the
@@ -262,25 +226,21 @@ class Ingest:
                 log.warning("the gateway refused the rejection of %s: %s", task_id, exc)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Poll → commit → ack until cancelled, polling again while the acks are on their way
-        (up to ``acks_in_flight`` rounds of them). A failed commit is logged and retried after
-        a backoff (the gateway redelivers); an auth refusal or a closed store ends the loop."""
+        """Poll → commit → ack until cancelled. A failed commit is logged and retried after a
+        backoff (the gateway redelivers); an auth refusal or a closed store ends the loop."""
         if not (self.poll_wait >= 0 and math.isfinite(self.poll_wait)):
             raise ValueError(f"poll_wait must be a number of seconds >= 0, got {self.poll_wait}")
         task_status.started()
         try:
-            # the acks in flight end (answered or cancelled) before the leases are released
-            async with open_nursery_unwrapped() as answers:
-                slots = trio.Semaphore(self.acks_in_flight)
-                while True:
-                    try:
-                        await self._round(None, answers, slots)
-                    except IngestCommitFailed as exc:
-                        delay = self.retry.next_delay()
-                        log.error("%s; retrying in %.1f s", exc, delay)  # noqa: TRY400
-                        await trio.sleep(delay)
-                    else:
-                        self.retry.reset()
+            while True:
+                try:
+                    await self.run_once()
+                except IngestCommitFailed as exc:
+                    delay = self.retry.next_delay()
+                    log.error("%s; retrying in %.1f s", exc, delay)  # noqa: TRY400 (one line)
+                    await trio.sleep(delay)
+                else:
+                    self.retry.reset()
         finally:
             if self.release_on_exit:
                 with trio.CancelScope(shield=True):  # bounded by the client's release_timeout
