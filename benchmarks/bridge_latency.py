@@ -18,8 +18,15 @@ reply (``answered_at``):
 Phases (each a fresh gateway, bridge and files): the maximum rate (``BURST`` messages queued
 first, then drained), light load (``LIGHT_RATE`` msg/s for ``LIGHT_S`` s) and 80% of the
 maximum (for ``LOADED_S`` s), with a lead and leaderless. p50/p99 in milliseconds; the goal at
-light load is a p99 under 20 ms added. The environment may set ``BURST``, ``LIGHT_RATE``,
-``LIGHT_S``, ``LOADED_S`` and ``MODES`` (``lead,leaderless``).
+light load is a p99 under 20 ms added. Before its load, the light phase's bridge idles for
+``IDLE_S`` seconds and its CPU use is printed (wake-ups must not cost an idle bridge CPU: no
+busy polling). The environment may set ``BURST``, ``LIGHT_RATE``, ``LIGHT_S``, ``LOADED_S``,
+``IDLE_S``, ``MODES`` (``lead,leaderless``), ``PHASES`` (``max,light,loaded``) and
+``MAX_RATE`` (the maximum the 80% phase takes when ``max`` is not run).
+
+``TRACE=1`` also prints, per timed phase, the p50/p99 of each hop of a message's path (see
+``Trace``): which step the added time goes to. The tracer wraps the store's and the gateway
+client's methods in this process (a few microseconds a call).
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +51,19 @@ import trio
 from bridge_throughput import TOKEN, gateway_process, post_message
 from tether import Session
 from tether.bridge import BridgeConfig, BridgeService, SqliteStore, Task
+from tether.bridge.wire import GatewayClient
 
 BURST = int(os.environ.get("BURST", "1000"))
 LIGHT_RATE = float(os.environ.get("LIGHT_RATE", "20"))
 LIGHT_S = float(os.environ.get("LIGHT_S", "15"))
 LOADED_S = float(os.environ.get("LOADED_S", "10"))
 MODES = os.environ.get("MODES", "lead,leaderless").split(",")
+TRACE = os.environ.get("TRACE", "") not in ("", "0")
+PHASES = os.environ.get("PHASES", "max,light,loaded").split(",")
+IDLE_S = float(os.environ.get("IDLE_S", "5"))
+"""Seconds the light phase's bridge idles first, its CPU time measured (0: not measured)."""
+MAX_RATE = float(os.environ.get("MAX_RATE", "0"))
+"""Used for the 80% phase when the ``max`` phase is left out of ``PHASES``."""
 WORKERS = 4
 CONCURRENCY = 4
 STALL_S = 30.0
@@ -68,6 +84,107 @@ class Runs:
             return "ok"
 
 
+HOPS: list[tuple[str, str, str]] = [
+    # (hop, from mark, to mark); "created"/"answered" come from the gateway's database
+    ("gw accept->poll answered", "created", "polled"),
+    ("ingest commit", "polled", "ingested"),
+    ("ack (not on the path)", "ingested", "acked"),
+    ("commit->sweep starts", "ingested", "sweep"),
+    ("sweep (assign commit)", "sweep", "assigned"),
+    ("assigned->claim starts", "assigned", "claim"),
+    ("commit->claim starts", "ingested", "claim"),
+    ("claim commit", "claim", "claimed"),
+    ("claimed->agent starts", "claimed", "started"),
+    ("reply->complete commit", "replied", "completed"),
+    ("completed->delivery read", "completed", "read"),
+    ("delivery read->posted", "read", "posted"),
+    ("reply->gateway answered_at", "replied", "answered"),
+]
+
+
+@attrs.define
+class Trace:
+    """Wall-clock marks of each task id along its path (``TRACE=1``): each wrapped call notes,
+    for the ids it handled, when it returned (and, for the sweep and the claim, when it began).
+    """
+
+    marks: dict[str, dict[str, float]] = attrs.field(factory=lambda: defaultdict(dict))
+
+    def note(self, ids: Any, mark: str, at: float | None = None) -> None:
+        at = time.time() if at is None else at
+        for id in ids:
+            self.marks[id].setdefault(mark, at)
+
+    def install(self) -> Callable[[], None]:
+        """Wrap the methods; returns the function that puts them back."""
+        saved: list[tuple[type, str, Any]] = []
+
+        def wrap(cls: type, name: str, after: Callable[[Any, Any, float, Any], None]) -> None:
+            original = getattr(cls, name)
+            saved.append((cls, name, original))
+
+            async def traced(self_: Any, *args: Any, **kwargs: Any) -> Any:
+                began = time.time()
+                value = await original(self_, *args, **kwargs)
+                after(args, kwargs, began, value)
+                return value
+
+            setattr(cls, name, traced)
+
+        wrap(GatewayClient, "poll_tasks", lambda a, k, b, v: self.note((t.id for t in v), "polled"))
+        wrap(
+            SqliteStore,
+            "ingest_many",
+            lambda a, k, b, v: self.note((t.id for t in a[0]), "ingested"),
+        )
+        wrap(GatewayClient, "ack_many", lambda a, k, b, v: self.note(a[0], "acked"))
+
+        def assigned(a: Any, k: Any, began: float, value: Any) -> None:
+            view, done = value
+            ids = [t.id for t in view.pending]  # read in the sweep's transaction
+            self.note(ids, "sweep", began)
+            if done is not None:
+                self.note(ids, "assigned")
+
+        wrap(SqliteStore, "plan_and_assign", assigned)
+
+        def claimed(a: Any, k: Any, began: float, value: Any) -> None:
+            ids = [c.task.id for c in value]
+            self.note(ids, "claim", began)
+            self.note(ids, "claimed")
+
+        wrap(SqliteStore, "claim_many", claimed)
+        wrap(
+            SqliteStore,
+            "complete_many",
+            lambda a, k, b, v: self.note((c.task.id for c, _ in a[0]), "completed"),
+        )
+
+        def read(a: Any, k: Any, began: float, value: Any) -> None:
+            self.note((r.task.id for r in value), "read")
+
+        wrap(SqliteStore, "ready_results", read)
+        wrap(
+            GatewayClient,
+            "post_results",
+            lambda a, k, b, v: self.note((r.id for r in a[0]), "posted"),
+        )
+
+        def restore() -> None:
+            for cls, name, original in saved:
+                setattr(cls, name, original)
+
+        return restore
+
+    def hops(self) -> list[tuple[str, list[float]]]:
+        out = []
+        for hop, start, end in HOPS:
+            values = [m[end] - m[start] for m in self.marks.values() if start in m and end in m]
+            if values:
+                out.append((hop, values))
+        return out
+
+
 @attrs.frozen
 class Phase:
     name: str
@@ -76,6 +193,9 @@ class Phase:
     inbound: list[float]
     outbound: list[float]
     added: list[float]
+    trace: Trace | None = None
+    idle_cpu: float | None = None
+    """CPU seconds per second this process (the bridge) used while idle, before the load."""
 
 
 def _ms(values: list[float], q: float) -> float:
@@ -124,6 +244,8 @@ async def phase(folder: Path, name: str, *, lead: bool, rate: float, count: int)
     """One phase: ``rate`` 0 queues ``count`` messages first and measures the drain rate."""
     await trio.Path(folder).mkdir(parents=True)
     runs = Runs()
+    trace = Trace() if TRACE and rate > 0 else None
+    restore = trace.install() if trace is not None else None
     async with gateway_process(folder) as url:
         if rate == 0:
             await _submit(url, 0, count)
@@ -144,6 +266,12 @@ async def phase(folder: Path, name: str, *, lead: bool, rate: float, count: int)
         try:
             async with trio.open_nursery() as bridge:
                 await bridge.start(service.run)
+                idle_cpu = None
+                if name.endswith("light") and IDLE_S > 0:
+                    await trio.sleep(1.0)  # past the start-up
+                    cpu = time.process_time()
+                    await trio.sleep(IDLE_S)
+                    idle_cpu = (time.process_time() - cpu) / IDLE_S
                 start = time.perf_counter()
                 if rate > 0:
                     bridge.start_soon(_submit, url, rate, count)
@@ -152,14 +280,32 @@ async def phase(folder: Path, name: str, *, lead: bool, rate: float, count: int)
                 bridge.cancel_scope.cancel()
         finally:
             await store.aclose()
+            if restore is not None:
+                restore()
     with sqlite3.connect(folder / "gateway.db") as db:
         rows = db.execute("SELECT id, created_at, answered_at FROM tasks").fetchall()
     inbound, outbound = [], []
     for id, created, answered in rows:
         inbound.append(runs.started[id] - created)
         outbound.append(answered - runs.replied[id])
+        if trace is not None:
+            trace.note([id], "created", created)
+            trace.note([id], "answered", answered)
+            trace.note([id], "started", runs.started[id])
+            trace.note([id], "replied", runs.replied[id])
     added = [a + b for a, b in zip(inbound, outbound, strict=True)]
-    return Phase(name, count / elapsed if rate == 0 else rate, inbound, outbound, added)
+    rate = count / elapsed if rate == 0 else rate
+    return Phase(name, rate, inbound, outbound, added, trace, idle_cpu)
+
+
+def _hops(p: Phase) -> str:
+    if p.trace is None:
+        return ""
+    return "".join(
+        f"    {hop:<28} n={len(v):5d}  p50 {_ms(v, 0.5):6.1f}  p90 {_ms(v, 0.9):6.1f}  "
+        f"p99 {_ms(v, 0.99):6.1f} ms\n"
+        for hop, v in p.trace.hops()
+    )
 
 
 def _line(p: Phase) -> str:
@@ -170,6 +316,7 @@ def _line(p: Phase) -> str:
         f"in p50 {_ms(p.inbound, 0.5):6.1f} p99 {_ms(p.inbound, 0.99):6.1f}  "
         f"out p50 {_ms(p.outbound, 0.5):6.1f} p99 {_ms(p.outbound, 0.99):6.1f}  "
         f"added p50 {_ms(p.added, 0.5):6.1f} p99 {_ms(p.added, 0.99):6.1f} ms"
+        + ("" if p.idle_cpu is None else f"  idle CPU {100 * p.idle_cpu:.1f}%")
     )
 
 
@@ -179,30 +326,38 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for mode in MODES:
             lead = mode == "lead"
-            burst = await phase(
-                Path(tmp, mode, "burst"), f"{mode} max", lead=lead, rate=0, count=BURST
-            )
-            print(_line(burst), file=sys.stderr)
-            light = await phase(
-                Path(tmp, mode, "light"),
-                f"{mode} light",
-                lead=lead,
-                rate=LIGHT_RATE,
-                count=round(LIGHT_RATE * LIGHT_S),
-            )
-            print(_line(light), file=sys.stderr)
-            loaded_rate = 0.8 * burst.rate
-            loaded = await phase(
-                Path(tmp, mode, "loaded"),
-                f"{mode} 80% load",
-                lead=lead,
-                rate=loaded_rate,
-                count=round(loaded_rate * LOADED_S),
-            )
-            print(_line(loaded), file=sys.stderr)
-            results += [burst, light, loaded]
+            max_rate = MAX_RATE
+            if "max" in PHASES or not max_rate:
+                burst = await phase(
+                    Path(tmp, mode, "burst"), f"{mode} max", lead=lead, rate=0, count=BURST
+                )
+                print(_line(burst), file=sys.stderr)
+                results.append(burst)
+                max_rate = burst.rate
+            if "light" in PHASES:
+                light = await phase(
+                    Path(tmp, mode, "light"),
+                    f"{mode} light",
+                    lead=lead,
+                    rate=LIGHT_RATE,
+                    count=round(LIGHT_RATE * LIGHT_S),
+                )
+                print(_line(light), _hops(light), sep="\n", end="", file=sys.stderr)
+                results.append(light)
+            if "loaded" in PHASES:
+                loaded_rate = 0.8 * max_rate
+                loaded = await phase(
+                    Path(tmp, mode, "loaded"),
+                    f"{mode} 80% load",
+                    lead=lead,
+                    rate=loaded_rate,
+                    count=round(loaded_rate * LOADED_S),
+                )
+                print(_line(loaded), _hops(loaded), sep="\n", end="", file=sys.stderr)
+                results.append(loaded)
     for p in results:
         print(_line(p))
+        print(_hops(p), end="")
     for p in results:
         if p.name.endswith("light"):
             verdict = "met" if _ms(p.added, 0.99) < 20 else "NOT met"

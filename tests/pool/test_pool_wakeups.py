@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import trio
 
+from tether import Session
 from tether.agents import echo
 from tether.bridge import (
     Claim,
@@ -19,6 +20,7 @@ from tether.bridge import (
     SweepReport,
     Task,
 )
+from tether.bridge.pool._retry import RetryBackoff
 from tether.bridge.pool._wakeup import PoolWakeups, Wakeup
 
 from .conftest import StoreAwareClock
@@ -254,10 +256,75 @@ async def test_rings_under_load_gather_into_sweeps_min_sweep_gap_apart(
         await trio.sleep(0.001)
         assert starts[-1] == idle_ring  # after a quiet spell a ring sweeps at once
         for _ in range(100):  # a ring every millisecond for 0.1 s: a busy pool
-            wakeups.capacity_freed()
+            wakeups.tasks_pending()
             await trio.sleep(0.001)
         busy = [t for t in starts if t > idle_ring]
         gaps = [b - a for a, b in itertools.pairwise([idle_ring, *busy])]
         assert min(gaps) >= 0.01 - 1e-9
         assert 8 <= len(busy) <= 11  # every ring served, one sweep per gap
+        lead.request_stop()
+
+
+async def test_a_freed_slot_costs_a_sweep_only_while_tasks_wait_for_capacity(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    wakeups = PoolWakeups()
+    await timed_store.beat("w1", "worker", 1)
+    lead = PoolLead(timed_store, sweep_interval=SLOW, wakeups=wakeups)
+    await timed_store.ingest_many([Task("t1", "a"), Task("t2", "b")])
+    report = await lead.sweep_once()
+    assert (len(report.assigned), report.waiting) == (1, 1)  # w1 is full: t2 waits
+    assert wakeups.capacity_wanted
+    wakeups.capacity_freed()
+    assert wakeups.lead.is_set()  # the freed slot can take t2: sweep now
+    claim = await timed_store.claim("w1")
+    assert claim is not None
+    await timed_store.complete(claim, "done")
+    report = await lead.sweep_once()
+    assert (len(report.assigned), report.waiting) == (1, 0)
+    assert not wakeups.capacity_wanted  # nothing waits: a freed slot has nothing to take
+    wakeups.capacity_freed()
+    assert not wakeups.lead.is_set()
+    wakeups.tasks_pending()  # new tasks still ring it
+    assert wakeups.lead.is_set()
+
+
+async def test_a_task_failed_back_to_pending_is_reassigned_without_waiting_for_the_sweep(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """The pool has no other work, so the freed slot does not ring the lead: the failure's
+    own ring (a task back to pending) does, and the retry runs at once."""
+    wakeups = PoolWakeups()
+    calls = 0
+
+    def factory(session: Session) -> None:
+        @session.on("task")
+        async def flaky(task: Task) -> str:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise ValueError("first attempt fails")
+            return "ok"
+
+    lead = PoolLead(timed_store, sweep_interval=SLOW, wakeups=wakeups)
+    worker = PoolWorker(
+        timed_store,
+        "w1",
+        factory,
+        poll_interval=SLOW,
+        heartbeat_interval=1.0,
+        wakeups=wakeups,
+        retry_backoff=RetryBackoff(0, 0),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lead.run)
+        await nursery.start(worker.run)
+        await trio.sleep(3.0)
+        start = trio.current_time()
+        await timed_store.ingest(Task("t1", "hello"))
+        wakeups.tasks_pending()
+        await wait_for(lambda: _answered(timed_store, 1), within=PROMPT, step=0.01)
+        assert trio.current_time() - start < PROMPT
+        assert calls == 2
+        worker.request_stop()
         lead.request_stop()

@@ -239,3 +239,32 @@ async def test_under_load_partial_batches_go_out_linger_apart_and_an_idle_reply_
     assert min(b - a for a, b in itertools.pairwise(times)) >= 0.01 - 1e-9
     assert sum(n for _, n in posts) == 101  # every reply posted, each once
     assert len(posts) <= 12  # about one request per 10 ms, not one per reply
+
+
+async def test_a_reply_stored_just_after_an_idle_look_goes_out_without_the_linger(
+    mock_clock: StoreAwareClock, tmp_path: Path, token_file: Path
+) -> None:
+    posts: list[float] = []
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        items = json.loads(request.content)["results"]
+        posts.append(trio.current_time())
+        return httpx.Response(200, json={"items": [{"id": i["id"], "status": 200} for i in items]})
+
+    async with (
+        await SqliteStore.open(tmp_path / "idle.db", clock=trio.current_time) as store,
+        gateway_client(
+            "http://gateway.test", token_file, transport=httpx.MockTransport(gateway)
+        ) as client,
+    ):
+        delivery = Delivery(store, client, idle_interval=0.05, linger=0.01)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(delivery.run)  # its first (idle) look is now, at 0
+            await trio.sleep(1.002)  # 2 ms after an idle look found nothing
+            await store.ingest(Task("t1", "question"))
+            await _answer(store)
+            stored = trio.current_time()
+            delivery.nudge()
+            await trio.sleep(0.05)
+            delivery.request_stop()
+    assert posts == [stored]  # not at the idle look's start + linger (8 ms later)

@@ -24,8 +24,10 @@ Each sweep reads one consistent ``PoolView`` and decides, as a pure function of 
   have room, the sweep reads the next tasks without those rooms (no head-of-line blocking).
 
 Sweeps run every ``sweep_interval`` and, given ``wakeups`` (``PoolWakeups``), as soon as the
-pool's work changes: ingest committed new tasks, or a worker freed a slot. Rings that arrive
-during a sweep coalesce into one more sweep, and sweeps start at least ``min_sweep_gap`` apart,
+pool's work changes: ingest committed new tasks, a task went back to pending, or a worker
+freed a slot while tasks waited for capacity (after each sweep the lead tells the switchboard
+whether they do: else each finished task would cost a sweep that finds nothing). Rings
+arriving during a sweep coalesce into one more sweep, sweeps start ``min_sweep_gap`` apart,
 so under load each sweep assigns a batch and when idle it costs one sweep per interval. The
 lead rings each worker it assigned to, so the task is claimed at once rather than at the
 worker's next poll.
@@ -397,6 +399,10 @@ class PoolLead:
         self._window, widened = self._next_window(view, plan, now, limit)
         if widened:  # workers had room for more than this sweep read: look again soon
             self._doorbell.set()
+        if self.wakeups is not None:  # a freed slot matters only while tasks wait for one
+            self.wakeups.capacity_wanted = bool(
+                plan.waiting or plan.deferred or len(view.pending) >= limit
+            )
         lost: tuple[str, ...] = ()
         if done:
             lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)

@@ -9,14 +9,14 @@ the same Trio run; no task is spawned), and the next ``wait()`` returns at once;
 the consumer is busy coalesce into one, so a burst of commits costs one extra look, not one
 per commit.
 
-``PoolWakeups`` is the pool's switchboard, named by *what happened* rather than by who
-listens: ``tasks_pending()`` (ingest committed new tasks, or a task went back to pending),
+``PoolWakeups`` is the pool's switchboard, named by *what happened* rather than by who listens:
+``tasks_pending()`` (ingest committed new tasks, or a task went back to pending),
 ``tasks_assigned(workers)`` (the lead assigned work to them), ``capacity_freed()`` (a worker
-stored an outcome, so it can take more), ``tasks_dead()`` (tasks were dead-lettered: the
-dead-notice loop reports them to the gateway). In one process the bridge passes one instance to its
-ingest, lead and workers. A backend that can signal across processes (PostgreSQL
-``LISTEN``/``NOTIFY``) plugs in at the same methods: its listener calls them when a
-notification arrives, and nothing else changes.
+stored an outcome, so it can take more; the lead hears it only while tasks wait for capacity),
+``tasks_dead()`` (tasks were dead-lettered: the dead-notice loop reports them to the gateway).
+In one process the bridge passes one instance to its ingest, lead and workers. A backend that
+can signal across processes (PostgreSQL ``LISTEN``/``NOTIFY``) plugs in at the same methods:
+its listener calls them when a notification arrives, and nothing else changes.
 """
 
 from __future__ import annotations
@@ -62,6 +62,11 @@ class PoolWakeups:
     """Who to wake when the pool's work changes (see the module docstring)."""
 
     lead: Wakeup = attrs.field(factory=Wakeup)
+    capacity_wanted: bool = True
+    """Does a freed slot ring the lead? The lead sets it after each sweep: only while tasks
+    wait for capacity (a sweep left pending tasks unassigned, or read a full page) can a
+    freed slot let it assign more. Otherwise every finished task would cost a sweep that
+    finds nothing, in the store's writer, ahead of the next message's commits."""
     dead: Wakeup = attrs.field(factory=Wakeup)
     """The dead-notice loop's doorbell (``tasks_dead``)."""
     _workers: dict[str, Wakeup] = attrs.field(init=False, factory=dict)
@@ -93,8 +98,13 @@ class PoolWakeups:
             self.worker(name).set()
 
     def capacity_freed(self) -> None:
-        """A worker finished a task (its slot is free; a failed task may be pending again)."""
-        self.tasks_pending()
+        """A worker's slot is free (its outcome is stored): the lead sweeps if tasks wait for
+        capacity (``capacity_wanted``); leaderless workers claim. A task the outcome put back
+        to pending rings ``tasks_pending`` as well."""
+        if self.capacity_wanted:
+            self.lead.set()
+        for name in self._leaderless:
+            self.worker(name).set()
 
     def tasks_dead(self) -> None:
         """Tasks went dead (a worker's last failure, an expired last lease, a refused reply):

@@ -587,6 +587,8 @@ class PoolWorker:
         self.failed += 1
         if state is CustodyState.DEAD and self.wakeups is not None:
             self.wakeups.tasks_dead()
+        elif state is CustodyState.PENDING and self.wakeups is not None:
+            self.wakeups.tasks_pending()  # back in the queue (due now or after its backoff)
         level = logging.ERROR if state is CustodyState.DEAD else logging.WARNING
         log.log(
             level,
@@ -611,6 +613,8 @@ class PoolWorker:
             return
         entry.settled = True
         self.released += 1
+        if self.wakeups is not None:
+            self.wakeups.tasks_pending()  # back in the queue: another worker may take it
         log.info("worker %s: released task %s unfinished", self.name, entry.claim.task.id)
 
     def _lose(self, entry: _Active, exc: StaleLease) -> None:

@@ -82,7 +82,8 @@ class Delivery:
     """Seconds from one partial batch's start to the next at least (full batches go back to
     back). Under load every stored result nudges delivery; waiting a few milliseconds posts
     dozens of replies per request instead of a handful (a request costs the bridge ~0.6 ms of
-    CPU, a reply in it ~10 us). Idle, a reply goes out at once."""
+    CPU, a reply in it ~10 us). Idle, a reply goes out at once: the linger counts from the last
+    read that found replies, not from an idle look that found none."""
     marks_in_flight: int = 4
     """Batches whose "delivered" marks may be committing while the next batch is read and
     posted (``run`` only; ``run_once`` waits for its marks)."""
@@ -236,11 +237,14 @@ class Delivery:
         self._marking = set()
         task_status.started()
         mark_slots = trio.Semaphore(self.marks_in_flight)
+        last_batch = -math.inf  # when the last read that found replies started
         async with trio.open_nursery() as marks:
             while True:
                 self._wake = trio.Event()
                 started = trio.current_time()
                 handled = await self._deliver_batch(marks, mark_slots)
+                if handled:
+                    last_batch = started
                 stopping = self._stopped.is_set()
                 if stopping and handled == 0:
                     return  # the nursery waits for the marks still committing
@@ -248,6 +252,7 @@ class Delivery:
                     with trio.move_on_after(self.idle_interval):
                         await self._wake.wait()
                     # nudged soon after a partial batch: let the batch fill a little (the
-                    # nudges meanwhile need not wake this loop; a stop does)
-                    with trio.move_on_at(started + self.linger):
+                    # nudges meanwhile need not wake this loop; a stop does). An idle look
+                    # that found nothing does not hold the next reply back.
+                    with trio.move_on_at(last_batch + self.linger):
                         await self._stopped.wait()
