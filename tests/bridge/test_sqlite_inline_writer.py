@@ -32,7 +32,7 @@ async def test_a_lone_caller_runs_inline_and_its_steps_are_committed(tmp_path: P
     check = sqlite3.connect(tmp_path / "c.db")
     try:
         assert check.execute("SELECT state, result FROM tasks").fetchall() == [("result", "done")]
-        assert [r[0] for r in check.execute("SELECT dst FROM journal ORDER BY rowid")] == [
+        assert [r[0] for r in check.execute("SELECT dst FROM journal ORDER BY seq")] == [
             "pending",
             "claimed",
             "result",

@@ -1067,7 +1067,7 @@ class SqliteStore:
         def op(conn: sqlite3.Connection) -> list[JournalEntry]:
             rows = conn.execute(
                 "SELECT at, src, dst, worker, attempt, reason, actor FROM journal "
-                "WHERE id = ? ORDER BY rowid",
+                "WHERE id = ? ORDER BY seq",
                 (id,),
             )
             return [journal_entry(row) for row in rows]
