@@ -34,11 +34,7 @@ def connect_writer(
             existing = path.with_name(path.name + suffix)
             if existing.exists():
                 restrict_file(existing)
-    # shared by the writer's thread and (inline, see ``_writer``) the event loop's, one at a
-    # time under the writer's lock
-    conn = sqlite3.connect(
-        path, isolation_level=None, timeout=busy_timeout_s, check_same_thread=False
-    )
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
     try:
         (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         conn.execute(f"PRAGMA synchronous = {synchronous}")
@@ -55,9 +51,7 @@ def connect_writer(
 
 def connect_reader(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     """A connection that only reads (``query_only``) the database the writer opened."""
-    conn = sqlite3.connect(
-        path, isolation_level=None, timeout=busy_timeout_s, check_same_thread=False
-    )
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
     try:
         conn.execute("PRAGMA query_only = ON")
         conn.execute("PRAGMA cache_size = -32768")

@@ -297,7 +297,7 @@ class SqliteStore:
             )
             return len(gone)
 
-        return await self._writer.run(op, inline=False)  # thousands of rows: off the loop
+        return await self._writer.run(op)
 
     async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
         check_limit(limit)
@@ -309,7 +309,7 @@ class SqliteStore:
                 (before, limit),
             ).rowcount
 
-        count: int = await self._writer.run(op, inline=False)
+        count: int = await self._writer.run(op)
         _clog.pruned(count, before)
         return count
 

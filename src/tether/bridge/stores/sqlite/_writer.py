@@ -11,21 +11,6 @@ share one file: SQLite's lock serialises them and ``busy_timeout`` waits for it.
 
 Jobs carry the Trio token of their caller, so one store can serve callers from consecutive
 ``trio.run`` calls (the hypothesis state machine does this).
-
-When no job is with the thread (queued, or in the batch it runs) and no other task of the
-caller's run is ready to run, a job runs *inline*, in the caller's thread, in the same kind of
-transaction: two thread hops per transition (the caller waking the thread, the thread waking
-Trio) cost as much as the transaction on a busy machine, and with nothing else runnable there
-is nobody to share a commit with nor anybody kept waiting. The price: the event loop sits in
-that one commit (its fsync included) instead of in its I/O wait, so a request arriving
-meanwhile waits for one commit. Any job with the thread or anything else ready to run sends the
-job to the thread as before, so concurrent callers still share commits (a job inline while
-others wait for the thread would hold up their batch and the loop behind one lone commit).
-Inline, ``BEGIN IMMEDIATE`` does not wait for another process's write lock (the connection's
-busy timeout is 0 while inline): a locked database sends the job to the thread, which waits
-for the lock with the configured timeout off the event loop. The connection is shared by the
-two threads under one lock, taken by the thread for each batch and tried (never waited for) by
-an inline job.
 """
 
 from __future__ import annotations
@@ -79,22 +64,9 @@ class SqliteWriter:
     connect: Callable[[], sqlite3.Connection]
     max_batch: int = 512
     name: str = "tether-sqlite-writer"
-    inline: bool = True
-    """Run a job in the caller's thread when the writer is idle and nothing else is runnable."""
     commits: int = attrs.field(init=False, default=0)
     """Committed batches so far (a benchmark reads it to show jobs per commit)."""
-    inline_jobs: int = attrs.field(init=False, default=0)
-    """Jobs run inline so far."""
     _queue: queue.SimpleQueue[_Job[Any]] = attrs.field(init=False, factory=queue.SimpleQueue)
-    _waiting: int = attrs.field(init=False, default=0)
-    """Jobs sent to the thread and not yet answered (queued or in its running batch)."""
-    _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
-    """Held by whoever uses the connection: the thread for a batch, or an inline job."""
-    _conn: sqlite3.Connection | None = attrs.field(init=False, default=None)
-    """The open connection (set by the thread once connected, None again once closing)."""
-    _busy_ms: int = attrs.field(init=False, default=0)
-    """The connection's configured busy timeout, restored for the thread's batches."""
-    _busy_zero: bool = attrs.field(init=False, default=False)
     _thread: threading.Thread | None = attrs.field(init=False, default=None)
     _closed: bool = attrs.field(init=False, default=False)
     _broken: BaseException | None = attrs.field(init=False, default=None)
@@ -109,36 +81,16 @@ class SqliteWriter:
             await self.close()
             raise
 
-    async def run(
-        self,
-        fn: Callable[[sqlite3.Connection], T],
-        *,
-        readonly: bool = False,
-        inline: bool = True,
-    ) -> T:
-        """Run ``fn(conn)`` in the writer's next transaction; return after it is committed.
-
-        ``inline=False`` always sends the job to the thread: for a job that may run long (a
-        prune of thousands of rows), which must not hold up the event loop.
-        """
+    async def run(self, fn: Callable[[sqlite3.Connection], T], *, readonly: bool = False) -> T:
+        """Run ``fn(conn)`` in the writer's next transaction; return after it is committed."""
         await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before: nothing is queued
         if self._closed:
             raise trio.ClosedResourceError("the store is closed")
         job: _Job[T] = _Job(
             fn, readonly, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()
         )
-        if inline and self.inline and self._conn is not None and self._idle():
-            ran = self._run_inline(job)
-        else:
-            ran = False
-        if ran:
-            await trio.lowlevel.cancel_shielded_checkpoint()  # a checkpoint, as a hop would be
-            if job.error is not None:
-                raise job.error
-            return job.value  # type: ignore[no-any-return]
         global _in_flight
         _in_flight += 1
-        self._waiting += 1
         self._queue.put(job)
         # Once queued the job will run, so the wait cannot be cancelled: the caller learns the
         # outcome (a claim abandoned by a cancelled caller would sit out a whole lease) and a
@@ -147,7 +99,6 @@ class SqliteWriter:
             await trio.lowlevel.wait_task_rescheduled(_uncancellable)
         finally:
             _in_flight -= 1
-            self._waiting -= 1
         if job.error is not None:
             raise job.error
         return job.value  # type: ignore[no-any-return]
@@ -167,57 +118,12 @@ class SqliteWriter:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self._thread.join)
 
-    # -- inline -----------------------------------------------------------------------------
-
-    def _idle(self) -> bool:
-        """No job with the thread (queued or in its batch: a caller there could share the next
-        commit) and nothing else in this run ready to run."""
-        if self._waiting:
-            return False
-        stats = trio.lowlevel.current_statistics()
-        return stats.tasks_runnable == 0 and stats.run_sync_soon_queue_size == 0
-
-    @trio.lowlevel.enable_ki_protection  # a KeyboardInterrupt waits for the next checkpoint
-    def _run_inline(self, job: _Job[Any]) -> bool:
-        """Run ``job`` now in this thread if the connection is free; False: send it to the
-        thread (busy with a batch, closing, or the database locked by another process)."""
-        if not self._lock.acquire(blocking=False):
-            return False
-        try:
-            conn = self._conn
-            if conn is None:
-                return False
-            try:
-                if not self._busy_zero:
-                    conn.execute("PRAGMA busy_timeout = 0")
-                    self._busy_zero = True
-                conn.execute("BEGIN" if job.readonly else "BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                    return False  # locked elsewhere: the thread waits for it, not the loop
-                job.error = exc
-                return True
-            try:
-                self._body(conn, [job], savepoints=False)
-            except Exception as exc:  # a bug or a broken connection: fail, never hang
-                log.exception("custody writer failed an inline job")
-                _rollback(conn)
-                job.value, job.error = None, exc
-            self.inline_jobs += 1
-            return True
-        finally:
-            if self._conn is not None and self._conn.in_transaction:  # interrupted mid-way
-                _rollback(self._conn)
-            self._lock.release()
-
     # -- the thread -----------------------------------------------------------------------
 
     def _main(self) -> None:
         conn: sqlite3.Connection | None = None
         try:
             conn = self.connect()
-            (self._busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
-            self._conn = conn
         except BaseException as exc:
             self._broken = exc
         try:
@@ -236,29 +142,26 @@ class SqliteWriter:
                     break
             stop = batch[-1] if batch[-1].fn is None else None
             work = batch[:-1] if stop is not None else batch
-            with self._lock:
-                if work:
-                    if conn is None or self._broken is not None:
-                        for job in work:
-                            job.error = _broken_error(self._broken)
-                    else:
+            if work:
+                if conn is None or self._broken is not None:
+                    for job in work:
+                        job.error = _broken_error(self._broken)
+                else:
+                    try:
+                        self._run_batch(conn, work)
+                    except Exception as exc:  # a bug or a broken connection: fail, never hang
+                        log.exception("custody writer failed a batch of %d jobs", len(work))
                         try:
-                            self._run_batch(conn, work)
-                        except Exception as exc:  # a bug or a broken connection: fail
-                            log.exception("custody writer failed a batch of %d jobs", len(work))
-                            _rollback(conn)
-                            for job in work:
-                                job.value, job.error = None, exc
-                if stop is not None:
-                    self._conn = None  # no inline job touches it from here on
+                            conn.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass
+                        for job in work:
+                            job.value, job.error = None, exc
             self._wake(batch)
             if stop is not None:
                 return
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job[Any]]) -> None:
-        if self._busy_zero:  # inline jobs ran since: the thread waits for a locked database
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_ms)}")
-            self._busy_zero = False
         # Fast path: the whole batch in one transaction. If a job raises, roll everything back
         # and replay the batch with a savepoint per job so only that job's work is undone.
         # (Jobs are pure functions of the database, so a replay computes the same answers.)
@@ -276,10 +179,6 @@ class SqliteWriter:
             for job in batch:
                 job.error = exc
             return True
-        return self._body(conn, batch, savepoints=savepoints)
-
-    def _body(self, conn: sqlite3.Connection, batch: list[_Job[Any]], *, savepoints: bool) -> bool:
-        """Run ``batch`` in the transaction just begun and commit (or roll back) it."""
         for job in batch:
             if savepoints:
                 conn.execute("SAVEPOINT job")
@@ -301,7 +200,10 @@ class SqliteWriter:
             self.commits += 1
         except sqlite3.Error as exc:
             log.exception("commit of %d jobs failed", len(batch))
-            _rollback(conn)
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
             for job in batch:
                 job.value, job.error = None, exc
         return True
@@ -331,13 +233,6 @@ def _capture(job: _Job[Any], conn: sqlite3.Connection) -> bool:
 def _set_all(jobs: list[_Job[Any]]) -> None:
     for job in jobs:
         trio.lowlevel.reschedule(job.task)
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    try:
-        conn.execute("ROLLBACK")
-    except sqlite3.Error:
-        pass
 
 
 def _broken_error(cause: BaseException | None) -> BaseException:
