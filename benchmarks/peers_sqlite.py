@@ -13,9 +13,13 @@ file each); medians and spreads printed, and tether's ratio to the fastest peer 
 Bars: 1 lane >= 1.0x the fastest peer; 16 lanes >= 5x.
 
 Peers come from the optional ``bench`` group (``uv sync --group bench``); a missing one is
-skipped with a line saying so.
+skipped with a line saying so. ``--baseline DIR`` adds another checkout's tether (run by that
+checkout's ``.venv`` in a subprocess, only its own loop timed) as one more side, interleaved
+with the rest, so a change is measured against its base in the same run; it is left out of the
+fastest-peer ratio and gets a ratio of its own.
 
     uv run python benchmarks/peers_sqlite.py [--jobs 600] [--rounds 5] [--lanes 1,16]
+        [--baseline ../main]
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -158,6 +163,31 @@ def tether_side(folder: Path, lanes: int, jobs: int) -> float:
     return trio.run(main)
 
 
+def baseline_side(checkout: Path) -> Callable[[Path, int, int], float]:
+    """``tether_side`` run against the tether of ``checkout`` (its own virtualenv)."""
+    python = checkout / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"--baseline {checkout}: no {python} (run uv sync there first)")
+    here = Path(__file__).resolve().parent
+    code = (
+        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+        "import peers_sqlite as b; "
+        "print(b.tether_side(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))"
+    )
+
+    def side(folder: Path, lanes: int, jobs: int) -> float:
+        out = subprocess.run(
+            [str(python), "-c", code, str(here), str(folder), str(lanes), str(jobs)],
+            cwd=checkout,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return float(out.stdout.strip().splitlines()[-1])
+
+    return side
+
+
 PEERS: dict[str, tuple[str, Callable[[Path, int, int], float]]] = {
     "huey": ("huey", huey_side),
     "persist-queue": ("persistqueue", persist_queue_side),
@@ -170,8 +200,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=600)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--lanes", default="1,16")
+    parser.add_argument("--baseline", type=Path, help="another checkout to measure beside")
     args = parser.parse_args()
     sides: dict[str, Callable[[Path, int, int], float]] = {"tether": tether_side}
+    if args.baseline is not None:
+        sides["baseline"] = baseline_side(args.baseline.resolve())
     for name, (module, side) in PEERS.items():
         if importlib.util.find_spec(module) is None:
             print(f"skipped {name}: not installed (uv sync --group bench)")
@@ -180,6 +213,7 @@ def main() -> None:
     lane_counts = [int(x) for x in args.lanes.split(",")]
     rates: dict[tuple[str, int], list[float]] = {}
     ratios: dict[int, list[float]] = {n: [] for n in lane_counts}
+    vs_base: dict[int, list[float]] = {n: [] for n in lane_counts}
     order = list(sides)
     for r in range(args.rounds):
         for lanes in lane_counts:
@@ -189,9 +223,11 @@ def main() -> None:
                     rate = args.jobs / sides[name](Path(tmp), lanes, args.jobs)
                 this_round[name] = rate
                 rates.setdefault((name, lanes), []).append(rate)
-            peers = [v for k, v in this_round.items() if k != "tether"]
+            peers = [v for k, v in this_round.items() if k not in ("tether", "baseline")]
             if peers:
                 ratios[lanes].append(this_round["tether"] / max(peers))
+            if "baseline" in this_round:
+                vs_base[lanes].append(this_round["tether"] / this_round["baseline"])
             print(
                 f"round {r + 1}, {lanes:>2} lane(s): "
                 + "  ".join(f"{k} {v:,.0f}/s" for k, v in this_round.items()),
@@ -210,6 +246,12 @@ def main() -> None:
             print(
                 f"     tether / fastest peer: median {statistics.median(rs):.2f}x "
                 f"[{min(rs):.2f}-{max(rs):.2f}] (bar {bar}x)"
+            )
+        if vs_base[lanes]:
+            rs = vs_base[lanes]
+            print(
+                f"     tether / baseline: median {statistics.median(rs):.2f}x "
+                f"[{min(rs):.2f}-{max(rs):.2f}]"
             )
 
 

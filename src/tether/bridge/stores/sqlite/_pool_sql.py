@@ -73,9 +73,11 @@ SUSPECT_FLAGS: Final = (
     "SELECT EXISTS (SELECT 1 FROM tasks c WHERE c.suspect = 1 AND c.state = 'claimed' "
     f"AND {_IN_PROCESS}), "
     "EXISTS (SELECT 1 FROM tasks c WHERE c.suspect = 1 AND c.state = 'claimed'), "
-    f"EXISTS (SELECT 1 FROM tasks t WHERE {_SUSPECT_READY})"
+    f"EXISTS (SELECT 1 FROM tasks t WHERE {_SUSPECT_READY}), "
+    "EXISTS (SELECT 1 FROM tasks a WHERE a.state = 'assigned' AND a.owner = :worker)"
 )
-"""A suspect claimed in the worker's process; one claimed anywhere; one waiting to run."""
+"""A suspect claimed in the worker's process; one claimed anywhere; one waiting to run; an
+assignment of the worker's (none: its claim skips the UPDATE of its assignments)."""
 PROCESS_BUSY: Final = (
     f"SELECT EXISTS (SELECT 1 FROM tasks c WHERE c.state = 'claimed' AND {_IN_PROCESS})"
 )

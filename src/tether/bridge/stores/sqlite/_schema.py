@@ -151,6 +151,65 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE tasks ADD COLUMN suspect INTEGER NOT NULL DEFAULT 0 CHECK (suspect IN (0, 1));
     CREATE INDEX tasks_suspects ON tasks (state, priority) WHERE suspect = 1
     """,
+    # 8 -> 9 (issue #19, pages per commit): a commit's cost grows with the pages it writes to
+    # the WAL. The journal becomes one b-tree keyed by (task, sequence number) instead of a
+    # table plus an index on the task (one page per entry, not two; the entries of a task stay
+    # in order, read by seq); the entries are copied in their order. tasks_claimed_age goes:
+    # a claim and a completion each wrote it, for the stall scan's sort alone, and the claimed
+    # tasks it sorted are at most the pool's capacity, found by tasks_leases
+    """
+    CREATE TABLE journal_by_task (
+        id          TEXT NOT NULL,
+        seq         INTEGER NOT NULL CHECK (seq >= 1),
+        at          REAL NOT NULL,
+        src         TEXT,
+        dst         TEXT NOT NULL,
+        worker      TEXT,
+        attempt     INTEGER NOT NULL,
+        reason      TEXT,
+        actor       TEXT NOT NULL,
+        PRIMARY KEY (id, seq)
+    ) WITHOUT ROWID;
+    INSERT INTO journal_by_task (id, seq, at, src, dst, worker, attempt, reason, actor)
+        SELECT id, row_number() OVER (PARTITION BY id ORDER BY rowid), at, src, dst, worker,
+            attempt, reason, actor
+        FROM journal;
+    DROP TRIGGER journal_ingest;
+    DROP TRIGGER journal_move;
+    DROP TRIGGER journal_prune;
+    DROP TABLE journal;
+    ALTER TABLE journal_by_task RENAME TO journal;
+    CREATE TRIGGER journal_ingest AFTER INSERT ON tasks BEGIN
+        INSERT INTO journal (id, seq, at, src, dst, worker, attempt, reason, actor)
+        VALUES (
+            NEW.id, coalesce((SELECT max(seq) FROM journal WHERE id = NEW.id), 0) + 1,
+            NEW.created_at, NULL, NEW.state, NULL, NEW.attempt, NULL, 'bridge'
+        );
+    END;
+    CREATE TRIGGER journal_move AFTER UPDATE OF state ON tasks
+    WHEN NEW.state IS NOT OLD.state BEGIN
+        INSERT INTO journal (id, seq, at, src, dst, worker, attempt, reason, actor)
+        VALUES (
+            NEW.id, coalesce((SELECT max(seq) FROM journal WHERE id = NEW.id), 0) + 1,
+            NEW.updated_at, OLD.state, NEW.state, coalesce(NEW.owner, OLD.owner),
+            OLD.attempt, CASE WHEN NEW.reason IS NOT OLD.reason THEN NEW.reason END,
+            CASE
+                WHEN NEW.reason IS NOT OLD.reason AND NEW.reason LIKE 'operator:%'
+                    THEN 'operator'
+                WHEN NEW.state = 'assigned' OR OLD.state = 'assigned' AND NEW.state = 'pending'
+                    THEN 'lead'
+                WHEN OLD.state = 'claimed' AND NEW.reason IS NOT OLD.reason
+                    AND NEW.reason LIKE 'lease of worker %' THEN 'reconciler'
+                WHEN NEW.state = 'claimed' OR OLD.state = 'claimed' THEN 'worker'
+                ELSE 'bridge'
+            END
+        );
+    END;
+    CREATE TRIGGER journal_prune AFTER DELETE ON tasks BEGIN
+        DELETE FROM journal WHERE id = OLD.id;
+    END;
+    DROP INDEX tasks_claimed_age
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

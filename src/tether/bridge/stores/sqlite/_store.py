@@ -473,7 +473,7 @@ class SqliteStore:
             # worker's own assignments, then (leaderless) pending tasks, each queue in
             # (priority, age) order; one UPDATE claims each queue's share
             p = {"worker": worker, "prefix": prefix, "now": now, "until": lease_until}
-            here, anywhere, waiting = conn.execute(SUSPECT_FLAGS, p).fetchone()
+            here, anywhere, waiting, mine = conn.execute(SUSPECT_FLAGS, p).fetchone()
             if here:
                 return []  # a suspect runs in this process: nothing else does
             if waiting and not anywhere:
@@ -483,15 +483,19 @@ class SqliteStore:
                 for room in {r[2] for r in rows if r[2] is not None}:
                     note_room(conn, room, worker, now)
                 return [Claim(_task(r), worker, r[5], lease_until) for r in rows]
-            rows = conn.execute(
-                "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, updated_at = ? "
-                "WHERE rowid IN (SELECT t.rowid FROM tasks t "
-                "WHERE t.state = 'assigned' AND t.owner = ? AND t.suspect = 0 "
-                f"AND {ROOM_GATE} "
-                "ORDER BY t.priority, t.rowid LIMIT ?) "
-                f"RETURNING {_TASK_COLS}, attempt, rowid",
-                (worker, lease_until, now, worker, limit),
-            ).fetchall()
+            rows = (
+                conn.execute(
+                    "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
+                    "updated_at = ? WHERE rowid IN (SELECT t.rowid FROM tasks t "
+                    "WHERE t.state = 'assigned' AND t.owner = ? AND t.suspect = 0 "
+                    f"AND {ROOM_GATE} "
+                    "ORDER BY t.priority, t.rowid LIMIT ?) "
+                    f"RETURNING {_TASK_COLS}, attempt, rowid",
+                    (worker, lease_until, now, worker, limit),
+                ).fetchall()
+                if mine
+                else []
+            )
             taken = len(rows)
             if taken < limit and leaderless:
                 rows += conn.execute(
@@ -1067,7 +1071,7 @@ class SqliteStore:
         def op(conn: sqlite3.Connection) -> list[JournalEntry]:
             rows = conn.execute(
                 "SELECT at, src, dst, worker, attempt, reason, actor FROM journal "
-                "WHERE id = ? ORDER BY rowid",
+                "WHERE id = ? ORDER BY seq",
                 (id,),
             )
             return [journal_entry(row) for row in rows]
