@@ -36,7 +36,10 @@ first one is due (``next_due``) and the lead sweeps then if that comes before it
 A sweep that only assigns (the usual case) is one transaction where the store can
 (``Store.plan_and_assign``: SQLite reads the view, runs ``plan_sweep`` and assigns in one
 writer job and one commit); a sweep that also returns assignments or reads past full rooms
-reads, returns and assigns in separate compare-and-set steps.
+reads, returns and assigns in separate compare-and-set steps. The sweep after one that drained
+the queue (read every ready pending task and assigned them all) first looks (``_look``: a read,
+no writer job) and ends there when nothing is ready and nothing is to go back: under load most
+rings are completions, and only ingest refills the queue.
 
 A returned task is never handed straight to another worker: it goes back to pending, and only a
 later sweep (reading a fresh view) assigns it again. That keeps every move a compare-and-set the
