@@ -84,6 +84,11 @@ class CompletionBatcher:
             with trio.CancelScope(shield=True):
                 await item.done.wait()
         if item.error is not None:
+            if isinstance(item.error, trio.ClosedResourceError):
+                # the batcher stopped with this reply unstored: if the caller is being stopped
+                # too (a hard stop cancels both; the batcher's ending may wake it first), its
+                # cancellation is the outcome, as for any run cut off mid-call
+                await trio.lowlevel.checkpoint_if_cancelled()
             raise item.error
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -38,7 +38,10 @@ first one is due (``next_due``) and the lead sweeps then if that comes before it
 A sweep that only assigns (the usual case) is one transaction where the store can
 (``Store.plan_and_assign``: SQLite reads the view, runs ``plan_sweep`` and assigns in one
 writer job and one commit); a sweep that also returns assignments or reads past full rooms
-reads, returns and assigns in separate compare-and-set steps.
+reads, returns and assigns in separate compare-and-set steps. The sweep after one that drained
+the queue (read every ready pending task and assigned them all) first looks (``_look``: a read,
+no writer job) and ends there when nothing is ready and nothing is to go back: under load most
+rings are completions, and only ingest refills the queue.
 
 A returned task is never handed straight to another worker: it goes back to pending, and only a
 later sweep (reading a fresh view) assigns it again. That keeps every move a compare-and-set the
@@ -276,6 +279,10 @@ class PoolLead:
     last_report: SweepReport | None = attrs.field(init=False, default=None)
     _last_pick: str | None = attrs.field(init=False, default=None)
     _window: int = attrs.field(init=False, default=0)
+    _drained: bool = attrs.field(init=False, default=False)
+    """Did the last full sweep read every ready pending task and assign them all?"""
+    looks: int = attrs.field(init=False, default=0)
+    """Sweeps that ended after a read that found nothing to do (``_look``; in ``sweeps`` too)."""
     beat_interval: float = 0.5
     """The unit of a failover: a lead candidate beats twice in it while ``run`` runs (leader
     and standbys alike: a beat loop of its own, so a slow sweep never delays it), and a
@@ -361,6 +368,11 @@ class PoolLead:
         self._doorbell.clear()  # this sweep reads everything rung for so far
         limit = self._window or self.pending_limit
         now = self.now()
+        beat_due = not (self._beats_in_loop or 0 <= now - self._beat_at < self._beat_every)
+        if self._drained and not beat_due:
+            looked = await self._look(now)
+            if looked is not None:
+                return looked
         planned: list[SweepPlan] = []  # decide() runs in the store's thread; it leaves its plan
 
         def decide(view: PoolView) -> list[tuple[str, str]] | None:
@@ -377,7 +389,7 @@ class PoolLead:
         async def plan_and_assign() -> None:
             answers.append(await self.store.plan_and_assign(decide, pending_limit=limit))
 
-        if self._beats_in_loop or 0 <= now - self._beat_at < self._beat_every:
+        if not beat_due:
             # ``run`` beats in a loop of its own; else a clock stepped back beats now
             await plan_and_assign()  # under load: no beat, one transaction for the sweep
         else:
@@ -397,6 +409,9 @@ class PoolLead:
         self._next_due = view.next_due
         self._see_workers(view.workers, view.at)
         self._window, widened = self._next_window(view, plan, now, limit)
+        # every ready pending task was read (a short page) and assigned: until a commit makes
+        # another one ready, the next sweep has nothing to assign (see ``_look``)
+        self._drained = not plan.waiting and len(view.pending) < limit and not widened
         if widened:  # workers had room for more than this sweep read: look again soon
             self._doorbell.set()
         if self.wakeups is not None:  # a freed slot matters only while tasks wait for one
@@ -449,6 +464,39 @@ class PoolLead:
         self.sweeps += 1
         self.last_report = report
         return report
+
+    async def _look(self, now: float) -> SweepReport | None:
+        """The sweep after one that drained the queue: a read of the pool (no writer job, no
+        commit) with at most one pending task. With no ready pending task and nothing to
+        return, the sweep ends there and reports so; else (``None``) it runs in full.
+
+        Under load most rings come from completions (a slot freed) while ingest is what
+        refills the queue: a full sweep then costs a writer transaction (SQLite: a job in
+        the writer's batch, where every transition waits behind it) to assign nothing. The
+        look is safe to act on: a task that becomes ready after it was read was committed
+        after the read began, and that commit rings the lead (or the periodic sweep finds it).
+        """
+        view = await self.store.pool_view(pending_limit=1)
+        plan = self._plan(view, now)
+        if view.pending or plan.dead_workers or plan.stuck:
+            return None
+        self._next_due = view.next_due
+        self._see_workers(view.workers, view.at)
+        self.sweeps += 1
+        self.looks += 1
+        self.last_report = SweepReport(
+            at=now,
+            lead=self.name,
+            live_workers=tuple(
+                sorted(
+                    w.name
+                    for w in view.workers
+                    if w.role == "worker" and is_alive(w, now, self.dead_after, self.max_skew)
+                )
+            ),
+            deferred=plan.deferred,
+        )
+        return self.last_report
 
     def _plan(self, view: PoolView, now: float) -> SweepPlan:
         assert self.stuck_cap is not None
