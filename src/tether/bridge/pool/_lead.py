@@ -439,13 +439,7 @@ class PoolLead:
         report = SweepReport(
             at=now,
             lead=self.name,
-            live_workers=tuple(
-                sorted(
-                    w.name
-                    for w in view.workers
-                    if w.role == "worker" and is_alive(w, now, self.dead_after, self.max_skew)
-                )
-            ),
+            live_workers=self._live_workers(view, now),
             assigned=assigned,
             returned=returned,
             deferred=plan.deferred,
@@ -487,16 +481,20 @@ class PoolLead:
         self.last_report = SweepReport(
             at=now,
             lead=self.name,
-            live_workers=tuple(
-                sorted(
-                    w.name
-                    for w in view.workers
-                    if w.role == "worker" and is_alive(w, now, self.dead_after, self.max_skew)
-                )
-            ),
+            live_workers=self._live_workers(view, now),
             deferred=plan.deferred,
         )
         return self.last_report
+
+    def _live_workers(self, view: PoolView, now: float) -> tuple[str, ...]:
+        """The workers whose beats say they live, by name: what a sweep report lists."""
+        return tuple(
+            sorted(
+                w.name
+                for w in view.workers
+                if w.role == "worker" and is_alive(w, now, self.dead_after, self.max_skew)
+            )
+        )
 
     def _plan(self, view: PoolView, now: float) -> SweepPlan:
         assert self.stuck_cap is not None
