@@ -24,6 +24,16 @@ busy polling). The environment may set ``BURST``, ``LIGHT_RATE``, ``LIGHT_S``, `
 ``IDLE_S``, ``MODES`` (``lead,leaderless``), ``PHASES`` (``max,light,loaded``) and
 ``MAX_RATE`` (the maximum the 80% phase takes when ``max`` is not run).
 
+The disk is part of the path: every commit on it (the gateway's and the bridge's, four or
+five per message) waits for an fsync, and a virtual disk stalls now and then (seen here: a
+plain ``sqlite3`` loop of ``synchronous=FULL`` commits, p50 0.5 ms, pauses of 70-500 ms every
+few seconds, the same instants in two processes at once). So the light phase runs twice:
+on the disk (``tempfile``'s folder, ``TMPDIR``), with a probe process beside it committing to a
+file of its own every 10 ms and noting how long each commit took, and in memory
+(``/dev/shm``: an fsync returns at once), which is the bridge's own added time. The disk's
+line says how many messages crossed a probe commit slower than 20 ms and the p99 of the others.
+``STORAGE`` (``disk,memory``) picks the sides.
+
 ``TRACE=1`` also prints, per timed phase, the p50/p99 of each hop of a message's path (see
 ``Trace``): which step the added time goes to. The tracer wraps the store's and the gateway
 client's methods in this process (a few microseconds a call).
@@ -40,7 +50,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +73,11 @@ TRACE = os.environ.get("TRACE", "") not in ("", "0")
 PHASES = os.environ.get("PHASES", "max,light,loaded").split(",")
 IDLE_S = float(os.environ.get("IDLE_S", "5"))
 """Seconds the light phase's bridge idles first, its CPU time measured (0: not measured)."""
+STORAGE = os.environ.get("STORAGE", "disk,memory").split(",")
+MEMORY_DIR = Path("/dev/shm")
+PROBE_EVERY_S = 0.01
+STALL_MS = 20.0
+"""A probe commit slower than this is a disk stall (the goal's whole budget in one fsync)."""
 MAX_RATE = float(os.environ.get("MAX_RATE", "0"))
 """Used for the 80% phase when the ``max`` phase is left out of ``PHASES``."""
 WORKERS = 4
@@ -196,6 +212,23 @@ class Phase:
     trace: Trace | None = None
     idle_cpu: float | None = None
     """CPU seconds per second this process (the bridge) used while idle, before the load."""
+    probe: list[tuple[float, float]] | None = None
+    """The disk probe's commits while the load ran: (wall-clock start, seconds taken)."""
+    spans: list[tuple[float, float]] = attrs.field(factory=list)
+    """Each message's (gateway accepted, gateway has the reply), wall clock."""
+
+    def stalls(self) -> list[tuple[float, float]]:
+        """The probe's commits slower than ``STALL_MS``: (start, end)."""
+        return [(t, t + d) for t, d in self.probe or () if 1000 * d > STALL_MS]
+
+    def clear_of_stalls(self) -> list[float]:
+        """``added`` of the messages whose path overlapped no disk stall."""
+        stalls = self.stalls()
+        return [
+            a
+            for a, (s0, s1) in zip(self.added, self.spans, strict=True)
+            if not any(t0 < s1 and s0 < t1 for t0, t1 in stalls)
+        ]
 
 
 def _ms(values: list[float], q: float) -> float:
@@ -207,6 +240,42 @@ async def _submit(url: str, rate: float, count: int) -> None:
     """Run the submitter process (``submit`` mode of this file) and wait for it."""
     command = [sys.executable, __file__, "submit", url, repr(rate), str(count)]
     await trio.run_process(command, stdout=subprocess.DEVNULL)
+
+
+def _prober(path: str) -> None:
+    """Commit one row every ``PROBE_EVERY_S`` (WAL, ``synchronous=FULL``), print each commit's
+    start and duration, until killed: how long the disk's fsync took while the bridge ran."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    db.execute("CREATE TABLE IF NOT EXISTS probe (at REAL, body BLOB)")
+    while True:
+        began = time.time()
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO probe VALUES (?, randomblob(300))", (began,))
+        db.execute("COMMIT")
+        print(f"{began} {time.time() - began}", flush=True)
+        time.sleep(PROBE_EVERY_S)
+
+
+@asynccontextmanager
+async def _disk_probe(folder: Path) -> AsyncIterator[list[tuple[float, float]]]:
+    """Run ``_prober`` on a file in ``folder`` for the block; the list it yields is filled
+    with the probe's notes once the block ends."""
+    notes: list[tuple[float, float]] = []
+    out = folder / "probe.txt"
+    with out.open("wb") as sink:
+        command = [sys.executable, __file__, "probe", str(folder / "probe.db")]
+        proc = await trio.lowlevel.open_process(command, stdout=sink)
+    try:
+        yield notes
+    finally:
+        proc.kill()
+        with trio.CancelScope(shield=True):
+            await proc.wait()
+    for line in out.read_text().splitlines():
+        began, took = line.split()
+        notes.append((float(began), float(took)))
 
 
 async def _submitter(url: str, rate: float, count: int) -> None:
@@ -240,8 +309,11 @@ async def _until_delivered(service: BridgeService, count: int) -> None:
         await trio.sleep(0.01)
 
 
-async def phase(folder: Path, name: str, *, lead: bool, rate: float, count: int) -> Phase:
-    """One phase: ``rate`` 0 queues ``count`` messages first and measures the drain rate."""
+async def phase(
+    folder: Path, name: str, *, lead: bool, rate: float, count: int, probe: bool = False
+) -> Phase:
+    """One phase: ``rate`` 0 queues ``count`` messages first and measures the drain rate.
+    ``probe``: a disk probe (``_disk_probe``) runs beside the load."""
     await trio.Path(folder).mkdir(parents=True)
     runs = Runs()
     trace = Trace() if TRACE and rate > 0 else None
@@ -267,16 +339,18 @@ async def phase(folder: Path, name: str, *, lead: bool, rate: float, count: int)
             async with trio.open_nursery() as bridge:
                 await bridge.start(service.run)
                 idle_cpu = None
-                if name.endswith("light") and IDLE_S > 0:
+                if " light" in name and IDLE_S > 0:
                     await trio.sleep(1.0)  # past the start-up
                     cpu = time.process_time()
                     await trio.sleep(IDLE_S)
                     idle_cpu = (time.process_time() - cpu) / IDLE_S
-                start = time.perf_counter()
-                if rate > 0:
-                    bridge.start_soon(_submit, url, rate, count)
-                await _until_delivered(service, count)
-                elapsed = time.perf_counter() - start
+                async with AsyncExitStack() as stack:
+                    notes = await stack.enter_async_context(_disk_probe(folder)) if probe else None
+                    start = time.perf_counter()
+                    if rate > 0:
+                        bridge.start_soon(_submit, url, rate, count)
+                    await _until_delivered(service, count)
+                    elapsed = time.perf_counter() - start
                 bridge.cancel_scope.cancel()
         finally:
             await store.aclose()
@@ -284,8 +358,9 @@ async def phase(folder: Path, name: str, *, lead: bool, rate: float, count: int)
                 restore()
     with sqlite3.connect(folder / "gateway.db") as db:
         rows = db.execute("SELECT id, created_at, answered_at FROM tasks").fetchall()
-    inbound, outbound = [], []
+    inbound, outbound, spans = [], [], []
     for id, created, answered in rows:
+        spans.append((created, answered))
         inbound.append(runs.started[id] - created)
         outbound.append(answered - runs.replied[id])
         if trace is not None:
@@ -295,7 +370,7 @@ async def phase(folder: Path, name: str, *, lead: bool, rate: float, count: int)
             trace.note([id], "replied", runs.replied[id])
     added = [a + b for a, b in zip(inbound, outbound, strict=True)]
     rate = count / elapsed if rate == 0 else rate
-    return Phase(name, rate, inbound, outbound, added, trace, idle_cpu)
+    return Phase(name, rate, inbound, outbound, added, trace, idle_cpu, notes, spans)
 
 
 def _hops(p: Phase) -> str:
@@ -317,6 +392,20 @@ def _line(p: Phase) -> str:
         f"out p50 {_ms(p.outbound, 0.5):6.1f} p99 {_ms(p.outbound, 0.99):6.1f}  "
         f"added p50 {_ms(p.added, 0.5):6.1f} p99 {_ms(p.added, 0.99):6.1f} ms"
         + ("" if p.idle_cpu is None else f"  idle CPU {100 * p.idle_cpu:.1f}%")
+        + _probe_line(p)
+    )
+
+
+def _probe_line(p: Phase) -> str:
+    if not p.probe:
+        return ""
+    took = [d for _, d in p.probe]
+    clear = p.clear_of_stalls()
+    rest = f"p99 added of the other {len(clear)}: {_ms(clear, 0.99):.1f} ms" if clear else ""
+    return (
+        f"\n    disk probe: {len(took)} commits, p50 {_ms(took, 0.5):.1f} p99 "
+        f"{_ms(took, 0.99):.1f} max {_ms(took, 1.0):.1f} ms; {len(p.stalls())} over "
+        f"{STALL_MS:.0f} ms, crossed by {len(p.added) - len(clear)} messages; {rest}"
     )
 
 
@@ -335,15 +424,23 @@ async def main() -> None:
                 results.append(burst)
                 max_rate = burst.rate
             if "light" in PHASES:
-                light = await phase(
-                    Path(tmp, mode, "light"),
-                    f"{mode} light",
-                    lead=lead,
-                    rate=LIGHT_RATE,
-                    count=round(LIGHT_RATE * LIGHT_S),
-                )
-                print(_line(light), _hops(light), sep="\n", end="", file=sys.stderr)
-                results.append(light)
+                for storage in STORAGE:
+                    if storage == "memory" and not await trio.Path(MEMORY_DIR).is_dir():
+                        print(f"skipped {mode} light [memory]: no {MEMORY_DIR}", file=sys.stderr)
+                        continue
+                    with tempfile.TemporaryDirectory(
+                        dir=MEMORY_DIR if storage == "memory" else None
+                    ) as side:
+                        light = await phase(
+                            Path(side, mode, "light"),
+                            f"{mode} light [{storage}]",
+                            lead=lead,
+                            rate=LIGHT_RATE,
+                            count=round(LIGHT_RATE * LIGHT_S),
+                            probe=storage == "disk",
+                        )
+                    print(_line(light), _hops(light), sep="\n", end="", file=sys.stderr)
+                    results.append(light)
             if "loaded" in PHASES:
                 loaded_rate = 0.8 * max_rate
                 loaded = await phase(
@@ -359,12 +456,14 @@ async def main() -> None:
         print(_line(p))
         print(_hops(p), end="")
     for p in results:
-        if p.name.endswith("light"):
+        if " light" in p.name:
             verdict = "met" if _ms(p.added, 0.99) < 20 else "NOT met"
             print(f"{p.name}: p99 added {_ms(p.added, 0.99):.1f} ms (goal < 20 ms: {verdict})")
 
 
 def _cli(argv: list[str]) -> Any:
+    if argv[:1] == ["probe"]:
+        return _prober(argv[1])
     if argv[:1] == ["submit"]:
         url, rate, count = argv[1], float(argv[2]), int(argv[3])
         return trio.run(_submitter, url, rate, count)
