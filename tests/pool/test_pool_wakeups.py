@@ -265,6 +265,76 @@ async def test_rings_under_load_gather_into_sweeps_min_sweep_gap_apart(
         lead.request_stop()
 
 
+async def test_a_ring_just_after_a_quiet_periodic_sweep_is_swept_at_once(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """A message that lands just after the periodic sweep found the pool idle is assigned at
+    once, not ``min_sweep_gap`` later; a ring after a sweep that had work still waits."""
+    wakeups = PoolWakeups()
+    await timed_store.beat("w1", "worker", 4)
+    lead = _TimedLead(timed_store, sweep_interval=1.0, wakeups=wakeups, min_sweep_gap=0.2)
+    starts = lead.starts
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lead.run)
+        await wait_for(lambda: _n_sweeps(starts, 3), within=5.0, step=0.001)
+        await trio.sleep(0.01)  # just after a sweep on the clock that found nothing
+        await timed_store.ingest(Task("a", "x"))
+        wakeups.tasks_pending()
+        rung = trio.current_time()
+        await wait_for(lambda: _assigned(timed_store, "a"), within=PROMPT, step=0.001)
+        assert starts[-1] == rung  # not held to min_sweep_gap after the quiet sweep
+        await trio.sleep(0.01)  # just after the sweep that assigned "a": a busy pool
+        await timed_store.ingest(Task("b", "x"))
+        wakeups.tasks_pending()
+        await wait_for(lambda: _assigned(timed_store, "b"), within=PROMPT, step=0.001)
+        assert starts[-1] == rung + 0.2  # rings after work gather for min_sweep_gap
+        lead.request_stop()
+
+
+async def _n_sweeps(starts: list[float], n: int) -> bool:
+    return len(starts) >= n
+
+
+async def _assigned(store: SqliteStore, id: str) -> bool:
+    return await store.state(id) == S.ASSIGNED
+
+
+async def test_a_sweep_rung_by_new_pending_tasks_skips_the_look(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """After a sweep that drained the queue, a sweep rung by ingest goes straight to the
+    writer: the look (a read) would only find the new task it was rung for."""
+    wakeups = PoolWakeups()
+    store = _ReadCountingStore(timed_store)
+    await timed_store.beat("w1", "worker", 4)
+    lead = PoolLead(store, sweep_interval=SLOW, wakeups=wakeups)
+    await timed_store.ingest(Task("a", "x"))
+    wakeups.tasks_pending()
+    assert [a.id for a in (await lead.sweep_once()).assigned] == ["a"]  # drained
+    assert store.views == 0
+    assert (await lead.sweep_once()).assigned == ()  # not rung: a look, read only
+    assert (store.views, lead.looks) == (1, 1)
+    await timed_store.ingest(Task("b", "x"))
+    wakeups.tasks_pending()
+    assert [a.id for a in (await lead.sweep_once()).assigned] == ["b"]
+    assert (store.views, lead.looks) == (1, 1)  # no read before the sweep
+
+
+@attrs.define(eq=False)
+class _ReadCountingStore:
+    """A store that counts the pool views read outside a sweep's transaction (looks)."""
+
+    inner: SqliteStore
+    views: int = 0
+
+    async def pool_view(self, **kwargs: Any) -> Any:
+        self.views += 1
+        return await self.inner.pool_view(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 async def test_a_freed_slot_costs_a_sweep_only_while_tasks_wait_for_capacity(
     timed_store: SqliteStore, mock_clock: StoreAwareClock
 ) -> None:

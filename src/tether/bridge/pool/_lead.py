@@ -28,7 +28,9 @@ pool's work changes: ingest committed new tasks, a task went back to pending, or
 freed a slot while tasks waited for capacity (after each sweep the lead tells the switchboard
 whether they do: else each finished task would cost a sweep that finds nothing). Rings
 arriving during a sweep coalesce into one more sweep, sweeps start ``min_sweep_gap`` apart,
-so under load each sweep assigns a batch and when idle it costs one sweep per interval. The
+so under load each sweep assigns a batch and when idle it costs one sweep per interval; a
+ring after a sweep that found the pool idle sweeps at once (a message after a quiet spell is
+not held up by the periodic sweep that just ran). The
 lead rings each worker it assigned to, so the task is claimed at once rather than at the
 worker's next poll.
 The periodic sweep stays the source of truth: a wake-up that never comes costs latency only.
@@ -41,7 +43,8 @@ writer job and one commit); a sweep that also returns assignments or reads past 
 reads, returns and assigns in separate compare-and-set steps. The sweep after one that drained
 the queue (read every ready pending task and assigned them all) first looks (``_look``: a read,
 no writer job) and ends there when nothing is ready and nothing is to go back: under load most
-rings are completions, and only ingest refills the queue.
+rings are completions, and only ingest refills the queue. A sweep rung by new pending tasks
+(``PoolWakeups.take_pending_news``) skips the look: it has something to assign.
 
 A returned task is never handed straight to another worker: it goes back to pending, and only a
 later sweep (reading a fresh view) assigns it again. That keeps every move a compare-and-set the
@@ -366,10 +369,11 @@ class PoolLead:
         is full, possibly with tasks this sweep assigns from an earlier page.
         """
         self._doorbell.clear()  # this sweep reads everything rung for so far
+        news = self.wakeups is not None and self.wakeups.take_pending_news()
         limit = self._window or self.pending_limit
         now = self.now()
         beat_due = not (self._beats_in_loop or 0 <= now - self._beat_at < self._beat_every)
-        if self._drained and not beat_due:
+        if self._drained and not beat_due and not news:
             looked = await self._look(now)
             if looked is not None:
                 return looked
@@ -658,6 +662,19 @@ class PoolLead:
                 wake = min(wake, now + max(silent, 0.0) + _JUST_AFTER)
             await trio.sleep_until(wake)
 
+    def _found_pool_idle(self) -> bool:
+        """Did the last sweep find nothing to assign, return, hold back or leave waiting?
+
+        After such a sweep on the clock (not rung), the next ring is the first news of work (a
+        message after a quiet spell) and is swept at once: ``min_sweep_gap`` gathers the rings
+        of a busy pool, and the periodic sweep that ran just before a message came must not
+        hold it up. Rung sweeps keep the gap even when they found nothing, so a storm of rings
+        with nothing behind them still costs one sweep per gap."""
+        report = self.last_report
+        return report is not None and not (
+            report.assigned or report.returned or report.deferred or report.waiting
+        )
+
     def _idle_wait(self) -> float:
         """Seconds until the next sweep unless rung: the interval, or less when a task waiting
         out its retry backoff falls due sooner (store clock)."""
@@ -687,20 +704,24 @@ class PoolLead:
                 self.judge(await self.store.beat(self.name, "lead", 0), self.now())
                 nursery.start_soon(self._beat_loop, name=f"pool-lead:{self.name}::beat")
                 started = trio.current_time()
+                quiet = False  # did the last sweep run on the clock and find the pool idle?
                 if self.leading:
                     await self.sweep_once()
+                    quiet = self._found_pool_idle()
                 task_status.started()
                 while not self._stop.is_set():
-                    await self._doorbell.wait(self._idle_wait())
-                    # rung again soon after a sweep began: let more rings gather into one sweep
-                    with trio.move_on_at(started + self.min_sweep_gap):
-                        await self._stop.wait()
+                    rung = await self._doorbell.wait(self._idle_wait())
+                    if not quiet:
+                        # rung again soon after a sweep began: let more rings gather into one
+                        with trio.move_on_at(started + self.min_sweep_gap):
+                            await self._stop.wait()
                     if self._stop.is_set():
                         break
                     if not self.leading:
                         continue
                     started = trio.current_time()
                     await self.sweep_once()
+                    quiet = not rung and self._found_pool_idle()
                 nursery.cancel_scope.cancel()
         finally:
             self._beats_in_loop = False

@@ -69,6 +69,7 @@ class PoolWakeups:
     finds nothing, in the store's writer, ahead of the next message's commits."""
     dead: Wakeup = attrs.field(factory=Wakeup)
     """The dead-notice loop's doorbell (``tasks_dead``)."""
+    _pending_news: bool = attrs.field(init=False, default=False)
     _workers: dict[str, Wakeup] = attrs.field(init=False, factory=dict)
     _leaderless: set[str] = attrs.field(init=False, factory=set)
 
@@ -88,9 +89,17 @@ class PoolWakeups:
 
     def tasks_pending(self) -> None:
         """New pending tasks: the lead sweeps now; leaderless workers claim now."""
+        self._pending_news = True
         self.lead.set()
         for name in self._leaderless:
             self.worker(name).set()
+
+    def take_pending_news(self) -> bool:
+        """Did ``tasks_pending`` ring since the last call? The lead asks as a sweep begins: a
+        sweep rung by new pending tasks has something to assign, so it skips the read that
+        would only find that out (``PoolLead._look``)."""
+        news, self._pending_news = self._pending_news, False
+        return news
 
     def tasks_assigned(self, workers: Iterable[str]) -> None:
         """The lead assigned tasks to ``workers``: each claims now."""
