@@ -320,19 +320,25 @@ class GatewayStore:
         next messages against each other; within a room, arrival order wins. A room's later
         messages wait until the earlier ones are acked (or their lease lapses and they are
         handed out again, first)."""
+        # a room is held from its earliest task out on a live lease: one read of the leases,
+        # not a look back through the room for every available task (that made a poll's cost
+        # grow with the square of a room's backlog: 1.3 s at 20,000 queued in 40 rooms)
+        leased_from: dict[str, int] = dict(
+            self._db.execute(
+                "SELECT room, MIN(rowid) FROM tasks WHERE state = 'leased' AND lease_until > ?"
+                " GROUP BY room",
+                (now,),
+            )
+        )
         queues: dict[object, list[tuple[int, int, str]]] = {}
-        held: set[str] = set()  # rooms with an earlier task this poll cannot hand out
-        for rowid, task_id, room, rank, blocked in self._db.execute(
-            f"SELECT rowid, id, room, {_PRIORITY_ORDER}, EXISTS (SELECT 1 FROM tasks e"
-            " WHERE e.room = t.room AND e.rowid < t.rowid AND e.state = 'leased'"
-            " AND e.lease_until > ?)"
-            " FROM tasks t WHERE state = 'queued' OR (state = 'leased' AND lease_until <= ?)"
+        for rowid, task_id, room, rank in self._db.execute(
+            f"SELECT rowid, id, room, {_PRIORITY_ORDER}"
+            " FROM tasks WHERE state = 'queued' OR (state = 'leased' AND lease_until <= ?)"
             " ORDER BY rowid",
-            (now, now),
+            (now,),
         ):
-            if room is not None and (blocked or room in held):
-                held.add(room)
-                continue
+            if leased_from.get(room, rowid) < rowid:
+                continue  # held, as is everything after it in the room
             key: object = task_id if room is None else room  # a roomless task is its own queue
             queues.setdefault(key, []).append((rank, rowid, task_id))
         heads = [(queue[0], key, 0) for key, queue in queues.items()]
