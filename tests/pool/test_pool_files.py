@@ -26,6 +26,7 @@ from tether.bridge import (
     file_exchange_worker,
 )
 from tether.bridge.pool._files import (
+    FileExchange,
     HeaderRefused,
     escape_value,
     format_message,
@@ -174,3 +175,35 @@ async def test_a_real_outside_program_answers_through_files(tmp_path: Path) -> N
         assert stat.S_IMODE((root / "archive" / "plain.task.txt").stat().st_mode) == 0o600
     finally:
         await store.aclose()
+
+
+def test_an_outbox_write_cut_short_by_a_kill_is_cleaned_up_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """A process SIGKILLed between writing an outbox file's tmp and renaming it leaves the tmp
+    behind; the next exchange on that folder removes it. A tmp whose writer still lives, and
+    anything that is not such a tmp, are left alone."""
+    FileExchange(tmp_path)
+    outbox = tmp_path / "outbox"
+    killed_mid_write = (
+        "import os, signal, sys; from tether import _atomic_file as a;"
+        "os.replace = lambda *_a, **_k: os.kill(os.getpid(), signal.SIGKILL);"
+        "a.write_atomic_at(os.open(sys.argv[1], os.O_RDONLY), 'x-1.txt', b'task x-1')"
+    )
+    child = subprocess.run([sys.executable, "-c", killed_mid_write, str(outbox)], check=False)
+    assert child.returncode == -9
+    [left] = [p.name for p in outbox.iterdir()]
+    assert left.startswith(".x-1.txt.")
+    assert left.endswith(".tmp")
+    with subprocess.Popen(["sleep", "60"]) as alive:
+        try:
+            writing = outbox / f".x-2.txt.{alive.pid}.0123456789ab.tmp"
+            writing.write_bytes(b"being written")
+            (outbox / ".notes.tmp").write_bytes(b"not ours")
+            (outbox / "x-3.txt").write_bytes(b"task x-3")
+            FileExchange(tmp_path)
+            assert sorted(p.name for p in outbox.iterdir()) == sorted(
+                [writing.name, ".notes.tmp", "x-3.txt"]
+            )
+        finally:
+            alive.kill()

@@ -35,7 +35,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from ..._atomic_file import write_atomic_at
+from ..._atomic_file import remove_stale_tmp_at, write_atomic_at
 from ..._fs import ensure_private_dir
 from ..._session import Session
 from ..custody._rules import Task
@@ -170,7 +170,8 @@ class FileExchange:
     is or became a symlink is refused (``ExchangeUnsafe``); a result file that is a symlink,
     a FIFO, a directory, has other hard links or is over ``max_result_bytes`` is refused
     unread (moved to ``refused/`` and reported). Nothing outside the exchange is ever read,
-    written or moved.
+    written or moved. On start it removes the tmp files of outbox writes whose process was
+    killed mid-write (``remove_stale_tmp_at``), so a crash leaves no debris in ``outbox/``.
     """
 
     root: Path = attrs.field(converter=Path)
@@ -185,6 +186,9 @@ class FileExchange:
         for name in _FOLDERS:
             with self._folder(name):
                 pass
+        with self._folder("outbox") as outbox:
+            for stale in remove_stale_tmp_at(outbox):
+                log.info("removed %s: an outbox write cut short by a killed process", stale)
 
     @property
     def outbox(self) -> Path:
