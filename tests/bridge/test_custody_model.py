@@ -348,6 +348,8 @@ class CustodyMachine(RuleBasedStateMachine):
                 assert m is not None
                 m.state, m.owner, m.attempt, m.lease_until = S.PENDING, None, 1, None
                 m.not_before, m.result = None, None
+                # the operator vouches for it: its crash record and suspect mark are cleared
+                m.crash_count, m.crashes_alone, m.suspect = 0, 0, False
 
     @precondition(lambda self: any(self._live(c) for c in self.claims))
     @rule()
