@@ -34,8 +34,8 @@ T = TypeVar("T")
 class _Job(Generic[T]):
     fn: Callable[[sqlite3.Connection], T] | None  # None: the stop job
     readonly: bool
-    token: trio.lowlevel.TrioToken
-    task: trio.lowlevel.Task
+    token: trio.lowlevel.TrioToken | None  # None: nobody waits (``close_now``'s stop job)
+    task: trio.lowlevel.Task | None
     value: Any = None
     error: BaseException | None = None
 
@@ -117,6 +117,18 @@ class SqliteWriter:
         await trio.lowlevel.wait_task_rescheduled(_uncancellable)
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self._thread.join)
+
+    def close_now(self) -> None:
+        """``close`` for a caller that cannot await (a ``finally`` that may be cancelled): the
+        jobs already queued still run and are answered; then the thread closes the connection
+        and stops, and this returns (it blocks the caller for those jobs only)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is None:
+            return
+        self._queue.put(_Job(None, True, None, None))
+        self._thread.join()
 
     # -- the thread -----------------------------------------------------------------------
 
@@ -212,7 +224,8 @@ class SqliteWriter:
     def _wake(batch: list[_Job[Any]]) -> None:
         by_token: dict[trio.lowlevel.TrioToken, list[_Job[Any]]] = {}
         for job in batch:
-            by_token.setdefault(job.token, []).append(job)
+            if job.token is not None:
+                by_token.setdefault(job.token, []).append(job)
         for token, jobs in by_token.items():
             try:
                 token.run_sync_soon(_set_all, jobs)
@@ -232,6 +245,7 @@ def _capture(job: _Job[Any], conn: sqlite3.Connection) -> bool:
 
 def _set_all(jobs: list[_Job[Any]]) -> None:
     for job in jobs:
+        assert job.task is not None
         trio.lowlevel.reschedule(job.task)
 
 
