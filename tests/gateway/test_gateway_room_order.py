@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import heapq
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -57,45 +59,48 @@ task_rows = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(rows=task_rows, limit=st.integers(min_value=1, max_value=32))
-def test_the_hand_out_order_matches_its_specification(
-    tmp_path_factory: object, rows: list[tuple[str, str, float, str]], limit: int
-) -> None:
-    folder = Path(tmp_path_factory.mktemp("order"))  # type: ignore[attr-defined]
+@contextmanager
+def _store_with(
+    folder: Path, rows: list[tuple[str, str, str, float | None, str]]
+) -> Iterator[GatewayStore]:
+    """A gateway store (no writer thread: the hand-out is read directly) holding ``rows``:
+    ``(id, room, state, lease_until, priority)`` in arrival order."""
     store = GatewayStore(folder / "gateway.db", _connect(folder / "gateway.db"))
     try:
         with store._db:
             store._db.executemany(
                 "INSERT INTO tasks (id, room, sender, body, created_at, state, lease_until,"
                 " priority) VALUES (?, ?, 'u', 'b', 0, ?, ?, ?)",
-                [
-                    (f"t{i}", room, state, lease if state == "leased" else None, priority)
-                    for i, (room, state, lease, priority) in enumerate(rows)
-                ],
+                rows,
             )
-        assert store._in_room_order(limit, NOW) == specified_order(store._db, limit, NOW)
+        yield store
     finally:
         store.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=task_rows, limit=st.integers(min_value=1, max_value=32))
+def test_the_hand_out_order_matches_its_specification(
+    tmp_path_factory: object, rows: list[tuple[str, str, float, str]], limit: int
+) -> None:
+    folder = Path(tmp_path_factory.mktemp("order"))  # type: ignore[attr-defined]
+    table = [
+        (f"t{i}", room, state, lease if state == "leased" else None, priority)
+        for i, (room, state, lease, priority) in enumerate(rows)
+    ]
+    with _store_with(folder, table) as store:
+        assert store._in_room_order(limit, NOW) == specified_order(store._db, limit, NOW)
 
 
 def test_a_room_is_held_from_its_earliest_live_lease_only(tmp_path: Path) -> None:
     """Tasks of a room before its leased one go out; those after it wait (a lapsed lease
     holds nothing and goes out again itself, first)."""
-    store = GatewayStore(tmp_path / "gateway.db", _connect(tmp_path / "gateway.db"))
-    try:
-        with store._db:
-            store._db.executemany(
-                "INSERT INTO tasks (id, room, sender, body, created_at, state, lease_until)"
-                " VALUES (?, ?, 'u', 'b', 0, ?, ?)",
-                [
-                    ("a1", "a", "queued", None),  # released back before a2 was leased
-                    ("a2", "a", "leased", NOW + 5),
-                    ("a3", "a", "queued", None),
-                    ("b1", "b", "leased", NOW - 5),  # lapsed: handed out again
-                    ("b2", "b", "queued", None),
-                ],
-            )
+    table: list[tuple[str, str, str, float | None, str]] = [
+        ("a1", "a", "queued", None, "normal"),  # released back before a2 was leased
+        ("a2", "a", "leased", NOW + 5, "normal"),
+        ("a3", "a", "queued", None, "normal"),
+        ("b1", "b", "leased", NOW - 5, "normal"),  # lapsed: handed out again
+        ("b2", "b", "queued", None, "normal"),
+    ]
+    with _store_with(tmp_path, table) as store:
         assert store._in_room_order(10, NOW) == ["a1", "b1", "b2"]
-    finally:
-        store.close()
