@@ -2,9 +2,10 @@
 
 Every operation runs in one writer thread that owns the connection, with group commit (the
 custody store's ``SqliteWriter``): the operations queued while a commit runs share the next
-one, so 32 users submitting at once cost a few fsyncs, not 32 in a row; each operation is a
-savepoint of its own, so one that fails is undone alone. WAL with ``synchronous=FULL``: a
-message accepted or a result recorded is on disk before the HTTP answer says so.
+one, so 32 users submitting at once cost a few fsyncs, not 32 in a row; an operation that
+raises is undone alone (the writer replays its batch with a savepoint per job). WAL with
+``synchronous=FULL``: a message accepted or a result recorded is on disk before the HTTP
+answer says so.
 
 A task moves ``queued`` → ``leased`` (handed out by a poll, until ``lease_until``) →
 ``acked`` (the worker side has it durably) → ``answered`` (a reply) or ``closed`` (a result
@@ -21,7 +22,7 @@ task is ``queued`` again with its ``deliveries`` kept, so it still counts as han
 ack or a result that was already on its way for it is taken, not refused as "never
 delivered".
 
-Size (just over ~600 lines): one savepoint per gateway operation over one SQLite file;
+Size (just over ~600 lines): one writer job per gateway operation over one SQLite file;
 the message, lease and result operations share the row shapes and the writer thread.
 """
 
@@ -255,26 +256,25 @@ class GatewayStore:
         task_id: str | None,
         priority: str = "normal",
     ) -> tuple[StoredTask, bool]:
-        with _atomic(self._db):
-            if task_id is not None:
-                existing = self._get(task_id)
-                if existing is not None:
-                    if (existing.room, existing.sender, existing.body, existing.priority) != (
-                        room,
-                        sender,
-                        body,
-                        priority,
-                    ):
-                        raise Conflict(f"task id {task_id!r} exists with different content")
-                    return existing, False
-            else:
-                task_id = new_task_id(now)
-            self._db.execute(
-                "INSERT INTO tasks (id, room, sender, body, created_at, state, priority)"
-                " VALUES (?, ?, ?, ?, ?, 'queued', ?)",
-                (task_id, room, sender, body, now, priority),
-            )
-            created = self._get(task_id)
+        if task_id is not None:
+            existing = self._get(task_id)
+            if existing is not None:
+                if (existing.room, existing.sender, existing.body, existing.priority) != (
+                    room,
+                    sender,
+                    body,
+                    priority,
+                ):
+                    raise Conflict(f"task id {task_id!r} exists with different content")
+                return existing, False
+        else:
+            task_id = new_task_id(now)
+        self._db.execute(
+            "INSERT INTO tasks (id, room, sender, body, created_at, state, priority)"
+            " VALUES (?, ?, ?, ?, ?, 'queued', ?)",
+            (task_id, room, sender, body, now, priority),
+        )
+        created = self._get(task_id)
         assert created is not None
         return created, True
 
@@ -306,23 +306,22 @@ class GatewayStore:
         return await self._run(self._claim, limit, lease, now, client)
 
     def _claim(self, limit: int, lease: float, now: float, client: str | None) -> Claim:
-        with _atomic(self._db):
-            ids = self._in_room_order(limit, now)
-            tasks = []
-            for task_id in ids:
-                self._db.execute(
-                    "UPDATE tasks SET state = 'leased', lease_until = ?, leased_to = ?,"
-                    " deliveries = deliveries + 1 WHERE id = ?",
-                    (now + lease, client, task_id),
-                )
-                task = self._get(task_id)
-                assert task is not None
-                tasks.append(task)
-            self._bump("deliveries", len(tasks))
-            self._bump("redeliveries", sum(1 for task in tasks if task.deliveries > 1))
-            (next_expiry,) = self._db.execute(
-                "SELECT MIN(lease_until) FROM tasks WHERE state = 'leased'"
-            ).fetchone()
+        ids = self._in_room_order(limit, now)
+        tasks = []
+        for task_id in ids:
+            self._db.execute(
+                "UPDATE tasks SET state = 'leased', lease_until = ?, leased_to = ?,"
+                " deliveries = deliveries + 1 WHERE id = ?",
+                (now + lease, client, task_id),
+            )
+            task = self._get(task_id)
+            assert task is not None
+            tasks.append(task)
+        self._bump("deliveries", len(tasks))
+        self._bump("redeliveries", sum(1 for task in tasks if task.deliveries > 1))
+        (next_expiry,) = self._db.execute(
+            "SELECT MIN(lease_until) FROM tasks WHERE state = 'leased'"
+        ).fetchone()
         return Claim(tasks, next_expiry)
 
     def _in_room_order(self, limit: int, now: float) -> list[str]:
@@ -374,13 +373,12 @@ class GatewayStore:
         return await self._run(self._release_client, client)
 
     def _release_client(self, client: str) -> int:
-        with _atomic(self._db):
-            released = self._db.execute(
-                "UPDATE tasks SET state = 'queued', lease_until = NULL, leased_to = NULL"
-                " WHERE state = 'leased' AND leased_to = ?",
-                (client,),
-            ).rowcount
-            self._bump("released", released)
+        released = self._db.execute(
+            "UPDATE tasks SET state = 'queued', lease_until = NULL, leased_to = NULL"
+            " WHERE state = 'leased' AND leased_to = ?",
+            (client,),
+        ).rowcount
+        self._bump("released", released)
         return released
 
     async def release_tasks(self, ids: list[str]) -> int:
@@ -389,14 +387,13 @@ class GatewayStore:
 
     def _release_tasks(self, ids: list[str]) -> int:
         released = 0
-        with _atomic(self._db):
-            for task_id in ids:
-                released += self._db.execute(
-                    "UPDATE tasks SET state = 'queued', lease_until = NULL, leased_to = NULL"
-                    " WHERE state = 'leased' AND id = ?",
-                    (task_id,),
-                ).rowcount
-            self._bump("released", released)
+        for task_id in ids:
+            released += self._db.execute(
+                "UPDATE tasks SET state = 'queued', lease_until = NULL, leased_to = NULL"
+                " WHERE state = 'leased' AND id = ?",
+                (task_id,),
+            ).rowcount
+        self._bump("released", released)
         return released
 
     async def ack(self, task_id: str, now: float) -> StoredTask | None:
@@ -404,10 +401,6 @@ class GatewayStore:
         return await self._run(self._ack, task_id, now)
 
     def _ack(self, task_id: str, now: float) -> StoredTask | None:
-        with _atomic(self._db):
-            return self._ack_in_transaction(task_id, now)
-
-    def _ack_in_transaction(self, task_id: str, now: float) -> StoredTask | None:
         task = self._get(task_id)
         if task is None:
             return None
@@ -428,17 +421,16 @@ class GatewayStore:
 
     def _ack_many(self, ids: list[str], now: float) -> list[ItemOutcome]:
         outcomes = []
-        with _atomic(self._db):
-            for task_id in ids:
-                try:
-                    task = self._ack_in_transaction(task_id, now)
-                except Conflict as exc:
-                    outcomes.append(ItemOutcome(task_id, 409, error=str(exc)))
-                    continue
-                if task is None:
-                    outcomes.append(ItemOutcome(task_id, 404, error=f"unknown task id {task_id!r}"))
-                else:
-                    outcomes.append(ItemOutcome(task_id, 200))
+        for task_id in ids:
+            try:
+                task = self._ack(task_id, now)
+            except Conflict as exc:
+                outcomes.append(ItemOutcome(task_id, 409, error=str(exc)))
+                continue
+            if task is None:
+                outcomes.append(ItemOutcome(task_id, 404, error=f"unknown task id {task_id!r}"))
+            else:
+                outcomes.append(ItemOutcome(task_id, 200))
         return outcomes
 
     async def record_result(
@@ -451,12 +443,6 @@ class GatewayStore:
         return await self._run(self._record_result, task_id, body, no_send, worker, now)
 
     def _record_result(
-        self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
-    ) -> ResultOutcome | None:
-        with _atomic(self._db):
-            return self._record_in_transaction(task_id, body, no_send, worker, now)
-
-    def _record_in_transaction(
         self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
     ) -> ResultOutcome | None:
         task = self._get(task_id)
@@ -498,17 +484,16 @@ class GatewayStore:
         self, results: list[tuple[str, str, bool, str | None]], now: float
     ) -> list[ItemOutcome]:
         outcomes = []
-        with _atomic(self._db):
-            for task_id, body, no_send, worker in results:
-                try:
-                    outcome = self._record_in_transaction(task_id, body, no_send, worker, now)
-                except Conflict as exc:
-                    outcomes.append(ItemOutcome(task_id, 409, error=str(exc)))
-                    continue
-                if outcome is None:
-                    outcomes.append(ItemOutcome(task_id, 404, error=f"unknown task id {task_id!r}"))
-                else:
-                    outcomes.append(ItemOutcome(task_id, 200, duplicate=outcome.duplicate))
+        for task_id, body, no_send, worker in results:
+            try:
+                outcome = self._record_result(task_id, body, no_send, worker, now)
+            except Conflict as exc:
+                outcomes.append(ItemOutcome(task_id, 409, error=str(exc)))
+                continue
+            if outcome is None:
+                outcomes.append(ItemOutcome(task_id, 404, error=f"unknown task id {task_id!r}"))
+            else:
+                outcomes.append(ItemOutcome(task_id, 200, duplicate=outcome.duplicate))
         return outcomes
 
     async def reject(self, task_id: str, reason: str, now: float) -> StoredTask | None:
@@ -519,25 +504,24 @@ class GatewayStore:
         return await self._run(self._reject, task_id, reason, now)
 
     def _reject(self, task_id: str, reason: str, now: float) -> StoredTask | None:
-        with _atomic(self._db):
-            task = self._get(task_id)
-            if task is None:
-                return None
-            if _never_delivered(task):
-                raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
-            if task.state in FINAL_STATES:
-                return task
-            self._db.execute(
-                "UPDATE tasks SET state = 'closed', answered_at = ?, lease_until = NULL,"
-                " leased_to = NULL WHERE id = ?",
-                (now, task_id),
-            )
-            self._db.execute(
-                "INSERT OR IGNORE INTO rejections (id, reason, rejected_at) VALUES (?, ?, ?)",
-                (task_id, reason, now),
-            )
-            self._bump("rejected", 1)
-            task = self._get(task_id)
+        task = self._get(task_id)
+        if task is None:
+            return None
+        if _never_delivered(task):
+            raise Conflict(f"task {task_id!r} was never delivered; poll for it first")
+        if task.state in FINAL_STATES:
+            return task
+        self._db.execute(
+            "UPDATE tasks SET state = 'closed', answered_at = ?, lease_until = NULL,"
+            " leased_to = NULL WHERE id = ?",
+            (now, task_id),
+        )
+        self._db.execute(
+            "INSERT OR IGNORE INTO rejections (id, reason, rejected_at) VALUES (?, ?, ?)",
+            (task_id, reason, now),
+        )
+        self._bump("rejected", 1)
+        task = self._get(task_id)
         return task
 
     async def rejection(self, task_id: str) -> str | None:
@@ -557,21 +541,20 @@ class GatewayStore:
     def _notice(
         self, task_id: str, kind: str, age_s: float, detail: str, now: float
     ) -> StoredTask | None:
-        with _atomic(self._db):
-            task = self._get(task_id)
-            if task is None:
-                return None
-            known = self._db.execute(
-                "SELECT 1 FROM notices WHERE id = ? AND kind = ?", (task_id, kind)
-            ).fetchone()
-            self._db.execute(
-                "INSERT INTO notices (id, kind, age_s, detail, at) VALUES (?, ?, ?, ?, ?)"
-                " ON CONFLICT (id, kind) DO UPDATE SET age_s = excluded.age_s,"
-                " detail = excluded.detail, at = excluded.at",
-                (task_id, kind, age_s, detail, now),
-            )
-            if known is None:
-                self._bump("notices", 1)
+        task = self._get(task_id)
+        if task is None:
+            return None
+        known = self._db.execute(
+            "SELECT 1 FROM notices WHERE id = ? AND kind = ?", (task_id, kind)
+        ).fetchone()
+        self._db.execute(
+            "INSERT INTO notices (id, kind, age_s, detail, at) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (id, kind) DO UPDATE SET age_s = excluded.age_s,"
+            " detail = excluded.detail, at = excluded.at",
+            (task_id, kind, age_s, detail, now),
+        )
+        if known is None:
+            self._bump("notices", 1)
         return task
 
     async def heartbeat(
@@ -594,17 +577,16 @@ class GatewayStore:
         uptime_s: float | None,
         now: float,
     ) -> None:
-        with _atomic(self._db):
-            self._db.execute(
-                "INSERT INTO clients"
-                " (client, last_seen, inflight, protocol_version, version, uptime_s, heartbeats)"
-                " VALUES (?, ?, ?, ?, ?, ?, 1)"
-                " ON CONFLICT (client) DO UPDATE SET last_seen = excluded.last_seen,"
-                " inflight = excluded.inflight, protocol_version = excluded.protocol_version,"
-                " version = excluded.version, uptime_s = excluded.uptime_s,"
-                " heartbeats = heartbeats + 1",
-                (client, now, inflight, protocol_version, version, uptime_s),
-            )
+        self._db.execute(
+            "INSERT INTO clients"
+            " (client, last_seen, inflight, protocol_version, version, uptime_s, heartbeats)"
+            " VALUES (?, ?, ?, ?, ?, ?, 1)"
+            " ON CONFLICT (client) DO UPDATE SET last_seen = excluded.last_seen,"
+            " inflight = excluded.inflight, protocol_version = excluded.protocol_version,"
+            " version = excluded.version, uptime_s = excluded.uptime_s,"
+            " heartbeats = heartbeats + 1",
+            (client, now, inflight, protocol_version, version, uptime_s),
+        )
 
     async def stats(self) -> StoreStats:
         return await self._run(self._stats)
@@ -652,21 +634,6 @@ def _rejected(task: StoredTask) -> bool:
 def _never_delivered(task: StoredTask) -> bool:
     """Queued and never handed out (a released task is queued but was delivered)."""
     return task.state == "queued" and task.deliveries == 0
-
-
-class _atomic:
-    """One operation as a savepoint of the writer's transaction: undone alone if it raises."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("SAVEPOINT operation")
-
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        if exc_type is not None:
-            self._db.execute("ROLLBACK TO operation")
-        self._db.execute("RELEASE operation")
 
 
 class _transaction:
