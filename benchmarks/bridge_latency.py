@@ -51,7 +51,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -344,8 +344,7 @@ async def phase(
                     cpu = time.process_time()
                     await trio.sleep(IDLE_S)
                     idle_cpu = (time.process_time() - cpu) / IDLE_S
-                async with AsyncExitStack() as stack:
-                    notes = await stack.enter_async_context(_disk_probe(folder)) if probe else None
+                async with _disk_probe(folder) if probe else nullcontext() as notes:
                     start = time.perf_counter()
                     if rate > 0:
                         bridge.start_soon(_submit, url, rate, count)

@@ -18,7 +18,7 @@ import secrets
 from pathlib import Path
 
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_TMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[0-9a-f]{12}\.tmp")
+_TMP_NAME = re.compile(r"\..+\.(?P<pid>[0-9]+)\.[0-9a-f]{12}\.tmp")
 """The tmp file of ``write_atomic_at``: ``.<name>.<pid of the writer>.<random>.tmp``."""
 
 
@@ -71,8 +71,6 @@ def remove_stale_tmp_at(dir_fd: int) -> list[str]:
 
 
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
