@@ -318,7 +318,7 @@ async def phase(
     runs = Runs()
     trace = Trace() if TRACE and rate > 0 else None
     restore = trace.install() if trace is not None else None
-    async with gateway_process(folder) as url:
+    async with gateway_process(folder) as (url, _pid):
         if rate == 0:
             await _submit(url, 0, count)
         config = BridgeConfig(

@@ -22,6 +22,14 @@ Rounds interleaved (store, bridge, leaderless; a fresh gateway process and fresh
 medians of rates and of per-round ratios printed. The bars (issue #19): the bridge reaches at
 least 0.75 of the store's rate with its lead, 0.85 leaderless. ``ROUNDS`` and ``MESSAGES``
 may be set in the environment.
+
+Each side also reports the CPU it spent per message (this process: the bridge's Trio thread,
+its custody writer and its HTTP; and, on Linux, the gateway process's, read from ``/proc``)
+and how busy this process was (CPU seconds per wall second). A Python process runs Python on
+one core at a time (the GIL), so a side that is busy ~90-100% is CPU-bound, and its rate is
+about one core divided by its CPU per message. Then ``store CPU / bridge CPU`` is the most the
+rate ratio can reach, whatever the waits: the bridge does the store's work and more (the
+lead's assignments, the agent's session, the gateway's HTTP).
 """
 
 from __future__ import annotations
@@ -35,10 +43,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import attrs
 import httpx
 import trio
 
@@ -52,11 +61,51 @@ LANES = WORKERS * CONCURRENCY
 TOKEN = "bench-token"
 STALL_S = 30.0
 _URL = re.compile(r"tether gateway: (http://\S+?)/ ")
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@attrs.frozen
+class Round:
+    """One side of one round: its rate, and the CPU it spent per message."""
+
+    rate: float
+    """Messages per second."""
+    cpu_us: float
+    """CPU microseconds per message of this process (every thread)."""
+    busy: float
+    """This process's CPU seconds per wall second while it ran (~1.0: one core, saturated)."""
+    gateway_cpu_us: float | None = None
+    """CPU microseconds per message of the gateway process (None: not on Linux)."""
+
+
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used so far; None without ``/proc``."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+async def measured(run: Callable[[], Awaitable[None]], gateway_pid: int | None = None) -> Round:
+    """Run ``run`` (which handles ``MESSAGES`` messages) and measure its rate and CPU."""
+    gateway_before = None if gateway_pid is None else process_cpu(gateway_pid)
+    cpu, start = time.process_time(), time.perf_counter()
+    await run()
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    gateway_after = None if gateway_pid is None else process_cpu(gateway_pid)
+    gateway = (
+        None
+        if gateway_before is None or gateway_after is None
+        else (gateway_after - gateway_before) / MESSAGES * 1e6
+    )
+    return Round(MESSAGES / elapsed, cpu / MESSAGES * 1e6, cpu / elapsed, gateway)
 
 
 @asynccontextmanager
-async def gateway_process(folder: Path) -> AsyncIterator[str]:
-    """A reference gateway in its own process; yields its base URL, SIGTERMs it after."""
+async def gateway_process(folder: Path) -> AsyncIterator[tuple[str, int]]:
+    """A reference gateway in its own process; yields its base URL and pid, SIGTERMs it
+    after."""
     token_file = folder / "token"
     write_token(token_file, TOKEN)
     command = [
@@ -87,7 +136,7 @@ async def gateway_process(folder: Path) -> AsyncIterator[str]:
         if found is None:
             log_text = (folder / "gateway.log").read_text()
             raise RuntimeError(f"the gateway did not start: {line!r}\n{log_text}")
-        yield found.group(1)
+        yield found.group(1), proc.pid
     finally:
         proc.send_signal(signal.SIGTERM)
         with trio.CancelScope(shield=True):
@@ -112,7 +161,7 @@ async def post_message(http: httpx.AsyncClient, i: int) -> None:
         return
 
 
-async def store_rate(folder: Path) -> float:
+async def store_rate(folder: Path) -> Round:
     store = await SqliteStore.open(folder / "store.db")
     try:
         ids = iter(range(MESSAGES))
@@ -126,15 +175,16 @@ async def store_rate(folder: Path) -> float:
                 await store.complete(claim, f"reply to {claim.task.body}")
                 await store.mark_delivered(claim.task.id)
 
-        start = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for k in range(LANES):
-                nursery.start_soon(lane, k)
-        elapsed = time.perf_counter() - start
+        async def lanes() -> None:
+            async with trio.open_nursery() as nursery:
+                for k in range(LANES):
+                    nursery.start_soon(lane, k)
+
+        result = await measured(lanes)
         assert (await store.counts())[CustodyState.DELIVERED] == MESSAGES
     finally:
         await store.aclose()
-    return MESSAGES / elapsed
+    return result
 
 
 async def _until_delivered(service: BridgeService, store: SqliteStore) -> None:
@@ -152,9 +202,9 @@ async def _until_delivered(service: BridgeService, store: SqliteStore) -> None:
         await trio.sleep(0.005)  # in-process: polling the gateway would load both sides
 
 
-async def bridge_rate(folder: Path, *, lead: bool) -> float:
+async def bridge_rate(folder: Path, *, lead: bool) -> Round:
     async with (
-        gateway_process(folder) as url,
+        gateway_process(folder) as (url, gateway_pid),
         httpx.AsyncClient(
             base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
         ) as http,
@@ -184,25 +234,34 @@ async def bridge_rate(folder: Path, *, lead: bool) -> float:
         )
         store = await SqliteStore.open(folder / "bridge.db", synchronous="FULL")
         service = BridgeService(config, store=store)
-        start = time.perf_counter()
+        result: Round | None = None
         try:
             async with trio.open_nursery() as bridge:
-                await bridge.start(service.run)
-                await _until_delivered(service, store)
-                elapsed = time.perf_counter() - start
+
+                async def drain() -> None:
+                    await bridge.start(service.run)
+                    await _until_delivered(service, store)
+
+                result = await measured(drain, gateway_pid)
                 bridge.cancel_scope.cancel()
         finally:
             await store.aclose()
         stats = (await http.get("/v1/stats")).json()
         assert stats["tasks"]["answered"] == MESSAGES, stats  # every reply is at the gateway
-    return MESSAGES / elapsed
+    assert result is not None
+    return result
+
+
+def _cpu(side: Round) -> str:
+    gateway = "" if side.gateway_cpu_us is None else f" + gateway {side.gateway_cpu_us:4.0f}"
+    return f"{side.rate:6.0f} msg/s, CPU {side.cpu_us:4.0f} us/msg{gateway} (busy {side.busy:.0%})"
 
 
 async def main() -> None:
     logging.basicConfig(level=logging.WARNING)
-    bridge: list[float] = []
-    leaderless: list[float] = []
-    store: list[float] = []
+    bridge: list[Round] = []
+    leaderless: list[Round] = []
+    store: list[Round] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(ROUNDS):
             folder = Path(tmp, f"round-{r}")
@@ -213,23 +272,45 @@ async def main() -> None:
             bridge.append(await bridge_rate(folder / "b", lead=True))
             leaderless.append(await bridge_rate(folder / "l", lead=False))
             print(
-                f"round {r + 1}: bridge {bridge[-1]:6.0f}  leaderless {leaderless[-1]:6.0f}  "
-                f"store {store[-1]:6.0f} msg/s",
+                f"round {r + 1}: store {_cpu(store[-1])}\n"
+                f"         bridge {_cpu(bridge[-1])}\n"
+                f"     leaderless {_cpu(leaderless[-1])}",
                 file=sys.stderr,
             )
-    b, s = statistics.median(bridge), statistics.median(store)
-    n = statistics.median(leaderless)
+
+    def median(rounds: list[Round], of: Callable[[Round], float]) -> float:
+        return statistics.median(of(x) for x in rounds)
+
+    def ratio(sides: list[Round], of: Callable[[Round, Round], float]) -> float:
+        # the disk is shared (fsync cost swings between rounds): compare within each round
+        return statistics.median(of(x, y) for x, y in zip(sides, store, strict=True))
+
+    def rate(r: Round) -> float:
+        return r.rate
+
+    def cpu(r: Round) -> float:
+        return r.cpu_us
+
     print(
         f"bridge end to end (noop agent, {WORKERS} workers x {CONCURRENCY}, with a lead):"
-        f"   {b:7.0f} msg/s"
+        f"   {median(bridge, rate):7.0f} msg/s, {median(bridge, cpu):5.0f} us CPU/msg"
     )
-    print(f"bridge without a lead (workers claim pending directly):  {n:7.0f} msg/s")
-    print(f"store ingest -> deliver ({LANES} lanes):                   {s:7.0f} msg/s")
-    # the disk is shared (fsync cost swings between rounds): compare within each round
-    ratio = statistics.median(x / y for x, y in zip(bridge, store, strict=True))
-    ratio_n = statistics.median(x / y for x, y in zip(leaderless, store, strict=True))
-    print(f"bridge / store (median of per-round ratios): {ratio:.2f} (bar: >= 0.75)")
-    print(f"leaderless bridge / store:                   {ratio_n:.2f} (bar: >= 0.85)")
+    print(
+        f"bridge without a lead (workers claim pending directly):  "
+        f"{median(leaderless, rate):7.0f} msg/s, {median(leaderless, cpu):5.0f} us CPU/msg"
+    )
+    print(
+        f"store ingest -> deliver ({LANES} lanes):                   "
+        f"{median(store, rate):7.0f} msg/s, {median(store, cpu):5.0f} us CPU/msg"
+    )
+    for name, sides, bar in (("bridge", bridge, 0.75), ("leaderless bridge", leaderless, 0.85)):
+        by_rate = ratio(sides, lambda x, y: x.rate / y.rate)
+        by_cpu = ratio(sides, lambda x, y: y.cpu_us / x.cpu_us)
+        print(
+            f"{name} / store: {by_rate:.2f} (bar: >= {bar}); "
+            f"store CPU / {name} CPU per message: {by_cpu:.2f} "
+            f"(this process busy {median(sides, lambda r: r.busy):.0%})"
+        )
 
 
 if __name__ == "__main__":
