@@ -102,7 +102,6 @@ from ._connect import Synchronous as Synchronous
 from ._connect import connect_reader, connect_writer
 from ._pool_sql import (
     CLAIM_SUSPECT,
-    DUE,
     EXPIRED_SELECT,
     PROCESS_BUSY,
     ROOM_GATE,
@@ -111,8 +110,10 @@ from ._pool_sql import (
     assign_pairs,
     next_due,
     note_room,
+    pending_in_order,
     pool_view,
     read_workers,
+    ready_pending,
 )
 from ._writer import SqliteWriter
 
@@ -333,10 +334,11 @@ class SqliteStore:
         now = self.clock()
 
         def op(conn: sqlite3.Connection) -> list[Task]:
+            due = "AND (not_before IS NULL OR not_before <= :now) AND suspect = 0"
             rows = conn.execute(
-                f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'pending' AND {DUE} "
-                "AND suspect = 0 ORDER BY priority, rowid LIMIT ?",
-                (now, limit),
+                f"SELECT {_TASK_COLS} FROM tasks WHERE rowid IN "
+                f"({pending_in_order(':limit', due)}) ORDER BY priority, rowid",
+                {"now": now, "limit": limit},
             )
             return [_task(r) for r in rows]
 
@@ -498,14 +500,13 @@ class SqliteStore:
             )
             taken = len(rows)
             if taken < limit and leaderless:
-                rows += conn.execute(
+                ready = ready_pending(conn, now, limit - taken)
+                rows += conn.execute(  # (an empty list is valid SQLite: nothing is claimed)
                     "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
-                    "not_before = NULL, updated_at = ? WHERE rowid IN (SELECT t.rowid FROM tasks t "
-                    f"WHERE t.state = 'pending' AND {DUE} AND t.suspect = 0 "
-                    f"AND {ROOM_GATE} "
-                    "ORDER BY t.priority, t.rowid LIMIT ?) "
+                    "not_before = NULL, updated_at = ? "
+                    f"WHERE rowid IN ({', '.join('?' * len(ready))}) "
                     f"RETURNING {_TASK_COLS}, attempt, rowid",
-                    (worker, lease_until, now, now, limit - taken),
+                    (worker, lease_until, now, *ready),
                 ).fetchall()
             if len(rows) > 1:  # RETURNING order is unspecified: queue order, assignments first
                 rows[:taken] = sorted(rows[:taken], key=lambda r: (r[3], r[6]))
