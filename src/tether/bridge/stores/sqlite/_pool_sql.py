@@ -97,8 +97,11 @@ def pending_in_order(limit: str, where: str = "") -> str:
     )
 
 
-_ANY_ORDERED: Final = f"SELECT EXISTS (SELECT 1 FROM tasks WHERE {_ORDERED})"
-"""Is any task of an ordered room pending (one probe of ``tasks_pending_ordered``)."""
+_ANY_PENDING: Final = (
+    f"SELECT EXISTS (SELECT 1 FROM tasks WHERE {_FREE}), "
+    f"EXISTS (SELECT 1 FROM tasks WHERE {_ORDERED})"
+)
+"""Is any free task pending, any of an ordered room (a probe of each queue's index)."""
 _READY_FREE: Final = (
     f"SELECT priority, rowid FROM tasks WHERE {_FREE} AND {_NOT_HELD} "
     "ORDER BY priority, rowid LIMIT :limit"
@@ -116,6 +119,12 @@ _READY_WALK: Final = (
 )
 """Both queues walked in order (``tasks_pending_free``, ``tasks_pending_ordered``), each until
 ``limit`` pass, merged."""
+_READY_ORDERED_WALK: Final = (
+    "SELECT t.rowid FROM tasks t "
+    "WHERE t.state = 'pending' AND t.room IS NOT NULL AND t.room_policy <> 'concurrent' "
+    f"AND {_READY} ORDER BY t.priority, t.rowid LIMIT :limit"
+)
+"""The ordered rooms' queue alone walked in order until ``limit`` pass (no free task waits)."""
 _READY_ORDERED_BY_ROOM: Final = (
     # each room of the queue, by a seek from the one before (not a walk of its messages) ...
     "WITH RECURSIVE queued(room) AS ("
@@ -147,12 +156,13 @@ def ready_pending(conn: sqlite3.Connection, now: float, limit: int, skip: str = 
     head), merged with the first free tasks.
     """
     p = {"now": now, "limit": limit, "skip": skip}
-    if not conn.execute(_ANY_ORDERED).fetchone()[0]:
+    any_free, any_ordered = conn.execute(_ANY_PENDING).fetchone()
+    if not any_ordered:
         return [rowid for _, rowid in conn.execute(_READY_FREE, p)]
-    walked = _walk(conn, _READY_WALK, p)
+    walked = _walk(conn, _READY_WALK if any_free else _READY_ORDERED_WALK, p)
     if walked is not None:
         return [rowid for (rowid,) in walked]
-    free = conn.execute(_READY_FREE, p).fetchall()
+    free = conn.execute(_READY_FREE, p).fetchall() if any_free else []
     ordered = conn.execute(_READY_ORDERED_BY_ROOM, p).fetchall()
     return [rowid for _, rowid in heapq.merge(free, ordered)][:limit]
 
