@@ -74,27 +74,27 @@ _NOT_HELD: Final = (
 )
 """Due, not a suspect (suspects are claimed alone, never planned: ``custody._crashes``), not
 in a room the read skips."""
-_READY: Final = (
-    "t.state = 'pending' AND (t.not_before IS NULL OR t.not_before <= :now) AND t.suspect = 0 "
-    "AND (t.room IS NULL OR t.room NOT IN (SELECT value FROM json_each(:skip))) "
-    f"AND {ROOM_GATE}"
-)
-"""May pending task ``t`` run now: ``_NOT_HELD``, and let through by its room's policy."""
+_READY: Final = f"state = 'pending' AND {_NOT_HELD} AND {ROOM_GATE}"
+"""May pending task ``t`` (the query's ``tasks t``) run now: ``_NOT_HELD``, and let through by
+its room's policy."""
+
+
+def _merged(first: str, second: str, limit: str) -> str:
+    """The first ``limit`` rows of two queries of ``(priority, rowid)``, each in that order,
+    merged in that order (each query walks its own index and stops at its own limit)."""
+    return f"SELECT * FROM ({first}) UNION ALL SELECT * FROM ({second}) ORDER BY 1, 2 LIMIT {limit}"
 
 
 def pending_in_order(limit: str, where: str = "") -> str:
     """A query of the rowids of the first ``limit`` (an SQL expression) pending tasks that
     also meet ``where`` (``AND ...`` on the task's columns), by priority then age: the two
     pending queues, each walked in its own index, merged."""
-    return (
-        "SELECT r FROM ("
-        f"SELECT r, p FROM (SELECT rowid AS r, priority AS p FROM tasks WHERE {_FREE} {where} "
-        f"ORDER BY priority, rowid LIMIT {limit}) "
-        "UNION ALL "
-        f"SELECT r, p FROM (SELECT rowid AS r, priority AS p FROM tasks WHERE {_ORDERED} "
-        f"{where} ORDER BY priority, rowid LIMIT {limit}) "
-        f"ORDER BY p, r LIMIT {limit})"
+    free, ordered = (
+        f"SELECT priority, rowid FROM tasks WHERE {queue} {where} "
+        f"ORDER BY priority, rowid LIMIT {limit}"
+        for queue in (_FREE, _ORDERED)
     )
+    return f"SELECT rowid FROM ({_merged(free, ordered, limit)})"
 
 
 _ANY_PENDING: Final = (
@@ -107,24 +107,13 @@ _READY_FREE: Final = (
     "ORDER BY priority, rowid LIMIT :limit"
 )
 """The first free tasks ready: no room's order holds them, so the walk stops at ``limit``."""
-_READY_WALK: Final = (
-    "SELECT r FROM ("
-    "SELECT r, p FROM (SELECT rowid AS r, priority AS p FROM tasks "
-    f"WHERE {_FREE} AND {_NOT_HELD} ORDER BY priority, rowid LIMIT :limit) "
-    "UNION ALL "
-    "SELECT r, p FROM (SELECT t.rowid AS r, t.priority AS p FROM tasks t "
-    "WHERE t.state = 'pending' AND t.room IS NOT NULL AND t.room_policy <> 'concurrent' "
-    f"AND {_READY} ORDER BY t.priority, t.rowid LIMIT :limit) "
-    "ORDER BY p, r LIMIT :limit)"
+_READY_ORDERED: Final = (
+    f"SELECT priority, rowid FROM tasks t WHERE {_ORDERED} AND {_READY} "
+    "ORDER BY priority, rowid LIMIT :limit"
 )
-"""Both queues walked in order (``tasks_pending_free``, ``tasks_pending_ordered``), each until
-``limit`` pass, merged."""
-_READY_ORDERED_WALK: Final = (
-    "SELECT t.rowid FROM tasks t "
-    "WHERE t.state = 'pending' AND t.room IS NOT NULL AND t.room_policy <> 'concurrent' "
-    f"AND {_READY} ORDER BY t.priority, t.rowid LIMIT :limit"
-)
-"""The ordered rooms' queue alone walked in order until ``limit`` pass (no free task waits)."""
+"""The ordered rooms' queue walked in order (``tasks_pending_ordered``) until ``limit`` pass."""
+_READY_BOTH: Final = _merged(_READY_FREE, _READY_ORDERED, ":limit")
+"""Both queues walked in order, each until ``limit`` pass, merged."""
 _READY_ORDERED_BY_ROOM: Final = (
     # each room of the queue, by a seek from the one before (not a walk of its messages) ...
     "WITH RECURSIVE queued(room) AS ("
@@ -132,11 +121,11 @@ _READY_ORDERED_BY_ROOM: Final = (
     "UNION ALL "
     f"SELECT (SELECT min(room) FROM tasks WHERE room > queued.room AND {_QUEUE}) "
     "FROM queued WHERE queued.room IS NOT NULL) "
-    "SELECT t.priority, t.rowid FROM tasks t WHERE t.rowid IN ("
+    "SELECT priority, rowid FROM tasks t WHERE rowid IN ("
     # ... and its head: the only one of its messages an ordered room may let run
     f"SELECT (SELECT min(rowid) FROM tasks WHERE room = queued.room AND {_QUEUE}) "
     "FROM queued WHERE queued.room IS NOT NULL) "
-    f"AND t.room_policy <> 'concurrent' AND {_READY} ORDER BY t.priority, t.rowid LIMIT :limit"
+    f"AND room_policy <> 'concurrent' AND {_READY} ORDER BY priority, rowid LIMIT :limit"
 )
 
 
@@ -159,9 +148,9 @@ def ready_pending(conn: sqlite3.Connection, now: float, limit: int, skip: str = 
     any_free, any_ordered = conn.execute(_ANY_PENDING).fetchone()
     if not any_ordered:
         return [rowid for _, rowid in conn.execute(_READY_FREE, p)]
-    walked = _walk(conn, _READY_WALK if any_free else _READY_ORDERED_WALK, p)
+    walked = _walk(conn, _READY_BOTH if any_free else _READY_ORDERED, p)
     if walked is not None:
-        return [rowid for (rowid,) in walked]
+        return [rowid for _, rowid in walked]
     free = conn.execute(_READY_FREE, p).fetchall() if any_free else []
     ordered = conn.execute(_READY_ORDERED_BY_ROOM, p).fetchall()
     return [rowid for _, rowid in heapq.merge(free, ordered)][:limit]
