@@ -499,9 +499,9 @@ class SqliteStore:
                 else []
             )
             taken = len(rows)
-            if taken < limit and leaderless:
-                ready = ready_pending(conn, now, limit - taken)
-                rows += conn.execute(  # (an empty list is valid SQLite: nothing is claimed)
+            ready = ready_pending(conn, now, limit - taken) if taken < limit and leaderless else []
+            if ready:
+                rows += conn.execute(
                     "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
                     "not_before = NULL, updated_at = ? "
                     f"WHERE rowid IN ({', '.join('?' * len(ready))}) "
