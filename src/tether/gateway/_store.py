@@ -32,6 +32,7 @@ import heapq
 import secrets
 import sqlite3
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -420,18 +421,7 @@ class GatewayStore:
         return await self._run(self._ack_many, ids, now)
 
     def _ack_many(self, ids: list[str], now: float) -> list[ItemOutcome]:
-        outcomes = []
-        for task_id in ids:
-            try:
-                task = self._ack(task_id, now)
-            except Conflict as exc:
-                outcomes.append(ItemOutcome(task_id, 409, error=str(exc)))
-                continue
-            if task is None:
-                outcomes.append(ItemOutcome(task_id, 404, error=f"unknown task id {task_id!r}"))
-            else:
-                outcomes.append(ItemOutcome(task_id, 200))
-        return outcomes
+        return [_item_outcome(task_id, partial(self._ack, task_id, now)) for task_id in ids]
 
     async def record_result(
         self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
@@ -483,18 +473,12 @@ class GatewayStore:
     def _record_results(
         self, results: list[tuple[str, str, bool, str | None]], now: float
     ) -> list[ItemOutcome]:
-        outcomes = []
-        for task_id, body, no_send, worker in results:
-            try:
-                outcome = self._record_result(task_id, body, no_send, worker, now)
-            except Conflict as exc:
-                outcomes.append(ItemOutcome(task_id, 409, error=str(exc)))
-                continue
-            if outcome is None:
-                outcomes.append(ItemOutcome(task_id, 404, error=f"unknown task id {task_id!r}"))
-            else:
-                outcomes.append(ItemOutcome(task_id, 200, duplicate=outcome.duplicate))
-        return outcomes
+        return [
+            _item_outcome(
+                task_id, partial(self._record_result, task_id, body, no_send, worker, now)
+            )
+            for task_id, body, no_send, worker in results
+        ]
 
     async def reject(self, task_id: str, reason: str, now: float) -> StoredTask | None:
         """Close a handed-out task the worker side cannot take, keeping its reason.
@@ -622,6 +606,20 @@ class GatewayStore:
                 " ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
                 (name, by),
             )
+
+
+def _item_outcome(
+    task_id: str, apply: Callable[[], StoredTask | ResultOutcome | None]
+) -> ItemOutcome:
+    """One id of a batch: what ``apply`` (its single operation) did, as its single request's
+    status: 200 (a result may be a duplicate), 404 for an unknown id, 409 for a conflict."""
+    try:
+        done = apply()
+    except Conflict as exc:
+        return ItemOutcome(task_id, 409, error=str(exc))
+    if done is None:
+        return ItemOutcome(task_id, 404, error=f"unknown task id {task_id!r}")
+    return ItemOutcome(task_id, 200, duplicate=isinstance(done, ResultOutcome) and done.duplicate)
 
 
 def _rejected(task: StoredTask) -> bool:
