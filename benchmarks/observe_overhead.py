@@ -27,8 +27,8 @@ import trio
 import trio.testing
 
 from tether import open_runtime
-from tether._logging import make_handler
-from tether._task_tree import task_tree
+from tether._core._task_tree import task_tree
+from tether._plumbing._logging import make_handler
 from tether.bridge import SqliteStore, Task
 from tether.observe import Metrics, Observed
 

@@ -46,7 +46,7 @@ from tether.bridge.stores.postgres._throwaway import throwaway_postgres
 TASKS = int(os.environ.get("TASKS", "1000"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 PROCESSES = [int(n) for n in os.environ.get("PROCESSES", "1,2,4,8").split(",")]
-CLI = [sys.executable, "-m", "tether._cli"]
+CLI = [sys.executable, "-m", "tether"]
 _URL = re.compile(r"tether gateway: (http://\S+?)/ ")
 
 

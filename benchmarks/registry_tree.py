@@ -20,7 +20,7 @@ instrument on the same tasks; each round calls both versions' queries one after 
 Their outputs are checked equal first.
 
     uv run python benchmarks/registry_tree.py [--sizes 10000,100000,1000000] [--rounds 5]
-        [--baseline ../main/src/tether/_registry.py]
+        [--baseline ../main/src/tether/_core/_registry.py]
 """
 
 from __future__ import annotations

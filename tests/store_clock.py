@@ -6,7 +6,7 @@ import math
 
 import trio
 
-from tether.bridge.stores.sqlite._writer import jobs_in_flight
+from tether._plumbing._sqlite_writer import jobs_in_flight
 
 
 class StoreAwareClock(trio.abc.Clock):

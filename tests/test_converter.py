@@ -3,7 +3,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from tether._converter import structure, unstructure
+from tether._plumbing._converter import structure, unstructure
 
 
 @attrs.frozen
@@ -45,7 +45,7 @@ class Doc:
 
 
 def test_a_document_of_another_schema_version_is_refused() -> None:
-    from tether._converter import structure_versioned
+    from tether._plumbing._converter import structure_versioned
 
     assert structure_versioned({"value": 1}, Doc, version=2, what="doc") == Doc(1)
     with pytest.raises(ValueError, match="doc schema_version 1 is not supported"):

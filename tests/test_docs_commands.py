@@ -18,7 +18,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from docs_blocks import blocks
-from tether._cli import build_parser
+from tether._cli._main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [

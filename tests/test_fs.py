@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from tether._fs import create_private_file, ensure_private_dir
+from tether._plumbing._fs import create_private_file, ensure_private_dir
 from tether.bridge import ConnectionStatus, FileExchange, SqliteStore, Task, ensure_token_file
-from tether.bridge.wire._status_file import StatusFile
+from tether.bridge.client._status_file import StatusFile
 from tether.gateway import GatewayStore
 
 

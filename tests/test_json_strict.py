@@ -6,7 +6,7 @@ import enum
 
 import pytest
 
-from tether._json import JsonRefused, check_values, loads_strict
+from tether._plumbing._json import JsonRefused, check_values, loads_strict
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether._redact import redact_url
+from tether._plumbing._redact import redact_url
 from tether.bridge import redact_dsn
 
 

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tether import ALL_KINDS, TaskInfo, TaskRegistry, owned_by
-from tether._registry import _TASK_INFO_BUILDER, USER_ONLY, TaskKind
+from tether._core._registry import _TASK_INFO_BUILDER, USER_ONLY, TaskKind
 
 
 @pytest.fixture

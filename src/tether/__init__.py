@@ -4,8 +4,6 @@ Nothing is fire-and-forget: every task has an owning scope, every uncaught error
 the task registry mirrors live tasks by identity.
 """
 
-from ._background import BackgroundScope as BackgroundScope
-from ._background import ScopeClosed as ScopeClosed
 from ._child import CHILD_STATES as CHILD_STATES
 from ._child import ChildSnapshot as ChildSnapshot
 from ._child import ChildSpec as ChildSpec
@@ -13,15 +11,19 @@ from ._child import ChildState as ChildState
 from ._child import RestartType as RestartType
 from ._child import SupervisedChild as SupervisedChild
 from ._child import SupervisorSnapshot as SupervisorSnapshot
-from ._owner import current_owner as current_owner
-from ._owner import owned_by as owned_by
-from ._owner import start_soon_owned as start_soon_owned
-from ._registry import ALL_KINDS as ALL_KINDS
-from ._registry import TaskInfo as TaskInfo
-from ._registry import TaskKind as TaskKind
-from ._registry import TaskRegistry as TaskRegistry
+from ._core._background import BackgroundScope as BackgroundScope
+from ._core._background import ScopeClosed as ScopeClosed
+from ._core._context import current_runtime as current_runtime
+from ._core._owner import current_owner as current_owner
+from ._core._owner import owned_by as owned_by
+from ._core._owner import start_soon_owned as start_soon_owned
+from ._core._registry import ALL_KINDS as ALL_KINDS
+from ._core._registry import TaskInfo as TaskInfo
+from ._core._registry import TaskKind as TaskKind
+from ._core._registry import TaskRegistry as TaskRegistry
+from ._core._stop import stop_requested as stop_requested
+from ._core._stop import wait_stop_requested as wait_stop_requested
 from ._runtime import Runtime as Runtime
-from ._runtime import current_runtime as current_runtime
 from ._runtime import open_runtime as open_runtime
 from ._session import Session as Session
 from ._session import open_session as open_session
@@ -33,8 +35,6 @@ from ._session_types import QueueFull as QueueFull
 from ._session_types import SessionClosed as SessionClosed
 from ._session_types import SessionError as SessionError
 from ._session_types import SessionStats as SessionStats
-from ._stop import stop_requested as stop_requested
-from ._stop import wait_stop_requested as wait_stop_requested
 from ._supervisor import RestartPolicy as RestartPolicy
 from ._supervisor import Strategy as Strategy
 from ._supervisor import Supervisor as Supervisor

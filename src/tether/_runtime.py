@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -12,19 +11,16 @@ from typing import Any
 import attrs
 import trio
 
-from ._background import BackgroundScope
-from ._directory import DIRECTORY, Directory
-from ._registry import TaskRegistry
+from ._core._background import BackgroundScope
+from ._core._context import DIRECTORY, RUNTIME
+from ._core._directory import Directory
+from ._core._registry import TaskRegistry
+from ._core._util import open_nursery_unwrapped
 from ._signals import ShutdownSignals, signals_usable
 from ._supervisor import RestartPolicy, Supervisor, supervising
 from ._tree_dump import TREE_DUMP_SIGNAL, tree_dump_on_signal
-from ._util import open_nursery_unwrapped
 
 log = logging.getLogger("tether.runtime")
-
-_CURRENT: contextvars.ContextVar[Runtime | None] = contextvars.ContextVar(
-    "tether_runtime", default=None
-)
 
 ROOT_SUPERVISOR = "runtime"
 
@@ -73,11 +69,6 @@ class Runtime:
         if self._signals is None:
             raise RuntimeError("this runtime does not handle signals (handle_signals=False)")
         self._signals.deliver(signum if signum is not None else signal.SIGTERM)
-
-
-def current_runtime() -> Runtime | None:
-    """The runtime whose block the caller runs in, if any (sessions use its registry)."""
-    return _CURRENT.get()
 
 
 @asynccontextmanager
@@ -140,7 +131,7 @@ async def open_runtime(
                         supervisor=supervisor,
                         signals=signals,
                     )
-                    token = _CURRENT.set(runtime)
+                    token = RUNTIME.set(runtime)
                     dir_token = DIRECTORY.set(runtime.directory)
                     try:
                         async with supervising(supervisor):
@@ -148,7 +139,7 @@ async def open_runtime(
                                 yield runtime
                     finally:
                         DIRECTORY.reset(dir_token)
-                        _CURRENT.reset(token)
+                        RUNTIME.reset(token)
                         await runtime.background.drain(grace)
         if immediate.cancelled_caught:
             raise KeyboardInterrupt("second shutdown signal: the runtime was cancelled")

@@ -49,9 +49,10 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from ._owner import start_soon_owned
-from ._registry import TaskRegistry
-from ._runtime import current_runtime
+from ._core._context import current_runtime
+from ._core._owner import start_soon_owned
+from ._core._registry import TaskRegistry
+from ._core._util import open_nursery_unwrapped
 from ._session_runs import (
     CANCELLED,
     DROPPED,
@@ -76,7 +77,6 @@ from ._session_types import (
     SessionClosed,
     SessionStats,
 )
-from ._util import open_nursery_unwrapped
 
 log = logging.getLogger("tether.session")
 

@@ -70,10 +70,10 @@ from ._child import (
     SupervisorSnapshot,
     restart_wanted,
 )
-from ._directory import current_directory
+from ._core._context import STOP_EVENT
+from ._core._directory import current_directory
+from ._core._owner import current_owner, owned_by, start_soon_owned
 from ._intensity import RestartIntensity
-from ._owner import current_owner, owned_by, start_soon_owned
-from ._stop import STOP_EVENT
 
 log = logging.getLogger("tether.supervisor")
 

@@ -16,8 +16,8 @@ from types import FrameType
 
 import trio
 
-from ._registry import TaskRegistry
-from ._task_tree import render_nodes, task_tree
+from ._core._registry import TaskRegistry
+from ._core._task_tree import render_nodes, task_tree
 
 log = logging.getLogger("tether.tasks")
 

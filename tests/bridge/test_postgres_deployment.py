@@ -49,7 +49,7 @@ from tether.gateway import GatewayStore
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER_SH = ROOT / "examples" / "file-exchange" / "answer.sh"
-WORKER_COMMAND = [sys.executable, "-m", "tether._cli", "worker", "run"]
+WORKER_COMMAND = [sys.executable, "-m", "tether", "worker", "run"]
 MESSAGES = 2000
 ROOMS = 100
 BEAT = 0.5

@@ -1,6 +1,6 @@
 """``tether store retry / cancel / list`` as a process on a PostgreSQL store (issue #16, item 4).
 
-The ``tether`` command itself (``python -m tether._cli``) against the session's test database,
+The ``tether`` command itself (``python -m tether``) against the session's test database,
 with the same store options as ``tether store show``.
 """
 
@@ -30,7 +30,7 @@ async def test_the_tether_process_operates_a_postgres_store(postgres_dsn: str) -
     url = f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     env["PGPASSWORD"] = str(parts.get("password", ""))
-    base = [sys.executable, "-m", "tether._cli", "store"]
+    base = [sys.executable, "-m", "tether", "store"]
     where = ["--store", url, "--store-schema", schema]
 
     async def tether(*argv: str) -> subprocess.CompletedProcess[bytes]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import trio
 
-COMMAND = [sys.executable, "-m", "tether._cli", "gateway", "serve"]
+COMMAND = [sys.executable, "-m", "tether", "gateway", "serve"]
 
 
 async def test_serve_creates_a_token_serves_and_stops_on_sigterm(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from tether.bridge import (
     GatewayRequestError,
     write_token,
 )
-from tether.bridge.wire._client import _tls_context
+from tether.bridge.client._client import _tls_context
 
 URL = "http://gateway.test"
 

@@ -11,7 +11,7 @@ import trio
 from trio.testing import MockClock
 
 from tether.bridge import GatewayClient, GatewayUnavailable
-from tether.bridge.wire._client import LEASE_RELEASE_TIMEOUT
+from tether.bridge.client._client import LEASE_RELEASE_TIMEOUT
 
 URL = "http://gateway.test"
 

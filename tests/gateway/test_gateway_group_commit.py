@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tether.bridge.stores.sqlite._writer import jobs_in_flight
+from tether._plumbing._sqlite_writer import jobs_in_flight
 from tether.gateway._store import Conflict, GatewayStore
 
 

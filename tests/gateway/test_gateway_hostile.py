@@ -12,8 +12,8 @@ import httpx
 import pytest
 import trio
 
-from tether._logging import make_handler
-from tether.bridge.wire._limits import MAX_VERSION_CHARS
+from tether._plumbing._logging import make_handler
+from tether._protocol._limits import MAX_VERSION_CHARS
 from tether.gateway import AppLimits
 
 from .conftest import StartGateway

@@ -13,13 +13,13 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from tether.bridge import GatewayClient, GatewayRequestError, GatewayUnavailable
-from tether.bridge.wire._progress import (
+from tether._protocol._progress import (
     MAX_PARTIAL_CHARS,
     MAX_STATUS_CHARS,
     ProgressRequest,
     fit_progress,
 )
+from tether.bridge import GatewayClient, GatewayRequestError, GatewayUnavailable
 from tether.gateway._progress import ProgressBoard
 
 from ._support import RunningGateway

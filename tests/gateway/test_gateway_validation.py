@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tether._protocol._messages import BatchItem, parse_batch_item, parse_lenient
 from tether.bridge.custody._rules import MAX_BODY_BYTES, check_body
-from tether.bridge.wire._messages import BatchItem, parse_batch_item, parse_lenient
 from tether.gateway import AppLimits
 
 from .conftest import StartGateway

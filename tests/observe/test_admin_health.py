@@ -8,7 +8,7 @@ from pathlib import Path
 import trio
 
 from tether import ChildSpec, open_supervisor, wait_stop_requested
-from tether._converter import structure
+from tether._plumbing._converter import structure
 from tether.bridge import ConnectionStatus
 from tether.observe import StatusReport, render_status
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tether._cli import main
+from tether._cli._main import main
 from tether.bridge import SqliteStore, Task, Timings
 from tether.bridge.pool._timings import MAX_TRACKED, Histogram
 

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from tether import ChildSpec
-from tether._cli import main
+from tether._cli._main import main
 from tether.bridge import SqliteStore, Task, write_token
 
 from ._support import running_admin

@@ -18,7 +18,7 @@ async def test_gateway_serve_logs_json_lines_without_the_token(tmp_path: Path) -
     token_file = tmp_path / "token"
     log_path = tmp_path / "stderr.log"
     args = [
-        sys.executable, "-m", "tether._cli", "gateway", "serve", "--port", "0",
+        sys.executable, "-m", "tether", "gateway", "serve", "--port", "0",
         "--token-file", str(token_file), "--db", str(tmp_path / "g.db"), "--log-format", "json",
     ]  # fmt: skip
     with open(log_path, "wb") as sink:  # noqa: ASYNC230 - a file handle for the child

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from tether import owned_by
-from tether._logging import (
+from tether._plumbing._logging import (
     RedactingFormatter,
     configure_logging,
     make_handler,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tether._converter import structure, unstructure
+from tether._plumbing._converter import structure, unstructure
 from tether.bridge.pool import PoolStatus
 from tether.bridge.pool._status import iso, render_pool
 

@@ -35,7 +35,7 @@ def _env() -> dict[str, str]:
 
 async def _start_worker(db: Path, exchange: Path, log: Path, status: Path) -> trio.Process:
     args = [
-        sys.executable, "-m", "tether._cli", "worker", "run",
+        sys.executable, "-m", "tether", "worker", "run",
         "--store", str(db),
         "--exchange", str(exchange),
         "--pool-name", "xhost",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tether._atomic_file import write_atomic
+from tether._plumbing._atomic_file import write_atomic
 from tether.bridge import ResultRefused, Task
 from tether.bridge.pool._files import ExchangeUnsafe, FileExchange
 

@@ -129,7 +129,7 @@ async def wait_until(
 
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
-BRIDGE_COMMAND = [sys.executable, "-m", "tether._cli", "bridge", "run"]
+BRIDGE_COMMAND = [sys.executable, "-m", "tether", "bridge", "run"]
 
 
 def bridge_env() -> dict[str, str]:
@@ -195,7 +195,7 @@ class BridgeProcess:
 async def store_status(store: Path) -> Any:
     """``tether store status --json`` run as a real process."""
     result = await trio.run_process(
-        [sys.executable, "-m", "tether._cli", "store", "status", "--store", str(store), "--json"],
+        [sys.executable, "-m", "tether", "store", "status", "--store", str(store), "--json"],
         capture_stdout=True,
         capture_stderr=True,
         env=bridge_env(),

@@ -147,7 +147,7 @@ async def test_bridge_process_admin_endpoint_json_logs_and_sigusr1(
     admin_token_file = tmp_path / "admin-token"  # created by the bridge
     log_path = tmp_path / "bridge.log"
     args = [
-        sys.executable, "-m", "tether._cli", "bridge", "run",
+        sys.executable, "-m", "tether", "bridge", "run",
         "--gateway", gateway.url,
         "--token-file", str(token_file),
         "--store", str(tmp_path / "bridge" / "custody.db"),

@@ -214,7 +214,7 @@ async def test_a_second_sigterm_stops_at_once_with_the_documented_130_and_keeps_
     gateway: GatewayHandle, token_file: Path, tmp_path: Path
 ) -> None:
     """Issue 21.5: the second signal's exit status (130) was documented nowhere."""
-    from tether._cli import EXIT_INTERRUPTED, build_parser
+    from tether._cli._main import EXIT_INTERRUPTED, build_parser
 
     assert f"  {EXIT_INTERRUPTED}  stopped at once by a second SIGINT/SIGTERM" in (
         build_parser().format_help()

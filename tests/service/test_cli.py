@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tether._cli import build_parser, main
+from tether._cli._main import build_parser, main
 
 
 def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,7 +64,7 @@ async def test_a_missing_token_file_is_exit_3_in_one_line(tmp_path: Path) -> Non
         [
             sys.executable,
             "-m",
-            "tether._cli",
+            "tether",
             "bridge",
             "run",
             "--gateway",
@@ -89,7 +89,7 @@ async def test_a_missing_token_file_is_exit_3_in_one_line(tmp_path: Path) -> Non
 def test_the_readme_demo_crashes_a_bridge_midway_and_loses_nothing(tmp_path: Path) -> None:
     """`tether demo`, the README's first command, as a user runs it: a real process."""
     done = subprocess.run(
-        [sys.executable, "-m", "tether._cli", "demo", "--messages", "200", "--quiet"],
+        [sys.executable, "-m", "tether", "demo", "--messages", "200", "--quiet"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -126,7 +126,7 @@ def test_the_help_the_readme_and_the_code_agree_on_exit_codes(
 ) -> None:
     """Issue 21.5: 130 (a second shutdown signal) and 141 (output pipe closed) were returned
     but documented nowhere."""
-    from tether import _cli
+    from tether._cli import _main as _cli
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--help"])
@@ -144,7 +144,7 @@ def test_several_errors_at_once_are_each_named_in_the_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 21.3: the line said only "Exceptions from Trio nursery (2 sub-exceptions)"."""
-    from tether import _cli
+    from tether._cli import _main as _cli
 
     async def fail(exc: Exception) -> None:
         raise exc
@@ -173,7 +173,7 @@ def test_several_errors_at_once_are_each_named_in_the_one_line(
 def test_many_errors_at_once_make_a_bounded_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tether import _cli
+    from tether._cli import _main as _cli
 
     def run_store(args: object) -> int:
         raise ExceptionGroup("many", [RuntimeError(f"cause {i} " + "x" * 500) for i in range(50)])
@@ -214,7 +214,7 @@ async def test_output_into_a_closed_pipe_exits_quietly_with_141(
     os.close(read_end)
     try:
         result = await trio.run_process(
-            [sys.executable, "-m", "tether._cli", *command],
+            [sys.executable, "-m", "tether", *command],
             stdout=write_end,
             capture_stderr=True,
             check=False,
@@ -248,7 +248,7 @@ async def test_an_agent_refused_for_its_policy_is_a_configuration_error(
         [
             sys.executable,
             "-m",
-            "tether._cli",
+            "tether",
             *(word.format(tmp=tmp_path) for word in command),
             "--agent",
             "drop_agent:factory",
@@ -295,7 +295,7 @@ async def test_a_password_in_a_url_is_never_printed(
         argv += ["--store", str(tmp_path / "custody.db")]
     with trio.fail_after(120):
         result = await trio.run_process(
-            [sys.executable, "-m", "tether._cli", "bridge", "run", *argv, *flags],
+            [sys.executable, "-m", "tether", "bridge", "run", *argv, *flags],
             capture_stdout=True,
             capture_stderr=True,
             check=False,

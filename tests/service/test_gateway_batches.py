@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tether._protocol._messages import ResultMetadata, ResultRequest
 from tether.bridge import GatewayClient, GatewayRequestError, ResultReceipt
-from tether.bridge.wire._messages import ResultMetadata, ResultRequest
 
 from ._support import GatewayHandle, gateway_client
 

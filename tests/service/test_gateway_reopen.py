@@ -4,8 +4,8 @@ server: a reject (the dead notice), then a result, single or batched."""
 
 from __future__ import annotations
 
+from tether._protocol._messages import ResultRequest
 from tether.bridge import GatewayClient
-from tether.bridge.wire._messages import ResultRequest
 
 from ._support import GatewayHandle
 

@@ -19,10 +19,10 @@ import trio
 
 from tether import ChildSpec, open_supervisor
 from tether.bridge import CustodyState, SqliteStore
+from tether.bridge.client._client import LEASE_RELEASE_TIMEOUT
 from tether.bridge.service._config import BridgeConfig
 from tether.bridge.service._ingest import Ingest
 from tether.bridge.service._service import BridgeService
-from tether.bridge.wire._client import LEASE_RELEASE_TIMEOUT
 
 from ._support import GatewayHandle, LiveGateway, gateway_client, wait_until
 

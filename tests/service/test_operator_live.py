@@ -21,7 +21,7 @@ S = CustodyState
 
 async def _tether(*argv: str) -> tuple[int, str, str]:
     done = await trio.run_process(
-        [sys.executable, "-m", "tether._cli", "store", *argv],
+        [sys.executable, "-m", "tether", "store", *argv],
         capture_stdout=True,
         capture_stderr=True,
         check=False,

@@ -9,9 +9,9 @@ import trio
 
 from tether import ChildSpec, Session, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
+from tether.bridge.client import GatewayTask
 from tether.bridge.pool._agent import TASK_EVENT
 from tether.bridge.service._ingest import to_custody_task
-from tether.bridge.wire import GatewayTask
 
 from ._support import GatewayHandle, wait_until
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import trio
 
-from tether._cli import main
+from tether._cli._main import main
 from tether.bridge import write_token
 
 from ._support import (
@@ -29,7 +29,7 @@ from ._support import (
     wait_until,
 )
 
-WORKER_COMMAND = [sys.executable, "-m", "tether._cli", "worker", "run"]
+WORKER_COMMAND = [sys.executable, "-m", "tether", "worker", "run"]
 
 
 async def start_worker(store: Path, log: Path, *extra: str) -> trio.Process:

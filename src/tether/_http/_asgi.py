@@ -20,7 +20,7 @@ import hypercorn.config
 import hypercorn.trio
 import trio
 
-from .._json import JsonRefused, loads_strict
+from .._plumbing._json import JsonRefused, loads_strict
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -115,7 +115,7 @@ class Request:
         )
 
     async def json(self, limit: int, within: float = BODY_TIMEOUT) -> Any:
-        """The body parsed as strict JSON (``tether._json``); 415 unless it is declared
+        """The body parsed as strict JSON (``tether._plumbing._json``); 415 unless it is declared
         ``application/json``."""
         content_type = self.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != "application/json":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from .._token_file import read_token
+from .._plumbing._token_file import read_token
 
 
 @attrs.define(eq=False)

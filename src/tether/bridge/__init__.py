@@ -17,10 +17,21 @@ v1 and its client), ``service/`` (ingest, delivery, dead notices, settings, CLI 
 
 import typing as _typing
 
-from .._token_file import TokenFileError as TokenFileError
-from .._token_file import ensure_token_file as ensure_token_file
-from .._token_file import read_token as read_token
-from .._token_file import write_token as write_token
+from .._plumbing._token_file import TokenFileError as TokenFileError
+from .._plumbing._token_file import ensure_token_file as ensure_token_file
+from .._plumbing._token_file import read_token as read_token
+from .._plumbing._token_file import write_token as write_token
+from .client import PROTOCOL_VERSION as PROTOCOL_VERSION
+from .client import Backoff as Backoff
+from .client import ConnectionStatus as ConnectionStatus
+from .client import GatewayAuthError as GatewayAuthError
+from .client import GatewayClient as GatewayClient
+from .client import GatewayError as GatewayError
+from .client import GatewayProtocolError as GatewayProtocolError
+from .client import GatewayRequestError as GatewayRequestError
+from .client import GatewayTask as GatewayTask
+from .client import GatewayUnavailable as GatewayUnavailable
+from .client import ResultReceipt as ResultReceipt
 from .custody import DEFAULT_ROOM_POLICY as DEFAULT_ROOM_POLICY
 from .custody import IN_CUSTODY as IN_CUSTODY
 from .custody import MAX_CLAIM_BATCH as MAX_CLAIM_BATCH
@@ -118,17 +129,6 @@ from .stores import open_store as open_store
 from .stores.postgres import redact_dsn as redact_dsn
 from .stores.sqlite import SchemaTooNew as SchemaTooNew
 from .stores.sqlite import SqliteStore as SqliteStore
-from .wire import PROTOCOL_VERSION as PROTOCOL_VERSION
-from .wire import Backoff as Backoff
-from .wire import ConnectionStatus as ConnectionStatus
-from .wire import GatewayAuthError as GatewayAuthError
-from .wire import GatewayClient as GatewayClient
-from .wire import GatewayError as GatewayError
-from .wire import GatewayProtocolError as GatewayProtocolError
-from .wire import GatewayRequestError as GatewayRequestError
-from .wire import GatewayTask as GatewayTask
-from .wire import GatewayUnavailable as GatewayUnavailable
-from .wire import ResultReceipt as ResultReceipt
 
 if _typing.TYPE_CHECKING:
     from .stores.postgres import PostgresStore as PostgresStore

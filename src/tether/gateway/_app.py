@@ -62,7 +62,7 @@ from typing import Any
 import attrs
 import trio
 
-from .._converter import unstructure
+from .._core._util import open_nursery_unwrapped
 from .._http._asgi import (
     BODY_TIMEOUT,
     HttpError,
@@ -78,10 +78,10 @@ from .._http._asgi import (
     serve_http,
 )
 from .._http._auth import TokenSource, bearer_token
-from .._token_file import TokenFileError
-from .._util import open_nursery_unwrapped
-from ..bridge.wire._limits import MAX_REQUEST_BYTES
-from ..bridge.wire._messages import (
+from .._plumbing._converter import unstructure
+from .._plumbing._token_file import TokenFileError
+from .._protocol._limits import MAX_REQUEST_BYTES
+from .._protocol._messages import (
     CLIENT_HEADER,
     PROTOCOL_VERSION,
     BatchItem,
@@ -98,7 +98,7 @@ from ..bridge.wire._messages import (
     parse_result,
     parse_result_batch,
 )
-from ..bridge.wire._progress import parse_progress
+from .._protocol._progress import parse_progress
 from ._progress import ProgressBoard
 from ._store import FINAL_STATES, Conflict, GatewayStore, ItemOutcome, StoredTask
 from ._wire import MessageView, message_view, parse_message, task_for_worker

@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 import attrs
 
-from ..bridge.wire._progress import ProgressRequest
+from .._protocol._progress import ProgressRequest
 
 
 @attrs.frozen

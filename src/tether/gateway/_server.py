@@ -11,9 +11,9 @@ from typing import Any
 import attrs
 import trio
 
+from .._core._util import open_nursery_unwrapped
 from .._http._asgi import hypercorn_config, start_hypercorn
 from .._http._auth import TokenSource
-from .._util import open_nursery_unwrapped
 from ._app import AppLimits, GatewayApp
 from ._store import GatewayStore
 

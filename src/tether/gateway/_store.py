@@ -39,8 +39,8 @@ from typing import Any, Literal, TypeVar
 import attrs
 import trio
 
-from .._fs import create_private_file, ensure_private_dir, restrict_file
-from ..bridge.stores.sqlite._writer import SqliteWriter
+from .._plumbing._fs import create_private_file, ensure_private_dir, restrict_file
+from .._plumbing._sqlite_writer import SqliteWriter
 
 T = TypeVar("T")
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import attrs
 
-from .._converter import structure
-from ..bridge.wire._messages import GatewayTask, check_label, check_task_id, require_object
+from .._plumbing._converter import structure
+from .._protocol._messages import GatewayTask, check_label, check_task_id, require_object
 from ._progress import LiveProgress
 from ._store import FINAL_STATES, PRIORITIES, StoredTask
 

@@ -5,13 +5,13 @@
 await stacks) and ``/status``; ``tether ps`` and ``tether status`` read them.
 """
 
-from .._logging import JsonFormatter as JsonFormatter
-from .._logging import configure_logging as configure_logging
-from .._logging import register_secret as register_secret
-from .._task_tree import TaskNode as TaskNode
-from .._task_tree import await_stack as await_stack
-from .._task_tree import render_nodes as render_nodes
-from .._task_tree import task_tree as task_tree
+from .._core._task_tree import TaskNode as TaskNode
+from .._core._task_tree import await_stack as await_stack
+from .._core._task_tree import render_nodes as render_nodes
+from .._core._task_tree import task_tree as task_tree
+from .._plumbing._logging import JsonFormatter as JsonFormatter
+from .._plumbing._logging import configure_logging as configure_logging
+from .._plumbing._logging import register_secret as register_secret
 from .._tree_dump import dump_tree as dump_tree
 from ._app import AdminApp as AdminApp
 from ._health import HealthReport as HealthReport

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 
 import attrs
 
-from .._converter import unstructure
+from .._core._registry import ALL_KINDS, USER_ONLY, TaskKind
+from .._core._task_tree import count_nodes, task_tree
 from .._http._asgi import (
     HttpError,
     Receive,
@@ -22,9 +23,8 @@ from .._http._asgi import (
     serve_http,
 )
 from .._http._auth import TokenSource, bearer_token
-from .._registry import ALL_KINDS, USER_ONLY, TaskKind
-from .._task_tree import count_nodes, task_tree
-from .._token_file import TokenFileError
+from .._plumbing._converter import unstructure
+from .._plumbing._token_file import TokenFileError
 from ._health import check_health
 from ._metrics import CONTENT_TYPE, Metrics
 from ._observed import Observed

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .._child import CHILD_STATES
-from .._registry import ALL_KINDS, TaskRegistry
+from .._core._registry import ALL_KINDS, TaskRegistry
 from ..bridge.custody._rules import IN_CUSTODY, CustodyState
 from ._health import gateway_check
 from ._observed import Observed

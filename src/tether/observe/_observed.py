@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 import attrs
 
-from .._directory import Directory
-from .._registry import TaskRegistry
+from .._core._directory import Directory
+from .._core._registry import TaskRegistry
 from .._runtime import Runtime
+from ..bridge.client._status_file import ConnectionStatus
 from ..bridge.custody._store import InspectStore
 from ..bridge.pool._status import PoolStatus
 from ..bridge.pool._timings import Timings
-from ..bridge.wire._status_file import ConnectionStatus
 
 DEFAULT_GATEWAY_WINDOW = 120.0
 
@@ -36,7 +36,7 @@ class Observed:
     """The live objects behind ``/healthz``, ``/metrics``, ``/tasks`` and ``/status``.
 
     ``gateway`` (optional) returns the gateway client's current
-    :class:`~tether.bridge.wire.ConnectionStatus`; when it is set, health also requires that
+    :class:`~tether.bridge.client.ConnectionStatus`; when it is set, health also requires that
     the gateway answered within ``gateway_window`` seconds. ``counters`` are extra counters
     (the bridge adds deliveries and dead letters). ``wall_clock`` is compared with the
     status's wall-clock ``last_ok``. ``timings`` (optional) are the bridge's queue wait, run and

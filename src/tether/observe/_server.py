@@ -12,11 +12,11 @@ import attrs
 import trio
 
 from .._child import ChildSpec
+from .._core._stop import wait_stop_requested
+from .._core._util import open_nursery_unwrapped
 from .._http._asgi import hypercorn_config, start_hypercorn
 from .._http._auth import TokenSource
-from .._stop import wait_stop_requested
-from .._token_file import read_token
-from .._util import open_nursery_unwrapped
+from .._plumbing._token_file import read_token
 from ._app import AdminApp
 from ._observed import Observed
 

@@ -9,9 +9,9 @@ import attrs
 import trio
 
 from .._child import ChildSnapshot
+from ..bridge.client._status_file import ConnectionStatus
 from ..bridge.custody._rules import IN_CUSTODY, CustodyState
 from ..bridge.pool._status import PoolStatus, render_pool
-from ..bridge.wire._status_file import ConnectionStatus
 from ._health import HealthReport, check_health
 from ._observed import Observed
 

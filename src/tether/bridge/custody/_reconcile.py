@@ -17,8 +17,8 @@ from typing import Any
 import attrs
 import trio
 
-from ..._converter import structure_versioned, unstructure
-from ..._stop import stop_requested, wait_stop_requested
+from ..._core._stop import stop_requested, wait_stop_requested
+from ..._plumbing._converter import structure_versioned, unstructure
 from ._rules import CustodyState
 from ._store import LeaseExpiry, ReconcilerStore
 

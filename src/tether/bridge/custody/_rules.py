@@ -15,21 +15,21 @@ from typing import Any, Final
 
 import attrs
 
-from ..wire._limits import MAX_BODY_BYTES as MAX_BODY_BYTES
-from ..wire._limits import MAX_HEADER_VALUE_CHARS as MAX_HEADER_VALUE_CHARS
-from ..wire._limits import MAX_HEADERS as MAX_HEADERS
-from ..wire._limits import MAX_ROOM_CHARS as MAX_ROOM_CHARS
-from ..wire._limits import TASK_ID_RULE as TASK_ID_RULE
-from ..wire._limits import WORKER_RULE as WORKER_RULE
-from ..wire._limits import BodyTooLarge as BodyTooLarge
-from ..wire._limits import InvalidTask as InvalidTask
-from ..wire._limits import InvalidTaskId as InvalidTaskId
-from ..wire._limits import InvalidWorkerName as InvalidWorkerName
-from ..wire._limits import check_body as check_body
-from ..wire._limits import check_headers as check_headers
-from ..wire._limits import check_task_id as check_task_id
-from ..wire._limits import check_text as check_text
-from ..wire._limits import check_worker as check_worker
+from ..._protocol._limits import MAX_BODY_BYTES as MAX_BODY_BYTES
+from ..._protocol._limits import MAX_HEADER_VALUE_CHARS as MAX_HEADER_VALUE_CHARS
+from ..._protocol._limits import MAX_HEADERS as MAX_HEADERS
+from ..._protocol._limits import MAX_ROOM_CHARS as MAX_ROOM_CHARS
+from ..._protocol._limits import TASK_ID_RULE as TASK_ID_RULE
+from ..._protocol._limits import WORKER_RULE as WORKER_RULE
+from ..._protocol._limits import BodyTooLarge as BodyTooLarge
+from ..._protocol._limits import InvalidTask as InvalidTask
+from ..._protocol._limits import InvalidTaskId as InvalidTaskId
+from ..._protocol._limits import InvalidWorkerName as InvalidWorkerName
+from ..._protocol._limits import check_body as check_body
+from ..._protocol._limits import check_headers as check_headers
+from ..._protocol._limits import check_task_id as check_task_id
+from ..._protocol._limits import check_text as check_text
+from ..._protocol._limits import check_worker as check_worker
 
 
 class CustodyState(enum.StrEnum):

@@ -35,8 +35,8 @@ from typing import Any, Final
 import attrs
 import trio
 
-from ..._atomic_file import remove_stale_tmp_at, write_atomic_at
-from ..._fs import ensure_private_dir
+from ..._plumbing._atomic_file import remove_stale_tmp_at, write_atomic_at
+from ..._plumbing._fs import ensure_private_dir
 from ..._session import Session
 from ..custody._rules import Task
 from ..custody._store import Store

@@ -61,7 +61,7 @@ from typing import Any, Final, Literal
 import attrs
 import trio
 
-from ..._converter import structure_versioned, unstructure
+from ..._plumbing._converter import structure_versioned, unstructure
 from ..custody._rules import check_worker
 from ..custody._store import LeadStore, PoolView, WorkerInfo
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive

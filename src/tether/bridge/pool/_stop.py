@@ -10,7 +10,7 @@ from __future__ import annotations
 import attrs
 import trio
 
-from ..._stop import wait_stop_requested
+from ..._core._stop import wait_stop_requested
 
 
 @attrs.define(eq=False)

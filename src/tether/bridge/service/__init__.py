@@ -8,7 +8,7 @@
   ``tether store status`` shows.
 """
 
-from ..._config_error import ConfigError as ConfigError
+from ..._plumbing._config_error import ConfigError as ConfigError
 from ._config import BridgeConfig as BridgeConfig
 from ._config import load_config as load_config
 from ._service import BridgeService as BridgeService

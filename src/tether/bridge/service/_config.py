@@ -19,10 +19,10 @@ from typing import Any, Final
 
 import attrs
 
-from ..._config_error import ConfigError as ConfigError
-from ..._fs import ensure_private_dir
-from ..._logging import LogFormat
-from ..._redact import redact_url
+from ..._plumbing._config_error import ConfigError as ConfigError
+from ..._plumbing._fs import ensure_private_dir
+from ..._plumbing._logging import LogFormat
+from ..._plumbing._redact import redact_url
 from ..custody._rooms import DEFAULT_ROOM_POLICY, ROOM_POLICIES, RoomPolicy
 from ..pool._retry import RetryBackoff
 from ..stores.postgres._dsn import check_schema, is_postgres_dsn
@@ -104,7 +104,7 @@ class BridgeConfig:
     synchronous: str = "FULL"
     log_level: str = "INFO"
     log_format: LogFormat = "text"
-    """``text`` or ``json`` (one JSON object per line, see ``tether._logging``)."""
+    """``text`` or ``json`` (one JSON object per line, see ``tether._plumbing._logging``)."""
     admin_port: int | None = None
     """The admin endpoint (health, metrics, task tree); None = off, 0 = a free port."""
     admin_host: str = "127.0.0.1"

@@ -30,10 +30,10 @@ import math
 import attrs
 import trio
 
+from ..client._client import GatewayClient, GatewayRequestError
 from ..custody._rules import TaskRecord
 from ..custody._store import DeadNoticeStore
 from ..pool._wakeup import Wakeup
-from ..wire._client import GatewayClient, GatewayRequestError
 
 log = logging.getLogger("tether.bridge.dead_notices")
 

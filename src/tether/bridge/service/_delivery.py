@@ -28,12 +28,18 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
-from ..._converter import unstructure
+from ..._plumbing._converter import unstructure
+from ..._protocol._messages import (
+    MAX_BATCH,
+    ResultMetadata,
+    ResultReceipt,
+    ResultRequest,
+    parse_result,
+)
+from ..client._client import GatewayClient, GatewayRequestError
 from ..custody._rules import CustodyConflict, Result, check_delivery_lease
 from ..custody._store import DeliveryStore
 from ..pool._timings import Timings
-from ..wire._client import GatewayClient, GatewayRequestError
-from ..wire._messages import MAX_BATCH, ResultMetadata, ResultReceipt, ResultRequest, parse_result
 
 log = logging.getLogger("tether.bridge.delivery")
 

@@ -28,14 +28,14 @@ from collections.abc import Sequence
 import attrs
 import trio
 
+from ..._protocol._messages import GatewayTask
+from ..client._backoff import Backoff
+from ..client._client import GatewayClient, GatewayError, GatewayRequestError
 from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
 from ..custody._rules import InvalidTask, Task
 from ..custody._store import IngestStore
 from ..pool._timings import Timings
 from ..pool._wakeup import PoolWakeups
-from ..wire._backoff import Backoff
-from ..wire._client import GatewayClient, GatewayError, GatewayRequestError
-from ..wire._messages import GatewayTask
 
 log = logging.getLogger("tether.bridge.ingest")
 

@@ -31,7 +31,7 @@ from typing import Final
 
 import trio
 
-from ..._config_error import ConfigError
+from ..._plumbing._config_error import ConfigError
 from ..custody._store import PoolMemberStore
 from ..pool._liveness import is_alive
 

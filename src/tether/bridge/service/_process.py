@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from ... import ChildSpec, open_runtime, wait_stop_requested
-from ..._util import open_nursery_unwrapped
+from ..._core._util import open_nursery_unwrapped
 
 
 async def run_until_signal(

@@ -36,8 +36,16 @@ from ... import (
     open_supervisor,
     wait_stop_requested,
 )
-from ..._redact import redact_url
-from ..._util import open_nursery_unwrapped
+from ..._core._util import open_nursery_unwrapped
+from ..._plumbing._redact import redact_url
+from ..._protocol._progress import ProgressRequest
+from ..client._client import (
+    GatewayAuthError,
+    GatewayClient,
+    GatewayProtocolError,
+    GatewayRequestError,
+    GatewayUnavailable,
+)
 from ..custody._reconcile import Reconciler
 from ..custody._rooms import RoomPolicy
 from ..custody._rules import IN_CUSTODY, Task
@@ -50,14 +58,6 @@ from ..pool._status import PoolStatus, pool_status
 from ..pool._timings import Timings
 from ..pool._wakeup import PoolWakeups
 from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
-from ..wire._client import (
-    GatewayAuthError,
-    GatewayClient,
-    GatewayProtocolError,
-    GatewayRequestError,
-    GatewayUnavailable,
-)
-from ..wire._progress import ProgressRequest
 from ._config import BridgeConfig
 from ._dead_notices import DeadNotices
 from ._delivery import Delivery, delivery_holder
@@ -81,7 +81,7 @@ class BridgeService:
 
     ``store`` and ``factory`` may be given (tests, the demo); otherwise they come from
     ``config.store`` and ``config.agent``. ``gateway_options`` go to
-    :class:`~tether.bridge.wire.GatewayClient`.
+    :class:`~tether.bridge.client.GatewayClient`.
 
     Stopping it in-process:
 

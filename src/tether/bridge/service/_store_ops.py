@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-from ..._converter import unstructure
+from ..._plumbing._converter import unstructure
 from ..custody._rules import CustodyState, TaskRecord
 from ..custody._store import OperatorOutcome, Store
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..._converter import unstructure
+from ..._plumbing._converter import unstructure
 from ..custody._rules import TaskRecord
 from ..custody._store import JournalEntry
 

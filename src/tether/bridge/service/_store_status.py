@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from ..._converter import unstructure
+from ..._plumbing._converter import unstructure
 from ..custody._rules import IN_CUSTODY, CustodyState, TaskRecord
 from ..custody._store import InspectStore
 

@@ -13,9 +13,9 @@ from typing import Any, Final
 
 import attrs
 
-from ..._config_error import ConfigError
-from ..._fs import ensure_private_dir
-from ..._logging import LogFormat
+from ..._plumbing._config_error import ConfigError
+from ..._plumbing._fs import ensure_private_dir
+from ..._plumbing._logging import LogFormat
 from ._config import (
     _PARSERS,
     DEFAULT_AGENT,

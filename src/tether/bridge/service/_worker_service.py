@@ -42,10 +42,11 @@ from ... import (
     open_supervisor,
     wait_stop_requested,
 )
-from ..._atomic_file import write_atomic
-from ..._config_error import ConfigError
-from ..._converter import unstructure
-from ..._fs import ensure_private_dir
+from ..._plumbing._atomic_file import write_atomic
+from ..._plumbing._config_error import ConfigError
+from ..._plumbing._converter import unstructure
+from ..._plumbing._fs import ensure_private_dir
+from ..client._status_file import utc_now_iso
 from ..custody._reconcile import Reconciler
 from ..custody._store import Store
 from ..pool._agent import AgentFactory, load_agent
@@ -54,7 +55,6 @@ from ..pool._lead import PoolLead
 from ..pool._status import PoolStatus, pool_status
 from ..pool._wakeup import PoolWakeups
 from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
-from ..wire._status_file import utc_now_iso
 from ._names import CHOSE_ANOTHER, lead_name, pool_stem, worker_names
 from ._pool_store import open_pool_store
 from ._process import run_until_signal, until_stopped

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import attrs
 
-from ..._converter import unstructure
+from ..._plumbing._converter import unstructure
 from ..custody._crashes import failures
 from ..custody._rooms import SUPERSEDED_PREFIX, Superseded
 from ..custody._rules import (

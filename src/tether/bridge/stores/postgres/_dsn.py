@@ -1,8 +1,8 @@
 """PostgreSQL settings: tell a DSN from a path, never show a password, check schema names.
 
 A DSN may carry a password (``postgresql://u:secret@h/db`` or ``password=secret``). Anything
-tether logs or puts in an error message goes through ``redact_dsn`` first (``tether._redact``:
-the one redaction for DSNs and URLs).
+tether logs or puts in an error message goes through ``redact_dsn`` first
+(``tether._plumbing._redact``: the one redaction for DSNs and URLs).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from ...._redact import POSTGRES_SCHEMES, is_conninfo, parse_dsn
-from ...._redact import redact_dsn as redact_dsn
+from ...._plumbing._redact import POSTGRES_SCHEMES, is_conninfo, parse_dsn
+from ...._plumbing._redact import redact_dsn as redact_dsn
 
 URL_SCHEMES: Final = POSTGRES_SCHEMES
 

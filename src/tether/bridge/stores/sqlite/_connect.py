@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Final, Literal
 
-from ...._fs import create_private_file, ensure_private_dir, restrict_file
+from ...._plumbing._fs import create_private_file, ensure_private_dir, restrict_file
 from ._schema import migrate
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]

@@ -32,6 +32,7 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
+from ...._plumbing._sqlite_writer import SqliteWriter
 from ...custody import _log as _clog
 from ...custody._crashes import (
     DEFAULT_MAX_CRASHES_ALONE,
@@ -115,7 +116,6 @@ from ._pool_sql import (
     read_workers,
     ready_pending,
 )
-from ._writer import SqliteWriter
 
 T = TypeVar("T")
 
@@ -165,7 +165,7 @@ class SqliteStore:
         """Open (creating and migrating if needed) the store at ``path``.
 
         The file is created 0600 before SQLite opens it (an existing looser one is tightened)
-        and every missing parent directory 0700 (``tether._fs``). ``synchronous="FULL"``
+        and every missing parent directory 0700 (``tether._plumbing._fs``). ``synchronous="FULL"``
         makes every commit survive power loss; ``"NORMAL"`` survives a process crash only.
         ``max_batch`` caps how many transitions share one commit (1 = a commit each).
         """

@@ -14,9 +14,9 @@ from pathlib import Path
 import attrs
 import trio
 
-from ..._atomic_file import write_atomic
-from ..._converter import unstructure
-from ..._fs import ensure_private_dir
+from ..._plumbing._atomic_file import write_atomic
+from ..._plumbing._converter import unstructure
+from ..._plumbing._fs import ensure_private_dir
 
 STATUS_SCHEMA_VERSION = 1
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, TextIO, get_args
 
 import trio
 
-from ._owner import current_owner
+from .._core._owner import current_owner
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)

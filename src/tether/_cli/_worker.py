@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..._cli_parsers import Subparsers, add_command, add_group, add_settings
-from ._command import _HELP as BRIDGE_HELP
-from ._config import env_name
-from ._worker_config import WORKER_SETTINGS
+from ..bridge.service._config import env_name
+from ..bridge.service._worker_config import WORKER_SETTINGS
+from ._bridge import _HELP as BRIDGE_HELP
+from ._parsers import Subparsers, add_command, add_group, add_settings
 
 _HELP: dict[str, tuple[str, type[Any]]] = {
     **{name: BRIDGE_HELP[name] for name in WORKER_SETTINGS if name in BRIDGE_HELP},
@@ -96,14 +96,14 @@ def add_worker_parsers(sub: Subparsers, epilog: str) -> None:
 def run_worker(args: argparse.Namespace) -> int:
     import trio
 
-    from ..._logging import configure_logging
-    from ..._token_file import ensure_token_file
-    from ._worker_config import load_worker_config, prepare_worker_dirs
+    from .._plumbing._logging import configure_logging
+    from .._plumbing._token_file import ensure_token_file
+    from ..bridge.service._worker_config import load_worker_config, prepare_worker_dirs
 
     flags = {name: getattr(args, name) for name in WORKER_SETTINGS if hasattr(args, name)}
     config = load_worker_config(file=args.config, flags=flags)
-    from ._command_startup import admin_announcer, load_checked_agent
-    from ._worker_service import WorkerService
+    from ..bridge.service._worker_service import WorkerService
+    from ._startup import admin_announcer, load_checked_agent
 
     factory = None if config.exchange is not None else load_checked_agent(config.agent_spec)
     configure_logging(config.log_level, config.log_format)

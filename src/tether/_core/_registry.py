@@ -19,7 +19,7 @@ from typing import Literal
 import attrs
 import trio
 
-from ._owner import OWNER
+from ._context import OWNER
 
 log = logging.getLogger("tether.registry")
 

@@ -39,12 +39,11 @@ import attrs
 import httpx
 import trio
 
-from ..._converter import unstructure
-from ..._json import loads_strict
-from ..._redact import redact_url
-from ..._token_file import TokenFileError, read_token
-from ._backoff import Backoff
-from ._messages import (
+from ..._plumbing._converter import unstructure
+from ..._plumbing._json import loads_strict
+from ..._plumbing._redact import redact_url
+from ..._plumbing._token_file import TokenFileError, read_token
+from ..._protocol._messages import (
     CLIENT_HEADER,
     MAX_BATCH,
     MAX_REASON_CHARS,
@@ -68,7 +67,8 @@ from ._messages import (
     parse_lenient,
     parse_result,
 )
-from ._progress import ProgressRequest, fit_progress
+from ..._protocol._progress import ProgressRequest, fit_progress
+from ._backoff import Backoff
 from ._status_file import ConnectionStatus, StatusFile, utc_now_iso
 
 log = logging.getLogger("tether.bridge.gateway")
@@ -159,7 +159,7 @@ class GatewayClient:
     _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
     _token: str = attrs.field(default="", init=False)
     shown_url: str = attrs.field(init=False, default="")
-    """``base_url`` as logs, errors and the status file show it (``tether._redact``)."""
+    """``base_url`` as logs, errors and the status file show it (``tether._plumbing._redact``)."""
     _status: ConnectionStatus = attrs.field(init=False)
     _status_writer: StatusFile | None = attrs.field(default=None, init=False)
     _started_at: float = attrs.field(default=0.0, init=False)

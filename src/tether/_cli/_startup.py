@@ -13,8 +13,8 @@ from pathlib import Path
 
 import trio
 
-from ..pool._agent import AgentFactory, AgentLoadError, check_agent, load_agent
-from ._config import ConfigError
+from ..bridge.pool._agent import AgentFactory, AgentLoadError, check_agent, load_agent
+from ..bridge.service._config import ConfigError
 
 
 def load_checked_agent(spec: str) -> AgentFactory:

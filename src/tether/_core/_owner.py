@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("tether_owner", default=None)
+from ._context import OWNER
 
 
 def current_owner() -> str | None:

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import attrs
 
-from ..._converter import structure
+from .._plumbing._converter import structure
 from ._messages import check_task_id, check_worker_name, require_object
 
 MAX_STATUS_CHARS: Final = 1000

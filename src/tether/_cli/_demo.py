@@ -20,8 +20,8 @@ import attrs
 import httpx
 import trio
 
-from . import ChildSpec, open_runtime, wait_stop_requested
-from .bridge import (
+from .. import ChildSpec, open_runtime, wait_stop_requested
+from ..bridge import (
     BridgeConfig,
     BridgeService,
     ConfigError,
@@ -29,7 +29,7 @@ from .bridge import (
     ensure_token_file,
     read_token,
 )
-from .gateway import GatewaySettings, serve
+from ..gateway import GatewaySettings, serve
 
 ROOMS = 40
 """Conversations: a room's messages stay on one worker, so many rooms spread the load."""

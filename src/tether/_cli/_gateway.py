@@ -12,16 +12,16 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._cli_parsers import Subparsers, add_command, add_group
+from ._parsers import Subparsers, add_command, add_group
 
 if TYPE_CHECKING:
-    from ._server import GatewaySettings
+    from ..gateway._server import GatewaySettings
 
 DEFAULT_DIR = Path("tether-data") / "gateway"
 
 
 def add_gateway_parser(sub: Subparsers, epilog: str) -> None:
-    from ..bridge.wire._limits import MAX_REQUEST_BYTES
+    from .._protocol._limits import MAX_REQUEST_BYTES
 
     actions = add_group(
         sub,
@@ -87,10 +87,10 @@ def run_gateway(args: argparse.Namespace) -> int:
     """Run ``tether gateway <action>``; returns the exit code."""
     import trio
 
-    from .._logging import configure_logging
-    from .._token_file import ensure_token_file
-    from ._app import AppLimits
-    from ._server import GatewaySettings
+    from .._plumbing._logging import configure_logging
+    from .._plumbing._token_file import ensure_token_file
+    from ..gateway._app import AppLimits
+    from ..gateway._server import GatewaySettings
 
     try:
         settings = GatewaySettings(
@@ -115,8 +115,8 @@ def run_gateway(args: argparse.Namespace) -> int:
 async def _serve_until_signal(settings: GatewaySettings) -> None:
     import trio
 
-    from .._util import open_nursery_unwrapped
-    from ._server import serve
+    from .._core._util import open_nursery_unwrapped
+    from ..gateway._server import serve
 
     async def until_signal() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

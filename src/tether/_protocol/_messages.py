@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ..._converter import structure
+from .._plumbing._converter import structure
 from . import _limits as _custody
 from ._limits import MAX_BATCH as MAX_BATCH
 from ._limits import MAX_REASON_CHARS as MAX_REASON_CHARS

@@ -13,8 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..._cli_parsers import Subparsers, add_command, add_group, add_settings
-from ._config import DEFAULT_AGENT, DEFAULT_GATEWAY, SETTINGS, BridgeConfig, env_name
+from ..bridge.service._config import (
+    DEFAULT_AGENT,
+    DEFAULT_GATEWAY,
+    SETTINGS,
+    BridgeConfig,
+    env_name,
+)
+from ._parsers import Subparsers, add_command, add_group, add_settings
 
 EXIT_AUTH = 3
 
@@ -188,7 +194,7 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
-    from ..custody._rules import CustodyState
+    from ..bridge.custody._rules import CustodyState
 
     def action(name: str, text: str, description: str, exits: str = "") -> argparse.ArgumentParser:
         parser = add_command(
@@ -258,10 +264,10 @@ def _flags(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
 def run_store(args: argparse.Namespace) -> int:
     import trio
 
-    from ..._redact import redact_url
-    from ..stores._open import open_store
-    from ._config import ConfigError, load_config
-    from ._store_status import render_status, store_status
+    from .._plumbing._redact import redact_url
+    from ..bridge.service._config import ConfigError, load_config
+    from ..bridge.service._store_status import render_status, store_status
+    from ..bridge.stores._open import open_store
 
     config = load_config(
         file=args.config, flags=_flags(args, ("store", "store_password_file", "store_schema"))
@@ -294,9 +300,9 @@ def run_store(args: argparse.Namespace) -> int:
 
 
 async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
-    from ..custody._rules import InvalidTaskId
-    from ..stores._open import open_store
-    from ._store_show import TaskShow, render_show
+    from ..bridge.custody._rules import InvalidTaskId
+    from ..bridge.service._store_show import TaskShow, render_show
+    from ..bridge.stores._open import open_store
 
     store = await open_store(
         config.store,
@@ -322,8 +328,8 @@ async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
 
 def _check_operator_args(args: argparse.Namespace) -> None:
     """Refuse bad usage before the store is opened (exit 2, nothing changed)."""
-    from ..custody._rules import check_task_id
-    from ._config import ConfigError
+    from ..bridge.custody._rules import check_task_id
+    from ..bridge.service._config import ConfigError
 
     if args.store_command == "list":
         if args.limit < 1:
@@ -350,9 +356,9 @@ def _check_operator_args(args: argparse.Namespace) -> None:
 
 
 async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
-    from ..custody._rules import CustodyState
-    from ..stores._open import open_store
-    from . import _store_ops
+    from ..bridge.custody._rules import CustodyState
+    from ..bridge.service import _store_ops
+    from ..bridge.stores._open import open_store
 
     _check_operator_args(args)
     # each move is printed (and journalled): the custody log's own line for it would only
@@ -380,14 +386,16 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
 def run_bridge(args: argparse.Namespace) -> int:
     import trio
 
-    from ..._logging import configure_logging
-    from ..._redact import redact_url
-    from ..._token_file import ensure_token_file
-    from ._config import load_config, prepare_data_dir
+    from .._plumbing._logging import configure_logging
+    from .._plumbing._redact import redact_url
+    from .._plumbing._token_file import ensure_token_file
+    from ..bridge.service._config import load_config, prepare_data_dir
 
     config = load_config(file=args.config, flags=_flags(args, SETTINGS))
-    from ._command_startup import admin_announcer, load_checked_agent
-    from ._service import BridgeService  # after the config: a typo is reported at once
+    from ..bridge.service._service import (
+        BridgeService,  # after the config: a typo is reported at once
+    )
+    from ._startup import admin_announcer, load_checked_agent
 
     factory = load_checked_agent(config.agent)
     configure_logging(config.log_level, config.log_format)

@@ -7,6 +7,9 @@
 - ``_backoff``: retry schedule for a remote that is down; ``_status_file``: the client's health.
 """
 
+from ..._protocol._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
+from ..._protocol._messages import GatewayTask as GatewayTask
+from ..._protocol._messages import ResultReceipt as ResultReceipt
 from ._backoff import Backoff as Backoff
 from ._client import GatewayAuthError as GatewayAuthError
 from ._client import GatewayClient as GatewayClient
@@ -14,9 +17,6 @@ from ._client import GatewayError as GatewayError
 from ._client import GatewayProtocolError as GatewayProtocolError
 from ._client import GatewayRequestError as GatewayRequestError
 from ._client import GatewayUnavailable as GatewayUnavailable
-from ._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
-from ._messages import GatewayTask as GatewayTask
-from ._messages import ResultReceipt as ResultReceipt
 from ._status_file import ConnectionStatus as ConnectionStatus
 
 __all__ = [

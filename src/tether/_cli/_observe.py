@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._cli_parsers import Subparsers, add_command
+from ._parsers import Subparsers, add_command
 
 DEFAULT_URL = "http://127.0.0.1:8766"
 DEFAULT_TOKEN_FILE = Path("tether-data") / "bridge" / "admin-token"
@@ -66,7 +66,7 @@ def add_observe_parsers(sub: Subparsers, epilog: str) -> None:
 def _get(args: argparse.Namespace, path: str, params: dict[str, str]) -> Any:
     import httpx
 
-    from ._token_file import TokenFileError, read_token
+    from .._plumbing._token_file import TokenFileError, read_token
 
     url = (args.url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
     token_file = args.token_file or Path(os.environ.get(TOKEN_FILE_ENV) or DEFAULT_TOKEN_FILE)
@@ -100,8 +100,8 @@ def _get(args: argparse.Namespace, path: str, params: dict[str, str]) -> Any:
 
 
 def run_ps(args: argparse.Namespace) -> int:
-    from ._converter import structure
-    from ._task_tree import TaskNode, render_nodes
+    from .._core._task_tree import TaskNode, render_nodes
+    from .._plumbing._converter import structure
 
     params = {"stacks": "1" if args.stacks else "0", "kinds": "all" if args.all else "user"}
     doc = _get(args, "/tasks", params)
@@ -114,8 +114,8 @@ def run_ps(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from ._converter import structure
-    from .observe._status import StatusReport, render_status
+    from .._plumbing._converter import structure
+    from ..observe._status import StatusReport, render_status
 
     doc = _get(args, "/status", {})
     if args.json:

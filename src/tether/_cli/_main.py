@@ -8,11 +8,11 @@ import select
 import sys
 from collections.abc import Iterator, Sequence
 
-from ._cli_observe import add_observe_parsers, run_ps, run_status
-from ._cli_parsers import add_command
-from .bridge.service._command import EXIT_AUTH, add_bridge_parsers, run_bridge, run_store
-from .bridge.service._worker_command import add_worker_parsers, run_worker
-from .gateway._command import add_gateway_parser, run_gateway
+from ._bridge import EXIT_AUTH, add_bridge_parsers, run_bridge, run_store
+from ._gateway import add_gateway_parser, run_gateway
+from ._observe import add_observe_parsers, run_ps, run_status
+from ._parsers import add_command
+from ._worker import add_worker_parsers, run_worker
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -79,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .bridge.service._config import ConfigError
-    from .bridge.wire._client import GatewayAuthError
+    from ..bridge.client._client import GatewayAuthError
+    from ..bridge.service._config import ConfigError
 
     args = build_parser().parse_args(argv)
     try:
@@ -111,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
             messages=args.messages, workers=args.workers, agent=args.agent, quiet=args.quiet
         )
     if args.command == "example":
-        from .examples.live_tree import run_demo as run_tree
+        from ._live_tree import run_demo as run_tree
 
         run_tree(seconds=args.seconds)
         return EXIT_OK
@@ -175,7 +175,3 @@ def _describe(exc: BaseException) -> str:
     if len(text) > MAX_CAUSE_CHARS:
         text = text[: MAX_CAUSE_CHARS - 3] + "..."
     return text
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

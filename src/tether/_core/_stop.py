@@ -17,13 +17,9 @@ Outside a supervised child nobody can ask for a stop: ``stop_requested()`` is Fa
 
 from __future__ import annotations
 
-import contextvars
-
 import trio
 
-STOP_EVENT: contextvars.ContextVar[trio.Event | None] = contextvars.ContextVar(
-    "tether_stop_event", default=None
-)
+from ._context import STOP_EVENT
 
 
 def stop_requested() -> bool:

@@ -10,18 +10,15 @@ handler failures only ever grows (a Prometheus counter must not go down).
 
 from __future__ import annotations
 
-import contextvars
 from typing import TYPE_CHECKING
 
 import attrs
 
 if TYPE_CHECKING:
-    from ._session import Session
-    from ._supervisor import Supervisor
+    from .._session import Session
+    from .._supervisor import Supervisor
 
-DIRECTORY: contextvars.ContextVar[Directory | None] = contextvars.ContextVar(
-    "tether_directory", default=None
-)
+from ._context import DIRECTORY
 
 
 def current_directory() -> Directory | None:

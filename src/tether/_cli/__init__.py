@@ -1,0 +1,3 @@
+"""The ``tether`` command: every verb lives here, and nothing in the package imports it."""
+
+from ._main import main as main

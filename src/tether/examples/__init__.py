@@ -1,1 +1,0 @@
-"""Runnable examples shipped with tether."""
