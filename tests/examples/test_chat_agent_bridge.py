@@ -16,7 +16,7 @@ import httpx
 import pytest
 import trio
 
-from service._support import (
+from support.service import (
     BRIDGE_COMMAND,
     GatewayHandle,
     LiveGateway,

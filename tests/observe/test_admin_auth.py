@@ -11,11 +11,10 @@ import httpx
 import pytest
 import trio
 
+from support.observe import ADMIN_TOKEN, running_admin
 from tether import open_runtime
 from tether.bridge import TokenFileError
 from tether.observe import AdminSettings, Observed, serve_admin
-
-from ._support import ADMIN_TOKEN, running_admin
 
 ENDPOINTS = ["/healthz", "/metrics", "/tasks", "/status"]
 
@@ -83,9 +82,8 @@ def test_settings_refuse_a_bad_port(tmp_path: Path) -> None:
 async def test_admin_as_a_supervised_child_reports_its_port_and_stops_softly(
     tmp_path: Path,
 ) -> None:
+    from support.observe import admin_token_file
     from tether.observe import admin_child
-
-    from ._support import admin_token_file
 
     settings = AdminSettings(admin_token_file(tmp_path), port=0)
     async with open_runtime(handle_signals=False) as runtime:

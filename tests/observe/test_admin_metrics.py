@@ -8,11 +8,10 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.observe import running_admin
 from tether import ChildSpec, open_session, open_supervisor
 from tether.bridge import SqliteStore, Task
 from tether.observe import CounterSource
-
-from ._support import running_admin
 
 
 def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import trio
 
+from support.observe import descendants, find_nodes, running_admin
 from tether import ChildSpec, open_session
 from tether.observe import TaskNode, render_nodes, task_tree
-
-from ._support import descendants, find_nodes, running_admin
 
 
 async def parked_in_helper(release: trio.Event) -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from support.observe import running_admin
 from tether._cli._main import main
 from tether.bridge import SqliteStore, Task, Timings
 from tether.bridge.pool._timings import MAX_TRACKED, Histogram
 
-from ._support import running_admin
 from .test_admin_metrics import parse
 
 

@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from support.pool import wait_for
 from tether.bridge import CustodyState, SqliteStore, Task
-
-from .pool_support import wait_for
 
 S = CustodyState
 ROOT = Path(__file__).resolve().parents[2]

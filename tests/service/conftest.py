@@ -1,68 +1,8 @@
-"""Fixtures for the bridge service tests: a real gateway on 127.0.0.1, a real SQLite store."""
+"""A real gateway, a SQLite store and a client for the service tests; no bridge left running."""
 
-from __future__ import annotations
-
-import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-
-import httpx
-import pytest
-import trio
-
-from tether.bridge import GatewayClient, SqliteStore, write_token
-
-from ._support import STARTED, GatewayHandle, LiveGateway, gateway_client
-
-
-@pytest.fixture(autouse=True)
-def reap_bridges() -> Iterator[None]:
-    """SIGKILL (and reap) every bridge process a test left running, pass or fail."""
-    yield
-    while STARTED:
-        process = STARTED.pop()
-        if process.poll() is None:
-            process.kill()
-            deadline = time.monotonic() + 10
-            while process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-
-
-@pytest.fixture
-def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "gateway" / "token"
-    path.parent.mkdir(mode=0o700)
-    write_token(path, "service-test-token")
-    return path
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=30) as client:
-        yield client
-
-
-@pytest.fixture
-async def gateway(
-    nursery: trio.Nursery, tmp_path: Path, token_file: Path, http: httpx.AsyncClient
-) -> AsyncIterator[GatewayHandle]:
-    """A real reference gateway (free port, 1 s lease); ``restart``-able on the same port."""
-    live = LiveGateway(nursery, token_file, tmp_path / "gateway" / "gateway.db", lease=1.0)
-    await live.start()
-    yield GatewayHandle(live, http)
-    await live.stop()
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = await SqliteStore.open(tmp_path / "store" / "custody.db", lease_s=5.0, max_attempts=3)
-    try:
-        yield s
-    finally:
-        await s.aclose()
-
-
-@pytest.fixture
-async def client(gateway: GatewayHandle, token_file: Path) -> AsyncIterator[GatewayClient]:
-    async with gateway_client(gateway.url, token_file) as c:
-        yield c
+from support.service_fixtures import client as client
+from support.service_fixtures import gateway as gateway
+from support.service_fixtures import http as http
+from support.service_fixtures import reap_bridges as reap_bridges
+from support.service_fixtures import store as store
+from support.service_fixtures import token_file as token_file

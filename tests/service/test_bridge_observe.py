@@ -15,21 +15,20 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from tether import ChildSpec, open_runtime
-from tether.bridge import (
-    BridgeService,
-    CustodyState,
-    SqliteStore,
-    read_token,
-)
-
-from ._support import (
+from support.service import (
     GatewayHandle,
     admin_bridge_config,
     answered_count,
     bridge_env,
     submit_many,
     wait_until,
+)
+from tether import ChildSpec, open_runtime
+from tether.bridge import (
+    BridgeService,
+    CustodyState,
+    SqliteStore,
+    read_token,
 )
 
 ADMIN_TOKEN = "bridge-admin-token-5e9d"

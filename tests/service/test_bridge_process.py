@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tether.bridge import write_token
-
-from ._support import (
+from support.service import (
     BridgeProcess,
     GatewayHandle,
     answered_count,
@@ -23,6 +21,7 @@ from ._support import (
     submit_many,
     wait_until,
 )
+from tether.bridge import write_token
 
 pytestmark = pytest.mark.slow
 

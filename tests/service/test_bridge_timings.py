@@ -7,10 +7,10 @@ from pathlib import Path
 
 import httpx
 
+from support.service import GatewayHandle, admin_bridge_config, submit_many, wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import BridgeService, CustodyState, SqliteStore
 
-from ._support import GatewayHandle, admin_bridge_config, submit_many, wait_until
 from .test_bridge_observe import samples
 
 ADMIN_TOKEN = "bridge-admin-token-7c1f"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from ._support import (
+from support.service import (
     BridgeProcess,
     GatewayHandle,
     answered_count,

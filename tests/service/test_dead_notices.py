@@ -15,7 +15,9 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from store_clock import StoreAwareClock
+from service import agent_for_tests
+from support.service import GatewayHandle, admin_bridge_config, gateway_client, wait_until
+from support.store_clock import StoreAwareClock
 from tether import ChildSpec, open_runtime
 from tether.bridge import (
     BridgeService,
@@ -28,9 +30,6 @@ from tether.bridge import (
 )
 from tether.bridge.service._dead_notices import DeadNotices
 from tether.bridge.service._ingest import Ingest
-
-from . import agent_for_tests
-from ._support import GatewayHandle, admin_bridge_config, gateway_client, wait_until
 
 ADMIN_TOKEN = "dead-notice-admin-token"
 

@@ -13,12 +13,11 @@ import httpx
 import pytest
 import trio
 
-from store_clock import StoreAwareClock
+from support.service import GatewayHandle, gateway_client, wait_until
+from support.store_clock import StoreAwareClock
 from tether.bridge import CustodyState, GatewayClient, Result, SqliteStore, Store, Task
 from tether.bridge.service._delivery import Delivery
 from tether.bridge.service._ingest import Ingest
-
-from ._support import GatewayHandle, gateway_client, wait_until
 
 
 async def _take(

@@ -9,10 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.service import GatewayHandle, gateway_client
 from tether._protocol._messages import ResultMetadata, ResultRequest
 from tether.bridge import GatewayClient, GatewayRequestError, ResultReceipt
-
-from ._support import GatewayHandle, gateway_client
 
 
 async def test_ack_many_acks_each_and_reports_each_refusal(

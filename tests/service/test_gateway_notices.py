@@ -8,9 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.service import GatewayHandle, gateway_client
 from tether.bridge import GatewayClient, GatewayRequestError
-
-from ._support import GatewayHandle, gateway_client
 
 
 async def test_a_rejected_task_is_closed_with_its_reason_and_counted(

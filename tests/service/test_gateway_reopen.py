@@ -4,10 +4,9 @@ server: a reject (the dead notice), then a result, single or batched."""
 
 from __future__ import annotations
 
+from support.service import GatewayHandle
 from tether._protocol._messages import ResultRequest
 from tether.bridge import GatewayClient
-
-from ._support import GatewayHandle
 
 
 async def _told_dead(gateway: GatewayHandle, client: GatewayClient, text: str) -> str:

@@ -12,11 +12,10 @@ import attrs
 import pytest
 import trio
 
+from support.service import GatewayHandle, wait_until
 from tether.bridge import CustodyState, GatewayClient, RoomPolicy, SqliteStore, Task
 from tether.bridge.pool._wakeup import PoolWakeups
 from tether.bridge.service._ingest import Ingest, IngestCommitFailed
-
-from ._support import GatewayHandle, wait_until
 
 
 async def test_a_round_commits_then_acks_every_task(

@@ -17,14 +17,13 @@ import httpx
 import pytest
 import trio
 
+from support.service import GatewayHandle, LiveGateway, gateway_client, wait_until
 from tether import ChildSpec, open_supervisor
 from tether.bridge import CustodyState, SqliteStore
 from tether.bridge.client._client import LEASE_RELEASE_TIMEOUT
 from tether.bridge.service._config import BridgeConfig
 from tether.bridge.service._ingest import Ingest
 from tether.bridge.service._service import BridgeService
-
-from ._support import GatewayHandle, LiveGateway, gateway_client, wait_until
 
 LEASE = 30.0
 """The gateway's lease here: long, so a task handed out again within seconds was released."""

@@ -11,10 +11,9 @@ from typing import Any
 
 import trio
 
+from support.service import GatewayHandle, bridge_env, wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
-
-from ._support import GatewayHandle, bridge_env, wait_until
 
 S = CustodyState
 

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import trio
 
+from support.service import GatewayHandle, wait_until
 from tether import ChildSpec, Session, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 from tether.bridge.client import GatewayTask
 from tether.bridge.pool._agent import TASK_EVENT
 from tether.bridge.service._ingest import to_custody_task
-
-from ._support import GatewayHandle, wait_until
 
 
 async def _submit(gateway: GatewayHandle, id: str, priority: str | None) -> int:

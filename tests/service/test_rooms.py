@@ -10,10 +10,9 @@ from typing import Any
 
 import trio
 
+from support.service import GatewayHandle, answered_count, wait_until
 from tether import Session, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
-
-from ._support import GatewayHandle, answered_count, wait_until
 
 
 async def test_a_newer_message_supersedes_the_running_one(

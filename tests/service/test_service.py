@@ -9,10 +9,9 @@ import attrs
 import pytest
 import trio
 
+from support.service import GatewayHandle, answered_count, submit_many, wait_until
 from tether import ChildSpec, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
-
-from ._support import GatewayHandle, answered_count, submit_many, wait_until
 
 
 @attrs.define

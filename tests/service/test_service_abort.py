@@ -6,10 +6,9 @@ from pathlib import Path
 
 import trio
 
+from support.service import GatewayHandle, answered_count, submit_many, wait_until
 from tether import Session, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
-
-from ._support import GatewayHandle, answered_count, submit_many, wait_until
 
 SLOW_S = 30.0
 """How long the first bridge's agent thinks about a 'slow' message: far past any bound below."""

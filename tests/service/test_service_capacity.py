@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from support.service import GatewayHandle, answered_count, submit_many, wait_until
 from tether.bridge import BridgeConfig, BridgeService, SqliteStore
-
-from ._support import GatewayHandle, answered_count, submit_many, wait_until
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import trio
 
+from support.service import GatewayHandle, submit_many, wait_until
 from tether import Session, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, RetryBackoff, SqliteStore, Task
-
-from ._support import GatewayHandle, submit_many, wait_until
 
 MESSAGES = 600
 STOPS = 15

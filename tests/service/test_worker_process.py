@@ -16,10 +16,7 @@ import httpx
 import pytest
 import trio
 
-from tether._cli._main import main
-from tether.bridge import write_token
-
-from ._support import (
+from support.service import (
     STARTED,
     BridgeProcess,
     GatewayHandle,
@@ -28,6 +25,8 @@ from ._support import (
     submit_many,
     wait_until,
 )
+from tether._cli._main import main
+from tether.bridge import write_token
 
 WORKER_COMMAND = [sys.executable, "-m", "tether", "worker", "run"]
 

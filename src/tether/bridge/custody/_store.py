@@ -7,7 +7,7 @@ Each caller is typed against only the role it plays (``IngestStore`` for ingest,
 a reader sees at once what a part may do to custody, and a test double for one part implements
 one small protocol. ``Store`` is every role together: what
 a backend implements (a third backend starts here, and passes the conformance suite in
-``tests/bridge``).
+``tests/custody``).
 
 Each method is one transaction and a compare-and-set: it names the state (and for claims the
 owner and attempt) it expects, and either moves the task or changes nothing. A method returns

@@ -9,7 +9,7 @@ Durability: by default every connection runs ``journal_mode=WAL`` and ``synchron
 SQLite fsyncs the WAL before a commit returns and a returned transition survives power loss or
 an OS crash (SQLite's guarantee for that pair; a test pins the settings, none can pull the
 plug). ``synchronous="NORMAL"`` still survives a *process* crash (the page cache outlives a
-SIGKILL), which is all ``tests/bridge/test_custody_crash.py`` can and does demonstrate, but may
+SIGKILL), which is all ``tests/custody/test_crash.py`` can and does demonstrate, but may
 lose the last commits on power loss.
 
 Size (over ~600 lines on purpose): one short method per operation of the store's roles,

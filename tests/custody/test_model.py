@@ -1,0 +1,510 @@
+"""A hypothesis stateful test: random custody operations against a plain-Python model.
+
+Rules drive ingest / assign / unassign / claim / renew / complete / fail (with a retry delay
+or permanent) / release / clock advance / reconcile / deliver / dead-letter / an operator's
+cancel and re-drive / the lead's view / reopen on a real store, and the model predicts every
+answer. After every step the whole store is compared with the model, so an acknowledged id is
+never lost, is in exactly the state the model says (one state), and a fenced holder's complete,
+renew, fail or release always raises ``StaleLease`` and changes nothing. ``release`` keeps the
+attempt, so another worker's later claim differs from a released one only by its owner: the
+model checks the owner half of the fence as well as the attempt half.
+
+Crashes (``custody._crashes``): workers may beat (``beat``), and a lease whose holder beat and
+then fell silent expires as a crash (the next attempt, but no failure counted; a suspect); a
+worker may start again
+under its name (``restart``: its claims are crash expiries at once). Suspects are claimed only
+alone (nothing else claimed by that worker, each worker its own process here, and no other
+suspect claimed), never planned or assigned, and die after two crashes while alone.
+
+How it runs under pytest-trio: hypothesis rules are synchronous, and a pytest-trio test owns
+its Trio run, so the test function is a plain ``def`` (pytest-trio leaves those alone) and every
+rule runs its store calls in a fresh ``trio.run``. One store object lives across those runs: the
+SQLite writer thread wakes each caller through the Trio token captured with the call. The
+backend comes from the same parametrised fixture as the conformance suite, and each example
+opens a fresh store location.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import attrs
+import hypothesis.strategies as st
+import pytest
+import trio
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from support.custody import LEASE_S, MAX_ATTEMPTS, Backend, FakeClock
+from tether.bridge import (
+    Claim,
+    CustodyConflict,
+    CustodyState,
+    Reconciler,
+    StaleLease,
+    Store,
+    Task,
+    UnknownTask,
+    in_custody,
+)
+from tether.bridge.custody._crashes import DEFAULT_MAX_CRASHES_ALONE
+
+T = TypeVar("T")
+S = CustodyState
+IDS = ["task-1", "task-12", "a", "a.b", "Z~9", "task-1_"]
+WORKERS = ["w1", "w2", "w3"]
+RANK = {"urgent": 0, "normal": 1, "low": 2}
+
+
+@attrs.define
+class Model:
+    seq: int
+    priority: str
+    state: CustodyState = S.PENDING
+    owner: str | None = None
+    attempt: int = 1
+    lease_until: float | None = None
+    result: str | None = None
+    not_before: float | None = None
+    """A pending task waiting out a retry backoff; nobody takes it before then."""
+    crash_count: int = 0
+    crashes_alone: int = 0
+    suspect: bool = False
+
+    def due(self, now: float) -> bool:
+        return self.state is S.PENDING and (self.not_before is None or self.not_before <= now)
+
+    def plannable(self, now: float) -> bool:
+        """Due and not a suspect: the lead may plan and assign it."""
+        return self.due(now) and not self.suspect
+
+
+def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    return trio.run(fn, *args)
+
+
+class CustodyMachine(RuleBasedStateMachine):
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self.backend = backend
+        self.clock = FakeClock()
+        self.where = backend.fresh()
+        self.store: Store = _run(self._open)
+        self.model: dict[str, Model] = {}
+        self.claims: list[Claim] = []  # every claim handed out, stale copies included
+        self.beats: dict[str, float] = {}  # each worker's last beat (crashes)
+
+    async def _open(self) -> Store:
+        return await self.backend.open(self.where, self.clock)
+
+    def teardown(self) -> None:
+        _run(self.store.aclose)
+
+    # -- predictions ------------------------------------------------------------------------
+
+    def _live(self, claim: Claim) -> bool:
+        m = self.model[claim.task.id]
+        return (
+            m.state is S.CLAIMED
+            and m.owner == claim.worker
+            and m.attempt == claim.attempt
+            and m.lease_until is not None
+            and m.lease_until > self.clock.now
+        )
+
+    def _next_for(self, worker: str, leaderless: bool) -> str | None:
+        def key(id: str) -> tuple[int, int]:
+            return (RANK[self.model[id].priority], self.model[id].seq)
+
+        isolated, suspect = self._suspect_for(worker)
+        if isolated:
+            return suspect
+        mine = [i for i, m in self.model.items() if m.state is S.ASSIGNED and m.owner == worker]
+        if mine:
+            return min(mine, key=key)
+        pending = [i for i, m in self.model.items() if m.plannable(self.clock.now)]
+        if leaderless and pending:
+            return min(pending, key=key)
+        return None
+
+    # -- rules ------------------------------------------------------------------------------
+
+    @rule(id=st.sampled_from(IDS), priority=st.sampled_from(sorted(RANK)))
+    def ingest(self, id: str, priority: str) -> None:
+        new = _run(self.store.ingest, Task(id, f"body {id}", priority=priority))
+        assert new == (id not in self.model)
+        if new:
+            self.model[id] = Model(seq=len(self.model), priority=priority)
+
+    @rule(id=st.sampled_from(IDS), worker=st.sampled_from(WORKERS))
+    def assign(self, id: str, worker: str) -> None:
+        m = self.model.get(id)
+        if m is None:
+            with pytest.raises(UnknownTask):
+                _run(self.store.assign, id, worker)
+        elif not m.plannable(self.clock.now):  # not pending, waiting out its backoff, suspect
+            with pytest.raises(CustodyConflict):
+                _run(self.store.assign, id, worker)
+        else:
+            _run(self.store.assign, id, worker)
+            m.state, m.owner, m.not_before = S.ASSIGNED, worker, None
+
+    @rule(id=st.sampled_from(IDS), worker=st.sampled_from(WORKERS))
+    def unassign(self, id: str, worker: str) -> None:
+        m = self.model.get(id)
+        if m is None:
+            with pytest.raises(UnknownTask):
+                _run(self.store.unassign, id, worker)
+            return
+        expected = m.state is S.ASSIGNED and m.owner == worker
+        assert _run(self.store.unassign, id, worker) == expected
+        if expected:
+            m.state, m.owner = S.PENDING, None
+
+    @rule(worker=st.sampled_from(WORKERS), leaderless=st.booleans())
+    def claim(self, worker: str, leaderless: bool) -> None:
+        expected = self._next_for(worker, leaderless)
+
+        async def call() -> Claim | None:
+            return await self.store.claim(worker, leaderless=leaderless)
+
+        claim = _run(call)
+        if expected is None:
+            assert claim is None
+            return
+        assert claim is not None
+        m = self.model[expected]
+        assert (claim.task.id, claim.worker, claim.attempt) == (expected, worker, m.attempt)
+        assert claim.lease_until == self.clock.now + LEASE_S
+        m.state, m.owner, m.lease_until = S.CLAIMED, worker, claim.lease_until
+        m.not_before = None
+        self.claims.append(claim)
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0))
+    def renew(self, pick: int) -> None:
+        claim = self.claims[pick % len(self.claims)]
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.renew, claim)
+            return
+        renewed = _run(self.store.renew, claim)
+        m = self.model[claim.task.id]
+        assert m.lease_until is not None
+        m.lease_until = max(m.lease_until, self.clock.now + LEASE_S)
+        assert renewed.lease_until == m.lease_until
+        self.claims.append(renewed)
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0))
+    def complete(self, pick: int) -> None:
+        claim = self.claims[pick % len(self.claims)]
+        body = f"reply {claim.task.id} by {claim.worker}#{claim.attempt}"
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.complete, claim, body)
+            return
+        _run(self.store.complete, claim, body)
+        m = self.model[claim.task.id]
+        m.state, m.lease_until, m.result, m.suspect = S.RESULT, None, body, False
+
+    @precondition(lambda self: self.claims)
+    @rule(
+        pick=st.integers(min_value=0),
+        retry_after=st.sampled_from([0.0, 1.0, LEASE_S, LEASE_S * 2]),
+        permanent=st.booleans(),
+    )
+    def fail(self, pick: int, retry_after: float, permanent: bool) -> None:
+        self._fail(self.claims[pick % len(self.claims)], retry_after, permanent)
+
+    @precondition(lambda self: any(self._live(c) for c in self.claims))
+    @rule(retry_after=st.sampled_from([1.0, LEASE_S, LEASE_S * 2]))
+    def fail_newest_for_a_retry(self, retry_after: float) -> None:
+        """A live claim fails with a delay: what the not-before guards are about (``fail``
+        above mostly picks stale copies, so a waiting task is rare without this rule)."""
+        live = [c for c in self.claims if self._live(c)]
+        self._fail(live[-1], retry_after, permanent=False)
+
+    def _fail(self, claim: Claim, retry_after: float, permanent: bool) -> None:
+        async def call() -> CustodyState:
+            return await self.store.fail(
+                claim, "model failure", retry_after=retry_after, permanent=permanent
+            )
+
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(call)
+            return
+        m = self.model[claim.task.id]
+        state = _run(call)
+        m.suspect = False
+        if permanent or m.attempt - m.crash_count >= MAX_ATTEMPTS:  # crashes are no failures
+            assert state is S.DEAD
+            m.state, m.lease_until = S.DEAD, None
+        else:
+            assert state is S.PENDING
+            m.state, m.owner, m.lease_until, m.attempt = S.PENDING, None, None, m.attempt + 1
+            m.not_before = self.clock.now + retry_after if retry_after else None
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0))
+    def release(self, pick: int) -> None:
+        claim = self.claims[pick % len(self.claims)]
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.release, claim)
+            return
+        _run(self.store.release, claim)
+        m = self.model[claim.task.id]
+        m.state, m.owner, m.lease_until = S.PENDING, None, None  # the same attempt
+
+    @rule(seconds=st.sampled_from([1.0, LEASE_S / 2, LEASE_S, LEASE_S * 3]))
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @rule()
+    def reconcile(self) -> None:
+        report = _run(Reconciler(self.store).run_once)
+        expected = set()
+        now = self.clock.now
+        for id, m in self.model.items():
+            if m.state is S.CLAIMED and m.lease_until is not None and m.lease_until <= now:
+                expected.add(self._expire(id, m, restarted=False))
+        got = {(e.id, e.worker, e.attempt, e.outcome, e.crash) for e in report.expired}
+        assert got == expected
+
+    @rule()
+    def deliver(self) -> None:
+        async def call() -> list[tuple[str, str]]:
+            ready = await self.store.ready_results()
+            if ready:
+                await self.store.mark_delivered(ready[0].task.id)
+            return [(r.task.id, r.body) for r in ready]
+
+        ready = _run(call)
+        expected = sorted(
+            ((i, m.result) for i, m in self.model.items() if m.state is S.RESULT),
+            key=lambda p: (RANK[self.model[p[0]].priority], self.model[p[0]].seq),
+        )
+        assert ready == expected
+        if ready:
+            self.model[ready[0][0]].state = S.DELIVERED
+
+    @rule(id=st.sampled_from(IDS))
+    def dead_letter(self, id: str) -> None:
+        m = self.model.get(id)
+        if m is None:
+            with pytest.raises(UnknownTask):
+                _run(self.store.dead_letter, id, "model gave up")
+        elif m.state is S.DELIVERED:
+            with pytest.raises(CustodyConflict):
+                _run(self.store.dead_letter, id, "model gave up")
+        else:
+            _run(self.store.dead_letter, id, "model gave up")
+            m.state, m.lease_until, m.not_before = S.DEAD, None, None
+
+    @rule(ids=st.lists(st.sampled_from(IDS), min_size=1, max_size=3, unique=True))
+    def cancel(self, ids: list[str]) -> None:
+        """An operator cancels: pending, assigned or claimed -> dead; anything else refused,
+        unchanged. A cancelled claim's holder is fenced out (its copies are no longer live)."""
+        outcomes = _run(self.store.cancel, ids, "model cancelled")
+        assert [o.id for o in outcomes] == ids
+        for o in outcomes:
+            m = self.model.get(o.id)
+            expected = m is not None and m.state in (S.PENDING, S.ASSIGNED, S.CLAIMED)
+            assert o.done == expected, o
+            assert o.state == (S.DEAD if expected else (m.state if m else None))
+            if expected:
+                assert m is not None
+                m.state, m.lease_until, m.not_before = S.DEAD, None, None
+
+    @rule(ids=st.permutations(IDS), every_dead=st.booleans())
+    def redrive(self, ids: list[str], every_dead: bool) -> None:
+        """An operator re-drives: dead -> pending with fresh attempts, due now; any other state
+        (delivered above all) is refused and unchanged. Every id is named (in a random order,
+        unknown ones too), so the guard meets whatever states the run has reached; only dead
+        tasks move. ``every_dead``: ``redrive_dead``, which picks the dead ones itself."""
+        if every_dead:
+            outcomes = _run(self.store.redrive_dead)
+            ids = [i for i, m in self.model.items() if m.state is S.DEAD]
+            assert sorted(o.id for o in outcomes) == sorted(ids)
+        else:
+            outcomes = _run(self.store.redrive, ids)
+            assert [o.id for o in outcomes] == ids
+        for o in sorted(outcomes, key=lambda o: o.id):
+            m = self.model.get(o.id)
+            expected = m is not None and m.state is S.DEAD
+            assert o.done == expected, o
+            assert o.state == (S.PENDING if expected else (m.state if m else None))
+            if expected:
+                assert m is not None
+                m.state, m.owner, m.attempt, m.lease_until = S.PENDING, None, 1, None
+                m.not_before, m.result = None, None
+                # the operator vouches for it: its crash record and suspect mark are cleared
+                m.crash_count, m.crashes_alone, m.suspect = 0, 0, False
+
+    @precondition(lambda self: any(self._live(c) for c in self.claims))
+    @rule()
+    def complete_newest(self) -> None:
+        """A live claim completes (``complete`` above mostly picks stale copies, so without
+        this replies, and then delivered tasks for the operator's guards, are rare)."""
+        live = [c for c in self.claims if self._live(c)]
+        self.complete(self.claims.index(live[-1]))
+
+    @precondition(lambda self: any(self._live(c) for c in self.claims))
+    @rule()
+    def fail_newest_for_good(self) -> None:
+        """A live claim fails permanently: dead on whatever attempt it reached."""
+        live = [c for c in self.claims if self._live(c)]
+        self._fail(live[-1], 0.0, permanent=True)
+
+    @rule()
+    def lead_view(self) -> None:
+        """The lead's view and the pending queue hold exactly the due tasks, and name the
+        earliest waiting one; an operator counts the waiting ones."""
+
+        async def call() -> tuple[Any, Any, Any]:
+            view = await self.store.pool_view()
+            return view, await self.store.pending(), await self.store.waiting_retries()
+
+        view, pending, waiting = _run(call)
+        now = self.clock.now
+        due = sorted(
+            (i for i, m in self.model.items() if m.plannable(now)),
+            key=lambda i: (RANK[self.model[i].priority], self.model[i].seq),
+        )
+        assert [q.id for q in view.pending] == due
+        assert [t.id for t in pending] == due
+        ahead = [
+            m.not_before
+            for m in self.model.values()
+            if m.state is S.PENDING and m.not_before is not None and m.not_before > now
+        ]
+        assert view.next_due == (min(ahead) if ahead else None)
+        assert (waiting.count, waiting.next_due) == (len(ahead), view.next_due)
+
+    # -- crashes (custody._crashes) ----------------------------------------------------------
+
+    def _suspect_for(self, worker: str) -> tuple[bool, str | None]:
+        """The isolation rule: (does it decide this claim, the suspect it hands out or None)."""
+        claimed = [m for m in self.model.values() if m.state is S.CLAIMED]
+        if any(m.suspect and m.owner == worker for m in claimed):
+            return True, None  # a suspect runs here: nothing else does
+        ready = [i for i, m in self.model.items() if m.suspect and m.due(self.clock.now)]
+        if not ready or any(m.suspect for m in claimed):
+            return False, None
+        if any(m.owner == worker for m in claimed):
+            return True, None  # drains
+        return True, min(
+            ready,
+            key=lambda i: (
+                -self.model[i].crashes_alone,
+                -self.model[i].crash_count,
+                RANK[self.model[i].priority],
+                self.model[i].seq,
+            ),
+        )
+
+    def _expire(self, id: str, m: Model, *, restarted: bool) -> tuple[Any, ...]:
+        """Predict one expired lease; returns (id, worker, attempt, outcome, crash)."""
+        owner, attempt = m.owner, m.attempt
+        beat = self.beats.get(owner or "")
+        crash = restarted or (beat is not None and beat < self.clock.now - LEASE_S / 2)
+        if crash:
+            m.crash_count += 1
+            if m.suspect:
+                m.crashes_alone += 1
+            dead = m.crashes_alone >= DEFAULT_MAX_CRASHES_ALONE
+            m.suspect = not dead
+        else:
+            dead = m.attempt - m.crash_count >= MAX_ATTEMPTS
+            m.suspect = False
+        outcome = S.DEAD if dead else S.PENDING
+        m.state, m.lease_until = outcome, None
+        if not dead:  # the next run has the next attempt (the fence), crash or not
+            m.owner, m.attempt = None, m.attempt + 1
+        return (id, owner, attempt, outcome, crash)
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def beat(self, worker: str) -> None:
+        _run(self.store.beat, worker, "worker", 10)
+        self.beats[worker] = self.clock.now
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def restart(self, worker: str) -> None:
+        """``worker`` starts in a new process: whatever its name holds is a crash expiry."""
+        got = _run(self.store.recover_claims, worker)
+        expected = {
+            self._expire(id, m, restarted=True)
+            for id, m in self.model.items()
+            if m.state is S.CLAIMED and m.owner == worker
+        }
+        assert {(e.id, e.worker, e.attempt, e.outcome, e.crash) for e in got} == expected
+
+    @rule()
+    def suspects(self) -> None:
+        got = _run(self.store.suspects)
+        expected = {i for i, m in self.model.items() if m.suspect and in_custody(m.state)}
+        assert got.count == len(expected)
+        assert {r.task.id for r in got.records} == expected
+
+    @rule()
+    def reopen(self) -> None:
+        _run(self.store.aclose)
+        self.store = _run(self._open)
+
+    # -- the whole store equals the model -------------------------------------------------
+
+    @invariant()
+    def store_matches_model(self) -> None:
+        async def snapshot() -> tuple[dict[str, Any], Any, Any]:
+            records = {id: await self.store.get(id) for id in IDS}
+            return records, await self.store.counts(), await self.store.in_flight()
+
+        records, counts, in_flight = _run(snapshot)
+        for id in IDS:
+            rec, m = records[id], self.model.get(id)
+            if m is None:
+                assert rec is None
+                continue
+            assert rec is not None, f"{id} was acknowledged and is lost"
+            assert (rec.state, rec.attempt, rec.lease_until) == (m.state, m.attempt, m.lease_until)
+            assert rec.not_before == m.not_before  # only pending tasks have one
+            assert (rec.crash_count, rec.crashes_alone) == (m.crash_count, m.crashes_alone)
+            if in_custody(m.state):
+                assert rec.suspect == m.suspect
+            if m.state in (S.ASSIGNED, S.CLAIMED, S.PENDING):
+                assert rec.owner == m.owner
+            if m.state in (S.RESULT, S.DELIVERED):
+                assert rec.result == m.result
+        assert sum(counts.values()) == len(self.model)
+        for state in CustodyState:
+            assert counts[state] == sum(1 for m in self.model.values() if m.state is state)
+        assert sorted(in_flight) == sorted(i for i, m in self.model.items() if in_custody(m.state))
+
+
+# 50 runs of 50 steps take ~30 s per backend on a quiet machine and four times that under
+# heavy load; a timeout firing inside a run would leave hypothesis and the store mid-step, so
+# this test gets room beyond the suite's 300 s rather than fewer examples
+@pytest.mark.timeout(900)
+def test_custody_store_matches_its_model(backend: Backend) -> None:
+    class OnThisBackend(CustodyMachine):
+        def __init__(self) -> None:
+            super().__init__(backend)
+
+    run_state_machine_as_test(
+        OnThisBackend,
+        settings=settings(
+            max_examples=50,
+            stateful_step_count=50,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )

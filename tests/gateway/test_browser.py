@@ -1,0 +1,142 @@
+"""The chat page end to end in headless Chromium: a message goes out, the reply shows up."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+import trio
+
+from support.gateway_fixtures import StartGateway
+from tether.bridge import GatewayClient
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+        reason="needs the Debian packages chromium and chromium-driver (.ci/run installs them)",
+    ),
+]
+
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--disable-quic",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1000,700",
+]
+
+
+def chat_in_browser(
+    url: str, text: str, screenshot: Path, outcome: str = "answered"
+) -> dict[str, str]:
+    """Drive the page (blocking: run it in a thread); returns what the page showed once the
+    reply's ``data-status`` is ``outcome`` (``answered``, or ``failed`` for a rejection)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with tempfile.TemporaryDirectory(prefix="tether-chromium-") as profile:
+        options = Options()
+        options.binary_location = str(CHROMIUM)
+        for flag in [*FLAGS, f"--user-data-dir={profile}"]:
+            options.add_argument(flag)
+        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+        try:
+            driver.get(url)
+            wait = WebDriverWait(driver, 20)
+            wait.until(
+                expected_conditions.text_to_be_present_in_element((By.ID, "notice"), "lobby")
+            )
+            driver.find_element(By.ID, "text").send_keys(text)
+            driver.find_element(By.ID, "send").click()
+            answered = (By.CSS_SELECTOR, f'.reply[data-status="{outcome}"]')
+            wait.until(expected_conditions.presence_of_element_located(answered))
+            shown = {
+                "question": driver.find_element(By.CSS_SELECTOR, ".message .text").text,
+                "reply": driver.find_element(*answered).text,
+                "url": driver.current_url,
+            }
+            screenshot.parent.mkdir(exist_ok=True)
+            driver.save_screenshot(str(screenshot))
+            driver.refresh()  # the room's history comes back from the gateway
+            wait.until(expected_conditions.presence_of_element_located(answered))
+            shown["reply_after_reload"] = driver.find_element(*answered).text
+            return shown
+        finally:
+            driver.quit()
+
+
+async def test_message_sent_from_the_page_gets_its_reply_shown(
+    start_gateway: StartGateway, client_token_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SE_OFFLINE", "true")  # selenium manager must never download a driver
+    gateway = await start_gateway()
+    screenshot = ARTIFACTS / "gateway-chat.png"
+    if screenshot.exists():
+        os.unlink(screenshot)
+    answered: list[str] = []
+
+    async def worker(client: GatewayClient) -> None:
+        while True:
+            for task in await client.poll_tasks(wait=5):
+                await client.ack(task.id)
+                await client.post_result(task.id, f"pong: {task.body}", worker="page-test")
+                answered.append(task.id)
+                return
+
+    async with (
+        GatewayClient(gateway.url, client_token_file) as client,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(worker, client)
+        shown = await trio.to_thread.run_sync(
+            chat_in_browser, f"{gateway.url}/#token={gateway.token}", "ping", screenshot
+        )
+
+    assert shown["question"] == "ping"
+    assert shown["reply"] == shown["reply_after_reload"] == "pong: ping"
+    assert "token" not in shown["url"], "the page must drop the token from its address"
+    assert len(answered) == 1
+    assert screenshot.stat().st_size > 1000
+
+
+async def test_a_message_the_bridge_gave_up_on_shows_the_reason_on_the_page(
+    start_gateway: StartGateway, client_token_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what a user sees when the bridge reports a dead letter: the reason, not a silent wait
+    monkeypatch.setenv("SE_OFFLINE", "true")
+    gateway = await start_gateway()
+    screenshot = ARTIFACTS / "gateway-chat-failed.png"
+    reason = "the bridge gave up on this message: RuntimeError: boom"
+
+    async def worker(client: GatewayClient) -> None:
+        while True:
+            for task in await client.poll_tasks(wait=5):
+                await client.ack(task.id)
+                assert await client.reject(task.id, reason)
+                return
+
+    async with (
+        GatewayClient(gateway.url, client_token_file) as client,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(worker, client)
+        shown = await trio.to_thread.run_sync(
+            chat_in_browser, f"{gateway.url}/#token={gateway.token}", "crash", screenshot, "failed"
+        )
+    assert shown["reply"] == shown["reply_after_reload"] == f"No reply: {reason}"

@@ -1,0 +1,265 @@
+"""One leader among the lead candidates of every process on a store; standbys take over fast.
+
+The rule (``elect``): the live lead candidate that has beaten the longest leads; a newcomer
+never unseats it; a silent leader is replaced once ``lead_dead_after`` (1.5 beat intervals,
+in which a candidate beats three times) passed since its last beat, a soft-stopped one at once
+(it removes its beat).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import trio
+
+from support.pool import wait_for
+from support.store_clock import StoreAwareClock
+from tether.bridge import CustodyState, PoolLead, SqliteStore, Task
+from tether.bridge.custody._store import WorkerInfo, WorkerRole
+from tether.bridge.pool import elect
+
+S = CustodyState
+
+
+def member(name: str, started: float, beat: float, role: str = "lead") -> WorkerInfo:
+    return WorkerInfo(name, role, 0, last_beat=beat, started_at=started)  # type: ignore[arg-type]
+
+
+def test_the_oldest_live_candidate_leads_and_the_dead_and_workers_never_do() -> None:
+    members = [
+        member("b", started=5.0, beat=99.5),
+        member("a", started=7.0, beat=99.9),
+        member("old", started=1.0, beat=90.0),  # silent for 10 s: gone
+        member("w", started=0.0, beat=99.9, role="worker"),
+    ]
+    leader = elect(members, 100.0, lead_dead_after=1.0)
+    assert leader is not None
+    assert leader.name == "b"
+    # a tie on start time goes by name, so every reader picks the same one
+    tied = [member("y", 5.0, 99.9), member("x", 5.0, 99.9)]
+    assert elect(tied, 100.0, 1.0) == tied[1]
+    assert elect([member("b", 5.0, 98.0)], 100.0, 1.0) is None  # leaderless
+
+
+async def _assigned_to(store: SqliteStore, worker: str) -> int:
+    records = await store.records(S.ASSIGNED, limit=1000)
+    return sum(1 for r in records if r.owner == worker)
+
+
+async def test_a_standby_never_sweeps_and_takes_over_within_two_beats_of_a_crash(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    store = timed_store
+    # the first lead's process "crashes": it never gets to remove its beat
+    first = PoolLead(_NoGoodbye(store), name="first-lead", sweep_interval=0.05, beat_interval=0.5)
+    second = PoolLead(store, name="second-lead", sweep_interval=0.05, beat_interval=0.5)
+    async with trio.open_nursery() as nursery:
+        # "w1" only beats here (nothing claims): the assignments stay visible
+        await store.beat("w1", "worker", 1000)
+        first_scope = await _start_killable(nursery, first)
+        await nursery.start(second.run)
+        assert first.leading
+        assert not second.leading
+        assert second.leader is not None
+        assert second.leader.name == "first-lead"
+        for i in range(5):
+            await store.ingest(Task(f"t{i}", "x"))
+        await wait_for(lambda: _count(store, S.ASSIGNED, 5))
+        assert second.sweeps == 0  # a standby reads beats, never the queue
+        assert first.sweeps > 0
+
+        async def keep_beating_w1() -> None:
+            while True:
+                await store.beat("w1", "worker", 1000)
+                await trio.sleep(1.0)
+
+        nursery.start_soon(keep_beating_w1)
+        killed_at = trio.current_time()
+        first_scope.cancel()
+        await wait_for(lambda: _leads(second))
+        took = trio.current_time() - killed_at
+        assert took <= 2 * second.beat_interval + 0.2, took
+        assert second.takeovers == 1
+        assert second.leading_since is not None
+        await store.ingest(Task("after", "x"))
+        await wait_for(lambda: _owner_is(store, "after", "w1"))
+        second.request_stop()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_soft_stopped_leader_hands_over_at_once_and_a_newcomer_stands_by(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    store = timed_store
+    a = PoolLead(store, name="a-lead", sweep_interval=0.05, beat_interval=0.5)
+    b = PoolLead(store, name="b-lead", sweep_interval=0.05, beat_interval=0.5)
+    async with trio.open_nursery() as nursery:
+        async with trio.open_nursery() as first:
+            await first.start(a.run)
+            await nursery.start(b.run)
+            await trio.sleep(2.0)
+            assert a.leading
+            assert not b.leading
+            stopped_at = trio.current_time()
+            a.request_stop()
+        await wait_for(lambda: _leads(b))
+        assert trio.current_time() - stopped_at <= b.beat_interval / 4 + 0.1
+        c = PoolLead(store, name="c-lead", sweep_interval=0.05, beat_interval=0.5)
+        await nursery.start(c.run)
+        assert b.leading
+        assert not c.leading
+        assert c.leader is not None
+        assert c.leader.name == "b-lead"
+        nursery.cancel_scope.cancel()
+
+
+class _NoGoodbye:
+    """The store as a process sees it that is killed: it never removes its beat."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def remove_worker(self, worker: str) -> bool:
+        return False
+
+
+async def _count(store: SqliteStore, state: S, n: int) -> bool:
+    return (await store.counts())[state] == n
+
+
+async def _leads(lead: PoolLead) -> bool:
+    return lead.leading
+
+
+async def _owner_is(store: SqliteStore, id: str, worker: str) -> bool:
+    record = await store.get(id)
+    return record is not None and record.owner == worker and record.state is S.ASSIGNED
+
+
+@pytest.mark.parametrize("phase", [0.0, 0.1, 0.25, 0.5, 0.75, 0.99])
+async def test_a_new_leader_assigns_within_two_beat_intervals_of_the_crash_whenever_it_comes(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock, phase: float
+) -> None:
+    """The failover goal of the pool guide, on every phase of the leader's beat: from the
+    SIGKILL of the leading process (here: its lead stops beating, its beat stays) to the new
+    leader's first assignment, at most two beat intervals. The worst phase is a kill just after
+    a beat: the standby must wait out ``lead_dead_after`` from that beat in full."""
+    store = timed_store
+    beat = 0.5
+    first = PoolLead(_NoGoodbye(store), name="first-lead", sweep_interval=0.05, beat_interval=beat)
+    second = PoolLead(store, name="second-lead", sweep_interval=0.05, beat_interval=beat)
+
+    async def keep_beating_w1() -> None:  # a worker that only beats: assignments stay
+        while True:
+            await store.beat("w1", "worker", 1000)
+            await trio.sleep(1.0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keep_beating_w1)
+        first_scope = await _start_killable(nursery, first)
+        await nursery.start(second.run)
+        await trio.sleep(3.2)
+        assert first.leading
+        assert not second.leading
+        last = await _last_beat(store, "first-lead")
+        await wait_for(lambda: _beat_moved(store, "first-lead", last), step=0.001)
+        await trio.sleep(phase * beat)
+        killed_at = trio.current_time()
+        first_scope.cancel()
+        gone_at = await _last_beat(store, "first-lead") + 1.5 * beat  # lead_dead_after
+        for i in range(3):
+            await store.ingest(Task(f"after-{i}", "x"))
+        await wait_for(lambda: _assigned(second), step=0.001)
+        assert second.first_assigned_at is not None
+        took = second.first_assigned_at - killed_at
+        assert 0 < took <= 2 * beat, took
+        assert second.takeovers == 1
+        # the standby looked again the moment the leader's last beat turned lead_dead_after
+        # old, not at its next quarter-interval read
+        assert second.leading_since is not None
+        assert gone_at <= second.leading_since <= gone_at + 0.01
+        nursery.cancel_scope.cancel()
+
+
+async def _start_killable(nursery: trio.Nursery, lead: PoolLead) -> trio.CancelScope:
+    """Start ``lead.run``; cancelling the scope returned ends it at once (as a SIGKILL of its
+    process would, given a store that never removes its beat: ``_NoGoodbye``)."""
+    scope = trio.CancelScope()
+
+    async def run(task_status: trio.TaskStatus[None]) -> None:
+        with scope:
+            await lead.run(task_status=task_status)
+
+    await nursery.start(run)
+    return scope
+
+
+async def _last_beat(store: SqliteStore, name: str) -> float:
+    return next(m.last_beat for m in await store.workers() if m.name == name)
+
+
+async def _beat_moved(store: SqliteStore, name: str, before: float) -> bool:
+    return await _last_beat(store, name) != before
+
+
+async def _assigned(lead: PoolLead) -> bool:
+    return lead.first_assigned_at is not None
+
+
+async def test_a_leader_whose_beat_comes_late_by_less_than_an_interval_keeps_the_lead(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """The failover is fast without unseating a live leader: a beat may come a whole
+    ``beat_interval`` late (a slow commit, a pause of the process) before a standby takes
+    over; and a leader that was only slow leads again once it beats (it has beaten longest)."""
+    store = timed_store
+    beat = 0.5
+    late = _LateBeats(store, "first-lead")
+    first = PoolLead(late, name="first-lead", sweep_interval=0.05, beat_interval=beat)
+    second = PoolLead(store, name="second-lead", sweep_interval=0.05, beat_interval=beat)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(first.run)
+        await nursery.start(second.run)
+        await trio.sleep(2.0)
+        assert first.leading
+        late.delay = 0.9 * beat  # the next beat only: comes 0.9 intervals late
+        await trio.sleep(3.0)
+        assert late.delayed == 1
+        assert first.leading
+        assert second.takeovers == 0
+        late.delay = 1.2 * beat  # too late: the standby takes over, then hands back
+        await wait_for(lambda: _leads(second), step=0.001)
+        assert late.delayed == 2
+        await wait_for(lambda: _not_leading(second), step=0.001)
+        assert first.leading
+        await trio.sleep(2.0)
+        assert first.leading
+        assert not second.leading
+        assert second.takeovers == 1
+        nursery.cancel_scope.cancel()
+
+
+class _LateBeats(_NoGoodbye):
+    """The store as a process sees it that pauses once before one beat of ``name``."""
+
+    def __init__(self, store: SqliteStore, name: str) -> None:
+        super().__init__(store)
+        self._name = name
+        self.delay = 0.0
+        self.delayed = 0
+
+    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+        if worker == self._name and self.delay:
+            delay, self.delay = self.delay, 0.0
+            self.delayed += 1
+            await trio.sleep(delay)
+        return await self._store.beat(worker, role, capacity)
+
+
+async def _not_leading(lead: PoolLead) -> bool:
+    return not lead.leading
