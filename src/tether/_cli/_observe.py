@@ -115,11 +115,16 @@ def run_ps(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     from .._plumbing._converter import structure
+    from ..bridge.pool._status import PoolStatus, render_pool
     from ..observe._status import StatusReport, render_status
 
     doc = _get(args, "/status", {})
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
-    print(render_status(structure(doc, StatusReport)))
+
+    def pool_lines(section: dict[str, Any]) -> list[str]:
+        return render_pool(structure(section, PoolStatus))
+
+    print(render_status(structure(doc, StatusReport), pool_lines=pool_lines))
     return 0

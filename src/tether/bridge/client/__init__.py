@@ -7,6 +7,7 @@
 - ``_backoff``: retry schedule for a remote that is down; ``_status_file``: the client's health.
 """
 
+from ..._protocol._connection import ConnectionStatus as ConnectionStatus
 from ..._protocol._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ..._protocol._messages import GatewayTask as GatewayTask
 from ..._protocol._messages import ResultReceipt as ResultReceipt
@@ -17,7 +18,6 @@ from ._client import GatewayError as GatewayError
 from ._client import GatewayProtocolError as GatewayProtocolError
 from ._client import GatewayRequestError as GatewayRequestError
 from ._client import GatewayUnavailable as GatewayUnavailable
-from ._status_file import ConnectionStatus as ConnectionStatus
 
 __all__ = [
     "PROTOCOL_VERSION",

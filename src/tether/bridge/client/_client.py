@@ -43,6 +43,7 @@ from ..._plumbing._converter import unstructure
 from ..._plumbing._json import loads_strict
 from ..._plumbing._redact import redact_url
 from ..._plumbing._token_file import TokenFileError, read_token
+from ..._protocol._connection import ConnectionStatus, utc_now_iso
 from ..._protocol._messages import (
     CLIENT_HEADER,
     MAX_BATCH,
@@ -69,7 +70,7 @@ from ..._protocol._messages import (
 )
 from ..._protocol._progress import ProgressRequest, fit_progress
 from ._backoff import Backoff
-from ._status_file import ConnectionStatus, StatusFile, utc_now_iso
+from ._status_file import StatusFile
 
 log = logging.getLogger("tether.bridge.gateway")
 

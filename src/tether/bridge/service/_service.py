@@ -299,7 +299,8 @@ class BridgeService:
     ) -> None:
         """The admin endpoint, first child of the bridge's supervisor: up before the others
         start (health shows them starting) and the last to stop (it shows the shutdown)."""
-        from ...observe import AdminSettings, Observed, admin_child  # hypercorn: only when used
+        from ...observe import AdminSettings, admin_child  # hypercorn: only when used
+        from ._admin import bridge_observed
 
         runtime = current_runtime()
         if runtime is None:
@@ -308,7 +309,7 @@ class BridgeService:
                 "(run_until_signal opens one)"
             )
         config = self.config
-        observed = Observed.of_runtime(
+        observed = bridge_observed(
             runtime,
             store=store,
             gateway=lambda: gateway.status,

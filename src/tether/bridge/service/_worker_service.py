@@ -46,7 +46,7 @@ from ..._plumbing._atomic_file import write_atomic
 from ..._plumbing._config_error import ConfigError
 from ..._plumbing._converter import unstructure
 from ..._plumbing._fs import ensure_private_dir
-from ..client._status_file import utc_now_iso
+from ..._protocol._connection import utc_now_iso
 from ..custody._reconcile import Reconciler
 from ..custody._store import Store
 from ..pool._agent import AgentFactory, load_agent
@@ -297,13 +297,14 @@ class WorkerService:
         await trio.to_thread.run_sync(write_atomic, path, data.encode(), 0o600)
 
     async def _start_admin(self, supervisor: Supervisor, store: Store) -> None:
-        from ...observe import AdminSettings, Observed, admin_child
+        from ...observe import AdminSettings, admin_child
+        from ._admin import bridge_observed
 
         runtime = current_runtime()
         if runtime is None:
             raise RuntimeError("the admin endpoint needs open_runtime() around WorkerService.run")
         config = self.config
-        observed = Observed.of_runtime(runtime, store=store, pool=self.pool_status)
+        observed = bridge_observed(runtime, store=store, pool=self.pool_status)
         settings = AdminSettings(
             token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0
         )
