@@ -4,6 +4,7 @@
 - ``_ingest``: poll -> commit -> ack. ``_delivery``: post -> confirm -> delivered.
 - ``_dead_notices``: tell the gateway about each dead letter.
 - ``_config``: :class:`BridgeConfig` and :func:`load_config` (flags, env, TOML).
+- ``_admin``: what the bridge hands its admin endpoint (``tether.observe``'s terms).
 - ``_command``: ``tether bridge run`` and ``tether store ...``; ``_store_status``: what
   ``tether store status`` shows.
 """
