@@ -1,7 +1,6 @@
 """``tether bridge run`` and ``tether store ...``: the bridge from the command line.
 
-Heavy imports (trio, the store, the service) happen only when a command runs, so ``--help``
-stays instant.
+Heavy imports happen only when a command runs, so ``--help`` stays instant.
 """
 
 from __future__ import annotations

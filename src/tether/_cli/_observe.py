@@ -1,8 +1,5 @@
-"""``tether ps`` and ``tether status``: read a running service's admin endpoint.
-
-They speak HTTP to ``/tasks`` and ``/status`` (see ``tether.observe``) with the bearer token
-from a file, and render what they get; ``--json`` prints the document as received.
-"""
+"""``tether ps`` and ``tether status``: read a service's ``/tasks`` and ``/status`` with the bearer
+token from a file, and render them (``--json`` prints the document as received)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""What ``tether bridge run`` and ``tether worker run`` do before their service starts.
-
-Both refuse an agent they cannot run as a configuration error (exit 2) before anything is
-created: an unknown module, a factory that raises, or a handler policy that skips runs. Both
-say where their admin endpoint listens once it does.
-"""
+"""What ``tether bridge run`` and ``tether worker run`` do before their service starts: refuse an
+agent they cannot run (exit 2) before anything is created, then say where the admin endpoint
+listens."""
 
 from __future__ import annotations
 

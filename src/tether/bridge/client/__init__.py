@@ -1,10 +1,5 @@
-"""Gateway protocol v1: its limits and id rules, its messages, and the bridge's client.
-
-- ``_limits``: the id rules and size limits both ends enforce (the reference gateway imports
-  them from here, so the two ends can never drift).
-- ``_messages``: the records on the wire and their strict parsers.
-- ``_client``: :class:`GatewayClient` (httpx on Trio), where a reply is posted.
-- ``_backoff``: retry schedule for a remote that is down; ``_status_file``: the client's health.
+"""The bridge's client of gateway protocol v1: :class:`GatewayClient` (httpx on Trio), its errors,
+its retry backoff and its status file; the protocol itself is ``tether._protocol``.
 """
 
 from ..._protocol._connection import ConnectionStatus as ConnectionStatus

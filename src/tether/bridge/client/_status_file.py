@@ -1,8 +1,5 @@
-"""The gateway client's status file: what an operator (or a probe) reads to see its health.
-
-One small JSON object (a :class:`ConnectionStatus`), replaced atomically, so ``cat`` or a
-monitoring script never sees a torn write. It never contains the token.
-"""
+"""The gateway client's status file: whether the gateway is reachable, for an operator or a probe;
+one small JSON object replaced atomically (never torn), never holding the token."""
 
 from __future__ import annotations
 

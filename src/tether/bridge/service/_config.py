@@ -1,11 +1,7 @@
-"""The bridge's configuration: defaults < a TOML file < ``TETHER_*`` environment < CLI flags.
+"""The bridge's configuration: defaults < a TOML ``[bridge]`` table < ``TETHER_*`` < flags.
 
-Every value is validated once, here, and a bad one is reported in one line naming the setting,
-the value and where it came from ("workers must be an integer from 1 to 256, got 'x' (from
-TETHER_WORKERS)"), so an operator never reads a traceback to find a typo.
-
-The TOML file holds a ``[bridge]`` table with the same names as the flags (``token_file``,
-``max_attempts``...). Unknown keys are errors: a misspelt setting must not be silently ignored.
+Every value is validated once, here: a bad one (or an unknown key) is one line naming the setting,
+the value and its source, so an operator never reads a traceback to find a typo.
 """
 
 from __future__ import annotations

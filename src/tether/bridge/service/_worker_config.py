@@ -1,9 +1,5 @@
-"""``tether worker run``'s configuration: the bridge's rules (defaults < TOML < ``TETHER_*``
-environment < flags), with the settings a pool-only process needs and a ``[worker]`` TOML table.
-
-Each setting is parsed and validated by the same function as the bridge's setting of that name,
-so a value means the same thing (and is refused with the same one-line message) in both.
-"""
+"""``tether worker run``'s configuration: the bridge's rules and a ``[worker]`` TOML table; each
+shared setting is parsed by the bridge's function, so it means the same."""
 
 from __future__ import annotations
 
