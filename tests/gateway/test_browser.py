@@ -165,4 +165,6 @@ async def test_a_message_the_bridge_gave_up_on_shows_a_plain_sentence_not_the_er
 
 def failed_sentence(task_id: str) -> str:
     """What the page says for a message that ended without a reply."""
-    return f"No reply: something went wrong and this message was not answered (reference {task_id})."
+    return (
+        f"No reply: something went wrong and this message was not answered (reference {task_id})."
+    )
