@@ -97,10 +97,19 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
             process.stdout.close()
 
 
+def curl_with_json() -> bool:
+    """Whether a curl with ``--json`` (7.82 and later) is installed."""
+    if shutil.which("curl") is None:
+        return False
+    first = run("curl", "--version").stdout.split()
+    version = tuple(int(n) for n in re.findall(r"\d+", first[1])[:2]) if len(first) > 1 else ()
+    return version >= (7, 82)
+
+
 def curl_or_httpx(script: list[str], cwd: Path, env: dict[str, str]) -> list[Any]:
-    """Run the page's ``TOKEN=...`` and curl lines in bash (curl installed), else make the
-    same requests with httpx; returns each response's JSON."""
-    if shutil.which("curl") is not None:
+    """Run the page's ``TOKEN=...`` and curl lines in bash (when curl takes ``--json``), else
+    make the same requests with httpx; returns each response's JSON."""
+    if curl_with_json():
         out = run("bash", "-ec", "\n".join(script), cwd=cwd, env=env).stdout
         decoder, docs, at = json.JSONDecoder(), [], 0
         while at < len(out):
