@@ -1,9 +1,10 @@
 """What ``tether bridge run`` and ``tether worker run`` do before their service starts: refuse an
-agent they cannot run (exit 2) before anything is created, then say where the admin endpoint
-listens."""
+agent they cannot run (exit 2) before anything is created, find its module in the working
+directory as ``python -m`` does, then say where the admin endpoint listens."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,12 +17,39 @@ from ..bridge.service._config import ConfigError
 
 def load_checked_agent(spec: str) -> AgentFactory:
     """The factory named by ``spec`` (module:factory), checked as a worker will use it."""
+    added = _working_directory_on_path()
     try:
         factory = load_agent(spec)
+        if added is not None:
+            _say_if_found_in(added, spec.partition(":")[0])
         trio.run(check_agent, spec, factory)  # its policy, before anything is created
     except AgentLoadError as exc:
         raise ConfigError(str(exc)) from None
     return factory
+
+
+def _working_directory_on_path() -> str | None:
+    """Put the working directory first on the import path unless it is there already (as
+    ``python -m`` and ``-c`` do); returns it if it was added."""
+    cwd = os.getcwd()
+    here = os.path.realpath(cwd)
+    if any(os.path.realpath(entry or os.curdir) == here for entry in sys.path):
+        return None
+    sys.path.insert(0, cwd)
+    return cwd
+
+
+def _say_if_found_in(folder: str, module_name: str) -> None:
+    """One line when the agent came from the working directory: a module of the same name
+    installed elsewhere is shadowed by it, so the choice is shown, not silent."""
+    origin = getattr(sys.modules.get(module_name), "__file__", None)
+    if origin is not None and Path(origin).resolve().is_relative_to(Path(folder).resolve()):
+        print(
+            f"tether: agent module {module_name} from the working directory ({origin}; "
+            "added to the import path, as python -m does)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def admin_announcer(program: str, host: str, token_file: Path) -> Callable[[int], None]:
