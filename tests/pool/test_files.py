@@ -18,14 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from support.pool import wait_for
-from tether.bridge import (
-    CustodyState,
-    Reconciler,
-    ResultRefused,
-    SqliteStore,
-    Task,
-    file_exchange_worker,
-)
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.custody import Reconciler
+from tether.bridge.pool import ResultRefused, file_exchange_worker
 from tether.bridge.pool._files import (
     FileExchange,
     HeaderRefused,

@@ -36,7 +36,7 @@ class Observed:
     """The live objects behind ``/healthz``, ``/metrics``, ``/tasks`` and ``/status``.
 
     ``gateway`` (optional) returns the gateway client's current
-    :class:`~tether.bridge.client.ConnectionStatus`; when it is set, health also requires that
+    :class:`~tether.bridge.ConnectionStatus`; when it is set, health also requires that
     the gateway answered within ``gateway_window`` seconds. ``counters`` are extra counters
     (the bridge adds deliveries and dead letters). ``wall_clock`` is compared with the
     status's wall-clock ``last_ok``. ``timings`` (optional) are the bridge's queue wait, run and
