@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.bridge import Backoff, TokenFileError, ensure_token_file, read_token, write_token
+from tether.bridge import TokenFileError, ensure_token_file, read_token, write_token
+from tether.bridge.client._backoff import Backoff
 
 
 def test_backoff_doubles_to_the_cap_and_resets() -> None:

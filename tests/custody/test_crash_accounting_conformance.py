@@ -16,7 +16,8 @@ import pytest
 import trio
 
 from support.custody import LEASE_S, MAX_ATTEMPTS, FakeClock
-from tether.bridge import Claim, CustodyConflict, CustodyState, LeaseExpiry, Store, Task
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import Claim, CustodyConflict, LeaseExpiry, Store
 from tether.bridge.custody._crashes import DEFAULT_MAX_CRASHES_ALONE, process_prefix
 
 S = CustodyState

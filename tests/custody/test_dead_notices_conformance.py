@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from support.custody import MAX_ATTEMPTS, Backend, FakeClock, drive_to
-from tether.bridge import CustodyState, Reconciler, Store, Task
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import Reconciler, Store
 
 S = CustodyState
 

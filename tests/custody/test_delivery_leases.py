@@ -18,15 +18,8 @@ import trio
 
 from support.custody import LEASE_S, FakeClock, drive_to
 from support.service import GatewayHandle, LiveGateway, gateway_client, wait_until
-from tether.bridge import (
-    CustodyState,
-    GatewayClient,
-    InvalidWorkerName,
-    PostgresStore,
-    Store,
-    Task,
-    write_token,
-)
+from tether.bridge import CustodyState, GatewayClient, PostgresStore, Task, write_token
+from tether.bridge.custody import InvalidWorkerName, Store
 from tether.bridge.service._delivery import Delivery
 from tether.bridge.service._ingest import Ingest
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from support.custody import LEASE_S, FakeClock
-from tether.bridge import CustodyState, JournalEntry, Reconciler, Store, Task
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import JournalEntry, Reconciler, Store
 
 S = CustodyState
 

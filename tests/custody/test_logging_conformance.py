@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from support.custody import MAX_ATTEMPTS, FakeClock
-from tether.bridge import CustodyConflict, CustodyState, Store, Task
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import CustodyConflict, Store
 
 D, INFO, W, E = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 import pytest
 
 from support.custody import MAX_ATTEMPTS, FakeClock, drive_to, worker_for
-from tether.bridge import (
+from tether.bridge import CustodyState, InvalidTaskId, Task
+from tether.bridge.custody import (
     OPERATOR_MOVES,
     TRANSITIONS,
-    CustodyState,
-    InvalidTaskId,
     OperatorOutcome,
     StaleLease,
     Store,
-    Task,
     may_move,
     operator_may,
 )

@@ -10,14 +10,8 @@ from typing import Any
 import pytest
 
 from support.custody import LEASE_S, Backend, FakeClock, drive_to
-from tether.bridge import (
-    CustodyState,
-    InvalidWorkerName,
-    PoolView,
-    StaleLease,
-    Store,
-    Task,
-)
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import InvalidWorkerName, PoolView, StaleLease, Store
 
 S = CustodyState
 

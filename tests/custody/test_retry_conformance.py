@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from support.custody import MAX_ATTEMPTS, Backend, FakeClock
-from tether.bridge import Claim, CustodyConflict, CustodyState, Store, Task, WaitingRetries
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import Claim, CustodyConflict, Store, WaitingRetries
 
 S = CustodyState
 

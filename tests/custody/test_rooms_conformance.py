@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from support.custody import Backend, FakeClock
-from tether.bridge import CustodyState, StaleLease, Store, Superseded, Task
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import StaleLease, Store, Superseded
 
 S = CustodyState
 

@@ -16,9 +16,9 @@ import trio
 
 from support.pool import wait_for
 from support.store_clock import StoreAwareClock
-from tether.bridge import CustodyState, PoolLead, SqliteStore, Task
+from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody._store import WorkerInfo, WorkerRole
-from tether.bridge.pool import elect
+from tether.bridge.pool import PoolLead, elect
 
 S = CustodyState
 

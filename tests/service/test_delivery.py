@@ -15,7 +15,8 @@ import trio
 
 from support.service import GatewayHandle, gateway_client, wait_until
 from support.store_clock import StoreAwareClock
-from tether.bridge import CustodyState, GatewayClient, Result, SqliteStore, Store, Task
+from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
+from tether.bridge.custody import Result, Store
 from tether.bridge.service._delivery import Delivery
 from tether.bridge.service._ingest import Ingest
 

@@ -13,7 +13,8 @@ import pytest
 import trio
 
 from support.service import GatewayHandle, wait_until
-from tether.bridge import CustodyState, GatewayClient, RoomPolicy, SqliteStore, Task
+from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
+from tether.bridge.custody import RoomPolicy
 from tether.bridge.pool._wakeup import PoolWakeups
 from tether.bridge.service._ingest import Ingest, IngestCommitFailed
 

@@ -11,7 +11,8 @@ import trio
 
 from support.service import GatewayHandle, submit_many, wait_until
 from tether import Session, open_runtime
-from tether.bridge import BridgeConfig, BridgeService, CustodyState, RetryBackoff, SqliteStore, Task
+from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
+from tether.bridge.pool import RetryBackoff
 
 MESSAGES = 600
 STOPS = 15

@@ -31,30 +31,3 @@ from ._server import serve_admin as serve_admin
 from ._status import StatusReport as StatusReport
 from ._status import render_status as render_status
 from ._status import status_report as status_report
-
-__all__ = [
-    "DEFAULT_ADMIN_PORT",
-    "AdminApp",
-    "AdminSettings",
-    "CounterSource",
-    "CustodyReading",
-    "HealthReport",
-    "Histogram",
-    "Histograms",
-    "JsonFormatter",
-    "Metrics",
-    "Observed",
-    "StatusReport",
-    "TaskNode",
-    "admin_child",
-    "await_stack",
-    "check_health",
-    "configure_logging",
-    "dump_tree",
-    "register_secret",
-    "render_nodes",
-    "render_status",
-    "serve_admin",
-    "status_report",
-    "task_tree",
-]

@@ -68,7 +68,7 @@ class BridgeService:
 
     ``store`` and ``factory`` may be given (tests, the demo); otherwise they come from
     ``config.store`` and ``config.agent``. ``gateway_options`` go to
-    :class:`~tether.bridge.client.GatewayClient`.
+    :class:`~tether.bridge.GatewayClient`.
 
     Stopping it in-process:
 
