@@ -282,7 +282,7 @@ def run_store(args: argparse.Namespace) -> int:
     async def status() -> int:
         store = await open_store(
             config.store,
-            must_exist=True,
+            read_only=True,
             password_file=config.store_password_file,
             schema=config.store_schema,
         )
@@ -306,7 +306,7 @@ async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
 
     store = await open_store(
         config.store,
-        must_exist=True,
+        read_only=True,
         password_file=config.store_password_file,
         schema=config.store_schema,
     )
@@ -366,7 +366,8 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
     logging.getLogger("tether.custody").addHandler(logging.NullHandler())
     store = await open_store(
         config.store,
-        must_exist=True,
+        must_exist=True,  # refuses a file that is not already a tether store
+        read_only=args.store_command == "list",  # and an inspection changes nothing
         password_file=config.store_password_file,
         schema=config.store_schema,
     )
@@ -395,9 +396,10 @@ def run_bridge(args: argparse.Namespace) -> int:
     from ..bridge.service._service import (
         BridgeService,  # after the config: a typo is reported at once
     )
-    from ._startup import admin_announcer, load_checked_agent
+    from ._startup import admin_announcer, check_token_file, load_checked_agent
 
     factory = load_checked_agent(config.agent)
+    check_token_file(config.token_file)  # before the banner, the data directory and the store
     configure_logging(config.log_level, config.log_format)
     prepare_data_dir(config)
     if config.admin_port is not None and ensure_token_file(config.admin_token_file):

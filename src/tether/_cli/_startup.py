@@ -1,8 +1,9 @@
 """What ``tether bridge run`` and ``tether worker run`` do before their service starts.
 
 Both refuse an agent they cannot run as a configuration error (exit 2) before anything is
-created: an unknown module, a factory that raises, or a handler policy that skips runs. Both
-say where their admin endpoint listens once it does.
+created: an unknown module, a factory that raises, or a handler policy that skips runs; the
+bridge also a gateway token file it cannot use. Both say where their admin endpoint listens
+once it does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import trio
 
+from .._plumbing._token_file import TokenFileError, read_token
+from ..bridge.client._client import GatewayAuthError
 from ..bridge.pool._agent import AgentFactory, AgentLoadError, check_agent, load_agent
 from ..bridge.service._config import ConfigError
 
@@ -25,6 +28,15 @@ def load_checked_agent(spec: str) -> AgentFactory:
     except AgentLoadError as exc:
         raise ConfigError(str(exc)) from None
     return factory
+
+
+def check_token_file(path: Path) -> None:
+    """Refuse a gateway token file the bridge could not use, as its client would (exit 3),
+    before anything is printed or created: a failed start leaves no empty store behind."""
+    try:
+        read_token(path)
+    except TokenFileError as exc:
+        raise GatewayAuthError(f"cannot use the gateway token: {exc}") from None
 
 
 def admin_announcer(program: str, host: str, token_file: Path) -> Callable[[int], None]:
