@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from tether._cli import main
-from tether.bridge import SqliteStore, Task
+from tether.bridge import SqliteStore, Task, write_token
 from tether.bridge.stores.sqlite._schema import MIGRATIONS, SCHEMA_VERSION, _statements
 
 INSPECT = (
@@ -260,3 +260,20 @@ def test_a_bridge_that_cannot_start_leaves_no_store_and_prints_no_banner(
         "tether-data/gateway/token does not exist\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["hosts-copy", "foreign-sqlite"])
+def test_a_bridge_refuses_a_store_file_that_is_not_a_tether_store(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not only the store verbs: a bridge pointed at another program's file leaves it as it was
+    (it chmodded it, and created its tables inside another program's database)."""
+    path, found = NOT_A_STORE[kind](tmp_path)
+    path.chmod(0o644)
+    token = tmp_path / "token"
+    write_token(token, "a-token")
+    before = _folder(tmp_path)
+    argv = ["bridge", "run", "--token-file", str(token), "--store", str(path)]
+    assert main([*argv, "--gateway", "http://127.0.0.1:9"]) == 2
+    assert capsys.readouterr().err.endswith(f"tether: error: {path} {found}\n")
+    assert _folder(tmp_path) == before

@@ -61,8 +61,9 @@ async def open_store(
 ) -> Store:
     """Open the custody store ``url_or_path`` names: ``SqliteStore`` or ``PostgresStore``.
 
-    ``must_exist`` refuses to create a store (for tools that change one): a missing SQLite
-    file or one that holds no tether store, or a PostgreSQL schema that was never created.
+    A file that holds anything but a tether store is refused, never made one. ``must_exist``
+    refuses to create a store (for tools that change one): a missing or empty SQLite file, or
+    a PostgreSQL schema that was never created.
     ``read_only`` (for tools that inspect) also refuses a store of an older schema rather than
     migrate it, and changes nothing: no file mode, no ``-wal`` or ``-shm`` file where none was;
     every write fails. ``synchronous`` applies to SQLite only. Other ``options`` go to the
@@ -118,7 +119,9 @@ async def open_store(
     try:
         if read_only:
             return await open_readonly(Path(target), **common)
-        if must_exist:  # before the open, which would tighten and migrate any file
+        # before the open, which would tighten and migrate any file (an empty one is made a
+        # store, unless it must already be one)
+        if must_exist or (await path.is_file() and (await path.stat()).st_size > 0):
             await trio.to_thread.run_sync(check_store, Path(target))
     except NotAStore as exc:
         raise StoreConfigError(str(exc)) from None
