@@ -436,7 +436,7 @@ def one_bridge_per_file(store: str) -> Iterator[None]:
     if is_postgres_dsn(store):
         yield
         return
-    path = Path(store)
+    path = Path(store).resolve()  # the file's own folder, whatever links lead to it
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(hold_lock(path.with_name(path.name + ".bridge.lock")))
