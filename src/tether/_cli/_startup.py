@@ -1,6 +1,7 @@
 """What ``tether bridge run`` and ``tether worker run`` do before their service starts: refuse an
-agent they cannot run (exit 2) before anything is created, find its module in the working
-directory as ``python -m`` does, then say where the admin endpoint listens."""
+agent they cannot run (exit 2) and a gateway token file the bridge cannot use before anything is
+created, find the agent's module in the working directory as ``python -m`` does, then say where
+the admin endpoint listens."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import trio
 
+from .._plumbing._token_file import TokenFileError, read_token
+from ..bridge.client._client import GatewayAuthError
 from ..bridge.pool._agent import AgentFactory, AgentLoadError, check_agent, load_agent
 from ..bridge.service._config import ConfigError
 
@@ -50,6 +53,15 @@ def _say_if_found_in(folder: str, module_name: str) -> None:
             file=sys.stderr,
             flush=True,
         )
+
+
+def check_token_file(path: Path) -> None:
+    """Refuse a gateway token file the bridge could not use, as its client would (exit 3),
+    before anything is printed or created: a failed start leaves no empty store behind."""
+    try:
+        read_token(path)
+    except TokenFileError as exc:
+        raise GatewayAuthError(f"cannot use the gateway token: {exc}") from None
 
 
 def admin_announcer(program: str, host: str, token_file: Path) -> Callable[[int], None]:
