@@ -99,9 +99,9 @@ from .._operator import (
 )
 from .._rooms_sql import SUPERSEDED_OWNER
 from ._access import explain_open_failure
-from ._connect import Synchronous as Synchronous
-from ._connect import connect_reader, connect_writer
-from ._pool_sql import (
+from ._connection import Synchronous as Synchronous
+from ._connection import connect_reader, connect_writer
+from ._ready import (
     CLAIM_SUSPECT,
     EXPIRED_SELECT,
     PROCESS_BUSY,
