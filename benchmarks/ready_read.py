@@ -27,8 +27,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tether.bridge.stores.sqlite._ready import ROOM_GATE, ready_pending
+from tether.bridge.stores.sqlite._ready import ready_pending
 from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements, migrate
+from tether.bridge.stores.sqlite._sql import ROOM_GATE
 
 NOW = 1_000.0
 ROOMS = 40

@@ -23,8 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tether.bridge.stores.sqlite import _ready
-from tether.bridge.stores.sqlite._ready import ROOM_GATE, ready_pending
+from tether.bridge.stores.sqlite._ready import ready_pending
 from tether.bridge.stores.sqlite._schema import migrate
+from tether.bridge.stores.sqlite._sql import ROOM_GATE
 
 NOW = 1_000.0
 

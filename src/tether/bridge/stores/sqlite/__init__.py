@@ -1,7 +1,7 @@
 """The embedded custody store: one SQLite file, WAL, one writer thread with group commit.
 
-``_store``: :class:`SqliteStore`; ``_schema``: migrations (``PRAGMA user_version``);
-``_writer``: the writer thread that batches many transitions into one durable commit.
+``_store``: :class:`SqliteStore`'s operations; ``_sql``: its statements; ``_ready``: the ready
+read; ``_schema``: migrations (``PRAGMA user_version``); ``_connection``: opening the file.
 """
 
 from ._schema import SchemaTooNew as SchemaTooNew
