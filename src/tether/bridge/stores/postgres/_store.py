@@ -183,7 +183,8 @@ class PostgresStore(StoreFrame):
             await trio.to_thread.run_sync(close)
 
     async def _run(self, fn: Callable[[Conn], T]) -> T:
-        """Run ``fn(conn)`` in one thread hop with a pooled autocommit connection."""
+        """Run ``fn(conn)`` in one thread hop with a pooled autocommit connection; the store's
+        limiter lets as many hops run as the pool has connections, so none waits for one."""
         if self._closed:
             raise trio.ClosedResourceError("the store is closed")
         try:
@@ -195,6 +196,9 @@ class PostgresStore(StoreFrame):
         hop = partial(run_on, self._pool, fn, self.dsn_shown)
         # not abandoned on cancel: the caller learns the outcome of a change that may commit
         return await trio.to_thread.run_sync(hop, limiter=limiter)
+
+    def _stored_text(self, text: str) -> str:
+        return text.replace("\0", "\\0")  # text cannot hold NUL
 
     # -- waking idle workers ------------------------------------------------------------------
 
@@ -590,9 +594,6 @@ class PostgresStore(StoreFrame):
         return before is None, None  # the statement does not say which state it left: "?"
 
     # -- operator -----------------------------------------------------------------------------
-
-    def _stored_text(self, text: str) -> str:
-        return text.replace("\0", "\\0")  # text cannot hold NUL
 
     async def _redrive(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
         params = {"ids": list(ids), "reason": why, "now": now, "chan": self._channel}
