@@ -7,7 +7,7 @@ ready tasks among many. Two ways to answer, on the same rows:
 - **walk**: the store before migration 10: one walk of the pending queue in order through the
   room gate until the window fills (on a file at schema version 9, with its ``tasks_pending``
   index): it reads the whole backlog when fewer tasks than the window are ready;
-- **ready**: ``_pool_sql.ready_pending`` at the current schema: the free tasks in order, the
+- **ready**: ``_ready.ready_pending`` at the current schema: the free tasks in order, the
   head of the ordered rooms' queue, then room by room.
 
 Backlogs: ``N`` pending messages in 40 rooms with 32 of them running one (8 ready heads), and
@@ -27,8 +27,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tether.bridge.stores.sqlite._pool_sql import ROOM_GATE, ready_pending
+from tether.bridge.stores.sqlite._ready import ready_pending
 from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements, migrate
+from tether.bridge.stores.sqlite._sql import ROOM_GATE
 
 NOW = 1_000.0
 ROOMS = 40

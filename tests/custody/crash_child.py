@@ -3,7 +3,7 @@
 It prints ``ingested <id>`` only after ``await store.ingest`` returned (the point where the
 bridge would ack the gateway) and ``completed <id>`` after ``await store.complete`` returned,
 flushing each line, so the parent knows exactly what the store promised before the kill.
-Usage: python custody_crash_child.py DB ROUND
+Usage: python crash_child.py DB ROUND
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import trio
 
 from tether.bridge import CustodyState, SqliteStore
 
-CHILD = Path(__file__).with_name("custody_crash_child.py")
+CHILD = Path(__file__).with_name("crash_child.py")
 ROUNDS = 12
 
 

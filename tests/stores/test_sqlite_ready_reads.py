@@ -1,4 +1,4 @@
-"""SQLite's ready read (``_pool_sql.ready_pending``) against its specification, and its cost.
+"""SQLite's ready read (``_ready.ready_pending``) against its specification, and its cost.
 
 The lead's view and a leaderless claim ask which pending tasks may run now, in queue order.
 The specification is one walk of the pending queue, in order, through every rule (the query
@@ -22,9 +22,10 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.bridge.stores.sqlite import _pool_sql
-from tether.bridge.stores.sqlite._pool_sql import ROOM_GATE, ready_pending
+from tether.bridge.stores.sqlite import _ready
+from tether.bridge.stores.sqlite._ready import ready_pending
 from tether.bridge.stores.sqlite._schema import migrate
+from tether.bridge.stores.sqlite._sql import ROOM_GATE
 
 NOW = 1_000.0
 
@@ -87,8 +88,8 @@ def insert(db: sqlite3.Connection, rows: list[tuple[str | None, str, str, int, i
 def walk_steps(steps: int) -> Iterator[None]:
     """A ready read whose walk stops past ``steps`` SQLite steps (1: at once, room by room)."""
     with (
-        mock.patch.object(_pool_sql, "READY_WALK_STEPS", steps),
-        mock.patch.object(_pool_sql, "_TICK", 1),
+        mock.patch.object(_ready, "READY_WALK_STEPS", steps),
+        mock.patch.object(_ready, "_TICK", 1),
     ):
         yield
 
@@ -213,7 +214,7 @@ def test_a_deeper_backlog_does_not_make_the_room_by_room_read_longer() -> None:
             insert(db, backlog(depth))
             assert ready_pending(db, NOW, 16) == specified_ready(db, 16, []) == []
             cost[depth] = (
-                _steps(db, _pool_sql._READY_ORDERED_BY_ROOM, params),
+                _steps(db, _ready._READY_ORDERED_BY_ROOM, params),
                 _steps(db, SPECIFIED, {**params, "skip": "[]"}),
             )
     (by_room_20, walk_20), (by_room_200, walk_200) = cost[20], cost[200]
@@ -231,6 +232,6 @@ def test_the_walk_gives_way_to_the_room_by_room_read_only_in_a_deep_backlog() ->
             insert(db, backlog(depth))
             db.statements.clear()
             assert ready_pending(db, NOW, 16) == specified_ready(db, 16, [])
-            assert (_pool_sql._READY_ORDERED_BY_ROOM in db.statements) is by_room
+            assert (_ready._READY_ORDERED_BY_ROOM in db.statements) is by_room
     finally:
         db.close()

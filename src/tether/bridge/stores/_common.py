@@ -9,7 +9,7 @@ it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -97,6 +97,28 @@ def task_from_row(row: Sequence[Any], body: str) -> Task:
         room=row[2],
         priority=RANK_PRIORITY[row[3]],
         headers=json.loads(row[4]),  # the validator checks it is a dict of str to str
+    )
+
+
+def record_from_row(row: Sequence[Any], decode: Callable[[Any], str]) -> TaskRecord:
+    """A ``TaskRecord`` from a row of ``task_from_row``'s columns, then ``state, owner,
+    attempt, lease_until, result, reason, created_at, updated_at, not_before, crash_count,
+    crashes_alone, suspect``; ``decode`` turns a stored body or result into text."""
+    owner, attempt, lease_until, result, reason, created, updated, not_before = row[6:14]
+    return TaskRecord(
+        task_from_row(row, decode(row[1])),
+        CustodyState(row[5]),
+        owner,
+        attempt,
+        lease_until,
+        None if result is None else decode(result),
+        reason,
+        created,
+        updated,
+        not_before,
+        crash_count=row[14],
+        crashes_alone=row[15],
+        suspect=bool(row[16]),
     )
 
 

@@ -35,6 +35,13 @@ class StoreConnectionLost(ConnectionError):
     """
 
 
+def check_timeouts(**seconds: float) -> None:
+    """Each session time limit is between 0 and a day (exclusive), in seconds."""
+    for name, value in seconds.items():
+        if not (isinstance(value, int | float) and 0 < value < 86_400):
+            raise ValueError(f"{name} must be between 0 and 86400 seconds, got {value!r}")
+
+
 def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 

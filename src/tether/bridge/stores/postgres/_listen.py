@@ -30,6 +30,18 @@ def assigned_payload(worker: str) -> str:
     return ASSIGNED_PREFIX + worker
 
 
+def wants_work(worker: str | None) -> Callable[[str], bool]:
+    """Does a payload announce pending work, or an assignment to ``worker`` (None: to any)?"""
+    mine = None if worker is None else assigned_payload(worker)
+
+    def wants(payload: str) -> bool:
+        if payload == PENDING:
+            return True
+        return payload.startswith(ASSIGNED_PREFIX) and (mine is None or payload == mine)
+
+    return wants
+
+
 @attrs.define(eq=False)
 class _Waiter:
     wants: Callable[[str], bool]

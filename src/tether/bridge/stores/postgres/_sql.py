@@ -79,6 +79,10 @@ class Sql:
         )
 
     @property
+    def bodies(self) -> str:
+        return f"SELECT id, body FROM {self.s}.tasks WHERE id = ANY(%(ids)s::text[])"
+
+    @property
     def supersede(self) -> str:
         # replace: per room, the newest of the new tasks turns the room's older tasks still
         # waiting or running into no-send results (a concurrent claim is waited for, then the

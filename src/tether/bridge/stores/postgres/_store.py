@@ -1,54 +1,30 @@
 """PostgresStore: the custody store shared by many bridges and workers on many hosts.
 
-The same schema ideas as ``SqliteStore``: the state is a CHECKed column, every transition is one
-``UPDATE ... WHERE`` naming the state it expects (and for leases the owner, the attempt and a
-live ``lease_until``: fencing), claims pick rows with ``FOR UPDATE SKIP LOCKED`` so concurrent
-workers on any host never wait for or take each other's row, and ingest is
-``INSERT ... ON CONFLICT DO NOTHING``.
-
-psycopg 3's async API does not run on Trio, so every method makes exactly one
-``trio.to_thread`` hop (~0.2 ms) into its sync API with a connection from a
-``psycopg_pool.ConnectionPool``; the store's own ``CapacityLimiter`` has as many tokens as the
-pool has connections, so a thread never waits for a connection. Inside the hop each method is
-one statement in autocommit (one network round trip, one commit): a compare-and-set that fails
-reads the row's state in the same statement (a data-modifying CTE) to explain why. PostgreSQL
-commits concurrent transactions with one WAL flush (its own group commit), so there is no
-writer thread here.
+Each operation makes one ``trio.to_thread`` hop into psycopg's sync API (its async API does not
+run on Trio) with a pooled autocommit connection, mostly one statement (``_sql``: the fence in
+the ``WHERE``, claims with ``FOR UPDATE SKIP LOCKED``); ``stores._frame`` checks its arguments
+and logs it. PostgreSQL's own group commit stands in for SQLite's writer thread.
 
 Time: leases use the store's ``clock`` (the caller's host clock, like SQLite). Hosts sharing
 a database must keep their clocks synchronised (NTP) well within ``lease_s``.
-
-Size (over ~600 lines on purpose): one short method per operation of the store's roles
-(parameters, one statement, the evidence when a compare-and-set missed). The statements live
-in ``_sql``, connections and their failures in ``_connection``, wake-ups in ``_listen``, and
-what both backends share in ``stores/_common``.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 import attrs
 import trio
 from psycopg_pool import ConnectionPool
 
-from ...custody import _log as _clog
 from ...custody._crashes import (
     DEFAULT_MAX_CRASHES_ALONE,
-    Expired,
-    check_max_crashes_alone,
-    expiry_outcome,
     process_prefix,
 )
-from ...custody._rooms import (
-    SUPERSEDED_PREFIX,
-    RoomPolicy,
-    check_room_policy,
-    superseded_reason,
-)
+from ...custody._rooms import SUPERSEDED_PREFIX, RoomPolicy
 from ...custody._rules import (
     PRIORITY_RANK,
     Claim,
@@ -57,21 +33,13 @@ from ...custody._rules import (
     Result,
     Task,
     TaskRecord,
-    body_conflicts,
-    check_body,
-    check_claim_limit,
-    check_delivery_lease,
-    check_retry_after,
-    check_task_id,
     check_worker,
 )
 from ...custody._store import (
-    WORKER_ROLES,
     Assignment,
     Decide,
     JournalEntry,
     LeaseExpiry,
-    OperatorOutcome,
     PoolView,
     Queued,
     StallCandidate,
@@ -86,38 +54,27 @@ from .._common import (
     Seen,
     assign_refused,
     check_limit,
-    check_permanent,
-    check_reason,
-    complete_args,
     fail_outcome,
-    fence_args,
-    ingest_headers,
     journal_entry,
+    record_from_row,
     stale_lease,
     task_from_row,
     unknown_task,
 )
-from .._operator import (
-    cancel_outcomes,
-    cancel_reason,
-    check_contains,
-    check_ids,
-    redrive_outcomes,
-    redrive_reason,
-)
+from .._frame import Moves, StoreFrame, check_settings, lease_expiry
 from .._rooms_sql import SUPERSEDED_OWNER
 from ._connection import Conn as Conn
 from ._connection import StoreConnectionLost as StoreConnectionLost
 from ._connection import StoreTimeout as StoreTimeout
-from ._connection import T, connector, open_pool, run_on
+from ._connection import T, check_timeouts, connector, open_pool, run_on
 from ._dsn import redact_dsn
-from ._listen import ASSIGNED_PREFIX, PENDING, RESULT, Listener, assigned_payload
+from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
 from ._schema import check_schema
 from ._sql import Sql
 
 
 @attrs.define(eq=False)
-class PostgresStore:
+class PostgresStore(StoreFrame):
     """Custody in a PostgreSQL schema. Open with ``await PostgresStore.open(dsn)``."""
 
     dsn_shown: str
@@ -174,18 +131,9 @@ class PostgresStore:
         ``read_only`` also one of an older version (no migration), and every session refuses
         writes (for tools that only inspect).
         """
-        if not lease_s > 0:
-            raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
-        check_limit(max_attempts, "max_attempts")
-        check_limit(max_body_bytes, "max_body_bytes")
+        check_settings(lease_s, max_attempts, max_body_bytes, max_crashes_alone)
         check_limit(pool_size, "pool_size")
-        check_max_crashes_alone(max_crashes_alone)
-        for name, value in (
-            ("lock_timeout_s", lock_timeout_s),
-            ("statement_timeout_s", statement_timeout_s),
-        ):
-            if not (isinstance(value, int | float) and 0 < value < 86_400):
-                raise ValueError(f"{name} must be between 0 and 86400 seconds, got {value!r}")
+        check_timeouts(lock_timeout_s=lock_timeout_s, statement_timeout_s=statement_timeout_s)
         check_schema(schema)
         shown = redact_dsn(dsn)
         connect = connector(dsn, schema, connect_timeout_s, password, read_only=read_only)
@@ -238,14 +186,9 @@ class PostgresStore:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(close)
 
-    async def __aenter__(self) -> PostgresStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     async def _run(self, fn: Callable[[Conn], T]) -> T:
-        """Run ``fn(conn)`` in one thread hop with a pooled autocommit connection."""
+        """Run ``fn(conn)`` in one thread hop with a pooled autocommit connection; the store's
+        limiter lets as many hops run as the pool has connections, so none waits for one."""
         if self._closed:
             raise trio.ClosedResourceError("the store is closed")
         try:
@@ -254,11 +197,12 @@ class PostgresStore:
             limiter = trio.CapacityLimiter(self.pool_size)
             self._limiters.set(limiter)
 
-        def hop() -> T:
-            return run_on(self._pool, fn, self.dsn_shown)
-
+        hop = partial(run_on, self._pool, fn, self.dsn_shown)
         # not abandoned on cancel: the caller learns the outcome of a change that may commit
         return await trio.to_thread.run_sync(hop, limiter=limiter)
+
+    def _stored_text(self, text: str) -> str:
+        return text.replace("\0", "\\0")  # text cannot hold NUL
 
     # -- waking idle workers ------------------------------------------------------------------
 
@@ -272,14 +216,7 @@ class PostgresStore:
             raise trio.ClosedResourceError("the store is closed")
         if worker is not None:
             check_worker(worker)
-        mine = None if worker is None else assigned_payload(worker)
-
-        def wants(payload: str) -> bool:
-            if payload == PENDING:
-                return True
-            return payload.startswith(ASSIGNED_PREFIX) and (mine is None or payload == mine)
-
-        return await self._listener.wait(wants, seconds)
+        return await self._listener.wait(wants_work(worker), seconds)
 
     async def wait_for_results(self, seconds: float) -> bool:
         """Sleep until a result may be ready for delivery, at most ``seconds`` (a hint too)."""
@@ -294,20 +231,14 @@ class PostgresStore:
 
     # -- ingest -------------------------------------------------------------------------------
 
-    async def ingest(self, task: Task, *, room_policy: RoomPolicy = "concurrent") -> bool:
-        [new] = await self.ingest_many([task], room_policy=room_policy)
-        return new
-
-    async def ingest_many(
-        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = "concurrent"
-    ) -> list[bool]:
-        policy = check_room_policy(room_policy)
-        rows = [self._ingest_row(task) for task in tasks]  # all valid, or nothing is stored
-        if not rows:
-            return []
-        ids, bodies, rooms, ranks, headers = (list(col) for col in zip(*rows, strict=True))
-        params: dict[str, Any] = {"ids": ids, "bodies": bodies, "rooms": rooms, "ranks": ranks}
-        params.update(headers=headers, now=self.clock(), chan=self._channel, policy=policy)
+    async def _ingest_many(
+        self, tasks: Sequence[Task], headers: Sequence[str], policy: RoomPolicy
+    ) -> tuple[list[bool], list[tuple[str, str]]]:
+        ids = [task.id for task in tasks]
+        rooms = [task.room for task in tasks]
+        params: dict[str, Any] = {"ids": ids, "bodies": [_encode(t.body) for t in tasks]}
+        params.update(rooms=rooms, ranks=[PRIORITY_RANK[t.priority] for t in tasks])
+        params.update(headers=list(headers), now=self.clock(), chan=self._channel, policy=policy)
         params.update(owner=SUPERSEDED_OWNER, prefix=SUPERSEDED_PREFIX)
         sql, supersede = self._sql.ingest, self._sql.supersede
         replace = policy == "replace" and any(room is not None for room in rooms)
@@ -320,38 +251,25 @@ class PostgresStore:
                     fresh = {**params, "ids": sorted(inserted)}
                     moved = [(r[0], r[1]) for r in conn.execute(supersede, fresh).fetchall()]
             first: list[bool] = []
-            for row in rows:
-                first.append(row[0] in inserted)
-                inserted.discard(row[0])  # a duplicate later in the batch is a replay
+            for id in ids:
+                first.append(id in inserted)
+                inserted.discard(id)  # a duplicate later in the batch is a replay
             return first, moved
 
-        new, superseded = await self._run(op)
-        _clog.ingested(ids, new)
-        for id, by in superseded:
-            _clog.moved(id, None, CustodyState.RESULT, reason=superseded_reason(by))
-        return new
+        return await self._run(op)
 
-    def _ingest_row(self, task: Task) -> tuple[Any, ...]:
-        headers = ingest_headers(task, self.max_body_bytes)
-        return (task.id, _encode(task.body), task.room, PRIORITY_RANK[task.priority], headers)
+    async def _bodies(self, ids: Sequence[str]) -> Mapping[str, str]:
+        sql = self._sql.bodies
+        rows = await self._run(lambda c: c.execute(sql, {"ids": list(ids)}).fetchall())
+        return {id: _decode(body) for id, body in rows}
 
-    async def body_conflicts(self, tasks: Sequence[Task]) -> list[bool]:
-        ids = sorted({t.id for t in tasks})
-        sql = f"SELECT id, body FROM {self._sql.s}.tasks WHERE id = ANY(%(ids)s::text[])"
-        rows = await self._run(lambda c: c.execute(sql, {"ids": ids}).fetchall()) if ids else []
-        return body_conflicts(tasks, {id: _decode(body) for id, body in rows})
-
-    async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
-        check_limit(limit)
+    async def _prune_delivered(self, before: float, limit: int) -> int:
         sql = self._sql.prune
-        count: int = await self._run(
+        return await self._run(
             lambda conn: conn.execute(sql, {"before": before, "limit": limit}).rowcount
         )
-        _clog.pruned(count, before)
-        return count
 
-    async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
-        check_limit(limit)
+    async def _prune_tombstones(self, before: float, limit: int) -> int:
         sql = self._sql.prune_tombstones
         return await self._run(
             lambda conn: conn.execute(sql, {"before": before, "limit": limit}).rowcount
@@ -359,20 +277,12 @@ class PostgresStore:
 
     # -- lead ---------------------------------------------------------------------------------
 
-    async def pending(self, *, limit: int = 100) -> Sequence[Task]:
-        check_limit(limit)
+    async def _pending(self, limit: int, now: float) -> Sequence[Task]:
         sql = self._sql.pending
-        params = {"limit": limit, "now": self.clock()}
+        params = {"limit": limit, "now": now}
+        return await self._run(lambda conn: [_task(r) for r in conn.execute(sql, params)])
 
-        def op(conn: Conn) -> list[Task]:
-            return [_task(r) for r in conn.execute(sql, params)]
-
-        return await self._run(op)
-
-    async def assign(self, id: str, worker: str) -> None:
-        check_task_id(id)
-        check_worker(worker)
-        now = self.clock()
+    async def _assign(self, id: str, worker: str, now: float) -> None:
         params = {"id": id, "worker": worker, "now": now}
         params.update(chan=self._channel, payload=assigned_payload(worker))
         _, before = await self._cas(self._sql.assign, params)
@@ -385,53 +295,25 @@ class PostgresStore:
                 f"cannot assign task {id!r} to {worker!r}: it is {before.state.value}"
                 f"{before.owner_note}, not pending"
             )
-        _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
 
-    async def unassign(self, id: str, worker: str) -> bool:
-        check_task_id(id)
-        check_worker(worker)
-        params = {"id": id, "worker": worker, "now": self.clock(), "chan": self._channel}
+    async def _unassign(self, id: str, worker: str, now: float) -> bool:
+        params = {"id": id, "worker": worker, "now": now, "chan": self._channel}
         params["payload"] = PENDING
         _, before = await self._cas(self._sql.unassign, params)
-        if before is None:
-            _clog.moved(id, CustodyState.ASSIGNED, CustodyState.PENDING, worker=worker)
         return before is None
 
-    async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
-        checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
-        if not checked:
-            return []
-        first: dict[str, int] = {}  # a repeated id: the first pair decides, later ones are False
-        for n, (id, _) in enumerate(checked):
-            first.setdefault(id, n)
-        unique = [checked[n] for n in sorted(first.values())]
-        params: dict[str, Any] = {"ids": [i for i, _ in unique], "workers": [w for _, w in unique]}
-        params.update(now=self.clock(), chan=self._channel)
+    async def _assign_many(self, pairs: Sequence[tuple[str, str]], now: float) -> set[str]:
+        params: dict[str, Any] = {"ids": [i for i, _ in pairs], "workers": [w for _, w in pairs]}
+        params.update(now=now, chan=self._channel)
         sql = self._sql.assign_many
+        return await self._run(lambda conn: {r[0] for r in conn.execute(sql, params)})
 
-        def op(conn: Conn) -> set[str]:
-            return {r[0] for r in conn.execute(sql, params)}
-
-        moved = await self._run(op)
-        _clog.assigned(unique, moved)
-        return [id in moved and first[id] == n for n, (id, _) in enumerate(checked)]
-
-    async def return_assignments(self, worker: str) -> Sequence[str]:
-        check_worker(worker)
-        params = {"worker": worker, "now": self.clock(), "chan": self._channel}
+    async def _return_assignments(self, worker: str, now: float) -> list[str]:
+        params = {"worker": worker, "now": now, "chan": self._channel}
         sql = self._sql.return_assignments
-        ids: list[str] = await self._run(lambda conn: [r[0] for r in conn.execute(sql, params)])
-        _clog.returned(ids, CustodyState.ASSIGNED, worker=worker, why="assignment given back")
-        return ids
+        return await self._run(lambda conn: [r[0] for r in conn.execute(sql, params)])
 
-    async def pool_view(
-        self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
-    ) -> PoolView:
-        check_limit(pending_limit, "pending_limit")
-        if isinstance(skip_rooms, str) or not all(isinstance(r, str) for r in skip_rooms):
-            raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
-        skip = sorted(skip_rooms)
-        at = self.clock()
+    async def _pool_view(self, at: float, pending_limit: int, skip: list[str]) -> PoolView:
         sql = self._sql
         pending_sql = sql.queued_skipping_rooms if skip else sql.queued
 
@@ -468,17 +350,15 @@ class PostgresStore:
     async def plan_and_assign(
         self, decide: Decide, *, pending_limit: int = 1000
     ) -> tuple[PoolView, list[bool] | None]:
+        """The view, then ``assign_many``: two transactions (``plan_then_assign``)."""
         return await plan_then_assign(self, decide, pending_limit=pending_limit)
 
     # -- liveness -----------------------------------------------------------------------------
 
-    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
-        check_worker(worker)
-        if role not in WORKER_ROLES:
-            raise ValueError(f"role must be 'lead' or 'worker', got {role!r}")
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-            raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
-        params = {"worker": worker, "role": role, "capacity": capacity, "now": self.clock()}
+    async def _beat(
+        self, worker: str, role: WorkerRole, capacity: int, now: float
+    ) -> list[WorkerInfo]:
+        params = {"worker": worker, "role": role, "capacity": capacity, "now": now}
         sql = self._sql.beat
         return await self._run(lambda conn: [WorkerInfo(*r) for r in conn.execute(sql, params)])
 
@@ -486,32 +366,18 @@ class PostgresStore:
         sql = self._sql.workers
         return await self._run(lambda conn: [WorkerInfo(*r) for r in conn.execute(sql)])
 
-    async def remove_worker(self, worker: str) -> bool:
-        check_worker(worker)
+    async def _remove_worker(self, worker: str) -> bool:
         sql = self._sql.remove_worker
         return await self._run(lambda conn: conn.execute(sql, {"worker": worker}).rowcount == 1)
 
     # -- worker -------------------------------------------------------------------------------
 
-    async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
-        claims = await self.claim_many(worker, 1, leaderless=leaderless)
-        return claims[0] if claims else None
-
-    async def claim_many(
-        self, worker: str, limit: int, *, leaderless: bool = False
-    ) -> Sequence[Claim]:
-        check_worker(worker)
-        check_claim_limit(limit)
-        now = self.clock()
-        lease_until = now + self.lease_s
-        params = {
-            "worker": worker,
-            "leaderless": leaderless,
-            "limit": limit,
-            "now": now,
-            "until": lease_until,
-        }
-        params["prefix"] = prefix = process_prefix(worker)
+    async def _claim_many(
+        self, worker: str, limit: int, leaderless: bool, now: float, until: float
+    ) -> list[Claim]:
+        prefix = process_prefix(worker)
+        params = {"worker": worker, "leaderless": leaderless, "limit": limit, "prefix": prefix}
+        params.update(now=now, until=until)
         sql = self._sql
         process_key = {"key": f"tether-process:{self.schema}:{prefix or worker}"}
         pool_key = {"key": f"tether-suspects:{self.schema}"}
@@ -525,7 +391,7 @@ class PostgresStore:
             # claim
             rows = conn.execute(sql.claim_many, params).fetchall()
             if rows or not _one(conn.execute(sql.suspects_in_play).fetchone()):
-                return [Claim(_task(row), worker, row[5], lease_until) for row in rows]
+                return [Claim(_task(row), worker, row[5], until) for row in rows]
             with conn.transaction():
                 may_take = bool(_one(conn.execute(sql.suspects_unclaimed).fetchone()))
                 if may_take:
@@ -546,91 +412,51 @@ class PostgresStore:
                     rows = conn.execute(sql.claim_suspect, params).fetchall()
                 else:
                     rows = conn.execute(sql.claim_many_among_suspects, params).fetchall()
-            return [Claim(_task(row), worker, row[5], lease_until) for row in rows]
+            return [Claim(_task(row), worker, row[5], until) for row in rows]
 
-        claims = await self._run(op)
-        for claim in claims:
-            _clog.moved(
-                claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
-            )
-        return claims
+        return await self._run(op)
 
-    async def renew(self, claim: Claim) -> Claim:
-        params = self._fence_params(claim)
-        params["until"] = params["now"] + self.lease_s
-        until, before = await self._cas(self._sql.renew, params)
+    async def _renew(self, claim: Claim, now: float, until: float) -> float:
+        params = _fence(claim, now)
+        params["until"] = until
+        new_until, before = await self._cas(self._sql.renew, params)
         if before is not None:
-            raise stale_lease(before, claim, params["now"], "renew")
-        return attrs.evolve(claim, lease_until=float(until))
+            raise stale_lease(before, claim, now, "renew")
+        return float(new_until)
 
-    async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
-        params = self._fence_params(claim)
-        if not isinstance(body, str):
-            raise TypeError(f"a result body must be a str, got {type(body).__name__}")
-        check_body(body, self.max_body_bytes, what=f"result of task {claim.task.id!r}")
-        if not isinstance(no_send, bool):
-            raise TypeError(f"no_send must be a bool, got {type(no_send).__name__}")
+    async def _complete(self, claim: Claim, body: str, no_send: bool, now: float) -> None:
+        params = _fence(claim, now)
         params.update(body=_encode(body), no_send=no_send, chan=self._channel, payload=RESULT)
         _, before = await self._cas(self._sql.complete, params)
         if before is not None:
-            raise stale_lease(before, claim, params["now"], "complete")
-        _clog.moved(
-            claim.task.id,
-            CustodyState.CLAIMED,
-            CustodyState.RESULT,
-            worker=claim.worker,
-            attempt=claim.attempt,
-        )
+            raise stale_lease(before, claim, now, "complete")
 
-    async def complete_many(
-        self, outcomes: Sequence[tuple[Claim, str]], *, no_send: bool = False
+    async def _complete_many(
+        self, items: Sequence[tuple[str, int, str, str]], no_send: bool, now: float
     ) -> list[bool]:
-        fences = [complete_args(claim, body, self.max_body_bytes) for claim, body in outcomes]
-        if not isinstance(no_send, bool):
-            raise TypeError(f"no_send must be a bool, got {type(no_send).__name__}")
         # one row per fence (the first): a repeat in the same call finds the task no longer
         # claimed, as a second ``complete`` would, and so reports False. Fences of one id that
         # differ (a stale claim beside the live one) can match at most one row between them.
         first: dict[tuple[str, int, str], int] = {}
-        for i, fence in enumerate(fences):
-            first.setdefault(fence, i)
-        if not first:
-            return []
-        params = {
-            "ids": [id for _, _, id in first],
-            "workers": [worker for worker, _, _ in first],
-            "attempts": [attempt for _, attempt, _ in first],
-            "bodies": [_encode(outcomes[i][1]) for i in first.values()],
-            "no_send": no_send,
-            "now": self.clock(),
-            "chan": self._channel,
-            "payload": RESULT,
-        }
+        for i, (worker, attempt, id, _) in enumerate(items):
+            first.setdefault((worker, attempt, id), i)
+        params: dict[str, Any] = {"ids": [id for _, _, id in first], "no_send": no_send}
+        params.update(workers=[worker for worker, _, _ in first], now=now, payload=RESULT)
+        params.update(attempts=[attempt for _, attempt, _ in first], chan=self._channel)
+        params.update(bodies=[_encode(items[i][3]) for i in first.values()])
         sql = self._sql.complete_many
+        moved = await self._run(
+            lambda conn: {(r[1], r[2], r[0]) for r in conn.execute(sql, params)}
+        )
+        return [
+            (worker, attempt, id) in moved and first[worker, attempt, id] == i
+            for i, (worker, attempt, id, _) in enumerate(items)
+        ]
 
-        def op(conn: Conn) -> set[tuple[str, int, str]]:
-            return {(r[1], r[2], r[0]) for r in conn.execute(sql, params)}
-
-        moved = await self._run(op)
-        for worker, attempt, id in moved:
-            _clog.moved(
-                id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt
-            )
-        return [fence in moved and first[fence] == i for i, fence in enumerate(fences)]
-
-    async def fail(
-        self,
-        claim: Claim,
-        reason: str,
-        *,
-        retry_after: float = 0.0,
-        permanent: bool = False,
-    ) -> CustodyState:
-        params = self._fence_params(claim)
-        reason = _pg_reason(reason)
-        delay = check_retry_after(retry_after)
-        check_permanent(permanent)
-        not_before = params["now"] + delay if delay > 0 else None
+    async def _fail(
+        self, claim: Claim, reason: str, permanent: bool, not_before: float | None, now: float
+    ) -> tuple[bool, str]:
+        params = _fence(claim, now)
         params.update(chan=self._channel, payload=PENDING, not_before=not_before)
         sql = self._sql
 
@@ -639,11 +465,7 @@ class PostgresStore:
             with conn.transaction():
                 row = conn.execute(sql.fenced_crash_count, params).fetchone()
                 if row is None:
-                    now = conn.execute(sql.cas_state, params).fetchone()
-                    if now is None:
-                        return None
-                    state, owner, attempt, lease_until, why = now
-                    return Seen(CustodyState(state), owner, attempt, lease_until, why)
+                    return _seen(conn, sql.cas_state, params)
                 dead, why = fail_outcome(
                     reason, claim.attempt, self.max_attempts, permanent, row[0]
                 )
@@ -652,75 +474,46 @@ class PostgresStore:
 
         outcome = await self._run(op)
         if not isinstance(outcome, tuple):
-            raise stale_lease(outcome, claim, params["now"], "fail")
-        dead, reason = outcome
-        target = CustodyState.DEAD if dead else CustodyState.PENDING
-        _clog.moved(
-            claim.task.id,
-            CustodyState.CLAIMED,
-            target,
-            worker=claim.worker,
-            attempt=claim.attempt,
-            reason=reason if not_before is None else f"{reason}; retry in {delay:.3f}s",
-            level=None if dead else logging.WARNING,
-        )
-        return target
+            raise stale_lease(outcome, claim, now, "fail")
+        return outcome
 
-    def _fence_params(self, claim: Claim) -> dict[str, Any]:
-        worker, attempt, id = fence_args(claim)
-        return {"id": id, "worker": worker, "attempt": attempt, "now": self.clock()}
-
-    async def release(self, claim: Claim) -> None:
-        params = self._fence_params(claim)
+    async def _release(self, claim: Claim, now: float) -> None:
+        params = _fence(claim, now)
         params.update(chan=self._channel, payload=PENDING)
         _, before = await self._cas(self._sql.release, params)
         if before is not None:
-            raise stale_lease(before, claim, params["now"], "release")
-        _clog.moved(
-            claim.task.id,
-            CustodyState.CLAIMED,
-            CustodyState.PENDING,
-            worker=claim.worker,
-            reason="released unfinished",
-        )
+            raise stale_lease(before, claim, now, "release")
 
     # -- stall notices ------------------------------------------------------------------------
 
-    async def stall_candidates(
-        self, older_than: float, *, worker: str | None = None, limit: int = 1000
-    ) -> Sequence[StallCandidate]:
-        check_limit(limit)
-        if worker is not None:
-            check_worker(worker)
+    async def _stall_candidates(
+        self, older_than: float, worker: str | None, limit: int
+    ) -> list[StallCandidate]:
         params = {"older_than": older_than, "worker": worker, "limit": limit}
         sql = self._sql.stall_candidates
         return await self._run(lambda conn: [StallCandidate(*r) for r in conn.execute(sql, params)])
 
-    async def mark_stall_notified(self, id: str) -> bool:
-        check_task_id(id)
-        params = {"id": id, "now": self.clock()}
+    async def _mark_stall_notified(self, id: str, now: float) -> bool:
+        params = {"id": id, "now": now}
         sql = self._sql.mark_stall_notified
         return await self._run(lambda conn: conn.execute(sql, params).rowcount == 1)
 
-    async def clear_stall_notice(self, id: str) -> None:
-        check_task_id(id)
+    async def _clear_stall_notice(self, id: str) -> None:
         sql = self._sql.clear_stall_notice
         await self._run(lambda conn: conn.execute(sql, {"id": id}))
 
-    async def prune_stall_notices(self, *, limit: int = 10_000) -> int:
-        check_limit(limit)
+    async def _prune_stall_notices(self, limit: int) -> int:
         sql = self._sql.prune_stall_notices
         return await self._run(lambda conn: conn.execute(sql, {"limit": limit}).rowcount)
 
     # -- reconciler ---------------------------------------------------------------------------
 
-    async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
-        check_limit(limit)
-        params = {"now": self.clock(), "limit": limit}
+    async def _expire_leases(self, limit: int, now: float) -> list[LeaseExpiry]:
+        params = {"now": now, "limit": limit}
         return await self._settle(self._sql.expired_claims, params, restarted=False)
 
-    async def recover_claims(self, worker: str) -> Sequence[LeaseExpiry]:
-        params = {"now": self.clock(), "worker": check_worker(worker)}
+    async def _recover_claims(self, worker: str, now: float) -> list[LeaseExpiry]:
+        params = {"now": now, "worker": worker}
         return await self._settle(self._sql.claims_of, params, restarted=True)
 
     async def _settle(
@@ -732,25 +525,10 @@ class PostgresStore:
 
         def op(conn: Conn) -> list[LeaseExpiry]:
             with conn.transaction():
-                expired = [
-                    Expired(id, owner, attempt, until, bool(suspect), crashes, alone, beat)
-                    for id, owner, attempt, until, suspect, crashes, alone, beat in conn.execute(
-                        select, params
-                    )
-                ]
-                if not expired:
+                settled = self._settled(conn.execute(select, params), now, restarted=restarted)
+                if not settled:
                     return []
-                outcomes = [
-                    expiry_outcome(
-                        e,
-                        now=now,
-                        lease_s=self.lease_s,
-                        max_attempts=self.max_attempts,
-                        max_crashes_alone=self.max_crashes_alone,
-                        restarted=restarted,
-                    )
-                    for e in expired
-                ]
+                expired, outcomes = [e for e, _ in settled], [o for _, o in settled]
                 conn.execute(
                     sql.settle_expired,
                     {
@@ -767,16 +545,9 @@ class PostgresStore:
                 )
                 if any(o.state is CustodyState.PENDING for o in outcomes):
                     conn.execute("SELECT pg_notify(%s, %s)", (self._channel, PENDING))
-            return [
-                LeaseExpiry(
-                    e.id, e.owner, e.attempt, e.lease_until, now, o.state, o.reason, o.crash
-                )
-                for e, o in zip(expired, outcomes, strict=True)
-            ]
+            return [lease_expiry(e, o, now) for e, o in settled]
 
-        expiries = await self._run(op)
-        _clog.expired(expiries)
-        return expiries
+        return await self._run(op)
 
     # -- delivery -----------------------------------------------------------------------------
 
@@ -784,11 +555,7 @@ class PostgresStore:
     """Several bridges share this store: ``ready_results(holder=...)`` leases what it returns
     (``delivery_holder``/``delivery_until``, taken with ``FOR UPDATE SKIP LOCKED``)."""
 
-    async def ready_results(
-        self, *, limit: int = 100, holder: str | None = None, lease_s: float | None = None
-    ) -> Sequence[Result]:
-        check_limit(limit)
-        lease = check_delivery_lease(holder, lease_s)
+    async def _ready_results(self, limit: int, lease: tuple[str, float] | None) -> list[Result]:
         params: dict[str, Any] = {"limit": limit}
         sql = self._sql.ready
         if lease is not None:
@@ -803,109 +570,61 @@ class PostgresStore:
 
         return await self._run(op)
 
-    async def mark_delivered(self, id: str) -> None:
-        check_task_id(id)
-        _, before = await self._cas(self._sql.deliver, {"id": id, "now": self.clock()})
+    async def _mark_delivered(self, id: str, now: float) -> bool:
+        _, before = await self._cas(self._sql.deliver, {"id": id, "now": now})
         if before is not None and before.state is not CustodyState.DELIVERED:
             raise CustodyConflict(
                 f"cannot mark task {id!r} delivered: it is {before.state.value}, not result"
             )
-        if before is None:
-            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+        return before is None
 
-    async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
-        checked = [check_task_id(id) for id in ids]
-        if not checked:
-            return []
-        params = {"ids": checked, "now": self.clock()}
-        sql, delivered_sql = self._sql.deliver_many, self._sql.delivered_among
+    async def _mark_delivered_many(
+        self, ids: Sequence[str], now: float
+    ) -> tuple[list[bool], list[str]]:
+        # delivered by a concurrent delivery is delivered all the same
+        moved, already = await self._mark(
+            self._sql.deliver_many, self._sql.delivered_among, ids, now
+        )
+        done = [id in moved or id in already for id in ids]
+        return done, [id for id in dict.fromkeys(ids) if id in moved]
 
-        def op(conn: Conn) -> tuple[set[str], set[str]]:
-            moved = {r[0] for r in conn.execute(sql, params)}
-            missed = [id for id in checked if id not in moved]
-            already: set[str] = set()
-            if missed:
-                # a new statement: it sees what a concurrent delivery that made ours miss
-                # committed (delivered there is delivered all the same)
-                already = {r[0] for r in conn.execute(delivered_sql, {"ids": missed})}
-            return moved, already
-
-        moved, already = await self._run(op)
-        for id in moved:
-            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
-        return [id in moved or id in already for id in checked]
-
-    async def dead_letter(self, id: str, reason: str) -> None:
-        check_task_id(id)
-        reason = _pg_reason(reason)
-        params = {"id": id, "reason": reason, "now": self.clock()}
+    async def _dead_letter(
+        self, id: str, reason: str, now: float
+    ) -> tuple[bool, CustodyState | None]:
+        params = {"id": id, "reason": reason, "now": now}
         _, before = await self._cas(self._sql.dead_letter, params)
         if before is not None and before.state is not CustodyState.DEAD:
             raise CustodyConflict(f"cannot dead-letter task {id!r}: it is {before.state.value}")
-        if before is None:  # the statement does not say which state it left: logged as "?"
-            _clog.moved(id, None, CustodyState.DEAD, reason=reason)
+        return before is None, None  # the statement does not say which state it left: "?"
 
     # -- operator -----------------------------------------------------------------------------
 
-    async def redrive(
-        self, ids: Sequence[str], *, reason: str | None = None
-    ) -> Sequence[OperatorOutcome]:
-        checked = check_ids(ids)
-        why = _pg_reason(redrive_reason(reason))
-        params = {"ids": checked, "reason": why, "now": self.clock(), "chan": self._channel}
-        moved, seen = await self._operator(self._sql.redrive, params)
-        for id in moved:
-            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
-        return redrive_outcomes(checked, moved, seen)
+    async def _redrive(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
+        params = {"ids": list(ids), "reason": why, "now": now, "chan": self._channel}
+        return await self._operator(self._sql.redrive, params)
 
-    async def redrive_dead(
-        self,
-        *,
-        reason_contains: str | None = None,
-        reason: str | None = None,
-        limit: int = 10_000,
-    ) -> Sequence[OperatorOutcome]:
-        text = check_contains(reason_contains)
-        check_limit(limit)
-        why = _pg_reason(redrive_reason(reason))
-        params = {
-            "text": None if text is None else text.replace("\0", "\\0"),
-            "limit": limit,
-            "reason": why,
-            "now": self.clock(),
-            "chan": self._channel,
-        }
+    async def _redrive_dead(
+        self, text: str | None, limit: int, why: str, now: float
+    ) -> tuple[list[str], Moves, Moves]:
+        text = None if text is None else self._stored_text(text)
+        params = {"text": text, "limit": limit, "reason": why, "now": now, "chan": self._channel}
         moved, seen = await self._operator(self._sql.redrive_dead, params)
-        for id in moved:
-            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
-        return redrive_outcomes(list(seen), moved, seen)
+        return list(seen), moved, seen
 
-    async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:
-        checked = check_ids(ids)
-        why = _pg_reason(cancel_reason(reason))
-        params = {"ids": checked, "reason": why, "now": self.clock()}
-        moved, seen = await self._operator(self._sql.cancel, params)
-        for id, source in moved.items():
-            _clog.moved(id, source, CustodyState.DEAD, reason=why)
-        return cancel_outcomes(checked, moved, seen)
+    async def _cancel(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
+        params = {"ids": list(ids), "reason": why, "now": now}
+        return await self._operator(self._sql.cancel, params)
 
-    async def _operator(
-        self, sql: str, params: Mapping[str, Any]
-    ) -> tuple[dict[str, CustodyState], dict[str, CustodyState]]:
+    async def _operator(self, sql: str, params: Mapping[str, Any]) -> tuple[Moves, Moves]:
         """Run an operator move: (moved: id -> the state it left, seen: id -> state read)."""
-
-        def op(conn: Conn) -> list[tuple[Any, ...]]:
-            return conn.execute(sql, params).fetchall()
-
-        rows = await self._run(op)
+        rows = await self._run(lambda conn: conn.execute(sql, params).fetchall())
         seen = {row[0]: CustodyState(row[1]) for row in rows}
         moved = {row[0]: CustodyState(row[1]) for row in rows if row[2]}
         return moved, seen
 
     # -- reads --------------------------------------------------------------------------------
 
-    async def state(self, id: str) -> CustodyState | None:
-        check_task_id(id)
+    async def _state(self, id: str) -> CustodyState | None:
         sql = self._sql.state
 
         def op(conn: Conn) -> CustodyState | None:
@@ -914,8 +633,7 @@ class PostgresStore:
 
         return await self._run(op)
 
-    async def get(self, id: str) -> TaskRecord | None:
-        check_task_id(id)
+    async def _get(self, id: str) -> TaskRecord | None:
         sql = self._sql.get
 
         def op(conn: Conn) -> TaskRecord | None:
@@ -924,11 +642,9 @@ class PostgresStore:
 
         return await self._run(op)
 
-    async def records(
-        self, state: CustodyState, *, limit: int = 20, newest_first: bool = False
-    ) -> Sequence[TaskRecord]:
-        state = CustodyState(state)
-        check_limit(limit)
+    async def _records(
+        self, state: CustodyState, limit: int, newest_first: bool
+    ) -> list[TaskRecord]:
         sql = self._sql.records_newest if newest_first else self._sql.records_oldest
         params = {"state": state.value, "limit": limit}
         return await self._run(lambda conn: [_record(r) for r in conn.execute(sql, params)])
@@ -950,30 +666,34 @@ class PostgresStore:
 
     # -- dead-letter notices ------------------------------------------------------------------
 
-    async def unreported_dead(self, *, limit: int = 100) -> Sequence[TaskRecord]:
-        check_limit(limit)
+    async def _unreported_dead(self, limit: int) -> list[TaskRecord]:
         sql = self._sql.unreported_dead
         return await self._run(
             lambda conn: [_record(r) for r in conn.execute(sql, {"limit": limit})]
         )
 
-    async def mark_dead_reported(self, ids: Sequence[str]) -> list[bool]:
-        checked = [check_task_id(id) for id in ids]
-        if not checked:
-            return []
-        params = {"ids": checked, "now": self.clock()}
-        sql, marked_sql = self._sql.mark_dead_reported, self._sql.dead_reported_among
+    async def _mark_dead_reported(self, ids: Sequence[str], now: float) -> list[bool]:
+        # marked by a concurrent bridge is marked all the same
+        marked, already = await self._mark(
+            self._sql.mark_dead_reported, self._sql.dead_reported_among, ids, now
+        )
+        return [id in marked or id in already for id in ids]
 
-        def op(conn: Conn) -> set[str]:
-            marked = {r[0] for r in conn.execute(sql, params)}
-            missed = [id for id in checked if id not in marked]
-            if missed:
-                # a new statement: it sees a marker a concurrent bridge committed meanwhile
-                marked |= {r[0] for r in conn.execute(marked_sql, {"ids": missed})}
-            return marked
+    async def _mark(
+        self, sql: str, marked_sql: str, ids: Sequence[str], now: float
+    ) -> tuple[set[str], set[str]]:
+        """Mark ``ids`` with ``sql``: (the ids it marked, those of the rest ``marked_sql`` finds
+        marked already). The second is a new statement: it sees what a concurrent transaction
+        that made ours miss committed."""
 
-        marked = await self._run(op)
-        return [id in marked for id in checked]
+        def op(conn: Conn) -> tuple[set[str], set[str]]:
+            marked = {r[0] for r in conn.execute(sql, {"ids": list(ids), "now": now})}
+            missed = [id for id in ids if id not in marked]
+            if not missed:
+                return marked, set()
+            return marked, {r[0] for r in conn.execute(marked_sql, {"ids": missed})}
+
+        return await self._run(op)
 
     async def waiting_retries(self) -> WaitingRetries:
         sql = self._sql.waiting_retries
@@ -986,15 +706,13 @@ class PostgresStore:
 
         return await self._run(op)
 
-    async def journal(self, id: str) -> Sequence[JournalEntry]:
-        check_task_id(id)
+    async def _journal(self, id: str) -> list[JournalEntry]:
         sql = self._sql.journal
         return await self._run(
             lambda conn: [journal_entry(row) for row in conn.execute(sql, {"id": id})]
         )
 
-    async def suspects(self, *, limit: int = 100) -> Suspects:
-        check_limit(limit)
+    async def _suspects(self, limit: int) -> Suspects:
         sql = self._sql
 
         def op(conn: Conn) -> Suspects:
@@ -1030,11 +748,10 @@ class PostgresStore:
             row = conn.execute(sql, params).fetchone()
             if row is not None and row[0] is not None:
                 return row[0], None
-            now = conn.execute(state_sql, params).fetchone()
-            if now is None:
+            seen = _seen(conn, state_sql, params)
+            if seen is None:
                 raise unknown_task(params["id"])
-            state, owner, attempt, lease_until, reason = now
-            return None, Seen(CustodyState(state), owner, attempt, lease_until, reason)
+            return None, seen
 
         return await self._run(op)
 
@@ -1060,25 +777,19 @@ def _one(row: Sequence[Any] | None) -> float | None:
     return None if row is None or row[0] is None else float(row[0])
 
 
+def _seen(conn: Conn, state_sql: str, params: Mapping[str, Any]) -> Seen | None:
+    """Where the task of a compare-and-set that missed stands now (None: no such task)."""
+    row = conn.execute(state_sql, params).fetchone()
+    if row is None:
+        return None
+    state, owner, attempt, lease_until, reason = row
+    return Seen(CustodyState(state), owner, attempt, lease_until, reason)
+
+
 def _record(row: Sequence[Any]) -> TaskRecord:
-    owner, attempt, lease_until, result, reason, created_at, updated_at, not_before = row[6:14]
-    crash_count, crashes_alone, suspect = row[14:17]
-    return TaskRecord(
-        _task(row),
-        CustodyState(row[5]),
-        owner,
-        attempt,
-        lease_until,
-        None if result is None else _decode(result),
-        reason,
-        created_at,
-        updated_at,
-        not_before,
-        crash_count=crash_count,
-        crashes_alone=crashes_alone,
-        suspect=bool(suspect),
-    )
+    return record_from_row(row, _decode)
 
 
-def _pg_reason(reason: object) -> str:
-    return check_reason(reason).replace("\0", "\\0")  # text cannot hold NUL
+def _fence(claim: Claim, now: float) -> dict[str, Any]:
+    """A claim's fence as parameters (checked by the frame)."""
+    return {"id": claim.task.id, "worker": claim.worker, "attempt": claim.attempt, "now": now}

@@ -1,7 +1,7 @@
 """The embedded custody store: one SQLite file, WAL, one writer thread with group commit.
 
-``_store``: :class:`SqliteStore`; ``_schema``: migrations (``PRAGMA user_version``);
-``_connect``: opening the file; ``_access``: why it could not be opened, in words. The writer
-thread that batches many transitions into one durable commit is
-``tether._plumbing._sqlite_writer``. ``tether.bridge`` exports the public names.
+``_store``: :class:`SqliteStore`'s operations; ``_sql``: its statements; ``_ready``: the ready
+read; ``_schema``: migrations (``PRAGMA user_version``); ``_connection``: opening the file;
+``_readonly``: the inspecting verbs' read-only open; ``_access``: why a file could not be
+opened, in words. The writer thread is ``tether._plumbing._sqlite_writer``.
 """

@@ -213,7 +213,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     # 9 -> 10 (issue #19, ready reads): an ordered room lets only its head run, so a deep
     # backlog holds few ready tasks among many. The lead's view and a leaderless claim read
     # them room by room (tasks_room_queue) plus the pending tasks no room holds back, in
-    # queue order (``_pool_sql.ready_pending``). So the pending queue becomes two: the free
+    # queue order (``_ready.ready_pending``). So the pending queue becomes two: the free
     # tasks and those of ordered rooms (a pending task is in one of them, as it was in
     # tasks_pending; a read of the whole queue in order merges the two)
     """

@@ -1,9 +1,9 @@
 """SqliteStore: the embedded custody store (one file, WAL, one writer thread, group commit).
 
-Every transition is a single ``UPDATE ... WHERE`` naming the state it expects (and for leases
-the owner, the attempt and a live ``lease_until``), so it either moves the task or changes
-nothing; the rowcount says which. Queries read the state set and the "in custody" predicate from
-``custody._rules``; the schema's CHECK constraint refuses any other state.
+Each operation is one job on the writer thread (``_plumbing._sqlite_writer``: many callers'
+jobs share one durable commit) or a read on the reader's connection (a WAL snapshot that never
+waits behind the writer's fsync); ``stores._frame`` checks its arguments and logs it. Every
+transition is an ``UPDATE ... WHERE`` naming the state it expects (``_sql``).
 
 Durability: by default every connection runs ``journal_mode=WAL`` and ``synchronous=FULL``, so
 SQLite fsyncs the WAL before a commit returns and a returned transition survives power loss or
@@ -11,24 +11,17 @@ an OS crash (SQLite's guarantee for that pair; a test pins the settings, none ca
 plug). ``synchronous="NORMAL"`` still survives a *process* crash (the page cache outlives a
 SIGKILL), which is all ``tests/custody/test_crash.py`` can and does demonstrate, but may
 lose the last commits on power loss.
-
-Size (over ~600 lines on purpose): one short method per operation of the store's roles,
-each with its SQL beside it, so a reader checks a move's fence where it is written. What is
-not a custody operation already lives apart: ``_connect`` (opening the file), ``_writer``
-(group commit), ``_pool_sql`` (the lead's statements), ``stores/_common`` (what both backends
-share).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -36,12 +29,9 @@ from ...._plumbing._sqlite_writer import SqliteWriter
 from ...custody import _log as _clog
 from ...custody._crashes import (
     DEFAULT_MAX_CRASHES_ALONE,
-    Expired,
-    check_max_crashes_alone,
-    expiry_outcome,
     process_prefix,
 )
-from ...custody._rooms import RoomPolicy, check_room_policy, superseded_reason
+from ...custody._rooms import RoomPolicy, superseded_reason
 from ...custody._rules import (
     MAX_BODY_BYTES,
     PRIORITY_RANK,
@@ -51,21 +41,16 @@ from ...custody._rules import (
     Result,
     Task,
     TaskRecord,
-    body_conflicts,
-    check_body,
-    check_claim_limit,
-    check_delivery_lease,
-    check_retry_after,
     check_task_id,
     check_worker,
 )
 from ...custody._store import (
-    WORKER_ROLES,
+    Assignment,
     Decide,
     JournalEntry,
     LeaseExpiry,
-    OperatorOutcome,
     PoolView,
+    Queued,
     StallCandidate,
     Suspects,
     WaitingRetries,
@@ -73,66 +58,30 @@ from ...custody._store import (
     WorkerRole,
 )
 from .._common import (
-    IN_CUSTODY_SQL,
+    RANK_PRIORITY,
     Seen,
     assign_refused,
     check_limit,
-    check_permanent,
-    check_reason,
-    complete_args,
     fail_outcome,
-    fence_args,
-    ingest_headers,
     journal_entry,
+    record_from_row,
     stale_lease,
     task_from_row,
     unknown_task,
 )
-from .._operator import (
-    CANCELLABLE_SQL,
-    cancel_outcomes,
-    cancel_reason,
-    check_contains,
-    check_ids,
-    redrive_outcomes,
-    redrive_reason,
-)
+from .._frame import Moves, StoreFrame, check_settings, first_pairs, lease_expiry
 from .._rooms_sql import SUPERSEDED_OWNER
+from . import _sql as sql
 from ._access import explain_open_failure
-from ._connect import Synchronous as Synchronous
-from ._connect import connect_reader, connect_writer
-from ._pool_sql import (
-    CLAIM_SUSPECT,
-    EXPIRED_SELECT,
-    PROCESS_BUSY,
-    ROOM_GATE,
-    SUSPECT_FLAGS,
-    assign_one,
-    assign_pairs,
-    next_due,
-    note_room,
-    pending_in_order,
-    pool_view,
-    read_workers,
-    ready_pending,
-)
+from ._connection import Synchronous as Synchronous
+from ._connection import connect_reader, connect_writer
+from ._ready import ready_pending
 
 T = TypeVar("T")
 
-_TASK_COLS: Final = "id, body, room, priority, headers"
-_RECORD_COLS: Final = (
-    f"{_TASK_COLS}, state, owner, attempt, lease_until, result, reason, created_at, updated_at, "
-    "not_before, crash_count, crashes_alone, suspect"
-)
-_FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND attempt = ? AND lease_until > ?"
-_FENCE_NAMED: Final = (
-    "id = :id AND state = 'claimed' AND owner = :worker AND attempt = :attempt "
-    "AND lease_until > :now"
-)
-
 
 @attrs.define(eq=False)
-class SqliteStore:
+class SqliteStore(StoreFrame):
     """Custody in one SQLite file. Open with ``await SqliteStore.open(path)``."""
 
     path: Path
@@ -169,11 +118,7 @@ class SqliteStore:
         makes every commit survive power loss; ``"NORMAL"`` survives a process crash only.
         ``max_batch`` caps how many transitions share one commit (1 = a commit each).
         """
-        if not lease_s > 0:
-            raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
-        check_limit(max_attempts, "max_attempts")
-        check_limit(max_body_bytes, "max_body_bytes")
-        check_max_crashes_alone(max_crashes_alone)
+        check_settings(lease_s, max_attempts, max_body_bytes, max_crashes_alone)
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA; got {synchronous!r}")
         check_limit(max_batch, "max_batch")
@@ -221,40 +166,21 @@ class SqliteStore:
         """Run the read-only ``op`` in one read transaction (a consistent snapshot)."""
         return await self._reader.run(op, readonly=True)
 
-    async def __aenter__(self) -> SqliteStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     # -- ingest -------------------------------------------------------------------------------
 
-    async def ingest(self, task: Task, *, room_policy: RoomPolicy = "concurrent") -> bool:
-        [new] = await self.ingest_many([task], room_policy=room_policy)
-        return new
-
-    async def ingest_many(
-        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = "concurrent"
-    ) -> list[bool]:
-        policy = check_room_policy(room_policy)
-        rows = [self._ingest_row(task) for task in tasks]  # all valid, or nothing is stored
+    async def _ingest_many(
+        self, tasks: Sequence[Task], headers: Sequence[str], policy: RoomPolicy
+    ) -> tuple[list[bool], list[tuple[str, str]]]:
+        rows: list[tuple[Any, ...]] = []
+        for task, json_headers in zip(tasks, headers, strict=True):
+            now = self.clock()
+            rank = PRIORITY_RANK[task.priority]
+            rows.append((task.id, task.body, task.room, rank, json_headers, now, now))
         superseded: list[tuple[str, str]] = []
 
         def op(conn: sqlite3.Connection) -> list[bool]:
             superseded.clear()  # (a replayed job starts over)
-            new = []
-            for row in rows:
-                fresh = (
-                    conn.execute(
-                        f"INSERT INTO tasks ({_TASK_COLS}, state, attempt, created_at, "
-                        "updated_at, room_policy) SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ? "
-                        "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
-                        "ON CONFLICT (id) DO NOTHING",
-                        (*row, policy, row[0]),
-                    ).rowcount
-                    == 1
-                )
-                new.append(fresh)
+            new = [conn.execute(sql.INGEST, (*row, policy, row[0])).rowcount == 1 for row in rows]
             if policy == "replace":  # per room, the newest new task supersedes the older ones
                 newest = {
                     row[2]: row for row, fresh in zip(rows, new, strict=True) if fresh and row[2]
@@ -263,499 +189,253 @@ class SqliteStore:
                     superseded.extend(_supersede(conn, row[0], room, row[6]))
             return new
 
-        new = await self._writer.run(op) if rows else []
-        _clog.ingested((row[0] for row in rows), new)
-        for id, by in superseded:
-            _clog.moved(id, None, CustodyState.RESULT, reason=superseded_reason(by))
-        return new
+        new = await self._writer.run(op)
+        return new, superseded
 
-    def _ingest_row(self, task: Task) -> tuple[Any, ...]:
-        headers = ingest_headers(task, self.max_body_bytes)
-        now = self.clock()
-        return (task.id, task.body, task.room, PRIORITY_RANK[task.priority], headers, now, now)
+    async def _bodies(self, ids: Sequence[str]) -> Mapping[str, str]:
+        found = json.dumps(list(ids))
+        return dict(await self._read(lambda c: c.execute(sql.BODIES, (found,)).fetchall()))
 
-    async def body_conflicts(self, tasks: Sequence[Task]) -> list[bool]:
-        ids = json.dumps(sorted({t.id for t in tasks}))
-        sql = "SELECT id, body FROM tasks WHERE id IN (SELECT value FROM json_each(?))"
-        stored = (
-            dict(await self._read(lambda c: c.execute(sql, (ids,)).fetchall())) if tasks else {}
-        )
-        return body_conflicts(tasks, stored)
-
-    async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
-        check_limit(limit)
-
+    async def _prune_delivered(self, before: float, limit: int) -> int:
         def op(conn: sqlite3.Connection) -> int:
-            gone = conn.execute(
-                "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks "
-                "WHERE state = 'delivered' AND updated_at < ? LIMIT ?) RETURNING id, updated_at",
-                (before, limit),
-            ).fetchall()
-            conn.executemany(
-                "INSERT INTO tombstones (id, delivered_at) VALUES (?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET delivered_at = excluded.delivered_at",
-                gone,
-            )
+            gone = conn.execute(sql.PRUNE, (before, limit)).fetchall()
+            conn.executemany(sql.TOMBSTONE, gone)
             return len(gone)
 
         return await self._writer.run(op)
 
-    async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
-        check_limit(limit)
-
-        def op(conn: sqlite3.Connection) -> int:
-            return conn.execute(
-                "DELETE FROM tombstones WHERE id IN (SELECT id FROM tombstones "
-                "WHERE delivered_at < ? ORDER BY delivered_at LIMIT ?)",
-                (before, limit),
-            ).rowcount
-
-        count: int = await self._writer.run(op)
-        _clog.pruned(count, before)
-        return count
+    async def _prune_tombstones(self, before: float, limit: int) -> int:
+        return await self._writer.run(
+            lambda conn: conn.execute(sql.PRUNE_TOMBSTONES, (before, limit)).rowcount
+        )
 
     # -- lead ---------------------------------------------------------------------------------
 
-    async def assign(self, id: str, worker: str) -> None:
-        check_task_id(id)
-        check_worker(worker)
-        now = self.clock()
-
+    async def _assign(self, id: str, worker: str, now: float) -> None:
         def op(conn: sqlite3.Connection) -> None:
-            if not assign_one(conn, id, worker, now):
+            if not _assign_one(conn, id, worker, now):
                 rec = _require(conn, id)
                 raise CustodyConflict(assign_refused(rec, worker, now))
 
         await self._writer.run(op)
-        _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
 
-    async def pending(self, *, limit: int = 100) -> Sequence[Task]:
-        check_limit(limit)
-        now = self.clock()
-
+    async def _pending(self, limit: int, now: float) -> Sequence[Task]:
         def op(conn: sqlite3.Connection) -> list[Task]:
-            due = "AND (not_before IS NULL OR not_before <= :now) AND suspect = 0"
-            rows = conn.execute(
-                f"SELECT {_TASK_COLS} FROM tasks WHERE rowid IN "
-                f"({pending_in_order(':limit', due)}) ORDER BY priority, rowid",
-                {"now": now, "limit": limit},
-            )
-            return [_task(r) for r in rows]
+            return [_task(r) for r in conn.execute(sql.PENDING, {"now": now, "limit": limit})]
 
         return await self._read(op)
 
-    async def unassign(self, id: str, worker: str) -> bool:
-        check_task_id(id)
-        check_worker(worker)
-        now = self.clock()
-
+    async def _unassign(self, id: str, worker: str, now: float) -> bool:
         def op(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                "UPDATE tasks SET state = 'pending', owner = NULL, updated_at = ? "
-                "WHERE id = ? AND state = 'assigned' AND owner = ?",
-                (now, id, worker),
-            )
-            if cur.rowcount != 1:
+            if conn.execute(sql.UNASSIGN, (now, id, worker)).rowcount != 1:
                 _require(conn, id)
                 return False
             return True
 
-        done: bool = await self._writer.run(op)
-        if done:
-            _clog.moved(id, CustodyState.ASSIGNED, CustodyState.PENDING, worker=worker)
-        return done
+        return await self._writer.run(op)
 
-    async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
-        checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
-        if not checked:
-            return []
-        now = self.clock()
-        done, moved = await self._writer.run(lambda conn: assign_pairs(conn, checked, now))
-        _clog.assigned(checked, moved)
-        return done
+    async def _assign_many(self, pairs: Sequence[tuple[str, str]], now: float) -> set[str]:
+        return await self._writer.run(lambda conn: _assign_pairs(conn, pairs, now))
 
-    async def return_assignments(self, worker: str) -> Sequence[str]:
-        check_worker(worker)
-        now = self.clock()
-
+    async def _return_assignments(self, worker: str, now: float) -> list[str]:
         def op(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "UPDATE tasks SET state = 'pending', owner = NULL, updated_at = ? "
-                "WHERE state = 'assigned' AND owner = ? RETURNING id",
-                (now, worker),
-            ).fetchall()
-            return [r[0] for r in rows]
+            return [r[0] for r in conn.execute(sql.RETURN_ASSIGNMENTS, (now, worker)).fetchall()]
 
-        ids: list[str] = await self._writer.run(op)
-        _clog.returned(ids, CustodyState.ASSIGNED, worker=worker, why="assignment given back")
-        return ids
+        return await self._writer.run(op)
 
-    async def pool_view(
-        self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
-    ) -> PoolView:
-        check_limit(pending_limit, "pending_limit")
-        if isinstance(skip_rooms, str) or not all(isinstance(r, str) for r in skip_rooms):
-            raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
-        skip = json.dumps(sorted(skip_rooms))
-        at = self.clock()
-        return await self._read(lambda conn: pool_view(conn, at, pending_limit, skip))
+    async def _pool_view(self, at: float, pending_limit: int, skip: list[str]) -> PoolView:
+        rooms = json.dumps(skip)
+        return await self._read(lambda conn: _pool_view(conn, at, pending_limit, rooms))
 
     async def plan_and_assign(
         self, decide: Decide, *, pending_limit: int = 1000
     ) -> tuple[PoolView, list[bool] | None]:
+        """The view, the plan and its assignments in one writer transaction."""
         check_limit(pending_limit, "pending_limit")
         now = self.clock()
-
-        checked: list[tuple[str, str]] = []
+        unique: list[tuple[str, str]] = []
 
         def op(conn: sqlite3.Connection) -> tuple[PoolView, list[bool] | None, set[str]]:
-            view = pool_view(conn, now, pending_limit, "[]")
+            view = _pool_view(conn, now, pending_limit, "[]")
             pairs = decide(view)
             if pairs is None:
                 return view, None, set()
-            checked[:] = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
-            done, moved = assign_pairs(conn, checked, now)
-            return view, done, moved
+            checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
+            once, first = first_pairs(checked)
+            unique[:] = once
+            moved = _assign_pairs(conn, unique, now)
+            return (
+                view,
+                [id in moved and first[id] == n for n, (id, _) in enumerate(checked)],
+                moved,
+            )
 
         view, done, moved = await self._writer.run(op)
-        _clog.assigned(checked, moved)
+        _clog.assigned(unique, moved)
         return view, done
 
     # -- liveness -----------------------------------------------------------------------------
 
-    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
-        check_worker(worker)
-        if role not in WORKER_ROLES:
-            raise ValueError(f"role must be 'lead' or 'worker', got {role!r}")
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-            raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
-        now = self.clock()
-
+    async def _beat(
+        self, worker: str, role: WorkerRole, capacity: int, now: float
+    ) -> list[WorkerInfo]:
         def op(conn: sqlite3.Connection) -> list[WorkerInfo]:
-            conn.execute(
-                "INSERT INTO workers (name, role, capacity, last_beat, started_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-                "role = excluded.role, capacity = excluded.capacity, "
-                "last_beat = excluded.last_beat",
-                (worker, role, capacity, now, now),
-            )
-            return read_workers(conn)
+            conn.execute(sql.BEAT, (worker, role, capacity, now, now))
+            return _workers(conn)
 
         return await self._writer.run(op)
 
     async def workers(self) -> Sequence[WorkerInfo]:
-        return await self._read(read_workers)
+        return await self._read(_workers)
 
-    async def remove_worker(self, worker: str) -> bool:
-        check_worker(worker)
-
-        def op(conn: sqlite3.Connection) -> bool:
-            return conn.execute("DELETE FROM workers WHERE name = ?", (worker,)).rowcount == 1
-
-        return await self._writer.run(op)
+    async def _remove_worker(self, worker: str) -> bool:
+        return await self._writer.run(
+            lambda conn: conn.execute(sql.REMOVE_WORKER, (worker,)).rowcount == 1
+        )
 
     # -- worker -------------------------------------------------------------------------------
 
-    async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
-        claims = await self.claim_many(worker, 1, leaderless=leaderless)
-        return claims[0] if claims else None
-
-    async def claim_many(
-        self, worker: str, limit: int, *, leaderless: bool = False
-    ) -> Sequence[Claim]:
-        check_worker(worker)
-        check_claim_limit(limit)
-        now = self.clock()
-        lease_until = now + self.lease_s
-
+    async def _claim_many(
+        self, worker: str, limit: int, leaderless: bool, now: float, until: float
+    ) -> list[Claim]:
         prefix = process_prefix(worker)
 
         def op(conn: sqlite3.Connection) -> list[Claim]:
             # a suspect runs alone (custody._crashes): first the isolation rule, then the
             # worker's own assignments, then (leaderless) pending tasks, each queue in
             # (priority, age) order; one UPDATE claims each queue's share
-            p = {"worker": worker, "prefix": prefix, "now": now, "until": lease_until}
-            here, anywhere, waiting, mine = conn.execute(SUSPECT_FLAGS, p).fetchone()
+            p = {"worker": worker, "prefix": prefix, "now": now, "until": until}
+            here, anywhere, waiting, mine = conn.execute(sql.SUSPECT_FLAGS, p).fetchone()
             if here:
                 return []  # a suspect runs in this process: nothing else does
             if waiting and not anywhere:
-                if conn.execute(PROCESS_BUSY, p).fetchone()[0]:
+                if conn.execute(sql.PROCESS_BUSY, p).fetchone()[0]:
                     return []  # the process drains, then takes the suspect alone
-                rows = conn.execute(CLAIM_SUSPECT, p).fetchall()
+                rows = conn.execute(sql.CLAIM_SUSPECT, p).fetchall()
                 for room in {r[2] for r in rows if r[2] is not None}:
-                    note_room(conn, room, worker, now)
-                return [Claim(_task(r), worker, r[5], lease_until) for r in rows]
-            rows = (
-                conn.execute(
-                    "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
-                    "updated_at = ? WHERE rowid IN (SELECT t.rowid FROM tasks t "
-                    "WHERE t.state = 'assigned' AND t.owner = ? AND t.suspect = 0 "
-                    f"AND {ROOM_GATE} "
-                    "ORDER BY t.priority, t.rowid LIMIT ?) "
-                    f"RETURNING {_TASK_COLS}, attempt, rowid",
-                    (worker, lease_until, now, worker, limit),
-                ).fetchall()
-                if mine
-                else []
-            )
+                    _note_room(conn, room, worker, now)
+                return [Claim(_task(r), worker, r[5], until) for r in rows]
+            assigned = (worker, until, now, worker, limit)
+            rows = conn.execute(sql.CLAIM_ASSIGNED, assigned).fetchall() if mine else []
             taken = len(rows)
             ready = ready_pending(conn, now, limit - taken) if taken < limit and leaderless else []
             if ready:
                 rows += conn.execute(
-                    "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
-                    "not_before = NULL, updated_at = ? "
-                    f"WHERE rowid IN ({', '.join('?' * len(ready))}) "
-                    f"RETURNING {_TASK_COLS}, attempt, rowid",
-                    (worker, lease_until, now, *ready),
+                    sql.claim_ready(len(ready)), (worker, until, now, *ready)
                 ).fetchall()
             if len(rows) > 1:  # RETURNING order is unspecified: queue order, assignments first
                 rows[:taken] = sorted(rows[:taken], key=lambda r: (r[3], r[6]))
                 rows[taken:] = sorted(rows[taken:], key=lambda r: (r[3], r[6]))
             for room in {r[2] for r in rows if r[2] is not None}:
-                note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
-            return [Claim(_task(r), worker, r[5], lease_until) for r in rows]
+                _note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
+            return [Claim(_task(r), worker, r[5], until) for r in rows]
 
-        claims = await self._writer.run(op)
-        for claim in claims:
-            _clog.moved(
-                claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
-            )
-        return claims
+        return await self._writer.run(op)
 
-    async def renew(self, claim: Claim) -> Claim:
-        worker, attempt, id = fence_args(claim)
-        now = self.clock()
-        lease_until = now + self.lease_s
+    async def _renew(self, claim: Claim, now: float, until: float) -> float:
+        fence = (claim.task.id, claim.worker, claim.attempt, now)
 
         def op(conn: sqlite3.Connection) -> float:
-            row = conn.execute(
-                "UPDATE tasks SET lease_until = max(lease_until, ?), updated_at = ? "
-                f"WHERE {_FENCE} RETURNING lease_until",
-                (lease_until, now, id, worker, attempt, now),
-            ).fetchone()
+            row = conn.execute(sql.RENEW, (until, now, *fence)).fetchone()
             if row is None:
                 raise _stale(conn, claim, now, "renew")
             return float(row[0])
 
-        new_until = await self._writer.run(op)
-        return attrs.evolve(claim, lease_until=new_until)
+        return await self._writer.run(op)
 
-    async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
-        worker, attempt, id = fence_args(claim)
-        if not isinstance(body, str):
-            raise TypeError(f"a result body must be a str, got {type(body).__name__}")
-        check_body(body, self.max_body_bytes, what=f"result of task {id!r}")
-        if not isinstance(no_send, bool):
-            raise TypeError(f"no_send must be a bool, got {type(no_send).__name__}")
-        now = self.clock()
+    async def _complete(self, claim: Claim, body: str, no_send: bool, now: float) -> None:
+        values = (body, int(no_send), now, claim.task.id, claim.worker, claim.attempt, now)
 
         def op(conn: sqlite3.Connection) -> None:
-            cur = conn.execute(
-                "UPDATE tasks SET state = 'result', result = ?, no_send = ?, lease_until = NULL, "
-                f"suspect = 0, updated_at = ? WHERE {_FENCE}",
-                (body, int(no_send), now, id, worker, attempt, now),
-            )
-            if cur.rowcount != 1:
+            if conn.execute(sql.COMPLETE, values).rowcount != 1:
                 raise _stale(conn, claim, now, "complete")
 
         await self._writer.run(op)
-        _clog.moved(id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt)
 
-    async def complete_many(
-        self, outcomes: Sequence[tuple[Claim, str]], *, no_send: bool = False
+    async def _complete_many(
+        self, items: Sequence[tuple[str, int, str, str]], no_send: bool, now: float
     ) -> list[bool]:
-        if not isinstance(no_send, bool):
-            raise TypeError(f"no_send must be a bool, got {type(no_send).__name__}")
-        rows = [
-            (body, int(no_send), *complete_args(claim, body, self.max_body_bytes))
-            for claim, body in outcomes
-        ]
-        if not rows:
-            return []
-        now = self.clock()
+        flag = int(no_send)
 
         def op(conn: sqlite3.Connection) -> list[bool]:
-            sql = (
-                "UPDATE tasks SET state = 'result', result = ?, no_send = ?, lease_until = NULL, "
-                f"suspect = 0, updated_at = ? WHERE {_FENCE}"
-            )
             return [
-                conn.execute(sql, (body, flag, now, id, worker, attempt, now)).rowcount == 1
-                for body, flag, worker, attempt, id in rows
+                conn.execute(sql.COMPLETE, (body, flag, now, id, worker, attempt, now)).rowcount
+                == 1
+                for worker, attempt, id, body in items
             ]
 
-        done = await self._writer.run(op)
-        for (_, _, worker, attempt, id), moved in zip(rows, done, strict=True):
-            if moved:
-                _clog.moved(
-                    id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt
-                )
-        return done
+        return await self._writer.run(op)
 
-    async def fail(
-        self,
-        claim: Claim,
-        reason: str,
-        *,
-        retry_after: float = 0.0,
-        permanent: bool = False,
-    ) -> CustodyState:
-        worker, attempt, id = fence_args(claim)
-        reason = check_reason(reason)
-        delay = check_retry_after(retry_after)
-        now = self.clock()
-        check_permanent(permanent)
-        not_before = now + delay if delay > 0 else None
-        fence = {"now": now, "id": id, "worker": worker, "attempt": attempt}
+    async def _fail(
+        self, claim: Claim, reason: str, permanent: bool, not_before: float | None, now: float
+    ) -> tuple[bool, str]:
+        fence = {"now": now, "id": claim.task.id, "worker": claim.worker, "attempt": claim.attempt}
 
         def op(conn: sqlite3.Connection) -> tuple[bool, str]:
             # the failure budget leaves out the runs lost to crashes (custody._crashes)
-            row = conn.execute(f"SELECT crash_count FROM tasks WHERE {_FENCE_NAMED}", fence)
-            crashes = row.fetchone()
+            crashes = conn.execute(sql.FENCED_CRASH_COUNT, fence).fetchone()
             if crashes is None:
                 raise _stale(conn, claim, now, "fail")
-            dead, why = fail_outcome(reason, attempt, self.max_attempts, permanent, crashes[0])
-            if dead:
-                sql = "state = 'dead', lease_until = NULL"
-            else:
-                sql = (
-                    "state = 'pending', owner = NULL, lease_until = NULL, attempt = attempt + 1, "
-                    "not_before = :not_before"
-                )
+            dead, why = fail_outcome(
+                reason, claim.attempt, self.max_attempts, permanent, crashes[0]
+            )
             conn.execute(
-                f"UPDATE tasks SET {sql}, suspect = 0, reason = :reason, updated_at = :now "
-                f"WHERE {_FENCE_NAMED}",
+                sql.FAIL_DEAD if dead else sql.FAIL_REPOOL,
                 {"not_before": not_before, "reason": why, **fence},
             )
             return dead, why
 
-        dead, reason = await self._writer.run(op)
-        target = CustodyState.DEAD if dead else CustodyState.PENDING
-        _clog.moved(
-            id,
-            CustodyState.CLAIMED,
-            target,
-            worker=worker,
-            attempt=attempt,
-            reason=reason if not_before is None else f"{reason}; retry in {delay:.3f}s",
-            level=None if dead else logging.WARNING,
-        )
-        return target
+        return await self._writer.run(op)
 
-    async def release(self, claim: Claim) -> None:
-        worker, attempt, id = fence_args(claim)
-        now = self.clock()
+    async def _release(self, claim: Claim, now: float) -> None:
+        values = (now, claim.task.id, claim.worker, claim.attempt, now)
 
         def op(conn: sqlite3.Connection) -> None:
-            cur = conn.execute(
-                "UPDATE tasks SET state = 'pending', owner = NULL, lease_until = NULL, "
-                f"updated_at = ? WHERE {_FENCE}",
-                (now, id, worker, attempt, now),
-            )
-            if cur.rowcount != 1:
+            if conn.execute(sql.RELEASE, values).rowcount != 1:
                 raise _stale(conn, claim, now, "release")
 
         await self._writer.run(op)
-        _clog.moved(
-            id,
-            CustodyState.CLAIMED,
-            CustodyState.PENDING,
-            worker=worker,
-            reason="released unfinished",
-        )
 
     # -- stall notices ------------------------------------------------------------------------
 
-    async def stall_candidates(
-        self, older_than: float, *, worker: str | None = None, limit: int = 1000
-    ) -> Sequence[StallCandidate]:
-        check_limit(limit)
-        if worker is not None:
-            check_worker(worker)
+    async def _stall_candidates(
+        self, older_than: float, worker: str | None, limit: int
+    ) -> list[StallCandidate]:
+        params = (older_than, worker, worker, limit)
+        return await self._read(
+            lambda conn: [StallCandidate(*r) for r in conn.execute(sql.STALL_CANDIDATES, params)]
+        )
 
-        def op(conn: sqlite3.Connection) -> list[StallCandidate]:
-            rows = conn.execute(
-                "SELECT t.id, t.room, t.owner, t.created_at FROM tasks t "
-                "WHERE t.state = 'claimed' AND t.created_at <= ? AND (? IS NULL OR t.owner = ?) "
-                "AND NOT EXISTS (SELECT 1 FROM stall_notices s WHERE s.id = t.id) "
-                "ORDER BY t.created_at, t.rowid LIMIT ?",
-                (older_than, worker, worker, limit),
-            )
-            return [StallCandidate(*r) for r in rows]
+    async def _mark_stall_notified(self, id: str, now: float) -> bool:
+        return await self._writer.run(
+            lambda conn: conn.execute(sql.MARK_STALL_NOTIFIED, (id, now)).rowcount == 1
+        )
 
-        return await self._read(op)
+    async def _clear_stall_notice(self, id: str) -> None:
+        await self._writer.run(lambda conn: conn.execute(sql.CLEAR_STALL_NOTICE, (id,)))
 
-    async def mark_stall_notified(self, id: str) -> bool:
-        check_task_id(id)
-        now = self.clock()
-
-        def op(conn: sqlite3.Connection) -> bool:
-            return (
-                conn.execute(
-                    "INSERT INTO stall_notices (id, notified_at) VALUES (?, ?) "
-                    "ON CONFLICT (id) DO NOTHING",
-                    (id, now),
-                ).rowcount
-                == 1
-            )
-
-        return await self._writer.run(op)
-
-    async def clear_stall_notice(self, id: str) -> None:
-        check_task_id(id)
-
-        def op(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM stall_notices WHERE id = ?", (id,))
-
-        await self._writer.run(op)
-
-    async def prune_stall_notices(self, *, limit: int = 10_000) -> int:
-        check_limit(limit)
-
-        def op(conn: sqlite3.Connection) -> int:
-            return conn.execute(
-                "DELETE FROM stall_notices WHERE id IN (SELECT s.id FROM stall_notices s "
-                "LEFT JOIN tasks t ON t.id = s.id "
-                f"WHERE t.id IS NULL OR t.state NOT IN ({IN_CUSTODY_SQL}) LIMIT ?)",
-                (limit,),
-            ).rowcount
-
-        return await self._writer.run(op)
+    async def _prune_stall_notices(self, limit: int) -> int:
+        return await self._writer.run(
+            lambda conn: conn.execute(sql.PRUNE_STALL_NOTICES, (limit,)).rowcount
+        )
 
     # -- reconciler ---------------------------------------------------------------------------
 
-    async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
-        check_limit(limit)
-        now = self.clock()
-
+    async def _expire_leases(self, limit: int, now: float) -> list[LeaseExpiry]:
         def op(conn: sqlite3.Connection) -> list[LeaseExpiry]:
             # the writer holds the write lock: the evidence read and the updates see the same
             # rows; each lease is settled by custody._crashes (a crash or a failed attempt)
-            rows = conn.execute(
-                f"{EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.lease_until <= ? "
-                "ORDER BY t.lease_until, t.rowid LIMIT ?",
-                (now, limit),
-            ).fetchall()
+            rows = conn.execute(sql.EXPIRED_CLAIMS, (now, limit)).fetchall()
             return self._settle(conn, rows, now, restarted=False)
 
-        expiries: list[LeaseExpiry] = await self._writer.run(op)
-        _clog.expired(expiries)
-        return expiries
+        return await self._writer.run(op)
 
-    async def recover_claims(self, worker: str) -> Sequence[LeaseExpiry]:
-        check_worker(worker)
-        now = self.clock()
-
+    async def _recover_claims(self, worker: str, now: float) -> list[LeaseExpiry]:
         def op(conn: sqlite3.Connection) -> list[LeaseExpiry]:
-            rows = conn.execute(
-                f"{EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.owner = ? ORDER BY t.rowid",
-                (worker,),
-            ).fetchall()
+            rows = conn.execute(sql.CLAIMS_OF, (worker,)).fetchall()
             return self._settle(conn, rows, now, restarted=True)
 
-        expiries: list[LeaseExpiry] = await self._writer.run(op)
-        _clog.expired(expiries)
-        return expiries
+        return await self._writer.run(op)
 
     def _settle(
         self, conn: sqlite3.Connection, rows: Sequence[Any], now: float, *, restarted: bool
@@ -763,17 +443,7 @@ class SqliteStore:
         """Write the outcome ``custody._crashes`` decides for each expired lease read."""
         out: list[LeaseExpiry] = []
         updates: list[dict[str, Any]] = []
-        for row in rows:
-            id, owner, attempt, until, suspect, crashes, alone, last_beat = row
-            e = Expired(id, owner, attempt, until, bool(suspect), crashes, alone, last_beat)
-            o = expiry_outcome(
-                e,
-                now=now,
-                lease_s=self.lease_s,
-                max_attempts=self.max_attempts,
-                max_crashes_alone=self.max_crashes_alone,
-                restarted=restarted,
-            )
+        for e, o in self._settled(rows, now, restarted=restarted):
             updates.append(
                 {
                     "state": o.state.value,
@@ -788,19 +458,8 @@ class SqliteStore:
                     "was": e.attempt,
                 }
             )
-            out.append(
-                LeaseExpiry(
-                    e.id, e.owner, e.attempt, e.lease_until, now, o.state, o.reason, o.crash
-                )
-            )
-        conn.executemany(
-            "UPDATE tasks SET state = :state, "
-            "owner = CASE WHEN :state = 'dead' THEN owner END, attempt = :attempt, "
-            "crash_count = :crashes, crashes_alone = :alone, suspect = :suspect, "
-            "reason = :reason, lease_until = NULL, updated_at = :now "
-            "WHERE id = :id AND state = 'claimed' AND owner = :owner AND attempt = :was",
-            updates,
-        )
+            out.append(lease_expiry(e, o, now))
+        conn.executemany(sql.SETTLE_EXPIRED, updates)
         return out
 
     # -- delivery -----------------------------------------------------------------------------
@@ -810,33 +469,17 @@ class SqliteStore:
     make it a writer commit). Two bridges on one file may both post a result; the gateway
     absorbs the duplicate."""
 
-    async def ready_results(
-        self, *, limit: int = 100, holder: str | None = None, lease_s: float | None = None
-    ) -> Sequence[Result]:
-        check_limit(limit)
-        check_delivery_lease(holder, lease_s)  # checked, then a plain read (no leases here)
-
+    async def _ready_results(self, limit: int, lease: tuple[str, float] | None) -> list[Result]:
+        # the lease is checked by the frame, then this is a plain read (no leases here)
         def op(conn: sqlite3.Connection) -> list[Result]:
-            rows = conn.execute(
-                f"SELECT {_TASK_COLS}, result, owner, attempt, no_send FROM tasks "
-                "WHERE state = 'result' ORDER BY priority, rowid LIMIT ?",
-                (limit,),
-            ).fetchall()
+            rows = conn.execute(sql.READY, (limit,)).fetchall()
             return [Result(_task(r), r[5], r[6], r[7], bool(r[8])) for r in rows]
 
         return await self._read(op)
 
-    async def mark_delivered(self, id: str) -> None:
-        check_task_id(id)
-        now = self.clock()
-
+    async def _mark_delivered(self, id: str, now: float) -> bool:
         def op(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                "UPDATE tasks SET state = 'delivered', updated_at = ? "
-                "WHERE id = ? AND state = 'result'",
-                (now, id),
-            )
-            if cur.rowcount != 1:
+            if conn.execute(sql.DELIVER, (now, id)).rowcount != 1:
                 rec = _require(conn, id)
                 if rec.state is not CustodyState.DELIVERED:
                     raise CustodyConflict(
@@ -845,24 +488,16 @@ class SqliteStore:
                 return False
             return True
 
-        if await self._writer.run(op):
-            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+        return await self._writer.run(op)
 
-    async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
-        for id in ids:
-            check_task_id(id)
-        now = self.clock()
-
+    async def _mark_delivered_many(
+        self, ids: Sequence[str], now: float
+    ) -> tuple[list[bool], list[str]]:
         def op(conn: sqlite3.Connection) -> tuple[list[bool], list[str]]:
             done: list[bool] = []
             moved: list[str] = []
             for id in ids:
-                cur = conn.execute(
-                    "UPDATE tasks SET state = 'delivered', updated_at = ? "
-                    "WHERE id = ? AND state = 'result'",
-                    (now, id),
-                )
-                if cur.rowcount == 1:
+                if conn.execute(sql.DELIVER, (now, id)).rowcount == 1:
                     done.append(True)
                     moved.append(id)
                 else:
@@ -870,241 +505,125 @@ class SqliteStore:
                     done.append(rec is not None and rec.state is CustodyState.DELIVERED)
             return done, moved
 
-        done, moved = await self._writer.run(op)
-        for id in moved:
-            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
-        return done
+        return await self._writer.run(op)
 
-    async def dead_letter(self, id: str, reason: str) -> None:
-        check_task_id(id)
-        reason = check_reason(reason)
-        now = self.clock()
-
-        def op(conn: sqlite3.Connection) -> CustodyState | None:
-            before = conn.execute("SELECT state FROM tasks WHERE id = ?", (id,)).fetchone()
-            cur = conn.execute(
-                "UPDATE tasks SET state = 'dead', lease_until = NULL, not_before = NULL, "
-                f"reason = ?, updated_at = ? WHERE id = ? AND state IN ({IN_CUSTODY_SQL})",
-                (reason, now, id),
-            )
-            if cur.rowcount != 1:
+    async def _dead_letter(
+        self, id: str, reason: str, now: float
+    ) -> tuple[bool, CustodyState | None]:
+        def op(conn: sqlite3.Connection) -> tuple[bool, CustodyState | None]:
+            before = conn.execute(sql.STATE, (id,)).fetchone()
+            if conn.execute(sql.DEAD_LETTER, (reason, now, id)).rowcount != 1:
                 rec = _require(conn, id)
                 if rec.state is not CustodyState.DEAD:
                     raise CustodyConflict(
                         f"cannot dead-letter task {id!r}: it is {rec.state.value}"
                     )
-                return None
-            return CustodyState(before[0])
+                return False, None
+            return True, CustodyState(before[0])
 
-        source = await self._writer.run(op)
-        if source is not None:
-            _clog.moved(id, source, CustodyState.DEAD, reason=reason)
+        return await self._writer.run(op)
+
+    # -- dead-letter notices ------------------------------------------------------------------
+
+    async def _unreported_dead(self, limit: int) -> list[TaskRecord]:
+        return await self._read(
+            lambda conn: [_record_of(r) for r in conn.execute(sql.UNREPORTED_DEAD, (limit,))]
+        )
+
+    async def _mark_dead_reported(self, ids: Sequence[str], now: float) -> list[bool]:
+        def op(conn: sqlite3.Connection) -> list[bool]:
+            done = []
+            for id in ids:
+                conn.execute(sql.MARK_DEAD_REPORTED, (now, id))
+                done.append(conn.execute(sql.DEAD_REPORTED, (id,)).fetchone() is not None)
+            return done
+
+        return await self._writer.run(op)
+
+    async def unreported_dead_count(self) -> int:
+        return await self._read(
+            lambda conn: int(conn.execute(sql.UNREPORTED_DEAD_COUNT).fetchone()[0])
+        )
 
     # -- operator -----------------------------------------------------------------------------
 
-    async def redrive(
-        self, ids: Sequence[str], *, reason: str | None = None
-    ) -> Sequence[OperatorOutcome]:
-        checked = check_ids(ids)
-        why = redrive_reason(reason)
-        now = self.clock()
-        moved, seen = await self._writer.run(lambda conn: _redrive(conn, checked, why, now))
-        for id in moved:
-            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
-        return redrive_outcomes(checked, moved, seen)
+    async def _redrive(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
+        return await self._writer.run(lambda conn: _redrive_rows(conn, ids, why, now))
 
-    async def redrive_dead(
-        self,
-        *,
-        reason_contains: str | None = None,
-        reason: str | None = None,
-        limit: int = 10_000,
-    ) -> Sequence[OperatorOutcome]:
-        text = check_contains(reason_contains)
-        check_limit(limit)
-        why = redrive_reason(reason)
-        now = self.clock()
-        ids: list[str] = []
+    async def _redrive_dead(
+        self, text: str | None, limit: int, why: str, now: float
+    ) -> tuple[list[str], Moves, Moves]:
+        def op(conn: sqlite3.Connection) -> tuple[list[str], Moves, Moves]:
+            ids = [r[0] for r in conn.execute(sql.DEAD_MATCHING, (text, limit))]
+            return ids, *_redrive_rows(conn, ids, why, now)
 
-        def op(conn: sqlite3.Connection) -> tuple[dict[str, CustodyState], dict[str, CustodyState]]:
-            ids[:] = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT id FROM tasks WHERE state = 'dead' "
-                    "AND (?1 IS NULL OR instr(reason, ?1) > 0) ORDER BY updated_at, rowid LIMIT ?2",
-                    (text, limit),
-                )
-            ]
-            return _redrive(conn, ids, why, now)
+        return await self._writer.run(op)
 
-        moved, seen = await self._writer.run(op)
-        for id in moved:
-            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
-        return redrive_outcomes(ids, moved, seen)
-
-    async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:
-        checked = check_ids(ids)
-        why = cancel_reason(reason)
-        now = self.clock()
-
-        def op(conn: sqlite3.Connection) -> tuple[dict[str, CustodyState], dict[str, CustodyState]]:
+    async def _cancel(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
+        def op(conn: sqlite3.Connection) -> tuple[Moves, Moves]:
             # the writer holds the write lock: the states read here are the ones the UPDATE sees
-            seen = _states(conn, checked)
-            rows = conn.execute(
-                "UPDATE tasks SET state = 'dead', lease_until = NULL, not_before = NULL, "
-                "suspect = 0, reason = ?, updated_at = ? "
-                "WHERE id IN (SELECT value FROM json_each(?)) "
-                f"AND state IN ({CANCELLABLE_SQL}) RETURNING id",
-                (why, now, json.dumps(checked)),
-            ).fetchall()
+            seen = _states(conn, ids)
+            rows = conn.execute(sql.CANCEL, (why, now, json.dumps(list(ids)))).fetchall()
             return {r[0]: seen[r[0]] for r in rows}, seen
 
-        moved, seen = await self._writer.run(op)
-        for id, source in moved.items():
-            _clog.moved(id, source, CustodyState.DEAD, reason=why)
-        return cancel_outcomes(checked, moved, seen)
+        return await self._writer.run(op)
 
     # -- reads --------------------------------------------------------------------------------
 
-    async def state(self, id: str) -> CustodyState | None:
-        check_task_id(id)
-
+    async def _state(self, id: str) -> CustodyState | None:
         def op(conn: sqlite3.Connection) -> CustodyState | None:
-            row = conn.execute("SELECT state FROM tasks WHERE id = ?", (id,)).fetchone()
+            row = conn.execute(sql.STATE, (id,)).fetchone()
             return None if row is None else CustodyState(row[0])
 
         return await self._read(op)
 
-    async def get(self, id: str) -> TaskRecord | None:
-        check_task_id(id)
+    async def _get(self, id: str) -> TaskRecord | None:
         return await self._read(lambda conn: _record(conn, id))
 
     async def counts(self) -> Mapping[CustodyState, int]:
         def op(conn: sqlite3.Connection) -> dict[CustodyState, int]:
             counts = dict.fromkeys(CustodyState, 0)
-            for state, n in conn.execute("SELECT state, count(*) FROM tasks GROUP BY state"):
+            for state, n in conn.execute(sql.COUNTS):
                 counts[CustodyState(state)] = n
             return counts
 
         return await self._read(op)
 
     async def in_flight(self) -> Sequence[str]:
-        def op(conn: sqlite3.Connection) -> list[str]:
-            return [
-                r[0]
-                for r in conn.execute(
-                    f"SELECT id FROM tasks WHERE state IN ({IN_CUSTODY_SQL}) ORDER BY rowid"
-                )
-            ]
+        return await self._read(lambda conn: [r[0] for r in conn.execute(sql.IN_FLIGHT)])
 
-        return await self._read(op)
-
-    async def records(
-        self, state: CustodyState, *, limit: int = 20, newest_first: bool = False
-    ) -> Sequence[TaskRecord]:
-        state = CustodyState(state)
-        order = "DESC" if newest_first else "ASC"
-
-        def op(conn: sqlite3.Connection) -> list[TaskRecord]:
-            rows = conn.execute(
-                f"SELECT {_RECORD_COLS} FROM tasks WHERE state = ? ORDER BY rowid {order} LIMIT ?",
-                (state.value, limit),
-            )
-            return [_record_of(row) for row in rows]
-
-        return await self._read(op)
-
-    # -- dead-letter notices ------------------------------------------------------------------
-
-    async def unreported_dead(self, *, limit: int = 100) -> Sequence[TaskRecord]:
-        check_limit(limit)
-
-        def op(conn: sqlite3.Connection) -> list[TaskRecord]:
-            rows = conn.execute(
-                f"SELECT {_RECORD_COLS} FROM tasks INDEXED BY tasks_dead_unreported "
-                "WHERE state = 'dead' AND dead_reported_at IS NULL "
-                "ORDER BY updated_at, rowid LIMIT ?",
-                (limit,),
-            )
-            return [_record_of(row) for row in rows]
-
-        return await self._read(op)
-
-    async def mark_dead_reported(self, ids: Sequence[str]) -> list[bool]:
-        for id in ids:
-            check_task_id(id)
-        if not ids:
-            return []
-        now = self.clock()
-
-        def op(conn: sqlite3.Connection) -> list[bool]:
-            done = []
-            for id in ids:
-                conn.execute(
-                    "UPDATE tasks SET dead_reported_at = ? "
-                    "WHERE id = ? AND state = 'dead' AND dead_reported_at IS NULL",
-                    (now, id),
-                )
-                row = conn.execute(
-                    "SELECT 1 FROM tasks WHERE id = ? AND state = 'dead' "
-                    "AND dead_reported_at IS NOT NULL",
-                    (id,),
-                ).fetchone()
-                done.append(row is not None)
-            return done
-
-        return await self._writer.run(op)
+    async def _records(
+        self, state: CustodyState, limit: int, newest_first: bool
+    ) -> list[TaskRecord]:
+        query = sql.RECORDS_NEWEST if newest_first else sql.RECORDS_OLDEST
+        return await self._read(
+            lambda conn: [_record_of(r) for r in conn.execute(query, (state.value, limit))]
+        )
 
     async def waiting_retries(self) -> WaitingRetries:
         now = self.clock()
 
         def op(conn: sqlite3.Connection) -> WaitingRetries:
-            (count,) = conn.execute(
-                "SELECT count(*) FROM tasks WHERE state = 'pending' AND not_before > ?", (now,)
-            ).fetchone()
-            return WaitingRetries(int(count), next_due(conn, now))
+            (count,) = conn.execute(sql.WAITING_RETRIES, (now,)).fetchone()
+            return WaitingRetries(int(count), _next_due(conn, now))
 
         return await self._read(op)
 
-    async def journal(self, id: str) -> Sequence[JournalEntry]:
-        check_task_id(id)
+    async def _journal(self, id: str) -> list[JournalEntry]:
+        return await self._read(
+            lambda conn: [journal_entry(row) for row in conn.execute(sql.JOURNAL, (id,))]
+        )
 
-        def op(conn: sqlite3.Connection) -> list[JournalEntry]:
-            rows = conn.execute(
-                "SELECT at, src, dst, worker, attempt, reason, actor FROM journal "
-                "WHERE id = ? ORDER BY seq",
-                (id,),
-            )
-            return [journal_entry(row) for row in rows]
-
-        return await self._read(op)
-
-    async def suspects(self, *, limit: int = 100) -> Suspects:
-        check_limit(limit)
-
+    async def _suspects(self, limit: int) -> Suspects:
         def op(conn: sqlite3.Connection) -> Suspects:
-            custody = f"suspect = 1 AND state IN ({IN_CUSTODY_SQL})"
-            (count,) = conn.execute(f"SELECT count(*) FROM tasks WHERE {custody}").fetchone()
-            rows = conn.execute(
-                f"SELECT {_RECORD_COLS} FROM tasks WHERE {custody} "
-                "ORDER BY crashes_alone DESC, crash_count DESC, rowid LIMIT ?",
-                (limit,),
-            )
+            (count,) = conn.execute(sql.SUSPECTS_COUNT).fetchone()
+            rows = conn.execute(sql.SUSPECTS, (limit,))
             return Suspects(int(count), tuple(_record_of(r) for r in rows))
 
         return await self._read(op)
 
-    async def unreported_dead_count(self) -> int:
-        def op(conn: sqlite3.Connection) -> int:
-            (n,) = conn.execute(
-                "SELECT count(*) FROM tasks WHERE state = 'dead' AND dead_reported_at IS NULL"
-            ).fetchone()
-            return int(n)
 
-        return await self._read(op)
-
-
-# -- helpers (run in the writer thread) ---------------------------------------------------------
+# -- helpers (run in the writer's or the reader's thread) -----------------------------------------
 
 
 def _task(row: Sequence[Any]) -> Task:
@@ -1112,29 +631,14 @@ def _task(row: Sequence[Any]) -> Task:
 
 
 def _record(conn: sqlite3.Connection, id: str) -> TaskRecord | None:
-    row = conn.execute(f"SELECT {_RECORD_COLS} FROM tasks WHERE id = ?", (id,)).fetchone()
+    row = conn.execute(sql.GET, (id,)).fetchone()
     if row is None:
         return None
     return _record_of(row)
 
 
 def _record_of(row: Sequence[Any]) -> TaskRecord:
-    owner, attempt, lease_until, result, reason, created, updated, not_before = row[6:14]
-    return TaskRecord(
-        _task(row),
-        CustodyState(row[5]),
-        owner,
-        attempt,
-        lease_until,
-        result,
-        reason,
-        created,
-        updated,
-        not_before,
-        crash_count=row[14],
-        crashes_alone=row[15],
-        suspect=bool(row[16]),
-    )
+    return record_from_row(row, str)
 
 
 def _require(conn: sqlite3.Connection, id: str) -> TaskRecord:
@@ -1144,35 +648,23 @@ def _require(conn: sqlite3.Connection, id: str) -> TaskRecord:
     return rec
 
 
-def _states(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, CustodyState]:
+def _states(conn: sqlite3.Connection, ids: Sequence[str]) -> Moves:
     """The state of each of ``ids`` that exists."""
-    rows = conn.execute(
-        "SELECT id, state FROM tasks WHERE id IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(ids)),),
-    )
+    rows = conn.execute(sql.STATES, (json.dumps(list(ids)),))
     return {id: CustodyState(state) for id, state in rows}
 
 
-def _redrive(
+def _redrive_rows(
     conn: sqlite3.Connection, ids: Sequence[str], why: str, now: float
-) -> tuple[dict[str, CustodyState], dict[str, CustodyState]]:
+) -> tuple[Moves, Moves]:
     """dead -> pending for those of ``ids`` that are dead: fresh attempts, due now, nothing of
     the dead run kept (owner, lease, stored reply, stall and dead-notice markers, crash counts
     and the suspect mark: the operator vouches for it). Returns
     (moved: id -> dead, seen: every existing id -> its state before)."""
     seen = _states(conn, ids)
-    rows = conn.execute(
-        "UPDATE tasks SET state = 'pending', owner = NULL, attempt = 1, lease_until = NULL, "
-        "not_before = NULL, result = NULL, no_send = 0, dead_reported_at = NULL, "
-        "crash_count = 0, crashes_alone = 0, suspect = 0, reason = ?, updated_at = ? "
-        "WHERE id IN (SELECT value FROM json_each(?)) AND state = 'dead' RETURNING id",
-        (why, now, json.dumps(list(ids))),
-    ).fetchall()
+    rows = conn.execute(sql.REDRIVE, (why, now, json.dumps(list(ids)))).fetchall()
     moved = [r[0] for r in rows]
-    conn.execute(
-        "DELETE FROM stall_notices WHERE id IN (SELECT value FROM json_each(?))",
-        (json.dumps(moved),),
-    )
+    conn.execute(sql.REDRIVE_CLEAR_STALLS, (json.dumps(moved),))
     return dict.fromkeys(moved, CustodyState.DEAD), seen
 
 
@@ -1193,10 +685,63 @@ def _supersede(
     result "superseded by ``newer``" (a running worker's lease is fenced out: ``Superseded``).
     Returns ``(id, newer)`` per task moved."""
     rows = conn.execute(
-        "UPDATE tasks SET state = 'result', result = '', no_send = 1, "
-        "owner = coalesce(owner, ?), lease_until = NULL, reason = ?, updated_at = ? "
-        "WHERE room = ? AND id <> ? AND state IN ('pending', 'assigned', 'claimed') "
-        "AND rowid < (SELECT rowid FROM tasks WHERE id = ?) RETURNING id",
-        (SUPERSEDED_OWNER, superseded_reason(newer), now, room, newer, newer),
+        sql.SUPERSEDE, (SUPERSEDED_OWNER, superseded_reason(newer), now, room, newer, newer)
     ).fetchall()
     return [(r[0], newer) for r in rows]
+
+
+def _pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str) -> PoolView:
+    """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past)."""
+    pending: list[Queued] = []
+    rooms: dict[str, str] = {}
+    ready = json.dumps(ready_pending(conn, at, pending_limit, skip))
+    for id, room, rank, keeper in conn.execute(sql.VIEW_PENDING, (ready,)):
+        pending.append(Queued(id, room, RANK_PRIORITY[rank]))
+        if keeper is not None:
+            rooms[room] = keeper
+    return PoolView(
+        at=at,
+        workers=tuple(_workers(conn)),
+        assigned=tuple(Assignment(*r) for r in conn.execute(sql.VIEW_ASSIGNED)),
+        claims=dict(conn.execute(sql.VIEW_CLAIMS).fetchall()),
+        pending=tuple(pending),
+        rooms=rooms,
+        busy_rooms=frozenset(r[0] for r in conn.execute(sql.VIEW_BUSY_ROOMS)),
+        next_due=_next_due(conn, at),
+    )
+
+
+def _next_due(conn: sqlite3.Connection, now: float) -> float | None:
+    (due,) = conn.execute(sql.NEXT_DUE, (now,)).fetchone()
+    return None if due is None else float(due)
+
+
+def _assign_pairs(
+    conn: sqlite3.Connection, pairs: Sequence[tuple[str, str]], now: float
+) -> set[str]:
+    """Assign each pending ``(id, worker)`` (ids unique) in one statement (a sweep assigns
+    dozens per commit); the ids that moved. A room goes to its last pair's worker."""
+    order = {id: n for n, (id, _) in enumerate(pairs)}
+    rows = conn.execute(sql.ASSIGN_MANY, (now, json.dumps(pairs), now)).fetchall()
+    rows.sort(key=lambda row: order[row[0]])
+    for _, room, worker in rows:
+        if room is not None:
+            _note_room(conn, room, worker, now)
+    return {id for id, _, _ in rows}
+
+
+def _assign_one(conn: sqlite3.Connection, id: str, worker: str, now: float) -> bool:
+    row = conn.execute(sql.ASSIGN, (worker, now, id, now)).fetchone()
+    if row is None:
+        return False
+    if row[0] is not None:
+        _note_room(conn, row[0], worker, now)
+    return True
+
+
+def _note_room(conn: sqlite3.Connection, room: str, worker: str, now: float) -> None:
+    conn.execute(sql.NOTE_ROOM, (room, worker, now))
+
+
+def _workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
+    return [WorkerInfo(*r) for r in conn.execute(sql.WORKERS)]

@@ -1,0 +1,597 @@
+"""One frame for both backends' store methods: check the arguments, run the operation, log.
+
+So a call is checked and logged alike on SQLite and PostgreSQL, and each ``_store.py`` holds its
+operations alone (the ``_name`` methods: SQL and transaction). Reads with nothing to check
+(``workers``, ``counts``) are the backend's own.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Self
+
+import attrs
+
+from ..custody import _log as _clog
+from ..custody._crashes import Expired, ExpiryOutcome, check_max_crashes_alone, expiry_outcome
+from ..custody._rooms import RoomPolicy, check_room_policy, superseded_reason
+from ..custody._rules import (
+    Claim,
+    CustodyState,
+    Result,
+    Task,
+    TaskRecord,
+    body_conflicts,
+    check_claim_limit,
+    check_delivery_lease,
+    check_retry_after,
+    check_task_id,
+    check_worker,
+)
+from ..custody._store import (
+    WORKER_ROLES,
+    JournalEntry,
+    LeaseExpiry,
+    OperatorOutcome,
+    PoolView,
+    StallCandidate,
+    Suspects,
+    WorkerInfo,
+    WorkerRole,
+)
+from ._common import (
+    check_limit,
+    check_permanent,
+    check_reason,
+    complete_args,
+    fence_args,
+    ingest_headers,
+)
+from ._operator import (
+    cancel_outcomes,
+    cancel_reason,
+    check_contains,
+    check_ids,
+    redrive_outcomes,
+    redrive_reason,
+)
+
+Moves = dict[str, CustodyState]
+"""An operator's moves or reads: task id -> the state it left (or was seen in)."""
+
+
+class StoreFrame(abc.ABC):
+    """The public methods of a custody store, each around the backend's ``_name`` operation.
+
+    A backend sets the attributes below and implements every abstract ``_name``; an operation
+    that refuses (a stale lease, a conflict) raises, and nothing is logged."""
+
+    clock: Callable[[], float]
+    lease_s: float
+    max_attempts: int
+    max_body_bytes: int
+    max_crashes_alone: int
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _stored_text(self, text: str) -> str:
+        """A reason as the backend stores it (PostgreSQL's text holds no NUL)."""
+        return text
+
+    def _settled(
+        self, rows: Iterable[Sequence[Any]], now: float, *, restarted: bool
+    ) -> list[tuple[Expired, ExpiryOutcome]]:
+        """Each expired lease read (``id, owner, attempt, lease_until, suspect, crash_count,
+        crashes_alone, last_beat``) with what ``custody._crashes`` decides for it."""
+        settled = []
+        for id, owner, attempt, until, suspect, crashes, alone, beat in rows:
+            e = Expired(id, owner, attempt, until, bool(suspect), crashes, alone, beat)
+            o = expiry_outcome(
+                e,
+                now=now,
+                lease_s=self.lease_s,
+                max_attempts=self.max_attempts,
+                max_crashes_alone=self.max_crashes_alone,
+                restarted=restarted,
+            )
+            settled.append((e, o))
+        return settled
+
+    # -- ingest -------------------------------------------------------------------------------
+
+    async def ingest(self, task: Task, *, room_policy: RoomPolicy = "concurrent") -> bool:
+        [new] = await self.ingest_many([task], room_policy=room_policy)
+        return new
+
+    async def ingest_many(
+        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = "concurrent"
+    ) -> list[bool]:
+        policy = check_room_policy(room_policy)
+        headers = [ingest_headers(task, self.max_body_bytes) for task in tasks]  # all or none
+        if not tasks:
+            return []
+        new, superseded = await self._ingest_many(tasks, headers, policy)
+        _clog.ingested((task.id for task in tasks), new)
+        for id, by in superseded:
+            _clog.moved(id, None, CustodyState.RESULT, reason=superseded_reason(by))
+        return new
+
+    @abc.abstractmethod
+    async def _ingest_many(
+        self, tasks: Sequence[Task], headers: Sequence[str], policy: RoomPolicy
+    ) -> tuple[list[bool], list[tuple[str, str]]]:
+        """(new? per task, (id, newer) per task a ``replace`` superseded)."""
+
+    async def body_conflicts(self, tasks: Sequence[Task]) -> list[bool]:
+        stored = await self._bodies(sorted({t.id for t in tasks})) if tasks else {}
+        return body_conflicts(tasks, stored)
+
+    @abc.abstractmethod
+    async def _bodies(self, ids: Sequence[str]) -> Mapping[str, str]:
+        """The stored body of each of ``ids`` that exists."""
+
+    async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
+        count = await self._prune_delivered(before, check_limit(limit))
+        _clog.pruned(count, before)
+        return count
+
+    @abc.abstractmethod
+    async def _prune_delivered(self, before: float, limit: int) -> int: ...
+
+    async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
+        return await self._prune_tombstones(before, check_limit(limit))
+
+    @abc.abstractmethod
+    async def _prune_tombstones(self, before: float, limit: int) -> int: ...
+
+    # -- lead ---------------------------------------------------------------------------------
+
+    async def pending(self, *, limit: int = 100) -> Sequence[Task]:
+        return await self._pending(check_limit(limit), self.clock())
+
+    @abc.abstractmethod
+    async def _pending(self, limit: int, now: float) -> Sequence[Task]: ...
+
+    async def assign(self, id: str, worker: str) -> None:
+        check_task_id(id)
+        check_worker(worker)
+        await self._assign(id, worker, self.clock())
+        _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
+
+    @abc.abstractmethod
+    async def _assign(self, id: str, worker: str, now: float) -> None:
+        """Raises ``CustodyConflict`` (saying why) unless the task moved."""
+
+    async def unassign(self, id: str, worker: str) -> bool:
+        check_task_id(id)
+        check_worker(worker)
+        done = await self._unassign(id, worker, self.clock())
+        if done:
+            _clog.moved(id, CustodyState.ASSIGNED, CustodyState.PENDING, worker=worker)
+        return done
+
+    @abc.abstractmethod
+    async def _unassign(self, id: str, worker: str, now: float) -> bool: ...
+
+    async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
+        checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
+        if not checked:
+            return []
+        unique, first = first_pairs(checked)
+        moved = await self._assign_many(unique, self.clock())
+        _clog.assigned(unique, moved)
+        return [id in moved and first[id] == n for n, (id, _) in enumerate(checked)]
+
+    @abc.abstractmethod
+    async def _assign_many(self, pairs: Sequence[tuple[str, str]], now: float) -> set[str]:
+        """Assign each ``(id, worker)`` (ids unique) that is pending; the ids that moved."""
+
+    async def return_assignments(self, worker: str) -> Sequence[str]:
+        check_worker(worker)
+        ids = await self._return_assignments(worker, self.clock())
+        _clog.returned(ids, CustodyState.ASSIGNED, worker=worker, why="assignment given back")
+        return ids
+
+    @abc.abstractmethod
+    async def _return_assignments(self, worker: str, now: float) -> list[str]: ...
+
+    async def pool_view(
+        self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
+    ) -> PoolView:
+        check_limit(pending_limit, "pending_limit")
+        if isinstance(skip_rooms, str) or not all(isinstance(r, str) for r in skip_rooms):
+            raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
+        return await self._pool_view(self.clock(), pending_limit, sorted(skip_rooms))
+
+    @abc.abstractmethod
+    async def _pool_view(self, at: float, pending_limit: int, skip: list[str]) -> PoolView: ...
+
+    # -- liveness -----------------------------------------------------------------------------
+
+    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+        check_worker(worker)
+        if role not in WORKER_ROLES:
+            raise ValueError(f"role must be 'lead' or 'worker', got {role!r}")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
+        return await self._beat(worker, role, capacity, self.clock())
+
+    @abc.abstractmethod
+    async def _beat(
+        self, worker: str, role: WorkerRole, capacity: int, now: float
+    ) -> list[WorkerInfo]: ...
+
+    async def remove_worker(self, worker: str) -> bool:
+        return await self._remove_worker(check_worker(worker))
+
+    @abc.abstractmethod
+    async def _remove_worker(self, worker: str) -> bool: ...
+
+    # -- worker -------------------------------------------------------------------------------
+
+    async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
+        claims = await self.claim_many(worker, 1, leaderless=leaderless)
+        return claims[0] if claims else None
+
+    async def claim_many(
+        self, worker: str, limit: int, *, leaderless: bool = False
+    ) -> Sequence[Claim]:
+        check_worker(worker)
+        check_claim_limit(limit)
+        now = self.clock()
+        claims = await self._claim_many(worker, limit, leaderless, now, now + self.lease_s)
+        for claim in claims:
+            _clog.moved(
+                claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
+            )
+        return claims
+
+    @abc.abstractmethod
+    async def _claim_many(
+        self, worker: str, limit: int, leaderless: bool, now: float, until: float
+    ) -> list[Claim]: ...
+
+    async def renew(self, claim: Claim) -> Claim:
+        fence_args(claim)
+        now = self.clock()
+        until = await self._renew(claim, now, now + self.lease_s)
+        return attrs.evolve(claim, lease_until=until)
+
+    @abc.abstractmethod
+    async def _renew(self, claim: Claim, now: float, until: float) -> float:
+        """The lease's new end; raises ``StaleLease`` (``stale_lease``) if fenced out."""
+
+    async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
+        complete_args(claim, body, self.max_body_bytes)
+        check_no_send(no_send)
+        await self._complete(claim, body, no_send, self.clock())
+        _clog.moved(
+            claim.task.id,
+            CustodyState.CLAIMED,
+            CustodyState.RESULT,
+            worker=claim.worker,
+            attempt=claim.attempt,
+        )
+
+    @abc.abstractmethod
+    async def _complete(self, claim: Claim, body: str, no_send: bool, now: float) -> None:
+        """Raises ``StaleLease`` (``stale_lease``) if fenced out."""
+
+    async def complete_many(
+        self, outcomes: Sequence[tuple[Claim, str]], *, no_send: bool = False
+    ) -> list[bool]:
+        check_no_send(no_send)
+        fences = [complete_args(claim, body, self.max_body_bytes) for claim, body in outcomes]
+        if not fences:
+            return []
+        items = [(*fence, body) for fence, (_, body) in zip(fences, outcomes, strict=True)]
+        done = await self._complete_many(items, no_send, self.clock())
+        for (worker, attempt, id, _), moved in zip(items, done, strict=True):
+            if moved:
+                _clog.moved(
+                    id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt
+                )
+        return done
+
+    @abc.abstractmethod
+    async def _complete_many(
+        self, items: Sequence[tuple[str, int, str, str]], no_send: bool, now: float
+    ) -> list[bool]:
+        """Store each ``(worker, attempt, id, body)`` under its fence; True per item stored
+        (a repeat of an item stored earlier in the call is False)."""
+
+    async def fail(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        retry_after: float = 0.0,
+        permanent: bool = False,
+    ) -> CustodyState:
+        fence_args(claim)
+        reason = self._stored_text(check_reason(reason))
+        delay = check_retry_after(retry_after)
+        check_permanent(permanent)
+        now = self.clock()
+        not_before = now + delay if delay > 0 else None
+        dead, why = await self._fail(claim, reason, permanent, not_before, now)
+        target = CustodyState.DEAD if dead else CustodyState.PENDING
+        _clog.moved(
+            claim.task.id,
+            CustodyState.CLAIMED,
+            target,
+            worker=claim.worker,
+            attempt=claim.attempt,
+            reason=why if not_before is None else f"{why}; retry in {delay:.3f}s",
+            level=None if dead else logging.WARNING,
+        )
+        return target
+
+    @abc.abstractmethod
+    async def _fail(
+        self, claim: Claim, reason: str, permanent: bool, not_before: float | None, now: float
+    ) -> tuple[bool, str]:
+        """(dead?, the reason stored) by ``fail_outcome``, read under the fence in the same
+        transaction; raises ``StaleLease`` (``stale_lease``) if fenced out."""
+
+    async def release(self, claim: Claim) -> None:
+        fence_args(claim)
+        await self._release(claim, self.clock())
+        _clog.moved(
+            claim.task.id,
+            CustodyState.CLAIMED,
+            CustodyState.PENDING,
+            worker=claim.worker,
+            reason="released unfinished",
+        )
+
+    @abc.abstractmethod
+    async def _release(self, claim: Claim, now: float) -> None:
+        """Raises ``StaleLease`` (``stale_lease``) if fenced out."""
+
+    async def recover_claims(self, worker: str) -> Sequence[LeaseExpiry]:
+        check_worker(worker)
+        expiries = await self._recover_claims(worker, self.clock())
+        _clog.expired(expiries)
+        return expiries
+
+    @abc.abstractmethod
+    async def _recover_claims(self, worker: str, now: float) -> list[LeaseExpiry]: ...
+
+    # -- stall notices ------------------------------------------------------------------------
+
+    async def stall_candidates(
+        self, older_than: float, *, worker: str | None = None, limit: int = 1000
+    ) -> Sequence[StallCandidate]:
+        check_limit(limit)
+        if worker is not None:
+            check_worker(worker)
+        return await self._stall_candidates(older_than, worker, limit)
+
+    @abc.abstractmethod
+    async def _stall_candidates(
+        self, older_than: float, worker: str | None, limit: int
+    ) -> list[StallCandidate]: ...
+
+    async def mark_stall_notified(self, id: str) -> bool:
+        return await self._mark_stall_notified(check_task_id(id), self.clock())
+
+    @abc.abstractmethod
+    async def _mark_stall_notified(self, id: str, now: float) -> bool: ...
+
+    async def clear_stall_notice(self, id: str) -> None:
+        await self._clear_stall_notice(check_task_id(id))
+
+    @abc.abstractmethod
+    async def _clear_stall_notice(self, id: str) -> None: ...
+
+    async def prune_stall_notices(self, *, limit: int = 10_000) -> int:
+        return await self._prune_stall_notices(check_limit(limit))
+
+    @abc.abstractmethod
+    async def _prune_stall_notices(self, limit: int) -> int: ...
+
+    # -- reconciler ---------------------------------------------------------------------------
+
+    async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
+        expiries = await self._expire_leases(check_limit(limit), self.clock())
+        _clog.expired(expiries)
+        return expiries
+
+    @abc.abstractmethod
+    async def _expire_leases(self, limit: int, now: float) -> list[LeaseExpiry]: ...
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    async def ready_results(
+        self, *, limit: int = 100, holder: str | None = None, lease_s: float | None = None
+    ) -> Sequence[Result]:
+        check_limit(limit)
+        lease = check_delivery_lease(holder, lease_s)
+        return await self._ready_results(limit, lease)
+
+    @abc.abstractmethod
+    async def _ready_results(self, limit: int, lease: tuple[str, float] | None) -> list[Result]: ...
+
+    async def mark_delivered(self, id: str) -> None:
+        check_task_id(id)
+        if await self._mark_delivered(id, self.clock()):
+            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+
+    @abc.abstractmethod
+    async def _mark_delivered(self, id: str, now: float) -> bool:
+        """True if it moved, False if already delivered; else raises ``CustodyConflict``."""
+
+    async def mark_delivered_many(self, ids: Sequence[str]) -> list[bool]:
+        checked = [check_task_id(id) for id in ids]
+        if not checked:
+            return []
+        done, moved = await self._mark_delivered_many(checked, self.clock())
+        for id in moved:
+            _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
+        return done
+
+    @abc.abstractmethod
+    async def _mark_delivered_many(
+        self, ids: Sequence[str], now: float
+    ) -> tuple[list[bool], list[str]]:
+        """(delivered now? per id, the ids this call moved)."""
+
+    async def dead_letter(self, id: str, reason: str) -> None:
+        check_task_id(id)
+        reason = self._stored_text(check_reason(reason))
+        moved, source = await self._dead_letter(id, reason, self.clock())
+        if moved:
+            _clog.moved(id, source, CustodyState.DEAD, reason=reason)
+
+    @abc.abstractmethod
+    async def _dead_letter(
+        self, id: str, reason: str, now: float
+    ) -> tuple[bool, CustodyState | None]:
+        """(moved?, the state it left if known); raises ``CustodyConflict`` unless it moved
+        or was dead already."""
+
+    # -- dead-letter notices ------------------------------------------------------------------
+
+    async def unreported_dead(self, *, limit: int = 100) -> Sequence[TaskRecord]:
+        return await self._unreported_dead(check_limit(limit))
+
+    @abc.abstractmethod
+    async def _unreported_dead(self, limit: int) -> list[TaskRecord]: ...
+
+    async def mark_dead_reported(self, ids: Sequence[str]) -> list[bool]:
+        checked = [check_task_id(id) for id in ids]
+        if not checked:
+            return []
+        return await self._mark_dead_reported(checked, self.clock())
+
+    @abc.abstractmethod
+    async def _mark_dead_reported(self, ids: Sequence[str], now: float) -> list[bool]: ...
+
+    # -- operator -----------------------------------------------------------------------------
+
+    async def redrive(
+        self, ids: Sequence[str], *, reason: str | None = None
+    ) -> Sequence[OperatorOutcome]:
+        checked = check_ids(ids)
+        why = self._stored_text(redrive_reason(reason))
+        moved, seen = await self._redrive(checked, why, self.clock())
+        for id in moved:
+            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
+        return redrive_outcomes(checked, moved, seen)
+
+    @abc.abstractmethod
+    async def _redrive(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
+        """dead -> pending for those of ``ids`` that are dead: (moved, seen)."""
+
+    async def redrive_dead(
+        self,
+        *,
+        reason_contains: str | None = None,
+        reason: str | None = None,
+        limit: int = 10_000,
+    ) -> Sequence[OperatorOutcome]:
+        text = check_contains(reason_contains)
+        check_limit(limit)
+        why = self._stored_text(redrive_reason(reason))
+        ids, moved, seen = await self._redrive_dead(text, limit, why, self.clock())
+        for id in moved:
+            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
+        return redrive_outcomes(ids, moved, seen)
+
+    @abc.abstractmethod
+    async def _redrive_dead(
+        self, text: str | None, limit: int, why: str, now: float
+    ) -> tuple[list[str], Moves, Moves]:
+        """Re-drive the first ``limit`` dead tasks whose reason holds ``text``: (their ids,
+        moved, seen)."""
+
+    async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:
+        checked = check_ids(ids)
+        why = self._stored_text(cancel_reason(reason))
+        moved, seen = await self._cancel(checked, why, self.clock())
+        for id, source in moved.items():
+            _clog.moved(id, source, CustodyState.DEAD, reason=why)
+        return cancel_outcomes(checked, moved, seen)
+
+    @abc.abstractmethod
+    async def _cancel(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
+        """pending, assigned or claimed -> dead: (moved, seen)."""
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def state(self, id: str) -> CustodyState | None:
+        return await self._state(check_task_id(id))
+
+    @abc.abstractmethod
+    async def _state(self, id: str) -> CustodyState | None: ...
+
+    async def get(self, id: str) -> TaskRecord | None:
+        return await self._get(check_task_id(id))
+
+    @abc.abstractmethod
+    async def _get(self, id: str) -> TaskRecord | None: ...
+
+    async def records(
+        self, state: CustodyState, *, limit: int = 20, newest_first: bool = False
+    ) -> Sequence[TaskRecord]:
+        return await self._records(CustodyState(state), check_limit(limit), newest_first)
+
+    @abc.abstractmethod
+    async def _records(
+        self, state: CustodyState, limit: int, newest_first: bool
+    ) -> list[TaskRecord]: ...
+
+    async def journal(self, id: str) -> Sequence[JournalEntry]:
+        return await self._journal(check_task_id(id))
+
+    @abc.abstractmethod
+    async def _journal(self, id: str) -> list[JournalEntry]: ...
+
+    async def suspects(self, *, limit: int = 100) -> Suspects:
+        return await self._suspects(check_limit(limit))
+
+    @abc.abstractmethod
+    async def _suspects(self, limit: int) -> Suspects: ...
+
+
+def lease_expiry(e: Expired, o: ExpiryOutcome, now: float) -> LeaseExpiry:
+    """What a settled lease reports (``StoreFrame._settled``)."""
+    return LeaseExpiry(e.id, e.owner, e.attempt, e.lease_until, now, o.state, o.reason, o.crash)
+
+
+def check_settings(
+    lease_s: float, max_attempts: int, max_body_bytes: int, max_crashes_alone: int
+) -> None:
+    """What every backend's ``open`` checks first."""
+    if not lease_s > 0:
+        raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
+    check_limit(max_attempts, "max_attempts")
+    check_limit(max_body_bytes, "max_body_bytes")
+    check_max_crashes_alone(max_crashes_alone)
+
+
+def check_no_send(no_send: object) -> bool:
+    if not isinstance(no_send, bool):
+        raise TypeError(f"no_send must be a bool, got {type(no_send).__name__}")
+    return no_send
+
+
+def first_pairs(
+    pairs: Sequence[tuple[str, str]],
+) -> tuple[list[tuple[str, str]], dict[str, int]]:
+    """The first pair of each id, in order, and each id's index in ``pairs``: a repeated id's
+    first pair decides, later ones answer False."""
+    first: dict[str, int] = {}
+    for n, (id, _) in enumerate(pairs):
+        first.setdefault(id, n)
+    return [pairs[n] for n in sorted(first.values())], first

@@ -1,0 +1,322 @@
+"""Every SQL statement of ``SqliteStore`` except the ready read's (``_ready``).
+
+``_store.py`` says what a move checks and returns, this file how SQLite does it: one
+``UPDATE ... WHERE`` per transition with the fence in the ``WHERE``, so it moves the task or
+changes nothing. The custody predicate comes from ``stores._common.IN_CUSTODY_SQL``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .._common import IN_CUSTODY_SQL
+from .._operator import CANCELLABLE_SQL
+from .._rooms_sql import room_busy, room_gate
+
+TASK_COLS: Final = "id, body, room, priority, headers"
+RECORD_COLS: Final = (
+    f"{TASK_COLS}, state, owner, attempt, lease_until, result, reason, created_at, updated_at, "
+    "not_before, crash_count, crashes_alone, suspect"
+)
+FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND attempt = ? AND lease_until > ?"
+FENCE_NAMED: Final = (
+    "id = :id AND state = 'claimed' AND owner = :worker AND attempt = :attempt "
+    "AND lease_until > :now"
+)
+DUE: Final = "(not_before IS NULL OR not_before <= ?)"
+"""A pending task that is not waiting out a retry backoff (the parameter: now)."""
+ROOM_GATE: Final = room_gate("t", "tasks", "rowid", "o.no_send = 0")
+"""May candidate ``t`` run now, by its room's policy: the lead plans only with those."""
+IDS: Final = "(SELECT value FROM json_each(?))"
+"""The ids of a JSON list parameter."""
+
+# -- the pending queue: two partial indexes (migration 10), each walked in order --------------
+
+FREE: Final = "state = 'pending' AND (room IS NULL OR room_policy = 'concurrent')"
+"""A pending task no room's order holds back (``tasks_pending_free``'s predicate, word for
+word, so the planner walks that index)."""
+ORDERED: Final = "state = 'pending' AND room IS NOT NULL AND room_policy <> 'concurrent'"
+"""A pending task of an ordered room (``tasks_pending_ordered``'s predicate, word for word)."""
+
+
+def merged(first: str, second: str, limit: str) -> str:
+    """The first ``limit`` rows of two queries of ``(priority, rowid)``, each in that order,
+    merged in that order (each query walks its own index and stops at its own limit)."""
+    return f"SELECT * FROM ({first}) UNION ALL SELECT * FROM ({second}) ORDER BY 1, 2 LIMIT {limit}"
+
+
+def pending_in_order(limit: str, where: str = "") -> str:
+    """A query of the rowids of the first ``limit`` (an SQL expression) pending tasks that
+    also meet ``where`` (``AND ...`` on the task's columns), by priority then age: the two
+    pending queues, each walked in its own index, merged."""
+    free, ordered = (
+        f"SELECT priority, rowid FROM tasks WHERE {queue} {where} "
+        f"ORDER BY priority, rowid LIMIT {limit}"
+        for queue in (FREE, ORDERED)
+    )
+    return f"SELECT rowid FROM ({merged(free, ordered, limit)})"
+
+
+PENDING: Final = (
+    f"SELECT {TASK_COLS} FROM tasks WHERE rowid IN ("
+    + pending_in_order(":limit", "AND (not_before IS NULL OR not_before <= :now) AND suspect = 0")
+    + ") ORDER BY priority, rowid"
+)
+
+# -- ingest and retention -----------------------------------------------------------------------
+
+INGEST: Final = (
+    f"INSERT INTO tasks ({TASK_COLS}, state, attempt, created_at, "
+    "updated_at, room_policy) SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ? "
+    "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+SUPERSEDE: Final = (
+    "UPDATE tasks SET state = 'result', result = '', no_send = 1, "
+    "owner = coalesce(owner, ?), lease_until = NULL, reason = ?, updated_at = ? "
+    "WHERE room = ? AND id <> ? AND state IN ('pending', 'assigned', 'claimed') "
+    "AND rowid < (SELECT rowid FROM tasks WHERE id = ?) RETURNING id"
+)
+BODIES: Final = f"SELECT id, body FROM tasks WHERE id IN {IDS}"
+PRUNE: Final = (
+    "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks "
+    "WHERE state = 'delivered' AND updated_at < ? LIMIT ?) RETURNING id, updated_at"
+)
+TOMBSTONE: Final = (
+    "INSERT INTO tombstones (id, delivered_at) VALUES (?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET delivered_at = excluded.delivered_at"
+)
+PRUNE_TOMBSTONES: Final = (
+    "DELETE FROM tombstones WHERE id IN (SELECT id FROM tombstones "
+    "WHERE delivered_at < ? ORDER BY delivered_at LIMIT ?)"
+)
+
+# -- lead -----------------------------------------------------------------------------------------
+
+ASSIGN: Final = (
+    "UPDATE tasks SET state = 'assigned', owner = ?, not_before = NULL, updated_at = ? "
+    f"WHERE id = ? AND state = 'pending' AND {DUE} AND suspect = 0 RETURNING room"
+)
+ASSIGN_MANY: Final = (
+    "UPDATE tasks SET state = 'assigned', owner = v.worker, not_before = NULL, "
+    "updated_at = ? "
+    "FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS worker "
+    "FROM json_each(?)) AS v "
+    "WHERE tasks.id = v.id AND tasks.state = 'pending' AND tasks.suspect = 0 "
+    "AND (tasks.not_before IS NULL OR tasks.not_before <= ?) "
+    "RETURNING tasks.id, tasks.room, tasks.owner"
+)
+NOTE_ROOM: Final = (
+    "INSERT INTO rooms (room, worker, at) VALUES (?, ?, ?) "
+    "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at"
+)
+UNASSIGN: Final = (
+    "UPDATE tasks SET state = 'pending', owner = NULL, updated_at = ? "
+    "WHERE id = ? AND state = 'assigned' AND owner = ?"
+)
+RETURN_ASSIGNMENTS: Final = (
+    "UPDATE tasks SET state = 'pending', owner = NULL, updated_at = ? "
+    "WHERE state = 'assigned' AND owner = ? RETURNING id"
+)
+VIEW_PENDING: Final = (
+    "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
+    "LEFT JOIN rooms r ON r.room = t.room "
+    f"WHERE t.rowid IN {IDS} ORDER BY t.priority, t.rowid"
+)
+VIEW_ASSIGNED: Final = (
+    "SELECT id, owner, room, updated_at FROM tasks "
+    "WHERE state = 'assigned' ORDER BY updated_at, rowid"
+)
+VIEW_CLAIMS: Final = "SELECT owner, count(*) FROM tasks WHERE state = 'claimed' GROUP BY owner"
+VIEW_BUSY_ROOMS: Final = room_busy("tasks")
+NEXT_DUE: Final = "SELECT min(not_before) FROM tasks WHERE state = 'pending' AND not_before > ?"
+"""The earliest not-before still ahead of now (the ``tasks_waiting`` index)."""
+
+# -- liveness -------------------------------------------------------------------------------------
+
+BEAT: Final = (
+    "INSERT INTO workers (name, role, capacity, last_beat, started_at) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+    "role = excluded.role, capacity = excluded.capacity, "
+    "last_beat = excluded.last_beat"
+)
+WORKERS: Final = "SELECT name, role, capacity, last_beat, started_at FROM workers ORDER BY name"
+REMOVE_WORKER: Final = "DELETE FROM workers WHERE name = ?"
+
+# -- worker ---------------------------------------------------------------------------------------
+
+CLAIM_ASSIGNED: Final = (
+    "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
+    "updated_at = ? WHERE rowid IN (SELECT t.rowid FROM tasks t "
+    "WHERE t.state = 'assigned' AND t.owner = ? AND t.suspect = 0 "
+    f"AND {ROOM_GATE} "
+    "ORDER BY t.priority, t.rowid LIMIT ?) "
+    f"RETURNING {TASK_COLS}, attempt, rowid"
+)
+
+
+def claim_ready(count: int) -> str:
+    """Claim the ``count`` ready pending tasks whose rowids follow the lease's parameters."""
+    return (
+        "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
+        "not_before = NULL, updated_at = ? "
+        f"WHERE rowid IN ({', '.join('?' * count)}) "
+        f"RETURNING {TASK_COLS}, attempt, rowid"
+    )
+
+
+RENEW: Final = (
+    "UPDATE tasks SET lease_until = max(lease_until, ?), updated_at = ? "
+    f"WHERE {FENCE} RETURNING lease_until"
+)
+COMPLETE: Final = (
+    "UPDATE tasks SET state = 'result', result = ?, no_send = ?, lease_until = NULL, "
+    f"suspect = 0, updated_at = ? WHERE {FENCE}"
+)
+FENCED_CRASH_COUNT: Final = f"SELECT crash_count FROM tasks WHERE {FENCE_NAMED}"
+_FAILED: Final = f", suspect = 0, reason = :reason, updated_at = :now WHERE {FENCE_NAMED}"
+FAIL_DEAD: Final = f"UPDATE tasks SET state = 'dead', lease_until = NULL{_FAILED}"
+FAIL_REPOOL: Final = (
+    "UPDATE tasks SET state = 'pending', owner = NULL, lease_until = NULL, "
+    f"attempt = attempt + 1, not_before = :not_before{_FAILED}"
+)
+RELEASE: Final = (
+    "UPDATE tasks SET state = 'pending', owner = NULL, lease_until = NULL, "
+    f"updated_at = ? WHERE {FENCE}"
+)
+
+# -- crashes and suspects (custody._crashes): named parameters :worker, :prefix, :now, :until ---
+
+_DUE_T: Final = "(t.not_before IS NULL OR t.not_before <= :now)"
+_IN_PROCESS: Final = (
+    "(c.owner = :worker OR (:prefix IS NOT NULL AND substr(c.owner, 1, length(:prefix)) = :prefix))"
+)
+_SUSPECT_READY: Final = f"t.state = 'pending' AND t.suspect = 1 AND {_DUE_T} AND {ROOM_GATE}"
+SUSPECT_FLAGS: Final = (
+    "SELECT EXISTS (SELECT 1 FROM tasks c WHERE c.suspect = 1 AND c.state = 'claimed' "
+    f"AND {_IN_PROCESS}), "
+    "EXISTS (SELECT 1 FROM tasks c WHERE c.suspect = 1 AND c.state = 'claimed'), "
+    f"EXISTS (SELECT 1 FROM tasks t WHERE {_SUSPECT_READY}), "
+    "EXISTS (SELECT 1 FROM tasks a WHERE a.state = 'assigned' AND a.owner = :worker)"
+)
+"""A suspect claimed in the worker's process; one claimed anywhere; one waiting to run; an
+assignment of the worker's (none: its claim skips the UPDATE of its assignments)."""
+PROCESS_BUSY: Final = (
+    f"SELECT EXISTS (SELECT 1 FROM tasks c WHERE c.state = 'claimed' AND {_IN_PROCESS})"
+)
+CLAIM_SUSPECT: Final = (
+    "UPDATE tasks SET state = 'claimed', owner = :worker, lease_until = :until, "
+    "not_before = NULL, updated_at = :now WHERE rowid = (SELECT t.rowid FROM tasks t "
+    f"WHERE {_SUSPECT_READY} "
+    "ORDER BY t.crashes_alone DESC, t.crash_count DESC, t.priority, t.rowid LIMIT 1) "
+    "RETURNING id, body, room, priority, headers, attempt, rowid"
+)
+"""The next suspect, most crashed first (a poison task is convicted right after a restart)."""
+_EXPIRED_SELECT: Final = (
+    "SELECT t.id, t.owner, t.attempt, t.lease_until, t.suspect, t.crash_count, "
+    "t.crashes_alone, w.last_beat FROM tasks t LEFT JOIN workers w ON w.name = t.owner"
+)
+"""An expired lease's evidence for ``custody._crashes.Expired``."""
+EXPIRED_CLAIMS: Final = (
+    f"{_EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.lease_until <= ? "
+    "ORDER BY t.lease_until, t.rowid LIMIT ?"
+)
+CLAIMS_OF: Final = f"{_EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.owner = ? ORDER BY t.rowid"
+SETTLE_EXPIRED: Final = (
+    "UPDATE tasks SET state = :state, "
+    "owner = CASE WHEN :state = 'dead' THEN owner END, attempt = :attempt, "
+    "crash_count = :crashes, crashes_alone = :alone, suspect = :suspect, "
+    "reason = :reason, lease_until = NULL, updated_at = :now "
+    "WHERE id = :id AND state = 'claimed' AND owner = :owner AND attempt = :was"
+)
+
+# -- stall notices --------------------------------------------------------------------------------
+
+STALL_CANDIDATES: Final = (
+    "SELECT t.id, t.room, t.owner, t.created_at FROM tasks t "
+    "WHERE t.state = 'claimed' AND t.created_at <= ? AND (? IS NULL OR t.owner = ?) "
+    "AND NOT EXISTS (SELECT 1 FROM stall_notices s WHERE s.id = t.id) "
+    "ORDER BY t.created_at, t.rowid LIMIT ?"
+)
+MARK_STALL_NOTIFIED: Final = (
+    "INSERT INTO stall_notices (id, notified_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
+)
+CLEAR_STALL_NOTICE: Final = "DELETE FROM stall_notices WHERE id = ?"
+PRUNE_STALL_NOTICES: Final = (
+    "DELETE FROM stall_notices WHERE id IN (SELECT s.id FROM stall_notices s "
+    "LEFT JOIN tasks t ON t.id = s.id "
+    f"WHERE t.id IS NULL OR t.state NOT IN ({IN_CUSTODY_SQL}) LIMIT ?)"
+)
+
+# -- delivery and dead letters --------------------------------------------------------------------
+
+READY: Final = (
+    f"SELECT {TASK_COLS}, result, owner, attempt, no_send FROM tasks "
+    "WHERE state = 'result' ORDER BY priority, rowid LIMIT ?"
+)
+DELIVER: Final = (
+    "UPDATE tasks SET state = 'delivered', updated_at = ? WHERE id = ? AND state = 'result'"
+)
+STATE: Final = "SELECT state FROM tasks WHERE id = ?"
+DEAD_LETTER: Final = (
+    "UPDATE tasks SET state = 'dead', lease_until = NULL, not_before = NULL, "
+    f"reason = ?, updated_at = ? WHERE id = ? AND state IN ({IN_CUSTODY_SQL})"
+)
+UNREPORTED_DEAD: Final = (
+    f"SELECT {RECORD_COLS} FROM tasks INDEXED BY tasks_dead_unreported "
+    "WHERE state = 'dead' AND dead_reported_at IS NULL "
+    "ORDER BY updated_at, rowid LIMIT ?"
+)
+MARK_DEAD_REPORTED: Final = (
+    "UPDATE tasks SET dead_reported_at = ? "
+    "WHERE id = ? AND state = 'dead' AND dead_reported_at IS NULL"
+)
+DEAD_REPORTED: Final = (
+    "SELECT 1 FROM tasks WHERE id = ? AND state = 'dead' AND dead_reported_at IS NOT NULL"
+)
+UNREPORTED_DEAD_COUNT: Final = (
+    "SELECT count(*) FROM tasks WHERE state = 'dead' AND dead_reported_at IS NULL"
+)
+
+# -- operator -------------------------------------------------------------------------------------
+
+STATES: Final = f"SELECT id, state FROM tasks WHERE id IN {IDS}"
+REDRIVE: Final = (
+    "UPDATE tasks SET state = 'pending', owner = NULL, attempt = 1, lease_until = NULL, "
+    "not_before = NULL, result = NULL, no_send = 0, dead_reported_at = NULL, "
+    "crash_count = 0, crashes_alone = 0, suspect = 0, reason = ?, updated_at = ? "
+    f"WHERE id IN {IDS} AND state = 'dead' RETURNING id"
+)
+REDRIVE_CLEAR_STALLS: Final = f"DELETE FROM stall_notices WHERE id IN {IDS}"
+DEAD_MATCHING: Final = (
+    "SELECT id FROM tasks WHERE state = 'dead' "
+    "AND (?1 IS NULL OR instr(reason, ?1) > 0) ORDER BY updated_at, rowid LIMIT ?2"
+)
+CANCEL: Final = (
+    "UPDATE tasks SET state = 'dead', lease_until = NULL, not_before = NULL, "
+    "suspect = 0, reason = ?, updated_at = ? "
+    f"WHERE id IN {IDS} "
+    f"AND state IN ({CANCELLABLE_SQL}) RETURNING id"
+)
+
+# -- reads ----------------------------------------------------------------------------------------
+
+GET: Final = f"SELECT {RECORD_COLS} FROM tasks WHERE id = ?"
+COUNTS: Final = "SELECT state, count(*) FROM tasks GROUP BY state"
+IN_FLIGHT: Final = f"SELECT id FROM tasks WHERE state IN ({IN_CUSTODY_SQL}) ORDER BY rowid"
+RECORDS_OLDEST: Final = (
+    f"SELECT {RECORD_COLS} FROM tasks WHERE state = ? ORDER BY rowid ASC LIMIT ?"
+)
+RECORDS_NEWEST: Final = (
+    f"SELECT {RECORD_COLS} FROM tasks WHERE state = ? ORDER BY rowid DESC LIMIT ?"
+)
+WAITING_RETRIES: Final = "SELECT count(*) FROM tasks WHERE state = 'pending' AND not_before > ?"
+JOURNAL: Final = (
+    "SELECT at, src, dst, worker, attempt, reason, actor FROM journal WHERE id = ? ORDER BY seq"
+)
+_SUSPECT_CUSTODY: Final = f"suspect = 1 AND state IN ({IN_CUSTODY_SQL})"
+SUSPECTS_COUNT: Final = f"SELECT count(*) FROM tasks WHERE {_SUSPECT_CUSTODY}"
+SUSPECTS: Final = (
+    f"SELECT {RECORD_COLS} FROM tasks WHERE {_SUSPECT_CUSTODY} "
+    "ORDER BY crashes_alone DESC, crash_count DESC, rowid LIMIT ?"
+)
