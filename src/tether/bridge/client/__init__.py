@@ -4,13 +4,13 @@
   them from here, so the two ends can never drift).
 - ``_messages``: the records on the wire and their strict parsers.
 - ``_client``: :class:`GatewayClient` (httpx on Trio), where a reply is posted.
-- ``_backoff``: retry schedule for a remote that is down; ``_status_file``: the client's health.
+- ``_status_file``: the client's health. Its retry schedule is the runtime's ``Backoff``.
 """
 
+from ..._backoff import Backoff as Backoff
 from ..._protocol._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ..._protocol._messages import GatewayTask as GatewayTask
 from ..._protocol._messages import ResultReceipt as ResultReceipt
-from ._backoff import Backoff as Backoff
 from ._client import GatewayAuthError as GatewayAuthError
 from ._client import GatewayClient as GatewayClient
 from ._client import GatewayError as GatewayError

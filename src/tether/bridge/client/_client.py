@@ -18,7 +18,7 @@ What it promises its caller:
 
 Size (over ~600 lines on purpose): one class, one method per protocol request, all sharing
 the retry loop, the auth re-read and the optional-endpoint fallbacks below; the records and
-limits it speaks are in ``_messages`` and ``_limits``, its backoff in ``_backoff`` and its
+limits it speaks are in ``_messages`` and ``_limits``, its backoff in ``tether._backoff`` and its
 health file in ``_status_file``.
 """
 
@@ -39,6 +39,7 @@ import attrs
 import httpx
 import trio
 
+from ..._backoff import Backoff
 from ..._plumbing._converter import unstructure
 from ..._plumbing._json import loads_strict
 from ..._plumbing._redact import redact_url
@@ -68,7 +69,6 @@ from ..._protocol._messages import (
     parse_result,
 )
 from ..._protocol._progress import ProgressRequest, fit_progress
-from ._backoff import Backoff
 from ._status_file import ConnectionStatus, StatusFile, utc_now_iso
 
 log = logging.getLogger("tether.bridge.gateway")
@@ -187,7 +187,12 @@ class GatewayClient:
         check_label(self.client_name, "client name")
         if not 0 <= self.poll_wait <= 300:
             raise ValueError(f"poll_wait must be within 0-300 seconds, got {self.poll_wait}")
-        Backoff(self.backoff_initial, self.backoff_maximum)  # validates the bounds
+        if not 0 < self.backoff_initial <= self.backoff_maximum:
+            # a zero first delay would retry a down gateway in a hot loop
+            raise ValueError(
+                f"backoff needs 0 < initial <= maximum, got {self.backoff_initial} "
+                f"and {self.backoff_maximum}"
+            )
         if not 0 < self.release_timeout <= 60:
             raise ValueError(
                 f"release_timeout must be within 0-60 seconds (> 0), got {self.release_timeout}"
