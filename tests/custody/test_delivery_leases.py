@@ -16,8 +16,10 @@ import psycopg
 import pytest
 import trio
 
-from support.custody import LEASE_S, FakeClock, drive_to
-from support.service import GatewayHandle, LiveGateway, gateway_client, wait_until
+from support.clock import FakeClock
+from support.custody import LEASE_S, drive_to
+from support.service import GatewayHandle, LiveGateway, gateway_client
+from support.waiting import wait_until
 from tether.bridge import (
     CustodyState,
     GatewayClient,
@@ -246,7 +248,7 @@ async def test_two_deliveries_racing_for_every_result_post_each_reply_once(
         async def all_delivered() -> bool:
             return (await a.counts())[S.DELIVERED] == n
 
-        await wait_until(all_delivered, limit_s=30)
+        await wait_until(all_delivered, within=30)
         for delivery in deliveries:
             delivery.request_stop()
     stats = await gateway.stats()

@@ -42,7 +42,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from support.custody import LEASE_S, MAX_ATTEMPTS, Backend, FakeClock
+from support.clock import FakeClock
+from support.custody import LEASE_S, MAX_ATTEMPTS, Backend
 from tether.bridge import (
     Claim,
     CustodyConflict,

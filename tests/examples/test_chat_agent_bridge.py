@@ -16,13 +16,8 @@ import httpx
 import pytest
 import trio
 
-from support.service import (
-    BRIDGE_COMMAND,
-    GatewayHandle,
-    LiveGateway,
-    bridge_env,
-    wait_until,
-)
+from support.service import BRIDGE_COMMAND, GatewayHandle, LiveGateway, bridge_env
+from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, write_token
 
 from ._fake_model import KEY, FakeModel, fake_model
@@ -126,7 +121,7 @@ async def message_where(
         view = await gateway.message(task_id)
         return bool(check(view))
 
-    await wait_until(holds, limit_s=limit_s, step=0.05)
+    await wait_until(holds, within=limit_s, step=0.05)
     return view
 
 
@@ -157,7 +152,7 @@ async def test_tokens_show_as_progress_a_429_waits_retry_after_a_400_is_dead(
                     record = await store.get(busy)
                     return record is not None and record.attempt >= 2
 
-                await wait_until(retried, limit_s=30, step=0.01)
+                await wait_until(retried, within=30, step=0.01)
                 answered = await message_where(gateway, busy, lambda v: v["status"] == "answered")
                 assert answered["reply"] == "you said: busy once"
                 closed = await message_where(gateway, bad, lambda v: v["status"] == "closed")

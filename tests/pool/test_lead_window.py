@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from support.pool import FakeClock
+from support.clock import FakeClock
 from tether.bridge import Decide, PoolLead, PoolView, SqliteStore, Task
 from tether.bridge.pool._lead import MIN_WINDOW
 

@@ -21,8 +21,8 @@ from support.service import (
     answered_count,
     bridge_env,
     submit_many,
-    wait_until,
 )
+from support.waiting import wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import (
     BridgeService,
@@ -74,13 +74,13 @@ async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
             async def all_answered() -> bool:
                 return await answered_count(gateway) >= len(ids)
 
-            await wait_until(all_answered, limit_s=20)
+            await wait_until(all_answered, within=20)
 
             async def delivered_all() -> bool:
                 counts = await store.counts()
                 return sum(counts.values()) == counts[CustodyState.DELIVERED] == len(ids)
 
-            await wait_until(delivered_all, limit_s=10)
+            await wait_until(delivered_all, within=10)
 
             health = await admin.get("/healthz", headers=headers)
             assert health.status_code == 200, health.json()
@@ -165,7 +165,7 @@ async def test_bridge_process_admin_endpoint_json_logs_and_sigusr1(
         async def admin_announced() -> bool:
             return "admin endpoint http://" in log_path.read_text()
 
-        await wait_until(admin_announced, limit_s=20, step=0.05)
+        await wait_until(admin_announced, within=20, step=0.05)
         [line] = [ln for ln in log_path.read_text().splitlines() if "admin endpoint http" in ln]
         url = line.split()[4]
         token = admin_token_file.read_text().strip()
@@ -181,14 +181,14 @@ async def test_bridge_process_admin_endpoint_json_logs_and_sigusr1(
                     ("tether_deliveries_total", ())
                 ) == len(ids)
 
-            await wait_until(healthy_and_done, limit_s=20, step=0.1)
+            await wait_until(healthy_and_done, within=20, step=0.1)
 
         process.send_signal(signal.SIGUSR1)
 
         async def dumped() -> bool:
             return '"logger": "tether.tasks"' in log_path.read_text()
 
-        await wait_until(dumped, limit_s=10, step=0.05)
+        await wait_until(dumped, within=10, step=0.05)
         process.send_signal(signal.SIGTERM)
         with trio.fail_after(30):
             assert await process.wait() == 0

@@ -13,14 +13,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.service import (
-    BridgeProcess,
-    GatewayHandle,
-    answered_count,
-    store_status,
-    submit_many,
-    wait_until,
-)
+from support.service import BridgeProcess, GatewayHandle, answered_count, store_status, submit_many
+from support.waiting import wait_until
 from tether.bridge import write_token
 
 pytestmark = pytest.mark.slow
@@ -32,11 +26,11 @@ CHAOS = [*FAST_LEASES, "--room-policy", "concurrent"]
 these bridges live (``test_rooms.py`` holds the room order across restarts)."""
 
 
-async def _all_answered(gateway: GatewayHandle, n: int, limit_s: float) -> None:
+async def _all_answered(gateway: GatewayHandle, n: int, within: float) -> None:
     async def done() -> bool:
         return await answered_count(gateway) >= n
 
-    await wait_until(done, limit_s=limit_s, step=0.1)
+    await wait_until(done, within=within, step=0.1)
 
 
 async def _replies(gateway: GatewayHandle, ids: list[str]) -> dict[str, str | None]:
@@ -83,9 +77,9 @@ async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
         # each kill lands on a running bridge (its first heartbeat follows its start-up), and
         # the first only once replies flow: on a loaded machine a start-up alone can take longer
         # than the random life below, and then no kill would land mid-work
-        await wait_until(_gt(_client_heartbeats, gateway, beats), limit_s=30, step=0.05)
+        await wait_until(_gt(_client_heartbeats, gateway, beats), within=30, step=0.05)
         if n == 0:
-            await wait_until(_gt(answered_count, gateway, 0), limit_s=30, step=0.05)
+            await wait_until(_gt(answered_count, gateway, 0), within=30, step=0.05)
         await trio.sleep(rng.uniform(0.4, 1.6))
         bridge.kill()
         assert await bridge.process.wait() == -signal.SIGKILL
@@ -94,11 +88,11 @@ async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
     print(f"chaos done at {trio.current_time() - started:.1f} s")
     beats_before = await _client_heartbeats(gateway)
     final = await BridgeProcess.start(gateway.url, token_file, store, log, extra=CHAOS)
-    await _all_answered(gateway, len(ids), limit_s=60)
+    await _all_answered(gateway, len(ids), within=60)
     print(f"all answered at {trio.current_time() - started:.1f} s")
     # the work may all be done before the final bridge is even up (a fast chaos phase): stop
     # it only once it runs (its first gateway heartbeat comes after its signal handlers)
-    await wait_until(_gt(_client_heartbeats, gateway, beats_before), limit_s=30, step=0.05)
+    await wait_until(_gt(_client_heartbeats, gateway, beats_before), within=30, step=0.05)
     assert await final.stop() == 0, final.log_tail()
 
     replies = await _replies(gateway, ids)
@@ -125,12 +119,12 @@ async def test_the_gateway_going_down_and_back_up_loses_nothing(
     first = await submit_many(gateway, [f"before {i}" for i in range(100)], "before")
     store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
     bridge = await BridgeProcess.start(gateway.url, token_file, store, log)
-    await _all_answered(gateway, 20, limit_s=30)
+    await _all_answered(gateway, 20, within=30)
     await gateway.live.stop()
     await trio.sleep(1.5)  # the bridge backs off; its workers go on with what they hold
     await gateway.live.start()
     second = await submit_many(gateway, [f"after {i}" for i in range(100)], "after")
-    await _all_answered(gateway, 200, limit_s=40)
+    await _all_answered(gateway, 200, within=40)
     assert await bridge.stop() == 0, bridge.log_tail()
     replies = await _replies(gateway, first + second)
     assert all(reply is not None and reply.startswith("echo: ") for reply in replies.values())
@@ -152,18 +146,18 @@ async def test_an_agent_that_crashes_is_retried_then_dead_lettered_with_its_reas
         agent="service.agent_for_tests:factory",
         extra=["--max-attempts", "2"],
     )
-    await _all_answered(gateway, 45, limit_s=30)
+    await _all_answered(gateway, 45, within=30)
 
     async def crashes_dead() -> bool:
         return bool((await store_status(store))["counts"]["dead"] == 5)
 
-    await wait_until(crashes_dead, limit_s=30, step=0.2)
+    await wait_until(crashes_dead, within=30, step=0.2)
 
     async def crashes_closed_at_the_gateway() -> bool:
         return bool((await gateway.stats())["tasks"]["closed"] == 5)
 
     # each dead letter is reported: its user sees the message closed, with the reason
-    await wait_until(crashes_closed_at_the_gateway, limit_s=30, step=0.2)
+    await wait_until(crashes_closed_at_the_gateway, within=30, step=0.2)
     assert await bridge.stop() == 0, bridge.log_tail()
     status = await store_status(store)
     assert status["dead_unreported"] == 0
@@ -192,7 +186,7 @@ async def test_sigterm_under_load_exits_0_and_loses_nothing(
     store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
     agent = "service.agent_for_tests:factory"
     bridge = await BridgeProcess.start(gateway.url, token_file, store, log, agent=agent)
-    await _all_answered(gateway, 30, limit_s=30)
+    await _all_answered(gateway, 30, within=30)
     assert await bridge.stop(signal.SIGTERM) == 0, bridge.log_tail()
     status = await store_status(store)
     # workers finished or handed back what they held: nothing is left claimed or assigned
@@ -203,7 +197,7 @@ async def test_sigterm_under_load_exits_0_and_loses_nothing(
     assert answered < len(ids)  # the stop really interrupted the load
     # a new bridge takes up the rest: every message answered, none twice
     bridge = await BridgeProcess.start(gateway.url, token_file, store, log, agent=agent)
-    await _all_answered(gateway, len(ids), limit_s=60)
+    await _all_answered(gateway, len(ids), within=60)
     assert await bridge.stop(signal.SIGINT) == 0, bridge.log_tail()
     replies = await _replies(gateway, ids)
     assert all(replies[i] == f"echo: {t}" for i, t in zip(ids, texts, strict=True))
@@ -244,13 +238,13 @@ async def test_a_second_sigterm_stops_at_once_with_the_documented_130_and_keeps_
     async def claimed() -> bool:
         return await trio.to_thread.run_sync(claimed_now)
 
-    await wait_until(claimed, limit_s=30, step=0.1)
+    await wait_until(claimed, within=30, step=0.1)
     bridge.process.send_signal(signal.SIGTERM)  # graceful: the worker waits for its run
 
     async def graceful_stop_began() -> bool:
         return "SIGTERM received: graceful shutdown" in bridge.log_tail()
 
-    await wait_until(graceful_stop_began, limit_s=30)
+    await wait_until(graceful_stop_began, within=30)
     assert await bridge.stop(signal.SIGTERM) == EXIT_INTERRUPTED, bridge.log_tail()
     assert "Traceback" not in bridge.log_tail()
     status = await store_status(store)
@@ -272,7 +266,7 @@ async def test_a_stall_notice_and_heartbeats_reach_the_gateway(
         agent="service.agent_for_tests:factory",
         extra=["--stall-after", "0.5", "--client-name", "stall-bridge"],
     )
-    await _all_answered(gateway, 1, limit_s=30)
+    await _all_answered(gateway, 1, within=30)
     assert await bridge.stop() == 0, bridge.log_tail()
     stats = await gateway.stats()
     assert stats["notices"] == 1

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from support.service import GatewayHandle, admin_bridge_config, submit_many, wait_until
+from support.service import GatewayHandle, admin_bridge_config, submit_many
+from support.waiting import wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import BridgeService, CustodyState, SqliteStore
 
@@ -33,7 +34,7 @@ async def test_each_task_is_timed_once_from_intake_to_delivery(
             counts = await store.counts()
             return counts[CustodyState.DELIVERED] == len(ids)
 
-        await wait_until(delivered_all, limit_s=20)
+        await wait_until(delivered_all, within=20)
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10) as admin:
             metrics = samples((await admin.get("/metrics")).text)
             status = (await admin.get("/status")).json()

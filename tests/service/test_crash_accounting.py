@@ -17,14 +17,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.service import (
-    BridgeProcess,
-    GatewayHandle,
-    answered_count,
-    store_status,
-    submit_many,
-    wait_until,
-)
+from support.service import BridgeProcess, GatewayHandle, answered_count, store_status, submit_many
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -123,7 +117,7 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
             return await _client_heartbeats(gateway) > before
 
         # each kill lands on a running bridge (its first gateway heartbeat follows start-up)
-        await wait_until(beating, limit_s=90, step=0.05)
+        await wait_until(beating, within=90, step=0.05)
         await trio.sleep(rng.uniform(1.5, 3.0))
         bridge.kill()
         assert await bridge.process.wait() == -signal.SIGKILL
@@ -141,10 +135,10 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
     async def final_beating() -> bool:
         return await _client_heartbeats(gateway) > beats
 
-    await wait_until(all_answered, limit_s=120, step=0.1)
+    await wait_until(all_answered, within=120, step=0.1)
     # the work may be done before the final bridge is even up: stop it once it runs (its
     # first gateway heartbeat comes after its signal handlers)
-    await wait_until(final_beating, limit_s=90, step=0.05)
+    await wait_until(final_beating, within=90, step=0.05)
     assert await final.stop() == 0, final.log_tail()
 
     status = await store_status(store)

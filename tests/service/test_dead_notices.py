@@ -16,8 +16,9 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from service import agent_for_tests
-from support.service import GatewayHandle, admin_bridge_config, gateway_client, wait_until
-from support.store_clock import StoreAwareClock
+from support.clock import StoreAwareClock
+from support.service import GatewayHandle, admin_bridge_config, gateway_client
+from support.waiting import wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import (
     BridgeService,

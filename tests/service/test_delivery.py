@@ -13,8 +13,9 @@ import httpx
 import pytest
 import trio
 
-from support.service import GatewayHandle, gateway_client, wait_until
-from support.store_clock import StoreAwareClock
+from support.clock import StoreAwareClock
+from support.service import GatewayHandle, gateway_client
+from support.waiting import wait_until
 from tether.bridge import CustodyState, GatewayClient, Result, SqliteStore, Store, Task
 from tether.bridge.service._delivery import Delivery
 from tether.bridge.service._ingest import Ingest

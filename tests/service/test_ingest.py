@@ -12,7 +12,8 @@ import attrs
 import pytest
 import trio
 
-from support.service import GatewayHandle, wait_until
+from support.service import GatewayHandle
+from support.waiting import wait_until
 from tether.bridge import CustodyState, GatewayClient, RoomPolicy, SqliteStore, Task
 from tether.bridge.pool._wakeup import PoolWakeups
 from tether.bridge.service._ingest import Ingest, IngestCommitFailed

@@ -17,7 +17,8 @@ import httpx
 import pytest
 import trio
 
-from support.service import GatewayHandle, LiveGateway, gateway_client, wait_until
+from support.service import GatewayHandle, LiveGateway, gateway_client
+from support.waiting import wait_until
 from tether import ChildSpec, open_supervisor
 from tether.bridge import CustodyState, SqliteStore
 from tether.bridge.client._client import LEASE_RELEASE_TIMEOUT

@@ -11,7 +11,8 @@ from typing import Any
 
 import trio
 
-from support.service import GatewayHandle, bridge_env, wait_until
+from support.service import GatewayHandle, bridge_env
+from support.waiting import wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 
@@ -64,7 +65,7 @@ async def test_cancel_then_retry_on_a_running_bridge(
         await runtime.supervisor.start_child(
             ChildSpec("bridge", service.run, shutdown_grace=service.stop_grace)
         )
-        await wait_until(lambda: _state_is(store, task_id, S.CLAIMED), limit_s=30)
+        await wait_until(lambda: _state_is(store, task_id, S.CLAIMED), within=30)
 
         code, out, err = await _tether("cancel", task_id, "--store", path, "--reason", "spam")
         assert (code, err) == (0, "")

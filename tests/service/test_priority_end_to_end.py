@@ -7,7 +7,8 @@ from pathlib import Path
 
 import trio
 
-from support.service import GatewayHandle, wait_until
+from support.service import GatewayHandle
+from support.waiting import wait_until
 from tether import ChildSpec, Session, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 from tether.bridge.client import GatewayTask
@@ -91,21 +92,21 @@ async def test_urgent_messages_overtake_a_low_backlog_through_gateway_bridge_and
             async def backlog_in_custody() -> bool:
                 return len(ran) == 1 and (await store.counts())[CustodyState.PENDING] == 29
 
-            await wait_until(backlog_in_custody, limit_s=30)
+            await wait_until(backlog_in_custody, within=30)
             for id in urgent:
                 assert await _submit(gateway, id, "urgent") == 201
 
             async def urgent_in_custody() -> bool:
                 return all([await store.get(id) is not None for id in urgent])
 
-            await wait_until(urgent_in_custody, limit_s=30)
+            await wait_until(urgent_in_custody, within=30)
             released.set()
 
             async def all_answered() -> bool:
                 stats = (await gateway.stats())["tasks"]
                 return int(stats["answered"]) == len(lows) + len(urgent)
 
-            await wait_until(all_answered, limit_s=60)
+            await wait_until(all_answered, within=60)
         for id in urgent:
             record = await store.get(id)
             assert record is not None

@@ -9,7 +9,8 @@ import attrs
 import pytest
 import trio
 
-from support.service import GatewayHandle, answered_count, submit_many, wait_until
+from support.service import GatewayHandle, answered_count, submit_many
+from support.waiting import wait_until
 from tether import ChildSpec, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import trio
 
-from support.service import GatewayHandle, answered_count, submit_many, wait_until
+from support.service import GatewayHandle, answered_count, submit_many
+from support.waiting import wait_until
 from tether import Session, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 

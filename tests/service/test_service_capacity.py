@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.service import GatewayHandle, answered_count, submit_many, wait_until
+from support.service import GatewayHandle, answered_count, submit_many
+from support.waiting import wait_until
 from tether.bridge import BridgeConfig, BridgeService, SqliteStore
 
 

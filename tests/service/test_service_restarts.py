@@ -9,7 +9,8 @@ from pathlib import Path
 
 import trio
 
-from support.service import GatewayHandle, submit_many, wait_until
+from support.service import GatewayHandle, submit_many
+from support.waiting import wait_until
 from tether import Session, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, RetryBackoff, SqliteStore, Task
 
@@ -60,7 +61,7 @@ async def test_graceful_stops_mid_load_post_nothing_twice_and_lose_nothing(
                     graceful.cancel()
         async with trio.open_nursery() as nursery:
             await nursery.start(BridgeService(config, factory=jittery_agent).run)
-            await wait_until(settled, limit_s=60)
+            await wait_until(settled, within=60)
             nursery.cancel_scope.cancel()
     stats = await gateway.stats()
     assert stats["duplicate_results"] == 0

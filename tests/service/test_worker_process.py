@@ -23,8 +23,8 @@ from support.service import (
     answered_count,
     bridge_env,
     submit_many,
-    wait_until,
 )
+from support.waiting import wait_until
 from tether._cli._main import main
 from tether.bridge import write_token
 
@@ -90,7 +90,7 @@ async def _shared_pool_scenario(
     async def admin_announced() -> bool:
         return "admin endpoint http://" in worker_log.read_text()
 
-    await wait_until(admin_announced, limit_s=30, step=0.05)
+    await wait_until(admin_announced, within=30, step=0.05)
     [line] = [ln for ln in worker_log.read_text().splitlines() if "admin endpoint http" in ln]
     url = line.split()[4]
 
@@ -99,7 +99,7 @@ async def _shared_pool_scenario(
     async def all_answered() -> bool:
         return await answered_count(gateway) == len(ids)
 
-    await wait_until(all_answered, limit_s=60)
+    await wait_until(all_answered, within=60)
     workers = {(await gateway.message(id))["worker"] for id in ids}
     assert {"blue-w1", "blue-w2"} & workers, workers  # the worker process did work
     for id in ids[:5]:
@@ -206,5 +206,5 @@ async def _running_stem(status: Path, pid: int) -> str:
         found.append(document["pool"]["stem"])
         return True
 
-    await wait_until(written, limit_s=90, step=0.05)
+    await wait_until(written, within=90, step=0.05)
     return found[-1]

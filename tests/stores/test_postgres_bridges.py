@@ -30,8 +30,8 @@ from support.service import (
     answered_count,
     bridge_env,
     submit_many,
-    wait_until,
 )
+from support.waiting import wait_until
 from tether.bridge import CustodyState, PostgresStore, write_token
 
 from .test_postgres_fleet import open_fleet
@@ -126,14 +126,14 @@ async def test_two_bridges_and_six_worker_processes_on_one_postgres(
             async def some_answered() -> bool:
                 return bool(await answered_count(gateway) >= MESSAGES // 3)
 
-            await wait_until(some_answered, limit_s=60, step=0.05)
+            await wait_until(some_answered, within=60, step=0.05)
             bridges[0].send_signal(signal.SIGKILL)
             assert await bridges[0].wait() == -signal.SIGKILL
 
             async def all_answered() -> bool:
                 return bool(await answered_count(gateway) >= MESSAGES)
 
-            await wait_until(all_answered, limit_s=60, step=0.1)
+            await wait_until(all_answered, within=60, step=0.1)
         bridges[1].send_signal(signal.SIGTERM)
         with trio.fail_after(30):
             assert await bridges[1].wait() == 0, logs[1].read_text()[-2000:]

@@ -35,14 +35,8 @@ import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict
 
-from support.service import (
-    BRIDGE_COMMAND,
-    GatewayHandle,
-    LiveGateway,
-    answered_count,
-    bridge_env,
-    wait_until,
-)
+from support.service import BRIDGE_COMMAND, GatewayHandle, LiveGateway, answered_count, bridge_env
+from support.waiting import wait_until
 from tether.bridge import CustodyState, PostgresStore, write_token
 from tether.bridge.pool import elect
 from tether.gateway import GatewayStore
@@ -145,9 +139,9 @@ async def test_two_bridges_and_three_worker_processes_survive_killing_the_leader
         for name in commands:  # all at once: the first to beat leads
             await start(name)
         processes["shell"] = await trio.lowlevel.open_process(["sh", ANSWER_SH, exchange])
-        await wait_until(lambda: beating(*commands), limit_s=120, step=0.1)
+        await wait_until(lambda: beating(*commands), within=120, step=0.1)
         phase("started")
-        await wait_until(lambda: answered(MESSAGES // 5), limit_s=120, step=0.1)
+        await wait_until(lambda: answered(MESSAGES // 5), within=120, step=0.1)
         members = await watch.workers()
         leader = elect(members, time.time(), 2 * BEAT)
         assert leader is not None
@@ -158,12 +152,12 @@ async def test_two_bridges_and_three_worker_processes_survive_killing_the_leader
         killed_at = time.time()
         processes[leading].send_signal(signal.SIGKILL)
         phase("leader killed")
-        await wait_until(lambda: answered(MESSAGES // 2), limit_s=120, step=0.1)
+        await wait_until(lambda: answered(MESSAGES // 2), within=120, step=0.1)
         victim = "wk-1" if leading == "wk-2" else "wk-2"  # a worker process, still alive
         victim_killed_at = time.time()
         processes[victim].send_signal(signal.SIGKILL)
         phase("worker killed")
-        await wait_until(lambda: answered(MESSAGES), limit_s=180, step=0.2)
+        await wait_until(lambda: answered(MESSAGES), within=180, step=0.2)
         phase("answered")
         survivor = "bridge-b" if leading == "bridge-a" else "bridge-a"
         processes[survivor].send_signal(signal.SIGTERM)

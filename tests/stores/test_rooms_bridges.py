@@ -22,7 +22,8 @@ import pytest
 import trio
 
 from support.rooms import RoomRecorder
-from support.service import GatewayHandle, LiveGateway, answered_count, wait_until
+from support.service import GatewayHandle, LiveGateway, answered_count
+from support.waiting import wait_until
 from tether import ChildSpec, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, PostgresStore, write_token
 
@@ -112,7 +113,7 @@ async def test_two_bridges_and_four_workers_keep_every_rooms_order(
         async def all_answered() -> bool:
             return await answered_count(gateway) == rooms * per_room
 
-        await wait_until(all_answered, limit_s=240, step=0.2)
+        await wait_until(all_answered, within=240, step=0.2)
     assert recorder.overlaps == 0  # never two runs of one room at once
     for name, ids in sent.items():
         bodies = [f"{name} message {i:03d}" for i in range(per_room)]
@@ -148,14 +149,14 @@ async def test_a_bridge_started_late_takes_a_fair_share_of_the_rooms(
         async def a_started_every_room() -> bool:
             return len(recorder.started) == rooms and await answered_count(gateway) >= 2 * rooms
 
-        await wait_until(a_started_every_room, limit_s=60, step=0.05)
+        await wait_until(a_started_every_room, within=60, step=0.05)
         before = recorder.runs_by.copy()
         await start(1)
 
         async def all_answered() -> bool:
             return await answered_count(gateway) == rooms * per_room
 
-        await wait_until(all_answered, limit_s=240, step=0.2)
+        await wait_until(all_answered, within=240, step=0.2)
     after = recorder.runs_by - before
     a, b = after["bridge-a"], after["bridge-b"]
     print(f"\nruns once bridge B was up: bridge A {a}, bridge B {b} (A alone before: {before})")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -115,17 +114,6 @@ class GatewayHandle:
         response = await self.http.get(f"{self.url}/v1/stats", headers=self.headers())
         assert response.status_code == 200, response.text
         return response.json()
-
-
-async def wait_until(
-    check: Callable[[], Awaitable[bool]], limit_s: float = 10.0, step: float = 0.02
-) -> None:
-    """Poll ``check`` until it is true; fail the test after ``limit_s`` seconds."""
-    with trio.fail_after(limit_s):
-        for _ in itertools.count():
-            if await check():
-                return
-            await trio.sleep(step)
 
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
