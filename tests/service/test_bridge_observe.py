@@ -15,13 +15,8 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.service import (
-    GatewayHandle,
-    admin_bridge_config,
-    answered_count,
-    bridge_env,
-    submit_many,
-)
+from support.gateway import RunningGateway
+from support.service import admin_bridge_config, answered_count, bridge_env, submit_many
 from support.waiting import wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import (
@@ -47,7 +42,7 @@ def nodes(tree: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
-    gateway: GatewayHandle,
+    gateway: RunningGateway,
     token_file: Path,
     store: SqliteStore,
     tmp_path: Path,
@@ -141,7 +136,7 @@ async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
 
 @pytest.mark.slow
 async def test_bridge_process_admin_endpoint_json_logs_and_sigusr1(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     admin_token_file = tmp_path / "admin-token"  # created by the bridge
     log_path = tmp_path / "bridge.log"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.service import BridgeProcess, GatewayHandle, answered_count, store_status, submit_many
+from support.gateway import RunningGateway
+from support.service import BridgeProcess, answered_count, store_status, submit_many
 from support.waiting import wait_until
 from tether.bridge import write_token
 
@@ -26,14 +27,14 @@ CHAOS = [*FAST_LEASES, "--room-policy", "concurrent"]
 these bridges live (``test_rooms.py`` holds the room order across restarts)."""
 
 
-async def _all_answered(gateway: GatewayHandle, n: int, within: float) -> None:
+async def _all_answered(gateway: RunningGateway, n: int, within: float) -> None:
     async def done() -> bool:
         return await answered_count(gateway) >= n
 
     await wait_until(done, within=within, step=0.1)
 
 
-async def _replies(gateway: GatewayHandle, ids: list[str]) -> dict[str, str | None]:
+async def _replies(gateway: RunningGateway, ids: list[str]) -> dict[str, str | None]:
     limiter = trio.CapacityLimiter(16)
     replies: dict[str, str | None] = {}
 
@@ -47,13 +48,13 @@ async def _replies(gateway: GatewayHandle, ids: list[str]) -> dict[str, str | No
     return replies
 
 
-async def _client_heartbeats(gateway: GatewayHandle) -> int:
+async def _client_heartbeats(gateway: RunningGateway) -> int:
     """Heartbeats the gateway has received from bridges, all clients together."""
     return sum(int(c["heartbeats"]) for c in (await gateway.stats())["clients"])
 
 
 def _gt(
-    count: Callable[[GatewayHandle], Awaitable[int]], gateway: GatewayHandle, before: int
+    count: Callable[[RunningGateway], Awaitable[int]], gateway: RunningGateway, before: int
 ) -> Callable[[], Awaitable[bool]]:
     async def done() -> bool:
         return await count(gateway) > before
@@ -62,7 +63,7 @@ def _gt(
 
 
 async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     started = trio.current_time()
     texts = [f"message {i}" for i in range(1000)]  # 2,000 doubled its time, not its kills
@@ -114,15 +115,15 @@ async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
 
 
 async def test_the_gateway_going_down_and_back_up_loses_nothing(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     first = await submit_many(gateway, [f"before {i}" for i in range(100)], "before")
     store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
     bridge = await BridgeProcess.start(gateway.url, token_file, store, log)
     await _all_answered(gateway, 20, within=30)
-    await gateway.live.stop()
+    await gateway.stop()
     await trio.sleep(1.5)  # the bridge backs off; its workers go on with what they hold
-    await gateway.live.start()
+    await gateway.start()
     second = await submit_many(gateway, [f"after {i}" for i in range(100)], "after")
     await _all_answered(gateway, 200, within=40)
     assert await bridge.stop() == 0, bridge.log_tail()
@@ -133,7 +134,7 @@ async def test_the_gateway_going_down_and_back_up_loses_nothing(
 
 
 async def test_an_agent_that_crashes_is_retried_then_dead_lettered_with_its_reason(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     texts = [f"crash {i}" if i % 10 == 0 else f"fine {i}" for i in range(50)]
     ids = await submit_many(gateway, texts, "mixed")
@@ -179,7 +180,7 @@ async def test_an_agent_that_crashes_is_retried_then_dead_lettered_with_its_reas
 
 
 async def test_sigterm_under_load_exits_0_and_loses_nothing(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     texts = [f"slow {i}" for i in range(300)]
     ids = await submit_many(gateway, texts, "load")
@@ -204,7 +205,7 @@ async def test_sigterm_under_load_exits_0_and_loses_nothing(
 
 
 async def test_a_second_sigterm_stops_at_once_with_the_documented_130_and_keeps_the_task(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """Issue 21.5: the second signal's exit status (130) was documented nowhere."""
     from tether._cli._main import EXIT_INTERRUPTED, build_parser
@@ -254,7 +255,7 @@ async def test_a_second_sigterm_stops_at_once_with_the_documented_130_and_keeps_
 
 
 async def test_a_stall_notice_and_heartbeats_reach_the_gateway(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     [task_id] = await submit_many(gateway, ["stall here"], "stall")
     store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
@@ -277,7 +278,7 @@ async def test_a_stall_notice_and_heartbeats_reach_the_gateway(
 
 
 async def test_a_refused_token_stops_the_bridge_with_exit_3(
-    gateway: GatewayHandle, tmp_path: Path
+    gateway: RunningGateway, tmp_path: Path
 ) -> None:
     wrong = tmp_path / "wrong-token"
     write_token(wrong, "not-the-gateways-token")

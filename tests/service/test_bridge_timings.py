@@ -7,7 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from support.service import GatewayHandle, admin_bridge_config, submit_many
+from support.gateway import RunningGateway
+from support.service import admin_bridge_config, submit_many
 from support.waiting import wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import BridgeService, CustodyState, SqliteStore
@@ -18,7 +19,7 @@ ADMIN_TOKEN = "bridge-admin-token-7c1f"
 
 
 async def test_each_task_is_timed_once_from_intake_to_delivery(
-    gateway: GatewayHandle, token_file: Path, store: SqliteStore, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, store: SqliteStore, tmp_path: Path
 ) -> None:
     config = admin_bridge_config(gateway.url, token_file, tmp_path, ADMIN_TOKEN, workers=2)
     service = BridgeService(config, store=store)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.service import BridgeProcess, GatewayHandle, answered_count, store_status, submit_many
+from support.gateway import RunningGateway
+from support.service import BridgeProcess, answered_count, store_status, submit_many
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -32,12 +33,12 @@ runs the full one."""
 MESSAGES, KILLS = (200, 15) if FULL_CHAOS else (120, 8)
 
 
-async def _client_heartbeats(gateway: GatewayHandle) -> int:
+async def _client_heartbeats(gateway: RunningGateway) -> int:
     return sum(int(c["heartbeats"]) for c in (await gateway.stats())["clients"])
 
 
 async def test_a_poison_task_is_proven_and_dead_lettered_and_every_other_message_answered(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     texts = [f"message {i}" for i in range(500)]
     poison = 137
@@ -96,7 +97,7 @@ async def test_a_poison_task_is_proven_and_dead_lettered_and_every_other_message
 
 
 async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """``MESSAGES`` messages, ``KILLS`` SIGKILLs 1.5-3 s apart, an agent that takes 0.3 s and
     never fails."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 
-from support.service import GatewayHandle
+from support.gateway import RunningGateway
 from support.waiting import wait_until
 from tether import ChildSpec, Session, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
@@ -16,7 +16,7 @@ from tether.bridge.pool._agent import TASK_EVENT
 from tether.bridge.service._ingest import to_custody_task
 
 
-async def _submit(gateway: GatewayHandle, id: str, priority: str | None) -> int:
+async def _submit(gateway: RunningGateway, id: str, priority: str | None) -> int:
     payload = {"room": f"room-{id}", "text": f"text of {id}", "id": id}
     if priority is not None:
         payload["priority"] = priority
@@ -27,7 +27,7 @@ async def _submit(gateway: GatewayHandle, id: str, priority: str | None) -> int:
 
 
 async def test_the_message_api_refuses_an_unknown_priority_and_shows_the_one_given(
-    gateway: GatewayHandle,
+    gateway: RunningGateway,
 ) -> None:
     response = await gateway.http.post(
         f"{gateway.url}/v1/messages",
@@ -52,7 +52,7 @@ def test_a_task_without_priority_from_an_older_gateway_is_normal() -> None:
 
 
 async def test_urgent_messages_overtake_a_low_backlog_through_gateway_bridge_and_lead(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """The low backlog is in custody (pending) before the urgent messages are even sent, so
     only the lead's priority ordering can run them first."""

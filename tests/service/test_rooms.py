@@ -10,14 +10,15 @@ from typing import Any
 
 import trio
 
-from support.service import GatewayHandle, answered_count
+from support.gateway import RunningGateway
+from support.service import answered_count
 from support.waiting import wait_until
 from tether import Session, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 
 
 async def test_a_newer_message_supersedes_the_running_one(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """The agent asks for barge-in (a ``replace`` task handler) on a bridge left at the
     default ``serial``: the running first answer is cancelled after the soft-stop grace, its
@@ -100,7 +101,7 @@ def ordered_agent(log: dict[str, list[str]], running: dict[str, int], overlaps: 
 
 
 async def test_the_serial_order_survives_bridge_restarts(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """The order is the store's, not a process's: bridges stopped softly and aborted (runs cut
     off mid-call) at random points leave each room running its messages in send order."""

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import trio
 
-from support.service import GatewayHandle, submit_many
+from support.gateway import RunningGateway
+from support.service import submit_many
 from support.waiting import wait_until
 from tether import Session, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, RetryBackoff, SqliteStore, Task
@@ -28,7 +29,7 @@ def jittery_agent(session: Session) -> None:
 
 
 async def test_graceful_stops_mid_load_post_nothing_twice_and_lose_nothing(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     path = tmp_path / "store" / "custody.db"
     rng = random.Random(7)

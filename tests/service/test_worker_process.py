@@ -16,14 +16,8 @@ import httpx
 import pytest
 import trio
 
-from support.service import (
-    STARTED,
-    BridgeProcess,
-    GatewayHandle,
-    answered_count,
-    bridge_env,
-    submit_many,
-)
+from support.gateway import RunningGateway
+from support.service import STARTED, BridgeProcess, answered_count, bridge_env, submit_many
 from support.waiting import wait_until
 from tether._cli._main import main
 from tether.bridge import write_token
@@ -49,7 +43,7 @@ async def start_worker(store: Path, log: Path, *extra: str) -> trio.Process:
 
 @pytest.mark.slow
 async def test_a_worker_process_shares_the_pool_shows_the_leader_and_refuses_its_name_twice(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     store = tmp_path / "custody.db"
     admin_token = tmp_path / "admin" / "token"
@@ -74,7 +68,7 @@ async def test_a_worker_process_shares_the_pool_shows_the_leader_and_refuses_its
 
 
 async def _shared_pool_scenario(
-    gateway: GatewayHandle, tmp_path: Path, store: Path, admin_token: Path, bridge: BridgeProcess
+    gateway: RunningGateway, tmp_path: Path, store: Path, admin_token: Path, bridge: BridgeProcess
 ) -> None:
     bridge_status = tmp_path / "bridge-status.json"
     worker_log = tmp_path / "worker.log"
