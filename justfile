@@ -23,11 +23,12 @@ docs *ARGS:
 docs-strict:
     uv run sphinx-build -q -n -W --keep-going -E -b html docs docs/_build/html
 
-# ruff (lint + format check) and mypy --strict
+# ruff (lint + format check), mypy --strict, and the layers' import contracts (pyproject.toml)
 lint:
     uv run ruff check .
     uv run ruff format --check .
     uv run mypy
+    uv run lint-imports
 
 # format the code in place
 fmt:

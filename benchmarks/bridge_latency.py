@@ -61,8 +61,7 @@ import trio
 
 from bridge_throughput import TOKEN, gateway_process, post_message
 from tether import Session
-from tether.bridge import BridgeConfig, BridgeService, SqliteStore, Task
-from tether.bridge.client import GatewayClient
+from tether.bridge import BridgeConfig, BridgeService, GatewayClient, SqliteStore, Task
 
 BURST = int(os.environ.get("BURST", "1000"))
 LIGHT_RATE = float(os.environ.get("LIGHT_RATE", "20"))

@@ -19,7 +19,8 @@ from pathlib import Path
 import trio
 
 from tether.agents import noop
-from tether.bridge import CustodyState, PoolLead, PoolWorker, SqliteStore, Task
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.pool import PoolLead, PoolWorker
 
 ROUNDS = 3
 SWEEP_TASKS = 1000

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import trio
 
-from tether.bridge import CustodyState, Reconciler, SqliteStore
+from tether.bridge import CustodyState, SqliteStore
+from tether.bridge.custody import Reconciler
 
 SIZES = (10_000, 100_000)
 ROUNDS = 3

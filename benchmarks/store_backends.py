@@ -26,7 +26,8 @@ from pathlib import Path
 import psycopg
 import trio
 
-from tether.bridge import CustodyState, PostgresStore, SqliteStore, Store, Task
+from tether.bridge import CustodyState, PostgresStore, SqliteStore, Task
+from tether.bridge.custody import Store
 from tether.bridge.stores.postgres._throwaway import NoPostgres, throwaway_postgres
 
 BATCH = 20

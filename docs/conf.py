@@ -40,7 +40,7 @@ intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": True}
 autoclass_content = "class"
 
 nitpicky = True

@@ -1,15 +1,130 @@
-"""``tether.bridge`` exports what a user needs to run and inspect a bridge in-process."""
+"""The public names come in tiers: ``tether.bridge`` holds what an agent author, someone
+running or embedding a bridge, and a client of the gateway import; the implementers' tiers
+hold the Store roles (``tether.bridge.custody``) and the pool's planner (``tether.bridge.pool``).
+Changing a tier's names is a decision: these sets say what each audience gets."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import tether.bridge
+import tether.bridge.custody
+import tether.bridge.pool
 from tether.bridge.service import _config, _service, _store_status
+
+AGENT_AUTHOR = {
+    "Task",
+    "Reply",
+    "Retry",
+    "Permanent",
+    "progress_of",
+    "Progress",
+    "AgentFactory",
+    "load_agent",
+    "AgentLoadError",
+}
+RUN_OR_EMBED = {
+    "BridgeConfig",
+    "load_config",
+    "BridgeService",
+    "WorkerConfig",
+    "load_worker_config",
+    "WorkerService",
+    "ConfigError",
+    "store_status",
+    "render_status",
+    "StoreStatus",
+    "StatusEntry",
+    "ensure_token_file",
+    "read_token",
+    "write_token",
+    "TokenFileError",
+}
+OPEN_A_STORE = {
+    "open_store",
+    "StoreConfigError",
+    "SqliteStore",
+    "SchemaTooNew",
+    "PostgresStore",
+    "StoreConnectionLost",
+    "StoreTimeout",
+    "redact_dsn",
+}
+GATEWAY_CLIENT = {
+    "GatewayClient",
+    "GatewayError",
+    "GatewayAuthError",
+    "GatewayRequestError",
+    "GatewayProtocolError",
+    "GatewayUnavailable",
+    "GatewayTask",
+    "ResultReceipt",
+    "ConnectionStatus",
+    "PROTOCOL_VERSION",
+}
+CUSTODY_BASICS = {
+    "CustodyState",
+    "in_custody",
+    "IN_CUSTODY",
+    "TERMINAL",
+    "TaskRecord",
+    "UnknownTask",
+    "InvalidTaskId",
+}
+BRIDGE = AGENT_AUTHOR | RUN_OR_EMBED | OPEN_A_STORE | GATEWAY_CLIENT | CUSTODY_BASICS
+NEEDS_PSYCOPG = {"PostgresStore", "StoreConnectionLost", "StoreTimeout"}
+
+STORE_ROLES = {
+    "Store",
+    "StoreClock",
+    "IngestStore",
+    "PoolMemberStore",
+    "WorkerStore",
+    "LeadStore",
+    "StallStore",
+    "StateReader",
+    "DeliveryStore",
+    "DeadNoticeStore",
+    "ReconcilerStore",
+    "RetentionStore",
+    "InspectStore",
+    "OperatorStore",
+}
+CUSTODY_RECORDS = {
+    "Claim",
+    "Result",
+    "Assignment",
+    "Queued",
+    "PoolView",
+    "WorkerInfo",
+    "JournalEntry",
+    "LeaseExpiry",
+    "WaitingRetries",
+    "Suspects",
+    "StallCandidate",
+    "OperatorOutcome",
+    "ReconcileReport",
+}
+PLANNER = {
+    "plan_sweep",
+    "Assigned",
+    "Deferred",
+    "Returned",
+    "SweepReport",
+    "elect",
+    "PoolLead",
+    "PoolWorker",
+    "Wakeup",
+    "PoolWakeups",
+    "StallWatcher",
+    "StallPass",
+    "RetryBackoff",
+}
 
 PUBLIC = {
     "BridgeService": _service.BridgeService,
@@ -23,6 +138,42 @@ PUBLIC = {
 }
 
 
+def public_names(module: ModuleType) -> set[str]:
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, ModuleType)
+    }
+
+
+def test_tether_bridge_holds_exactly_what_its_three_readers_need() -> None:
+    assert public_names(tether.bridge) | NEEDS_PSYCOPG == BRIDGE
+    for name in BRIDGE:
+        assert getattr(tether.bridge, name) is not None
+
+
+def test_the_store_roles_and_records_are_the_implementers_tier_only() -> None:
+    custody = public_names(tether.bridge.custody)
+    assert custody >= STORE_ROLES | CUSTODY_RECORDS
+    assert not (STORE_ROLES | CUSTODY_RECORDS) & public_names(tether.bridge)
+
+
+def test_the_planner_is_the_pools_tier_only() -> None:
+    assert public_names(tether.bridge.pool) >= PLANNER
+    assert not PLANNER & public_names(tether.bridge)
+
+
+def test_a_name_in_two_tiers_is_one_object() -> None:
+    """``tether.bridge`` re-exports the custody basics and the agent's names of its tiers."""
+    for tier in (tether.bridge.custody, tether.bridge.pool):
+        shared = public_names(tier) & BRIDGE
+        assert shared
+        for name in shared:
+            assert getattr(tether.bridge, name) is getattr(tier, name), name
+    assert CUSTODY_BASICS | {"Task"} <= public_names(tether.bridge.custody)
+    assert AGENT_AUTHOR - {"Task"} <= public_names(tether.bridge.pool)
+
+
 @pytest.mark.parametrize("name", sorted(PUBLIC))
 def test_the_public_name_is_the_private_object(name: str) -> None:
     assert getattr(tether.bridge, name) is PUBLIC[name]
@@ -30,14 +181,26 @@ def test_the_public_name_is_the_private_object(name: str) -> None:
 
 def test_a_fresh_interpreter_imports_the_public_names_from_the_package() -> None:
     """Not only through attributes the test process set up: a plain ``from tether.bridge
-    import ...`` works in a new interpreter (no import cycle with ``tether``)."""
-    names = ", ".join(sorted(PUBLIC))
-    code = f"from tether.bridge import {names}; print(BridgeService.__module__)"
+    import ...`` works in a new interpreter (no import cycle with ``tether``), without
+    importing psycopg until a PostgreSQL name is used."""
+    names = ", ".join(sorted(BRIDGE - NEEDS_PSYCOPG))
+    code = (
+        "import sys\n"
+        f"from tether.bridge import {names}\n"
+        "from tether.bridge.custody import Store\n"
+        "from tether.bridge.pool import plan_sweep\n"
+        "print(BridgeService.__module__, 'psycopg' in sys.modules)\n"
+        "from tether.bridge import PostgresStore\n"
+        "print(PostgresStore.__module__, 'psycopg' in sys.modules)\n"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "tether.bridge.service._service"
+    assert result.stdout.splitlines() == [
+        "tether.bridge.service._service False",
+        "tether.bridge.stores.postgres._store True",
+    ]
 
 
 def test_the_public_loader_merges_like_the_cli(tmp_path: Path) -> None:

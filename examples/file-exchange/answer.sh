@@ -23,12 +23,14 @@ while :; do
     name=${task##*/}
     id=${name%.txt}
     [ -e "$dir/results/$name" ] && continue     # answered; tether archives it soon
-    # the message: every line after the first blank one
-    body=$(sed '1,/^$/d' "$task" 2>/dev/null) || continue
+    # the message: every line after the first blank one (the x keeps its trailing
+    # newlines, which $(...) would strip; printf '%s' then writes it back exactly)
+    body=$(sed '1,/^$/d' "$task" 2>/dev/null && printf x) || continue
+    body=${body%x}
     tmp="$dir/results/.$name.tmp"               # a dot name: not a result until renamed
     printf 'task: %s\n\n' "$id" > "$tmp" || continue
     [ "$slow" = 0 ] || sleep "$slow"
-    printf '%s\n' "$body" | tr 'a-z' 'A-Z' >> "$tmp" && mv -f "$tmp" "$dir/results/$name"
+    printf '%s' "$body" | tr 'a-z' 'A-Z' >> "$tmp" && mv -f "$tmp" "$dir/results/$name"
   done
   sleep 0.05
 done

@@ -41,43 +41,4 @@ from ._supervisor import Supervisor as Supervisor
 from ._supervisor import SupervisorFailed as SupervisorFailed
 from ._supervisor import open_supervisor as open_supervisor
 
-__all__ = [
-    "ALL_KINDS",
-    "CHILD_STATES",
-    "BackgroundScope",
-    "ChildSnapshot",
-    "ChildSpec",
-    "ChildState",
-    "HandlerCancelled",
-    "HandlerDropped",
-    "HandlerFailure",
-    "Policy",
-    "QueueFull",
-    "RestartPolicy",
-    "RestartType",
-    "Runtime",
-    "ScopeClosed",
-    "Session",
-    "SessionClosed",
-    "SessionError",
-    "SessionStats",
-    "Strategy",
-    "SupervisedChild",
-    "Supervisor",
-    "SupervisorFailed",
-    "SupervisorSnapshot",
-    "TaskInfo",
-    "TaskKind",
-    "TaskRegistry",
-    "current_owner",
-    "current_runtime",
-    "open_runtime",
-    "open_session",
-    "open_supervisor",
-    "owned_by",
-    "start_soon_owned",
-    "stop_requested",
-    "wait_stop_requested",
-]
-
 __version__ = "0.1.0"

@@ -1,9 +1,5 @@
-"""The one backoff schedule: exponential, capped, jittered; for restarts, a remote, a retry.
-
-Jitter spreads the retries of things that failed together (children after a shared dependency
-died, clients of a recovering gateway, tasks of a provider answering 503), so they do not all
-come back at the same instant. It only ever *shortens* a delay: ``maximum`` stays a hard bound.
-"""
+"""The one backoff schedule (restarts, the gateway client, task retries): exponential, capped,
+jittered so things that failed together do not all come back at once; jitter only shortens."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Restart intensity, as in Erlang/OTP: at most ``max_restarts`` restarts in ``period`` seconds.
 
-The window is closed at its old end: a restart recorded exactly ``period`` seconds before the
-current one still counts (OTP's ``supervisor.erl`` keeps restarts ``R >= Now - Period``). So with
-``max_restarts=2, period=4``, restarts at t=1, 2 and 5 are three in the window and the third
-fails the supervisor; a third at t=5.001 finds only one older restart (t=2) and is allowed.
+The window is closed at its old end, as OTP's: a restart exactly ``period`` seconds old still
+counts. See docs/guide/design.md, "Supervisors".
 """
 
 from __future__ import annotations

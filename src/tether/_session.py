@@ -1,39 +1,7 @@
 """Agent sessions: every event handler run is owned by the session and seen by identity.
 
-A session receives events and runs the handlers registered for them. What the asyncio SDK it
-replaces got wrong, and how this fixes it:
-
-- *Lost runs.* Handler runs were fire-and-forget tasks tracked in a dict keyed by a name, so two
-  concurrent runs of one handler counted as one. Here every run executes in a task of the
-  session's nursery; the session keys the run by that ``trio.lowlevel.Task`` (and, inside
-  ``open_runtime()``, the runtime's ``TaskRegistry`` sees the same task with owner label
-  ``session:<name>`` and name ``<session>::<event>::<handler>``).
-- *Silent drops.* An event nobody handles is counted (``stats().unhandled``) and logged at
-  debug; a ``drop``-policy refusal is counted (``dropped``).
-- *Unbounded cleanup.* Closing waits at most ``grace`` seconds, logs the exact number of runs
-  still executing (from the registry when there is one), then cancels them.
-
-Speed without losing identity: a Trio task spawn per event costs about what asyncio's
-``create_task`` pattern costs, so runs go through a ready queue drained by worker tasks of the
-session's nursery. While a worker executes a run it *renames itself* to the run's
-``<session>::<event>::<handler>`` name and the session records ``running[task] = run``; between
-runs it is ``<session>::idle`` (or ``<session>::worker``). So the registry still shows every
-executing run as its own live task, by identity: two concurrent runs are always two tasks, and
-``running_tasks()`` is exact. A worker executes quick runs back to back (one shared cancel scope,
-reopened only after a cancellation; a checkpoint every 64 runs for fairness), which is what makes
-a run cheaper than a spawn. A *foreman* task keeps concurrency uncapped: whenever ready runs wait
-and every worker is blocked inside a handler, it wakes or spawns more workers (1, 2, 4, ... per
-scheduler tick). ``keep_idle`` idle workers are kept for reuse; the rest exit.
-
-Sync handlers run in a worker thread (``trio.to_thread.run_sync``). A thread cannot be
-interrupted: when such a run is cancelled (``replace``, ``interrupt``, close after ``grace``)
-tether stops waiting for it, counts it ``cancelled`` and abandons the thread, whose result is
-discarded. A sync handler that wants to stop early can call ``trio.from_thread.check_cancelled()``.
-
-Size (over ~600 lines on purpose): the ready queue, the worker pool, the foreman and the
-four policies share one piece of state (``running``, the queues, the policy slots) that must
-change together; the value types live in ``_session_types`` and a run's bookkeeping in
-``_session_runs``.
+Worker tasks take each run's name while they execute it, so a run costs less than a spawn and the
+registry still shows it as its own task. See docs/guide/design.md, "Sessions".
 """
 
 from __future__ import annotations
@@ -94,7 +62,8 @@ _FOREIGN_THREAD = (
 
 @attrs.define(eq=False)
 class Session:
-    """A live agent session. Get one from ``open_session()``; see the module docstring."""
+    """A live agent session. Get one from ``open_session()``; how it runs handlers: "Sessions"
+    in the design notes (``docs/guide/design.md``)."""
 
     name: str
     on_error: OnError

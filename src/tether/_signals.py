@@ -1,9 +1,7 @@
 """SIGINT/SIGTERM → graceful shutdown, a second one → immediate cancel.
 
-The handlers are plain ``signal.signal`` handlers that hand the signal to Trio with
-``TrioToken.run_sync_soon`` (signal-safe by design), so no task sits in the registry waiting
-for signals. Python only lets the main thread install signal handlers, so ``signals_usable()``
-says whether the runtime can offer this at all.
+Plain ``signal.signal`` handlers hand over with ``TrioToken.run_sync_soon``, so no task waits for
+signals (main thread only). See docs/guide/design.md, "Signals and the tree dump".
 """
 
 from __future__ import annotations

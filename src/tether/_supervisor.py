@@ -1,50 +1,7 @@
 """Supervisor: long-running services as supervised children, after Erlang/OTP.
 
-A child is a ``ChildSpec``; ``await supervisor.start_child(spec)`` returns once the child called
-``task_status.started()`` (with the value it passed). When a child ends on its own, its restart
-type and the supervisor's strategy decide what runs again:
-
-- ``one_for_one``: only that child;
-- ``one_for_all``: every child (the others are stopped in reverse start order first);
-- ``rest_for_one``: that child and every child started after it.
-
-Children that already ended for good (a temporary child, a transient child that returned) are
-left alone by the group strategies, and a temporary child stopped by a group restart is not
-restarted (as in OTP). Restarts wait a backoff (``_backoff.Backoff``) and count against the
-restart intensity (``_intensity.RestartIntensity``: window edges documented there). A restart is
-counted at the instant the supervisor decides it (when the child ended), before its backoff.
-When a restart would exceed the intensity, the supervisor stops every child (reverse start
-order) and ``open_supervisor`` raises ``SupervisorFailed`` naming the child, with the child's
-last error as ``__cause__``; the block's body is cancelled, as a nursery's would be.
-
-``Cancelled`` and ``KeyboardInterrupt`` are never child failures: they propagate.
-
-Stopping a child (shutdown, ``terminate_child``, a group restart) is soft then hard: its stop
-event is set (``tether.stop_requested()`` / ``tether.wait_stop_requested()`` inside the child),
-then after ``shutdown_grace`` seconds its cancel scope is cancelled with a reason. Shutdown
-stops children one by one in reverse start order ("start order" is the order of
-``start_child`` calls; a restarted child keeps its place).
-
-A child that raises before calling ``task_status.started()`` on its *first* start is not
-supervised: ``start_child`` raises that error to the caller and forgets the child. On a
-restart the same thing counts as a failure of that incarnation (backoff, intensity).
-
-Shutdown survives an enclosing cancellation. A ready child's cancel scope is shielded, so a
-cancellation from outside the supervisor (a deadline around the block, the runtime's graceful
-stop) ends only the block's body; the shutdown then runs in a shielded scope and still gives
-each child its soft stop and its grace. That scope has a deadline, the sum of the live
-children's graces plus ``SHUTDOWN_MARGIN``: a child that outlives even its hard cancel cannot
-hold a cancelled caller past it (the rest are then cancelled at once). ``Supervisor.abort()``
-is the way around the shields: it cancels every child, the shutdown in progress and every
-supervisor opened inside a child, with no soft stop (the runtime calls it on a second signal).
-
-Structural operations (start, restart, stop, terminate) run one at a time under one lock, so
-a child must not call ``start_child``/``terminate_child`` on its own supervisor before it has
-called ``task_status.started()`` (it would wait for itself).
-
-Size (over ~600 lines on purpose): the strategies, the restart intensity and the two-phase
-shutdown act on one child table under one nursery and must be read together; a child's spec
-and state are in ``_child``, backoff and intensity in ``_backoff`` and ``_intensity``.
+Restart strategies, restart intensity and a soft-then-hard shutdown that survives an enclosing
+cancellation, acting on one child table. See docs/guide/design.md, "Supervisors".
 """
 
 from __future__ import annotations
@@ -638,7 +595,7 @@ async def open_supervisor(
 ) -> AsyncIterator[Supervisor]:
     """Open a supervisor; add children with ``await sup.start_child(ChildSpec(...))``.
 
-    ``max_restarts``/``period``: the restart intensity (see the module docstring).
+    ``max_restarts``/``period``: the restart intensity (at most ``max_restarts`` in ``period``).
     ``backoff_initial``..``backoff_max``: exponential delay before a restart, doubled per
     consecutive restart and reset once the child stayed up ``backoff_reset`` seconds.
     ``jitter``: each delay is scaled by a uniform factor in ``(1 - jitter, 1]`` drawn from

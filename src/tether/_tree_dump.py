@@ -1,9 +1,7 @@
-"""SIGUSR1 → the live task tree, with await stacks, written to the log.
+"""SIGUSR1 → the live task tree, with await stacks, written to the log (trio#927).
 
-The debugger-free answer to "what is this service doing right now?" (trio#927): ``kill -USR1
-<pid>`` and read the log. Same mechanism as ``_signals``: a plain ``signal.signal`` handler
-that hands over to Trio with ``TrioToken.run_sync_soon``, so the dump runs in the Trio thread
-between task steps (the tree is consistent) and no task waits for signals. Main thread only.
+The handler hands over with ``TrioToken.run_sync_soon``, so the dump runs between task steps and
+sees a consistent tree. See docs/guide/design.md, "Signals and the tree dump".
 """
 
 from __future__ import annotations

@@ -14,6 +14,17 @@ import trio
 COMMAND = [sys.executable, "-m", "tether", "gateway", "serve"]
 
 
+async def start_lines(stdout: trio.abc.ReceiveStream) -> list[str]:
+    """The gateway's first two lines on stdout: where it listens, and the chat page's link."""
+    banner = b""
+    with trio.fail_after(20):
+        while banner.count(b"\n") < 2:
+            chunk = await stdout.receive_some()
+            assert chunk, f"the gateway exited before its start lines: {banner!r}"
+            banner += chunk
+    return banner.decode().splitlines()[:2]
+
+
 async def test_serve_creates_a_token_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     token_file = tmp_path / "secrets" / "token"
     db = tmp_path / "gateway.db"
@@ -26,17 +37,14 @@ async def test_serve_creates_a_token_serves_and_stops_on_sigterm(tmp_path: Path)
         )
     try:
         assert process.stdout is not None
-        banner = b""
-        with trio.fail_after(20):
-            while b"\n" not in banner:
-                chunk = await process.stdout.receive_some()
-                assert chunk, "the gateway exited before it said where it listens"
-                banner += chunk
-        url = banner.decode().split()[2].rstrip("/")
+        first, second = await start_lines(process.stdout)
+        url = first.split()[2].rstrip("/")
         assert url.startswith("http://127.0.0.1:")
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
         token = token_file.read_text().strip()
+        # issue 32.8: a link that opens the chat page signed in, ready to click
+        assert second == f"tether gateway: chat page {url}/#token={token}"
 
         async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
             sent = await http.post(f"{url}/v1/messages", json={"room": "r", "text": "hi"})
@@ -57,6 +65,45 @@ async def test_serve_creates_a_token_serves_and_stops_on_sigterm(tmp_path: Path)
         assert code == 0
         assert polled[0].json() == {"tasks": []}
         assert "created token file" in log_path.read_text()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        if process.stdout is not None:
+            await process.stdout.aclose()
+
+
+async def test_the_chat_page_link_carries_the_user_token_when_there_is_one(
+    tmp_path: Path,
+) -> None:
+    """The page needs only the user side: with a user token the link never shows the
+    worker token, which opens everything."""
+    user_token = tmp_path / "user-token"
+    user_token.write_text("people-chat-here\n")
+    user_token.chmod(0o600)
+    process = await trio.lowlevel.open_process(
+        [
+            *COMMAND,
+            "--port",
+            "0",
+            "--token-file",
+            str(tmp_path / "token"),
+            "--user-token-file",
+            str(user_token),
+            "--db",
+            str(tmp_path / "gateway.db"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert process.stdout is not None
+        _, link = await start_lines(process.stdout)
+        assert link.endswith("/#token=people-chat-here")
+        assert (tmp_path / "token").read_text().strip() not in link
+        process.send_signal(signal.SIGINT)
+        with trio.fail_after(10):
+            assert await process.wait() == 0
     finally:
         if process.returncode is None:
             process.kill()

@@ -14,7 +14,8 @@ import pytest
 import trio
 
 from tether._cli import main
-from tether.bridge import CustodyState, SqliteStore, Store, Task
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.custody import Store
 
 S = CustodyState
 

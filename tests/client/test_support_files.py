@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tether._backoff import Backoff
 from tether.bridge import (
-    Backoff,
     GatewayClient,
     TokenFileError,
     ensure_token_file,

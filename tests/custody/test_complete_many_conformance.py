@@ -7,7 +7,8 @@ import pytest
 
 from support.clock import FakeClock
 from support.custody import LEASE_S
-from tether.bridge import Claim, CustodyState, Reconciler, StaleLease, Store, Task
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import Claim, Reconciler, StaleLease, Store
 from tether.bridge.custody._rules import MAX_BODY_BYTES
 
 S = CustodyState

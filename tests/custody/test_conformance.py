@@ -18,21 +18,17 @@ from trio.testing import MockClock
 
 from support.clock import FakeClock
 from support.custody import LEASE_S, MAX_ATTEMPTS, Backend, drive_to
-from tether.bridge import (
+from tether.bridge import CustodyState, InvalidTaskId, Task, UnknownTask, in_custody
+from tether.bridge.custody import (
     BodyTooLarge,
     Claim,
     CustodyConflict,
-    CustodyState,
     InvalidTask,
-    InvalidTaskId,
     InvalidWorkerName,
     Reconciler,
     ReconcileReport,
     StaleLease,
     Store,
-    Task,
-    UnknownTask,
-    in_custody,
 )
 
 S = CustodyState

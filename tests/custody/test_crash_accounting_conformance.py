@@ -17,7 +17,8 @@ import trio
 
 from support.clock import FakeClock
 from support.custody import LEASE_S, MAX_ATTEMPTS
-from tether.bridge import Claim, CustodyConflict, CustodyState, LeaseExpiry, Store, Task
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import Claim, CustodyConflict, LeaseExpiry, Store
 from tether.bridge.custody._crashes import DEFAULT_MAX_CRASHES_ALONE, process_prefix
 
 S = CustodyState

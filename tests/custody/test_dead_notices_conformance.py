@@ -11,7 +11,8 @@ import pytest
 
 from support.clock import FakeClock
 from support.custody import MAX_ATTEMPTS, Backend, drive_to
-from tether.bridge import CustodyState, Reconciler, Store, Task
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import Reconciler, Store
 
 S = CustodyState
 

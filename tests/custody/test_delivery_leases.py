@@ -21,15 +21,8 @@ from support.custody import LEASE_S, drive_to
 from support.gateway import RunningGateway
 from support.service import gateway_client
 from support.waiting import wait_until
-from tether.bridge import (
-    CustodyState,
-    GatewayClient,
-    InvalidWorkerName,
-    PostgresStore,
-    Store,
-    Task,
-    write_token,
-)
+from tether.bridge import CustodyState, GatewayClient, PostgresStore, Task, write_token
+from tether.bridge.custody import InvalidWorkerName, Store
 from tether.bridge.service._delivery import Delivery
 from tether.bridge.service._ingest import Ingest
 

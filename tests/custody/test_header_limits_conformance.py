@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tether.bridge import InvalidTask, Store, Task
+from tether.bridge import Task
+from tether.bridge.custody import InvalidTask, Store
 from tether.bridge.custody._rules import MAX_HEADER_VALUE_CHARS, MAX_HEADERS
 
 

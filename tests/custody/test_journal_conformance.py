@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from support.clock import FakeClock
 from support.custody import LEASE_S
-from tether.bridge import CustodyState, JournalEntry, Reconciler, Store, Task
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import JournalEntry, Reconciler, Store
 
 S = CustodyState
 

@@ -9,7 +9,8 @@ import pytest
 
 from support.clock import FakeClock
 from support.custody import MAX_ATTEMPTS
-from tether.bridge import CustodyConflict, CustodyState, Store, Task
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import CustodyConflict, Store
 
 D, INFO, W, E = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 

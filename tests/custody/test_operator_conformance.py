@@ -12,15 +12,13 @@ import pytest
 
 from support.clock import FakeClock
 from support.custody import MAX_ATTEMPTS, drive_to, worker_for
-from tether.bridge import (
+from tether.bridge import CustodyState, InvalidTaskId, Task
+from tether.bridge.custody import (
     OPERATOR_MOVES,
     TRANSITIONS,
-    CustodyState,
-    InvalidTaskId,
     OperatorOutcome,
     StaleLease,
     Store,
-    Task,
     may_move,
     operator_may,
 )

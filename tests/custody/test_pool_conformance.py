@@ -11,14 +11,8 @@ import pytest
 
 from support.clock import FakeClock
 from support.custody import LEASE_S, Backend, drive_to
-from tether.bridge import (
-    CustodyState,
-    InvalidWorkerName,
-    PoolView,
-    StaleLease,
-    Store,
-    Task,
-)
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import InvalidWorkerName, PoolView, StaleLease, Store
 
 S = CustodyState
 

@@ -15,7 +15,8 @@ import pytest
 
 from support.clock import FakeClock
 from support.custody import MAX_ATTEMPTS, Backend
-from tether.bridge import Claim, CustodyConflict, CustodyState, Store, Task, WaitingRetries
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import Claim, CustodyConflict, Store, WaitingRetries
 
 S = CustodyState
 

@@ -12,7 +12,8 @@ import pytest
 
 from support.clock import FakeClock
 from support.custody import Backend
-from tether.bridge import CustodyState, StaleLease, Store, Superseded, Task
+from tether.bridge import CustodyState, Task
+from tether.bridge.custody import StaleLease, Store, Superseded
 
 S = CustodyState
 

@@ -29,13 +29,18 @@ PAGES = [
 
 def console_lines(page: Path) -> Iterator[tuple[int, str]]:
     """``(line, command)`` for each command of the page's console blocks (continuations
-    joined) and each inline code span that starts with ``tether``."""
+    joined; in a block with ``$`` prompts only the prompted lines) and each inline code span
+    that starts with ``tether``."""
     for block in blocks(page):
         if block.lang != "console":
             continue
         joined = block.code.replace("\\\n", " ")
-        for offset, line in enumerate(joined.splitlines(), start=1):
-            yield block.line + offset, line
+        lines = joined.splitlines()
+        # a transcript with prompts: the other lines are output (which may name tether too)
+        prompted = any(line.startswith("$") for line in lines)
+        for offset, line in enumerate(lines, start=1):
+            if line.startswith("$") or not prompted:
+                yield block.line + offset, line
     tokens = MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8"))
     for token in tokens:
         for child in token.children or []:
@@ -108,3 +113,16 @@ def test_the_check_catches_a_wrong_verb_and_a_wrong_flag() -> None:
     assert "no option --worker" in (check(["bridge", "run", "--worker", "4"]) or "")
     assert tether_words("$ PYTHONPATH=examples uv run tether demo  # x") == ["demo"]
     assert tether_words("pip install uv") is None
+
+
+def test_output_lines_of_a_transcript_are_not_commands(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```console\n$ tether gateway serve\ntether gateway: http://127.0.0.1:8765/\n"
+        "$ tether bridge run --nosuch\n```\n\n```console\ntether demo\n```\n"
+    )
+    assert [line for _, line in console_lines(page)] == [
+        "$ tether gateway serve",
+        "$ tether bridge run --nosuch",
+        "tether demo",
+    ]

@@ -6,6 +6,7 @@ directory per page, so files they write (token files, stores) never land in the 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,14 @@ def test_blocks_share_a_page_and_top_level_await_runs_under_trio(tmp_path: Path)
         "```console\n$ not run\n```\n\n```python\nassert len(seen) == 1\n```\n",
     )
     assert check_page(page) == 3
+
+
+def test_the_bridge_pages_examples_stop_without_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 32.9: the in-process bridge ended with "could not give unacked leases back:
+    ConnectError" (the gateway stopped before the bridge). A copied example must end clean."""
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="tether"):
+        check_page(ROOT / "docs" / "guide" / "bridge.md")
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -15,16 +15,8 @@ import httpx
 import pytest
 import trio
 
-from tether.bridge import (
-    CustodyState,
-    Permanent,
-    PoolWorker,
-    Progress,
-    Retry,
-    SqliteStore,
-    Task,
-    write_token,
-)
+from tether.bridge import CustodyState, Permanent, Progress, Retry, SqliteStore, Task, write_token
+from tether.bridge.pool import PoolWorker
 
 from ._fake_model import KEY, FakeModel, fake_model
 

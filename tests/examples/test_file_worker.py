@@ -12,7 +12,8 @@ from pathlib import Path
 
 import trio
 
-from tether.bridge import CustodyState, SqliteStore, Task, file_exchange_worker
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.pool import file_exchange_worker
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "file_worker.sh"
 

@@ -6,6 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -70,6 +71,7 @@ def chat_in_browser(
                 "question": driver.find_element(By.CSS_SELECTOR, ".message .text").text,
                 "reply": driver.find_element(*answered).text,
                 "url": driver.current_url,
+                "page": driver.find_element(By.TAG_NAME, "body").text,
             }
             screenshot.parent.mkdir(exist_ok=True)
             driver.save_screenshot(str(screenshot))
@@ -115,20 +117,30 @@ async def test_message_sent_from_the_page_gets_its_reply_shown(
     assert screenshot.stat().st_size > 1000
 
 
-async def test_a_message_the_bridge_gave_up_on_shows_the_reason_on_the_page(
-    start_gateway: StartGateway, client_token_file: Path, monkeypatch: pytest.MonkeyPatch
+async def test_a_message_the_bridge_gave_up_on_shows_a_plain_sentence_not_the_error(
+    start_gateway: StartGateway,
+    client_token_file: Path,
+    http: httpx.AsyncClient,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # what a user sees when the bridge reports a dead letter: the reason, not a silent wait
+    """Issue 32.8: the person saw "No reply: the bridge gave up on this message:
+    FlakyFailure: ...". They get a sentence and a reference to quote; the reason stays with
+    the operators (the gateway's log, the message's ``reason`` field, ``tether store show``)."""
     monkeypatch.setenv("SE_OFFLINE", "true")
     gateway = await start_gateway()
     screenshot = ARTIFACTS / "gateway-chat-failed.png"
-    reason = "the bridge gave up on this message: RuntimeError: boom"
+    reason = (
+        "the bridge gave up on this message: attempt 5 of 5 failed: "
+        "tether.agents.flaky.FlakyFailure: the flaky agent failed on purpose"
+    )
+    rejected: list[str] = []
 
     async def worker(client: GatewayClient) -> None:
         while True:
             for task in await client.poll_tasks(wait=5):
                 await client.ack(task.id)
                 assert await client.reject(task.id, reason)
+                rejected.append(task.id)
                 return
 
     async with (
@@ -139,4 +151,20 @@ async def test_a_message_the_bridge_gave_up_on_shows_the_reason_on_the_page(
         shown = await trio.to_thread.run_sync(
             chat_in_browser, f"{gateway.url}/#token={gateway.token}", "crash", screenshot, "failed"
         )
-    assert shown["reply"] == shown["reply_after_reload"] == f"No reply: {reason}"
+    (task_id,) = rejected
+    assert shown["reply"] == shown["reply_after_reload"] == failed_sentence(task_id)
+    for detail in ("FlakyFailure", "tether.agents", "gave up", "attempt 5"):
+        assert detail not in shown["page"], f"the page shows {detail!r}"
+    # the operators keep the whole reason
+    view = await http.get(
+        f"{gateway.url}/v1/messages/{task_id}",
+        headers={"Authorization": f"Bearer {gateway.token}"},
+    )
+    assert view.json()["reason"] == reason
+
+
+def failed_sentence(task_id: str) -> str:
+    """What the page says for a message that ended without a reply."""
+    return (
+        f"No reply: something went wrong and this message was not answered (reference {task_id})."
+    )

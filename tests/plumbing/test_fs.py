@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from tether._plumbing._fs import create_private_file, ensure_private_dir
-from tether.bridge import ConnectionStatus, FileExchange, SqliteStore, Task, ensure_token_file
+from tether.bridge import ConnectionStatus, SqliteStore, Task, ensure_token_file
 from tether.bridge.client._status_file import StatusFile
+from tether.bridge.pool import FileExchange
 from tether.gateway import GatewayStore
 
 

@@ -15,7 +15,9 @@ from functools import partial
 import trio
 
 from tether import Session
-from tether.bridge import PoolLead, PoolWorker, Reconciler, SqliteStore, Task
+from tether.bridge import SqliteStore, Task
+from tether.bridge.custody import Reconciler
+from tether.bridge.pool import PoolLead, PoolWorker
 
 DELAY = 0.3
 LEASE_S = 1.0

@@ -13,8 +13,10 @@ import trio.lowlevel
 
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
-from tether.bridge import Claim, CustodyState, PoolWorker, SqliteStore, StaleLease, Task
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.custody import Claim, StaleLease
 from tether.bridge.custody._rules import InvalidTask
+from tether.bridge.pool import PoolWorker
 from tether.bridge.pool._completions import CompletionBatcher
 
 S = CustodyState

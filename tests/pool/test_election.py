@@ -16,9 +16,9 @@ import trio
 
 from support.clock import StoreAwareClock
 from support.waiting import wait_until
-from tether.bridge import CustodyState, PoolLead, SqliteStore, Task
+from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody._store import WorkerInfo, WorkerRole
-from tether.bridge.pool import elect
+from tether.bridge.pool import PoolLead, elect
 
 S = CustodyState
 

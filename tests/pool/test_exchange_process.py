@@ -109,7 +109,7 @@ async def test_the_shell_example_answers_every_task_once_through_kills_mid_write
         for i in range(TASKS):
             record = await store.get(f"x-{i}")
             assert record is not None
-            assert record.result == f"MESSAGE {i}\nSECOND LINE\n"
+            assert record.result == f"MESSAGE {i}\nSECOND LINE"
             assert record.owner is not None
             assert record.owner.startswith("xhost-w")
 

@@ -18,14 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from support.waiting import wait_until
-from tether.bridge import (
-    CustodyState,
-    Reconciler,
-    ResultRefused,
-    SqliteStore,
-    Task,
-    file_exchange_worker,
-)
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.custody import Reconciler
+from tether.bridge.pool import ResultRefused, file_exchange_worker
 from tether.bridge.pool._files import (
     FileExchange,
     HeaderRefused,
@@ -185,7 +180,7 @@ def test_an_outbox_write_cut_short_by_a_kill_is_cleaned_up_at_the_next_start(
     FileExchange(tmp_path)
     outbox = tmp_path / "outbox"
     killed_mid_write = (
-        "import os, signal, sys; from tether import _atomic_file as a;"
+        "import os, signal, sys; from tether._plumbing import _atomic_file as a;"
         "os.replace = lambda *_a, **_k: os.kill(os.getpid(), signal.SIGKILL);"
         "a.write_atomic_at(os.open(sys.argv[1], os.O_RDONLY), 'x-1.txt', b'task x-1')"
     )

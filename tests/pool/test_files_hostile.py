@@ -13,7 +13,8 @@ import pytest
 import trio
 
 from tether._plumbing._atomic_file import write_atomic
-from tether.bridge import ResultRefused, Task
+from tether.bridge import Task
+from tether.bridge.pool import ResultRefused
 from tether.bridge.pool._files import ExchangeUnsafe, FileExchange
 
 SECRET = "SECRET-LINE-do-not-show-7Hq"

@@ -8,16 +8,10 @@ from pathlib import Path
 import pytest
 
 from support.clock import FakeClock
-from tether.bridge import (
-    CustodyState,
-    Decide,
-    PoolLead,
-    PoolView,
-    SqliteStore,
-    SweepReport,
-    Task,
-)
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.custody import Decide, PoolView
 from tether.bridge.custody._store import plan_then_assign
+from tether.bridge.pool import PoolLead, SweepReport
 from tether.bridge.pool._liveness import live_lead
 
 S = CustodyState

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from support.clock import FakeClock
 from tether.bridge import CustodyState as S
-from tether.bridge import Decide, PoolLead, PoolView, SqliteStore, Task
+from tether.bridge import SqliteStore, Task
+from tether.bridge.custody import Decide, PoolView
+from tether.bridge.pool import PoolLead
 
 
 class CountingStore(SqliteStore):

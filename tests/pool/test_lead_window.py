@@ -6,7 +6,9 @@ from collections.abc import Collection
 from pathlib import Path
 
 from support.clock import FakeClock
-from tether.bridge import Decide, PoolLead, PoolView, SqliteStore, Task
+from tether.bridge import SqliteStore, Task
+from tether.bridge.custody import Decide, PoolView
+from tether.bridge.pool import PoolLead
 from tether.bridge.pool._lead import MIN_WINDOW
 
 

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tether.bridge import (
-    Assignment,
-    PoolView,
-    Queued,
-    WorkerInfo,
-    is_alive,
-    live_lead,
-    plan_sweep,
-)
+from tether.bridge.custody import Assignment, PoolView, Queued, WorkerInfo
+from tether.bridge.pool import is_alive, live_lead, plan_sweep
 
 NOW = 1000.0
 

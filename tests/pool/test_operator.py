@@ -8,7 +8,8 @@ import trio
 
 from support.pool_fixtures import LEASE_S, StoreAwareClock
 from support.waiting import wait_until
-from tether.bridge import CustodyState, PoolWorker, SqliteStore, Task
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.pool import PoolWorker
 
 from .test_worker import agent, running, state_is
 

@@ -7,7 +7,8 @@ import collections
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.bridge import Assignment, PoolView, Queued, WorkerInfo, is_alive, plan_sweep
+from tether.bridge.custody import Assignment, PoolView, Queued, WorkerInfo
+from tether.bridge.pool import is_alive, plan_sweep
 
 NOW = 10_000.0
 DEAD_AFTER = 10.0

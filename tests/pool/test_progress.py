@@ -12,16 +12,8 @@ from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo, slow_stream
-from tether.bridge import (
-    CustodyState,
-    PoolWorker,
-    Progress,
-    ProgressUpdate,
-    SqliteStore,
-    Task,
-    progress_of,
-    reporting,
-)
+from tether.bridge import CustodyState, Progress, SqliteStore, Task, progress_of
+from tether.bridge.pool import PoolWorker, ProgressUpdate, reporting
 
 from .test_worker import agent, running, state_is
 

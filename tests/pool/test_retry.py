@@ -18,16 +18,8 @@ import trio
 from support.pool_fixtures import MAX_ATTEMPTS, StoreAwareClock
 from support.waiting import wait_until
 from tether import Session
-from tether.bridge import (
-    CustodyState,
-    Permanent,
-    PoolLead,
-    PoolWorker,
-    Retry,
-    RetryBackoff,
-    SqliteStore,
-    Task,
-)
+from tether.bridge import CustodyState, Permanent, Retry, SqliteStore, Task
+from tether.bridge.pool import PoolLead, PoolWorker, RetryBackoff
 from tether.bridge.pool._wakeup import PoolWakeups
 
 S = CustodyState

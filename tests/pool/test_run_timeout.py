@@ -19,16 +19,9 @@ import trio
 from support.pool_fixtures import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
 from support.waiting import wait_until
 from tether import Session
-from tether.bridge import (
-    Claim,
-    CustodyState,
-    PoolWorker,
-    Reconciler,
-    RetryBackoff,
-    SqliteStore,
-    Task,
-    WorkerStore,
-)
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.custody import Claim, Reconciler, WorkerStore
+from tether.bridge.pool import PoolWorker, RetryBackoff
 from tether.bridge.pool._worker import agent_run_timeout
 
 S = CustodyState

@@ -14,7 +14,9 @@ from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo
-from tether.bridge import CustodyState, PoolLead, PoolWorker, Reconciler, SqliteStore, Task
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.custody import Reconciler
+from tether.bridge.pool import PoolLead, PoolWorker
 
 S = CustodyState
 

@@ -9,7 +9,9 @@ import trio
 
 from support.clock import FakeClock
 from support.pool_fixtures import LEASE_S, StoreAwareClock
-from tether.bridge import Claim, CustodyState, SqliteStore, StallWatcher, Task
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.custody import Claim
+from tether.bridge.pool import StallWatcher
 
 S = CustodyState
 STALL_AFTER = 20.0

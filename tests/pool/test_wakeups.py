@@ -13,15 +13,9 @@ from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo
-from tether.bridge import (
-    Claim,
-    CustodyState,
-    PoolLead,
-    PoolWorker,
-    SqliteStore,
-    SweepReport,
-    Task,
-)
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.custody import Claim
+from tether.bridge.pool import PoolLead, PoolWorker, SweepReport
 from tether.bridge.pool._retry import RetryBackoff
 from tether.bridge.pool._wakeup import PoolWakeups, Wakeup
 

@@ -16,15 +16,9 @@ from support.pool_fixtures import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
 from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo
-from tether.bridge import (
-    AgentError,
-    CustodyState,
-    PoolWorker,
-    Reconciler,
-    Reply,
-    SqliteStore,
-    Task,
-)
+from tether.bridge import CustodyState, Reply, SqliteStore, Task
+from tether.bridge.custody import Reconciler
+from tether.bridge.pool import AgentError, PoolWorker
 
 S = CustodyState
 

@@ -17,7 +17,8 @@ from support.clock import StoreAwareClock
 from support.gateway import RunningGateway
 from support.service import gateway_client
 from support.waiting import wait_until
-from tether.bridge import CustodyState, GatewayClient, Result, SqliteStore, Store, Task
+from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
+from tether.bridge.custody import Result, Store
 from tether.bridge.service._delivery import Delivery
 from tether.bridge.service._ingest import Ingest
 

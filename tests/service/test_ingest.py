@@ -14,7 +14,8 @@ import trio
 
 from support.gateway import RunningGateway
 from support.waiting import wait_until
-from tether.bridge import CustodyState, GatewayClient, RoomPolicy, SqliteStore, Task
+from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
+from tether.bridge.custody import RoomPolicy
 from tether.bridge.pool._wakeup import PoolWakeups
 from tether.bridge.service._ingest import Ingest, IngestCommitFailed
 

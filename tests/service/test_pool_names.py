@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from tether.bridge import SqliteStore
+from tether.bridge import BridgeConfig, BridgeService, ConfigError, SqliteStore
 from tether.bridge.custody._rules import check_worker
-from tether.bridge.service import BridgeConfig, BridgeService, ConfigError
 from tether.bridge.service._names import (
     NameInUse,
     check_names_free,

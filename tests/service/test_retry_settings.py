@@ -10,7 +10,8 @@ import pytest
 import trio
 
 from tether._cli._main import main
-from tether.bridge import ConfigError, RetryBackoff, SqliteStore, Task, load_config
+from tether.bridge import ConfigError, SqliteStore, Task, load_config
+from tether.bridge.pool import RetryBackoff
 
 
 def test_the_default_backoff_suits_a_flaky_model_provider() -> None:

@@ -13,7 +13,8 @@ from support.gateway import RunningGateway
 from support.service import submit_many
 from support.waiting import wait_until
 from tether import Session, open_runtime
-from tether.bridge import BridgeConfig, BridgeService, CustodyState, RetryBackoff, SqliteStore, Task
+from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
+from tether.bridge.pool import RetryBackoff
 
 MESSAGES = 600
 STOPS = 15

@@ -22,7 +22,8 @@ import sys
 
 import trio
 
-from tether.bridge import Claim, PostgresStore, Reconciler, StaleLease, Task
+from tether.bridge import PostgresStore, Task
+from tether.bridge.custody import Claim, Reconciler, StaleLease
 
 
 def say(line: str) -> None:

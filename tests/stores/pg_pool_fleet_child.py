@@ -20,7 +20,9 @@ from functools import partial
 import trio
 
 from tether import Session
-from tether.bridge import PoolLead, PoolWorker, PostgresStore, Reconciler, Task
+from tether.bridge import PostgresStore, Task
+from tether.bridge.custody import Reconciler
+from tether.bridge.pool import PoolLead, PoolWorker
 
 LEASE_S = 1.0
 DEAD_AFTER = 1.5

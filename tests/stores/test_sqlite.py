@@ -14,7 +14,8 @@ import trio
 import trio.testing
 
 from support.clock import FakeClock
-from tether.bridge import CustodyConflict, CustodyState, SchemaTooNew, SqliteStore, Task
+from tether.bridge import CustodyState, SchemaTooNew, SqliteStore, Task
+from tether.bridge.custody import CustodyConflict
 from tether.bridge.custody._rules import MAX_BODY_BYTES
 from tether.bridge.stores.sqlite._schema import SCHEMA_VERSION
 

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 import attrs
 
-from tether.bridge import Claim, CustodyState, PostgresStore, SqliteStore, Store, Task
+from tether.bridge import CustodyState, PostgresStore, SqliteStore, Task
+from tether.bridge.custody import Claim, Store
 
 LEASE_S = 30.0
 MAX_ATTEMPTS = 3

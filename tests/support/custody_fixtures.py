@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from tether.bridge import Store
+from tether.bridge.custody import Store
 from tether.bridge.stores.postgres._throwaway import NoPostgres, throwaway_postgres
 
 from .clock import FakeClock

@@ -14,6 +14,7 @@ import trio
 
 from tether import Runtime, open_runtime
 from tether.bridge import write_token
+from tether.bridge.service._admin import bridge_observed
 from tether.observe import AdminSettings, Observed, serve_admin
 
 ADMIN_TOKEN = "admin-token-for-tests-4f1c"
@@ -39,10 +40,12 @@ def admin_token_file(directory: Path) -> Path:
 @asynccontextmanager
 async def running_admin(tmp_path: Path, **observed: Any) -> AsyncIterator[Admin]:
     """``open_runtime`` + ``serve_admin`` + an authenticated httpx client (one keep-alive
-    connection, so the server's own tasks stay the same between requests)."""
+    connection, so the server's own tasks stay the same between requests). ``observed`` are
+    the bridge's parts (``store``, ``gateway``, ``pool``, ``timings``...), handed to the
+    endpoint as the bridge hands them."""
     settings = AdminSettings(token_file=admin_token_file(tmp_path), port=0)
     async with open_runtime(handle_signals=False, grace=1.0) as runtime:
-        obs = Observed.of_runtime(runtime, **observed)
+        obs = bridge_observed(runtime, **observed)
         async with trio.open_nursery() as nursery:
             port = await nursery.start(partial(serve_admin, obs, settings))
             url = f"http://127.0.0.1:{port}"

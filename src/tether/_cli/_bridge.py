@@ -1,15 +1,16 @@
 """``tether bridge run`` and ``tether store ...``: the bridge from the command line.
 
-Heavy imports (trio, the store, the service) happen only when a command runs, so ``--help``
-stays instant.
+Heavy imports happen only when a command runs, so ``--help`` stays instant.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -282,7 +283,7 @@ def run_store(args: argparse.Namespace) -> int:
     async def status() -> int:
         store = await open_store(
             config.store,
-            must_exist=True,
+            read_only=True,
             password_file=config.store_password_file,
             schema=config.store_schema,
         )
@@ -306,7 +307,7 @@ async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
 
     store = await open_store(
         config.store,
-        must_exist=True,
+        read_only=True,
         password_file=config.store_password_file,
         schema=config.store_schema,
     )
@@ -366,7 +367,8 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
     logging.getLogger("tether.custody").addHandler(logging.NullHandler())
     store = await open_store(
         config.store,
-        must_exist=True,
+        must_exist=True,  # refuses a file that is not already a tether store
+        read_only=args.store_command == "list",  # and an inspection changes nothing
         password_file=config.store_password_file,
         schema=config.store_schema,
     )
@@ -396,20 +398,53 @@ def run_bridge(args: argparse.Namespace) -> int:
     from ..bridge.service._service import (
         BridgeService,  # after the config: a typo is reported at once
     )
-    from ._startup import admin_announcer, load_checked_agent
+    from ._startup import admin_announcer, check_token_file, load_checked_agent
 
     factory = load_checked_agent(config.agent)
+    check_token_file(config.token_file)  # before the banner, the data directory and the store
     configure_logging(config.log_level, config.log_format)
     prepare_store_dir(config)
-    if config.admin_port is not None and ensure_token_file(config.admin_token_file):
-        print(f"tether: created admin token file {config.admin_token_file}", file=sys.stderr)
-    print(
-        f"tether bridge: {redact_url(config.gateway)} -> {redact_url(config.store)}, "
-        f"agent {config.agent}, "
-        f"{config.workers} worker(s); Ctrl+C stops",
-        file=sys.stderr,
-        flush=True,
-    )
-    admin_ready = admin_announcer("tether bridge", config.admin_host, config.admin_token_file)
-    trio.run(BridgeService(config, factory=factory, admin_ready=admin_ready).run_until_signal)
+    with one_bridge_per_file(config.store):
+        if config.admin_port is not None and ensure_token_file(config.admin_token_file):
+            print(f"tether: created admin token file {config.admin_token_file}", file=sys.stderr)
+        print(
+            f"tether bridge: {redact_url(config.gateway)} -> {redact_url(config.store)}, "
+            f"agent {config.agent}, "
+            f"{config.workers} worker(s); Ctrl+C stops",
+            file=sys.stderr,
+            flush=True,
+        )
+        admin_ready = admin_announcer("tether bridge", config.admin_host, config.admin_token_file)
+        trio.run(BridgeService(config, factory=factory, admin_ready=admin_ready).run_until_signal)
     return 0
+
+
+@contextlib.contextmanager
+def one_bridge_per_file(store: str) -> Iterator[None]:
+    """Refuse (exit 2) to run a second bridge on a SQLite store; for the whole process.
+
+    A bridge on a SQLite file keeps fixed pool names (``host_stem``) and delivers without
+    delivery leases: a second one beside it would beat under the same names (both leading) and
+    post every reply twice. So the bridge holds ``<store>.bridge.lock`` while it runs (the
+    kernel frees it when the process dies, so a restart after a crash is never refused).
+    PostgreSQL stores are shared by many bridges and need no lock.
+    """
+    from .._plumbing._lock_file import LockHeld, hold_lock
+    from ..bridge.service._config import ConfigError
+    from ..bridge.stores.postgres._dsn import is_postgres_dsn
+
+    if is_postgres_dsn(store):
+        yield
+        return
+    path = Path(store).resolve()  # the file's own folder, whatever links lead to it
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(hold_lock(path.with_name(path.name + ".bridge.lock")))
+        except LockHeld as exc:
+            who = "" if exc.pid is None else f" (pid {exc.pid})"
+            raise ConfigError(
+                f"another tether bridge{who} runs on the store {store}: one bridge per SQLite "
+                "file; stop it first, add workers with --workers or `tether worker run`, or use "
+                "PostgreSQL for several bridges"
+            ) from None
+        yield

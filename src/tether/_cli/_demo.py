@@ -1,10 +1,7 @@
 """``tether demo``: the main job end to end, in one process, in a temporary directory.
 
-A reference gateway on 127.0.0.1 (free port), a bridge with 4 workers and the echo agent, and
-a few hundred chat messages sent through the gateway's user side. Halfway through, the bridge
-is stopped and started again (like a deploy): the custody store carries every task across.
-At the end every message is checked for its reply, and the summary says how many were sent,
-replied, lost (none, or the exit code is 1) and how many duplicate replies the gateway absorbed.
+A reference gateway, a bridge with the echo agent restarted halfway (like a deploy) and a few
+hundred messages; the summary counts sent, replied, lost (exit 1 unless none) and duplicates.
 """
 
 from __future__ import annotations

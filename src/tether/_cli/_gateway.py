@@ -1,6 +1,8 @@
 """``tether gateway serve``: run the reference gateway from the command line.
 
-The server itself is imported only when the command runs.
+The server itself is imported only when the command runs. Its start lines say where it
+listens and give the chat page's link with the token in the fragment (never sent to the
+server): the user token when there is one, since the page needs only the user side.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ async def _serve_until_signal(settings: GatewaySettings) -> None:
     import trio
 
     from .._core._util import open_nursery_unwrapped
+    from .._plumbing._token_file import read_token
     from ..gateway._server import serve
 
     async def until_signal() -> None:
@@ -131,3 +134,5 @@ async def _serve_until_signal(settings: GatewaySettings) -> None:
             f"database {settings.db}); Ctrl+C stops",
             flush=True,
         )
+        page_token = read_token(settings.user_token_file or settings.token_file)
+        print(f"tether gateway: chat page http://{host}:{port}/#token={page_token}", flush=True)

@@ -1,8 +1,5 @@
-"""A small live system whose task tree is printed while it runs.
-
-Two "agents" handle messages with the same handler name at the same time: a name-keyed
-registry would show one of them; the identity registry shows both.
-"""
+"""A small live system whose task tree is printed while it runs: two "agents" run handlers of one
+name at once, and the identity registry shows both."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``tether ps`` and ``tether status``: read a running service's admin endpoint.
-
-They speak HTTP to ``/tasks`` and ``/status`` (see ``tether.observe``) with the bearer token
-from a file, and render what they get; ``--json`` prints the document as received.
-"""
+"""``tether ps`` and ``tether status``: read a service's ``/tasks`` and ``/status`` with the bearer
+token from a file, and render them (``--json`` prints the document as received)."""
 
 from __future__ import annotations
 
@@ -115,11 +112,16 @@ def run_ps(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     from .._plumbing._converter import structure
+    from ..bridge.pool._status import PoolStatus, render_pool
     from ..observe._status import StatusReport, render_status
 
     doc = _get(args, "/status", {})
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
-    print(render_status(structure(doc, StatusReport)))
+
+    def pool_lines(section: dict[str, Any]) -> list[str]:
+        return render_pool(structure(section, PoolStatus))
+
+    print(render_status(structure(doc, StatusReport), pool_lines=pool_lines))
     return 0

@@ -1,10 +1,7 @@
 """The shapes every ``tether`` subcommand's parser takes, written once.
 
-Each command module (bridge, store, worker, gateway, ps/status) builds its own parsers; these
-helpers keep them alike: epilogs keep their line breaks (they list exit codes and config
-sources), a command group requires its action word, and a service's settings become flags
-named after them (``workers`` -> ``--workers``) that default to ``None`` so a flag given wins
-over the config file and the environment, and one not given leaves them be.
+Epilogs keep their line breaks, a command group requires its action word, and a service's settings
+become flags defaulting to ``None``, so only a flag given wins over file and env.
 """
 
 from __future__ import annotations

@@ -1,30 +1,67 @@
-"""What ``tether bridge run`` and ``tether worker run`` do before their service starts.
-
-Both refuse an agent they cannot run as a configuration error (exit 2) before anything is
-created: an unknown module, a factory that raises, or a handler policy that skips runs. Both
-say where their admin endpoint listens once it does.
-"""
+"""What ``tether bridge run`` and ``tether worker run`` do before their service starts: refuse an
+agent they cannot run (exit 2) and a gateway token file the bridge cannot use before anything is
+created, find the agent's module in the working directory as ``python -m`` does, then say where
+the admin endpoint listens."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import trio
 
+from .._plumbing._token_file import TokenFileError, read_token
+from ..bridge.client._client import GatewayAuthError
 from ..bridge.pool._agent import AgentFactory, AgentLoadError, check_agent, load_agent
 from ..bridge.service._config import ConfigError
 
 
 def load_checked_agent(spec: str) -> AgentFactory:
     """The factory named by ``spec`` (module:factory), checked as a worker will use it."""
+    added = _working_directory_on_path()
     try:
         factory = load_agent(spec)
+        if added is not None:
+            _say_if_found_in(added, spec.partition(":")[0])
         trio.run(check_agent, spec, factory)  # its policy, before anything is created
     except AgentLoadError as exc:
         raise ConfigError(str(exc)) from None
     return factory
+
+
+def _working_directory_on_path() -> str | None:
+    """Put the working directory first on the import path unless it is there already (as
+    ``python -m`` and ``-c`` do); returns it if it was added."""
+    cwd = os.getcwd()
+    here = os.path.realpath(cwd)
+    if any(os.path.realpath(entry or os.curdir) == here for entry in sys.path):
+        return None
+    sys.path.insert(0, cwd)
+    return cwd
+
+
+def _say_if_found_in(folder: str, module_name: str) -> None:
+    """One line when the agent came from the working directory: a module of the same name
+    installed elsewhere is shadowed by it, so the choice is shown, not silent."""
+    origin = getattr(sys.modules.get(module_name), "__file__", None)
+    if origin is not None and Path(origin).resolve().is_relative_to(Path(folder).resolve()):
+        print(
+            f"tether: agent module {module_name} from the working directory ({origin}; "
+            "added to the import path, as python -m does)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def check_token_file(path: Path) -> None:
+    """Refuse a gateway token file the bridge could not use, as its client would (exit 3),
+    before anything is printed or created: a failed start leaves no empty store behind."""
+    try:
+        read_token(path)
+    except TokenFileError as exc:
+        raise GatewayAuthError(f"cannot use the gateway token: {exc}") from None
 
 
 def admin_announcer(program: str, host: str, token_file: Path) -> Callable[[int], None]:

@@ -1,10 +1,7 @@
-"""The background scope: Trio's answer to fire-and-forget.
+"""The background scope: Trio's answer to fire-and-forget, a nursery the runtime holds open.
 
-A background task is still owned: it lives in a nursery that the runtime holds open, so it can
-neither be garbage-collected mid-flight nor die unseen. An uncaught exception is logged once at
-WARNING (task name in the message, the exception as ``exc_info``) and counted; it does not take
-the runtime down. On close the scope stops accepting work, waits ``grace`` seconds for what is
-running, then cancels the rest with a reason.
+An uncaught exception is logged once and counted, never lost; on close the scope waits ``grace``
+seconds, then cancels the rest. See docs/guide/design.md, "The background scope".
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The runtime's context variables, in a leaf module that imports nothing of tether at run time.
 
-Trio copies a task's context into every task it spawns, so these follow the work down the
-tree. Keeping them here lets the registry, sessions, supervisors and the runtime read each
-other's state without importing each other (their types are named for the checker only).
+Trio copies them into every spawned task, and the core's modules read each other's state through
+them without importing each other. See docs/guide/design.md, "Owner labels and context variables".
 """
 
 from __future__ import annotations

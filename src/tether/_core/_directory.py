@@ -1,11 +1,7 @@
 """The supervisors and sessions open inside a runtime, so an observer can find every one.
 
-The registry sees tasks; an operator also wants the objects behind them (a supervisor's
-children and restart counts, a session's handler failures). ``open_runtime`` puts a
-``Directory`` in a context variable; ``supervising()`` and ``open_session()`` enter themselves
-while they are open. Child tasks inherit the variable, so nested supervisors (a service that
-opens its own) are found too. A closed session's failure count is kept, so the total of
-handler failures only ever grows (a Prometheus counter must not go down).
+Kept in a context variable, so nested supervisors are found too; a closed session's failures are
+kept, so the total only grows. See docs/guide/design.md, "Owner labels and context variables".
 """
 
 from __future__ import annotations

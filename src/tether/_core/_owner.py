@@ -1,9 +1,5 @@
-"""Owner labels: which session, service or scope a task belongs to.
-
-Trio copies the spawning task's context into every new task, so a label set in a context
-variable before ``start_soon`` is what the new task (and all of its descendants) carries.
-The registry reads it once, in ``task_spawned``; nothing else needs to be threaded through.
-"""
+"""Owner labels: which session, service or scope a task belongs to, in a context variable Trio
+copies into every task spawned below; the registry reads it once, in ``task_spawned``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """TaskRegistry: a Trio instrument that mirrors the live tasks by identity.
 
-Why identity: a registry keyed by task *name* under-reports as soon as two live tasks share a
-name (the second insert evicts the first, the first to finish deletes the survivor's entry).
-Here the key is the ``trio.lowlevel.Task`` object itself; the name is only a label. The hooks
-are kept to a dict insert and a context-variable read so the registry can stay on in
-production (see ``benchmarks/registry_overhead.py``).
+Keyed by the ``trio.lowlevel.Task``, never by its name (names collide); the hooks stay cheap enough
+to leave on in production. See docs/guide/design.md, "The task registry".
 """
 
 from __future__ import annotations
@@ -62,7 +59,7 @@ def _task_info_builder() -> tuple[
 ]:
     """``object.__new__`` and one slot setter per field, in field order: how ``snapshot()``
     builds a million records without the generated ``__init__`` (which sets each field of a
-    frozen class through ``object.__setattr__``: ~1.5x the cost, measured). ``TaskInfo`` has no
+    frozen class through the slower ``object.__setattr__``). ``TaskInfo`` has no
     defaults to apply, converters or validators for it to skip, so a record built this way
     is the same value (the tests compare the two); a new field must be added here too, and
     the check below refuses to import until it is."""

@@ -1,18 +1,7 @@
-"""The soft stop signal a supervised child reads.
+"""The soft stop a supervised child reads: ``stop_requested()``, ``wait_stop_requested()``.
 
-A supervisor asks a child to stop before it cancels it, so services can finish the unit of
-work in hand, flush, and say goodbye. The request lives in a context variable set in the
-child's task, so the child (and every task it spawns) can ask without any extra parameter in
-``async def run(..., task_status=...)``::
-
-    async def run(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        async with trio_util.move_on_when(tether.wait_stop_requested):
-            await serve_forever()
-        await flush()  # cleanup runs after a soft stop, within the child's shutdown_grace
-
-Outside a supervised child nobody can ask for a stop: ``stop_requested()`` is False and
-``wait_stop_requested()`` sleeps until cancelled, so the same service runs unsupervised too.
+A supervisor asks before it cancels, so a service can finish the work in hand; outside a child
+nobody asks, so the same service runs unsupervised. See docs/guide/design.md, "Supervisors".
 """
 
 from __future__ import annotations

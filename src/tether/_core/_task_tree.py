@@ -1,10 +1,7 @@
 """The live task tree as plain values: what ``GET /tasks``, ``tether ps`` and SIGUSR1 show.
 
-``task_tree()`` turns the registry's live tasks into nested :class:`TaskNode` values (one
-structure for JSON, the terminal and the log), optionally with each task's await stack: the
-chain of coroutine frames from the task's own function down to the checkpoint it is parked in
-(``Task.iter_await_frames``, the answer to trio#927's "where is every task waiting?").
-``render_nodes()`` draws the same tree as text, whether it came from this process or over HTTP.
+One structure for JSON, the terminal and the log, optionally with each task's await stack
+(``Task.iter_await_frames``); ``render_nodes()`` draws it as text.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Just enough ASGI for the reference gateway: parse a request, read a bounded body, answer JSON.
 
-Hand-written on purpose: the gateway has a dozen routes, and owning the request path means
-the body limit, the JSON error shape and the headers are enforced in one place.
+Hand-written, so the body limit, the JSON error shape and the headers are enforced in one place.
 """
 
 from __future__ import annotations

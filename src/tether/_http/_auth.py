@@ -1,9 +1,5 @@
-"""Bearer tokens for the gateway, re-read whenever their file changes.
-
-Rotating a token is "write the new one to the file": the next request sees it (one ``stat``
-per request decides whether to re-read; a tiny local syscall, not worth a thread hop), so
-clients holding the old token get 401 and re-read their own copy.
-"""
+"""Bearer tokens re-read whenever their file changes (one ``stat`` per request decides), so rotating
+a token is writing the new one to the file."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """Replace a small file atomically and durably: readers see the old or the new content, never half.
 
-tmp file in the same directory + fsync + rename + fsync of the directory, so a crash at any
-point leaves either version on disk, and the rename itself survives power loss.
-
-The tmp file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a random name, relative to
-a descriptor of the directory: a file or symlink planted at a predictable name can never make
-the write truncate, chmod or fill a file elsewhere (it fails instead), and ``write_atomic_at``
-lets a caller that already holds a checked directory descriptor keep every step inside it.
+tmp file + fsync + rename + fsync of the directory; the tmp file is created exclusively under a
+random name, so a planted file cannot redirect the write. See docs/guide/design.md, "Private files
+and directories".
 """
 
 from __future__ import annotations

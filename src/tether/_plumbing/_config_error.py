@@ -1,8 +1,5 @@
-"""``ConfigError``: a bad setting, reported in one line and exit code 2.
-
-It lives at the root so every layer can raise it (a store's URL, a bridge's flag, an agent
-that cannot run under a policy) without importing the layer that reads the settings.
-"""
+"""``ConfigError``: a bad setting, reported in one line and exit code 2, raisable by every layer
+without importing the layer that reads the settings."""
 
 from __future__ import annotations
 

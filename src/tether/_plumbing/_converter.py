@@ -1,9 +1,7 @@
 """The project's one cattrs converter: everything tether persists or sends goes through it.
 
-Strict on purpose: cattrs' default converter coerces silently (``"false"`` -> ``True``,
-``3.9`` -> ``3``), which turns a corrupt record into a wrong value instead of an error.
-Here a primitive must already have the declared type, unknown keys are refused, and errors
-are rendered readably with :func:`structure_error_message`.
+Strict, because a silent coercion turns a corrupt record into a wrong value: types must match and
+unknown keys are refused. See docs/guide/design.md, "Strict JSON and the converter".
 """
 
 from __future__ import annotations

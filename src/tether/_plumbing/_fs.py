@@ -1,21 +1,7 @@
 """Private directories (0700) and files (0600) for everything tether keeps on disk.
 
-Stores, tokens, status files and exchanged messages are private to the user running tether.
-``os.makedirs(p, mode=0o700)`` is not enough: it gives only the last component that mode (the
-parents get the umask default, usually 0755), and every mode passed to ``mkdir``/``open`` is
-filtered by the umask. So:
-
-- ``ensure_private_dir`` creates *every* missing component 0700, exactly (``chmod`` after
-  ``mkdir``, whatever the umask), and never changes a directory that already exists (it may be
-  shared on purpose, e.g. a home directory or ``/tmp``).
-- An existing directory we put private things under that group or others can write to, and
-  that lacks the sticky bit, is reported with a WARNING on the ``tether.fs`` logger: another
-  user could rename or replace what we create there. It is not refused: our own entries are
-  still created 0700/0600, and refusing would break setups the user chose knowingly
-  (a sticky, world-writable ``/tmp`` is the common case and is not reported).
-- ``create_private_file`` creates a file 0600 with ``O_CREAT | O_EXCL`` *before* anything
-  writes to it (SQLite included: it gives its ``-wal``/``-shm`` files the database's mode), so
-  there is no window in which the file exists with a looser mode.
+Every missing component is made 0700 whatever the umask, and a file is 0600 before anything writes
+to it. See docs/guide/design.md, "Private files and directories".
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Strict JSON for what crosses the network: only documents every party can read back.
 
-``json.loads`` alone accepts more than JSON (``NaN``, ``Infinity``; ``1e999`` becomes ``inf``),
-reads integers of any size (and raises a bare ``ValueError`` past 4,300 digits), and recurses
-into nesting until Python's recursion limit breaks. A peer that sends such a document must get
-a clear refusal naming where it went wrong, never a crash, and nothing non-finite or wider
-than 64 bits may reach a store (SQLite and PostgreSQL cannot hold it; strict JSON parsers
-cannot read it back). ``loads_strict`` is the one reader both ends of gateway protocol v1 use.
-Only the standard library here: every layer may import it.
+A bad document (``NaN``, huge integers, deep nesting) gets a clear refusal, never a crash or a value
+no store holds. Standard library only. See docs/guide/design.md, "Strict JSON and the converter".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Logging for tether services: text or one JSON object per line, secrets redacted.
 
-Plain stdlib ``logging`` (a library must not impose more), plus what an operator of a running
-service needs: ``--log-format json`` for log shippers (time, level, logger, message, the Trio
-task and its owner, the exception), and a guarantee that a bearer token never reaches a log
-line, whatever a message or a traceback happens to contain (``register_secret``).
+Plain stdlib ``logging`` (a library must not impose more); a registered bearer token never reaches a
+log line, whatever a message or a traceback contains (``register_secret``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """One redaction for every URL or DSN tether prints, logs or writes to a status file.
 
-A PostgreSQL DSN may carry a password (``postgresql://u:secret@h/db``, ``password=secret``),
-a gateway URL a user and password (``http://u:secret@h``) or a token in its query. Whatever
-shows a store or gateway address (the CLI start-up line, log lines, error texts, the status
-file, ``tether store status``) passes it through ``redact_url``: the place stays readable
-(scheme, host, port, path, database, user of a DSN), every credential goes. Only the standard
-library here (psycopg's conninfo parser when it is installed): every layer may import it.
+``redact_url`` keeps the place readable (scheme, host, port, path, database, user) and drops every
+credential. Standard library only (psycopg's conninfo parser when it is installed).
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """One writer thread with group commit: many callers' transitions share one durable commit.
 
-A durable commit costs an fsync (~0.4 ms here) and a ``trio.to_thread`` hop ~190 µs, so one
-commit per transition caps a store at a few thousand transitions per second. Instead every
-caller queues a job for the one thread that owns the connection; the thread takes everything
-queued (up to ``max_batch``), runs the jobs in one transaction, commits once, and only then
-wakes the callers. No caller is answered before its change is durable; a job that raises is
-rolled back alone (the batch is replayed with a savepoint per job); a failed commit fails every
-job of its batch. Transactions are ``BEGIN IMMEDIATE``, so several stores (processes) can
-share one file: SQLite's lock serialises them and ``busy_timeout`` waits for it.
-
-Jobs carry the Trio token of their caller, so one store can serve callers from consecutive
-``trio.run`` calls (the hypothesis state machine does this).
+No caller is answered before its change is durable, and a job that raises is rolled back alone. See
+docs/guide/design.md, "Group commit".
 """
 
 from __future__ import annotations

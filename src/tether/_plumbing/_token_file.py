@@ -1,9 +1,5 @@
-"""Bearer tokens kept in files: read strictly, created private.
-
-A token is a secret, so its file must be private to its owner (like ssh keys): a file that
-group or others can read is refused rather than used, and new token files are made 0600 in a
-0700 directory. The token is one line of printable ASCII without spaces.
-"""
+"""Bearer tokens kept in files: read strictly (one line of printable ASCII), created 0600 in a 0700
+directory; a file that group or others can read is refused, like an ssh key."""
 
 from __future__ import annotations
 

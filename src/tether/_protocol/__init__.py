@@ -1,4 +1,3 @@
-"""Gateway protocol v1, shared by both ends: id rules and size limits (``_limits``), the records
-on the wire (``_messages``) and progress requests (``_progress``). The bridge's client, custody
-and the reference gateway import it; it imports only plumbing.
-"""
+"""Gateway protocol v1, shared by both ends: id rules and limits (``_limits``), wire records
+(``_messages``), progress (``_progress``), a client's connection record (``_connection``).
+It imports only plumbing."""

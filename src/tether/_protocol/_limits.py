@@ -1,9 +1,5 @@
-"""Gateway protocol v1's limits and id rules: what both ends (and the custody store) enforce.
-
-The gateway's task id is the custody store's primary key, so one definition serves the wire,
-the store and the reference gateway; none of them can accept what another refuses. Only the
-standard library here: every layer may import it.
-"""
+"""Gateway protocol v1's limits and id rules, enforced by both ends and the custody store: the task
+id is the store's primary key, so none of them accepts what another refuses."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Gateway protocol v1 on the wire: the records both ends exchange (rules in ``_limits``).
-
-The client and the reference server share these definitions so the two can never drift.
-Everything is structured with the project's strict converter: a wrong type or an unknown key
-is an error naming the field, never a silent coercion. Ids are checked separately (after
-structuring) because an attrs validator's message is lost in cattrs' error rendering.
-"""
+"""Gateway protocol v1 on the wire: the records both ends exchange, structured strictly (a wrong
+type or an unknown key names the field); ids are checked after structuring."""
 
 from __future__ import annotations
 

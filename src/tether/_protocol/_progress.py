@@ -1,16 +1,7 @@
 """Gateway protocol v1's optional progress endpoint: ``POST /v1/tasks/<id>/progress``.
 
-``{"id", "attempt", "seq", "running_s", "status"?, "partial"?, "worker"?}``: what a running
-task shows people now. ``status`` is a status line ("searching the web..."), ``partial`` the
-reply text streamed so far (the whole of it, not a delta, so a lost update needs no repair);
-``running_s`` how long the run has gone (the receiver subtracts it from its own clock, so
-the two ends' clocks need not agree). A receiver keeps the update with the highest
-``(attempt, seq)`` and ignores older ones that arrive late. Progress is never custody: the
-final result is the reply; a gateway may drop progress at will.
-
-Additive to v1: a gateway without the endpoint answers 404/405 and the client stops sending
-progress (logged once). A sender cuts its texts to the limits below (``fit_progress``); a
-receiver refuses anything over them with 400.
+Best effort, never custody: a receiver keeps the highest ``(attempt, seq)``. See
+docs/guide/design.md, "Progress on the wire".
 """
 
 from __future__ import annotations

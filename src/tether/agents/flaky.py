@@ -1,15 +1,8 @@
 """A slow, sometimes failing agent: exercises retries, leases and stall notices.
 
-Which tasks fail is a pure function of the task id (``fails(id, rate)``), so a test knows in
-advance which ones will end ``dead`` after ``max_attempts`` and which will be answered. Settings
-come from the task's headers, else the environment, else the defaults:
-
-==================  ==========================  =======
-header              environment                 default
-==================  ==========================  =======
-``flaky-delay``     ``TETHER_FLAKY_DELAY``      0.5 (seconds before answering)
-``flaky-fail-rate`` ``TETHER_FLAKY_FAIL_RATE``  0.2 (fraction of task ids that fail)
-==================  ==========================  =======
+Which tasks fail is a pure function of the id (``fails(id, rate)``). Settings, header first, then
+environment: ``flaky-delay`` / ``TETHER_FLAKY_DELAY`` (0.5 s before answering) and
+``flaky-fail-rate`` / ``TETHER_FLAKY_FAIL_RATE`` (0.2 of the task ids fail).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""A slow streaming agent: shows progress and streams its reply a word at a time.
+"""A slow streaming agent: a status for three pauses, then ``stream: <body>`` word by word.
 
-What an LLM agent looks like to the people waiting on it, without an LLM: it first reports a
-status ("thinking about 5 words...") for three pauses, then streams the reply
-``stream: <body>`` word by word with a pause between words, and returns the whole text as the
-one custodial reply. The page demo and the tests use it. The pause comes from the task's
-``stream-delay`` header, else ``TETHER_STREAM_DELAY``, else 0.3 seconds.
+What an LLM agent looks like to the people waiting, without an LLM. The pause: the ``stream-delay``
+header, else ``TETHER_STREAM_DELAY``, else 0.3 seconds.
 """
 
 from __future__ import annotations

@@ -11,13 +11,3 @@ from ._server import GatewaySettings as GatewaySettings
 from ._server import serve as serve
 from ._store import GatewayStore as GatewayStore
 from ._store import StoreError as StoreError
-
-__all__ = [
-    "DEFAULT_PORT",
-    "AppLimits",
-    "GatewayApp",
-    "GatewaySettings",
-    "GatewayStore",
-    "StoreError",
-    "serve",
-]

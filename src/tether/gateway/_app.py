@@ -23,30 +23,8 @@ GET     /v1/messages/<id>?wait=N    user    status and reply; waits ≤ N s for 
         &seen=REV                           ... or, with ``seen``, for any change of the view
 ======  ==========================  ======  ==============================================
 
-Progress (optional in protocol v1, best effort) lives in memory only (``ProgressBoard``): the
-message views carry the latest status line and partial reply while a message is open, plus
-when its run began; a stall notice shows as ``stalled_at``/``stalled_s``. Every view has a
-``rev`` that changes with anything it shows, so the chat page follows a message live with
-one long poll at a time (``seen=<rev>``) and no reload.
-
-A reject closes a handed-out task (leased or acked) with its reason, which the message views
-then carry as ``reason`` (an additive field of protocol v1): the bridge rejects a task it
-cannot take, and reports each dead-lettered task the same way, so the user waiting for a
-reply learns it failed and why. A reject of an answered or closed task is a no-op (200). A
-real result for a rejected task reopens it: the bridge's operator re-drove the dead task
-(``tether store retry``), and its reply replaces the rejection (counted as ``reopened``).
-
-A poll's ``X-Tether-Client`` header (optional, additive) names the client its leases are
-held by; ``POST /v1/leases/release`` hands every task leased to that client and not yet acked
-back to the queue at once, so a stopping bridge's unread poll answer is redelivered now, not
-after the lease. Acked tasks are never touched. The bundled client sends its
-``lease_holder`` (its client name plus a random suffix per client object), so bridges
-sharing a client name never release each other's leases; clients sending one holder from
-several processes release them together, costing at worst a redelivery.
-
-Auth: the worker token (a file) opens everything; the optional user token only the user
-routes, so chat users cannot pull or answer tasks. Nothing is stored unless the whole
-request is valid.
+Nothing is stored unless the whole request is valid; the user token opens only the user
+routes. See docs/guide/gateway.md and docs/guide/design.md, "Routes".
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""The reference gateway's progress board: what each running task shows now, in memory only.
-
-Progress is never custody (protocol v1's progress endpoint is best effort), so the board keeps
-it in memory and nowhere else: a restart forgets it and the next update brings it back. Per
-task it keeps the update with the highest ``(attempt, seq)``; a late older one is ignored.
-It is bounded: past ``max_entries`` tasks or ``max_chars`` characters of text the least
-recently updated entries go (a finished task's entry is dropped when its message is read).
-"""
+"""The reference gateway's progress board: what each running task shows now, in memory only and
+bounded, since progress is never custody. See docs/guide/design.md, "Routes"."""
 
 from __future__ import annotations
 

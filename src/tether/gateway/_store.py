@@ -1,29 +1,7 @@
-"""The reference gateway's storage: one SQLite file, so a restart loses nothing.
+"""The reference gateway's storage: one SQLite file with group commit; a restart loses nothing.
 
-Every operation runs in one writer thread that owns the connection, with group commit (the
-custody store's ``SqliteWriter``): the operations queued while a commit runs share the next
-one, so 32 users submitting at once cost a few fsyncs, not 32 in a row; an operation that
-raises is undone alone (the writer replays its batch with a savepoint per job). WAL with
-``synchronous=FULL``: a message accepted or a result recorded is on disk before the HTTP
-answer says so.
-
-A task moves ``queued`` → ``leased`` (handed out by a poll, until ``lease_until``) →
-``acked`` (the worker side has it durably) → ``answered`` (a reply) or ``closed`` (a result
-with ``no_send``, or a rejection: the worker side cannot take it or gave up on it, and the
-reason is kept in ``rejections`` and shown with the message; a real result that comes after a
-rejection reopens the task: the worker side re-drove it, and the reply replaces the
-rejection). A lease that runs out without an ack makes the task available again: it is
-redelivered by the next poll, its ``deliveries`` count going up.
-
-Each lease remembers the client that polled it (``leased_to``, the ``X-Tether-Client``
-header), so a stopping bridge can hand back at once what it was leased and never acked
-(:meth:`GatewayStore.release_client`) instead of leaving it to wait out the lease. A released
-task is ``queued`` again with its ``deliveries`` kept, so it still counts as handed out: an
-ack or a result that was already on its way for it is taken, not refused as "never
-delivered".
-
-Size (just over ~600 lines): one writer job per gateway operation over one SQLite file;
-the message, lease and result operations share the row shapes and the writer thread.
+A task moves queued, leased, acked, then answered or closed; an unacked lease runs out or is
+released to the queue. See docs/guide/design.md, "Storage".
 """
 
 from __future__ import annotations

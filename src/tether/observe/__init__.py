@@ -2,7 +2,9 @@
 
 ``serve_admin(Observed.of_runtime(rt, ...), AdminSettings(token_file=...))`` serves
 ``/healthz``, ``/metrics`` (Prometheus), ``/tasks`` (the live task tree, ``?stacks=1`` for
-await stacks) and ``/status``; ``tether ps`` and ``tether status`` read them.
+await stacks) and ``/status``; ``tether ps`` and ``tether status`` read them. A service hands
+it what only it knows (custody counts, its gateway connection, counters, timings) through
+:class:`Observed`.
 """
 
 from .._core._task_tree import TaskNode as TaskNode
@@ -19,6 +21,9 @@ from ._health import check_health as check_health
 from ._metrics import Metrics as Metrics
 from ._observed import CounterSource as CounterSource
 from ._observed import Observed as Observed
+from ._sections import CustodyReading as CustodyReading
+from ._sections import Histogram as Histogram
+from ._sections import Histograms as Histograms
 from ._server import DEFAULT_ADMIN_PORT as DEFAULT_ADMIN_PORT
 from ._server import AdminSettings as AdminSettings
 from ._server import admin_child as admin_child
@@ -26,27 +31,3 @@ from ._server import serve_admin as serve_admin
 from ._status import StatusReport as StatusReport
 from ._status import render_status as render_status
 from ._status import status_report as status_report
-
-__all__ = [
-    "DEFAULT_ADMIN_PORT",
-    "AdminApp",
-    "AdminSettings",
-    "CounterSource",
-    "HealthReport",
-    "JsonFormatter",
-    "Metrics",
-    "Observed",
-    "StatusReport",
-    "TaskNode",
-    "admin_child",
-    "await_stack",
-    "check_health",
-    "configure_logging",
-    "dump_tree",
-    "register_secret",
-    "render_nodes",
-    "render_status",
-    "serve_admin",
-    "status_report",
-    "task_tree",
-]

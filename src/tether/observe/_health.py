@@ -12,7 +12,7 @@ from datetime import datetime
 import attrs
 
 from .._child import ChildSnapshot
-from ..bridge.client._status_file import ConnectionStatus
+from .._protocol._connection import ConnectionStatus
 from ._observed import Observed
 
 

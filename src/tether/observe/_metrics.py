@@ -3,8 +3,8 @@
 A custom collector on a private ``CollectorRegistry`` (never prometheus_client's global one:
 two runtimes in one process, or a test suite, must not share or collide). Nothing is counted
 twice in a separate metrics layer that could drift from the truth: each scrape reads the
-supervisors, the registry and the sessions directly, and asks the store for its counts just
-before rendering (the only awaited part).
+supervisors, the registry and the sessions directly, and asks the service for its custody
+counts just before rendering (the only awaited part).
 """
 
 from __future__ import annotations
@@ -19,14 +19,12 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from .._child import CHILD_STATES
 from .._core._registry import ALL_KINDS, TaskRegistry
-from ..bridge.custody._rules import IN_CUSTODY, CustodyState
 from ._health import gateway_check
 from ._observed import Observed
-from ._status import CustodyReading, read_custody
+from ._sections import CustodyReading
+from ._status import read_custody
 
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
-
-IN_CUSTODY_ORDER: Final = tuple(s for s in CustodyState if s in IN_CUSTODY)
 
 
 @attrs.define(eq=False)
@@ -124,18 +122,18 @@ class _LiveCollector(Collector):
         tasks = GaugeMetricFamily(
             "tether_custody_tasks", "Tasks in the custody store, per state", labels=["state"]
         )
-        for custody_state in CustodyState:
-            tasks.add_metric([custody_state.value], counts.get(custody_state, 0))
+        for custody_state, n in counts.items():
+            tasks.add_metric([custody_state], n)
         yield tasks
         yield GaugeMetricFamily(
             "tether_custody_in_flight",
             "Tasks still in custody (pending, assigned, claimed or result)",
-            value=sum(counts.get(s, 0) for s in IN_CUSTODY),
+            value=reading.in_flight,
         )
         yield GaugeMetricFamily(
             "tether_dead_letters",
             "Dead-lettered tasks held in the store (never deleted silently)",
-            value=counts.get(CustodyState.DEAD, 0),
+            value=reading.dead_letters,
         )
         yield GaugeMetricFamily(
             "tether_dead_letters_unreported",
@@ -147,8 +145,8 @@ class _LiveCollector(Collector):
             "Age since intake of the oldest task in each in-custody state (0 when none)",
             labels=["state"],
         )
-        for custody_state in IN_CUSTODY_ORDER:
-            oldest.add_metric([custody_state.value], reading.oldest_s.get(custody_state, 0.0))
+        for custody_state in reading.in_custody:
+            oldest.add_metric([custody_state], reading.oldest_s.get(custody_state, 0.0))
         yield oldest
 
     def _timing_metrics(self) -> Iterator[HistogramMetricFamily]:

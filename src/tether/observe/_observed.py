@@ -1,5 +1,5 @@
-"""What the admin endpoint reports on: one runtime, and optionally a custody store and a
-gateway connection."""
+"""What the admin endpoint reports on: one runtime, and what a service hands it (custody counts,
+a gateway connection, counters, pool membership, timing histograms)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,9 @@ import attrs
 
 from .._core._directory import Directory
 from .._core._registry import TaskRegistry
+from .._protocol._connection import ConnectionStatus
 from .._runtime import Runtime
-from ..bridge.client._status_file import ConnectionStatus
-from ..bridge.custody._store import InspectStore
-from ..bridge.pool._status import PoolStatus
-from ..bridge.pool._timings import Timings
+from ._sections import CustodySource, Histograms, PoolSource
 
 DEFAULT_GATEWAY_WINDOW = 120.0
 
@@ -35,25 +33,26 @@ class CounterSource:
 class Observed:
     """The live objects behind ``/healthz``, ``/metrics``, ``/tasks`` and ``/status``.
 
+    ``custody`` (optional) reads the service's custody store into a :class:`CustodyReading`.
     ``gateway`` (optional) returns the gateway client's current
-    :class:`~tether.bridge.client.ConnectionStatus`; when it is set, health also requires that
+    :class:`~tether.bridge.ConnectionStatus`; when it is set, health also requires that
     the gateway answered within ``gateway_window`` seconds. ``counters`` are extra counters
     (the bridge adds deliveries and dead letters). ``wall_clock`` is compared with the
-    status's wall-clock ``last_ok``. ``timings`` (optional) are the bridge's queue wait, run and
-    delivery time histograms.
+    status's wall-clock ``last_ok``. The bridge builds all of them from its parts
+    (``tether.bridge.service``); the endpoint imports nothing of the bridge.
     """
 
     registry: TaskRegistry
     directory: Directory
     runtime: Runtime | None = None
-    store: InspectStore | None = None
+    custody: CustodySource | None = None
     gateway: Callable[[], ConnectionStatus] | None = None
     gateway_window: float = DEFAULT_GATEWAY_WINDOW
     counters: list[CounterSource] = attrs.field(factory=list)
     wall_clock: Callable[[], float] = time.time
-    pool: Callable[[], PoolStatus] | None = None
+    pool: PoolSource | None = None
     """This process's pool membership and the leader it sees (bridges, ``tether worker run``)."""
-    timings: Timings | None = None
+    timings: Histograms | None = None
     """Queue wait, run and delivery times (the bridge's), exported as histograms."""
 
     def __attrs_post_init__(self) -> None:
@@ -65,18 +64,18 @@ class Observed:
         cls,
         runtime: Runtime,
         *,
-        store: InspectStore | None = None,
+        custody: CustodySource | None = None,
         gateway: Callable[[], ConnectionStatus] | None = None,
         gateway_window: float = DEFAULT_GATEWAY_WINDOW,
         counters: list[CounterSource] | None = None,
-        pool: Callable[[], PoolStatus] | None = None,
-        timings: Timings | None = None,
+        pool: PoolSource | None = None,
+        timings: Histograms | None = None,
     ) -> Observed:
         return cls(
             registry=runtime.registry,
             directory=runtime.directory,
             runtime=runtime,
-            store=store,
+            custody=custody,
             gateway=gateway,
             gateway_window=gateway_window,
             counters=list(counters or ()),

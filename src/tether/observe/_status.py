@@ -3,19 +3,22 @@ the gateway connection, as one document that ``tether status`` renders."""
 
 from __future__ import annotations
 
-import logging
+import json
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import trio
 
 from .._child import ChildSnapshot
-from ..bridge.client._status_file import ConnectionStatus
-from ..bridge.custody._rules import IN_CUSTODY, CustodyState
-from ..bridge.pool._status import PoolStatus, render_pool
+from .._plumbing._converter import unstructure
+from .._protocol._connection import ConnectionStatus
 from ._health import HealthReport, check_health
 from ._observed import Observed
+from ._sections import CustodyReading
 
-log = logging.getLogger("tether.admin")
+PoolLines = Callable[[dict[str, Any]], list[str]]
+"""Renders the ``pool`` section of ``/status`` (its JSON form) as lines for ``tether status``."""
 
 
 @attrs.frozen
@@ -77,7 +80,8 @@ class StatusReport:
     live_tasks: int
     handler_failures: int
     background_failures: int | None
-    pool: PoolStatus | None = None
+    pool: dict[str, Any] | None = None
+    """The service's pool membership (its JSON form; the service renders it)."""
     timings: list[TimingView] = attrs.field(factory=list)
     oldest_s: dict[str, float] = attrs.field(factory=dict)
     """Age (since intake) of the oldest task in each in-custody state that holds any."""
@@ -99,46 +103,9 @@ def child_view(child: ChildSnapshot, now: float) -> ChildView:
     )
 
 
-@attrs.frozen
-class CustodyReading:
-    """The store's counts, or why they could not be read (``counts`` None, ``error`` set).
-
-    A store that cannot answer (closed during a shutdown, a database outage) must not turn
-    every scrape into a 500: the rest of the picture is still worth having."""
-
-    counts: dict[CustodyState, int] | None
-    error: str | None = None
-    dead_unreported: int = 0
-    """Dead letters the gateway has not yet confirmed hearing about."""
-    oldest_s: dict[CustodyState, float] = attrs.field(factory=dict)
-    """Age (since intake, by the store's clock) of the oldest task in each in-custody state
-    that holds any (one indexed read per such state)."""
-
-
 async def read_custody(observed: Observed) -> CustodyReading | None:
-    """None when no store is observed."""
-    if observed.store is None:
-        return None
-    try:
-        counts = await observed.store.counts()
-        unreported = 0
-        if counts.get(CustodyState.DEAD, 0):
-            unreported = await observed.store.unreported_dead_count()
-        oldest: dict[CustodyState, float] = {}
-        for state in CustodyState:  # in the states' order, not the set's
-            if state in IN_CUSTODY and counts.get(state, 0):
-                records = await observed.store.records(state, limit=1)
-                if records:
-                    age = observed.store.clock() - records[0].created_at
-                    oldest[state] = round(max(0.0, age), 3)
-    except Exception as exc:
-        log.warning("cannot read the custody store's counts: %r", exc)
-        return CustodyReading(None, repr(exc))
-    return CustodyReading(
-        {state: int(counts.get(state, 0)) for state in CustodyState},
-        dead_unreported=unreported,
-        oldest_s=oldest,
-    )
+    """None when the service hands no custody store."""
+    return None if observed.custody is None else await observed.custody()
 
 
 async def status_report(observed: Observed) -> StatusReport:
@@ -177,18 +144,16 @@ async def status_report(observed: Observed) -> StatusReport:
         health=check_health(observed),
         supervisors=supervisors,
         sessions=sessions,
-        custody=None if counts is None else {s.value: n for s, n in counts.items()},
-        in_flight=None if counts is None else sum(counts[s] for s in IN_CUSTODY),
+        custody=None if counts is None else dict(counts),
+        in_flight=None if reading is None else reading.in_flight,
         custody_error=None if reading is None else reading.error,
         gateway=None if observed.gateway is None else observed.gateway(),
         live_tasks=observed.registry.count(),
         handler_failures=observed.directory.handler_failures(),
         background_failures=None if observed.runtime is None else observed.runtime.failed_count,
-        pool=None if observed.pool is None else observed.pool(),
+        pool=None if observed.pool is None else unstructure(observed.pool()),
         timings=timing_views(observed),
-        oldest_s={}
-        if reading is None
-        else {state.value: age for state, age in reading.oldest_s.items()},
+        oldest_s={} if reading is None else dict(reading.oldest_s),
     )
 
 
@@ -216,8 +181,9 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.1f}ms" if value < 1 else f"{value:.2f}s"
 
 
-def render_status(report: StatusReport) -> str:
-    """The report as text for a terminal."""
+def render_status(report: StatusReport, *, pool_lines: PoolLines | None = None) -> str:
+    """The report as text for a terminal; ``pool_lines`` (the service's) renders its pool
+    section, else that section is one line of JSON."""
     health = report.health
     lines = [f"health: {health.status}"]
     lines += [f"  ! {problem}" for problem in health.problems]
@@ -264,7 +230,10 @@ def render_status(report: StatusReport) -> str:
             f"gateway {gw.gateway}: {state}, last ok {gw.last_ok or 'never'}{backoff}{error}"
         )
     if report.pool is not None:
-        lines += render_pool(report.pool)
+        if pool_lines is None:
+            lines.append(f"pool: {json.dumps(report.pool, sort_keys=True)}")
+        else:
+            lines += pool_lines(report.pool)
     if report.sessions:
         lines.append(f"sessions: {len(report.sessions)}")
         for s in report.sessions:

@@ -1,25 +1,8 @@
 """``GatewayClient``: the bridge's end of gateway protocol v1, over httpx on Trio.
 
-What it promises its caller:
-
-- transient trouble (connection refused or reset, timeouts, 5xx, 408, 429) never surfaces:
-  the call waits and retries with exponential backoff and jitter, 1 s → 60 s, until it
-  succeeds or the caller cancels it;
-- an auth refusal (401/403) re-reads the token file once (the token may have been rotated)
-  and retries; refused again, it raises :class:`GatewayAuthError` with one clear line;
-- any other refusal (4xx) raises :class:`GatewayRequestError` with the gateway's reason;
-- optional endpoints (heartbeat, reject, notices, lease release, progress) that the gateway
-  does not have (404/405) are logged once and not called again;
-- every request names its lease holder (``X-Tether-Client``: the client name and a random
-  suffix per client object), so the gateway knows whose leases a poll hands out and
-  :meth:`GatewayClient.release_leases` gives back this client's only, never those of another
-  bridge with the same name;
-- a status file (when configured) always says whether the gateway is reachable.
-
-Size (over ~600 lines on purpose): one class, one method per protocol request, all sharing
-the retry loop, the auth re-read and the optional-endpoint fallbacks below; the records and
-limits it speaks are in ``_messages`` and ``_limits``, its backoff in ``tether._backoff`` and its
-health file in ``_status_file``.
+Transient trouble is retried with backoff until it succeeds or is cancelled; a refusal raises one
+clear error; an optional endpoint a gateway lacks is asked once. See docs/guide/design.md, "The
+bridge's client".
 """
 
 from __future__ import annotations
@@ -44,6 +27,7 @@ from ..._plumbing._converter import unstructure
 from ..._plumbing._json import loads_strict
 from ..._plumbing._redact import redact_url
 from ..._plumbing._token_file import TokenFileError, read_token
+from ..._protocol._connection import ConnectionStatus, utc_now_iso
 from ..._protocol._messages import (
     CLIENT_HEADER,
     MAX_BATCH,
@@ -69,7 +53,7 @@ from ..._protocol._messages import (
     parse_result,
 )
 from ..._protocol._progress import ProgressRequest, fit_progress
-from ._status_file import ConnectionStatus, StatusFile, utc_now_iso
+from ._status_file import StatusFile
 
 log = logging.getLogger("tether.bridge.gateway")
 
@@ -107,8 +91,8 @@ class GatewayUnavailable(GatewayError):
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     """httpx's default verifying TLS context (its CA bundle, ``SSL_CERT_FILE``/``SSL_CERT_DIR``
-    honoured), made once per process: loading the bundle costs ~17 ms, which every client (a
-    restarted bridge, the demo's second bridge, each test) would otherwise pay again."""
+    honoured), made once per process: loading the bundle is slow, and every client (a
+    restarted bridge, the demo's second bridge, each test) would otherwise pay it again."""
     return httpx.create_ssl_context()
 
 

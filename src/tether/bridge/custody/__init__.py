@@ -1,7 +1,14 @@
-"""Custody: THE rules every part of the bridge shares, and the store interface.
+"""tether.bridge.custody: the implementer's tier (like ``trio.lowlevel``): THE custody rules
+every part of the bridge shares, the Store roles and the records they pass.
+
+A new backend implements every role of ``Store`` and passes the conformance suite
+(``tests/custody``); each part of the bridge is typed against the one role it plays. The
+basics a user reads (``CustodyState``, ``in_custody``, ``Task``, ``TaskRecord``) are also
+exported by ``tether.bridge``.
 
 - ``_rules``: task ids and worker names, the custody states, the allowed transitions, the one
-  predicate "still in custody" (:func:`in_custody`), and the records a store hands out.
+  predicate "still in custody" (:func:`~tether.bridge.in_custody`), and the records a store
+  hands out.
 - ``_store``: the ``Store`` protocol, split into the narrow roles its callers use (what ingest,
   a worker, the lead, delivery, the reconciler and an operator need). A third backend
   implements every role; start there.
@@ -65,60 +72,3 @@ from ._store import WaitingRetries as WaitingRetries
 from ._store import WorkerInfo as WorkerInfo
 from ._store import WorkerRole as WorkerRole
 from ._store import WorkerStore as WorkerStore
-
-__all__ = [
-    "DEFAULT_ROOM_POLICY",
-    "IN_CUSTODY",
-    "MAX_CLAIM_BATCH",
-    "OPERATOR_MOVES",
-    "ROOM_POLICIES",
-    "TERMINAL",
-    "TRANSITIONS",
-    "WORKER_ROLES",
-    "Assignment",
-    "BodyTooLarge",
-    "Claim",
-    "CustodyConflict",
-    "CustodyState",
-    "DeadNoticeStore",
-    "Decide",
-    "DeliveryStore",
-    "IngestStore",
-    "InspectStore",
-    "InvalidTask",
-    "InvalidTaskId",
-    "InvalidWorkerName",
-    "JournalEntry",
-    "LeadStore",
-    "LeaseExpiry",
-    "OperatorOutcome",
-    "OperatorStore",
-    "PoolMemberStore",
-    "PoolView",
-    "Priority",
-    "Queued",
-    "ReconcileReport",
-    "Reconciler",
-    "ReconcilerStore",
-    "Result",
-    "RetentionStore",
-    "RoomPolicy",
-    "StaleLease",
-    "StallCandidate",
-    "StallStore",
-    "StateReader",
-    "Store",
-    "StoreClock",
-    "Superseded",
-    "Suspects",
-    "Task",
-    "TaskRecord",
-    "UnknownTask",
-    "WaitingRetries",
-    "WorkerInfo",
-    "WorkerRole",
-    "WorkerStore",
-    "in_custody",
-    "may_move",
-    "operator_may",
-]

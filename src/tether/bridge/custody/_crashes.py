@@ -1,57 +1,7 @@
 """Crashes are not the task's fault until proven: crash expiries, suspects, poison tasks.
 
-A lease lapses for one of two reasons. Either its holder is alive and let it go (a run past its
-timeout plus grace: the worker stops renewing it), which is the task's failure and burns an
-attempt as before; or the holder's process died (SIGKILL, OOM, power), which says nothing
-about the task: every task in flight in that process lost its lease at once. Counting those as
-failed attempts dead-lettered healthy tasks under SIGKILL chaos. Here:
-
-- **Crash expiry.** An expired lease whose holder is *silent* (its beat row is there, the last
-  beat older than ``silent_after``: half the lease, while a live worker beats every third of
-  it at most) is a crash expiry: the task goes back to pending, its ``crash_count`` goes up,
-  and it becomes a *suspect*. Its ``attempt`` still goes up by one: the attempt is the run's
-  number and half of every fence, so a holder that only *looked* dead (a process frozen for
-  half a lease) can never complete the run that replaced its own, even under the same name.
-  What a crash does not spend is the failure budget: a task dies of failures once
-  ``attempt - crash_count`` reaches ``max_attempts`` (``failures``), never of crashes.
-- **Restarts.** A worker that starts under the name of a process that died (a SQLite bridge
-  keeps its names across restarts) takes its predecessor's claims back the same way before its
-  first beat (``recover_claims``), so the fresh beats under that name never make a dead holder
-  look alive. A holder with no beat row at all is not evidence of a crash (a clean stop
-  removes the row after releasing its claims; a claimant outside the pool never beat): its
-  expiry counts as a failed attempt, as before.
-- **Suspects run alone.** A suspect is never assigned by the lead (its view leaves suspects
-  out) and is claimed by one rule on both stores, in the claim's own transaction: a worker
-  takes a suspect only when no suspect is claimed anywhere in the pool AND nothing at all is
-  claimed in the worker's *process* (its workers share the name stem ``<stem>-w<N>``, see
-  ``process_prefix``); that claim is the only one of its batch. While a suspect is claimed in
-  a process, no worker of that process claims anything else. While a suspect waits (due, its
-  room lets it run) and none is claimed, no worker claims new non-suspect work, so a busy
-  process drains and takes it (a pause of one run's length; suspects only exist after a
-  crash). Suspects run most-crashed first, so a task that was in flight at a crash is cleared
-  (or convicted) right after the restart. SQLite decides each claim in its one writer;
-  PostgreSQL takes a suspect under advisory locks (the pool's, and its process's exclusively,
-  while other claims of a process hold that one shared once suspects are in play). One
-  PostgreSQL residual: a claim statement that began just before a task became a suspect may
-  still commit beside that suspect's first claim in the same process (a window of one
-  statement); that run is then not alone, and a crash during it would still count against the
-  suspect, but conviction needs two crashes alone, so one such coincidence convicts nobody.
-- **Why alone in its process and not only in its worker.** A process dies as a whole: if a
-  suspect shared its process with other runs, the next crash could be any of theirs (a poison
-  task that was never yet suspected), and the suspect would be blamed for it. Alone in its
-  process, a crash while it runs has one candidate cause. Other *processes* keep running
-  their non-suspect work (a crash of theirs is not this process's), and only one suspect is in
-  flight in the whole pool, so two suspects never share the blame of one crash either.
-- **Proof.** A crash expiry of a suspect (it ran alone) counts ``crashes_alone``; at
-  ``max_crashes_alone`` (default 2) the task goes dead, "killed its worker process 2 times
-  while running alone". Nothing else dead-letters a task for crashes: an innocent task in
-  flight at any number of crashes among other tasks is never dead-lettered. The residual
-  error: an outside kill that lands twice on the same suspect's lone runs is
-  indistinguishable from the task killing its process; most-crashed-first makes that need two
-  kills right after two restarts.
-- **Clearing.** A suspect that completes, fails (a normal failure, a timeout, a ``Retry``) or
-  loses its lease to a live holder stops being a suspect (its crash counts stay, as history).
-  A soft stop's ``release`` keeps it a suspect: it did not run to an end.
+A lease lost to a dead process spends no failure; its tasks become suspects that run alone in their
+process, and one that kills it twice alone is dead. See docs/guide/design.md, "Crash accounting".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""One log line per custody transition, with the task id, for every store backend.
+"""One log line per committed custody transition, on ``tether.custody``, for every backend.
 
-Logged after the transition committed (a line never claims a move that did not happen), on
-the ``tether.custody`` logger, with ``task_id``, ``custody_from`` and ``custody_to`` as
-record attributes (fields of their own in JSON logs). Levels follow what an operator needs
-to see by default: routine forward moves at DEBUG; a task going back to the pool at INFO;
-a failed attempt at WARNING; a dead letter (a task the bridge gives up on) at ERROR.
+Fields ``task_id``, ``custody_from``, ``custody_to``; forward moves at DEBUG, back to the pool at
+INFO, a failed attempt at WARNING, a dead letter at ERROR.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The reconciler: brings expired leases back, and never drops an id.
 
-It decides from the store's state column and the store's clock only (never from "which files
-exist" or from how many passes it has seen), so an assigned or live-claimed task survives any
-number of passes. Each pass returns a report with the evidence for every action; the report is a
-versioned document (``schema_version``) that serialises through the project converter.
-Returning dead or stuck *assignments* is the pool lead's job (it knows worker liveness).
+It decides from the state column and the store's clock only, so no number of passes loses a task.
+See docs/guide/design.md, "The reconciler".
 """
 
 from __future__ import annotations

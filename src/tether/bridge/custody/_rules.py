@@ -1,10 +1,7 @@
 """The one definition of custody: task ids, worker names, states, transitions, records.
 
-A public file-based bridge lost replies because one of its checks inferred "still pending" from
-which files existed and forgot one of them. Here custody is a value with a closed set of
-states, the allowed moves between them are listed once, and "still in custody" is one
-predicate that ingest, the reconciler, the pool and delivery all share. Every backend builds its
-constraints and queries from this module, so no place can disagree with another.
+A closed set of states, the moves listed once and one predicate "still in custody", which every part
+and backend builds on, so no check can infer custody from anything else.
 """
 
 from __future__ import annotations

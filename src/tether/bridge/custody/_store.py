@@ -1,18 +1,7 @@
-"""The store interface: what every custody backend (SQLite, PostgreSQL) must do, by role.
+"""The store interface, by role: each caller is typed against the role it plays, and ``Store`` is
+every role together, what a backend implements (held by the conformance suite).
 
-Each caller is typed against only the role it plays (``IngestStore`` for ingest,
-``WorkerStore`` for a pool worker, ``LeadStore`` for the lead, ``DeliveryStore``,
-``DeadNoticeStore``, ``StallStore``, ``ReconcilerStore``, ``RetentionStore``,
-``InspectStore`` for operators' reads and ``OperatorStore`` for their re-drive and cancel), so
-a reader sees at once what a part may do to custody, and a test double for one part implements
-one small protocol. ``Store`` is every role together: what
-a backend implements (a third backend starts here, and passes the conformance suite in
-``tests/custody``).
-
-Each method is one transaction and a compare-and-set: it names the state (and for claims the
-owner and attempt) it expects, and either moves the task or changes nothing. A method returns
-only after its change is durable, so a caller that acks the gateway after ``await ingest(...)``
-never acks a task a crash could lose.
+Each method is one compare-and-set transaction and returns only once its change is durable.
 """
 
 from __future__ import annotations

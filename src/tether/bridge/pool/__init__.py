@@ -1,4 +1,8 @@
-"""The worker pool: a lead assigns, workers claim and run agents, liveness decides who is alive.
+"""tether.bridge.pool: the worker pool's tier: a lead assigns, workers claim and run agents,
+liveness decides who is alive; the planner's values for those who embed or test a pool.
+
+What an agent author needs from here (``Reply``, ``Retry``, ``Permanent``, ``progress_of``,
+``load_agent``) is also exported by ``tether.bridge``.
 
 - ``_lead``: :class:`PoolLead` and its pure planner :func:`plan_sweep`.
 - ``_worker``: :class:`PoolWorker`, where a worker claims, runs its agent and stores the outcome.
@@ -43,40 +47,3 @@ from ._timings import Timings as Timings
 from ._wakeup import PoolWakeups as PoolWakeups
 from ._wakeup import Wakeup as Wakeup
 from ._worker import PoolWorker as PoolWorker
-
-__all__ = [
-    "AgentError",
-    "AgentFactory",
-    "AgentLoadError",
-    "Assigned",
-    "Deferred",
-    "EmptyReply",
-    "FileExchange",
-    "HeaderRefused",
-    "Histogram",
-    "Permanent",
-    "PoolLead",
-    "PoolStatus",
-    "PoolWakeups",
-    "PoolWorker",
-    "Progress",
-    "ProgressUpdate",
-    "Reply",
-    "ResultRefused",
-    "Retry",
-    "RetryBackoff",
-    "Returned",
-    "StallPass",
-    "StallWatcher",
-    "SweepReport",
-    "Timings",
-    "Wakeup",
-    "elect",
-    "file_exchange_worker",
-    "is_alive",
-    "live_lead",
-    "load_agent",
-    "plan_sweep",
-    "progress_of",
-    "reporting",
-]

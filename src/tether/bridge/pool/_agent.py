@@ -1,10 +1,7 @@
-"""Agents: what a pool worker runs a task through, and how ``--agent module:factory`` is loaded.
+"""Agents: a ``factory(session)`` that registers a ``"task"`` handler, and how ``--agent
+module:factory`` is loaded.
 
-An agent is a factory ``factory(session)`` that registers a handler for the event ``"task"`` on
-an open ``tether.Session``. The worker owns the session (its lifecycle, its nursery, the
-registry's view of every run); the handler receives a ``Task`` and returns the reply: a ``str``
-or a ``Reply``. Keeping the agent a plain session handler means an agent written for tether
-sessions needs nothing pool-specific, and every run is owned and visible like any other.
+A plain session handler, so an agent needs nothing pool-specific and every run is owned.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""Completion batching: a worker's replies stored with one ``complete_many`` per commit.
+"""Completion batching: the replies that answer while a commit runs share one ``complete_many``.
 
-A worker used to store each reply with its own ``complete`` (one transaction each). Under load
-several runs answer while one commit is in flight; ``CompletionBatcher`` gathers them and
-commits them together as soon as the commit before has returned ("whatever finished while the
-last commit ran", plus those answering in the scheduler ticks right after the first): no
-timer, so a lone reply at light load is stored at once, as before.
-
-Each reply keeps its own fence: ``complete_many`` answers per task, and a task it refused
-(``False``) is tried again alone with ``complete``, which raises the precise ``StaleLease`` (or
-``Superseded``) for that task only; the others of the batch are stored. A body the store
-refuses (``InvalidTask``: too large, not Unicode) refuses the whole ``complete_many``, so that
-batch is stored one by one and only the bad reply gets the error. ``complete`` returns only
-once its reply is committed: nothing is acked or delivered before.
-
-A caller cancelled before its reply was taken into a batch is simply dropped from the queue
-(nothing stored: its claim is released as before); one cancelled while its batch commits waits
-for that commit and learns its outcome, as a ``complete`` queued in the store's writer does.
+No timer, so a lone reply is stored at once, and each reply keeps its own fence. See
+docs/guide/design.md, "Completion batching".
 """
 
 from __future__ import annotations

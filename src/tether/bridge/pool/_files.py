@@ -1,23 +1,7 @@
 """File exchange: hand tasks to an agent that is another program, through files.
 
-Layout under ``root`` (directories 0700, files 0600)::
-
-    outbox/<id>.txt     written by tether (atomic: tmp + fsync + rename) when a worker claims
-    results/<id>.txt    written by the outside program (atomic rename, please), read by tether
-    archive/<id>.task.txt, archive/<id>.result.txt   both files, once the result is stored
-    refused/<id>.<n>.txt  a result file tether refused (and reported)
-
-Message format (both directions): ``key: value`` header lines, a blank line, then the body as is.
-Values cannot inject lines: backslash, CR, LF and every other control or line-separator
-character is escaped (``\\\\``, ``\\n``, ``\\r``, ``\\xNN``, ``\\uNNNN``); header keys must match
-``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`` or the task is refused. The outbox headers are ``task``,
-``priority``, ``room`` (if any) and ``header.<key>`` for each task header.
-
-A result file's first line must be ``task: <id>`` (the same id): anything else is moved to
-``refused/``, logged, and fails that attempt (the task is retried, up to ``max_attempts``). A
-``no-send: true`` header asks delivery not to post a message. Custody stays in the store: the
-worker's heartbeat renews the claim while the file waits; the files are archived only after the
-result is durably stored.
+Custody stays in the store: the claim is renewed while a file waits, and files are archived only
+once the result is stored. See docs/guide/pool.md and docs/guide/design.md, "File exchange".
 """
 
 from __future__ import annotations

@@ -1,54 +1,7 @@
 """The pool lead: assigns pending tasks to live workers and takes back what cannot move.
 
-Each sweep reads one consistent ``PoolView`` and decides, as a pure function of it
-(``plan_sweep``), what to do:
-
-- *Dead workers.* Assignments of a worker that is not alive (``is_alive``) go back to pending.
-  Its claims are left alone: a claim is a lease, and the reconciler repools it when the lease
-  expires, so a live worker's claim is never touched by the lead.
-- *Stuck assignments.* An assignment not claimed within ``stuck_after`` seconds goes back to
-  pending, unless its worker is busy with claims (it will claim when a slot frees): then it is
-  deferred, until ``stuck_cap`` seconds, when it goes back regardless.
-- *Pending tasks*, in priority order (urgent, normal, low) then age; the store lists only
-  those their room's policy lets run now (``custody._rooms``: under ``serial`` a room's next
-  task appears once the one before is done and delivered). A task of a room prefers the
-  worker that last took that room (its keeper) while that worker lives. Affinity is a
-  preference, not a prison: while a run of the room is in flight (claimed or assigned) the
-  room stays with its keeper and waits while the keeper is full; with nothing in flight it
-  moves to the least-loaded free worker when the keeper is full or holds more than
-  ``AFFINITY_SLACK`` tasks beyond that worker (so a bridge that starts late, or a keeper that
-  is saturated, shares the rooms; order is kept by the store, not by the keeper). Other tasks
-  go to the least-loaded live worker (assigned + claimed), ties broken round-robin by name. A
-  worker at its capacity gets nothing.
-  When a page of pending tasks is held up by rooms whose keeper is full while other workers
-  have room, the sweep reads the next tasks without those rooms (no head-of-line blocking).
-
-Sweeps run every ``sweep_interval`` and, given ``wakeups`` (``PoolWakeups``), as soon as the
-pool's work changes: ingest committed new tasks, a task went back to pending, or a worker
-freed a slot while tasks waited for capacity (after each sweep the lead tells the switchboard
-whether they do: else each finished task would cost a sweep that finds nothing). Rings
-arriving during a sweep coalesce into one more sweep, sweeps start ``min_sweep_gap`` apart,
-so under load each sweep assigns a batch and when idle it costs one sweep per interval; a
-ring after a sweep that found the pool idle sweeps at once (a message after a quiet spell is
-not held up by the periodic sweep that just ran). The
-lead rings each worker it assigned to, so the task is claimed at once rather than at the
-worker's next poll.
-The periodic sweep stays the source of truth: a wake-up that never comes costs latency only.
-A task waiting out a retry backoff is not in the view's pending tasks; the view says when the
-first one is due (``next_due``) and the lead sweeps then if that comes before its interval.
-
-A sweep that only assigns (the usual case) is one transaction where the store can
-(``Store.plan_and_assign``: SQLite reads the view, runs ``plan_sweep`` and assigns in one
-writer job and one commit); a sweep that also returns assignments or reads past full rooms
-reads, returns and assigns in separate compare-and-set steps. The sweep after one that drained
-the queue (read every ready pending task and assigned them all) first looks (``_look``: a read,
-no writer job) and ends there when nothing is ready and nothing is to go back: under load most
-rings are completions, and only ingest refills the queue. A sweep rung by new pending tasks
-(``PoolWakeups.take_pending_news``) skips the look: it has something to assign.
-
-A returned task is never handed straight to another worker: it goes back to pending, and only a
-later sweep (reading a fresh view) assigns it again. That keeps every move a compare-and-set the
-store can check, and a worker that claims meanwhile simply wins.
+Each sweep plans as a pure function of one view (``plan_sweep``); every move is a compare-and-set,
+and a returned task waits for a later sweep. See docs/guide/design.md, "The lead".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Liveness: one predicate decides whether a pool member's last beat means it is alive.
+"""Liveness: a member is alive while its last beat is at most ``dead_after`` seconds old.
 
-A member is alive while its last beat is at most ``dead_after`` seconds old. A beat from the
-future (the beating host's clock runs ahead, or the record is corrupt) would otherwise keep a
-member "alive" for as long as the skew lasts, so it counts as dead, except for a small tolerated
-skew (``max_skew``, 1 s by default) that ordinary clock drift between hosts stays within.
+A beat from the future counts as dead beyond ``max_skew`` (ordinary clock drift), so a skewed clock
+cannot keep a member alive.
 """
 
 from __future__ import annotations

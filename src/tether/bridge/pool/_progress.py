@@ -1,26 +1,7 @@
 """Progress: what an agent shows people while a run goes (status text, the partial reply).
 
-An agent's ``"task"`` handler reaches the reporter of the run it is in with
-``progress_of(task)``::
-
-    @session.on("task")
-    async def answer(task: Task) -> str:
-        progress = progress_of(task)
-        progress.status("searching the web...")
-        hits = await search(task.body)
-        progress.status(f"reading {len(hits)} pages")
-        return await progress.stream_from(llm.stream(task.body, hits))
-
-Progress is never custody. The methods are plain (not ``async``) and only record the latest
-state in memory: they never wait, never do I/O and never raise because of the gateway. The
-worker that runs the task sends what is there at a bounded rate (every
-``PoolWorker.progress_interval``, the latest state only: a hundred chunks in between travel as
-one update) and only for runs that last longer than one interval, so a quick run costs
-nothing. A lost update is simply superseded by the next one; the final reply the handler
-returns stays the one custodial result (the partial text is not stored anywhere).
-
-Outside a worker's run (an agent called directly in a test) ``progress_of`` returns a detached
-reporter that records the same way and sends nothing, so an agent needs no special case.
+``progress_of(task)`` records the latest state in memory only; the worker sends it at a bounded
+rate, and it is never custody. See docs/guide/design.md, "Progress reporters".
 """
 
 from __future__ import annotations

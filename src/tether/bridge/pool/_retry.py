@@ -1,11 +1,7 @@
 """How long a failed task waits before its next attempt, and how an agent names its failure.
 
-A model provider answering 503 for a minute must not dead-letter every message in flight: each
-failed attempt goes back to pending with a not-before time (the store honours it), growing
-exponentially with full jitter (AWS's "full jitter": a delay drawn uniformly between 0 and the
-ceiling, so a burst of failures spreads out instead of retrying in lockstep). An agent that
-knows better says so: ``Retry(after=...)`` (a provider's ``Retry-After``) or ``Permanent``
-(a hopeless input: dead now, no attempts burnt).
+Full-jitter exponential backoff, so a provider's outage does not dead-letter every message;
+``Retry(after=...)`` and ``Permanent`` let an agent say better. See docs/guide/design.md, "Workers".
 """
 
 from __future__ import annotations

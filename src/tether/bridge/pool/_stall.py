@@ -1,12 +1,7 @@
 """Stall notices: tell the user once that a claimed task is taking long.
 
-A claimed task whose age (since ingest, what the user has waited) reaches ``stall_after`` gets
-one notice through ``notify(task_id, age_seconds)``, an async callable the bridge routes to the
-gateway. "Once" holds across restarts, repools and several watchers: the notice is recorded in
-the store (``mark_stall_notified``, a compare-and-set) *before* it is sent, and only the watcher
-that recorded it sends. A send that raises clears the record, so the next pass retries it; a
-crash between record and send loses that one courtesy notice rather than repeating it. Records
-are pruned once their task is terminal.
+The notice is recorded in the store before it is sent, so it goes out once across restarts and
+watchers. See docs/guide/design.md, "Stall notices".
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""What a process's part of the pool looks like from outside: its names, and who leads.
-
-``/status`` (and ``tether status``) show it, and ``tether worker run`` writes it to its status
-file, so an operator can see which process leads, since when, and which workers the lead sees.
-Times are wall-clock ISO 8601 (UTC), converted from the store clock (``time.time`` unless a
-test injects another).
-"""
+"""What a process's part of the pool looks like from outside (its names, who leads and since when),
+for ``/status``, ``tether status`` and a status file; times in UTC ISO 8601."""
 
 from __future__ import annotations
 

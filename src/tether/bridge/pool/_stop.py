@@ -1,9 +1,5 @@
-"""The soft-stop signal of a pool service: set by ``request_stop()`` or by its supervisor.
-
-A pool service stops claiming (or sweeping) when asked, finishes or gives back the work in
-hand, and returns; a hard cancel (the supervisor's, after its shutdown grace) still gives
-claims back. One object answers "was I asked to stop?" whichever way the request came.
-"""
+"""The soft-stop signal of a pool service, set by ``request_stop()`` or by its supervisor: one
+object answers "was I asked to stop?" whichever way the request came."""
 
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
-"""Timings: how long tasks wait, run and take to deliver, observed in-process.
+"""Timings: how long tasks wait, run and take to deliver, as this process saw them.
 
-Three histograms, fed by the parts of one bridge as tasks pass through them:
-
-- ``queue_wait``: from the commit that took a task into custody (ingest acks right after it)
-  to a worker's claim of it;
-- ``run_time``: from the claim to the agent's answer (a reply or a crash);
-- ``delivery``: from the reply being stored to the gateway confirming it.
-
-Each needs two moments of one task; the first is kept in a bounded map by task id until the
-second comes (or, past ``MAX_TRACKED`` waiting ids, the oldest is forgotten). So a task taken
-in by one bridge and claimed by another (a shared PostgreSQL store), or stored before a
-restart and delivered after it, is simply not observed: the histograms describe what this
-process saw, and cost a dict operation and a bisect per moment. The admin endpoint exports
-them as Prometheus histograms; ``tether status`` prints their p50/p99, computed over the last
-``RECENT`` observations of each.
+Three histograms, each from two moments of one task kept in a bounded map. See docs/guide/design.md,
+"Timings".
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """Wake-ups: tell a polling loop "look now" instead of letting it sleep out its interval.
 
-The pool hands out work through the store, and the store stays the source of truth: every loop
-still looks on its own schedule (the lead's sweep, a worker's poll, delivery's idle tick), so a
-lost or missing wake-up only costs latency, never a task. A wake-up just ends the wait early.
-
-``Wakeup`` is one consumer's doorbell: ``set()`` any number of times (sync, from any task of
-the same Trio run; no task is spawned), and the next ``wait()`` returns at once; rings while
-the consumer is busy coalesce into one, so a burst of commits costs one extra look, not one
-per commit.
-
-``PoolWakeups`` is the pool's switchboard, named by *what happened* rather than by who listens:
-``tasks_pending()`` (ingest committed new tasks, or a task went back to pending),
-``tasks_assigned(workers)`` (the lead assigned work to them), ``capacity_freed()`` (a worker
-stored an outcome, so it can take more; the lead hears it only while tasks wait for capacity),
-``tasks_dead()`` (tasks were dead-lettered: the dead-notice loop reports them to the gateway).
-In one process the bridge passes one instance to its ingest, lead and workers. A backend that
-can signal across processes (PostgreSQL ``LISTEN``/``NOTIFY``) plugs in at the same methods:
-its listener calls them when a notification arrives, and nothing else changes.
+The store stays the source of truth, so a lost wake-up costs latency, never a task. See
+docs/guide/design.md, "Wake-ups".
 """
 
 from __future__ import annotations
@@ -59,7 +44,7 @@ class Wakeup:
 
 @attrs.define(eq=False)
 class PoolWakeups:
-    """Who to wake when the pool's work changes (see the module docstring)."""
+    """Who to wake when the pool's work changes ("Wake-ups" in ``docs/guide/design.md``)."""
 
     lead: Wakeup = attrs.field(factory=Wakeup)
     capacity_wanted: bool = True

@@ -1,52 +1,7 @@
 """A pool worker: claims tasks, runs each through its agent session, stores the outcome.
 
-- Claims: its own assignments first; pending tasks only while no lead is alive (leaderless
-  mode, judged from the beats the worker reads back with its own). It never claims another
-  worker's assignment or claim: the store's claim query cannot return them. While leaderless
-  it does the lead's dead-worker duty on each beat: assignments of a worker that is not alive
-  go back to pending (never straight to itself), or they would wait for a lead forever.
-  Every free slot is filled by ONE ``claim_many`` call (one commit), not a claim each. When
-  nothing is there it waits ``poll_interval``, or less: the lead rings its doorbell
-  (``PoolWakeups``) when it assigned to it, and ingest does when a leaderless worker could
-  claim new pending tasks.
-- Concurrency: at most ``concurrency`` agent runs at once (a semaphore held from claim until
-  the agent answered), so the worker never holds a lease it is not working on. Storing an
-  outcome does not hold a slot: the next claim is queued while the outcome commits.
-- Leases: a heartbeat every ``heartbeat_interval`` beats and renews every claim in hand (one
-  concurrent batch, so the store commits them together). A renew that is fenced out means the
-  task now belongs to someone else: its run is cancelled and nothing is stored.
-- Outcomes: a reply is stored with ``complete`` (the replies of runs that answer while a commit
-  is in flight go together in one ``complete_many``, each still fenced on its own: see
-  ``CompletionBatcher``); an empty reply, a reply of the wrong type, a
-  reply the store refuses (over its size limit, not valid Unicode) or a handler crash becomes
-  ``fail`` with the traceback's last line as the reason (repooled with
-  ``attempt + 1`` after a ``retry_backoff`` delay, dead past ``max_attempts``). An agent may
-  name its failure: ``Retry(after=s)`` waits ``s`` seconds instead of the backoff,
-  ``Permanent(reason)`` dead-letters at once. Nothing is lost silently. A call the session
-  refused or cancelled (``QueueFull`` of a ``serial`` agent, ``HandlerDropped``,
-  ``HandlerCancelled`` from an ``interrupt``) never ran to an outcome: the claim is released
-  with the same attempt, and the slot stays taken for ``poll_interval`` so a refusing agent is
-  not hammered.
-- Run timeout: a run that takes longer than ``run_timeout`` (the agent factory's own
-  ``run_timeout`` attribute wins, see ``agent_run_timeout``) is cancelled and counts as a
-  failed attempt, "timed out after N s". A run whose outcome is still not stored ``stop_grace``
-  seconds after its timeout (it ignores cancellation, or storing it hangs) loses its lease:
-  the heartbeat stops renewing it, the reconciler repools the task and the fence refuses
-  whatever that run stores late.
-- Crashes: as it starts, before its first beat, the worker turns the claims its name still
-  holds (an earlier process under the same name died with them) into crash expiries
-  (``recover_claims``, see ``custody._crashes``): no attempt is burnt and the tasks run alone
-  as suspects; the store's claim keeps each suspect alone in its process.
-- Soft stop (``request_stop()`` or the supervisor's stop): stop claiming, give back unclaimed
-  assignments, let the runs in hand finish for ``stop_grace`` seconds, then cancel them and
-  ``release`` their claims (back to pending without burning an attempt). A hard cancel also
-  releases what is in hand.
-- Progress (``on_progress``): each run gets a reporter (``progress_of(task)`` in the agent); a
-  publisher task sends the latest state of each run still going, at most one update per run
-  every ``progress_interval``, never for a run quicker than that, one send in flight per run.
-  A send that fails or hangs is logged and dropped (the next change supersedes it); a receiver
-  that answers False (no endpoint) ends the publishing. Runs never wait for it.
-- Timings (``timings``): the claim (queue wait), the run's duration, the stored reply.
+Every lease in hand is renewed or its run cancelled; every run ends stored, failed or released,
+never lost. See docs/guide/design.md, "Workers".
 """
 
 from __future__ import annotations
@@ -185,7 +140,7 @@ class PoolWorker:
     """Leases no longer renewed because their run outlived its timeout plus ``stop_grace``."""
     on_progress: OnProgress | None = None
     """If given, each run gets a progress reporter and its updates are sent through this
-    (coalesced, rate-bounded, best effort: see the module docstring)."""
+    (coalesced, rate-bounded, best effort: see ``_progress``)."""
     progress_interval: float = 0.5
     """Seconds between two progress updates of one run (and before its first)."""
     timings: Timings | None = None

@@ -1,8 +1,5 @@
-"""The bridge's configuration: the settings every process on a store has (``_settings``) plus
-the gateway, the runs and retention, loaded by the shared rules from the ``[bridge]`` table.
-
-The TOML file holds a ``[bridge]`` table with the same names as the flags (``token_file``,
-``max_attempts``...).
+"""The bridge's configuration: every process's settings (``_settings``) plus its gateway, runs
+and retention, from a TOML ``[bridge]`` table, ``TETHER_*`` and flags.
 """
 
 from __future__ import annotations

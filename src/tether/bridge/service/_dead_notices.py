@@ -1,25 +1,7 @@
 """Dead notices: tell the gateway about every dead-lettered task, so its user is not left waiting.
 
-A task that goes dead (its agent kept failing past ``max_attempts``, its lease kept expiring, or
-the gateway refused its reply) never gets a reply; without a word to the gateway, the person
-who sent the message waits forever. This loop reports each dead task through the gateway's
-``POST /v1/tasks/<id>/reject`` (the task is closed there, keeping the reason, and the chat page
-shows it) with delivery's discipline:
-
-- at least once, durably: the store marks a dead task reported (``mark_dead_reported``) only
-  after the gateway confirmed, so a bridge killed between the two reports it again after a
-  restart, and the gateway absorbs the repeat (a reject of a closed task is a no-op);
-- once confirmed, never again; nothing about the dead task changes but that marker;
-- transient trouble (gateway down, 5xx, 429) is retried with backoff inside the gateway client;
-- a refusal (a 409 "unknown task id", any other 4xx) is final: retrying cannot help, so the
-  outcome is logged, counted, and the task is marked (its dead letter stays in the store);
-- a gateway without the endpoint (404/405) makes no more requests: the dead letters stay in
-  the store and the log (``tether store status`` shows them as not reported), no spinning.
-
-A separate child rather than part of delivery: a notice the client is retrying with backoff
-never holds up replies, and a crash or a missing endpoint here never touches delivery. The
-store is the source of truth (a periodic look); a ring of its ``Wakeup`` (``PoolWakeups
-.tasks_dead()``, rung where tasks die) only makes the look happen sooner.
+At least once and durably: a task is marked reported only after the gateway confirmed; a refusal is
+final. See docs/guide/design.md, "Dead notices".
 """
 
 from __future__ import annotations

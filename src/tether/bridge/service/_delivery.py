@@ -1,21 +1,7 @@
-"""Delivery: the bridge loop's outbound half. Post stored replies, then mark them delivered.
+"""Delivery: post stored replies, and mark them delivered only once the gateway confirmed.
 
-A reply leaves custody only when the gateway confirmed it: ``mark_delivered_many`` runs after the
-gateway's answer, never before, so a crash in between re-posts the reply after restart and the
-gateway absorbs the duplicate (it dedupes by task id; a duplicate receipt counts as confirmed).
-Transient trouble (gateway down, 5xx, 429) is retried with backoff inside the gateway client;
-a permanent refusal (a 4xx other than auth) dead-letters the task with the gateway's reason
-(``_dead_notices`` then tells the gateway the task is closed, so its user hears why);
-an auth refusal ends the loop (fatal for the whole bridge).
-
-The loop overlaps a batch's marks with the next batch: while the marks commit, the next ready
-results are read and posted, leaving out the ids being marked (they are still ``result`` in
-the store until that commit). Posting and marking one batch after the other would cost a
-gateway round trip plus a commit per batch, in series.
-
-On a store shared by several bridges (``store.delivery_leases``: PostgreSQL) each read takes
-a delivery lease for ``holder``, so a ready result is posted by one bridge at a time; a lease
-of a bridge that died lapses after ``lease_s`` and another bridge posts its results.
+A crash in between re-posts the reply, which the gateway absorbs. See docs/guide/design.md,
+"Delivery".
 """
 
 from __future__ import annotations
@@ -87,8 +73,8 @@ class Delivery:
     linger: float = 0.01
     """Seconds from one partial batch's start to the next at least (full batches go back to
     back). Under load every stored result nudges delivery; waiting a few milliseconds posts
-    dozens of replies per request instead of a handful (a request costs the bridge ~0.6 ms of
-    CPU, a reply in it ~10 us). Idle, a reply goes out at once: the linger counts from the last
+    dozens of replies per request instead of a handful (a request costs the bridge far more CPU
+    than a reply in it). Idle, a reply goes out at once: the linger counts from the last
     read that found replies, not from an idle look that found none."""
     marks_in_flight: int = 4
     """Batches whose "delivered" marks may be committing while the next batch is read and

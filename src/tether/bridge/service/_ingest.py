@@ -1,22 +1,7 @@
-"""Ingest: the bridge loop's inbound half. Poll the gateway, commit, and only then ack.
+"""Ingest: poll the gateway, commit, and only then ack.
 
-The ack tells the gateway "this task is durably ours; stop redelivering it", so it is sent
-only after the store's commit returned. A round whose commit fails acks nothing: the gateway
-redelivers every task of it when its lease runs out, and ingest is idempotent, so the retry
-is safe. A task the store refuses (too large, a bad room...) is rejected on its own, logged
-and reported to the gateway with the reason, and the rest of the round lands. So is a replay
-whose body differs from the one in custody (the first body is kept): a conflict, never acked.
-
-When ``run`` ends (a soft stop cancels it, a crash, a hard cancel), its poll may have been
-answered by a gateway that leased tasks into a response nobody will read, and an ack may have
-been cut short. So, after the loop (and the acks in hand) ended, it asks the gateway to queue
-again every task still leased to this client (``GatewayClient.release_leases``, bounded to
-a couple of seconds, shielded): those tasks go to the next poll now rather than after the
-gateway's lease. Nothing acked is touched, and a released task that was already committed
-here comes back as a replay, which ingest absorbs.
-
-A commit that stored new tasks rings ``wakeups.tasks_pending()`` (``PoolWakeups``), so the
-lead assigns them now instead of at its next sweep.
+A failed commit acks nothing (the gateway redelivers, and ingest is idempotent); on its way out
+ingest gives back the leases it will not read. See docs/guide/design.md, "Ingest".
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
 """Pool names: unique by default, and a name a live process uses is never taken twice.
 
-Every process that joins a store's pool (a bridge, ``tether worker run``) names its members
-``<stem>-w1..wN`` and ``<stem>-lead``. Two processes under one stem would merge into one set of
-workers in the store (the lead counts one worker where there are two, the gateway cannot tell
-them apart), so:
-
-- By default the stem is ``<client name>-<short host>-<6 random hex>``: unique without any
-  setting, and still readable in ``tether store status`` and the gateway's result metadata.
-  The process writes it to its status file (and logs it).
-- ``--pool-name NAME`` uses NAME as the stem verbatim (a stable name across restarts, for
-  dashboards). Before joining, the process checks that no live process beats under those
-  names; if one does it exits with one line (exit code 2).
-
-How a name's liveness is judged: by its beats in the store, and by whether they *move*. A name
-whose last beat is older than ``dead_after`` is free. A recent beat may be the last one of a
-process that was just killed (a restart under a fixed name comes right after it), so the
-process reads the beats again after ``watch`` seconds (a little more than the members' beat
-period): if any of them moved, another process is beating there and the start is refused;
-if none did, the names are a dead process's and are taken over (its assignments go back to
-pending through the lead as usual; its claims expire with their leases).
+A chosen name is refused while its beats in the store still move. See docs/guide/design.md, "Pool
+names".
 """
 
 from __future__ import annotations
@@ -105,8 +88,7 @@ async def check_names_free(
     remedy: str = CHOSE_ANOTHER,
 ) -> None:
     """Refuse (``NameInUse``, ending with ``remedy``) if a live process beats under any of
-    ``names`` (see the module docstring: a recent beat must also move within ``watch`` seconds
-    to count as live)."""
+    ``names`` (a recent beat must also move within ``watch`` seconds to count as live)."""
     wanted = set(names)
     now = store.clock()
     recent = {

@@ -1,7 +1,5 @@
-"""Opening a process's custody store and taking its pool names: one path for every process that
-joins a store's pool (``BridgeService``, ``WorkerService``), so the store settings, the close on
-exit and the check of a chosen name cannot drift apart between them.
-"""
+"""Open a process's custody store and take its pool names: one path for ``BridgeService`` and
+``WorkerService``, so settings, close and the name check cannot drift."""
 
 from __future__ import annotations
 

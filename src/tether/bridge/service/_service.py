@@ -1,20 +1,7 @@
 """``BridgeService``: the whole bridge as supervised children of one supervisor.
 
-Start order (a soft stop runs in reverse): reconciler, delivery, dead notices, retention,
-pool lead, gateway heartbeat, workers, stall notices, and last the gateway loop (ingest). So a
-stopping bridge first stops taking new tasks, then lets its workers finish or hand back what
-they hold (within ``grace``), then delivers the replies they produced, and the reconciler goes
-last. Nothing in custody is lost either way: what is not delivered before the stop is delivered
-by the next run.
-
-The strategy is ``one_for_one``: a crashed worker or a failed delivery loop is restarted on
-its own. An auth refusal by the gateway is fatal for the whole bridge (every loop would hit it):
-the service stops and ``run`` raises the :class:`GatewayAuthError`.
-
-Two ways to stop it in-process. Cancelling the scope around ``run`` (or a supervisor's soft
-stop) is the graceful stop above, bounded by ``stop_grace``: tether's supervisor shields its
-shutdown, so a cancellation cannot cut it short. ``BridgeService.abort()`` is the abrupt one:
-every child is cancelled at once, as if the process had crashed, and ``run`` returns.
+Ingest starts last and stops first, so a stop takes no new work, lets the workers finish and
+delivers what they produced. See docs/guide/design.md, "BridgeService".
 """
 
 from __future__ import annotations
@@ -81,7 +68,7 @@ class BridgeService:
 
     ``store`` and ``factory`` may be given (tests, the demo); otherwise they come from
     ``config.store`` and ``config.agent``. ``gateway_options`` go to
-    :class:`~tether.bridge.client.GatewayClient`.
+    :class:`~tether.bridge.GatewayClient`.
 
     Stopping it in-process:
 
@@ -109,7 +96,7 @@ class BridgeService:
     """Once every child runs, move the objects alive then out of the cyclic garbage
     collector's way (``gc.freeze()``), if nothing in the process is frozen yet: the start-up
     heap (modules, clients, services) lives as long as the bridge, and otherwise each full
-    collection walks all of it again (~30 ms here, about once per few thousand messages). Only
+    collection walks all of it again (about once per few thousand messages). Only
     the first start freezes, so a restarted bridge never freezes the garbage of a run before.
     ``False`` when embedding the bridge in a process whose garbage from before the start must
     still be collected."""
@@ -299,7 +286,8 @@ class BridgeService:
     ) -> None:
         """The admin endpoint, first child of the bridge's supervisor: up before the others
         start (health shows them starting) and the last to stop (it shows the shutdown)."""
-        from ...observe import AdminSettings, Observed, admin_child  # hypercorn: only when used
+        from ...observe import AdminSettings, admin_child  # hypercorn: only when used
+        from ._admin import bridge_observed
 
         runtime = current_runtime()
         if runtime is None:
@@ -308,7 +296,7 @@ class BridgeService:
                 "(run_until_signal opens one)"
             )
         config = self.config
-        observed = Observed.of_runtime(
+        observed = bridge_observed(
             runtime,
             store=store,
             gateway=lambda: gateway.status,

@@ -1,9 +1,5 @@
-"""How a setting's raw value (from TOML, the environment or a flag) becomes a checked value.
-
-Each parser takes the setting's name and its raw value and returns the value, or raises
-``ValueError`` with the rule it broke ("must be an integer from 1 to 256"); the loader adds
-the setting, the value and its source to make the one-line error.
-"""
+"""How a setting's raw value (TOML, environment, flag) becomes a checked value: each parser
+returns it or raises ``ValueError`` with the rule it broke; the loader adds setting and source."""
 
 from __future__ import annotations
 

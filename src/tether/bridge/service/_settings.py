@@ -1,11 +1,6 @@
-"""The settings every process on a custody store has (a bridge, a worker), and how any process's
-settings load: defaults < a TOML file's table < ``TETHER_*`` environment < CLI flags.
-
-Every value is validated once, here, and a bad one is reported in one line naming the setting,
-the value and where it came from ("workers must be an integer from 1 to 256, got 'x' (from
-TETHER_WORKERS)"), so an operator never reads a traceback to find a typo. Unknown keys in the
-file are errors: a misspelt setting must not be silently ignored.
-"""
+"""The settings every process on a custody store has (a bridge, a worker) and how any process's
+settings load: defaults < a TOML table < ``TETHER_*`` < flags, each value checked once; a bad one
+(or an unknown key) is one line naming the setting, the value and its source."""
 
 # no ``from __future__ import annotations``: the fields' types stay objects, so a subclass's
 # generated __init__ (whose string annotations autodoc resolves in the subclass's module)

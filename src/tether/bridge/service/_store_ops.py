@@ -1,15 +1,7 @@
 """``tether store list``, ``retry`` and ``cancel``: an operator's verbs on a live store.
 
-``list`` reads; ``retry`` re-drives dead tasks (dead -> pending, fresh attempts) and ``cancel``
-takes tasks not yet run to a reply to dead (``OperatorStore``). A running bridge picks the
-change up by itself: a re-driven task is pending like a new one (the lead's next sweep assigns
-it; on PostgreSQL a ``NOTIFY`` wakes idle workers at once), a cancelled claim's worker loses its
-lease at its next heartbeat, which cancels the run, and its late result is refused by the fence.
-
-Exit codes: 0 every named task moved (``--dead``: every match, none is fine); 1 at least one
-was refused (each refusal is one line on stderr naming the task and why; the others DID move,
-each id is its own compare-and-set); 2 bad usage (a malformed id, no ids, a bad option):
-nothing changed.
+A running bridge picks a change up by itself; each id is its own compare-and-set, so a refusal (exit
+1) leaves the others moved. Exit codes: docs/guide/bridge.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""``tether store show ID``: one task's record and its custody journal, as a timeline.
-
-What an operator reads when one user's reply is late or missing: where the task is now (state,
-owner, attempt, lease, a retry's due time, crashes of its worker's process, the reason), then
-every move it made, when, by whom and why, oldest first.
-"""
+"""``tether store show ID``: one task's record and its custody journal as a timeline, what an
+operator reads when one user's reply is late or missing."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """``tether store status``: what the custody store holds, for an operator at a terminal.
 
-Counts per custody state, the pending tasks waiting out a retry backoff (how many, and when
-the first is due), the oldest tasks still in custody (with their age, owner and attempt), and
-the dead letters with their reasons (and how many the gateway has not yet been
-told about, so their users still wait), and the suspects: tasks that were in flight when a
-worker process died, which run alone until they finish (``custody._crashes``), with their crash
-counts: the things to look at when replies are late or missing.
+Counts per state, retries waiting, the oldest in custody, dead letters (and how many the gateway has
+not heard of) and crash suspects: where to look when replies are late.
 """
 
 from __future__ import annotations

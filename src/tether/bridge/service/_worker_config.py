@@ -1,9 +1,6 @@
-"""``tether worker run``'s configuration: the settings every process on a store has
-(``_settings``), its own agent or file exchange, loaded by the shared rules from the
-``[worker]`` table.
-
-A shared setting is the same field, parsed by the same function, in both processes: a value
-means the same thing (and is refused with the same one-line message) in both.
+"""``tether worker run``'s configuration: every process's settings (``_settings``) plus its
+agent or file exchange, from a ``[worker]`` table; a shared setting is the bridge's own field
+and parser, so it means the same.
 """
 
 from __future__ import annotations

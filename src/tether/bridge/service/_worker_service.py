@@ -1,24 +1,7 @@
 """``WorkerService``: a process that joins a custody store's pool without a gateway.
 
-It runs ``workers`` pool workers (a Python agent, or the file exchange for an outside program),
-a lead candidate (unless ``lead = false``) and a reconciler, as supervised children. It needs
-only the store: a bridge elsewhere ingests from the gateway and delivers the replies these
-workers store.
-
-Who leads: every process sharing a store (bridges and worker processes alike) stands a lead
-candidate by default; the oldest live candidate leads and the others stand by
-(``PoolLead.judge``), taking over 1.5 ``lead_beat_interval``s after the leader's last
-beat (a candidate beats twice per interval), so a new leader assigns within two of the crash.
-So a pool of worker processes leads itself when its bridges run ``--lead false`` or are all
-down, and with no live candidate at all the workers claim pending tasks directly.
-
-The reconciler repools expired leases (a killed worker's claims) whichever process is alive:
-its every move is a compare-and-set, so several reconcilers on one store are safe.
-
-Stop: SIGINT/SIGTERM (``run_until_signal``) or the supervisor's soft stop. The workers stop
-claiming, give back their waiting assignments, finish their runs within ``grace`` or release
-them (pending again, no attempt burnt); the lead removes its beat so a standby takes over at
-once.
+Workers, a lead candidate and a reconciler, supervised; it needs only the store. See
+docs/guide/design.md, "WorkerService".
 """
 
 from __future__ import annotations
@@ -46,7 +29,7 @@ from ..._plumbing._atomic_file import write_atomic
 from ..._plumbing._config_error import ConfigError
 from ..._plumbing._converter import unstructure
 from ..._plumbing._fs import ensure_private_dir
-from ..client._status_file import utc_now_iso
+from ..._protocol._connection import utc_now_iso
 from ..custody._reconcile import Reconciler
 from ..custody._store import Store
 from ..pool._agent import AgentFactory, load_agent
@@ -297,13 +280,14 @@ class WorkerService:
         await trio.to_thread.run_sync(write_atomic, path, data.encode(), 0o600)
 
     async def _start_admin(self, supervisor: Supervisor, store: Store) -> None:
-        from ...observe import AdminSettings, Observed, admin_child
+        from ...observe import AdminSettings, admin_child
+        from ._admin import bridge_observed
 
         runtime = current_runtime()
         if runtime is None:
             raise RuntimeError("the admin endpoint needs open_runtime() around WorkerService.run")
         config = self.config
-        observed = Observed.of_runtime(runtime, store=store, pool=self.pool_status)
+        observed = bridge_observed(runtime, store=store, pool=self.pool_status)
         settings = AdminSettings(
             token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0
         )

@@ -55,14 +55,19 @@ async def open_store(
     lease_s: float = 60.0,
     max_attempts: int = 5,
     must_exist: bool = False,
+    read_only: bool = False,
     synchronous: Synchronous = "FULL",
     **options: Any,
 ) -> Store:
     """Open the custody store ``url_or_path`` names: ``SqliteStore`` or ``PostgresStore``.
 
-    ``must_exist`` refuses to create a store (for tools that only inspect): a missing SQLite
-    file, or a PostgreSQL schema that was never created. ``synchronous`` applies to SQLite
-    only. Other ``options`` go to the backend's ``open`` (e.g. ``pool_size`` for PostgreSQL).
+    A file that holds anything but a tether store is refused, never made one. ``must_exist``
+    refuses to create a store (for tools that change one): a missing or empty SQLite file, or
+    a PostgreSQL schema that was never created.
+    ``read_only`` (for tools that inspect) also refuses a store of an older schema rather than
+    migrate it, and changes nothing: no file mode, no ``-wal`` or ``-shm`` file where none was;
+    every write fails. ``synchronous`` applies to SQLite only. Other ``options`` go to the
+    backend's ``open`` (e.g. ``pool_size`` for PostgreSQL).
     """
     common: dict[str, Any] = {"clock": clock, "lease_s": lease_s, "max_attempts": max_attempts}
     target = os.fspath(url_or_path)
@@ -85,7 +90,13 @@ async def open_store(
         password = None if password_file is None else read_password_file(password_file)
         try:
             store = await PostgresStore.open(
-                target, schema=schema, password=password, create=not must_exist, **common, **options
+                target,
+                schema=schema,
+                password=password,
+                create=not (must_exist or read_only),
+                read_only=read_only,
+                **common,
+                **options,
             )
         except (ValueError, NoSuchStore) as exc:
             raise StoreConfigError(str(exc)) from None
@@ -97,13 +108,23 @@ async def open_store(
         )
     if schema != "tether":
         raise StoreConfigError("--store-schema is for a postgresql:// store")
+    from .sqlite._readonly import NotAStore, check_store, open_readonly
     from .sqlite._store import SqliteStore
 
     path = trio.Path(target)
     if await path.is_dir():
         raise StoreConfigError(f"store {target} is a directory; give the path of a SQLite file")
-    if must_exist and not await path.is_file():
+    if (must_exist or read_only) and not await path.is_file():
         raise StoreConfigError(f"no custody store at {target} (is --store right?)")
+    try:
+        if read_only:
+            return await open_readonly(Path(target), **common)
+        # before the open, which would tighten and migrate any file (an empty one is made a
+        # store, unless it must already be one)
+        if must_exist or (await path.is_file() and (await path.stat()).st_size > 0):
+            await trio.to_thread.run_sync(check_store, Path(target))
+    except NotAStore as exc:
+        raise StoreConfigError(str(exc)) from None
     sqlite = await SqliteStore.open(target, synchronous=synchronous, **common, **options)
     log.info("custody store: SQLite %s", target)
     return sqlite

@@ -1,5 +1,8 @@
 // The tether gateway's chat page: submit a message to a room, watch its reply arrive.
 // No framework and no build step. Text is only ever inserted with textContent.
+// A message that ends without a reply shows a plain sentence and its id to quote; the reason
+// (often an exception's text) stays with the operators: the gateway's log, the API's
+// `reason` field, the bridge's store.
 "use strict";
 
 const TOKEN_KEY = "tether-gateway-token";
@@ -52,6 +55,23 @@ function clock(seconds) {
   return new Date(seconds * 1000).toLocaleTimeString();
 }
 
+function pane() { return document.querySelector("main"); }
+
+function nearNewest() {
+  // the person is reading the newest messages (not scrolled up into the history)
+  const main = pane();
+  return main.scrollHeight - main.scrollTop - main.clientHeight < 80;
+}
+
+function showNewest() {
+  const main = pane();
+  main.scrollTop = main.scrollHeight;
+}
+
+function label(...parts) {
+  return parts.filter((p) => p).join(" · ");
+}
+
 function elapsed(since) {
   const s = Math.max(0, Math.round(Date.now() / 1000 - since));
   return s < 120 ? `${s} s` : `${Math.floor(s / 60)} min ${s % 60} s`;
@@ -80,6 +100,7 @@ function tickLife(life) {
 
 function render(message) {
   let item = document.querySelector(`li[data-id="${CSS.escape(message.id)}"]`);
+  const follow = !item || nearNewest();
   if (!item) {
     item = document.createElement("li");
     item.className = "message";
@@ -98,14 +119,20 @@ function render(message) {
     stall.hidden = true;
     const reply = document.createElement("div");
     reply.className = "reply";
-    item.append(from, text, life, stall, reply);
+    const meta = document.createElement("div");
+    meta.className = "meta";
+    meta.hidden = true;
+    item.append(from, text, life, stall, reply, meta);
     $("messages").append(item);
-    item.scrollIntoView({ block: "end" });
+  }
+  if (message.created_at != null) {
+    part(item, "from").textContent = label(message.sender, clock(message.created_at));
   }
   const done = message.status === "answered" || message.status === "closed";
   const life = part(item, "life");
   const stall = part(item, "stall");
   const reply = part(item, "reply");
+  const meta = part(item, "meta");
   life.dataset.attempt = String(message.attempt || 1);
   showLife(life, done ? {} : message);
   if (!done && message.stalled_s != null) {
@@ -118,11 +145,15 @@ function render(message) {
     stall.textContent = "";
   }
   reply.dataset.status = message.status;
+  const when = message.answered_at != null ? clock(message.answered_at) : "";
+  const agent = message.status === "answered" ? message.worker || "an agent" : "";
+  meta.textContent = done ? label(agent, when) : "";  // who answered, and when
+  meta.hidden = !meta.textContent;
   if (message.status === "answered") {
     reply.textContent = message.reply;
-    if (message.worker) reply.title = "answered by " + message.worker;
   } else if (message.status === "closed" && message.reason) {
-    reply.textContent = "No reply: " + message.reason;
+    reply.textContent =
+      `No reply: something went wrong and this message was not answered (reference ${message.id}).`;
     reply.dataset.status = "failed";
   } else if (message.status === "closed") {
     reply.textContent = "(closed without a reply)";
@@ -135,6 +166,7 @@ function render(message) {
   } else {
     reply.textContent = PENDING[message.status] || message.status;
   }
+  if (follow) showNewest();
   return done;
 }
 

@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from ._schema import migrate
+from ._schema import check_current, migrate
 
 T = TypeVar("T")
 Conn = psycopg.Connection[TupleRow]
@@ -40,10 +40,11 @@ def first_line(exc: BaseException) -> str:
 
 
 def connection_kwargs(
-    schema: str, connect_timeout_s: float, password: str | None
+    schema: str, connect_timeout_s: float, password: str | None, *, read_only: bool = False
 ) -> dict[str, Any]:
     """What every connection of the store is opened with (autocommit: one statement, one
-    commit; the application name shows the schema in ``pg_stat_activity``)."""
+    commit; the application name shows the schema in ``pg_stat_activity``; ``read_only``: the
+    server refuses every write of the session)."""
     kwargs: dict[str, Any] = {
         "autocommit": True,
         "connect_timeout": max(1, round(connect_timeout_s)),
@@ -51,14 +52,21 @@ def connection_kwargs(
     }
     if password is not None:
         kwargs["password"] = password
+    if read_only:
+        kwargs["options"] = "-c default_transaction_read_only=on"
     return kwargs
 
 
 def connector(
-    dsn: str, schema: str, connect_timeout_s: float, password: str | None
+    dsn: str,
+    schema: str,
+    connect_timeout_s: float,
+    password: str | None,
+    *,
+    read_only: bool = False,
 ) -> Callable[[], Conn]:
     """A function that opens one more connection like the pool's (the listener uses it)."""
-    kwargs = connection_kwargs(schema, connect_timeout_s, password)
+    kwargs = connection_kwargs(schema, connect_timeout_s, password, read_only=read_only)
 
     def connect() -> Conn:
         return psycopg.connect(dsn, **kwargs)
@@ -77,10 +85,13 @@ def open_pool(
     statement_timeout_s: float,
     password: str | None,
     create: bool,
+    read_only: bool = False,
 ) -> ConnectionPool[Conn]:
     """Migrate ``schema`` on one connection, then open the pool (blocking: run in a thread).
 
-    ``shown`` is the DSN without its password, the only form that appears in an error.
+    ``read_only``: check the schema's version instead (no migration), and every session of the
+    pool refuses writes. ``shown`` is the DSN without its password, the only form that appears
+    in an error.
     """
     limits = (
         f"SET lock_timeout = {round(lock_timeout_s * 1000)}; "
@@ -90,10 +101,13 @@ def open_pool(
     def configure(conn: Conn) -> None:
         conn.execute(limits.encode())
 
-    kwargs = connection_kwargs(schema, connect_timeout_s, password)
+    kwargs = connection_kwargs(schema, connect_timeout_s, password, read_only=read_only)
     try:
         with psycopg.connect(dsn, **kwargs) as conn:
-            migrate(conn, schema, create=create)
+            if read_only:
+                check_current(conn, schema)
+            else:
+                migrate(conn, schema, create=create)
     except psycopg.OperationalError as exc:
         raise ConnectionError(
             f"cannot connect to PostgreSQL at {shown}: {first_line(exc)}"

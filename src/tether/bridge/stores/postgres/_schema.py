@@ -234,3 +234,32 @@ def migrate(
             conn.execute(MIGRATIONS[version].format(s=s).encode())
             conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version + 1,))
     return start
+
+
+class OlderStore(NoSuchStore):
+    """The schema holds a tether store of an older version, and the caller only reads."""
+
+
+def check_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+    """Refuse a schema that holds no tether store (``NoSuchStore``) or one of another version
+    (``OlderStore``, ``SchemaTooNew``), reading only: what a read-only open does instead of
+    ``migrate``."""
+    s = f'"{check_schema(schema)}"'
+    made = conn.execute(
+        "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'schema_version'", (schema,)
+    ).fetchone()
+    if made is None:
+        raise NoSuchStore(f"no tether store in schema {schema!r} (is the schema right?)")
+    row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.schema_version").fetchone()
+    version = int(row[0]) if row is not None else 0  # type: ignore[call-overload]
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"schema {schema!r} is at version {version}, newer than this tether supports "
+            f"({SCHEMA_VERSION}); upgrade tether"
+        )
+    if version < SCHEMA_VERSION:
+        raise OlderStore(
+            f"schema {schema!r} holds a tether custody store of schema version {version}; this "
+            f"tether reads version {SCHEMA_VERSION} and inspects without migrating: start a "
+            "bridge on it once to upgrade it"
+        )

@@ -158,6 +158,7 @@ class PostgresStore:
         password: str | None = None,
         create: bool = True,
         max_crashes_alone: int = DEFAULT_MAX_CRASHES_ALONE,
+        read_only: bool = False,
     ) -> PostgresStore:
         """Connect, create and migrate ``schema`` if needed, and open a pool of ``pool_size``.
 
@@ -169,7 +170,9 @@ class PostgresStore:
         outcome), so no statement may wait forever: one that waits for a row lock longer than
         ``lock_timeout_s`` (say an operator's open transaction holds it) or runs longer than
         ``statement_timeout_s`` is cancelled by the server and raises ``StoreTimeout``.
-        ``create=False`` refuses (``NoSuchStore``) a schema that holds no tether store.
+        ``create=False`` refuses (``NoSuchStore``) a schema that holds no tether store;
+        ``read_only`` also one of an older version (no migration), and every session refuses
+        writes (for tools that only inspect).
         """
         if not lease_s > 0:
             raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
@@ -185,7 +188,7 @@ class PostgresStore:
                 raise ValueError(f"{name} must be between 0 and 86400 seconds, got {value!r}")
         check_schema(schema)
         shown = redact_dsn(dsn)
-        connect = connector(dsn, schema, connect_timeout_s, password)
+        connect = connector(dsn, schema, connect_timeout_s, password, read_only=read_only)
 
         def setup() -> ConnectionPool[Conn]:
             return open_pool(
@@ -198,6 +201,7 @@ class PostgresStore:
                 statement_timeout_s=statement_timeout_s,
                 password=password,
                 create=create,
+                read_only=read_only,
             )
 
         pool = await trio.to_thread.run_sync(setup)

@@ -1,0 +1,74 @@
+"""What the bridge hands its admin endpoint: its custody counts, gateway connection, counters,
+pool membership and timings, in ``tether.observe``'s terms (the endpoint knows no bridge part).
+
+Imported only when an admin endpoint is served: ``tether.observe`` brings hypercorn.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import partial
+
+from ..._protocol._connection import ConnectionStatus
+from ..._runtime import Runtime
+from ...observe._observed import DEFAULT_GATEWAY_WINDOW, CounterSource, Observed
+from ...observe._sections import CustodyReading
+from ..custody._rules import IN_CUSTODY, CustodyState
+from ..custody._store import InspectStore
+from ..pool._status import PoolStatus
+from ..pool._timings import Timings
+
+log = logging.getLogger("tether.admin")
+
+IN_CUSTODY_ORDER = tuple(state.value for state in CustodyState if state in IN_CUSTODY)
+
+
+async def read_custody(store: InspectStore) -> CustodyReading:
+    """The store's counts, the dead letters not yet reported, and the age of the oldest task in
+    each in-custody state that holds any (one indexed read per such state); a store that cannot
+    answer gives a reading that says why (logged)."""
+    try:
+        counts = await store.counts()
+        unreported = 0
+        if counts.get(CustodyState.DEAD, 0):
+            unreported = await store.unreported_dead_count()
+        oldest: dict[str, float] = {}
+        for state in CustodyState:  # in the states' order, not the set's
+            if state in IN_CUSTODY and counts.get(state, 0):
+                records = await store.records(state, limit=1)
+                if records:
+                    age = store.clock() - records[0].created_at
+                    oldest[state.value] = round(max(0.0, age), 3)
+    except Exception as exc:
+        log.warning("cannot read the custody store's counts: %r", exc)
+        return CustodyReading(None, IN_CUSTODY_ORDER, repr(exc))
+    return CustodyReading(
+        {state.value: int(counts.get(state, 0)) for state in CustodyState},
+        IN_CUSTODY_ORDER,
+        dead_letters=int(counts.get(CustodyState.DEAD, 0)),
+        dead_unreported=unreported,
+        oldest_s=oldest,
+    )
+
+
+def bridge_observed(
+    runtime: Runtime,
+    *,
+    store: InspectStore | None = None,
+    gateway: Callable[[], ConnectionStatus] | None = None,
+    gateway_window: float = DEFAULT_GATEWAY_WINDOW,
+    counters: list[CounterSource] | None = None,
+    pool: Callable[[], PoolStatus] | None = None,
+    timings: Timings | None = None,
+) -> Observed:
+    """The admin endpoint's view of a bridge (or a ``tether worker run``) in ``runtime``."""
+    return Observed.of_runtime(
+        runtime,
+        custody=None if store is None else partial(read_custody, store),
+        gateway=gateway,
+        gateway_window=gateway_window,
+        counters=counters,
+        pool=pool,
+        timings=timings,
+    )
