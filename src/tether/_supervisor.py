@@ -93,9 +93,16 @@ class RestartPolicy:
             raise ValueError(
                 f"strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}"
             )
+        if self.backoff_initial < 0:
+            raise ValueError(f"backoff_initial must be >= 0, got {self.backoff_initial!r}")
+        if self.backoff_max < self.backoff_initial:
+            raise ValueError(
+                f"backoff_max ({self.backoff_max!r}) must be >= backoff_initial "
+                f"({self.backoff_initial!r})"
+            )
         if self.backoff_reset < 0:
             raise ValueError(f"backoff_reset must be >= 0, got {self.backoff_reset!r}")
-        # the helpers validate their own fields
+        # the helpers check the rest (jitter, the period...) in their own words
         self.intensity()
         self.backoff()
 
@@ -103,7 +110,7 @@ class RestartPolicy:
         return RestartIntensity(self.max_restarts, self.period)
 
     def backoff(self) -> Backoff:
-        return Backoff(initial=self.backoff_initial, maximum=self.backoff_max, jitter=self.jitter)
+        return Backoff(self.backoff_initial, self.backoff_max, jitter=self.jitter)
 
 
 @attrs.define(eq=False)

@@ -18,20 +18,20 @@ async def test_message_round_trip_through_poll_ack_and_result(
     start_gateway: StartGateway, client_token_file: Path, http: httpx.AsyncClient
 ) -> None:
     gateway = await start_gateway()
-    task_id = await gateway.submit(http, "what is 6 x 7?", room="maths")
+    task_id = await gateway.submit("what is 6 x 7?", room="maths")
 
     async with GatewayClient(gateway.url, client_token_file) as client:
         tasks = await client.poll_tasks(wait=0)
         assert [(t.id, t.body, t.room, t.delivery) for t in tasks] == [
             (task_id, "what is 6 x 7?", "maths", 1)
         ]
-        assert (await gateway.message(http, task_id))["status"] == "leased"
+        assert (await gateway.message(task_id))["status"] == "leased"
         await client.ack(task_id)
-        assert (await gateway.message(http, task_id))["status"] == "acked"
+        assert (await gateway.message(task_id))["status"] == "acked"
         receipt = await client.post_result(task_id, "42", worker="w-1", attempt=1)
         assert not receipt.duplicate
 
-    message = await gateway.message(http, task_id)
+    message = await gateway.message(task_id)
     assert (message["status"], message["reply"], message["worker"]) == ("answered", "42", "w-1")
 
 
@@ -39,7 +39,7 @@ async def test_unacked_task_is_redelivered_after_its_lease(
     start_gateway: StartGateway, client_token_file: Path, http: httpx.AsyncClient
 ) -> None:
     gateway = await start_gateway(lease=0.5)
-    task_id = await gateway.submit(http, "hello")
+    task_id = await gateway.submit("hello")
 
     async with GatewayClient(gateway.url, client_token_file) as client:
         first = await client.poll_tasks(wait=0)
@@ -55,7 +55,7 @@ async def test_unacked_task_is_redelivered_after_its_lease(
         await client.ack(task_id)
         assert await client.poll_tasks(wait=1.0) == [], "an acked task is never redelivered"
 
-    counts = await gateway.stats(http)
+    counts = await gateway.stats()
     assert (counts["deliveries"], counts["redeliveries"]) == (2, 1)
 
 
@@ -73,7 +73,7 @@ async def test_long_poll_returns_as_soon_as_a_message_arrives(
             nursery.start_soon(poll)
             await trio.sleep(0.3)
             started = trio.current_time()
-            task_id = await gateway.submit(http, "wake up")
+            task_id = await gateway.submit("wake up")
         assert polled == [task_id]
         assert trio.current_time() - started < 2.0
 
@@ -87,7 +87,7 @@ async def test_a_poller_that_hung_up_is_handed_no_tasks(
             f"{gateway.url}/v1/tasks", params={"wait": 30}, headers=gateway.headers(), timeout=0.3
         )
     await trio.sleep(0.2)  # the server notices the disconnect and ends that poll
-    task_id = await gateway.submit(http, "for a live poller")
+    task_id = await gateway.submit("for a live poller")
     async with GatewayClient(gateway.url, client_token_file) as client:
         tasks = await client.poll_tasks(wait=0)
     assert [(t.id, t.delivery) for t in tasks] == [(task_id, 1)]
@@ -97,7 +97,7 @@ async def test_duplicate_result_is_absorbed_and_counted(
     start_gateway: StartGateway, client_token_file: Path, http: httpx.AsyncClient
 ) -> None:
     gateway = await start_gateway()
-    task_id = await gateway.submit(http, "say it once")
+    task_id = await gateway.submit("say it once")
     async with GatewayClient(gateway.url, client_token_file) as client:
         await client.poll_tasks(wait=0)
         await client.ack(task_id)
@@ -106,20 +106,20 @@ async def test_duplicate_result_is_absorbed_and_counted(
         third = await client.post_result(task_id, "", no_send=True)
 
     assert (first.duplicate, second.duplicate, third.duplicate) == (False, True, True)
-    message = await gateway.message(http, task_id)
+    message = await gateway.message(task_id)
     assert (message["reply"], message["worker"]) == ("first answer", "w-1")
-    assert (await gateway.stats(http))["duplicate_results"] == 2
+    assert (await gateway.stats())["duplicate_results"] == 2
 
 
 async def test_no_send_result_closes_the_task_without_a_reply(
     start_gateway: StartGateway, client_token_file: Path, http: httpx.AsyncClient
 ) -> None:
     gateway = await start_gateway()
-    task_id = await gateway.submit(http, "nothing to say")
+    task_id = await gateway.submit("nothing to say")
     async with GatewayClient(gateway.url, client_token_file) as client:
         await client.poll_tasks(wait=0)
         await client.post_result(task_id, "", no_send=True, worker="w-1")
-    message = await gateway.message(http, task_id)
+    message = await gateway.message(task_id)
     assert (message["status"], message["reply"]) == ("closed", None)
 
 
@@ -127,14 +127,14 @@ async def test_reply_long_poll_wakes_when_the_result_arrives(
     start_gateway: StartGateway, client_token_file: Path, http: httpx.AsyncClient
 ) -> None:
     gateway = await start_gateway()
-    task_id = await gateway.submit(http, "waiting on you")
+    task_id = await gateway.submit("waiting on you")
     async with GatewayClient(gateway.url, client_token_file) as client:
         await client.poll_tasks(wait=0)
         async with trio.open_nursery() as nursery:
             seen: list[dict[str, object]] = []
 
             async def wait_for_reply() -> None:
-                seen.append(await gateway.message(http, task_id, wait=20))
+                seen.append(await gateway.message(task_id, wait=20))
 
             nursery.start_soon(wait_for_reply)
             await trio.sleep(0.3)
@@ -163,7 +163,7 @@ async def test_heartbeat_is_recorded_with_the_inflight_count(
     async with GatewayClient(gateway.url, client_token_file, client_name="bridge-a") as client:
         assert await client.heartbeat(inflight=3)
         assert await client.heartbeat(inflight=5)
-    (info,) = (await gateway.stats(http))["clients"]
+    (info,) = (await gateway.stats())["clients"]
     assert (info["client"], info["inflight"], info["protocol_version"], info["heartbeats"]) == (
         "bridge-a",
         5,
@@ -200,10 +200,10 @@ async def test_restart_loses_nothing(
         first_run.cancel_scope.cancel()
 
     gateway = await start_gateway(db=db, lease=0.5)
-    statuses = [(await gateway.message(http, i))["status"] for i in ids]
+    statuses = [(await gateway.message(i))["status"] for i in ids]
     assert statuses == ["answered", "acked", "leased", "queued"]
-    assert (await gateway.message(http, ids[0]))["reply"] == "the answer"
-    assert (await gateway.stats(http))["duplicate_results"] == 1
+    assert (await gateway.message(ids[0]))["reply"] == "the answer"
+    assert (await gateway.stats())["duplicate_results"] == 1
 
     async with GatewayClient(gateway.url, client_token_file) as client:
         await trio.sleep(0.6)  # the lease taken before the restart runs out

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tether.bridge import TokenFileError, ensure_token_file, read_token, write_token
-from tether.bridge.client._backoff import Backoff
+from tether._backoff import Backoff
+from tether.bridge import (
+    GatewayClient,
+    TokenFileError,
+    ensure_token_file,
+    read_token,
+    write_token,
+)
 
 
 def test_backoff_doubles_to_the_cap_and_resets() -> None:
@@ -36,15 +42,30 @@ def test_backoff_jitter_stays_within_bounds() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"initial": 0.0}, "0 < initial <= maximum"),
-        ({"initial": 5.0, "maximum": 1.0}, "0 < initial <= maximum"),
+        ({"initial": -1.0}, "0 <= initial <= maximum"),
+        ({"initial": 5.0, "maximum": 1.0}, "0 <= initial <= maximum"),
         ({"multiplier": 0.5}, "multiplier"),
-        ({"jitter": 1.0}, "jitter"),
+        ({"jitter": 1.5}, "jitter"),
+        ({"jitter": "half"}, "jitter"),
     ],
 )
 def test_backoff_refuses_nonsense(kwargs: dict[str, float], needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         Backoff(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_client_refuses_a_zero_first_delay(tmp_path: Path) -> None:
+    # zero would retry a down gateway in a hot loop (a restart or a task retry may use it)
+    with pytest.raises(ValueError, match="0 < initial <= maximum"):
+        GatewayClient("http://127.0.0.1:1", tmp_path / "token", backoff_initial=0.0)
+
+
+def test_full_jitter_draws_between_zero_and_the_ceiling() -> None:
+    backoff = Backoff(initial=2.0, maximum=10.0, jitter="full", rng=random.Random(3))
+    twin = random.Random(3)
+    ceilings = [2.0, 4.0, 8.0, 10.0, 10.0]
+    assert [backoff.ceiling(n) for n in range(5)] == ceilings
+    assert [backoff.next_delay() for _ in ceilings] == [twin.uniform(0, c) for c in ceilings]
 
 
 def test_token_round_trip_is_private(tmp_path: Path) -> None:

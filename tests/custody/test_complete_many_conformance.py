@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.custody import LEASE_S, FakeClock
+from support.clock import FakeClock
+from support.custody import LEASE_S
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import Claim, Reconciler, StaleLease, Store
 from tether.bridge.custody._rules import MAX_BODY_BYTES

@@ -16,7 +16,8 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from support.custody import LEASE_S, MAX_ATTEMPTS, Backend, FakeClock, drive_to
+from support.clock import FakeClock
+from support.custody import LEASE_S, MAX_ATTEMPTS, Backend, drive_to
 from tether.bridge import CustodyState, InvalidTaskId, Task, UnknownTask, in_custody
 from tether.bridge.custody import (
     BodyTooLarge,

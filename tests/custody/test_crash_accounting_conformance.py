@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import pytest
 import trio
 
-from support.custody import LEASE_S, MAX_ATTEMPTS, FakeClock
+from support.clock import FakeClock
+from support.custody import LEASE_S, MAX_ATTEMPTS
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import Claim, CustodyConflict, LeaseExpiry, Store
 from tether.bridge.custody._crashes import DEFAULT_MAX_CRASHES_ALONE, process_prefix

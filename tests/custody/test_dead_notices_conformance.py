@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from support.custody import MAX_ATTEMPTS, Backend, FakeClock, drive_to
+from support.clock import FakeClock
+from support.custody import MAX_ATTEMPTS, Backend, drive_to
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import Reconciler, Store
 

@@ -16,8 +16,11 @@ import psycopg
 import pytest
 import trio
 
-from support.custody import LEASE_S, FakeClock, drive_to
-from support.service import GatewayHandle, LiveGateway, gateway_client, wait_until
+from support.clock import FakeClock
+from support.custody import LEASE_S, drive_to
+from support.gateway import RunningGateway
+from support.service import gateway_client
+from support.waiting import wait_until
 from tether.bridge import CustodyState, GatewayClient, PostgresStore, Task, write_token
 from tether.bridge.custody import InvalidWorkerName, Store
 from tether.bridge.service._delivery import Delivery
@@ -190,24 +193,25 @@ async def test_a_plain_read_behaves_as_before_and_takes_nothing(
 
 
 @pytest.fixture
-async def gateway(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[GatewayHandle]:
+async def gateway(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[RunningGateway]:
     token_file = tmp_path / "gateway" / "token"
     token_file.parent.mkdir(mode=0o700)
     write_token(token_file, "delivery-lease-token")
-    live = LiveGateway(nursery, token_file, tmp_path / "gateway" / "gateway.db", lease=5.0)
-    await live.start()
     async with httpx.AsyncClient(timeout=30) as http:
-        yield GatewayHandle(live, http)
-    await live.stop()
+        db = tmp_path / "gateway" / "gateway.db"
+        gateway = RunningGateway.on_free_port(nursery, http, token_file, db, lease=5.0)
+        await gateway.start()
+        yield gateway
+        await gateway.stop()
 
 
 @pytest.fixture
-async def client(gateway: GatewayHandle) -> AsyncIterator[GatewayClient]:
-    async with gateway_client(gateway.url, gateway.live.token_file) as c:
+async def client(gateway: RunningGateway) -> AsyncIterator[GatewayClient]:
+    async with gateway_client(gateway.url, gateway.token_file) as c:
         yield c
 
 
-async def _ingest_all(gateway: GatewayHandle, store: Store, client: GatewayClient, n: int) -> None:
+async def _ingest_all(gateway: RunningGateway, store: Store, client: GatewayClient, n: int) -> None:
     for i in range(n):
         await gateway.submit(f"question {i}", room=f"room-{i % 7}")
     with trio.fail_after(20):
@@ -217,7 +221,7 @@ async def _ingest_all(gateway: GatewayHandle, store: Store, client: GatewayClien
 
 
 async def test_two_deliveries_racing_for_every_result_post_each_reply_once(
-    two_hosts: tuple[PostgresStore, PostgresStore], gateway: GatewayHandle, client: GatewayClient
+    two_hosts: tuple[PostgresStore, PostgresStore], gateway: RunningGateway, client: GatewayClient
 ) -> None:
     a, b = two_hosts
     n = 120
@@ -239,7 +243,7 @@ async def test_two_deliveries_racing_for_every_result_post_each_reply_once(
         async def all_delivered() -> bool:
             return (await a.counts())[S.DELIVERED] == n
 
-        await wait_until(all_delivered, limit_s=30)
+        await wait_until(all_delivered, within=30)
         for delivery in deliveries:
             delivery.request_stop()
     stats = await gateway.stats()
@@ -252,7 +256,7 @@ async def test_two_deliveries_racing_for_every_result_post_each_reply_once(
 
 async def test_a_dead_bridges_results_are_posted_once_by_another_after_its_lease(
     two_hosts: tuple[PostgresStore, PostgresStore],
-    gateway: GatewayHandle,
+    gateway: RunningGateway,
     client: GatewayClient,
     fake_clock: FakeClock,
 ) -> None:

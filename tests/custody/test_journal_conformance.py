@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from support.custody import LEASE_S, FakeClock
+from support.clock import FakeClock
+from support.custody import LEASE_S
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import JournalEntry, Reconciler, Store
 

@@ -7,7 +7,8 @@ import logging
 
 import pytest
 
-from support.custody import MAX_ATTEMPTS, FakeClock
+from support.clock import FakeClock
+from support.custody import MAX_ATTEMPTS
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import CustodyConflict, Store
 

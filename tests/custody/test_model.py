@@ -42,7 +42,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from support.custody import LEASE_S, MAX_ATTEMPTS, Backend, FakeClock
+from support.clock import FakeClock
+from support.custody import LEASE_S, MAX_ATTEMPTS, Backend
 from tether.bridge import CustodyState, Task, UnknownTask, in_custody
 from tether.bridge.custody import Claim, CustodyConflict, Reconciler, StaleLease, Store
 from tether.bridge.custody._crashes import DEFAULT_MAX_CRASHES_ALONE

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.custody import MAX_ATTEMPTS, FakeClock, drive_to, worker_for
+from support.clock import FakeClock
+from support.custody import MAX_ATTEMPTS, drive_to, worker_for
 from tether.bridge import CustodyState, InvalidTaskId, Task
 from tether.bridge.custody import (
     OPERATOR_MOVES,

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from support.custody import MAX_ATTEMPTS, Backend, FakeClock
+from support.clock import FakeClock
+from support.custody import MAX_ATTEMPTS, Backend
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import Claim, CustodyConflict, Store, WaitingRetries
 

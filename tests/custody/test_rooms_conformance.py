@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from support.custody import Backend, FakeClock
+from support.clock import FakeClock
+from support.custody import Backend
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import StaleLease, Store, Superseded
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.pool import wait_for
+from support.waiting import wait_until
 from tether.bridge import Task
 from tether.bridge.pool._files import parse_result, task_message
 
@@ -36,7 +36,7 @@ async def test_each_reply_is_the_message_upper_cased_exactly(tmp_path: Path) -> 
         return all((tmp_path / "results" / f"{i}.txt").exists() for i in BODIES)
 
     try:
-        await wait_for(answered, within=30)
+        await wait_until(answered, within=30)
     finally:
         shell.kill()
         await shell.wait()

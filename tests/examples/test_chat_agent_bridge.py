@@ -16,13 +16,9 @@ import httpx
 import pytest
 import trio
 
-from support.service import (
-    BRIDGE_COMMAND,
-    GatewayHandle,
-    LiveGateway,
-    bridge_env,
-    wait_until,
-)
+from support.gateway import RunningGateway
+from support.service import BRIDGE_COMMAND, bridge_env
+from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, write_token
 
 from ._fake_model import KEY, FakeModel, fake_model
@@ -50,12 +46,13 @@ def key_file(tmp_path: Path) -> Path:
 @pytest.fixture
 async def gateway(
     nursery: trio.Nursery, tmp_path: Path, token_file: Path
-) -> AsyncIterator[GatewayHandle]:
-    live = LiveGateway(nursery, token_file, tmp_path / "gateway" / "gateway.db")
-    await live.start()
+) -> AsyncIterator[RunningGateway]:
     async with httpx.AsyncClient(timeout=30) as http:
-        yield GatewayHandle(live, http)
-    await live.stop()
+        db = tmp_path / "gateway" / "gateway.db"
+        gateway = RunningGateway.on_free_port(nursery, http, token_file, db, lease=1.0)
+        await gateway.start()
+        yield gateway
+        await gateway.stop()
 
 
 @pytest.fixture
@@ -71,7 +68,7 @@ def processes() -> Iterator[list[trio.Process]]:
 @asynccontextmanager
 async def chat_bridge(
     started: list[trio.Process],
-    gateway: GatewayHandle,
+    gateway: RunningGateway,
     model: FakeModel,
     key_file: Path,
     folder: Path,
@@ -94,7 +91,7 @@ async def chat_bridge(
     args = [
         *BRIDGE_COMMAND,
         "--gateway", gateway.url,
-        "--token-file", str(gateway.live.token_file),
+        "--token-file", str(gateway.token_file),
         "--store", str(store),
         "--agent", "chat_agent:factory",
         "--workers", "1",
@@ -116,7 +113,7 @@ async def chat_bridge(
 
 
 async def message_where(
-    gateway: GatewayHandle, task_id: str, check: Any, limit_s: float = 30
+    gateway: RunningGateway, task_id: str, check: Any, limit_s: float = 30
 ) -> Any:
     """The gateway's view of ``task_id`` once ``check(view)`` holds."""
     view: Any = None
@@ -126,12 +123,12 @@ async def message_where(
         view = await gateway.message(task_id)
         return bool(check(view))
 
-    await wait_until(holds, limit_s=limit_s, step=0.05)
+    await wait_until(holds, within=limit_s, step=0.05)
     return view
 
 
 async def test_tokens_show_as_progress_a_429_waits_retry_after_a_400_is_dead(
-    gateway: GatewayHandle,
+    gateway: RunningGateway,
     key_file: Path,
     tmp_path: Path,
     processes: list[trio.Process],
@@ -157,7 +154,7 @@ async def test_tokens_show_as_progress_a_429_waits_retry_after_a_400_is_dead(
                     record = await store.get(busy)
                     return record is not None and record.attempt >= 2
 
-                await wait_until(retried, limit_s=30, step=0.01)
+                await wait_until(retried, within=30, step=0.01)
                 answered = await message_where(gateway, busy, lambda v: v["status"] == "answered")
                 assert answered["reply"] == "you said: busy once"
                 closed = await message_where(gateway, bad, lambda v: v["status"] == "closed")
@@ -183,7 +180,7 @@ async def test_tokens_show_as_progress_a_429_waits_retry_after_a_400_is_dead(
 
 
 async def test_a_hung_model_ends_at_the_run_time_limit_then_is_dead(
-    gateway: GatewayHandle,
+    gateway: RunningGateway,
     key_file: Path,
     tmp_path: Path,
     processes: list[trio.Process],

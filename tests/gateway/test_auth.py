@@ -87,7 +87,7 @@ async def test_user_token_opens_only_the_user_side(
         refused = await http.request(method, f"{gateway.url}{path}", headers=as_user)
         assert refused.status_code == 403
         assert "user token" in refused.json()["error"]
-    assert (await gateway.message(http, sent.json()["id"]))["status"] == "queued"
+    assert (await gateway.message(sent.json()["id"]))["status"] == "queued"
 
 
 async def test_the_page_itself_needs_no_token(

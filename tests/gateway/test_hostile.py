@@ -114,7 +114,7 @@ async def test_a_hostile_request_is_a_4xx_naming_the_field_and_stores_nothing(
     assert response.status_code == status, response.text[:300]
     assert needle in response.json()["error"], response.text[:300]
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
-    stats = await gateway.stats(http)
+    stats = await gateway.stats()
     assert sum(stats["tasks"].values()) == 0
     assert stats["clients"] == []
 
@@ -172,7 +172,7 @@ async def test_a_reject_reason_cannot_forge_a_gateway_log_line(
     logger.addHandler(handler)
     try:
         gateway = await start_gateway()
-        task_id = await gateway.submit(http, "hello")
+        task_id = await gateway.submit("hello")
         polled = await http.get(f"{gateway.url}/v1/tasks", headers=gateway.headers())
         assert [t["id"] for t in polled.json()["tasks"]] == [task_id]
         reason = "bad\n2026-12-01 00:00:00,000 INFO tether.gateway: forged \x07\x1b[2J"

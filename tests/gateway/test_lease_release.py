@@ -46,7 +46,7 @@ async def release(http: httpx.AsyncClient, gateway: RunningGateway, body: Any) -
 
 
 async def status(http: httpx.AsyncClient, gateway: RunningGateway, task_id: str) -> str:
-    return str((await gateway.message(http, task_id))["status"])
+    return str((await gateway.message(task_id))["status"])
 
 
 async def test_release_queues_only_the_clients_unacked_leases(
@@ -54,7 +54,7 @@ async def test_release_queues_only_the_clients_unacked_leases(
 ) -> None:
     gateway = await start_gateway(lease=30.0)
     # three rooms: a room's later message is not handed out while an earlier one is leased
-    ids = [await gateway.submit(http, f"message {i}", room=f"room-{i}") for i in range(3)]
+    ids = [await gateway.submit(f"message {i}", room=f"room-{i}") for i in range(3)]
     a_tasks = await poll(http, gateway, "bridge-a", limit=2)
     b_tasks = await poll(http, gateway, "bridge-b")
     assert [t["id"] for t in a_tasks] == ids[:2]
@@ -74,7 +74,7 @@ async def test_release_queues_only_the_clients_unacked_leases(
     # the released task goes to the next poll at once (a 30 s lease notwithstanding)
     again = await poll(http, gateway, "bridge-c")
     assert [(t["id"], t["delivery"]) for t in again] == [(ids[1], 2)]
-    stats = await gateway.stats(http)
+    stats = await gateway.stats()
     assert (stats["released"], stats["redeliveries"]) == (1, 1)
     # idempotent: nothing more is leased to bridge-a
     assert (await release(http, gateway, {"client": "bridge-a"})).json()["released"] == 0
@@ -84,7 +84,7 @@ async def test_an_unknown_client_releases_nothing(
     start_gateway: StartGateway, http: httpx.AsyncClient
 ) -> None:
     gateway = await start_gateway()
-    task_id = await gateway.submit(http, "polled without a name")
+    task_id = await gateway.submit("polled without a name")
     assert len(await poll(http, gateway, None)) == 1
     response = await release(http, gateway, {"client": "never-seen"})
     assert response.status_code == 200
@@ -96,7 +96,7 @@ async def test_release_wakes_a_waiting_long_poll(
     start_gateway: StartGateway, http: httpx.AsyncClient
 ) -> None:
     gateway = await start_gateway(lease=30.0)
-    task_id = await gateway.submit(http, "hello")
+    task_id = await gateway.submit("hello")
     assert len(await poll(http, gateway, "stopping-bridge")) == 1
     got: list[dict[str, Any]] = []
 
@@ -116,8 +116,8 @@ async def test_an_ack_or_result_that_arrives_after_the_release_is_taken(
     start_gateway: StartGateway, http: httpx.AsyncClient
 ) -> None:
     gateway = await start_gateway()
-    first = await gateway.submit(http, "acked late")
-    second = await gateway.submit(http, "answered late")
+    first = await gateway.submit("acked late")
+    second = await gateway.submit("answered late")
     assert len(await poll(http, gateway, "bridge-a")) == 2
     assert (await release(http, gateway, {"client": "bridge-a"})).json()["released"] == 2
     # the bridge had committed these; its ack and result were already on their way
@@ -140,7 +140,7 @@ async def test_a_never_delivered_task_still_refuses_an_ack(
     start_gateway: StartGateway, http: httpx.AsyncClient
 ) -> None:
     gateway = await start_gateway()
-    task_id = await gateway.submit(http, "not polled yet")
+    task_id = await gateway.submit("not polled yet")
     response = await http.post(
         f"{gateway.url}/v1/tasks/{task_id}/ack",
         json={"id": task_id, "durable": True},
@@ -278,8 +278,8 @@ async def test_a_rooms_later_messages_wait_while_an_earlier_one_is_leased_elsewh
     """With several bridges polling, a room's messages reach them in the order they were
     sent: a later one is held back while an earlier one is leased and not yet acked."""
     gateway = await start_gateway(lease=30.0)
-    ids = [await gateway.submit(http, f"message {i}", room="chat") for i in range(3)]
-    other = await gateway.submit(http, "elsewhere", room="other")
+    ids = [await gateway.submit(f"message {i}", room="chat") for i in range(3)]
+    other = await gateway.submit("elsewhere", room="other")
     a_tasks = await poll(http, gateway, "bridge-a", limit=1)
     assert [t["id"] for t in a_tasks] == ids[:1]
     b_tasks = await poll(http, gateway, "bridge-b")

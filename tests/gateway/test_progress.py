@@ -29,7 +29,7 @@ from tether.gateway._progress import ProgressBoard
 async def acked_task(
     gateway: RunningGateway, client: GatewayClient, http: httpx.AsyncClient
 ) -> str:
-    task_id = await gateway.submit(http, "tell me a story")
+    task_id = await gateway.submit("tell me a story")
     [task] = await client.poll_tasks(wait=0)
     assert task.id == task_id
     await client.ack(task_id)
@@ -48,13 +48,13 @@ async def test_progress_shows_in_the_message_view_until_the_reply_replaces_it(
     gateway = await start_gateway()
     async with GatewayClient(gateway.url, client_token_file) as client:
         task_id = await acked_task(gateway, client, http)
-        quiet = await gateway.message(http, task_id)
+        quiet = await gateway.message(task_id)
         assert (quiet["status"], quiet["progress"], quiet["partial"]) == ("acked", None, None)
         assert quiet["working_since"] is None
 
         before = trio.current_time()
         assert await client.progress(update(task_id, 3, status="searching...", running_s=5.0))
-        shown = await gateway.message(http, task_id)
+        shown = await gateway.message(task_id)
         assert (shown["progress"], shown["partial"], shown["attempt"]) == ("searching...", None, 1)
         # the run began running_s ago by the gateway's clock (time.time here)
         assert shown["working_since"] == pytest.approx(time.time() - 5.0, abs=3.0)
@@ -63,18 +63,18 @@ async def test_progress_shows_in_the_message_view_until_the_reply_replaces_it(
         assert await client.progress(update(task_id, 5, status="writing", partial="Once upon"))
         # a late, older update changes nothing
         assert await client.progress(update(task_id, 4, status="stale", partial="O"))
-        shown2 = await gateway.message(http, task_id)
+        shown2 = await gateway.message(task_id)
         assert (shown2["progress"], shown2["partial"]) == ("writing", "Once upon")
         assert shown2["working_since"] == shown["working_since"]  # the same run
         assert trio.current_time() - before < 30
 
         # a new attempt starts over (its seq may be lower)
         assert await client.progress(update(task_id, 1, attempt=2, partial="Once", running_s=0))
-        retried = await gateway.message(http, task_id)
+        retried = await gateway.message(task_id)
         assert (retried["attempt"], retried["partial"], retried["progress"]) == (2, "Once", None)
 
         await client.post_result(task_id, "Once upon a time.", worker="w1")
-        answered = await gateway.message(http, task_id)
+        answered = await gateway.message(task_id)
         assert (answered["reply"], answered["progress"], answered["partial"]) == (
             "Once upon a time.",
             None,
@@ -82,7 +82,7 @@ async def test_progress_shows_in_the_message_view_until_the_reply_replaces_it(
         )
         # progress for a finished message is taken and dropped
         assert await client.progress(update(task_id, 9, partial="late"))
-        assert (await gateway.message(http, task_id))["partial"] is None
+        assert (await gateway.message(task_id))["partial"] is None
 
 
 async def test_a_message_poll_with_seen_answers_as_soon_as_the_view_changes(
@@ -91,7 +91,7 @@ async def test_a_message_poll_with_seen_answers_as_soon_as_the_view_changes(
     gateway = await start_gateway()
     async with GatewayClient(gateway.url, client_token_file) as client:
         task_id = await acked_task(gateway, client, http)
-        rev = (await gateway.message(http, task_id))["rev"]
+        rev = (await gateway.message(task_id))["rev"]
         seen: list[Any] = []
 
         async def follow() -> None:
@@ -153,7 +153,7 @@ async def test_a_bad_progress_request_is_refused_naming_what_is_wrong(
     )
     assert response.status_code == 400
     assert problem in response.json()["error"]
-    assert (await gateway.message(http, task_id))["partial"] is None
+    assert (await gateway.message(task_id))["partial"] is None
 
 
 async def test_progress_for_an_unknown_task_is_a_409_and_needs_the_worker_token(

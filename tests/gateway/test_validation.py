@@ -119,7 +119,7 @@ async def test_bad_request_is_refused_with_a_reason_and_stores_nothing(
     assert response.headers["content-type"] == "application/json"
     assert needle in response.json()["error"]
 
-    stats = await gateway.stats(http)
+    stats = await gateway.stats()
     assert sum(stats["tasks"].values()) == 0
     assert stats["clients"] == []
     assert (stats["deliveries"], stats["duplicate_results"]) == (0, 0)
@@ -139,14 +139,14 @@ async def test_chunked_body_over_the_limit_is_refused(
         f"{gateway.url}/v1/messages", content=chunks(), headers={**gateway.headers(), **JSON}
     )
     assert response.status_code == 413
-    assert sum((await gateway.stats(http))["tasks"].values()) == 0
+    assert sum((await gateway.stats())["tasks"].values()) == 0
 
 
 async def test_result_and_ack_for_an_undelivered_task_conflict(
     start_gateway: StartGateway, http: httpx.AsyncClient
 ) -> None:
     gateway = await start_gateway()
-    task_id = await gateway.submit(http, "not yet polled")
+    task_id = await gateway.submit("not yet polled")
     for path, body in (
         (f"/v1/tasks/{task_id}/ack", {"id": task_id, "durable": True}),
         ("/v1/results", {"id": task_id, "body": "too early"}),
@@ -154,7 +154,7 @@ async def test_result_and_ack_for_an_undelivered_task_conflict(
         response = await http.post(f"{gateway.url}{path}", json=body, headers=gateway.headers())
         assert response.status_code == 409
         assert "never delivered" in response.json()["error"]
-    assert (await gateway.message(http, task_id))["status"] == "queued"
+    assert (await gateway.message(task_id))["status"] == "queued"
 
 
 async def test_resubmitting_an_id_is_idempotent_and_other_content_conflicts(
@@ -168,7 +168,7 @@ async def test_resubmitting_an_id_is_idempotent_and_other_content_conflicts(
     other = await http.post(url, json={**message, "text": "different"}, headers=headers)
     assert (first.status_code, again.status_code, other.status_code) == (201, 200, 409)
     assert first.json()["id"] == again.json()["id"] == "client-chosen-1"
-    assert (await gateway.stats(http))["tasks"]["queued"] == 1
+    assert (await gateway.stats())["tasks"]["queued"] == 1
 
 
 async def test_any_result_the_store_accepts_fits_in_a_gateway_request(
@@ -181,7 +181,7 @@ async def test_any_result_the_store_accepts_fits_in_a_gateway_request(
     assert check_body(body, MAX_BODY_BYTES) == body  # the store would accept it
     assert AppLimits().max_body >= len(_raw({"id": "x" * 128, "body": body}))
     gateway = await start_gateway()  # default limits
-    task_id = await gateway.submit(http, "a question")
+    task_id = await gateway.submit("a question")
     polled = await http.get(f"{gateway.url}/v1/tasks", headers=gateway.headers())
     assert [t["id"] for t in polled.json()["tasks"]] == [task_id]
     response = await http.post(
@@ -190,7 +190,7 @@ async def test_any_result_the_store_accepts_fits_in_a_gateway_request(
         headers={**gateway.headers(), **JSON},
     )
     assert response.status_code == 200, response.text[:200]
-    assert (await gateway.message(http, task_id))["reply"] == body
+    assert (await gateway.message(task_id))["reply"] == body
 
 
 @pytest.mark.parametrize(

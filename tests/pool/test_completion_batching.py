@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio.lowlevel
 
-from support.pool import wait_for
 from support.pool_fixtures import StoreAwareClock
+from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody import Claim, StaleLease
 from tether.bridge.custody._rules import InvalidTask
@@ -75,24 +75,24 @@ async def test_runs_answering_together_are_stored_with_one_complete_many(
     worker = PoolWorker(store, "w1", factory, concurrency=4, poll_interval=SLOW)  # type: ignore[arg-type]
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
-        await wait_for(lambda: _n(timed_store, S.CLAIMED, 4), within=PROMPT, step=0.01)
+        await wait_until(lambda: _n(timed_store, S.CLAIMED, 4), within=PROMPT, step=0.01)
         gate.set()
         await store.entered.wait()
 
         async def all_answered() -> bool:
             return store.many[0] + worker.completions.queued == 4
 
-        await wait_for(all_answered, within=PROMPT, step=0.01)
+        await wait_until(all_answered, within=PROMPT, step=0.01)
         assert await _n(timed_store, S.RESULT, 0)  # nothing counts as stored before its commit
         assert worker.completed == 0
         store.hold = False
         store.release.set()
-        await wait_for(lambda: _n(timed_store, S.RESULT, 4), within=PROMPT, step=0.01)
+        await wait_until(lambda: _n(timed_store, S.RESULT, 4), within=PROMPT, step=0.01)
 
         async def counted() -> bool:  # the worker counts once its commit's answer reaches it
             return worker.completed == 4
 
-        await wait_for(counted, within=PROMPT, step=0.01)
+        await wait_until(counted, within=PROMPT, step=0.01)
         # the replies that answered while the first commit ran went in one more write
         assert sum(store.many) == 4
         assert len(store.many) <= 2
@@ -125,7 +125,7 @@ async def test_replies_finishing_during_a_commit_form_the_next_batch(
         await trio.sleep(1)
         assert await _n(timed_store, S.RESULT, 0)  # nothing acknowledged before its commit
         store.release.set()
-        await wait_for(lambda: _n(timed_store, S.RESULT, 4), within=PROMPT, step=0.01)
+        await wait_until(lambda: _n(timed_store, S.RESULT, 4), within=PROMPT, step=0.01)
         assert store.many == [1, 3]
         nursery.cancel_scope.cancel()
 
@@ -210,7 +210,7 @@ async def test_a_reply_cancelled_before_its_batch_is_not_stored(
         with trio.move_on_after(1):  # queued behind the first commit, then given up
             await batcher.complete(second, "second")
         store.release.set()
-        await wait_for(lambda: _n(timed_store, S.RESULT, 1), within=PROMPT, step=0.01)
+        await wait_until(lambda: _n(timed_store, S.RESULT, 1), within=PROMPT, step=0.01)
         await trio.sleep(1)
         nursery.cancel_scope.cancel()
     assert store.many == [1]
@@ -256,7 +256,7 @@ async def test_a_reply_cancelled_while_its_batch_commits_still_learns_it_was_sto
         await trio.sleep(1)
         assert learned == []  # still waiting for the commit's answer
         store.release.set()
-        await wait_for(lambda: _n(timed_store, S.RESULT, 1), within=PROMPT, step=0.01)
+        await wait_until(lambda: _n(timed_store, S.RESULT, 1), within=PROMPT, step=0.01)
         await trio.sleep(0.1)
         nursery.cancel_scope.cancel()
     assert learned == ["stored"]

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import trio
 
-from support.pool import wait_for
-from support.store_clock import StoreAwareClock
+from support.clock import StoreAwareClock
+from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody._store import WorkerInfo, WorkerRole
 from tether.bridge.pool import PoolLead, elect
@@ -66,7 +66,7 @@ async def test_a_standby_never_sweeps_and_takes_over_within_two_beats_of_a_crash
         assert second.leader.name == "first-lead"
         for i in range(5):
             await store.ingest(Task(f"t{i}", "x"))
-        await wait_for(lambda: _count(store, S.ASSIGNED, 5))
+        await wait_until(lambda: _count(store, S.ASSIGNED, 5))
         assert second.sweeps == 0  # a standby reads beats, never the queue
         assert first.sweeps > 0
 
@@ -78,13 +78,13 @@ async def test_a_standby_never_sweeps_and_takes_over_within_two_beats_of_a_crash
         nursery.start_soon(keep_beating_w1)
         killed_at = trio.current_time()
         first_scope.cancel()
-        await wait_for(lambda: _leads(second))
+        await wait_until(lambda: _leads(second))
         took = trio.current_time() - killed_at
         assert took <= 2 * second.beat_interval + 0.2, took
         assert second.takeovers == 1
         assert second.leading_since is not None
         await store.ingest(Task("after", "x"))
-        await wait_for(lambda: _owner_is(store, "after", "w1"))
+        await wait_until(lambda: _owner_is(store, "after", "w1"))
         second.request_stop()
         nursery.cancel_scope.cancel()
 
@@ -104,7 +104,7 @@ async def test_a_soft_stopped_leader_hands_over_at_once_and_a_newcomer_stands_by
             assert not b.leading
             stopped_at = trio.current_time()
             a.request_stop()
-        await wait_for(lambda: _leads(b))
+        await wait_until(lambda: _leads(b))
         assert trio.current_time() - stopped_at <= b.beat_interval / 4 + 0.1
         c = PoolLead(store, name="c-lead", sweep_interval=0.05, beat_interval=0.5)
         await nursery.start(c.run)
@@ -167,14 +167,14 @@ async def test_a_new_leader_assigns_within_two_beat_intervals_of_the_crash_whene
         assert first.leading
         assert not second.leading
         last = await _last_beat(store, "first-lead")
-        await wait_for(lambda: _beat_moved(store, "first-lead", last), step=0.001)
+        await wait_until(lambda: _beat_moved(store, "first-lead", last), step=0.001)
         await trio.sleep(phase * beat)
         killed_at = trio.current_time()
         first_scope.cancel()
         gone_at = await _last_beat(store, "first-lead") + 1.5 * beat  # lead_dead_after
         for i in range(3):
             await store.ingest(Task(f"after-{i}", "x"))
-        await wait_for(lambda: _assigned(second), step=0.001)
+        await wait_until(lambda: _assigned(second), step=0.001)
         assert second.first_assigned_at is not None
         took = second.first_assigned_at - killed_at
         assert 0 < took <= 2 * beat, took
@@ -233,9 +233,9 @@ async def test_a_leader_whose_beat_comes_late_by_less_than_an_interval_keeps_the
         assert first.leading
         assert second.takeovers == 0
         late.delay = 1.2 * beat  # too late: the standby takes over, then hands back
-        await wait_for(lambda: _leads(second), step=0.001)
+        await wait_until(lambda: _leads(second), step=0.001)
         assert late.delayed == 2
-        await wait_for(lambda: _not_leading(second), step=0.001)
+        await wait_until(lambda: _not_leading(second), step=0.001)
         assert first.leading
         await trio.sleep(2.0)
         assert first.leading

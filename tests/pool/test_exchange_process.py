@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.pool import wait_for
+from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
 
 S = CustodyState
@@ -86,7 +86,7 @@ async def test_the_shell_example_answers_every_task_once_through_kills_mid_write
 
         mid_write_kills = 0
         with trio.fail_after(120):
-            await wait_for(outbox_has_tasks, within=60)
+            await wait_until(outbox_has_tasks, within=60)
             # the shell program dies often, at random moments, mostly inside a write
             for _ in range(12):
                 await trio.sleep(rng.uniform(0.2, 0.6))
@@ -96,11 +96,11 @@ async def test_the_shell_example_answers_every_task_once_through_kills_mid_write
                 shell = await _start_shell(exchange)
                 processes.append(shell)
             # then the tether process hosting the exchange dies with tasks in flight
-            await wait_for(lambda: results(TASKS // 3), within=60)
+            await wait_until(lambda: results(TASKS // 3), within=60)
             await _kill(worker)
             worker = await _start_worker(db, exchange, log, status)
             processes.append(worker)
-            await wait_for(lambda: results(TASKS), within=90)
+            await wait_until(lambda: results(TASKS), within=90)
         assert mid_write_kills >= 1, "no kill landed mid-write; the test proved less"
 
         counts = await store.counts()
@@ -116,7 +116,7 @@ async def test_the_shell_example_answers_every_task_once_through_kills_mid_write
         async def archived() -> bool:
             return len(list((exchange / "archive").glob("*.result.txt"))) == TASKS
 
-        await wait_for(archived, within=30)
+        await wait_until(archived, within=30)
         assert sorted(p.name for p in (exchange / "archive").iterdir()) == sorted(
             f"x-{i}.{kind}.txt" for i in range(TASKS) for kind in ("task", "result")
         )

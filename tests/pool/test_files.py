@@ -17,7 +17,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from support.pool import wait_for
+from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody import Reconciler
 from tether.bridge.pool import ResultRefused, file_exchange_worker
@@ -141,7 +141,7 @@ async def test_a_real_outside_program_answers_through_files(tmp_path: Path) -> N
                 async def all_done() -> bool:
                     return (await store.counts())[S.RESULT] == len(tasks)
 
-                await wait_for(all_done, within=20)
+                await wait_until(all_done, within=20)
                 worker.request_stop()
                 nursery.cancel_scope.cancel()
         results = {r.task.id: r for r in await store.ready_results()}

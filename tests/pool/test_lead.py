@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from support.pool import FakeClock
+from support.clock import FakeClock
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody import Decide, PoolView
 from tether.bridge.custody._store import plan_then_assign

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from support.pool import FakeClock
+from support.clock import FakeClock
 from tether.bridge import CustodyState as S
 from tether.bridge import SqliteStore, Task
 from tether.bridge.custody import Decide, PoolView

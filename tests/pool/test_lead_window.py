@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from support.pool import FakeClock
+from support.clock import FakeClock
 from tether.bridge import SqliteStore, Task
 from tether.bridge.custody import Decide, PoolView
 from tether.bridge.pool import PoolLead

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import trio
 
-from support.pool import wait_for
 from support.pool_fixtures import LEASE_S, StoreAwareClock
+from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.pool import PoolWorker
 
@@ -47,7 +47,7 @@ async def test_a_cancelled_claim_has_its_run_cancelled_within_one_heartbeat(
         [outcome] = await timed_store.cancel(["t"], "the user withdrew it")
         assert outcome.done
         at = trio.current_time()
-        await wait_for(lambda: _true(bool(cancelled_at)), within=BEAT + 0.5)
+        await wait_until(lambda: _true(bool(cancelled_at)), within=BEAT + 0.5)
         assert cancelled_at[0] - at <= BEAT + 0.01
         assert worker.lost == 1
         assert worker.completed == 0
@@ -61,7 +61,7 @@ async def test_a_cancelled_claim_has_its_run_cancelled_within_one_heartbeat(
         gate.set()
         [again] = await timed_store.redrive(["t"])
         assert again.done
-        await wait_for(lambda: state_is(timed_store, "t", S.RESULT), within=LEASE_S)
+        await wait_until(lambda: state_is(timed_store, "t", S.RESULT), within=LEASE_S)
     assert worker.completed == 1
     [result] = await timed_store.ready_results()
     assert (result.body, result.attempt) == ("reply to x", 1)

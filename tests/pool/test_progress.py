@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import trio
 
-from support.pool import wait_for
 from support.pool_fixtures import StoreAwareClock
+from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo, slow_stream
 from tether.bridge import CustodyState, Progress, SqliteStore, Task, progress_of
@@ -54,7 +54,7 @@ async def test_a_streaming_run_sends_few_coalesced_updates_and_its_reply_is_the_
     )
     await timed_store.ingest(Task("t1", "question"))
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "t1", S.RESULT))
+        await wait_until(lambda: state_is(timed_store, "t1", S.RESULT))
     full = "".join(f"{i} " for i in range(100))
     (result,) = await timed_store.ready_results()
     assert result.body == full  # the final reply is the custodial result, whole
@@ -77,7 +77,7 @@ async def test_a_quick_run_sends_no_progress_at_all(
     for i in range(20):
         await timed_store.ingest(Task(f"t{i}", "hi"))
     async with running(worker):
-        await wait_for(lambda: _all_results(timed_store, 20))
+        await wait_until(lambda: _all_results(timed_store, 20))
         await trio.sleep(2.0)
     assert updates == []
 
@@ -98,7 +98,7 @@ async def test_a_slow_run_says_it_is_working_even_without_progress_calls(
     worker = PoolWorker(timed_store, "w1", agent(thinker), on_progress=on_progress)
     await timed_store.ingest(Task("t1", "q"))
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "t1", S.RESULT))
+        await wait_until(lambda: state_is(timed_store, "t1", S.RESULT))
     # one "working" update (nothing changed after it), with how long the run has gone
     assert [(u.seq, u.status, u.partial) for u in updates] == [(0, None, None)]
     assert 0.5 <= updates[0].running_s < 1.5
@@ -134,7 +134,7 @@ async def test_a_receiver_that_hangs_or_fails_never_holds_up_or_fails_the_run(
     await timed_store.ingest(Task("t1", "question"))
     started = trio.current_time()
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "t1", S.RESULT))
+        await wait_until(lambda: state_is(timed_store, "t1", S.RESULT))
     assert trio.current_time() - started < 4.0  # the 3 s run, not held up by its progress
     (result,) = await timed_store.ready_results()
     assert result.body.startswith("0 1 2 ")
@@ -152,7 +152,7 @@ async def test_a_receiver_without_progress_support_is_not_called_again(
     await timed_store.ingest(Task("t1", "q1"))
     await timed_store.ingest(Task("t2", "q2"))
     async with running(worker):
-        await wait_for(lambda: _all_results(timed_store, 2))
+        await wait_until(lambda: _all_results(timed_store, 2))
     assert len(updates) <= 2  # the first tick's updates at most, then never again
 
 
@@ -165,7 +165,7 @@ async def test_the_bundled_slow_stream_agent_streams_its_reply(
         Task("t1", "one two three four five six", headers={"stream-delay": "0.4"})
     )
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "t1", S.RESULT))
+        await wait_until(lambda: state_is(timed_store, "t1", S.RESULT))
     (result,) = await timed_store.ready_results()
     assert result.body == "stream: one two three four five six"
     assert updates[0].status == "thinking about 6 words..."
@@ -228,10 +228,10 @@ async def test_a_sync_handler_reports_progress_too(timed_store: SqliteStore) -> 
     await timed_store.ingest(Task("t1", "q"))
     async with running(worker):
         try:
-            await wait_for(lambda: _has_update(updates, "in a thread"), within=20)
+            await wait_until(lambda: _has_update(updates, "in a thread"), within=20)
         finally:
             gate.set()
-        await wait_for(lambda: state_is(timed_store, "t1", S.RESULT))
+        await wait_until(lambda: state_is(timed_store, "t1", S.RESULT))
     assert updates[-1].status == "in a thread"
 
 

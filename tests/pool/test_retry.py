@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import trio
 
-from support.pool import wait_for
 from support.pool_fixtures import MAX_ATTEMPTS, StoreAwareClock
+from support.waiting import wait_until
 from tether import Session
 from tether.bridge import CustodyState, Permanent, Retry, SqliteStore, Task
 from tether.bridge.pool import PoolLead, PoolWorker, RetryBackoff
@@ -91,7 +91,7 @@ async def test_failed_attempts_are_spaced_by_the_backoff_draws(
     await timed_store.ingest(Task("t", "x"))
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
-        await wait_for(lambda: _is(timed_store, "t", S.DEAD))
+        await wait_until(lambda: _is(timed_store, "t", S.DEAD))
         worker.request_stop()
     assert len(runs) == MAX_ATTEMPTS
     gaps = [b - a for a, b in itertools.pairwise(runs)]
@@ -127,7 +127,7 @@ async def test_an_agents_retry_after_replaces_the_backoff(
         assert record is not None
         assert (record.state, record.attempt) == (S.PENDING, 2)
         assert record.reason == "Retry: 429 Too Many Requests"
-        await wait_for(lambda: _is(timed_store, "t", S.RESULT))
+        await wait_until(lambda: _is(timed_store, "t", S.RESULT))
         worker.request_stop()
     assert 45.0 <= runs[1] - runs[0] <= 45.0 + POLL + 0.05
 
@@ -146,7 +146,7 @@ async def test_permanent_dead_letters_on_the_first_attempt(
     await timed_store.ingest(Task("t", "x"))
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
-        await wait_for(lambda: _is(timed_store, "t", S.DEAD))
+        await wait_until(lambda: _is(timed_store, "t", S.DEAD))
         worker.request_stop()
     record = await timed_store.get("t")
     assert record is not None
@@ -181,7 +181,7 @@ async def test_the_lead_sweeps_when_a_retry_falls_due_not_at_its_interval(
         await nursery.start(worker.run)
         await timed_store.ingest(Task("t", "x"))
         wakeups.tasks_pending()
-        await wait_for(lambda: _is(timed_store, "t", S.RESULT), within=30.0)
+        await wait_until(lambda: _is(timed_store, "t", S.RESULT), within=30.0)
         lead.request_stop()
         worker.request_stop()
     assert len(runs) == 2

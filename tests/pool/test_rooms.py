@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from support.pool import wait_for
 from support.pool_fixtures import LEASE_S, StoreAwareClock
+from support.waiting import wait_until
 from tether import Session
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.pool import PoolWorker
@@ -39,11 +39,11 @@ async def test_a_superseded_run_gets_its_grace_then_is_cancelled(
     await timed_store.ingest(Task("old", "first", room="r"), room_policy="replace")
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
-        await wait_for(lambda: _started(started, "old"))
+        await wait_until(lambda: _started(started, "old"))
         await timed_store.ingest(Task("new", "second", room="r"), room_policy="replace")
         superseded_at = trio.current_time()
-        await wait_for(lambda: _has(ends, "old"))
-        await wait_for(lambda: _state_is(timed_store, "new", S.RESULT))
+        await wait_until(lambda: _has(ends, "old"))
+        await wait_until(lambda: _state_is(timed_store, "new", S.RESULT))
         worker.request_stop()
     how, when = ends["old"]
     assert how == "cancelled"

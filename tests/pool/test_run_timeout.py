@@ -16,8 +16,8 @@ from typing import Any, cast
 import pytest
 import trio
 
-from support.pool import wait_for
 from support.pool_fixtures import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
+from support.waiting import wait_until
 from tether import Session
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody import Claim, Reconciler, WorkerStore
@@ -64,12 +64,12 @@ async def test_a_run_past_its_timeout_is_cancelled_and_counts_as_a_failure(
     await timed_store.ingest(Task("t", "x"))
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
-        await wait_for(lambda: _failed_once(timed_store, "t"), within=40.0)
+        await wait_until(lambda: _failed_once(timed_store, "t"), within=40.0)
         record = await timed_store.get("t")
         assert record is not None
         assert (record.attempt, record.reason) == (2, "timed out after 30 s")
         assert trio.current_time() - starts[0] >= 30.0
-        await wait_for(lambda: _is(timed_store, "t", S.DEAD), within=200.0)
+        await wait_until(lambda: _is(timed_store, "t", S.DEAD), within=200.0)
         worker.request_stop()
     record = await timed_store.get("t")
     assert record is not None
@@ -91,7 +91,7 @@ async def test_an_agent_factory_sets_its_own_timeout(
     await timed_store.ingest(Task("t", "x"))
     async with trio.open_nursery() as nursery:
         await nursery.start(quick.run)
-        await wait_for(lambda: _failed_once(timed_store, "t"), within=10.0)
+        await wait_until(lambda: _failed_once(timed_store, "t"), within=10.0)
         quick.request_stop()
     record = await timed_store.get("t")
     assert record is not None
@@ -123,7 +123,7 @@ async def test_a_blocked_thread_is_abandoned_and_its_late_answer_stored_nowhere(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
-            await wait_for(lambda: _is(timed_store, "t", S.RESULT), within=20.0)
+            await wait_until(lambda: _is(timed_store, "t", S.RESULT), within=20.0)
             worker.request_stop()
     finally:
         gate.set()
@@ -182,7 +182,7 @@ async def test_a_run_whose_outcome_hangs_past_timeout_and_grace_loses_its_lease(
         async def refused() -> bool:
             return bool(stuck_store.refused)
 
-        await wait_for(refused)
+        await wait_until(refused)
         worker.request_stop()
     assert "StaleLease" in type(stuck_store.refused[0]).__name__
     record = await timed_store.get("t")

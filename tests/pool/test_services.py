@@ -10,8 +10,8 @@ import pytest
 import trio
 
 import tether
-from support.pool import wait_for
 from support.pool_fixtures import StoreAwareClock
+from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo
 from tether.bridge import CustodyState, SqliteStore, Task
@@ -38,7 +38,7 @@ async def test_a_lead_and_two_workers_answer_everything_keeping_rooms_together(
         for task in tasks:  # arriving over time, each after the last was answered: no keeper
             await timed_store.ingest(task)  # is ever busy, so no room has a reason to move
             await trio.sleep(0.5)  # (affinity is a preference: a saturated keeper's room moves)
-        await wait_for(lambda: _all(timed_store, S.RESULT, len(tasks)))
+        await wait_until(lambda: _all(timed_store, S.RESULT, len(tasks)))
         assert not any(w.leaderless for w in workers)
         for w in workers:
             w.request_stop()
@@ -64,14 +64,14 @@ async def test_workers_go_leaderless_when_the_lead_stops_and_back_when_it_return
             await lead_scope.start(lead.run)
             await nursery.start(worker.run)
             await timed_store.ingest(Task("with-lead", "x"))
-            await wait_for(lambda: _all(timed_store, S.RESULT, 1))
+            await wait_until(lambda: _all(timed_store, S.RESULT, 1))
             assert not worker.leaderless
             lead.request_stop()
         # the lead removed its beat on the way out: no need to wait out dead_after
         await trio.sleep(0.6)
         assert worker.leaderless
         await timed_store.ingest(Task("without-lead", "x"))
-        await wait_for(lambda: _all(timed_store, S.RESULT, 2))
+        await wait_until(lambda: _all(timed_store, S.RESULT, 2))
         async with trio.open_nursery() as lead_scope:
             lead = PoolLead(timed_store, sweep_interval=0.2)
             await lead_scope.start(lead.run)
@@ -91,7 +91,7 @@ async def test_services_run_again_after_a_stop_as_a_supervisor_restarts_them(
             await nursery.start(lead.run)
             await nursery.start(worker.run)
             await timed_store.ingest(Task(f"t{n}", "x"))
-            await wait_for(partial(_all, timed_store, S.RESULT, n))
+            await wait_until(partial(_all, timed_store, S.RESULT, n))
             worker.request_stop()
             lead.request_stop()
     assert lead.sweeps > 2
@@ -115,7 +115,7 @@ async def test_the_supervisors_soft_stop_lets_a_worker_finish_then_release(
     async with tether.open_supervisor(name="pool") as sup:
         await sup.start_child(tether.ChildSpec("lead", lead.run, shutdown_grace=5.0))
         await sup.start_child(tether.ChildSpec("w1", worker.run, shutdown_grace=5.0))
-        await wait_for(partial(_all, timed_store, S.CLAIMED, 2))
+        await wait_until(partial(_all, timed_store, S.CLAIMED, 2))
         started = trio.current_time()
         await sup.terminate_child("w1")
         stopped_after = trio.current_time() - started

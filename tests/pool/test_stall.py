@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.pool import FakeClock
+from support.clock import FakeClock
 from support.pool_fixtures import LEASE_S, StoreAwareClock
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody import Claim

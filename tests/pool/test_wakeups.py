@@ -9,8 +9,8 @@ from typing import Any
 import attrs
 import trio
 
-from support.pool import wait_for
 from support.pool_fixtures import StoreAwareClock
+from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo
 from tether.bridge import CustodyState, SqliteStore, Task
@@ -75,7 +75,7 @@ async def test_a_rung_lead_and_worker_answer_a_task_without_waiting_for_sweep_or
         start = trio.current_time()
         await timed_store.ingest(Task("t1", "hello", room="r"))
         wakeups.tasks_pending()  # what ingest does after its commit
-        await wait_for(lambda: _answered(timed_store, 1), within=PROMPT, step=0.01)
+        await wait_until(lambda: _answered(timed_store, 1), within=PROMPT, step=0.01)
         assert trio.current_time() - start < PROMPT
         assert lead.sweeps > sweeps  # rung sweeps (the completion rings it once more)
         worker.request_stop()
@@ -94,7 +94,7 @@ async def test_without_a_ring_the_task_waits_for_the_sweep(
         await trio.sleep(3.0)
         start = trio.current_time()
         await timed_store.ingest(Task("t1", "hello"))
-        await wait_for(lambda: _answered(timed_store, 1), within=3 * SLOW, step=0.01)
+        await wait_until(lambda: _answered(timed_store, 1), within=3 * SLOW, step=0.01)
         assert trio.current_time() - start > SLOW / 2
         worker.request_stop()
         lead.request_stop()
@@ -122,7 +122,7 @@ async def test_a_freed_slot_makes_the_lead_refill_the_worker_at_once(
         start = trio.current_time()
         await timed_store.ingest_many([Task(f"t{i:02}", f"m{i}") for i in range(20)])
         wakeups.tasks_pending()
-        await wait_for(lambda: _answered(timed_store, 20), within=PROMPT, step=0.01)
+        await wait_until(lambda: _answered(timed_store, 20), within=PROMPT, step=0.01)
         assert trio.current_time() - start < PROMPT
         worker.request_stop()
         lead.request_stop()
@@ -164,7 +164,7 @@ async def test_a_leaderless_worker_is_rung_for_new_pending_tasks(
         start = trio.current_time()
         await timed_store.ingest(Task("t1", "hello"))
         wakeups.tasks_pending()
-        await wait_for(lambda: _answered(timed_store, 1), within=PROMPT, step=0.01)
+        await wait_until(lambda: _answered(timed_store, 1), within=PROMPT, step=0.01)
         assert trio.current_time() - start < PROMPT
         worker.request_stop()
     wakeups.tasks_pending()  # a worker that left is no longer rung for pending tasks
@@ -213,10 +213,10 @@ async def test_a_worker_fills_all_its_free_slots_with_one_claim_many(
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
-        await wait_for(lambda: _claimed(timed_store, 4), within=PROMPT, step=0.01)
+        await wait_until(lambda: _claimed(timed_store, 4), within=PROMPT, step=0.01)
         assert store.batches == [4]  # four slots free: one call for all of them
         gate.set()
-        await wait_for(lambda: _answered(timed_store, 6), within=PROMPT, step=0.01)
+        await wait_until(lambda: _answered(timed_store, 6), within=PROMPT, step=0.01)
         assert sum(store.batches) >= 6
         worker.request_stop()
 
@@ -269,17 +269,17 @@ async def test_a_ring_just_after_a_quiet_periodic_sweep_is_swept_at_once(
     starts = lead.starts
     async with trio.open_nursery() as nursery:
         await nursery.start(lead.run)
-        await wait_for(lambda: _n_sweeps(starts, 3), within=5.0, step=0.001)
+        await wait_until(lambda: _n_sweeps(starts, 3), within=5.0, step=0.001)
         await trio.sleep(0.01)  # just after a sweep on the clock that found nothing
         await timed_store.ingest(Task("a", "x"))
         wakeups.tasks_pending()
         rung = trio.current_time()
-        await wait_for(lambda: _assigned(timed_store, "a"), within=PROMPT, step=0.001)
+        await wait_until(lambda: _assigned(timed_store, "a"), within=PROMPT, step=0.001)
         assert starts[-1] == rung  # not held to min_sweep_gap after the quiet sweep
         await trio.sleep(0.01)  # just after the sweep that assigned "a": a busy pool
         await timed_store.ingest(Task("b", "x"))
         wakeups.tasks_pending()
-        await wait_for(lambda: _assigned(timed_store, "b"), within=PROMPT, step=0.001)
+        await wait_until(lambda: _assigned(timed_store, "b"), within=PROMPT, step=0.001)
         assert starts[-1] == rung + 0.2  # rings after work gather for min_sweep_gap
         lead.request_stop()
 
@@ -386,7 +386,7 @@ async def test_a_task_failed_back_to_pending_is_reassigned_without_waiting_for_t
         start = trio.current_time()
         await timed_store.ingest(Task("t1", "hello"))
         wakeups.tasks_pending()
-        await wait_for(lambda: _answered(timed_store, 1), within=PROMPT, step=0.01)
+        await wait_until(lambda: _answered(timed_store, 1), within=PROMPT, step=0.01)
         assert trio.current_time() - start < PROMPT
         assert calls == 2
         worker.request_stop()

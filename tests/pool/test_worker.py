@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import trio
 
-from support.pool import FakeClock, wait_for
+from support.clock import FakeClock
 from support.pool_fixtures import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
+from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo
 from tether.bridge import CustodyState, Reply, SqliteStore, Task
@@ -49,7 +50,7 @@ async def test_a_worker_runs_tasks_through_its_agent_session(
     worker = PoolWorker(timed_store, "w1", echo.factory)
     await timed_store.ingest(Task("t1", "hello", room="r"))
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "t1", S.RESULT))
+        await wait_until(lambda: state_is(timed_store, "t1", S.RESULT))
         assert worker.leaderless  # no lead ever beat
     (result,) = await timed_store.ready_results()
     assert (result.body, result.worker, result.attempt, result.no_send) == (
@@ -92,7 +93,7 @@ async def test_leaderless_fallback_follows_the_leads_beat(
     await timed_store.beat("w2", "worker", 4)  # alive: its assignment is its own
     worker = PoolWorker(timed_store, "w1", echo.factory, lead_dead_after=10.0)
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "mine", S.RESULT))
+        await wait_until(lambda: state_is(timed_store, "mine", S.RESULT))
         await trio.sleep(0.5)  # several more claim polls
         assert worker.leaderless is leaderless
         expected = S.RESULT if leaderless else S.PENDING
@@ -112,13 +113,15 @@ async def test_a_long_task_of_a_renewing_worker_is_never_stolen(
     await timed_store.ingest(Task("long", "x"))
     w1 = PoolWorker(timed_store, "w1", agent(slow))
     async with running(w1):
-        await wait_for(lambda: state_is(timed_store, "long", S.CLAIMED))
+        await wait_until(lambda: state_is(timed_store, "long", S.CLAIMED))
         w2 = PoolWorker(timed_store, "w2", echo.factory)
         reconciler = Reconciler(timed_store)
         async with trio.open_nursery() as inner:
             await inner.start(partial(reconciler.run, interval=0.5))
             async with running(w2):
-                await wait_for(lambda: state_is(timed_store, "long", S.RESULT), within=LEASE_S * 20)
+                await wait_until(
+                    lambda: state_is(timed_store, "long", S.RESULT), within=LEASE_S * 20
+                )
             inner.cancel_scope.cancel()
         assert reconciler.passes > LEASE_S * 10 / 0.5 * 0.9
     rec = await timed_store.get("long")
@@ -137,7 +140,7 @@ async def test_an_empty_reply_is_refused_and_recorded_as_a_failure(
     await timed_store.ingest(Task("t", "x"))
     worker = PoolWorker(timed_store, "w1", agent(empty))
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "t", S.DEAD))
+        await wait_until(lambda: state_is(timed_store, "t", S.DEAD))
     rec = await timed_store.get("t")
     assert rec is not None
     assert rec.reason is not None
@@ -160,7 +163,7 @@ async def test_a_handler_crash_is_retried_then_dead_with_the_tracebacks_last_lin
     await timed_store.ingest(Task("t", "x"))
     worker = PoolWorker(timed_store, "w1", agent(crash))
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "t", S.DEAD))
+        await wait_until(lambda: state_is(timed_store, "t", S.DEAD))
     rec = await timed_store.get("t")
     assert rec is not None
     assert calls == ["t"] * MAX_ATTEMPTS
@@ -181,7 +184,7 @@ async def test_a_crash_then_success_is_one_result(
 
     await timed_store.ingest(Task("t", "x"))
     async with running(PoolWorker(timed_store, "w1", agent(sometimes))):
-        await wait_for(lambda: state_is(timed_store, "t", S.RESULT))
+        await wait_until(lambda: state_is(timed_store, "t", S.RESULT))
     rec = await timed_store.get("t")
     assert rec is not None
     assert (rec.attempt, rec.result, rec.reason) == (
@@ -199,7 +202,7 @@ async def test_a_no_send_reply_may_be_empty(
 
     await timed_store.ingest(Task("t", "x"))
     async with running(PoolWorker(timed_store, "w1", agent(quiet))):
-        await wait_for(lambda: state_is(timed_store, "t", S.RESULT))
+        await wait_until(lambda: state_is(timed_store, "t", S.RESULT))
     (result,) = await timed_store.ready_results()
     assert (result.body, result.no_send) == ("", True)
 
@@ -213,7 +216,7 @@ async def test_a_reply_of_the_wrong_type_is_a_failure(
 
     await timed_store.ingest(Task("t", "x"))
     async with running(PoolWorker(timed_store, "w1", agent(wrong))):
-        await wait_for(lambda: state_is(timed_store, "t", S.DEAD))
+        await wait_until(lambda: state_is(timed_store, "t", S.DEAD))
     rec = await timed_store.get("t")
     assert rec is not None
     assert rec.reason is not None
@@ -238,7 +241,7 @@ async def test_concurrency_is_capped_per_worker(
         await timed_store.ingest(Task(f"t{i}", "x"))
     worker = PoolWorker(timed_store, "w1", agent(busy), concurrency=3)
     async with running(worker):
-        await wait_for(
+        await wait_until(
             lambda: _count(timed_store, S.RESULT, 10),
         )
     assert peak == 3
@@ -260,7 +263,7 @@ async def test_a_soft_stop_finishes_work_within_the_grace(
     worker = PoolWorker(timed_store, "w1", agent(slow), concurrency=1, stop_grace=5)
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
-        await wait_for(lambda: state_is(timed_store, "t", S.CLAIMED))
+        await wait_until(lambda: state_is(timed_store, "t", S.CLAIMED))
         await timed_store.ingest(Task("later", "x"))
         await timed_store.assign("later", "w1")  # no free slot: it waits, unclaimed
         worker.request_stop()
@@ -290,7 +293,7 @@ async def test_a_soft_stop_releases_unfinished_work_without_burning_an_attempt(
     worker = PoolWorker(timed_store, "w1", agent(forever), stop_grace=2)
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
-        await wait_for(lambda: state_is(timed_store, "t", S.CLAIMED))
+        await wait_until(lambda: state_is(timed_store, "t", S.CLAIMED))
         started = trio.current_time()
         worker.request_stop()
     assert trio.current_time() - started == pytest.approx(2, abs=0.5)
@@ -312,7 +315,7 @@ async def test_a_hard_cancel_still_releases_the_claims(
     worker = PoolWorker(timed_store, "w1", agent(forever))
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
-        await wait_for(lambda: _count(timed_store, S.CLAIMED, 2))
+        await wait_until(lambda: _count(timed_store, S.CLAIMED, 2))
         nursery.cancel_scope.cancel()
     assert (await timed_store.counts())[S.PENDING] == 2
     assert {(await timed_store.get(id)).attempt for id in ("a", "b")} == {1}  # type: ignore[union-attr]
@@ -334,7 +337,7 @@ async def test_a_fenced_out_worker_stops_the_run_and_stores_nothing(
     await timed_store.ingest(Task("t", "x"))
     worker = PoolWorker(timed_store, "w1", agent(slow))
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "t", S.CLAIMED))
+        await wait_until(lambda: state_is(timed_store, "t", S.CLAIMED))
         await timed_store.dead_letter("t", "operator gave up")  # someone else moved it on
         with trio.fail_after(LEASE_S):
             await finished.wait()
@@ -409,7 +412,7 @@ async def test_an_unset_capacity_adapts_to_how_long_runs_take(
     async with running(worker):
         (me,) = await timed_store.workers()
         assert me.capacity == 8  # before any run: the quick case
-        await wait_for(lambda: state_is(timed_store, "t5", S.RESULT), within=60.0, step=0.5)
+        await wait_until(lambda: state_is(timed_store, "t5", S.RESULT), within=60.0, step=0.5)
         assert worker.asked_capacity == asked
         await trio.sleep(1.5)  # the next beat carries it to the lead
         (me,) = await timed_store.workers()
@@ -424,7 +427,7 @@ async def test_a_set_capacity_does_not_adapt(
     )
     await timed_store.ingest(Task("t0", "x"))
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "t0", S.RESULT), within=60.0, step=0.5)
+        await wait_until(lambda: state_is(timed_store, "t0", S.RESULT), within=60.0, step=0.5)
         await trio.sleep(1.5)
         (me,) = await timed_store.workers()
         assert (worker.asked_capacity, me.capacity) == (5, 5)
@@ -450,7 +453,7 @@ async def test_a_worker_can_send_stall_notices_for_its_own_claims(
         timed_store, "w1", agent(slow), on_stall=notify, stall_after=10.0, heartbeat_interval=1
     )
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "mine", S.RESULT), within=60)
+        await wait_until(lambda: state_is(timed_store, "mine", S.RESULT), within=60)
     assert [id for id, _ in notices] == ["mine"]
     assert 10.0 <= notices[0][1] <= 11.0
 
@@ -471,7 +474,7 @@ async def test_a_refused_session_run_is_released_without_burning_an_attempt(
         await timed_store.ingest(Task(f"t{i}", "x"))
     worker = PoolWorker(timed_store, "w1", factory, concurrency=4)
     async with running(worker):
-        await wait_for(lambda: _count(timed_store, S.RESULT, 6), within=120)
+        await wait_until(lambda: _count(timed_store, S.RESULT, 6), within=120)
     assert worker.failed == 0
     assert worker.released > 0  # some calls were refused and given back
     for i in range(6):
@@ -499,10 +502,10 @@ async def test_an_interrupted_session_run_is_released_without_burning_an_attempt
     await timed_store.ingest(Task("t", "x"))
     worker = PoolWorker(timed_store, "w1", factory)
     async with running(worker):
-        await wait_for(lambda: state_is(timed_store, "t", S.CLAIMED))
+        await wait_until(lambda: state_is(timed_store, "t", S.CLAIMED))
         await trio.sleep(1)
         assert sessions[0].interrupt("task") == 1  # HandlerCancelled for the worker's call
-        await wait_for(lambda: state_is(timed_store, "t", S.RESULT))
+        await wait_until(lambda: state_is(timed_store, "t", S.RESULT))
     rec = await timed_store.get("t")
     assert rec is not None
     assert (rec.attempt, rec.result, rec.reason) == (1, "finished", None)
@@ -529,11 +532,11 @@ async def test_a_worker_reclaiming_its_own_expired_task_keeps_only_the_new_attem
     await store.ingest(Task("t", "x"))
     worker = PoolWorker(store, "w1", agent(stalls), heartbeat_interval=5, poll_interval=0.01)
     async with running(worker):
-        await wait_for(lambda: runs(1), step=0.01)
+        await wait_until(lambda: runs(1), step=0.01)
         fake_clock.advance(LEASE_S * 3)  # attempt 1's lease ran out
         [expiry] = (await Reconciler(store).run_once()).repooled
         assert expiry.attempt == 1
-        await wait_for(lambda: runs(2), step=0.01)  # w1 claimed attempt 2
+        await wait_until(lambda: runs(2), step=0.01)  # w1 claimed attempt 2
         await trio.sleep(0.1)
         assert [(c.task.id, c.attempt) for c in worker.in_hand] == [("t", 2)]
         assert worker.lost == 1  # the stale run was told at once
@@ -543,7 +546,7 @@ async def test_a_worker_reclaiming_its_own_expired_task_keeps_only_the_new_attem
         renewed = await store.renew(worker.in_hand[0])  # attempt 2's lease is still live
         assert renewed.attempt == 2
         gates[1].set()
-        await wait_for(lambda: state_is(store, "t", S.RESULT), step=0.01)
+        await wait_until(lambda: state_is(store, "t", S.RESULT), step=0.01)
     rec = await store.get("t")
     assert rec is not None
     assert (rec.attempt, rec.result) == (2, "reply 2")
@@ -576,8 +579,8 @@ async def test_a_reply_the_store_refuses_is_a_failure_and_the_worker_carries_on(
             await store.ingest(Task(id, "x"))
         worker = PoolWorker(store, "w1", agent(replies))
         async with running(worker):
-            await wait_for(lambda: _count(store, S.DEAD, 3))
-            await wait_for(lambda: state_is(store, "slow", S.RESULT))
+            await wait_until(lambda: _count(store, S.DEAD, 3))
+            await wait_until(lambda: state_is(store, "slow", S.RESULT))
         big, surrogate = await store.get("big"), await store.get("surrogate")
         assert big is not None
         assert surrogate is not None
@@ -617,7 +620,7 @@ async def test_a_leaderless_worker_returns_a_dead_workers_assignments_to_the_poo
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_keep_beating, timed_store, "alive")
         async with running(worker):
-            await wait_for(lambda: state_is(timed_store, "stranded", S.RESULT))
+            await wait_until(lambda: state_is(timed_store, "stranded", S.RESULT))
             await trio.sleep(5)  # several more beats
             assert await timed_store.state("theirs") is S.ASSIGNED
         nursery.cancel_scope.cancel()

@@ -15,14 +15,9 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.service import (
-    GatewayHandle,
-    admin_bridge_config,
-    answered_count,
-    bridge_env,
-    submit_many,
-    wait_until,
-)
+from support.gateway import RunningGateway
+from support.service import admin_bridge_config, answered_count, bridge_env, submit_many
+from support.waiting import wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import (
     BridgeService,
@@ -47,7 +42,7 @@ def nodes(tree: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
-    gateway: GatewayHandle,
+    gateway: RunningGateway,
     token_file: Path,
     store: SqliteStore,
     tmp_path: Path,
@@ -74,13 +69,13 @@ async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
             async def all_answered() -> bool:
                 return await answered_count(gateway) >= len(ids)
 
-            await wait_until(all_answered, limit_s=20)
+            await wait_until(all_answered, within=20)
 
             async def delivered_all() -> bool:
                 counts = await store.counts()
                 return sum(counts.values()) == counts[CustodyState.DELIVERED] == len(ids)
 
-            await wait_until(delivered_all, limit_s=10)
+            await wait_until(delivered_all, within=10)
 
             health = await admin.get("/healthz", headers=headers)
             assert health.status_code == 200, health.json()
@@ -141,7 +136,7 @@ async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
 
 @pytest.mark.slow
 async def test_bridge_process_admin_endpoint_json_logs_and_sigusr1(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     admin_token_file = tmp_path / "admin-token"  # created by the bridge
     log_path = tmp_path / "bridge.log"
@@ -165,7 +160,7 @@ async def test_bridge_process_admin_endpoint_json_logs_and_sigusr1(
         async def admin_announced() -> bool:
             return "admin endpoint http://" in log_path.read_text()
 
-        await wait_until(admin_announced, limit_s=20, step=0.05)
+        await wait_until(admin_announced, within=20, step=0.05)
         [line] = [ln for ln in log_path.read_text().splitlines() if "admin endpoint http" in ln]
         url = line.split()[4]
         token = admin_token_file.read_text().strip()
@@ -181,14 +176,14 @@ async def test_bridge_process_admin_endpoint_json_logs_and_sigusr1(
                     ("tether_deliveries_total", ())
                 ) == len(ids)
 
-            await wait_until(healthy_and_done, limit_s=20, step=0.1)
+            await wait_until(healthy_and_done, within=20, step=0.1)
 
         process.send_signal(signal.SIGUSR1)
 
         async def dumped() -> bool:
             return '"logger": "tether.tasks"' in log_path.read_text()
 
-        await wait_until(dumped, limit_s=10, step=0.05)
+        await wait_until(dumped, within=10, step=0.05)
         process.send_signal(signal.SIGTERM)
         with trio.fail_after(30):
             assert await process.wait() == 0

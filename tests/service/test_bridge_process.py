@@ -13,14 +13,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.service import (
-    BridgeProcess,
-    GatewayHandle,
-    answered_count,
-    store_status,
-    submit_many,
-    wait_until,
-)
+from support.gateway import RunningGateway
+from support.service import BridgeProcess, answered_count, store_status, submit_many
+from support.waiting import wait_until
 from tether.bridge import write_token
 
 pytestmark = pytest.mark.slow
@@ -32,14 +27,14 @@ CHAOS = [*FAST_LEASES, "--room-policy", "concurrent"]
 these bridges live (``test_rooms.py`` holds the room order across restarts)."""
 
 
-async def _all_answered(gateway: GatewayHandle, n: int, limit_s: float) -> None:
+async def _all_answered(gateway: RunningGateway, n: int, within: float) -> None:
     async def done() -> bool:
         return await answered_count(gateway) >= n
 
-    await wait_until(done, limit_s=limit_s, step=0.1)
+    await wait_until(done, within=within, step=0.1)
 
 
-async def _replies(gateway: GatewayHandle, ids: list[str]) -> dict[str, str | None]:
+async def _replies(gateway: RunningGateway, ids: list[str]) -> dict[str, str | None]:
     limiter = trio.CapacityLimiter(16)
     replies: dict[str, str | None] = {}
 
@@ -53,13 +48,13 @@ async def _replies(gateway: GatewayHandle, ids: list[str]) -> dict[str, str | No
     return replies
 
 
-async def _client_heartbeats(gateway: GatewayHandle) -> int:
+async def _client_heartbeats(gateway: RunningGateway) -> int:
     """Heartbeats the gateway has received from bridges, all clients together."""
     return sum(int(c["heartbeats"]) for c in (await gateway.stats())["clients"])
 
 
 def _gt(
-    count: Callable[[GatewayHandle], Awaitable[int]], gateway: GatewayHandle, before: int
+    count: Callable[[RunningGateway], Awaitable[int]], gateway: RunningGateway, before: int
 ) -> Callable[[], Awaitable[bool]]:
     async def done() -> bool:
         return await count(gateway) > before
@@ -68,7 +63,7 @@ def _gt(
 
 
 async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     started = trio.current_time()
     texts = [f"message {i}" for i in range(1000)]  # 2,000 doubled its time, not its kills
@@ -83,9 +78,9 @@ async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
         # each kill lands on a running bridge (its first heartbeat follows its start-up), and
         # the first only once replies flow: on a loaded machine a start-up alone can take longer
         # than the random life below, and then no kill would land mid-work
-        await wait_until(_gt(_client_heartbeats, gateway, beats), limit_s=30, step=0.05)
+        await wait_until(_gt(_client_heartbeats, gateway, beats), within=30, step=0.05)
         if n == 0:
-            await wait_until(_gt(answered_count, gateway, 0), limit_s=30, step=0.05)
+            await wait_until(_gt(answered_count, gateway, 0), within=30, step=0.05)
         await trio.sleep(rng.uniform(0.4, 1.6))
         bridge.kill()
         assert await bridge.process.wait() == -signal.SIGKILL
@@ -94,11 +89,11 @@ async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
     print(f"chaos done at {trio.current_time() - started:.1f} s")
     beats_before = await _client_heartbeats(gateway)
     final = await BridgeProcess.start(gateway.url, token_file, store, log, extra=CHAOS)
-    await _all_answered(gateway, len(ids), limit_s=60)
+    await _all_answered(gateway, len(ids), within=60)
     print(f"all answered at {trio.current_time() - started:.1f} s")
     # the work may all be done before the final bridge is even up (a fast chaos phase): stop
     # it only once it runs (its first gateway heartbeat comes after its signal handlers)
-    await wait_until(_gt(_client_heartbeats, gateway, beats_before), limit_s=30, step=0.05)
+    await wait_until(_gt(_client_heartbeats, gateway, beats_before), within=30, step=0.05)
     assert await final.stop() == 0, final.log_tail()
 
     replies = await _replies(gateway, ids)
@@ -120,17 +115,17 @@ async def test_sigkill_chaos_every_message_gets_exactly_one_reply(
 
 
 async def test_the_gateway_going_down_and_back_up_loses_nothing(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     first = await submit_many(gateway, [f"before {i}" for i in range(100)], "before")
     store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
     bridge = await BridgeProcess.start(gateway.url, token_file, store, log)
-    await _all_answered(gateway, 20, limit_s=30)
-    await gateway.live.stop()
+    await _all_answered(gateway, 20, within=30)
+    await gateway.stop()
     await trio.sleep(1.5)  # the bridge backs off; its workers go on with what they hold
-    await gateway.live.start()
+    await gateway.start()
     second = await submit_many(gateway, [f"after {i}" for i in range(100)], "after")
-    await _all_answered(gateway, 200, limit_s=40)
+    await _all_answered(gateway, 200, within=40)
     assert await bridge.stop() == 0, bridge.log_tail()
     replies = await _replies(gateway, first + second)
     assert all(reply is not None and reply.startswith("echo: ") for reply in replies.values())
@@ -139,7 +134,7 @@ async def test_the_gateway_going_down_and_back_up_loses_nothing(
 
 
 async def test_an_agent_that_crashes_is_retried_then_dead_lettered_with_its_reason(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     texts = [f"crash {i}" if i % 10 == 0 else f"fine {i}" for i in range(50)]
     ids = await submit_many(gateway, texts, "mixed")
@@ -152,18 +147,18 @@ async def test_an_agent_that_crashes_is_retried_then_dead_lettered_with_its_reas
         agent="service.agent_for_tests:factory",
         extra=["--max-attempts", "2"],
     )
-    await _all_answered(gateway, 45, limit_s=30)
+    await _all_answered(gateway, 45, within=30)
 
     async def crashes_dead() -> bool:
         return bool((await store_status(store))["counts"]["dead"] == 5)
 
-    await wait_until(crashes_dead, limit_s=30, step=0.2)
+    await wait_until(crashes_dead, within=30, step=0.2)
 
     async def crashes_closed_at_the_gateway() -> bool:
         return bool((await gateway.stats())["tasks"]["closed"] == 5)
 
     # each dead letter is reported: its user sees the message closed, with the reason
-    await wait_until(crashes_closed_at_the_gateway, limit_s=30, step=0.2)
+    await wait_until(crashes_closed_at_the_gateway, within=30, step=0.2)
     assert await bridge.stop() == 0, bridge.log_tail()
     status = await store_status(store)
     assert status["dead_unreported"] == 0
@@ -185,14 +180,14 @@ async def test_an_agent_that_crashes_is_retried_then_dead_lettered_with_its_reas
 
 
 async def test_sigterm_under_load_exits_0_and_loses_nothing(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     texts = [f"slow {i}" for i in range(300)]
     ids = await submit_many(gateway, texts, "load")
     store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
     agent = "service.agent_for_tests:factory"
     bridge = await BridgeProcess.start(gateway.url, token_file, store, log, agent=agent)
-    await _all_answered(gateway, 30, limit_s=30)
+    await _all_answered(gateway, 30, within=30)
     assert await bridge.stop(signal.SIGTERM) == 0, bridge.log_tail()
     status = await store_status(store)
     # workers finished or handed back what they held: nothing is left claimed or assigned
@@ -203,14 +198,14 @@ async def test_sigterm_under_load_exits_0_and_loses_nothing(
     assert answered < len(ids)  # the stop really interrupted the load
     # a new bridge takes up the rest: every message answered, none twice
     bridge = await BridgeProcess.start(gateway.url, token_file, store, log, agent=agent)
-    await _all_answered(gateway, len(ids), limit_s=60)
+    await _all_answered(gateway, len(ids), within=60)
     assert await bridge.stop(signal.SIGINT) == 0, bridge.log_tail()
     replies = await _replies(gateway, ids)
     assert all(replies[i] == f"echo: {t}" for i, t in zip(ids, texts, strict=True))
 
 
 async def test_a_second_sigterm_stops_at_once_with_the_documented_130_and_keeps_the_task(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """Issue 21.5: the second signal's exit status (130) was documented nowhere."""
     from tether._cli._main import EXIT_INTERRUPTED, build_parser
@@ -244,13 +239,13 @@ async def test_a_second_sigterm_stops_at_once_with_the_documented_130_and_keeps_
     async def claimed() -> bool:
         return await trio.to_thread.run_sync(claimed_now)
 
-    await wait_until(claimed, limit_s=30, step=0.1)
+    await wait_until(claimed, within=30, step=0.1)
     bridge.process.send_signal(signal.SIGTERM)  # graceful: the worker waits for its run
 
     async def graceful_stop_began() -> bool:
         return "SIGTERM received: graceful shutdown" in bridge.log_tail()
 
-    await wait_until(graceful_stop_began, limit_s=30)
+    await wait_until(graceful_stop_began, within=30)
     assert await bridge.stop(signal.SIGTERM) == EXIT_INTERRUPTED, bridge.log_tail()
     assert "Traceback" not in bridge.log_tail()
     status = await store_status(store)
@@ -260,7 +255,7 @@ async def test_a_second_sigterm_stops_at_once_with_the_documented_130_and_keeps_
 
 
 async def test_a_stall_notice_and_heartbeats_reach_the_gateway(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     [task_id] = await submit_many(gateway, ["stall here"], "stall")
     store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
@@ -272,7 +267,7 @@ async def test_a_stall_notice_and_heartbeats_reach_the_gateway(
         agent="service.agent_for_tests:factory",
         extra=["--stall-after", "0.5", "--client-name", "stall-bridge"],
     )
-    await _all_answered(gateway, 1, limit_s=30)
+    await _all_answered(gateway, 1, within=30)
     assert await bridge.stop() == 0, bridge.log_tail()
     stats = await gateway.stats()
     assert stats["notices"] == 1
@@ -283,7 +278,7 @@ async def test_a_stall_notice_and_heartbeats_reach_the_gateway(
 
 
 async def test_a_refused_token_stops_the_bridge_with_exit_3(
-    gateway: GatewayHandle, tmp_path: Path
+    gateway: RunningGateway, tmp_path: Path
 ) -> None:
     wrong = tmp_path / "wrong-token"
     write_token(wrong, "not-the-gateways-token")

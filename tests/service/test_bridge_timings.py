@@ -7,7 +7,9 @@ from pathlib import Path
 
 import httpx
 
-from support.service import GatewayHandle, admin_bridge_config, submit_many, wait_until
+from support.gateway import RunningGateway
+from support.service import admin_bridge_config, submit_many
+from support.waiting import wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import BridgeService, CustodyState, SqliteStore
 
@@ -17,7 +19,7 @@ ADMIN_TOKEN = "bridge-admin-token-7c1f"
 
 
 async def test_each_task_is_timed_once_from_intake_to_delivery(
-    gateway: GatewayHandle, token_file: Path, store: SqliteStore, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, store: SqliteStore, tmp_path: Path
 ) -> None:
     config = admin_bridge_config(gateway.url, token_file, tmp_path, ADMIN_TOKEN, workers=2)
     service = BridgeService(config, store=store)
@@ -33,7 +35,7 @@ async def test_each_task_is_timed_once_from_intake_to_delivery(
             counts = await store.counts()
             return counts[CustodyState.DELIVERED] == len(ids)
 
-        await wait_until(delivered_all, limit_s=20)
+        await wait_until(delivered_all, within=20)
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10) as admin:
             metrics = samples((await admin.get("/metrics")).text)
             status = (await admin.get("/status")).json()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tether.bridge import BridgeConfig, ConfigError, load_config
-from tether.bridge.service._config import prepare_data_dir
+from tether.bridge.service._settings import prepare_store_dir as prepare_data_dir
 
 
 def _toml(tmp_path: Path, text: str) -> Path:

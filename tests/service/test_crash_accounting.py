@@ -17,14 +17,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.service import (
-    BridgeProcess,
-    GatewayHandle,
-    answered_count,
-    store_status,
-    submit_many,
-    wait_until,
-)
+from support.gateway import RunningGateway
+from support.service import BridgeProcess, answered_count, store_status, submit_many
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -38,12 +33,12 @@ runs the full one."""
 MESSAGES, KILLS = (200, 15) if FULL_CHAOS else (120, 8)
 
 
-async def _client_heartbeats(gateway: GatewayHandle) -> int:
+async def _client_heartbeats(gateway: RunningGateway) -> int:
     return sum(int(c["heartbeats"]) for c in (await gateway.stats())["clients"])
 
 
 async def test_a_poison_task_is_proven_and_dead_lettered_and_every_other_message_answered(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     texts = [f"message {i}" for i in range(500)]
     poison = 137
@@ -102,7 +97,7 @@ async def test_a_poison_task_is_proven_and_dead_lettered_and_every_other_message
 
 
 async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """``MESSAGES`` messages, ``KILLS`` SIGKILLs 1.5-3 s apart, an agent that takes 0.3 s and
     never fails."""
@@ -123,7 +118,7 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
             return await _client_heartbeats(gateway) > before
 
         # each kill lands on a running bridge (its first gateway heartbeat follows start-up)
-        await wait_until(beating, limit_s=90, step=0.05)
+        await wait_until(beating, within=90, step=0.05)
         await trio.sleep(rng.uniform(1.5, 3.0))
         bridge.kill()
         assert await bridge.process.wait() == -signal.SIGKILL
@@ -141,10 +136,10 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
     async def final_beating() -> bool:
         return await _client_heartbeats(gateway) > beats
 
-    await wait_until(all_answered, limit_s=120, step=0.1)
+    await wait_until(all_answered, within=120, step=0.1)
     # the work may be done before the final bridge is even up: stop it once it runs (its
     # first gateway heartbeat comes after its signal handlers)
-    await wait_until(final_beating, limit_s=90, step=0.05)
+    await wait_until(final_beating, within=90, step=0.05)
     assert await final.stop() == 0, final.log_tail()
 
     status = await store_status(store)

@@ -16,8 +16,10 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from service import agent_for_tests
-from support.service import GatewayHandle, admin_bridge_config, gateway_client, wait_until
-from support.store_clock import StoreAwareClock
+from support.clock import StoreAwareClock
+from support.gateway import RunningGateway
+from support.service import admin_bridge_config, gateway_client
+from support.waiting import wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import (
     BridgeService,
@@ -35,7 +37,7 @@ ADMIN_TOKEN = "dead-notice-admin-token"
 
 
 async def _take(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient, text: str
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient, text: str
 ) -> str:
     """Submit a message and ingest it (the bridge holds it, acked at the gateway)."""
     task_id = await gateway.submit(text)
@@ -45,12 +47,12 @@ async def _take(
     return task_id
 
 
-async def _closed(gateway: GatewayHandle, task_id: str) -> bool:
+async def _closed(gateway: RunningGateway, task_id: str) -> bool:
     return bool((await gateway.message(task_id))["status"] == "closed")
 
 
 async def test_an_agent_that_always_crashes_gets_its_user_a_closed_message_with_the_reason(
-    gateway: GatewayHandle, token_file: Path, store: SqliteStore, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, store: SqliteStore, tmp_path: Path
 ) -> None:
     config = admin_bridge_config(gateway.url, token_file, tmp_path, ADMIN_TOKEN)
     service = BridgeService(config, store=store, factory=agent_for_tests.factory)
@@ -100,11 +102,11 @@ async def test_an_agent_that_always_crashes_gets_its_user_a_closed_message_with_
 
 
 async def test_a_task_that_dies_while_the_gateway_is_down_is_reported_once_it_is_back(
-    gateway: GatewayHandle, token_file: Path, store: SqliteStore, nursery: trio.Nursery
+    gateway: RunningGateway, token_file: Path, store: SqliteStore, nursery: trio.Nursery
 ) -> None:
     async with gateway_client(gateway.url, token_file) as client:
         task_id = await _take(gateway, store, client, "doomed")
-        await gateway.live.stop()
+        await gateway.stop()
         await store.dead_letter(task_id, "the agent failed 3 times: RuntimeError: boom")
         notices = DeadNotices(store, client, interval=60.0)
         nursery.start_soon(notices.run)
@@ -112,7 +114,7 @@ async def test_a_task_that_dies_while_the_gateway_is_down_is_reported_once_it_is
         await trio.sleep(0.5)  # several backed-off attempts against the closed port
         assert await store.unreported_dead_count() == 1
         assert client.status.consecutive_failures >= 2
-        await gateway.live.start()
+        await gateway.start()
 
         async def reported() -> bool:
             return await store.unreported_dead_count() == 0
@@ -140,7 +142,7 @@ class MarkFailsOnce(SqliteStore):
 
 
 async def test_a_crash_between_report_and_mark_reports_again_and_the_gateway_absorbs_it(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     path = tmp_path / "crash" / "custody.db"
     store = await MarkFailsOnce.open(path, lease_s=5.0, max_attempts=3)
@@ -166,7 +168,7 @@ async def test_a_crash_between_report_and_mark_reports_again_and_the_gateway_abs
 
 
 async def test_a_dead_task_the_gateway_does_not_know_is_settled_not_retried(
-    gateway: GatewayHandle, token_file: Path, store: SqliteStore
+    gateway: RunningGateway, token_file: Path, store: SqliteStore
 ) -> None:
     # e.g. the gateway's database was reset: it answers 409 "unknown task id", which is final
     await store.ingest(Task("never-at-this-gateway", "hello"))

@@ -13,8 +13,10 @@ import httpx
 import pytest
 import trio
 
-from support.service import GatewayHandle, gateway_client, wait_until
-from support.store_clock import StoreAwareClock
+from support.clock import StoreAwareClock
+from support.gateway import RunningGateway
+from support.service import gateway_client
+from support.waiting import wait_until
 from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
 from tether.bridge.custody import Result, Store
 from tether.bridge.service._delivery import Delivery
@@ -22,7 +24,7 @@ from tether.bridge.service._ingest import Ingest
 
 
 async def _take(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient, n: int
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient, n: int
 ) -> list[str]:
     """Submit ``n`` messages and ingest them (the bridge now holds them, acked)."""
     ids = [await gateway.submit(f"question {i}") for i in range(n)]
@@ -44,7 +46,7 @@ async def _answer(store: SqliteStore, body: str | None = None, *, no_send: bool 
 
 
 async def test_replies_are_posted_then_marked_delivered(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient
 ) -> None:
     ids = await _take(gateway, store, client, 3)
     for _ in ids:
@@ -61,7 +63,7 @@ async def test_replies_are_posted_then_marked_delivered(
 
 
 async def test_a_duplicate_receipt_counts_as_confirmed(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient
 ) -> None:
     [task_id] = await _take(gateway, store, client, 1)
     await _answer(store)
@@ -75,7 +77,7 @@ async def test_a_duplicate_receipt_counts_as_confirmed(
 
 
 async def test_a_no_send_reply_closes_the_task_without_a_message(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient
 ) -> None:
     [task_id] = await _take(gateway, store, client, 1)
     await _answer(store, body="internal note, not for the user", no_send=True)
@@ -88,7 +90,7 @@ async def test_a_no_send_reply_closes_the_task_without_a_message(
 
 
 async def test_a_permanent_refusal_dead_letters_with_the_gateways_reason(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient
 ) -> None:
     # a task this gateway never heard of (e.g. its database was reset): 404, forever
     await store.ingest(Task(id="lost-123", body="hi", room="lobby"))
@@ -105,19 +107,19 @@ async def test_a_permanent_refusal_dead_letters_with_the_gateways_reason(
 
 
 async def test_a_down_gateway_is_waited_out_and_nothing_is_marked_early(
-    gateway: GatewayHandle, store: SqliteStore, token_file: Path
+    gateway: RunningGateway, store: SqliteStore, token_file: Path
 ) -> None:
     async with gateway_client(gateway.url, token_file) as client:
         [task_id] = await _take(gateway, store, client, 1)
         await _answer(store)
-        await gateway.live.stop()
+        await gateway.stop()
         delivery = Delivery(store, client)
         async with trio.open_nursery() as nursery:
             await nursery.start(delivery.run)
             await trio.sleep(0.5)  # several failed attempts, backing off
             assert await store.state(task_id) is CustodyState.RESULT
             assert client.status.connected is False
-            await gateway.live.start()
+            await gateway.start()
 
             async def delivered() -> bool:
                 return await store.state(task_id) is CustodyState.DELIVERED
@@ -128,7 +130,7 @@ async def test_a_down_gateway_is_waited_out_and_nothing_is_marked_early(
 
 
 async def test_a_reply_stored_while_the_bridge_was_down_is_delivered_after_restart(
-    gateway: GatewayHandle, tmp_path: Path, client: GatewayClient
+    gateway: RunningGateway, tmp_path: Path, client: GatewayClient
 ) -> None:
     path = tmp_path / "restart.db"
     async with await SqliteStore.open(path) as store:
@@ -173,7 +175,7 @@ class _MarkCommitsDuringTheRead:
 
 
 async def test_a_reply_is_never_posted_twice_while_its_mark_commits(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient
 ) -> None:
     ids = await _take(gateway, store, client, 3)
     for _ in ids:

@@ -9,13 +9,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.service import GatewayHandle, gateway_client
+from support.gateway import RunningGateway
+from support.service import gateway_client
 from tether._protocol._messages import ResultMetadata, ResultRequest
 from tether.bridge import GatewayClient, GatewayRequestError, ResultReceipt
 
 
 async def test_ack_many_acks_each_and_reports_each_refusal(
-    gateway: GatewayHandle, client: GatewayClient
+    gateway: RunningGateway, client: GatewayClient
 ) -> None:
     handed = [await gateway.submit(f"m{i}") for i in range(3)]
     await client.poll_tasks(wait=1)
@@ -31,7 +32,7 @@ async def test_ack_many_acks_each_and_reports_each_refusal(
 
 
 async def test_post_results_gives_a_receipt_or_refusal_per_result_in_order(
-    gateway: GatewayHandle, client: GatewayClient
+    gateway: RunningGateway, client: GatewayClient
 ) -> None:
     first, second = [await gateway.submit(f"q{i}") for i in range(2)]
     await client.poll_tasks(wait=1)
@@ -53,7 +54,7 @@ async def test_post_results_gives_a_receipt_or_refusal_per_result_in_order(
     assert (await gateway.stats())["duplicate_results"] == 1
 
 
-async def test_a_bad_batch_is_refused_whole_with_the_reason(gateway: GatewayHandle) -> None:
+async def test_a_bad_batch_is_refused_whole_with_the_reason(gateway: RunningGateway) -> None:
     response = await gateway.http.post(
         f"{gateway.url}/v1/acks",
         json={"ids": ["ok-1", "ok-1"], "durable": True},
@@ -102,7 +103,7 @@ async def test_without_batch_endpoints_the_client_sends_one_request_per_task(
 
 
 @pytest.mark.parametrize("size", [0, 101])
-async def test_batch_size_is_bounded(gateway: GatewayHandle, size: int) -> None:
+async def test_batch_size_is_bounded(gateway: RunningGateway, size: int) -> None:
     response = await gateway.http.post(
         f"{gateway.url}/v1/acks",
         json={"ids": [f"t-{i}" for i in range(size)], "durable": True},

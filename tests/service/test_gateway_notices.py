@@ -8,12 +8,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.service import GatewayHandle, gateway_client
+from support.gateway import RunningGateway
+from support.service import gateway_client
 from tether.bridge import GatewayClient, GatewayRequestError
 
 
 async def test_a_rejected_task_is_closed_with_its_reason_and_counted(
-    gateway: GatewayHandle, client: GatewayClient
+    gateway: RunningGateway, client: GatewayClient
 ) -> None:
     task_id = await gateway.submit("too big for the bridge")
     [polled] = await client.poll_tasks(wait=1)
@@ -29,7 +30,7 @@ async def test_a_rejected_task_is_closed_with_its_reason_and_counted(
 
 
 async def test_rejecting_an_acked_task_closes_it_with_the_reason_for_the_user(
-    gateway: GatewayHandle, client: GatewayClient
+    gateway: RunningGateway, client: GatewayClient
 ) -> None:
     # what the bridge does when a task it holds goes dead: the user's waiting poll ends
     task_id = await gateway.submit("crash me")
@@ -49,7 +50,7 @@ async def test_rejecting_an_acked_task_closes_it_with_the_reason_for_the_user(
 
 
 async def test_a_reject_after_the_reply_changes_nothing(
-    gateway: GatewayHandle, client: GatewayClient
+    gateway: RunningGateway, client: GatewayClient
 ) -> None:
     task_id = await gateway.submit("answered already")
     await client.poll_tasks(wait=1)
@@ -65,7 +66,7 @@ async def test_a_reject_after_the_reply_changes_nothing(
 
 
 async def test_rejecting_a_task_never_handed_out_is_refused(
-    gateway: GatewayHandle, client: GatewayClient
+    gateway: RunningGateway, client: GatewayClient
 ) -> None:
     task_id = await gateway.submit("still queued")
     with pytest.raises(GatewayRequestError, match="409"):
@@ -73,7 +74,7 @@ async def test_rejecting_a_task_never_handed_out_is_refused(
 
 
 async def test_a_stall_notice_is_recorded_once_per_task(
-    gateway: GatewayHandle, client: GatewayClient
+    gateway: RunningGateway, client: GatewayClient
 ) -> None:
     task_id = await gateway.submit("a slow one")
     await client.poll_tasks(wait=1)

@@ -4,12 +4,12 @@ server: a reject (the dead notice), then a result, single or batched."""
 
 from __future__ import annotations
 
-from support.service import GatewayHandle
+from support.gateway import RunningGateway
 from tether._protocol._messages import ResultRequest
 from tether.bridge import GatewayClient
 
 
-async def _told_dead(gateway: GatewayHandle, client: GatewayClient, text: str) -> str:
+async def _told_dead(gateway: RunningGateway, client: GatewayClient, text: str) -> str:
     task_id = await gateway.submit(text)
     [polled] = await client.poll_tasks(wait=1)
     await client.ack(polled.id)
@@ -21,7 +21,7 @@ async def _told_dead(gateway: GatewayHandle, client: GatewayClient, text: str) -
 
 
 async def test_a_reply_after_the_dead_notice_replaces_it(
-    gateway: GatewayHandle, client: GatewayClient
+    gateway: RunningGateway, client: GatewayClient
 ) -> None:
     task_id = await _told_dead(gateway, client, "ask the model")
     receipt = await client.post_result(task_id, "the model is back: here is your answer")
@@ -47,7 +47,7 @@ async def test_a_reply_after_the_dead_notice_replaces_it(
 
 
 async def test_a_batched_reply_reopens_too_and_a_no_send_one_closes_without_reason(
-    gateway: GatewayHandle, client: GatewayClient
+    gateway: RunningGateway, client: GatewayClient
 ) -> None:
     first = await _told_dead(gateway, client, "one")
     second = await _told_dead(gateway, client, "two")
@@ -65,7 +65,7 @@ async def test_a_batched_reply_reopens_too_and_a_no_send_one_closes_without_reas
 
 
 async def test_a_result_for_a_task_closed_without_a_notice_stays_a_duplicate(
-    gateway: GatewayHandle, client: GatewayClient
+    gateway: RunningGateway, client: GatewayClient
 ) -> None:
     task_id = await gateway.submit("quiet")
     await client.poll_tasks(wait=1)

@@ -12,7 +12,8 @@ import attrs
 import pytest
 import trio
 
-from support.service import GatewayHandle, wait_until
+from support.gateway import RunningGateway
+from support.waiting import wait_until
 from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task
 from tether.bridge.custody import RoomPolicy
 from tether.bridge.pool._wakeup import PoolWakeups
@@ -20,7 +21,7 @@ from tether.bridge.service._ingest import Ingest, IngestCommitFailed
 
 
 async def test_a_round_commits_then_acks_every_task(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient
 ) -> None:
     ids = [await gateway.submit(f"hello {i}") for i in range(5)]
     ingest = Ingest(store, client)
@@ -56,7 +57,7 @@ class CommitFailsOnce:
 
 
 async def test_a_failed_commit_withholds_every_ack_and_the_gateway_redelivers(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient
 ) -> None:
     ids = [await gateway.submit(f"m{i}") for i in range(3)]
     ingest = Ingest(CommitFailsOnce(store), client)
@@ -78,7 +79,7 @@ async def test_a_failed_commit_withholds_every_ack_and_the_gateway_redelivers(
 
 
 async def test_a_task_the_store_refuses_is_rejected_and_reported_while_the_rest_lands(
-    gateway: GatewayHandle, tmp_path: Path, client: GatewayClient
+    gateway: RunningGateway, tmp_path: Path, client: GatewayClient
 ) -> None:
     async with await SqliteStore.open(tmp_path / "small.db", max_body_bytes=64) as store:
         good = [await gateway.submit(f"short {i}") for i in range(3)]
@@ -98,7 +99,7 @@ async def test_a_task_the_store_refuses_is_rejected_and_reported_while_the_rest_
 
 
 async def test_a_replayed_task_is_acked_again_and_changes_nothing(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient
 ) -> None:
     task_id = await gateway.submit("once")
     await store.ingest(Task(id=task_id, body="once", room="lobby"))
@@ -112,7 +113,7 @@ async def test_a_replayed_task_is_acked_again_and_changes_nothing(
 
 
 async def test_an_id_polled_again_with_another_body_is_warned_counted_and_rejected(
-    gateway: GatewayHandle,
+    gateway: RunningGateway,
     store: SqliteStore,
     client: GatewayClient,
     caplog: pytest.LogCaptureFixture,
@@ -143,7 +144,7 @@ async def test_an_id_polled_again_with_another_body_is_warned_counted_and_reject
 
 
 async def test_run_keeps_polling_until_cancelled(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient
 ) -> None:
     ingest = Ingest(store, client, poll_wait=0.5)
     async with trio.open_nursery() as nursery:
@@ -161,7 +162,7 @@ async def test_run_keeps_polling_until_cancelled(
 
 
 async def test_a_commit_with_new_tasks_rings_the_pool_and_a_replay_round_does_not(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient
 ) -> None:
     wakeups = PoolWakeups()
     ingest = Ingest(store, client, wakeups=wakeups)
@@ -202,7 +203,7 @@ class CallOrder:
 
 
 async def test_the_next_poll_waits_for_the_rounds_acks(
-    gateway: GatewayHandle, store: SqliteStore, client: GatewayClient
+    gateway: RunningGateway, store: SqliteStore, client: GatewayClient
 ) -> None:
     """A gateway hands out a room's next message only once the one before is acked, and need
     not wake a waiting long poll when an ack arrives: a poll sent before the ack is answered

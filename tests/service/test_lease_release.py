@@ -17,7 +17,9 @@ import httpx
 import pytest
 import trio
 
-from support.service import GatewayHandle, LiveGateway, gateway_client, wait_until
+from support.gateway import RunningGateway
+from support.service import gateway_client
+from support.waiting import wait_until
 from tether import ChildSpec, open_supervisor
 from tether.bridge import CustodyState, SqliteStore
 from tether.bridge.client._client import LEASE_RELEASE_TIMEOUT
@@ -70,22 +72,23 @@ class Interposer(httpx.AsyncBaseTransport):
 @pytest.fixture
 async def gateway(
     nursery: trio.Nursery, tmp_path: Path, token_file: Path, http: httpx.AsyncClient
-) -> AsyncIterator[GatewayHandle]:
+) -> AsyncIterator[RunningGateway]:
     """The real reference gateway with a production-sized lease (30 s)."""
-    live = LiveGateway(nursery, token_file, tmp_path / "gateway" / "gateway.db", lease=LEASE)
-    await live.start()
-    yield GatewayHandle(live, http)
-    await live.stop()
+    db = tmp_path / "gateway" / "gateway.db"
+    gateway = RunningGateway.on_free_port(nursery, http, token_file, db, lease=LEASE)
+    await gateway.start()
+    yield gateway
+    await gateway.stop()
 
 
 async def poll_as_another_bridge(
-    gateway: GatewayHandle, token_file: Path, wait: float
+    gateway: RunningGateway, token_file: Path, wait: float
 ) -> list[tuple[str, int]]:
     async with gateway_client(gateway.url, token_file, client_name="next-bridge") as other:
         return [(t.id, t.delivery) for t in await other.poll_tasks(wait=wait)]
 
 
-def small_bridge(gateway: GatewayHandle, token_file: Path, tmp_path: Path) -> BridgeConfig:
+def small_bridge(gateway: RunningGateway, token_file: Path, tmp_path: Path) -> BridgeConfig:
     return BridgeConfig(
         gateway=gateway.url,
         token_file=token_file,
@@ -98,7 +101,7 @@ def small_bridge(gateway: GatewayHandle, token_file: Path, tmp_path: Path) -> Br
 
 @pytest.mark.parametrize("release", ["present", "missing", "silent"])
 async def test_a_poll_answered_as_the_bridge_stops_is_handed_out_again_at_once(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path, release: ReleaseEndpoint
+    gateway: RunningGateway, token_file: Path, tmp_path: Path, release: ReleaseEndpoint
 ) -> None:
     interposer = Interposer(release=release, swallow_polls=True)
     config = small_bridge(gateway, token_file, tmp_path)
@@ -131,7 +134,7 @@ async def test_a_poll_answered_as_the_bridge_stops_is_handed_out_again_at_once(
 
 
 async def test_an_aborted_bridge_gives_its_unacked_leases_back_too(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     interposer = Interposer(swallow_polls=True)
     config = small_bridge(gateway, token_file, tmp_path)
@@ -150,7 +153,7 @@ async def test_an_aborted_bridge_gives_its_unacked_leases_back_too(
 
 
 async def test_acked_tasks_are_kept_and_a_committed_unacked_one_comes_back_as_a_replay(
-    gateway: GatewayHandle, token_file: Path, store: SqliteStore
+    gateway: RunningGateway, token_file: Path, store: SqliteStore
 ) -> None:
     interposer = Interposer()
     async with gateway_client(gateway.url, token_file, transport=interposer) as client:

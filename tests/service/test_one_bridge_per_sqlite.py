@@ -15,31 +15,33 @@ from pathlib import Path
 
 import trio
 
-from support.service import BridgeProcess, GatewayHandle, answered_count, submit_many, wait_until
+from support.gateway import RunningGateway
+from support.service import BridgeProcess, answered_count, submit_many
+from support.waiting import wait_until
 
 
-async def _heartbeats(gateway: GatewayHandle) -> int:
+async def _heartbeats(gateway: RunningGateway) -> int:
     return sum(int(c["heartbeats"]) for c in (await gateway.stats())["clients"])
 
 
-async def _running(gateway: GatewayHandle, beats_before: int) -> None:
+async def _running(gateway: RunningGateway, beats_before: int) -> None:
     """Until a bridge sent its first heartbeat (it comes once the bridge runs)."""
 
     async def beat() -> bool:
         return await _heartbeats(gateway) > beats_before
 
-    await wait_until(beat, limit_s=60, step=0.05)
+    await wait_until(beat, within=60, step=0.05)
 
 
-async def _answered(gateway: GatewayHandle, n: int) -> None:
+async def _answered(gateway: RunningGateway, n: int) -> None:
     async def done() -> bool:
         return await answered_count(gateway) >= n
 
-    await wait_until(done, limit_s=60, step=0.05)
+    await wait_until(done, within=60, step=0.05)
 
 
 async def test_a_second_bridge_on_one_sqlite_store_is_refused_and_a_restart_is_not(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     store = tmp_path / "bridge" / "custody.db"
     first = await BridgeProcess.start(gateway.url, token_file, store, tmp_path / "first.log")

@@ -11,7 +11,9 @@ from typing import Any
 
 import trio
 
-from support.service import GatewayHandle, bridge_env, wait_until
+from support.gateway import RunningGateway
+from support.service import bridge_env
+from support.waiting import wait_until
 from tether import ChildSpec, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 
@@ -30,7 +32,7 @@ async def _tether(*argv: str) -> tuple[int, str, str]:
 
 
 async def test_cancel_then_retry_on_a_running_bridge(
-    gateway: GatewayHandle, token_file: Path, store: SqliteStore, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, store: SqliteStore, tmp_path: Path
 ) -> None:
     gate = trio.Event()
     runs: list[str] = []
@@ -64,7 +66,7 @@ async def test_cancel_then_retry_on_a_running_bridge(
         await runtime.supervisor.start_child(
             ChildSpec("bridge", service.run, shutdown_grace=service.stop_grace)
         )
-        await wait_until(lambda: _state_is(store, task_id, S.CLAIMED), limit_s=30)
+        await wait_until(lambda: _state_is(store, task_id, S.CLAIMED), within=30)
 
         code, out, err = await _tether("cancel", task_id, "--store", path, "--reason", "spam")
         assert (code, err) == (0, "")
@@ -97,7 +99,7 @@ async def _state_is(store: SqliteStore, id: str, state: CustodyState) -> bool:
     return await store.state(id) is state
 
 
-async def _message_until(gateway: GatewayHandle, task_id: str, status: str) -> dict[str, Any]:
+async def _message_until(gateway: RunningGateway, task_id: str, status: str) -> dict[str, Any]:
     with trio.fail_after(30):
         while (message := await gateway.message(task_id, wait=2))["status"] != status:
             pass

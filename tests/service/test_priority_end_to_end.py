@@ -7,14 +7,15 @@ from pathlib import Path
 
 import trio
 
-from support.service import GatewayHandle, wait_until
+from support.gateway import RunningGateway
+from support.waiting import wait_until
 from tether import ChildSpec, Session, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, GatewayTask, SqliteStore, Task
 from tether.bridge.pool._agent import TASK_EVENT
 from tether.bridge.service._ingest import to_custody_task
 
 
-async def _submit(gateway: GatewayHandle, id: str, priority: str | None) -> int:
+async def _submit(gateway: RunningGateway, id: str, priority: str | None) -> int:
     payload = {"room": f"room-{id}", "text": f"text of {id}", "id": id}
     if priority is not None:
         payload["priority"] = priority
@@ -25,7 +26,7 @@ async def _submit(gateway: GatewayHandle, id: str, priority: str | None) -> int:
 
 
 async def test_the_message_api_refuses_an_unknown_priority_and_shows_the_one_given(
-    gateway: GatewayHandle,
+    gateway: RunningGateway,
 ) -> None:
     response = await gateway.http.post(
         f"{gateway.url}/v1/messages",
@@ -50,7 +51,7 @@ def test_a_task_without_priority_from_an_older_gateway_is_normal() -> None:
 
 
 async def test_urgent_messages_overtake_a_low_backlog_through_gateway_bridge_and_lead(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """The low backlog is in custody (pending) before the urgent messages are even sent, so
     only the lead's priority ordering can run them first."""
@@ -90,21 +91,21 @@ async def test_urgent_messages_overtake_a_low_backlog_through_gateway_bridge_and
             async def backlog_in_custody() -> bool:
                 return len(ran) == 1 and (await store.counts())[CustodyState.PENDING] == 29
 
-            await wait_until(backlog_in_custody, limit_s=30)
+            await wait_until(backlog_in_custody, within=30)
             for id in urgent:
                 assert await _submit(gateway, id, "urgent") == 201
 
             async def urgent_in_custody() -> bool:
                 return all([await store.get(id) is not None for id in urgent])
 
-            await wait_until(urgent_in_custody, limit_s=30)
+            await wait_until(urgent_in_custody, within=30)
             released.set()
 
             async def all_answered() -> bool:
                 stats = (await gateway.stats())["tasks"]
                 return int(stats["answered"]) == len(lows) + len(urgent)
 
-            await wait_until(all_answered, limit_s=60)
+            await wait_until(all_answered, within=60)
         for id in urgent:
             record = await store.get(id)
             assert record is not None

@@ -10,13 +10,15 @@ from typing import Any
 
 import trio
 
-from support.service import GatewayHandle, answered_count, wait_until
+from support.gateway import RunningGateway
+from support.service import answered_count
+from support.waiting import wait_until
 from tether import Session, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 
 
 async def test_a_newer_message_supersedes_the_running_one(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """The agent asks for barge-in (a ``replace`` task handler) on a bridge left at the
     default ``serial``: the running first answer is cancelled after the soft-stop grace, its
@@ -63,7 +65,7 @@ async def test_a_newer_message_supersedes_the_running_one(
         async def settled() -> bool:
             return await answered_count(gateway) == 2 and bool(cancelled)
 
-        await wait_until(settled, limit_s=20)
+        await wait_until(settled, within=20)
         nursery.cancel_scope.cancel()
     assert started == ["what is 2 + 2? (slow)", "sorry, I meant 2 + 3"]
     assert cancelled == ["what is 2 + 2? (slow)"]
@@ -99,7 +101,7 @@ def ordered_agent(log: dict[str, list[str]], running: dict[str, int], overlaps: 
 
 
 async def test_the_serial_order_survives_bridge_restarts(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """The order is the store's, not a process's: bridges stopped softly and aborted (runs cut
     off mid-call) at random points leave each room running its messages in send order."""
@@ -134,7 +136,7 @@ async def test_the_serial_order_survives_bridge_restarts(
                 async def progressed(at_least: int = 15 * (n + 1)) -> bool:
                     return await answered_count(gateway) >= at_least
 
-                await wait_until(progressed, limit_s=60)
+                await wait_until(progressed, within=60)
                 await trio.sleep(rng.random() * 0.05)
                 if n % 2:
                     service.abort("a hard stop mid-load")
@@ -150,7 +152,7 @@ async def test_the_serial_order_survives_bridge_restarts(
             async def all_answered() -> bool:
                 return await answered_count(gateway) == rooms * per_room
 
-            await wait_until(all_answered, limit_s=120, step=0.1)
+            await wait_until(all_answered, within=120, step=0.1)
             nursery.cancel_scope.cancel()
     assert overlaps == []
     for name, ids in sent.items():

@@ -9,7 +9,9 @@ import attrs
 import pytest
 import trio
 
-from support.service import GatewayHandle, answered_count, submit_many, wait_until
+from support.gateway import RunningGateway
+from support.service import answered_count, submit_many
+from support.waiting import wait_until
 from tether import ChildSpec, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 
@@ -26,7 +28,7 @@ class FrozenClock:
 
 @pytest.mark.parametrize("lead", [True, False], ids=["with-lead", "leaderless"])
 async def test_a_supervised_bridge_answers_everything_prunes_old_tasks_and_stops_softly(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path, lead: bool
+    gateway: RunningGateway, token_file: Path, tmp_path: Path, lead: bool
 ) -> None:
     clock = FrozenClock()
     path = tmp_path / "custody.db"
@@ -81,7 +83,7 @@ async def test_a_supervised_bridge_answers_everything_prunes_old_tasks_and_stops
 
 
 async def test_a_running_bridge_freezes_its_start_up_heap_once_unless_told_not_to(
-    gateway: GatewayHandle, token_file: Path, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+    gateway: RunningGateway, token_file: Path, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     freezes: list[int] = []
     real_freeze = gc.freeze

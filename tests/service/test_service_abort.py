@@ -6,7 +6,9 @@ from pathlib import Path
 
 import trio
 
-from support.service import GatewayHandle, answered_count, submit_many, wait_until
+from support.gateway import RunningGateway
+from support.service import answered_count, submit_many
+from support.waiting import wait_until
 from tether import Session, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 
@@ -30,7 +32,7 @@ def descendants(task: trio.lowlevel.Task) -> set[trio.lowlevel.Task]:
     return found
 
 
-def config_for(gateway: GatewayHandle, token_file: Path, store: Path) -> BridgeConfig:
+def config_for(gateway: RunningGateway, token_file: Path, store: Path) -> BridgeConfig:
     return BridgeConfig(
         gateway=gateway.url,
         token_file=token_file,
@@ -45,7 +47,7 @@ def config_for(gateway: GatewayHandle, token_file: Path, store: Path) -> BridgeC
 
 
 async def test_abort_mid_run_returns_at_once_and_the_next_run_delivers_everything_once(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     path = tmp_path / "store" / "custody.db"
     quick = await submit_many(gateway, [f"quick {i}" for i in range(20)], "quick")
@@ -117,7 +119,7 @@ async def test_an_aborted_service_stays_aborted(tmp_path: Path) -> None:
 
 
 async def test_an_abort_while_the_bridge_starts_ends_run_without_ready(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """The agent factory runs as the workers start, halfway through ``run``'s start-up."""
     path = tmp_path / "custody.db"
@@ -139,7 +141,7 @@ async def test_an_abort_while_the_bridge_starts_ends_run_without_ready(
 
 
 async def test_an_abort_cuts_a_graceful_stop_short(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     """A graceful stop waits for the 30 s runs (grace 30 s); an abort during it ends it now."""
     path = tmp_path / "custody.db"

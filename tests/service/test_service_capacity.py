@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.service import GatewayHandle, answered_count, submit_many, wait_until
+from support.gateway import RunningGateway
+from support.service import answered_count, submit_many
+from support.waiting import wait_until
 from tether.bridge import BridgeConfig, BridgeService, SqliteStore
 
 
@@ -15,7 +17,7 @@ from tether.bridge import BridgeConfig, BridgeService, SqliteStore
     ("capacity", "beaten"), [(None, 4 * 3), (3, 3), (5, 5)], ids=["default", "fair", "custom"]
 )
 async def test_every_worker_beats_the_configured_capacity(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path, capacity: int | None, beaten: int
+    gateway: RunningGateway, token_file: Path, tmp_path: Path, capacity: int | None, beaten: int
 ) -> None:
     config = BridgeConfig(
         gateway=gateway.url,

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import trio
 
-from support.service import GatewayHandle, submit_many, wait_until
+from support.gateway import RunningGateway
+from support.service import submit_many
+from support.waiting import wait_until
 from tether import Session, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 from tether.bridge.pool import RetryBackoff
@@ -28,7 +30,7 @@ def jittery_agent(session: Session) -> None:
 
 
 async def test_graceful_stops_mid_load_post_nothing_twice_and_lose_nothing(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     path = tmp_path / "store" / "custody.db"
     rng = random.Random(7)
@@ -61,7 +63,7 @@ async def test_graceful_stops_mid_load_post_nothing_twice_and_lose_nothing(
                     graceful.cancel()
         async with trio.open_nursery() as nursery:
             await nursery.start(BridgeService(config, factory=jittery_agent).run)
-            await wait_until(settled, limit_s=60)
+            await wait_until(settled, within=60)
             nursery.cancel_scope.cancel()
     stats = await gateway.stats()
     assert stats["duplicate_results"] == 0

@@ -16,15 +16,9 @@ import httpx
 import pytest
 import trio
 
-from support.service import (
-    STARTED,
-    BridgeProcess,
-    GatewayHandle,
-    answered_count,
-    bridge_env,
-    submit_many,
-    wait_until,
-)
+from support.gateway import RunningGateway
+from support.service import STARTED, BridgeProcess, answered_count, bridge_env, submit_many
+from support.waiting import wait_until
 from tether._cli._main import main
 from tether.bridge import write_token
 
@@ -49,7 +43,7 @@ async def start_worker(store: Path, log: Path, *extra: str) -> trio.Process:
 
 @pytest.mark.slow
 async def test_a_worker_process_shares_the_pool_shows_the_leader_and_refuses_its_name_twice(
-    gateway: GatewayHandle, token_file: Path, tmp_path: Path
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
 ) -> None:
     store = tmp_path / "custody.db"
     admin_token = tmp_path / "admin" / "token"
@@ -74,7 +68,7 @@ async def test_a_worker_process_shares_the_pool_shows_the_leader_and_refuses_its
 
 
 async def _shared_pool_scenario(
-    gateway: GatewayHandle, tmp_path: Path, store: Path, admin_token: Path, bridge: BridgeProcess
+    gateway: RunningGateway, tmp_path: Path, store: Path, admin_token: Path, bridge: BridgeProcess
 ) -> None:
     bridge_status = tmp_path / "bridge-status.json"
     worker_log = tmp_path / "worker.log"
@@ -90,7 +84,7 @@ async def _shared_pool_scenario(
     async def admin_announced() -> bool:
         return "admin endpoint http://" in worker_log.read_text()
 
-    await wait_until(admin_announced, limit_s=30, step=0.05)
+    await wait_until(admin_announced, within=30, step=0.05)
     [line] = [ln for ln in worker_log.read_text().splitlines() if "admin endpoint http" in ln]
     url = line.split()[4]
 
@@ -99,7 +93,7 @@ async def _shared_pool_scenario(
     async def all_answered() -> bool:
         return await answered_count(gateway) == len(ids)
 
-    await wait_until(all_answered, limit_s=60)
+    await wait_until(all_answered, within=60)
     workers = {(await gateway.message(id))["worker"] for id in ids}
     assert {"blue-w1", "blue-w2"} & workers, workers  # the worker process did work
     for id in ids[:5]:
@@ -206,5 +200,5 @@ async def _running_stem(status: Path, pid: int) -> str:
         found.append(document["pool"]["stem"])
         return True
 
-    await wait_until(written, limit_s=90, step=0.05)
+    await wait_until(written, within=90, step=0.05)
     return found[-1]

@@ -12,7 +12,8 @@ import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from support.custody import FakeClock, drive_to
+from support.clock import FakeClock
+from support.custody import drive_to
 from tether.bridge import (
     CustodyState,
     PostgresStore,

@@ -23,15 +23,9 @@ import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict
 
-from support.service import (
-    BRIDGE_COMMAND,
-    GatewayHandle,
-    LiveGateway,
-    answered_count,
-    bridge_env,
-    submit_many,
-    wait_until,
-)
+from support.gateway import RunningGateway
+from support.service import BRIDGE_COMMAND, answered_count, bridge_env, submit_many
+from support.waiting import wait_until
 from tether.bridge import CustodyState, PostgresStore, write_token
 
 from .test_postgres_fleet import open_fleet
@@ -41,15 +35,16 @@ MESSAGES = 240
 
 
 @pytest.fixture
-async def gateway(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[GatewayHandle]:
+async def gateway(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[RunningGateway]:
     token_file = tmp_path / "gateway" / "token"
     token_file.parent.mkdir(mode=0o700)
     write_token(token_file, "pg-bridges-token")
-    live = LiveGateway(nursery, token_file, tmp_path / "gateway" / "gateway.db", lease=1.0)
-    await live.start()
     async with httpx.AsyncClient(timeout=30) as http:
-        yield GatewayHandle(live, http)
-    await live.stop()
+        db = tmp_path / "gateway" / "gateway.db"
+        gateway = RunningGateway.on_free_port(nursery, http, token_file, db, lease=1.0)
+        await gateway.start()
+        yield gateway
+        await gateway.stop()
 
 
 def _split(dsn: str) -> tuple[str, str]:
@@ -60,7 +55,7 @@ def _split(dsn: str) -> tuple[str, str]:
 
 @pytest.mark.slow
 async def test_two_bridges_and_six_worker_processes_on_one_postgres(
-    postgres_dsn: str, gateway: GatewayHandle, tmp_path: Path
+    postgres_dsn: str, gateway: RunningGateway, tmp_path: Path
 ) -> None:
     url, password = _split(postgres_dsn)
     schema = f"bridges_{secrets.token_hex(4)}"
@@ -80,7 +75,7 @@ async def test_two_bridges_and_six_worker_processes_on_one_postgres(
             args = [
                 *BRIDGE_COMMAND,
                 "--gateway", gateway.url,
-                "--token-file", str(gateway.live.token_file),
+                "--token-file", str(gateway.token_file),
                 "--store", url,
                 "--store-schema", schema,
                 *secret,
@@ -126,14 +121,14 @@ async def test_two_bridges_and_six_worker_processes_on_one_postgres(
             async def some_answered() -> bool:
                 return bool(await answered_count(gateway) >= MESSAGES // 3)
 
-            await wait_until(some_answered, limit_s=60, step=0.05)
+            await wait_until(some_answered, within=60, step=0.05)
             bridges[0].send_signal(signal.SIGKILL)
             assert await bridges[0].wait() == -signal.SIGKILL
 
             async def all_answered() -> bool:
                 return bool(await answered_count(gateway) >= MESSAGES)
 
-            await wait_until(all_answered, limit_s=60, step=0.1)
+            await wait_until(all_answered, within=60, step=0.1)
         bridges[1].send_signal(signal.SIGTERM)
         with trio.fail_after(30):
             assert await bridges[1].wait() == 0, logs[1].read_text()[-2000:]

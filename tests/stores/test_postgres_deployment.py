@@ -35,14 +35,9 @@ import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict
 
-from support.service import (
-    BRIDGE_COMMAND,
-    GatewayHandle,
-    LiveGateway,
-    answered_count,
-    bridge_env,
-    wait_until,
-)
+from support.gateway import RunningGateway
+from support.service import BRIDGE_COMMAND, answered_count, bridge_env
+from support.waiting import wait_until
 from tether.bridge import CustodyState, PostgresStore, write_token
 from tether.bridge.pool import elect
 from tether.gateway import GatewayStore
@@ -58,7 +53,7 @@ _FIRST_ASSIGN = re.compile(r"lead (\S+): first assignment as leader .* \(store c
 
 
 @pytest.fixture
-async def gateway(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[GatewayHandle]:
+async def gateway(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[RunningGateway]:
     """The reference gateway (not started: the test queues its messages first), its database
     in memory-backed files where the machine has them: it stands for the remote gateway, whose
     fsyncs (one per message and per batch of acks or replies, on a busy disk) are not what this
@@ -67,10 +62,11 @@ async def gateway(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Gatewa
     token_file.parent.mkdir(mode=0o700)
     write_token(token_file, "deployment-token")
     with tempfile.TemporaryDirectory(dir=SHM or tmp_path) as folder:
-        live = LiveGateway(nursery, token_file, Path(folder) / "gateway.db", lease=1.0)
         async with httpx.AsyncClient(timeout=30) as http:
-            yield GatewayHandle(live, http)
-        await live.stop()
+            db = Path(folder) / "gateway.db"
+            gateway = RunningGateway.on_free_port(nursery, http, token_file, db, lease=1.0)
+            yield gateway
+            await gateway.stop()
 
 
 async def queue_messages(db: Path, count: int) -> list[str]:
@@ -89,7 +85,7 @@ async def queue_messages(db: Path, count: int) -> list[str]:
 
 @pytest.mark.slow
 async def test_two_bridges_and_three_worker_processes_survive_killing_the_leader(
-    postgres_dsn: str, gateway: GatewayHandle, tmp_path: Path
+    postgres_dsn: str, gateway: RunningGateway, tmp_path: Path
 ) -> None:
     parts = conninfo_to_dict(postgres_dsn)
     url = f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
@@ -108,7 +104,7 @@ async def test_two_bridges_and_three_worker_processes_survive_killing_the_leader
         "--grace", "2",
         "--log-level", "WARNING",
     ]  # fmt: skip
-    gateway_args = ["--gateway", gateway.url, "--token-file", str(gateway.live.token_file)]
+    gateway_args = ["--gateway", gateway.url, "--token-file", str(gateway.token_file)]
     commands = {
         "bridge-a": [*BRIDGE_COMMAND, *gateway_args, "--workers", "2", "--poll-wait", "1"],
         "bridge-b": [*BRIDGE_COMMAND, *gateway_args, "--workers", "2", "--poll-wait", "1"],
@@ -138,16 +134,16 @@ async def test_two_bridges_and_three_worker_processes_survive_killing_the_leader
     async def answered(n: int) -> bool:
         return await answered_count(gateway) >= n
 
-    ids = await queue_messages(gateway.live.db, MESSAGES)
+    ids = await queue_messages(gateway.db, MESSAGES)
     phase("queued")
-    await gateway.live.start()
+    await gateway.start()
     try:
         for name in commands:  # all at once: the first to beat leads
             await start(name)
         processes["shell"] = await trio.lowlevel.open_process(["sh", ANSWER_SH, exchange])
-        await wait_until(lambda: beating(*commands), limit_s=120, step=0.1)
+        await wait_until(lambda: beating(*commands), within=120, step=0.1)
         phase("started")
-        await wait_until(lambda: answered(MESSAGES // 5), limit_s=120, step=0.1)
+        await wait_until(lambda: answered(MESSAGES // 5), within=120, step=0.1)
         members = await watch.workers()
         leader = elect(members, time.time(), 2 * BEAT)
         assert leader is not None
@@ -158,12 +154,12 @@ async def test_two_bridges_and_three_worker_processes_survive_killing_the_leader
         killed_at = time.time()
         processes[leading].send_signal(signal.SIGKILL)
         phase("leader killed")
-        await wait_until(lambda: answered(MESSAGES // 2), limit_s=120, step=0.1)
+        await wait_until(lambda: answered(MESSAGES // 2), within=120, step=0.1)
         victim = "wk-1" if leading == "wk-2" else "wk-2"  # a worker process, still alive
         victim_killed_at = time.time()
         processes[victim].send_signal(signal.SIGKILL)
         phase("worker killed")
-        await wait_until(lambda: answered(MESSAGES), limit_s=180, step=0.2)
+        await wait_until(lambda: answered(MESSAGES), within=180, step=0.2)
         phase("answered")
         survivor = "bridge-b" if leading == "bridge-a" else "bridge-a"
         processes[survivor].send_signal(signal.SIGTERM)

@@ -21,28 +21,31 @@ import httpx
 import pytest
 import trio
 
+from support.gateway import RunningGateway
 from support.rooms import RoomRecorder
-from support.service import GatewayHandle, LiveGateway, answered_count, wait_until
+from support.service import answered_count
+from support.waiting import wait_until
 from tether import ChildSpec, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, PostgresStore, write_token
 
 
 @pytest.fixture
-async def gateway(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[GatewayHandle]:
+async def gateway(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[RunningGateway]:
     token_file = tmp_path / "gateway" / "token"
     token_file.parent.mkdir(mode=0o700)
     write_token(token_file, "rooms-token")
-    live = LiveGateway(nursery, token_file, tmp_path / "gateway" / "gateway.db", lease=2.0)
-    await live.start()
     async with httpx.AsyncClient(timeout=30) as http:
-        yield GatewayHandle(live, http)
-    await live.stop()
+        db = tmp_path / "gateway" / "gateway.db"
+        gateway = RunningGateway.on_free_port(nursery, http, token_file, db, lease=2.0)
+        await gateway.start()
+        yield gateway
+        await gateway.stop()
 
 
-def _config(gateway: GatewayHandle, name: str, **overrides: Any) -> BridgeConfig:
+def _config(gateway: RunningGateway, name: str, **overrides: Any) -> BridgeConfig:
     fields: dict[str, Any] = {
         "gateway": gateway.url,
-        "token_file": gateway.live.token_file,
+        "token_file": gateway.token_file,
         "client_name": name,
         "workers": 2,
         "concurrency": 4,
@@ -81,7 +84,7 @@ async def _bridges(
         await service.store.aclose()
 
 
-async def _send(gateway: GatewayHandle, rooms: int, per_room: int) -> dict[str, list[str]]:
+async def _send(gateway: RunningGateway, rooms: int, per_room: int) -> dict[str, list[str]]:
     """Send ``per_room`` messages to each room, each room's in order (rooms in parallel)."""
     sent: dict[str, list[str]] = {f"room-{r:02d}": [] for r in range(rooms)}
 
@@ -98,7 +101,7 @@ async def _send(gateway: GatewayHandle, rooms: int, per_room: int) -> dict[str, 
 
 @pytest.mark.slow
 async def test_two_bridges_and_four_workers_keep_every_rooms_order(
-    postgres_dsn: str, gateway: GatewayHandle
+    postgres_dsn: str, gateway: RunningGateway
 ) -> None:
     rooms, per_room = 20, 50
     schema = f"rooms_{secrets.token_hex(4)}"
@@ -112,7 +115,7 @@ async def test_two_bridges_and_four_workers_keep_every_rooms_order(
         async def all_answered() -> bool:
             return await answered_count(gateway) == rooms * per_room
 
-        await wait_until(all_answered, limit_s=240, step=0.2)
+        await wait_until(all_answered, within=240, step=0.2)
     assert recorder.overlaps == 0  # never two runs of one room at once
     for name, ids in sent.items():
         bodies = [f"{name} message {i:03d}" for i in range(per_room)]
@@ -133,7 +136,7 @@ async def test_two_bridges_and_four_workers_keep_every_rooms_order(
 
 @pytest.mark.slow
 async def test_a_bridge_started_late_takes_a_fair_share_of_the_rooms(
-    postgres_dsn: str, gateway: GatewayHandle
+    postgres_dsn: str, gateway: RunningGateway
 ) -> None:
     """Every room has a keeper on bridge A when bridge B starts; affinity is a preference,
     so B's workers still get rooms (a room moves while nothing of it is in flight)."""
@@ -148,14 +151,14 @@ async def test_a_bridge_started_late_takes_a_fair_share_of_the_rooms(
         async def a_started_every_room() -> bool:
             return len(recorder.started) == rooms and await answered_count(gateway) >= 2 * rooms
 
-        await wait_until(a_started_every_room, limit_s=60, step=0.05)
+        await wait_until(a_started_every_room, within=60, step=0.05)
         before = recorder.runs_by.copy()
         await start(1)
 
         async def all_answered() -> bool:
             return await answered_count(gateway) == rooms * per_room
 
-        await wait_until(all_answered, limit_s=240, step=0.2)
+        await wait_until(all_answered, within=240, step=0.2)
     after = recorder.runs_by - before
     a, b = after["bridge-a"], after["bridge-b"]
     print(f"\nruns once bridge B was up: bridge A {a}, bridge B {b} (A alone before: {before})")

@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from support.custody import FakeClock
+from support.clock import FakeClock
 from tether.bridge import CustodyState, SchemaTooNew, SqliteStore, Task
 from tether.bridge.custody import CustodyConflict
 from tether.bridge.custody._rules import MAX_BODY_BYTES

@@ -1,4 +1,4 @@
-"""Shared pieces of the custody conformance suite: a fake clock, store backends, drivers.
+"""Shared pieces of the custody conformance suite: store backends and drivers.
 
 A backend knows how to make a fresh store location and open a store there (again, for the
 reopen cases). SQLite's location is a file in the test's tmp dir; PostgreSQL's is a fresh schema
@@ -21,19 +21,6 @@ from tether.bridge.custody import Claim, Store
 
 LEASE_S = 30.0
 MAX_ATTEMPTS = 3
-
-
-@attrs.define
-class FakeClock:
-    """The store's clock in tests: time moves only when a test says so."""
-
-    now: float = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Backend(Protocol):

@@ -13,7 +13,8 @@ from psycopg.conninfo import make_conninfo
 from tether.bridge.custody import Store
 from tether.bridge.stores.postgres._throwaway import NoPostgres, throwaway_postgres
 
-from .custody import BACKENDS, Backend, FakeClock
+from .clock import FakeClock
+from .custody import BACKENDS, Backend
 
 PG_DSN_ENV = "TETHER_TEST_PG_DSN"
 

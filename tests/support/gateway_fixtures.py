@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import trio
 from trio.testing import MockClock
 
 from tether.bridge import write_token
-from tether.gateway import GatewaySettings, serve
+from tether.gateway import GatewaySettings
 
 from .gateway import RunningGateway
 
@@ -51,13 +50,13 @@ StartGateway = Callable[..., Awaitable[RunningGateway]]
 
 @pytest.fixture
 async def start_gateway(
-    nursery: trio.Nursery, tmp_path: Path, token_file: Path
+    nursery: trio.Nursery, tmp_path: Path, token_file: Path, http: httpx.AsyncClient
 ) -> AsyncIterator[StartGateway]:
     """Start a real gateway on 127.0.0.1 (free port); keyword args override its settings.
 
     Every server started here is shut down gracefully when the test ends.
     """
-    stop = trio.Event()
+    started: list[RunningGateway] = []
 
     async def start(**overrides: Any) -> RunningGateway:
         fields: dict[str, Any] = {
@@ -67,13 +66,14 @@ async def start_gateway(
             "lease": 30.0,
         }
         fields.update(overrides)
-        settings = GatewaySettings(**fields)
-        port = await nursery.start(partial(serve, settings, shutdown_trigger=stop.wait))
-        token = settings.token_file.read_text().strip()
-        return RunningGateway(f"http://127.0.0.1:{port}", settings, token)
+        gateway = RunningGateway(nursery, GatewaySettings(**fields), http)
+        await gateway.start()
+        started.append(gateway)
+        return gateway
 
     yield start
-    stop.set()
+    for gateway in started:
+        await gateway.stop()
 
 
 @pytest.fixture

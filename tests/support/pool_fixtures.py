@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from support.store_clock import StoreAwareClock
+from support.clock import StoreAwareClock
 from tether.bridge import SqliteStore
 
-from .pool import FakeClock
+from .clock import FakeClock
 
 __all__ = ["LEASE_S", "MAX_ATTEMPTS", "StoreAwareClock"]
 

@@ -12,7 +12,8 @@ import trio
 
 from tether.bridge import GatewayClient, SqliteStore, write_token
 
-from .service import STARTED, GatewayHandle, LiveGateway, gateway_client
+from .gateway import RunningGateway
+from .service import STARTED, gateway_client
 
 
 @pytest.fixture(autouse=True)
@@ -45,12 +46,13 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 async def gateway(
     nursery: trio.Nursery, tmp_path: Path, token_file: Path, http: httpx.AsyncClient
-) -> AsyncIterator[GatewayHandle]:
+) -> AsyncIterator[RunningGateway]:
     """A real reference gateway (free port, 1 s lease); ``restart``-able on the same port."""
-    live = LiveGateway(nursery, token_file, tmp_path / "gateway" / "gateway.db", lease=1.0)
-    await live.start()
-    yield GatewayHandle(live, http)
-    await live.stop()
+    db = tmp_path / "gateway" / "gateway.db"
+    gateway = RunningGateway.on_free_port(nursery, http, token_file, db, lease=1.0)
+    await gateway.start()
+    yield gateway
+    await gateway.stop()
 
 
 @pytest.fixture
@@ -63,6 +65,6 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
 
 
 @pytest.fixture
-async def client(gateway: GatewayHandle, token_file: Path) -> AsyncIterator[GatewayClient]:
+async def client(gateway: RunningGateway, token_file: Path) -> AsyncIterator[GatewayClient]:
     async with gateway_client(gateway.url, token_file) as c:
         yield c

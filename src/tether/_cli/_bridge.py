@@ -19,8 +19,8 @@ from ..bridge.service._config import (
     DEFAULT_GATEWAY,
     SETTINGS,
     BridgeConfig,
-    env_name,
 )
+from ..bridge.service._settings import env_name
 from ._parsers import Subparsers, add_command, add_group, add_settings
 
 EXIT_AUTH = 3
@@ -391,7 +391,8 @@ def run_bridge(args: argparse.Namespace) -> int:
     from .._plumbing._logging import configure_logging
     from .._plumbing._redact import redact_url
     from .._plumbing._token_file import ensure_token_file
-    from ..bridge.service._config import load_config, prepare_data_dir
+    from ..bridge.service._config import load_config
+    from ..bridge.service._settings import prepare_store_dir
 
     config = load_config(file=args.config, flags=_flags(args, SETTINGS))
     from ..bridge.service._service import (
@@ -402,7 +403,7 @@ def run_bridge(args: argparse.Namespace) -> int:
     factory = load_checked_agent(config.agent)
     check_token_file(config.token_file)  # before the banner, the data directory and the store
     configure_logging(config.log_level, config.log_format)
-    prepare_data_dir(config)
+    prepare_store_dir(config)
     with one_bridge_per_file(config.store):
         if config.admin_port is not None and ensure_token_file(config.admin_token_file):
             print(f"tether: created admin token file {config.admin_token_file}", file=sys.stderr)

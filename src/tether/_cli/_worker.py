@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..bridge.service._config import env_name
+from ..bridge.service._settings import env_name
 from ..bridge.service._worker_config import WORKER_SETTINGS
 from ._bridge import _HELP as BRIDGE_HELP
 from ._parsers import Subparsers, add_command, add_group, add_settings
@@ -98,7 +98,8 @@ def run_worker(args: argparse.Namespace) -> int:
 
     from .._plumbing._logging import configure_logging
     from .._plumbing._token_file import ensure_token_file
-    from ..bridge.service._worker_config import load_worker_config, prepare_worker_dirs
+    from ..bridge.service._settings import prepare_store_dir
+    from ..bridge.service._worker_config import load_worker_config
 
     flags = {name: getattr(args, name) for name in WORKER_SETTINGS if hasattr(args, name)}
     config = load_worker_config(file=args.config, flags=flags)
@@ -107,7 +108,7 @@ def run_worker(args: argparse.Namespace) -> int:
 
     factory = None if config.exchange is not None else load_checked_agent(config.agent_spec)
     configure_logging(config.log_level, config.log_format)
-    prepare_worker_dirs(config)
+    prepare_store_dir(config)
     if config.admin_port is not None and ensure_token_file(config.admin_token_file):
         print(f"tether: created admin token file {config.admin_token_file}", file=sys.stderr)
     service = WorkerService(config, factory=factory)

@@ -22,6 +22,7 @@ import attrs
 import httpx
 import trio
 
+from ..._backoff import Backoff
 from ..._plumbing._converter import unstructure
 from ..._plumbing._json import loads_strict
 from ..._plumbing._redact import redact_url
@@ -52,7 +53,6 @@ from ..._protocol._messages import (
     parse_result,
 )
 from ..._protocol._progress import ProgressRequest, fit_progress
-from ._backoff import Backoff
 from ._status_file import StatusFile
 
 log = logging.getLogger("tether.bridge.gateway")
@@ -171,7 +171,12 @@ class GatewayClient:
         check_label(self.client_name, "client name")
         if not 0 <= self.poll_wait <= 300:
             raise ValueError(f"poll_wait must be within 0-300 seconds, got {self.poll_wait}")
-        Backoff(self.backoff_initial, self.backoff_maximum)  # validates the bounds
+        if not 0 < self.backoff_initial <= self.backoff_maximum:
+            # a zero first delay would retry a down gateway in a hot loop
+            raise ValueError(
+                f"backoff needs 0 < initial <= maximum, got {self.backoff_initial} "
+                f"and {self.backoff_maximum}"
+            )
         if not 0 < self.release_timeout <= 60:
             raise ValueError(
                 f"release_timeout must be within 0-60 seconds (> 0), got {self.release_timeout}"

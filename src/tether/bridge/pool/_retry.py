@@ -13,6 +13,8 @@ from typing import Final
 
 import attrs
 
+from ..._backoff import Backoff
+
 DEFAULT_FIRST: Final = 2.0
 DEFAULT_CAP: Final = 300.0
 MAX_DELAY: Final = 86_400.0
@@ -34,12 +36,14 @@ def _finite_seconds(what: str, value: object, *, allow_zero: bool = True) -> flo
 
 @attrs.frozen
 class RetryBackoff:
-    """The delay before attempt ``n + 1`` after attempt ``n`` failed: uniform between 0 and
-    ``min(cap, first * 2 ** (n - 1))`` (full jitter). ``first = 0``: no delay at all (retry at
-    once)."""
+    """The retry setting (``FIRST:CAP``): the delay before attempt ``n + 1`` after attempt
+    ``n`` failed is the runtime's :class:`~tether._backoff.Backoff` from ``first`` doubling to
+    ``cap`` with full jitter (uniform between 0 and the ceiling). ``first = 0``: no delay at
+    all (retry at once)."""
 
     first: float = attrs.field(default=DEFAULT_FIRST)
     cap: float = attrs.field(default=DEFAULT_CAP)
+    _schedule: Backoff = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         _finite_seconds("retry backoff first delay", self.first)
@@ -48,17 +52,16 @@ class RetryBackoff:
             raise ValueError(
                 f"retry backoff cap ({self.cap:g}) must be >= its first delay ({self.first:g})"
             )
+        schedule = Backoff(float(self.first), float(self.cap), jitter="full")
+        object.__setattr__(self, "_schedule", schedule)  # a frozen record's derived field
 
     def ceiling(self, attempt: int) -> float:
         """The longest delay after failed attempt ``attempt`` (1-based)."""
-        if self.first == 0:
-            return 0.0
-        doublings = min(max(attempt, 1) - 1, 64)  # 2 ** 64 * first is past any cap
-        return min(self.cap, self.first * 2.0**doublings)
+        return self._schedule.ceiling(attempt - 1)
 
     def delay(self, attempt: int, rng: random.Random) -> float:
-        """A delay after failed attempt ``attempt``, drawn with ``rng``."""
-        return rng.uniform(0.0, self.ceiling(attempt))
+        """A delay after failed attempt ``attempt`` (1-based), drawn with ``rng``."""
+        return self._schedule.delay(attempt - 1, rng)
 
     @classmethod
     def parse(cls, text: str) -> RetryBackoff:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import attrs
 import trio
 
+from ..._backoff import Backoff
 from ..._protocol._messages import GatewayTask
-from ..client._backoff import Backoff
 from ..client._client import GatewayClient, GatewayError, GatewayRequestError
 from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
 from ..custody._rules import InvalidTask, Task

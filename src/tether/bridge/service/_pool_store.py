@@ -5,38 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from contextlib import AsyncExitStack
-from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
 from ..custody._store import Store
 from ..stores._open import open_store
 from ._names import CHOSE_ANOTHER, check_names_free
+from ._settings import ProcessSettings
 
 NAME_DEAD_AFTER: Final = 10.0
 """``PoolLead.dead_after`` and ``PoolWorker.lead_dead_after`` (their defaults): a member silent
 this long is gone, so its names are free."""
 
 
-class StoreSettings(Protocol):
-    """The settings of a process's store, as ``BridgeConfig`` and ``WorkerConfig`` hold them."""
-
-    @property
-    def store(self) -> str: ...
-    @property
-    def store_password_file(self) -> Path | None: ...
-    @property
-    def store_schema(self) -> str: ...
-    @property
-    def lease_s(self) -> float: ...
-    @property
-    def max_attempts(self) -> int: ...
-    @property
-    def synchronous(self) -> str: ...
-
-
 async def open_pool_store(
     stack: AsyncExitStack,
-    settings: StoreSettings,
+    settings: ProcessSettings,
     store: Store | None,
     names: Collection[str],
     *,

@@ -18,12 +18,15 @@ import attrs
 import psycopg
 import trio
 
+from ...._backoff import Backoff
+
 log = logging.getLogger("tether.bridge.postgres")
 
 PENDING = "pending"
 RESULT = "result"
 ASSIGNED_PREFIX = "assigned "
 _STOP = "stop"
+_RECONNECT_MAX_S = 30.0
 
 
 def assigned_payload(worker: str) -> str:
@@ -103,13 +106,13 @@ class Listener:
     # -- the thread -----------------------------------------------------------------------
 
     def _main(self) -> None:
-        delay = self.reconnect_s
+        backoff = Backoff(self.reconnect_s, max(self.reconnect_s, _RECONNECT_MAX_S), jitter=0.0)
         while not self._stopping.is_set():
             try:
                 with self.connect() as conn:
                     conn.execute(f'LISTEN "{self.channel}"')
                     self.listening.set()
-                    delay = self.reconnect_s
+                    backoff.reset()
                     self._dispatch(None)  # we may have missed some while (re)connecting
                     while not self._stopping.is_set():
                         for note in conn.notifies(timeout=1.0):
@@ -120,6 +123,7 @@ class Listener:
                 self.listening.clear()
                 if self._stopping.is_set():
                     return
+                delay = backoff.next_delay()
                 log.warning(
                     "LISTEN connection lost (%s); waiters fall back to polling; retrying in %.1fs",
                     type(exc).__name__,
@@ -127,7 +131,6 @@ class Listener:
                     exc_info=not isinstance(exc, psycopg.Error),
                 )
                 self._stopping.wait(delay)
-                delay = min(delay * 2, 30.0)
             finally:
                 self.listening.clear()
 

@@ -1,12 +1,27 @@
-"""A test clock for code that waits on a store's database threads."""
+"""The test clocks: a store's wall clock that a test moves (``FakeClock``), and a Trio clock
+that jumps ahead only while nothing waits on a store's database thread (``StoreAwareClock``)."""
 
 from __future__ import annotations
 
 import math
 
+import attrs
 import trio
 
 from tether._plumbing._sqlite_writer import jobs_in_flight
+
+
+@attrs.define
+class FakeClock:
+    """A store's clock (its ``clock=``) in tests: time moves only when a test says so."""
+
+    now: float = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class StoreAwareClock(trio.abc.Clock):

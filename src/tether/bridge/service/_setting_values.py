@@ -1,0 +1,200 @@
+"""How a setting's raw value (TOML, environment, flag) becomes a checked value: each parser
+returns it or raises ``ValueError`` with the rule it broke; the loader adds setting and source."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..._plumbing._redact import redact_url
+from ..pool._retry import RetryBackoff
+from ..stores.postgres._dsn import check_schema, is_postgres_dsn
+
+
+def is_postgres_url(value: str) -> bool:
+    """A ``postgresql://`` URL or a libpq ``key=value`` string, not a SQLite path."""
+    return is_postgres_dsn(value)
+
+
+def parse_text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value.strip()
+
+
+def parse_path(name: str, value: Any) -> Path:
+    if isinstance(value, Path):
+        return value
+    return Path(parse_text(name, value)).expanduser()
+
+
+def parse_int(low: int, high: int) -> Callable[[str, Any], int]:
+    def parse(name: str, value: Any) -> int:
+        if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"must be an integer from {low} to {high}")
+        return value
+
+    return parse
+
+
+def parse_seconds(low: float, high: float) -> Callable[[str, Any], float]:
+    def parse(name: str, value: Any) -> float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not low <= value <= high
+        ):
+            raise ValueError(f"must be a number of seconds from {low:g} to {high:g}")
+        return float(value)
+
+    return parse
+
+
+def parse_url(name: str, value: Any) -> str:
+    url = parse_text(name, value).rstrip("/")
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        raise ValueError("must be an http:// or https:// URL")
+    if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        raise ValueError(
+            "must not carry a user or password (user:password@): the gateway's token comes "
+            "from --token-file"
+        )
+    if "?" in url or "#" in url:
+        raise ValueError("must not carry a query or fragment (request paths are appended)")
+    return url
+
+
+def parse_agent(name: str, value: Any) -> str:
+    spec = parse_text(name, value)
+    if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", spec):
+        raise ValueError("must look like module.path:factory")
+    return spec
+
+
+def parse_label(name: str, value: Any) -> str:
+    text = parse_text(name, value)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}", text):
+        raise ValueError("must be 1-128 characters from [A-Za-z0-9_.:-], starting alphanumeric")
+    return text
+
+
+def parse_upper_choice(*options: str) -> Callable[[str, Any], str]:
+    def parse(name: str, value: Any) -> str:
+        text = parse_text(name, value).upper()
+        if text not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return text
+
+    return parse
+
+
+def parse_store(name: str, value: Any) -> str:
+    if isinstance(value, Path):
+        return str(value)
+    text = parse_text(name, value)
+    if "://" in text and not is_postgres_url(text):
+        raise ValueError("must be a file path or a postgresql:// URL")
+    return text
+
+
+def parse_schema(name: str, value: Any) -> str:
+    return check_schema(parse_text(name, value))
+
+
+def parse_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = parse_text(name, value).lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def parse_lower_choice(*options: str) -> Callable[[str, Any], str]:
+    def parse(name: str, value: Any) -> str:
+        text = parse_text(name, value).lower()
+        if text not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return text
+
+    return parse
+
+
+def parse_optional_port(name: str, value: Any) -> int | None:
+    if value is None or value == "" or (isinstance(value, str) and value.lower() == "off"):
+        return None
+    return parse_int(0, 65535)(name, value)
+
+
+def parse_optional_int(low: int, high: int) -> Callable[[str, Any], int | None]:
+    def parse(name: str, value: Any) -> int | None:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return parse_int(low, high)(name, value)
+
+    return parse
+
+
+def parse_host(name: str, value: Any) -> str:
+    text = parse_text(name, value)
+    if not re.fullmatch(r"[A-Za-z0-9.:-]{1,255}", text):
+        raise ValueError("must be a host name or an IP address")
+    return text
+
+
+def parse_optional_pool_name(name: str, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    text = parse_text(name, value)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,55}", text):
+        raise ValueError("must be 1-56 characters from [A-Za-z0-9_-], starting alphanumeric")
+    return text
+
+
+def parse_retry_backoff(name: str, value: Any) -> RetryBackoff:
+    if isinstance(value, RetryBackoff):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    return RetryBackoff.parse(parse_text(name, value))
+
+
+def parse_optional_seconds(low: float, high: float) -> Callable[[str, Any], float | None]:
+    def parse(name: str, value: Any) -> float | None:
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "none")):
+            return None
+        if value == 0 or (isinstance(value, str) and value.strip() in ("0", "0.0")):
+            return None
+        try:
+            return parse_seconds(low, high)(name, value)
+        except ValueError:
+            raise ValueError(
+                f"must be a number of seconds from {low:g} to {high:g}, or 0/off for no limit"
+            ) from None
+
+    return parse
+
+
+def parse_optional_path(name: str, value: Any) -> Path | None:
+    if value is None or value == "":
+        return None
+    return parse_path(name, value)
+
+
+def shown(value: Any) -> str:
+    """A setting's value for an error message: credentials redacted, at most 80 characters."""
+    text = repr(str(value) if isinstance(value, Path) else value)
+    if isinstance(value, str):
+        text = repr(redact_url(value))
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,17 @@
+"""Waiting for a condition in tests: poll it, on the run's clock, until it holds."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import trio
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[bool]], *, within: float = 60.0, step: float = 0.05
+) -> None:
+    """Poll ``check`` every ``step`` seconds until it is true; fail the test (``TooSlowError``)
+    after ``within`` seconds of the run's clock (virtual under a mock clock)."""
+    with trio.fail_after(within):
+        while not await check():  # noqa: ASYNC110 (polling a store or a server is the point)
+            await trio.sleep(step)
