@@ -17,7 +17,7 @@ import trio
 from support.clock import StoreAwareClock
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
-from tether.bridge.custody._store import WorkerInfo, WorkerRole
+from tether.bridge.custody._records import WorkerInfo, WorkerRole
 from tether.bridge.pool import PoolLead, elect
 
 S = CustodyState

@@ -10,7 +10,7 @@ import pytest
 from support.clock import FakeClock
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody import Decide, PoolView
-from tether.bridge.custody._store import plan_then_assign
+from tether.bridge.custody._roles import plan_then_assign
 from tether.bridge.pool import PoolLead, SweepReport
 from tether.bridge.pool._liveness import live_lead
 

@@ -9,9 +9,9 @@ exported by ``tether.bridge``.
 - ``_rules``: task ids and worker names, the custody states, the allowed transitions, the one
   predicate "still in custody" (:func:`~tether.bridge.in_custody`), and the records a store
   hands out.
-- ``_store``: the ``Store`` protocol, split into the narrow roles its callers use (what ingest,
+- ``_roles``: the ``Store`` protocol, split into the narrow roles its callers use (what ingest,
   a worker, the lead, delivery, the reconciler and an operator need). A third backend
-  implements every role; start there.
+  implements every role; start there. ``_records``: the values the roles pass.
 - ``_rooms``: room policies (``serial`` order, ``replace`` barge-in), kept by the store.
 - ``_reconcile``: the reconciler (lease expiry; it never drops an id).
 - ``_crashes``: crash expiries, suspects that run alone, poison tasks proven and dead-lettered.
@@ -20,6 +20,33 @@ exported by ``tether.bridge``.
 
 from ._reconcile import Reconciler as Reconciler
 from ._reconcile import ReconcileReport as ReconcileReport
+from ._records import WORKER_ROLES as WORKER_ROLES
+from ._records import Assignment as Assignment
+from ._records import Decide as Decide
+from ._records import JournalEntry as JournalEntry
+from ._records import LeaseExpiry as LeaseExpiry
+from ._records import OperatorOutcome as OperatorOutcome
+from ._records import PoolView as PoolView
+from ._records import Queued as Queued
+from ._records import StallCandidate as StallCandidate
+from ._records import Suspects as Suspects
+from ._records import WaitingRetries as WaitingRetries
+from ._records import WorkerInfo as WorkerInfo
+from ._records import WorkerRole as WorkerRole
+from ._roles import DeadNoticeStore as DeadNoticeStore
+from ._roles import DeliveryStore as DeliveryStore
+from ._roles import IngestStore as IngestStore
+from ._roles import InspectStore as InspectStore
+from ._roles import LeadStore as LeadStore
+from ._roles import OperatorStore as OperatorStore
+from ._roles import PoolMemberStore as PoolMemberStore
+from ._roles import ReconcilerStore as ReconcilerStore
+from ._roles import RetentionStore as RetentionStore
+from ._roles import StallStore as StallStore
+from ._roles import StateReader as StateReader
+from ._roles import Store as Store
+from ._roles import StoreClock as StoreClock
+from ._roles import WorkerStore as WorkerStore
 from ._rooms import DEFAULT_ROOM_POLICY as DEFAULT_ROOM_POLICY
 from ._rooms import ROOM_POLICIES as ROOM_POLICIES
 from ._rooms import RoomPolicy as RoomPolicy
@@ -45,30 +72,3 @@ from ._rules import UnknownTask as UnknownTask
 from ._rules import in_custody as in_custody
 from ._rules import may_move as may_move
 from ._rules import operator_may as operator_may
-from ._store import WORKER_ROLES as WORKER_ROLES
-from ._store import Assignment as Assignment
-from ._store import DeadNoticeStore as DeadNoticeStore
-from ._store import Decide as Decide
-from ._store import DeliveryStore as DeliveryStore
-from ._store import IngestStore as IngestStore
-from ._store import InspectStore as InspectStore
-from ._store import JournalEntry as JournalEntry
-from ._store import LeadStore as LeadStore
-from ._store import LeaseExpiry as LeaseExpiry
-from ._store import OperatorOutcome as OperatorOutcome
-from ._store import OperatorStore as OperatorStore
-from ._store import PoolMemberStore as PoolMemberStore
-from ._store import PoolView as PoolView
-from ._store import Queued as Queued
-from ._store import ReconcilerStore as ReconcilerStore
-from ._store import RetentionStore as RetentionStore
-from ._store import StallCandidate as StallCandidate
-from ._store import StallStore as StallStore
-from ._store import StateReader as StateReader
-from ._store import Store as Store
-from ._store import StoreClock as StoreClock
-from ._store import Suspects as Suspects
-from ._store import WaitingRetries as WaitingRetries
-from ._store import WorkerInfo as WorkerInfo
-from ._store import WorkerRole as WorkerRole
-from ._store import WorkerStore as WorkerStore

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ._rules import CustodyState
 
 if TYPE_CHECKING:
-    from ._store import LeaseExpiry
+    from ._records import LeaseExpiry
 
 log = logging.getLogger("tether.custody")
 

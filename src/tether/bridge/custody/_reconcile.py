@@ -16,8 +16,9 @@ import trio
 
 from ..._core._stop import stop_requested, wait_stop_requested
 from ..._plumbing._converter import structure_versioned, unstructure
+from ._records import LeaseExpiry
+from ._roles import ReconcilerStore
 from ._rules import CustodyState
-from ._store import LeaseExpiry, ReconcilerStore
 
 log = logging.getLogger("tether.bridge.reconcile")
 

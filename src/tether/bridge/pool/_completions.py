@@ -12,8 +12,8 @@ import attrs
 import trio
 import trio.lowlevel
 
+from ..custody._roles import WorkerStore
 from ..custody._rules import Claim, InvalidTask
-from ..custody._store import WorkerStore
 
 MAX_COMPLETE_BATCH: Final = 256
 """Replies stored by one ``complete_many`` at most (a worker rarely holds more)."""

@@ -22,8 +22,8 @@ import trio
 from ..._plumbing._atomic_file import remove_stale_tmp_at, write_atomic_at
 from ..._plumbing._fs import ensure_private_dir
 from ..._session import Session
+from ..custody._roles import Store
 from ..custody._rules import Task
-from ..custody._store import Store
 from ._agent import TASK_EVENT, AgentError, Reply
 from ._liveness import check_seconds
 from ._worker import PoolWorker

@@ -15,8 +15,9 @@ import attrs
 import trio
 
 from ..._plumbing._converter import structure_versioned, unstructure
+from ..custody._records import PoolView, WorkerInfo
+from ..custody._roles import LeadStore
 from ..custody._rules import check_worker
-from ..custody._store import LeadStore, PoolView, WorkerInfo
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive
 from ._stop import StopSignal
 from ._wakeup import PoolWakeups, Wakeup

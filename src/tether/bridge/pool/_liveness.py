@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable
 from typing import Final
 
-from ..custody._store import WorkerInfo
+from ..custody._records import WorkerInfo
 
 DEFAULT_MAX_SKEW: Final = 1.0
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
-from ..custody._store import StallStore
+from ..custody._roles import StallStore
 from ._liveness import check_seconds
 from ._stop import StopSignal
 

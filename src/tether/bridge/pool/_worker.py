@@ -18,9 +18,10 @@ import trio
 
 from ..._session import Session, open_session
 from ..._session_types import HandlerCancelled, HandlerDropped, QueueFull
+from ..custody._records import WorkerInfo
+from ..custody._roles import WorkerStore
 from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
-from ..custody._store import WorkerInfo, WorkerStore
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._completions import CompletionBatcher
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead

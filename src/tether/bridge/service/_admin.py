@@ -14,8 +14,8 @@ from ..._protocol._connection import ConnectionStatus
 from ..._runtime import Runtime
 from ...observe._observed import DEFAULT_GATEWAY_WINDOW, CounterSource, Observed
 from ...observe._sections import CustodyReading
+from ..custody._roles import InspectStore
 from ..custody._rules import IN_CUSTODY, CustodyState
-from ..custody._store import InspectStore
 from ..pool._status import PoolStatus
 from ..pool._timings import Timings
 

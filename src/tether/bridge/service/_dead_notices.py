@@ -13,8 +13,8 @@ import attrs
 import trio
 
 from ..client._client import GatewayClient, GatewayRequestError
+from ..custody._roles import DeadNoticeStore
 from ..custody._rules import TaskRecord
-from ..custody._store import DeadNoticeStore
 from ..pool._wakeup import Wakeup
 
 log = logging.getLogger("tether.bridge.dead_notices")

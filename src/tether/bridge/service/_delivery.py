@@ -23,8 +23,8 @@ from ..._protocol._messages import (
     parse_result,
 )
 from ..client._client import GatewayClient, GatewayRequestError
+from ..custody._roles import DeliveryStore
 from ..custody._rules import CustodyConflict, Result, check_delivery_lease
-from ..custody._store import DeliveryStore
 from ..pool._timings import Timings
 
 log = logging.getLogger("tether.bridge.delivery")

@@ -16,9 +16,9 @@ import trio
 from ..._backoff import Backoff
 from ..._protocol._messages import GatewayTask
 from ..client._client import GatewayClient, GatewayError, GatewayRequestError
+from ..custody._roles import IngestStore
 from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
 from ..custody._rules import InvalidTask, Task
-from ..custody._store import IngestStore
 from ..pool._timings import Timings
 from ..pool._wakeup import PoolWakeups
 

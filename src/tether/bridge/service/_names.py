@@ -15,7 +15,7 @@ from typing import Final
 import trio
 
 from ..._plumbing._config_error import ConfigError
-from ..custody._store import PoolMemberStore
+from ..custody._roles import PoolMemberStore
 from ..pool._liveness import is_alive
 
 STEM_MAX: Final = 56

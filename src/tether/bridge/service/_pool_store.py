@@ -7,7 +7,7 @@ from collections.abc import Collection
 from contextlib import AsyncExitStack
 from typing import Final
 
-from ..custody._store import Store
+from ..custody._roles import Store
 from ..stores._open import open_store
 from ._names import CHOSE_ANOTHER, check_names_free
 from ._settings import ProcessSettings

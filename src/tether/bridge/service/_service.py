@@ -34,9 +34,9 @@ from ..client._client import (
     GatewayUnavailable,
 )
 from ..custody._reconcile import Reconciler
+from ..custody._roles import Store
 from ..custody._rooms import RoomPolicy
 from ..custody._rules import IN_CUSTODY, Task
-from ..custody._store import Store
 from ..pool._agent import AgentFactory, agent_room_policy, load_agent
 from ..pool._lead import PoolLead
 from ..pool._progress import ProgressUpdate

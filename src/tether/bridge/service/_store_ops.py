@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from typing import Final
 
 from ..._plumbing._converter import unstructure
+from ..custody._records import OperatorOutcome
+from ..custody._roles import Store
 from ..custody._rules import CustodyState, TaskRecord
-from ..custody._store import OperatorOutcome, Store
 
 REDRIVE_BATCH: Final = 500
 """Dead tasks re-driven per transaction by ``retry --dead`` (a progress line after each)."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 import attrs
 
 from ..._plumbing._converter import unstructure
+from ..custody._records import JournalEntry
 from ..custody._rules import TaskRecord
-from ..custody._store import JournalEntry
 
 
 @attrs.frozen

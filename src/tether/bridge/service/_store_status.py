@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import attrs
 
 from ..._plumbing._converter import unstructure
+from ..custody._roles import InspectStore
 from ..custody._rules import IN_CUSTODY, CustodyState, TaskRecord
-from ..custody._store import InspectStore
 
 
 @attrs.frozen

@@ -31,7 +31,7 @@ from ..._plumbing._converter import unstructure
 from ..._plumbing._fs import ensure_private_dir
 from ..._protocol._connection import utc_now_iso
 from ..custody._reconcile import Reconciler
-from ..custody._store import Store
+from ..custody._roles import Store
 from ..pool._agent import AgentFactory, load_agent
 from ..pool._files import file_exchange_worker
 from ..pool._lead import PoolLead

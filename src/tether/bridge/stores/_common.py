@@ -16,6 +16,7 @@ import attrs
 
 from ..._plumbing._converter import unstructure
 from ..custody._crashes import failures
+from ..custody._records import JournalEntry
 from ..custody._rooms import SUPERSEDED_PREFIX, Superseded
 from ..custody._rules import (
     IN_CUSTODY,
@@ -32,7 +33,6 @@ from ..custody._rules import (
     check_task_id,
     check_worker,
 )
-from ..custody._store import JournalEntry
 
 RANK_PRIORITY: Final[Mapping[int, str]] = {rank: name for name, rank in PRIORITY_RANK.items()}
 """The stored priority rank back to its name."""

@@ -16,6 +16,17 @@ import attrs
 
 from ..custody import _log as _clog
 from ..custody._crashes import Expired, ExpiryOutcome, check_max_crashes_alone, expiry_outcome
+from ..custody._records import (
+    WORKER_ROLES,
+    JournalEntry,
+    LeaseExpiry,
+    OperatorOutcome,
+    PoolView,
+    StallCandidate,
+    Suspects,
+    WorkerInfo,
+    WorkerRole,
+)
 from ..custody._rooms import RoomPolicy, check_room_policy, superseded_reason
 from ..custody._rules import (
     Claim,
@@ -29,17 +40,6 @@ from ..custody._rules import (
     check_retry_after,
     check_task_id,
     check_worker,
-)
-from ..custody._store import (
-    WORKER_ROLES,
-    JournalEntry,
-    LeaseExpiry,
-    OperatorOutcome,
-    PoolView,
-    StallCandidate,
-    Suspects,
-    WorkerInfo,
-    WorkerRole,
 )
 from ._common import (
     check_limit,

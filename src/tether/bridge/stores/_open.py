@@ -20,7 +20,7 @@ import trio
 
 from ..._plumbing._config_error import ConfigError
 from ..._plumbing._fs import read_private_file
-from ..custody._store import Store
+from ..custody._roles import Store
 from .postgres._dsn import dsn_has_password, is_postgres_dsn, redact_dsn
 from .sqlite._store import Synchronous
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from ..custody._records import OperatorOutcome
 from ..custody._rules import OPERATOR_PREFIX, CustodyState, check_task_id, operator_may
-from ..custody._store import OperatorOutcome
 from ._common import check_reason
 
 CANCELLABLE: Final = tuple(

@@ -24,18 +24,7 @@ from ...custody._crashes import (
     DEFAULT_MAX_CRASHES_ALONE,
     process_prefix,
 )
-from ...custody._rooms import SUPERSEDED_PREFIX, RoomPolicy
-from ...custody._rules import (
-    PRIORITY_RANK,
-    Claim,
-    CustodyConflict,
-    CustodyState,
-    Result,
-    Task,
-    TaskRecord,
-    check_worker,
-)
-from ...custody._store import (
+from ...custody._records import (
     Assignment,
     Decide,
     JournalEntry,
@@ -47,7 +36,18 @@ from ...custody._store import (
     WaitingRetries,
     WorkerInfo,
     WorkerRole,
-    plan_then_assign,
+)
+from ...custody._roles import plan_then_assign
+from ...custody._rooms import SUPERSEDED_PREFIX, RoomPolicy
+from ...custody._rules import (
+    PRIORITY_RANK,
+    Claim,
+    CustodyConflict,
+    CustodyState,
+    Result,
+    Task,
+    TaskRecord,
+    check_worker,
 )
 from .._common import (
     RANK_PRIORITY,

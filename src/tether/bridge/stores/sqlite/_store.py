@@ -31,6 +31,19 @@ from ...custody._crashes import (
     DEFAULT_MAX_CRASHES_ALONE,
     process_prefix,
 )
+from ...custody._records import (
+    Assignment,
+    Decide,
+    JournalEntry,
+    LeaseExpiry,
+    PoolView,
+    Queued,
+    StallCandidate,
+    Suspects,
+    WaitingRetries,
+    WorkerInfo,
+    WorkerRole,
+)
 from ...custody._rooms import RoomPolicy, superseded_reason
 from ...custody._rules import (
     MAX_BODY_BYTES,
@@ -43,19 +56,6 @@ from ...custody._rules import (
     TaskRecord,
     check_task_id,
     check_worker,
-)
-from ...custody._store import (
-    Assignment,
-    Decide,
-    JournalEntry,
-    LeaseExpiry,
-    PoolView,
-    Queued,
-    StallCandidate,
-    Suspects,
-    WaitingRetries,
-    WorkerInfo,
-    WorkerRole,
 )
 from .._common import (
     RANK_PRIORITY,

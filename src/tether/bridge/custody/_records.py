@@ -1,0 +1,159 @@
+"""The values the Store roles hand out and take: pool views, assignments, journal entries,
+stall candidates, operator outcomes. Plain frozen records; the rules live in ``_rules``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final, Literal
+
+import attrs
+
+from ._rules import CustodyState, TaskRecord
+
+
+@attrs.frozen
+class LeaseExpiry:
+    """Evidence of one expired lease the store acted on."""
+
+    id: str
+    worker: str
+    attempt: int
+    lease_until: float
+    now: float
+    outcome: CustodyState
+    """``PENDING`` (repooled with ``attempt + 1``, or the same attempt after a crash) or
+    ``DEAD`` (``max_attempts`` reached, or proven to kill its process)."""
+    reason: str
+    crash: bool = False
+    """The holder's process died: a crash expiry (no attempt burnt; see ``custody._crashes``)."""
+
+
+WorkerRole = Literal["lead", "worker"]
+WORKER_ROLES: Final[tuple[WorkerRole, ...]] = ("lead", "worker")
+
+
+@attrs.frozen
+class WorkerInfo:
+    """A pool member's last beat, as the store holds it (liveness is judged by the reader)."""
+
+    name: str
+    role: WorkerRole
+    capacity: int
+    """How many tasks (assigned + claimed) the member takes at once; 0 for the lead."""
+    last_beat: float
+    started_at: float
+    """When this member's current run began beating (it is reset by ``remove_worker``)."""
+
+
+@attrs.frozen
+class Assignment:
+    """A task the lead assigned to ``worker`` at ``since`` (store clock), not yet claimed."""
+
+    id: str
+    worker: str
+    room: str | None
+    since: float
+
+
+@attrs.frozen
+class Queued:
+    """A pending task as the lead plans with it: its id, room and priority, nothing more.
+
+    A sweep reads a window of the queue every time it runs, so it does not read (or validate)
+    bodies and headers it never looks at; those were checked when the task was ingested."""
+
+    id: str
+    room: str | None = None
+    priority: str = "normal"
+
+
+@attrs.frozen
+class PoolView:
+    """Everything one lead sweep decides from, read in one transaction."""
+
+    at: float
+    workers: tuple[WorkerInfo, ...]
+    assigned: tuple[Assignment, ...]
+    """Every assignment, oldest first."""
+    claims: Mapping[str, int]
+    """Claimed tasks per worker (a worker absent here holds none)."""
+    pending: tuple[Queued, ...]
+    """Pending tasks in assignment order (priority, then age), at most ``pending_limit``, none
+    of a room in ``skip_rooms``."""
+    rooms: Mapping[str, str]
+    """For the rooms of ``pending``: the worker that last took a task of that room."""
+    busy_rooms: frozenset[str] = frozenset()
+    """Rooms with a task claimed now (a run in flight). ``pending`` holds only tasks their
+    room's policy lets run now (``custody._rooms``); a room with nothing in flight may move
+    to another worker."""
+    next_due: float | None = None
+    """The earliest ``not_before`` (store clock) of a pending task still waiting out a retry
+    backoff (``pending`` leaves those out), or None: when the lead should look again."""
+
+
+JournalActor = Literal["bridge", "lead", "worker", "reconciler", "operator"]
+
+
+@attrs.frozen
+class JournalEntry:
+    """One step of a task's custody history (appended in the same transaction as the move)."""
+
+    at: float
+    """When (store clock)."""
+    src: CustodyState | None
+    """The state it left (None: ingested)."""
+    dst: CustodyState
+    worker: str | None
+    """The owner involved (the worker assigned, claiming, or whose lease ended)."""
+    attempt: int
+    """The attempt the move concerns (a failure names the attempt that failed)."""
+    reason: str | None
+    """The reason recorded by this move (a failure, an expiry, a dead letter), else None."""
+    actor: JournalActor
+    """Who moved it: ``bridge`` (ingest, delivery, dead letters), ``lead`` (assignments),
+    ``worker`` (claims and outcomes), ``reconciler`` (lease expiry), ``operator``."""
+
+
+@attrs.frozen
+class WaitingRetries:
+    """Pending tasks waiting out a retry backoff: how many, and when the first is due."""
+
+    count: int
+    next_due: float | None
+
+
+@attrs.frozen
+class Suspects:
+    """Tasks in custody that were in flight at a crash and have not finished since."""
+
+    count: int
+    records: tuple[TaskRecord, ...]
+    """The first ``limit`` of them, most crashes first."""
+
+
+@attrs.frozen
+class StallCandidate:
+    """A claimed task older than the stall threshold with no stall notice recorded yet."""
+
+    id: str
+    room: str | None
+    worker: str
+    created_at: float
+
+
+Decide = Callable[[PoolView], "Sequence[tuple[str, str]] | None"]
+"""A sweep's decision from a view: the ``(id, worker)`` pairs to assign, or None (see
+``Store.plan_and_assign``)."""
+
+
+@attrs.frozen
+class OperatorOutcome:
+    """What an operator's verb did to one task: moved it, or refused and changed nothing."""
+
+    id: str
+    done: bool
+    """True: the task moved (``state`` is where it is now). False: refused, nothing changed."""
+    state: CustodyState | None
+    """The task's state after the call (None: no such task)."""
+    detail: str
+    """One line: what was done, or why it was refused."""
