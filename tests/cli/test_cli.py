@@ -310,3 +310,42 @@ async def test_a_password_in_a_url_is_never_printed(
         not (tmp_path / "status.json").exists()
         or "s3cretPW" not in (tmp_path / "status.json").read_text()
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("def factory(session)\n    pass\n", r"bad_agent\.py, line 1: .*syntax"),
+        ("import os\nfrom os import nope\n", r"bad_agent\.py, line 2: ImportError: cannot import"),
+        ("x = 1\nundefined_name\n", r"bad_agent\.py, line 2: NameError: name 'undefined_name'"),
+        (
+            "async def factory(session):\n    session.add_handler('task', None)\n",
+            r"factory is an async function; .*def factory\(session\)",
+        ),
+    ],
+    ids=["syntax", "import", "name", "async-factory"],
+)
+async def test_an_agent_module_that_cannot_load_is_exit_2_naming_file_and_line(
+    tmp_path: Path, source: str, said: str
+) -> None:
+    """Issue 32.6: a SyntaxError was an unlabelled line and exit 1; an ``async def factory``
+    warned "coroutine was never awaited" and was reported as registering no handler."""
+    (tmp_path / "bad_agent.py").write_text(source)
+    result = await trio.run_process(
+        [
+            sys.executable,
+            *("-m", "tether", "bridge", "run", "--gateway", "http://127.0.0.1:9"),
+            *("--token-file", str(tmp_path / "token"), "--agent", "bad_agent:factory"),
+            *("--store", str(tmp_path / "data" / "custody.db")),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert err.count("\n") == 1, err  # one line: no warning, no traceback
+    assert err.startswith("tether: error: agent 'bad_agent:factory': "), err
+    assert re.search(said, err), err
+    assert not (tmp_path / "data").exists()
