@@ -349,3 +349,43 @@ async def test_an_agent_module_that_cannot_load_is_exit_2_naming_file_and_line(
     assert err.startswith("tether: error: agent 'bad_agent:factory': "), err
     assert re.search(said, err), err
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "error"),
+    [
+        (
+            ["store", "status", "--state", "dead"],
+            "usage: tether store status ",
+            "tether store status: error: unrecognized arguments: --state dead "
+            "(tether store list has --state)",
+        ),
+        (
+            ["bridge", "run", "--wrkers", "3"],
+            "usage: tether bridge run ",
+            "tether bridge run: error: unrecognized arguments: --wrkers 3 "
+            "(did you mean --workers?)",
+        ),
+        (
+            ["demo", "--mesages", "3"],
+            "usage: tether demo ",
+            "tether demo: error: unrecognized arguments: --mesages 3 (did you mean --messages?)",
+        ),
+        (
+            ["store", "list", "--state", "dead", "extra"],
+            "usage: tether store list ",
+            "tether store list: error: unrecognized arguments: extra",
+        ),
+    ],
+)
+def test_a_typo_in_a_subcommand_shows_that_subcommands_usage(
+    capsys: pytest.CaptureFixture[str], argv: list[str], usage: str, error: str
+) -> None:
+    """Issue 32.7: the top-level usage came with "unrecognized arguments", which said nothing
+    about the flags the subcommand does take."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage), err
+    assert err.rstrip().splitlines()[-1] == error

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._parsers import Subparsers, add_command
+from ._parsers import CommandParser, Subparsers, add_command
 
 DEFAULT_URL = "http://127.0.0.1:8766"
 DEFAULT_TOKEN_FILE = Path("tether-data") / "bridge" / "admin-token"
@@ -25,7 +25,7 @@ class AdminRequestError(Exception):
 
 
 def add_observe_parsers(sub: Subparsers, epilog: str) -> None:
-    common = argparse.ArgumentParser(add_help=False)
+    common = CommandParser(add_help=False)
     common.add_argument(
         "--url",
         default=None,
