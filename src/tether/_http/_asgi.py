@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import re
+import socket
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any
@@ -290,9 +291,21 @@ async def start_hypercorn(
         except BaseExceptionGroup as group:
             raise sole_error(group) from None
     except OSError as exc:
+        _close_sockets_left_open(exc)
         why = (exc.strerror or str(exc)).lower()
         if exc.errno == errno.EADDRINUSE:
             why += " (another process holds the port)"
         where = ", ".join(config.bind)
         raise ListenError(exc.errno, f"{what} cannot listen on {where}: {why}") from None
     return int(binds[0].rsplit(":", 1)[1]), binds[0], stop
+
+
+def _close_sockets_left_open(exc: BaseException) -> None:
+    """Close the sockets the failed start left open: hypercorn's ``create_sockets`` raises
+    without closing the socket whose bind failed (a ResourceWarning when it is collected)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, socket.socket):
+                value.close()
+        tb = tb.tb_next
