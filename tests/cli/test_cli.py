@@ -389,3 +389,20 @@ def test_a_typo_in_a_subcommand_shows_that_subcommands_usage(
     err = capsys.readouterr().err
     assert err.startswith(usage), err
     assert err.rstrip().splitlines()[-1] == error
+
+
+@pytest.mark.parametrize("command", [["bridge", "run"], ["worker", "run"], ["store", "status"]])
+def test_help_names_only_docs_that_exist_and_its_own_process(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """Issue 32.9: ``tether worker run --help`` pointed at docs/pool.md (it is
+    docs/guide/pool.md) and said "a stopping bridge" of the worker's grace."""
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines anywhere
+    root = Path(__file__).resolve().parents[2]
+    for path in re.findall(r"docs/[\w/.-]+\.md", out):
+        assert (root / path).is_file(), path
+    if command[0] == "worker":
+        assert "stopping bridge" not in out
+        assert "seconds a stopping worker process gives its runs to finish" in out
