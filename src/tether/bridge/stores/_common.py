@@ -15,6 +15,7 @@ from typing import Any, Final
 import attrs
 
 from ..._plumbing._converter import unstructure
+from ..._plumbing._when import duration, iso_time
 from ..custody._crashes import failures
 from ..custody._rooms import SUPERSEDED_PREFIX, Superseded
 from ..custody._rules import (
@@ -133,7 +134,8 @@ def stale_lease(seen: Seen | None, claim: Claim, now: float, verb: str) -> Excep
         and seen.attempt == claim.attempt
         and seen.lease_until is not None
     ):
-        held = f"its lease expired at {seen.lease_until:.3f} (now {now:.3f})"
+        ago = duration(now - seen.lease_until)
+        held = f"its lease expired at {iso_time(seen.lease_until)} ({ago} ago)"
     else:
         held = f"the store has it {seen.state.value}{seen.owner_note}"
         if seen.state is CustodyState.DEAD and (seen.reason or "").startswith(OPERATOR_PREFIX):
