@@ -256,8 +256,8 @@ def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
     cancel.add_argument("ids", nargs="+", metavar="ID", help="the task ids to cancel")
     cancel.add_argument(
         "--reason",
-        default="cancelled by an operator",
-        help="why, recorded as the dead task's reason (default: cancelled by an operator)",
+        default="no reason given",
+        help="why, recorded as the dead task's reason (default: no reason given)",
     )
 
 
