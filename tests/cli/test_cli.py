@@ -103,6 +103,7 @@ def test_the_readme_demo_crashes_a_bridge_midway_and_loses_nothing(tmp_path: Pat
     assert crashed is not None, summary
     assert 100 <= int(crashed.group(1)) < 200  # midway: the second bridge had work left
     assert list(tmp_path.iterdir()) == []  # the demo works in a temporary folder
+    assert done.stderr == ""  # --quiet: the summary tells the crash; no "aborting" lines
 
 
 def test_bridge_run_help_shows_the_default_gateway_and_agent(

@@ -3,6 +3,7 @@ second or so, says what it had done, exits 130 and leaves nothing behind."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+
+from tether._cli._demo import Progress
 
 STOPPED_WITHIN = 5.0
 """Seconds from SIGINT to exit the tests allow: the demo takes well under one; the margin is
@@ -97,3 +100,16 @@ def test_ctrl_c_reaches_a_demo_started_with_sigint_ignored(tmp_path: Path) -> No
     seen = _read_until(demo.stderr, lambda line: line.startswith("tether demo: "))
     out, _ = _interrupt_and_check(demo, seen)
     assert SUMMARY.match(out.strip().splitlines()[-1]) is not None, out
+
+
+def test_the_progress_line_is_not_repeated() -> None:
+    """Issue 32.9: the demo printed its last progress line twice."""
+    out = io.StringIO()
+    progress = Progress(300, out=out)
+    for done, label in ((0, "sent"), (300, "sent"), (300, "sent"), (300, "replied")):
+        progress.show(done, label)
+    assert [line.split("] ", 1)[1] for line in out.getvalue().splitlines()] == [
+        "    0/300 sent",
+        "  300/300 sent",
+        "  300/300 replied",
+    ]

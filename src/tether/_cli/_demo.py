@@ -78,15 +78,16 @@ class Progress:
     enabled: bool = True
     width: int = 30
     _shown: int = -1
+    _label: str = ""
 
     def show(self, done: int, label: str) -> None:
-        if not self.enabled:
+        if not self.enabled or (done, label) == (self._shown, self._label):
             return
         tty = self.out.isatty()
         step = max(1, self.total // 10)
         if not tty and done != self.total and done // step == self._shown // step:
             return
-        self._shown = done
+        self._shown, self._label = done, label
         filled = self.width * done // max(1, self.total)
         bar = "#" * filled + "." * (self.width - filled)
         line = f"[{bar}] {done:>5}/{self.total} {label}"
@@ -112,6 +113,11 @@ def run_demo(
     if not 1 <= workers <= 64:
         raise ConfigError(f"--workers must be from 1 to 64, got {workers}")
     state = DemoState(messages)
+    # the demo tells its own story (the crash it stages is in the summary): tether's warnings
+    # about that crash ("bridge: aborting") would read as trouble; errors still show
+    tether_log = logging.getLogger("tether")
+    level = tether_log.level
+    tether_log.setLevel(logging.ERROR)
     try:
         with tempfile.TemporaryDirectory(prefix="tether-demo-") as folder:
             if not quiet:
@@ -124,6 +130,8 @@ def run_demo(
             result = trio.run(partial(_demo, Path(folder), state, workers, agent, quiet))
     except KeyboardInterrupt:  # before or after the runtime handles signals
         result = None
+    finally:
+        tether_log.setLevel(level)
     if result is None:
         if not quiet and sys.stderr.isatty():
             print(file=sys.stderr)  # below the progress bar's line
@@ -167,9 +175,7 @@ async def _demo(
                 result = await _demo_body(runtime, folder, store, state, workers, agent, quiet)
                 nursery.cancel_scope.cancel()
         if result is None:
-            # nothing to hand over (the store is a temporary one): stop every child now, and
-            # quietly, as the summary says what happened
-            logging.getLogger("tether").setLevel(logging.CRITICAL)
+            # nothing to hand over (the store is a temporary one): stop every child now
             runtime.supervisor.abort("the demo was interrupted")
         return result
 
