@@ -1003,11 +1003,11 @@ class SqliteStore:
         self, state: CustodyState, *, limit: int = 20, newest_first: bool = False
     ) -> Sequence[TaskRecord]:
         state = CustodyState(state)
-        order = "DESC" if newest_first else "ASC"
+        order = "updated_at DESC, rowid DESC" if newest_first else "rowid"
 
         def op(conn: sqlite3.Connection) -> list[TaskRecord]:
             rows = conn.execute(
-                f"SELECT {_RECORD_COLS} FROM tasks WHERE state = ? ORDER BY rowid {order} LIMIT ?",
+                f"SELECT {_RECORD_COLS} FROM tasks WHERE state = ? ORDER BY {order} LIMIT ?",
                 (state.value, limit),
             )
             return [_record_of(row) for row in rows]
