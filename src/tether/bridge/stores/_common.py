@@ -181,8 +181,8 @@ def assign_refused(record: TaskRecord, worker: str, now: float) -> str:
         )
     if record.state is CustodyState.PENDING and record.not_before is not None:
         return (
-            f"{what}: it is pending but waits for a retry until {record.not_before:.3f} "
-            f"(now {now:.3f})"
+            f"{what}: it is pending but waits for a retry until "
+            f"{iso_time(record.not_before)} (in {duration(record.not_before - now)})"
         )
     held = owner_note(record.owner, record.attempt)
     return f"{what}: it is {record.state.value}{held}, not pending"
