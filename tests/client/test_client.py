@@ -402,14 +402,14 @@ async def test_an_outage_is_logged_once_with_the_next_try_and_its_end_with_its_l
         assert len(lines) == 2, lines
         assert lines[0][0] == logging.WARNING
         assert re.fullmatch(
-            r"gateway http://gateway\.test unavailable \(the task poll: ConnectError: connection "
+            r"gateway http://gateway\.test unreachable \(the task poll: ConnectError: connection "
             r"refused\); next try at \d\d:\d\d:\d\d \(in 1\.0 s\), then less often \(at most "
             r"60 s apart\); a line says when it answers again",
             lines[0][1],
         ), lines[0][1]
         assert lines[1] == (
-            logging.INFO,
-            "gateway http://gateway.test answers again after 15 s unavailable",
+            logging.WARNING,  # at the outage's level: whoever saw it begin sees it end
+            "gateway http://gateway.test answers again after 15 s unreachable",
         )
         caplog.clear()
         down = True  # a second outage is a second warning
@@ -417,5 +417,5 @@ async def test_an_outage_is_logged_once_with_the_next_try_and_its_end_with_its_l
             nursery.start_soon(partial(client.poll_tasks, wait=0))
             await trio.sleep(2.5)
             down = False
-        assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.INFO]
-        assert caplog.records[1].getMessage().endswith("answers again after 3.0 s unavailable")
+        assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.WARNING]
+        assert caplog.records[1].getMessage().endswith("answers again after 3.0 s unreachable")

@@ -682,20 +682,20 @@ class GatewayClient:
             delay = backoff.next_delay()
             if retry_after is not None:
                 delay = min(max(delay, retry_after), self.backoff_maximum)
-            self._unavailable(problem, delay)
+            self._unreachable(problem, delay)
             await self._publish(connected=False, error=problem, backoff_s=round(delay, 3))
             await trio.sleep(delay)
 
-    def _unavailable(self, problem: str, delay: float) -> None:
+    def _unreachable(self, problem: str, delay: float) -> None:
         """Log an outage once, as it begins, with the next try's time (the requests failing
         in it say so at DEBUG): a person watching the log knows it is being dealt with."""
         next_try = f"next try at {clock_time(time.time() + delay)} (in {delay:.1f} s)"
         if self._outage_since is not None:
-            log.debug("gateway %s still unavailable (%s); %s", self.shown_url, problem, next_try)
+            log.debug("gateway %s still unreachable (%s); %s", self.shown_url, problem, next_try)
             return
         self._outage_since = trio.current_time()
         log.warning(
-            "gateway %s unavailable (%s); %s, then less often (at most %g s apart); "
+            "gateway %s unreachable (%s); %s, then less often (at most %g s apart); "
             "a line says when it answers again",
             self.shown_url,
             problem,
@@ -704,12 +704,13 @@ class GatewayClient:
         )
 
     async def _answered(self) -> None:
-        """The gateway answered: the end of an outage, if one was going on, gets its line."""
+        """The gateway answered: the end of an outage, if one was going on, gets its line (at
+        the outage's level: whoever saw it begin sees it end)."""
         if self._outage_since is not None:
             lasted = trio.current_time() - self._outage_since
             self._outage_since = None
-            log.info(
-                "gateway %s answers again after %s unavailable", self.shown_url, duration(lasted)
+            log.warning(
+                "gateway %s answers again after %s unreachable", self.shown_url, duration(lasted)
             )
         await self._publish(connected=True, ok=True)
 
