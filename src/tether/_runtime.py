@@ -85,6 +85,11 @@ async def open_runtime(
     Leaving the block stops the root supervisor's children (soft stop, each child's
     ``shutdown_grace``, then cancel; reverse start order), then drains the background scope:
     no new spawns, up to ``grace`` seconds for running tasks to finish, then they are cancelled.
+    ``grace`` bounds the background tasks only: a child that ignores its soft stop keeps its
+    own ``shutdown_grace`` (``ChildSpec``, 5 s by default), so leaving
+    ``open_runtime(grace=1.0)`` may take those 5 s and then 1 s more. Give such children a
+    shorter ``shutdown_grace`` (a service's graceful stop may rightly need longer than
+    ``grace``, so the runtime does not cut it short).
 
     Signals (``handle_signals``; default: on when called from the main thread, the only one
     Python lets install signal handlers; ``True`` elsewhere raises ``RuntimeError``): the first

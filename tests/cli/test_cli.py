@@ -103,6 +103,7 @@ def test_the_readme_demo_crashes_a_bridge_midway_and_loses_nothing(tmp_path: Pat
     assert crashed is not None, summary
     assert 100 <= int(crashed.group(1)) < 200  # midway: the second bridge had work left
     assert list(tmp_path.iterdir()) == []  # the demo works in a temporary folder
+    assert done.stderr == ""  # --quiet: the summary tells the crash; no "aborting" lines
 
 
 def test_bridge_run_help_shows_the_default_gateway_and_agent(
@@ -310,3 +311,99 @@ async def test_a_password_in_a_url_is_never_printed(
         not (tmp_path / "status.json").exists()
         or "s3cretPW" not in (tmp_path / "status.json").read_text()
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("def factory(session)\n    pass\n", r"bad_agent\.py, line 1: .*syntax"),
+        ("import os\nfrom os import nope\n", r"bad_agent\.py, line 2: ImportError: cannot import"),
+        ("x = 1\nundefined_name\n", r"bad_agent\.py, line 2: NameError: name 'undefined_name'"),
+        (
+            "async def factory(session):\n    session.add_handler('task', None)\n",
+            r"factory is an async function; .*def factory\(session\)",
+        ),
+    ],
+    ids=["syntax", "import", "name", "async-factory"],
+)
+async def test_an_agent_module_that_cannot_load_is_exit_2_naming_file_and_line(
+    tmp_path: Path, source: str, said: str
+) -> None:
+    """Issue 32.6: a SyntaxError was an unlabelled line and exit 1; an ``async def factory``
+    warned "coroutine was never awaited" and was reported as registering no handler."""
+    (tmp_path / "bad_agent.py").write_text(source)
+    result = await trio.run_process(
+        [
+            sys.executable,
+            *("-m", "tether", "bridge", "run", "--gateway", "http://127.0.0.1:9"),
+            *("--token-file", str(tmp_path / "token"), "--agent", "bad_agent:factory"),
+            *("--store", str(tmp_path / "data" / "custody.db")),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert err.count("\n") == 1, err  # one line: no warning, no traceback
+    assert err.startswith("tether: error: agent 'bad_agent:factory': "), err
+    assert re.search(said, err), err
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "error"),
+    [
+        (
+            ["store", "status", "--state", "dead"],
+            "usage: tether store status ",
+            "tether store status: error: unrecognized arguments: --state dead "
+            "(tether store list has --state)",
+        ),
+        (
+            ["bridge", "run", "--wrkers", "3"],
+            "usage: tether bridge run ",
+            "tether bridge run: error: unrecognized arguments: --wrkers 3 "
+            "(did you mean --workers?)",
+        ),
+        (
+            ["demo", "--mesages", "3"],
+            "usage: tether demo ",
+            "tether demo: error: unrecognized arguments: --mesages 3 (did you mean --messages?)",
+        ),
+        (
+            ["store", "list", "--state", "dead", "extra"],
+            "usage: tether store list ",
+            "tether store list: error: unrecognized arguments: extra",
+        ),
+    ],
+)
+def test_a_typo_in_a_subcommand_shows_that_subcommands_usage(
+    capsys: pytest.CaptureFixture[str], argv: list[str], usage: str, error: str
+) -> None:
+    """Issue 32.7: the top-level usage came with "unrecognized arguments", which said nothing
+    about the flags the subcommand does take."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage), err
+    assert err.rstrip().splitlines()[-1] == error
+
+
+@pytest.mark.parametrize("command", [["bridge", "run"], ["worker", "run"], ["store", "status"]])
+def test_help_names_only_docs_that_exist_and_its_own_process(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """Issue 32.9: ``tether worker run --help`` pointed at docs/pool.md (it is
+    docs/guide/pool.md) and said "a stopping bridge" of the worker's grace."""
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines anywhere
+    root = Path(__file__).resolve().parents[2]
+    for path in re.findall(r"docs/[\w/.-]+\.md", out):
+        assert (root / path).is_file(), path
+    if command[0] == "worker":
+        assert "stopping bridge" not in out
+        assert "seconds a stopping worker process gives its runs to finish" in out

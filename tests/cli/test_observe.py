@@ -83,3 +83,25 @@ async def test_wrong_token_and_unreachable_url_are_one_line_errors(
     assert "cannot reach the admin endpoint" in capsys.readouterr().err
     assert await cli("ps", "--token-file", str(tmp_path / "missing")) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+async def test_a_timeout_must_be_above_zero_and_one_that_passes_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32.9: ``--timeout 0`` printed ``[Errno 115] Operation now in progress``."""
+    token = tmp_path / "token"
+    write_token(token, "a-token-of-some-length")
+    for bad in ("0", "-1", "nan", "inf"):
+        assert await cli("status", "--token-file", str(token), "--timeout", bad) == 2
+        assert capsys.readouterr().err == (
+            f"tether: error: --timeout must be a number of seconds above 0, got {bad}\n"
+        )
+    # a socket that listens but never answers: the connection opens, no reply comes
+    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
+    async with listener:
+        code = await cli("status", "--url", url, "--token-file", str(token), "--timeout", "0.3")
+    assert code == 1
+    assert capsys.readouterr().err == (
+        f"tether: error: the admin endpoint at {url} did not answer within 0.3 s\n"
+    )

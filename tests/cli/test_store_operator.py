@@ -147,7 +147,7 @@ def test_cancel_moves_waiting_and_running_tasks_and_refuses_replies(
     assert main(["store", "show", "c1", "--store", str(db)]) == 0
     show = capsys.readouterr().out
     assert "  reason      operator: cancelled: spam" in show
-    assert "claimed -> dead  attempt 1  by operator w1: operator: cancelled: spam" in show
+    assert "claimed -> dead  attempt 1  by operator (worker w1): cancelled: spam" in show
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import ssl
 from collections.abc import Callable
 from functools import partial
@@ -376,3 +377,45 @@ def test_a_gateway_url_with_credentials_is_refused_without_showing_them(
             GatewayClient(url, token_path)
         assert "gwPass-99" not in str(caught.value)
         assert "[redacted]" in str(caught.value)
+
+
+async def test_an_outage_is_logged_once_with_the_next_try_and_its_end_with_its_length(
+    mock_clock: MockClock, token_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 32.5: one warning, then silence (43 s of it), and no line when the gateway came
+    back. Now: a warning when an outage begins (however many requests fail in it), with the
+    next try's time; a line when it ends, with how long it lasted."""
+    caplog.set_level(logging.INFO, logger="tether.bridge.gateway")
+    down = True
+
+    def answer(n: int, request: httpx.Request) -> httpx.Response:
+        return refuse_connection(request) if down else ok_tasks()
+
+    fake = FakeGateway(answer)
+    async with client_for(fake, token_path, rng=ConstantRandom(0.0)) as client:
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):  # three requests fail in the one outage: tries at 0, 1, 3, 7, 15
+                nursery.start_soon(partial(client.poll_tasks, wait=0))
+            await trio.sleep(10)
+            down = False
+        lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+        assert len(lines) == 2, lines
+        assert lines[0][0] == logging.WARNING
+        assert re.fullmatch(
+            r"gateway http://gateway\.test unreachable \(the task poll: ConnectError: connection "
+            r"refused\); next try at \d\d:\d\d:\d\d \(in 1\.0 s\), then less often \(at most "
+            r"60 s apart\); a line says when it answers again",
+            lines[0][1],
+        ), lines[0][1]
+        assert lines[1] == (
+            logging.WARNING,  # at the outage's level: whoever saw it begin sees it end
+            "gateway http://gateway.test answers again after 15 s unreachable",
+        )
+        caplog.clear()
+        down = True  # a second outage is a second warning
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(client.poll_tasks, wait=0))
+            await trio.sleep(2.5)
+            down = False
+        assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.WARNING]
+        assert caplog.records[1].getMessage().endswith("answers again after 3.0 s unreachable")

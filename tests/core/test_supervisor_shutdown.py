@@ -164,3 +164,21 @@ async def test_second_signal_reaches_a_supervisor_nested_in_a_child(
     # the inner supervisor's shielded shutdown would give the leaf 60 s; the second signal
     # aborts it too, so the leaf is cancelled at once (never asked: the subtree was asked)
     assert events == [("leaf cancelled (stop requested: False)", 2.0)]
+
+
+async def test_the_runtime_s_grace_bounds_its_background_and_a_child_keeps_its_own(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """Issue 32.9, as open_runtime's docstring says: leaving ``open_runtime(grace=1.0)`` with
+    a child deaf to its soft stop takes the child's ``shutdown_grace`` (5 s), then the
+    background's 1 s."""
+
+    async def deaf(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await trio.sleep_forever()
+
+    started = trio.current_time()
+    async with open_runtime(grace=1.0, handle_signals=False) as runtime:
+        await runtime.supervisor.start_child(ChildSpec("deaf", deaf))
+        runtime.spawn(trio.sleep_forever, name="background")
+    assert trio.current_time() - started == pytest.approx(6.0)

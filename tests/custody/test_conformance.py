@@ -739,6 +739,20 @@ async def test_records_lists_one_state_in_ingest_order(store: Store) -> None:
     assert dead[0] == await store.get("d0")
 
 
+async def test_newest_first_means_the_latest_to_reach_the_state(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """Issue 32.9: ``tether store status`` listed dead letters "newest first" by ingest time
+    while its age column showed how long ago each died."""
+    await store.ingest(Task("old", "x"))
+    await store.ingest(Task("young", "x"))
+    await store.dead_letter("young", "test: sent to dead")
+    fake_clock.advance(60)
+    await store.dead_letter("old", "test: sent to dead")  # ingested first, dead last
+    newest = await store.records(S.DEAD, newest_first=True)
+    assert [r.task.id for r in newest] == ["old", "young"]
+
+
 async def test_text_that_is_not_valid_unicode_is_refused_with_nothing_stored(
     store: Store,
 ) -> None:

@@ -220,3 +220,20 @@ def test_a_batch_item_parses_the_same_on_the_fast_path(item: dict[str, Any]) -> 
 def test_a_malformed_batch_item_is_refused_naming_the_field(item: Any, named: str) -> None:
     with pytest.raises(ValueError, match=re.escape(named)):
         parse_batch_item(item)
+
+
+async def test_a_message_wait_past_the_longest_is_refused_not_cut_short(
+    start_gateway: StartGateway, http: httpx.AsyncClient
+) -> None:
+    """Issue 32.9: ``?wait=90`` on a message answered after 60 s as if the person had asked
+    for 60. The worker side's poll keeps its cap (a bridge's ``poll_wait`` may be longer)."""
+    gateway = await start_gateway(limits=AppLimits(max_wait=5.0))
+    task_id = await gateway.submit("a question")
+    url = f"{gateway.url}/v1/messages/{task_id}"
+    response = await http.get(url, params={"wait": 9}, headers=gateway.headers())
+    assert response.status_code == 400
+    assert response.json()["error"] == (
+        "query parameter 'wait' must be at most 5 seconds here (the gateway's longest wait); got 9"
+    )
+    at_most = await http.get(url, params={"wait": 5, "seen": "x"}, headers=gateway.headers())
+    assert at_most.status_code == 200

@@ -117,6 +117,31 @@ def test_configure_logging_text_and_errors() -> None:
         root.setLevel(saved[1])
 
 
+@pytest.mark.parametrize(("level", "shown"), [("INFO", False), ("DEBUG", True)])
+def test_httpx_request_lines_show_only_at_debug(level: str, shown: bool) -> None:
+    """Issue 32.5: httpx logs every request at INFO, ~97% of a busy bridge's log; tether's
+    own INFO lines stay."""
+    root, httpx_log = logging.getLogger(), logging.getLogger("httpx")
+    saved = (list(root.handlers), root.level, httpx_log.level)
+    stream = io.StringIO()
+    try:
+        configure_logging(level, "text", stream)
+        httpx_log.info('HTTP Request: GET http://gw/v1/tasks "HTTP/1.1 200 OK"')
+        httpx_log.warning("something httpx warns about")
+        logging.getLogger("tether.x").info("bridge running")
+        text = stream.getvalue()
+        assert ("HTTP Request: GET" in text) is shown
+        assert "something httpx warns about" in text
+        assert "INFO tether.x: bridge running" in text
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved[0]:
+            root.addHandler(handler)
+        root.setLevel(saved[1])
+        httpx_log.setLevel(saved[2])
+
+
 def test_the_text_format_escapes_control_characters_so_no_value_forges_a_line() -> None:
     """A reason with a newline cannot forge a log line; a NUL or an ANSI escape does not
     reach the terminal raw; a traceback's lines are indented under their record."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,3 +169,27 @@ async def test_agents_that_run_every_call_are_accepted(policy: Any) -> None:
         session.add_handler("task", lambda task: f"ok {task.id}", policy=policy)
 
     assert await _ask(factory, Task("t", "hi")) == Reply("ok t")
+
+
+def test_a_module_missing_a_dependency_names_the_line_that_imports_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not "cannot import module 'needs_dep'": the module is there; what it imports is not."""
+    (tmp_path / "needs_dep.py").write_text('"""An agent."""\nimport no_such_dependency_xyz\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(AgentLoadError) as info:
+        load_agent("needs_dep:factory")
+    assert str(info.value) == (
+        f"agent 'needs_dep:factory': {tmp_path / 'needs_dep.py'}, line 2: "
+        "ModuleNotFoundError: No module named 'no_such_dependency_xyz'"
+    )
+
+
+async def test_a_factory_returning_a_coroutine_is_refused_without_a_warning() -> None:
+    class AsyncCall:
+        async def __call__(self, session: Any) -> None:
+            session.add_handler("task", echo.factory)
+
+    with pytest.raises(AgentError, match="the factory is an async function"):
+        # filterwarnings = error: a "coroutine never awaited" warning would fail the test
+        await agent_room_policy(AsyncCall())  # type: ignore[arg-type]  # the mistake tested

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Collection
 from pathlib import Path
 
@@ -329,3 +331,34 @@ async def test_the_lead_beats_again_at_once_after_its_clock_stepped_back(
     await the_lead.sweep_once()
     members = await store.workers()
     assert live_lead(members, fake_clock(), 10.0) is not None
+
+
+@pytest.mark.parametrize(("work_from", "said"), [(0.0, "(work was waiting)"), (46.0, None)])
+async def test_the_first_assignment_line_tells_idle_time_from_delay(
+    store: SqliteStore,
+    fake_clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+    work_from: float,
+    said: str | None,
+) -> None:
+    """Issue 32.9: "first assignment as leader 46.129s after taking over" read as a slow
+    takeover; there was no work for 46 s."""
+    caplog.set_level(logging.INFO, logger="tether.bridge.pool.lead")
+    the_lead = lead(store, name="l1")
+    the_lead.leading, the_lead.leading_since = True, fake_clock()  # it has just taken over
+    await store.beat("w1", "worker", 2)
+    if work_from:
+        await the_lead.sweep_once()  # nothing to assign yet
+        fake_clock.advance(work_from)
+        await store.beat("w1", "worker", 2)
+    await store.ingest(Task("t", "x"))
+    fake_clock.advance(0.25)
+    await the_lead.sweep_once()
+    (line,) = [r.getMessage() for r in caplog.records if "first assignment" in r.getMessage()]
+    if said is None:
+        said = "(no work to assign before 46.250s)"
+    assert re.fullmatch(
+        rf"lead l1: first assignment as leader {work_from + 0.25:.3f}s after taking over "
+        rf"{re.escape(said)} \(store clock [0-9.]+\)",
+        line,
+    ), line

@@ -9,6 +9,8 @@ refuses what it stores late.
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 from collections.abc import Callable
 from typing import Any, cast
@@ -189,3 +191,32 @@ async def test_a_run_whose_outcome_hangs_past_timeout_and_grace_loses_its_lease(
     assert record is not None
     assert record.attempt >= 2
     assert record.state is not S.DEAD
+
+
+async def test_a_soft_stop_says_what_it_waits_for_and_until_when(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 32.5: a graceful stop with runs in flight waited its grace in silence."""
+    caplog.set_level(logging.INFO, logger="tether.bridge.pool.worker")
+
+    async def stuck(task: Task) -> str:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    worker = PoolWorker(timed_store, "w1", agent(stuck), stop_grace=4.0)
+    await timed_store.ingest(Task("t", "x"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await wait_until(lambda: _is(timed_store, "t", S.CLAIMED), within=5.0)
+        stopped_at = trio.current_time()
+        worker.request_stop()
+    assert trio.current_time() - stopped_at == pytest.approx(4.0, abs=0.5)
+    lines = [r.getMessage() for r in caplog.records]
+    waiting = [line for line in lines if "stopping" in line]
+    assert len(waiting) == 1, lines
+    assert re.fullmatch(
+        r"worker w1: stopping: waiting up to 4\.0 s \(until \d\d:\d\d:\d\d\) for 1 run in "
+        r"hand \(t\) to finish; then it is cancelled and its task goes back to the pool",
+        waiting[0],
+    ), waiting[0]
+    assert "worker w1: cancelled 1 run still going after the 4.0 s stop grace (t)" in lines

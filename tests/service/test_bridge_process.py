@@ -130,7 +130,9 @@ async def test_the_gateway_going_down_and_back_up_loses_nothing(
     replies = await _replies(gateway, first + second)
     assert all(reply is not None and reply.startswith("echo: ") for reply in replies.values())
     assert (await gateway.stats())["tasks"]["answered"] == 200
-    assert "gateway unreachable" in bridge.log_tail()
+    logged = log.read_text()
+    assert f"gateway {gateway.url} unreachable (" in logged, logged  # with the next try
+    assert f"gateway {gateway.url} answers again after " in logged, logged  # and its end
 
 
 async def test_an_agent_that_crashes_is_retried_then_dead_lettered_with_its_reason(

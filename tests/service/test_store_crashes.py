@@ -57,5 +57,7 @@ def test_show_says_how_often_the_task_lost_its_worker_process(
     assert "  crashes     1 (0 while running alone), a suspect: it runs alone" in out
     journal = out[out.index("journal:") + 1 :]
     last = journal[-1].split(" ago  ", 1)[1]
-    assert last.startswith("claimed -> pending  attempt 1  by reconciler b-w1: lease of worker ")
+    assert last.startswith(
+        "claimed -> pending  attempt 1  by reconciler (worker b-w1): lease of worker "
+    )
     assert "the worker restarted in a new process" in last

@@ -34,7 +34,7 @@ def test_show_prints_the_record_and_every_move(
     journal = out[out.index("journal:") + 1 :]
     assert [line.split(" ago  ", 1)[1] for line in journal] == [
         "ingested -> pending  attempt 1  by bridge",
-        "pending -> assigned  attempt 1  by lead w1",
+        "pending -> assigned  attempt 1  by lead (worker w1)",
         "assigned -> claimed  attempt 1  by worker w1",
         "claimed -> pending  attempt 1  by worker w1: ConnectionError: 503",
     ]
@@ -55,3 +55,33 @@ def test_show_of_an_unknown_or_malformed_id_is_one_line(
     err = capsys.readouterr().err.strip()
     assert err.startswith("tether: ")
     assert "\n" not in err
+
+
+async def _cancelled(path: Path, body: str) -> None:
+    async with await SqliteStore.open(path) as store:
+        await store.ingest(Task("long", body, room="lobby"))
+        claim = await store.claim("w1", leaderless=True)
+        assert claim is not None
+
+
+def test_show_prints_the_message_bounded_and_an_operator_s_move_plainly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32.9: the message itself was missing, an operator's cancel read "by operator
+    w1: operator: cancelled: cancelled by an operator" (w1 held the task; it is no operator)."""
+    path = tmp_path / "custody.db"
+    body = "line one\nline two " + "x" * 600
+    trio.run(_cancelled, path, body)
+    assert main(["store", "cancel", "long", "--store", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["store", "show", "long", "--store", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    (message,) = [line for line in out if line.startswith("  message     ")]
+    shown = message.removeprefix("  message     ")
+    assert shown.startswith("line one\\nline two xxx")  # on its line: the newline escaped
+    assert shown.endswith("... (218 more characters)"), shown
+    assert len(shown) < 440
+    journal = out[out.index("journal:") + 1 :]
+    assert journal[-1].split(" ago  ", 1)[1] == (
+        "claimed -> dead  attempt 1  by operator (worker w1): cancelled: no reason given"
+    )

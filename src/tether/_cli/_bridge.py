@@ -103,7 +103,11 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "seconds a pruned delivered id still counts as a replay (default: 2592000)",
         float,
     ),
-    "grace": ("seconds a stopping bridge waits for workers to finish (default: 10)", float),
+    "grace": (
+        "seconds a stopping bridge gives its runs to finish; then they are cancelled and their "
+        "tasks handed back (default: 10)",
+        float,
+    ),
     "status_file": ("write the gateway connection status (JSON) here", Path),
     "synchronous": ("SQLite durability: FULL, NORMAL or EXTRA (default: FULL)", str),
     "log_level": ("DEBUG, INFO, WARNING or ERROR (default: INFO)", str),
@@ -253,8 +257,8 @@ def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
     cancel.add_argument("ids", nargs="+", metavar="ID", help="the task ids to cancel")
     cancel.add_argument(
         "--reason",
-        default="cancelled by an operator",
-        help="why, recorded as the dead task's reason (default: cancelled by an operator)",
+        default="no reason given",
+        help="why, recorded as the dead task's reason (default: no reason given)",
     )
 
 

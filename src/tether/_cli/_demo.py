@@ -2,13 +2,17 @@
 
 A reference gateway, a bridge with the echo agent restarted halfway (like a deploy) and a few
 hundred messages; the summary counts sent, replied, lost (exit 1 unless none) and duplicates.
+Ctrl-C (or SIGTERM) stops it at once, at any moment, says how far it got and exits 130.
 """
 
 from __future__ import annotations
 
+import logging
+import signal
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -17,7 +21,7 @@ import attrs
 import httpx
 import trio
 
-from .. import ChildSpec, open_runtime, wait_stop_requested
+from .. import ChildSpec, Runtime, open_runtime, wait_stop_requested
 from ..bridge import (
     BridgeConfig,
     BridgeService,
@@ -31,6 +35,20 @@ from ..gateway import GatewaySettings, serve
 ROOMS = 40
 """Conversations: a room's messages stay on one worker, so many rooms spread the load."""
 REPLY_TIMEOUT = 45.0
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT, as shells report a Ctrl-C."""
+
+
+@attrs.define(eq=False)
+class DemoState:
+    """How far the demo got: what the summary of an interrupted demo reports."""
+
+    total: int
+    started: float = attrs.field(factory=time.monotonic)
+    sent: int = 0
+    answered: int = 0
+    """The gateway's count of answered messages when the demo last looked."""
+    phase: str = "starting"
 
 
 @attrs.define
@@ -55,15 +73,16 @@ class Progress:
     enabled: bool = True
     width: int = 30
     _shown: int = -1
+    _label: str = ""
 
     def show(self, done: int, label: str) -> None:
-        if not self.enabled:
+        if not self.enabled or (done, label) == (self._shown, self._label):
             return
         tty = self.out.isatty()
         step = max(1, self.total // 10)
         if not tty and done != self.total and done // step == self._shown // step:
             return
-        self._shown = done
+        self._shown, self._label = done, label
         filled = self.width * done // max(1, self.total)
         bar = "#" * filled + "." * (self.width - filled)
         line = f"[{bar}] {done:>5}/{self.total} {label}"
@@ -88,8 +107,35 @@ def run_demo(
         raise ConfigError(f"--messages must be from 1 to 100000, got {messages}")
     if not 1 <= workers <= 64:
         raise ConfigError(f"--workers must be from 1 to 64, got {workers}")
-    with tempfile.TemporaryDirectory(prefix="tether-demo-") as folder:
-        result = trio.run(partial(_demo, Path(folder), messages, workers, agent, quiet))
+    state = DemoState(messages)
+    # the demo tells its own story (the crash it stages is in the summary): tether's warnings
+    # about that crash ("bridge: aborting") would read as trouble; errors still show
+    tether_log = logging.getLogger("tether")
+    level = tether_log.level
+    tether_log.setLevel(logging.ERROR)
+    try:
+        with tempfile.TemporaryDirectory(prefix="tether-demo-") as folder:
+            if not quiet:
+                print(
+                    f"tether demo: {messages} messages through a local gateway and a bridge "
+                    f"({workers} workers) in {folder}; Ctrl-C stops it",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            result = trio.run(partial(_demo, Path(folder), state, workers, agent, quiet))
+    except KeyboardInterrupt:  # before or after the runtime handles signals
+        result = None
+    finally:
+        tether_log.setLevel(level)
+    if result is None:
+        if not quiet and sys.stderr.isatty():
+            print(file=sys.stderr)  # below the progress bar's line
+        print(
+            f"tether demo: interrupted after {time.monotonic() - state.started:.1f} s: sent "
+            f"{state.sent} of {state.total} messages, {state.answered} replied ({state.phase}); "
+            "the gateway and the bridge are stopped and the temporary folder is removed"
+        )
+        return EXIT_INTERRUPTED
     print("sample replies:")
     for text, reply in result.samples:
         print(f"  {text!r} -> {reply!r}")
@@ -104,67 +150,104 @@ def run_demo(
     return 0 if result.lost == 0 and result.wrong == 0 else 1
 
 
-async def _demo(folder: Path, count: int, workers: int, agent: str, quiet: bool) -> DemoResult:
+async def _demo(
+    folder: Path, state: DemoState, workers: int, agent: str, quiet: bool
+) -> DemoResult | None:
+    """The demo's result, or None when a signal stopped it (``state`` says how far it got)."""
     token_file = folder / "gateway" / "token"
     ensure_token_file(token_file)
+    store_path = folder / "bridge" / "custody.db"
+    # the store outlives the runtime: no bridge is still running when it closes
+    async with (
+        await SqliteStore.open(str(store_path), synchronous="NORMAL") as store,
+        open_runtime(grace=1.0) as runtime,
+    ):
+        result: DemoResult | None = None
+        # the demo's own Ctrl-C: stop now (the runtime's first signal would drain gracefully)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_signal, signals, nursery.cancel_scope)
+                result = await _demo_body(runtime, folder, store, state, workers, agent, quiet)
+                nursery.cancel_scope.cancel()
+        if result is None:
+            # nothing to hand over (the store is a temporary one): stop every child now
+            runtime.supervisor.abort("the demo was interrupted")
+        return result
+
+
+async def _cancel_on_signal(signals: AsyncIterator[int], scope: trio.CancelScope) -> None:
+    async for signum in signals:
+        scope.cancel(reason=f"{signal.Signals(signum).name}: the demo stops")
+        return
+
+
+async def _demo_body(
+    runtime: Runtime,
+    folder: Path,
+    store: SqliteStore,
+    state: DemoState,
+    workers: int,
+    agent: str,
+    quiet: bool,
+) -> DemoResult:
+    token_file = folder / "gateway" / "token"
     token = read_token(token_file)
+    count = state.total
     progress = Progress(count, enabled=not quiet)
-    started = time.monotonic()
-    async with open_runtime(grace=5.0) as runtime:
-        port: int = await runtime.supervisor.start_child(
-            ChildSpec(
-                "gateway",
-                partial(serve, shutdown_trigger=wait_stop_requested),
-                GatewaySettings(
-                    token_file=token_file,
-                    db=folder / "gateway" / "gateway.db",
-                    # the default 30 s lease: a poll answered just as the first bridge stops
-                    # is never read, but that bridge gives its unacked leases back on its
-                    # way out (POST /v1/leases/release), so nothing waits out the lease
-                    port=0,
-                ),
-            )
+    state.phase = "starting the gateway"
+    port: int = await runtime.supervisor.start_child(
+        ChildSpec(
+            "gateway",
+            partial(serve, shutdown_trigger=wait_stop_requested),
+            GatewaySettings(
+                token_file=token_file,
+                db=folder / "gateway" / "gateway.db",
+                # the default 30 s lease: a poll answered just as the first bridge stops
+                # is never read, but that bridge gives its unacked leases back on its
+                # way out (POST /v1/leases/release), so nothing waits out the lease
+                port=0,
+            ),
         )
-        url = f"http://127.0.0.1:{port}"
-        config = BridgeConfig(
-            gateway=url,
-            token_file=token_file,
-            store=str(folder / "bridge" / "custody.db"),
-            agent=agent,
-            workers=workers,
-            poll_wait=5.0,
-            grace=5.0,
-            log_level="WARNING",
-            # the demo's users fire independent questions all at once; under the default
-            # (serial) each room would answer its five in turn, a reply delivered before the
-            # next run: right for a conversation, slow for a throughput demo
-            room_policy="concurrent",
+    )
+    url = f"http://127.0.0.1:{port}"
+    config = BridgeConfig(
+        gateway=url,
+        token_file=token_file,
+        store=str(folder / "bridge" / "custody.db"),
+        agent=agent,
+        workers=workers,
+        poll_wait=5.0,
+        grace=5.0,
+        log_level="WARNING",
+        # the demo's users fire independent questions all at once; under the default
+        # (serial) each room would answer its five in turn, a reply delivered before the
+        # next run: right for a conversation, slow for a throughput demo
+        room_policy="concurrent",
+    )
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
+        texts = [f"hello #{i}" for i in range(count)]
+        state.phase = "sending the messages"
+        ids = await _send(http, texts, progress, state)
+        first = await _run_bridge_until(
+            runtime, config, store, http, count // 2, progress, state, "first", crash=True
         )
-        headers = {"Authorization": f"Bearer {token}"}
-        async with (
-            httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http,
-            await SqliteStore.open(config.store, synchronous="NORMAL") as store,
-        ):
-            texts = [f"hello #{i}" for i in range(count)]
-            ids = await _send(http, texts, progress)
-            first = await _run_bridge_until(
-                runtime, config, store, http, count // 2, progress, "first", crash=True
-            )
-            await _run_bridge_until(
-                runtime, config, store, http, count, progress, "second", crash=False
-            )
-            progress.end()
-            result = await _check(http, ids, texts, time.monotonic() - started)
-            return attrs.evolve(result, first_bridge=first)
+        await _run_bridge_until(
+            runtime, config, store, http, count, progress, state, "second", crash=False
+        )
+        progress.end()
+        state.phase = "checking the replies"
+        result = await _check(http, ids, texts, time.monotonic() - state.started)
+        return attrs.evolve(result, first_bridge=first)
 
 
-async def _send(http: httpx.AsyncClient, texts: list[str], progress: Progress) -> list[str]:
+async def _send(
+    http: httpx.AsyncClient, texts: list[str], progress: Progress, state: DemoState
+) -> list[str]:
     ids: list[str] = [""] * len(texts)
     limiter = trio.CapacityLimiter(16)
-    sent = 0
 
     async def one(i: int) -> None:
-        nonlocal sent
         async with limiter:
             response = await http.post(
                 "/v1/messages",
@@ -172,8 +255,8 @@ async def _send(http: httpx.AsyncClient, texts: list[str], progress: Progress) -
             )
             response.raise_for_status()
             ids[i] = response.json()["id"]
-            sent += 1
-            progress.show(sent, "sent")
+            state.sent += 1
+            progress.show(state.sent, "sent")
 
     async with trio.open_nursery() as nursery:
         for i in range(len(texts)):
@@ -189,12 +272,13 @@ async def _answered(http: httpx.AsyncClient) -> tuple[int, int]:
 
 
 async def _run_bridge_until(
-    runtime: Any,
+    runtime: Runtime,
     config: BridgeConfig,
     store: SqliteStore,
     http: httpx.AsyncClient,
     target: int,
     progress: Progress,
+    state: DemoState,
     which: str,
     *,
     crash: bool,
@@ -212,6 +296,7 @@ async def _run_bridge_until(
         finally:
             ended.set()
 
+    state.phase = f"the {which} bridge was answering"
     before, _ = await _answered(http)
     await runtime.supervisor.start_child(
         ChildSpec(name, run, restart="temporary", shutdown_grace=service.stop_grace)
@@ -226,6 +311,7 @@ async def _run_bridge_until(
             if trio.current_time() - shown >= 0.05 or not crash:
                 shown = trio.current_time()
                 answered, _ = await _answered(http)  # the gateway's count: the truth
+                state.answered = answered
                 progress.show(answered, f"replied ({which} bridge)")
                 if answered >= target and not crash:
                     break
@@ -241,7 +327,8 @@ async def _run_bridge_until(
         await ended.wait()
     else:
         await runtime.supervisor.terminate_child(name)
-    progress.show((await _answered(http))[0], f"replied ({which} bridge)")
+    state.answered = (await _answered(http))[0]
+    progress.show(state.answered, f"replied ({which} bridge)")
     if service.fatal is not None:
         raise service.fatal
     return delivered()

@@ -9,9 +9,10 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from ._bridge import EXIT_AUTH, add_bridge_parsers, run_bridge, run_store
+from ._ctrl_c import answer_ctrl_c
 from ._gateway import add_gateway_parser, run_gateway
 from ._observe import add_observe_parsers, run_ps, run_status
-from ._parsers import add_command
+from ._parsers import CommandParser, add_command
 from ._worker import add_worker_parsers, run_worker
 
 EXIT_OK = 0
@@ -40,7 +41,7 @@ MAX_CAUSE_CHARS = 300
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="tether",
         description="tether: a Trio runtime for agent services, and its bundled bridge.",
         epilog=EPILOG,
@@ -82,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..bridge.client._client import GatewayAuthError
     from ..bridge.service._config import ConfigError
 
+    answer_ctrl_c()  # again: main() may be called without importing tether._cli first
     args = build_parser().parse_args(argv)
     try:
         code = _run(args)

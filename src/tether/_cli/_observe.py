@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
-from ._parsers import Subparsers, add_command
+from .._plumbing._config_error import ConfigError
+from ._parsers import CommandParser, Subparsers, add_command
 
 DEFAULT_URL = "http://127.0.0.1:8766"
 DEFAULT_TOKEN_FILE = Path("tether-data") / "bridge" / "admin-token"
@@ -22,7 +24,7 @@ class AdminRequestError(Exception):
 
 
 def add_observe_parsers(sub: Subparsers, epilog: str) -> None:
-    common = argparse.ArgumentParser(add_help=False)
+    common = CommandParser(add_help=False)
     common.add_argument(
         "--url",
         default=None,
@@ -65,6 +67,8 @@ def _get(args: argparse.Namespace, path: str, params: dict[str, str]) -> Any:
 
     from .._plumbing._token_file import TokenFileError, read_token
 
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ConfigError(f"--timeout must be a number of seconds above 0, got {args.timeout:g}")
     url = (args.url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
     token_file = args.token_file or Path(os.environ.get(TOKEN_FILE_ENV) or DEFAULT_TOKEN_FILE)
     try:
@@ -78,6 +82,10 @@ def _get(args: argparse.Namespace, path: str, params: dict[str, str]) -> Any:
             headers={"authorization": f"Bearer {token}"},
             timeout=args.timeout,
         )
+    except httpx.TimeoutException:
+        raise AdminRequestError(
+            f"the admin endpoint at {url} did not answer within {args.timeout:g} s"
+        ) from None
     except httpx.HTTPError as exc:
         raise AdminRequestError(f"cannot reach the admin endpoint at {url}: {exc}") from None
     if response.status_code in (401, 403):

@@ -25,8 +25,13 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "exchange": (
         "host the file exchange in this directory for an outside program (any language): "
         "tasks appear as outbox/<id>.txt, the program writes results/<id>.txt "
-        "(see docs/pool.md); instead of --agent",
+        "(see docs/guide/pool.md); instead of --agent",
         Path,
+    ),
+    "grace": (
+        "seconds a stopping worker process gives its runs to finish; then they are cancelled "
+        "and their tasks handed back (default: 10)",
+        float,
     ),
     "client_name": (
         "prefix of this process's pool names (default: tether-worker; a short host name and "

@@ -5,10 +5,12 @@ Hand-written, so the body limit, the JSON error shape and the headers are enforc
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
 import re
+import socket
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any
@@ -266,16 +268,43 @@ def sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return error
 
 
+class ListenError(OSError):
+    """A server could not listen: one line naming the server, the address and why."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 async def start_hypercorn(
-    nursery: trio.Nursery, app: Any, config: hypercorn.config.Config
+    nursery: trio.Nursery, app: Any, config: hypercorn.config.Config, *, what: str = "server"
 ) -> tuple[int, str, trio.Event]:
     """Serve ``app`` in ``nursery``; returns once it listens: the bound port, the bind and
-    the event that shuts it down. A failure to bind comes out as itself ("address in use")."""
+    the event that shuts it down. A failure to bind is a ``ListenError`` naming ``what`` and
+    the address (the OS's "address already in use" names neither)."""
     stop = trio.Event()
     try:
-        binds = await nursery.start(
-            partial(hypercorn.trio.serve, app, config, shutdown_trigger=stop.wait)
-        )
-    except BaseExceptionGroup as group:
-        raise sole_error(group) from None
+        try:
+            binds = await nursery.start(
+                partial(hypercorn.trio.serve, app, config, shutdown_trigger=stop.wait)
+            )
+        except BaseExceptionGroup as group:
+            raise sole_error(group) from None
+    except OSError as exc:
+        _close_sockets_left_open(exc)
+        why = (exc.strerror or str(exc)).lower()
+        if exc.errno == errno.EADDRINUSE:
+            why += " (another process holds the port)"
+        where = ", ".join(config.bind)
+        raise ListenError(exc.errno, f"{what} cannot listen on {where}: {why}") from None
     return int(binds[0].rsplit(":", 1)[1]), binds[0], stop
+
+
+def _close_sockets_left_open(exc: BaseException) -> None:
+    """Close the sockets the failed start left open: hypercorn's ``create_sockets`` raises
+    without closing the socket whose bind failed (a ResourceWarning when it is collected)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, socket.socket):
+                value.close()
+        tb = tb.tb_next

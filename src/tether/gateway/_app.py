@@ -449,7 +449,13 @@ class GatewayApp:
         match = _MESSAGE_PATH.fullmatch(request.path)
         assert match is not None
         task_id = _valid(check_task_id, match.group(1), "message id in the path")
-        wait = min(query_seconds(request.query, "wait", 0.0), self.limits.max_wait)
+        wait = query_seconds(request.query, "wait", 0.0)
+        if wait > self.limits.max_wait:  # a person asked for it: cut short, it would mislead
+            raise HttpError(
+                400,
+                f"query parameter 'wait' must be at most {self.limits.max_wait:g} seconds here "
+                f"(the gateway's longest wait); got {wait:g}",
+            )
         seen = request.query.get("seen")
         deadline = trio.current_time() + wait
         task: StoredTask | None = None

@@ -87,7 +87,7 @@ async def serve(
                 graceful_timeout=settings.graceful_timeout,
                 errorlog="tether.gateway.http",
             )
-            port, bind, stop = await start_hypercorn(nursery, asgi_app, config)
+            port, bind, stop = await start_hypercorn(nursery, asgi_app, config, what="the gateway")
             log.info("gateway listening on %s (database %s)", bind, settings.db)
             task_status.started(port)
             if shutdown_trigger is not None:

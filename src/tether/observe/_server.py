@@ -64,7 +64,7 @@ async def serve_admin(
             graceful_timeout=settings.graceful_timeout,
             errorlog="tether.admin.http",
         )
-        port, bind, stop = await start_hypercorn(nursery, app, config)
+        port, bind, stop = await start_hypercorn(nursery, app, config, what="the admin endpoint")
         log.info("admin endpoint listening on %s", bind)
         task_status.started(port)
         if shutdown_trigger is not None:

@@ -13,6 +13,7 @@ import logging
 import random
 import secrets
 import ssl
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +28,7 @@ from ..._plumbing._converter import unstructure
 from ..._plumbing._json import loads_strict
 from ..._plumbing._redact import redact_url
 from ..._plumbing._token_file import TokenFileError, read_token
+from ..._plumbing._when import clock_time, duration
 from ..._protocol._connection import ConnectionStatus, utc_now_iso
 from ..._protocol._messages import (
     CLIENT_HEADER,
@@ -151,6 +153,8 @@ class GatewayClient:
     """Set when the gateway answers again after an outage that made a good heartbeat stale:
     the heartbeat loop beats at once instead of at its next interval."""
     _heartbeat_marked_by_outage: bool = attrs.field(default=False, init=False)
+    _outage_since: float | None = attrs.field(default=None, init=False)
+    """When the gateway stopped answering (Trio clock), while it does not answer."""
 
     def __attrs_post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
@@ -650,13 +654,13 @@ class GatewayClient:
                     self._token = fresh
                     continue
                 if status < 400:
-                    await self._publish(connected=True, ok=True)
+                    await self._answered()
                     return response
                 if optional and status in (404, 405):
-                    await self._publish(connected=True, ok=True)
+                    await self._answered()
                     return None
                 if status < 500 and status not in _TRANSIENT_STATUS:
-                    await self._publish(connected=True, ok=True)
+                    await self._answered()
                     raise GatewayRequestError(status, _error_detail(response), what)
                 problem = f"{what}: HTTP {status}: {_error_detail(response)}"
                 retry_after = _retry_after(response)
@@ -667,12 +671,37 @@ class GatewayClient:
             delay = backoff.next_delay()
             if retry_after is not None:
                 delay = min(max(delay, retry_after), self.backoff_maximum)
-            if backoff.failures == 1:
-                log.warning("gateway unreachable, retrying in %.1f s: %s", delay, problem)
-            else:
-                log.debug("gateway still unreachable, retrying in %.1f s: %s", delay, problem)
+            self._unreachable(problem, delay)
             await self._publish(connected=False, error=problem, backoff_s=round(delay, 3))
             await trio.sleep(delay)
+
+    def _unreachable(self, problem: str, delay: float) -> None:
+        """Log an outage once, as it begins, with the next try's time (the requests failing
+        in it say so at DEBUG): a person watching the log knows it is being dealt with."""
+        next_try = f"next try at {clock_time(time.time() + delay)} (in {delay:.1f} s)"
+        if self._outage_since is not None:
+            log.debug("gateway %s still unreachable (%s); %s", self.shown_url, problem, next_try)
+            return
+        self._outage_since = trio.current_time()
+        log.warning(
+            "gateway %s unreachable (%s); %s, then less often (at most %g s apart); "
+            "a line says when it answers again",
+            self.shown_url,
+            problem,
+            next_try,
+            self.backoff_maximum,
+        )
+
+    async def _answered(self) -> None:
+        """The gateway answered: the end of an outage, if one was going on, gets its line (at
+        the outage's level: whoever saw it begin sees it end)."""
+        if self._outage_since is not None:
+            lasted = trio.current_time() - self._outage_since
+            self._outage_since = None
+            log.warning(
+                "gateway %s answers again after %s unreachable", self.shown_url, duration(lasted)
+            )
+        await self._publish(connected=True, ok=True)
 
     async def _auth_failure(
         self, what: str, response: httpx.Response, when: str

@@ -11,6 +11,7 @@ from typing import Final
 
 import attrs
 
+from ..._plumbing._when import duration, iso_time
 from ._rules import CustodyState
 
 DEFAULT_MAX_CRASHES_ALONE: Final = 2
@@ -95,15 +96,20 @@ def expiry_outcome(
     the journal's triggers read as the reconciler's move."""
     lost = (
         f"lease of worker {e.owner} on attempt {e.attempt} lost: the worker restarted in a new "
-        f"process (now {now:.3f})"
+        "process"
         if restarted
-        else f"lease of worker {e.owner} on attempt {e.attempt} expired at {e.lease_until:.3f} "
-        f"(now {now:.3f})"
+        else f"lease of worker {e.owner} on attempt {e.attempt} expired at "
+        f"{iso_time(e.lease_until)} ({duration(now - e.lease_until)} ago)"
     )
     if restarted or holder_died(e.last_beat, now, lease_s):
         crashes = e.crash_count + 1
         if not restarted:
-            lost += f"; its process died (last beat {e.last_beat:.3f})"
+            beat = (
+                "never beat"
+                if e.last_beat is None
+                else f"last beat {iso_time(e.last_beat)}, {duration(now - e.last_beat)} ago"
+            )
+            lost += f"; its process died ({beat})"
         if e.suspect:
             alone = e.crashes_alone + 1
             if alone >= max_crashes_alone:

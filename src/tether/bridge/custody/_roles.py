@@ -339,9 +339,10 @@ class InspectStore(StoreClock, StateReader, Protocol):
     async def records(
         self, state: CustodyState, *, limit: int = ..., newest_first: bool = False
     ) -> Sequence[TaskRecord]:
-        """Up to ``limit`` full records in ``state``, in ingest order (oldest first, unless
-        ``newest_first``): what ``tether store status`` shows (oldest in flight, dead letters
-        with their reasons)."""
+        """Up to ``limit`` full records in ``state``: oldest ingested first, or with
+        ``newest_first`` the latest to reach the state first (its last move, ``updated_at``):
+        what ``tether store status`` shows (oldest in flight; dead letters, latest to die
+        first, with their reasons)."""
         ...
 
     async def unreported_dead_count(self) -> int:

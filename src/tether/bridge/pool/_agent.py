@@ -7,7 +7,9 @@ A plain session handler, so an agent needs nothing pool-specific and every run i
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -55,7 +57,9 @@ def load_agent(spec: str) -> AgentFactory:
     """Import ``"package.module:factory"`` and return the factory (a callable).
 
     Raises ``AgentLoadError`` with a one-line message for a malformed spec, a module that
-    cannot be imported, a missing attribute, or an attribute that is not callable.
+    cannot be found, a module that fails as it is imported (the file and line where, and the
+    error), a missing attribute, an attribute that is not callable, or an async function
+    (a factory registers a handler at once; the handler is the async part).
     """
     if not isinstance(spec, str) or _SPEC_RE.fullmatch(spec) is None:
         raise AgentLoadError(
@@ -65,10 +69,14 @@ def load_agent(spec: str) -> AgentFactory:
     module_name, _, attr_path = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not _is_package_of(exc.name, module_name):
+            raise AgentLoadError(f"agent {spec!r}: {_where(exc)}") from exc
         raise AgentLoadError(
             f"agent {spec!r}: cannot import module {module_name!r}: {exc}"
         ) from exc
+    except Exception as exc:  # the module's own code failed: say where, as Python would
+        raise AgentLoadError(f"agent {spec!r}: {_where(exc)}") from exc
     obj: Any = module
     for part in attr_path.split("."):
         try:
@@ -81,14 +89,51 @@ def load_agent(spec: str) -> AgentFactory:
         raise AgentLoadError(
             f"agent {spec!r}: {attr_path!r} is a {type(obj).__name__}, not a callable factory"
         )
+    if inspect.iscoroutinefunction(obj) or inspect.isasyncgenfunction(obj):
+        raise AgentLoadError(f"agent {spec!r}: {ASYNC_FACTORY}")
     return obj  # type: ignore[no-any-return]
+
+
+ASYNC_FACTORY: Final = (
+    "the factory is an async function; it must be a plain function that registers an async "
+    "handler: def factory(session): session.add_handler('task', handle)"
+)
+
+
+def _is_package_of(missing: str, module_name: str) -> bool:
+    """Whether ``missing`` is ``module_name`` or a package on its path (the spec's own module
+    is not there), rather than something the module imports."""
+    return module_name == missing or module_name.startswith(missing + ".")
+
+
+def _where(exc: BaseException) -> str:
+    """``file, line N: Error: message`` for an error raised while a module was imported: the
+    innermost frame outside the import machinery (for a SyntaxError, its own position)."""
+    if isinstance(exc, SyntaxError):
+        return f"{exc.filename}, line {exc.lineno}: syntax error: {exc.msg}"
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith("<frozen ") and frame.filename != __file__
+    ]
+    text = " ".join(str(exc).split())
+    error = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if not frames:
+        return error
+    return f"{frames[-1].filename}, line {frames[-1].lineno}: {error}"
 
 
 def install_agent(session: Session, factory: AgentFactory) -> RoomPolicy | None:
     """Run ``factory(session)`` and check that it registered exactly one ``"task"`` handler,
     with a policy that runs every call (``concurrent`` or ``serial``) or ``replace``; return
     the room policy the agent declares (``agent_room_policy``), if any."""
-    factory(session)
+    made = factory(session)  # type: ignore[func-returns-value]
+    if inspect.isawaitable(made):  # an async __call__, or a partial of an async function
+        if inspect.iscoroutine(made):
+            made.close()  # never awaited, on purpose: no "never awaited" warning
+        raise AgentError(
+            f"agent factory {getattr(factory, '__qualname__', factory)!r}: {ASYNC_FACTORY}"
+        )
     handlers = session.handler_names(TASK_EVENT)
     if len(handlers) != 1:
         what = "no" if not handlers else f"{len(handlers)}"

@@ -268,6 +268,10 @@ class PoolLead:
     _next_due: float | None = attrs.field(init=False, default=None)
     _beats_in_loop: bool = attrs.field(init=False, default=False)
     _took_over_from: str | None = attrs.field(init=False, default=None)
+    _work_seen_at: float | None = attrs.field(init=False, default=None)
+    """When this leader's sweeps first saw work to assign (store clock)."""
+    _first_sweep_at: float | None = attrs.field(init=False, default=None)
+    """When this leader first swept (store clock): work seen then was waiting for it."""
 
     @property
     def _beat_every(self) -> float:
@@ -380,14 +384,26 @@ class PoolLead:
         if done:
             lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
         assigned = tuple(a for a in plan.assign if a.id not in lost)
+        if self.leading and self._first_sweep_at is None:
+            self._first_sweep_at = now
+        if self.leading and self._work_seen_at is None and view.pending:
+            self._work_seen_at = now
         if assigned and self.leading and self.first_assigned_at is None:
             self.first_assigned_at = now
-            since = now - (self.leading_since if self.leading_since is not None else now)
+            took_over = self.leading_since if self.leading_since is not None else now
+            # a slow takeover and a quiet queue read alike in the delay: say which it was
+            work_at = self._work_seen_at if self._work_seen_at is not None else now
+            idle = (
+                "(work was waiting)"
+                if self._first_sweep_at is None or work_at <= self._first_sweep_at
+                else f"(no work to assign before {work_at - took_over:.3f}s)"
+            )
             log.log(
                 logging.INFO if self._took_over_from is None else logging.WARNING,
-                "lead %s: first assignment as leader %.3fs after taking over (store clock %.3f)",
+                "lead %s: first assignment as leader %.3fs after taking over %s (store clock %.3f)",
                 self.name,
-                since,
+                now - took_over,
+                idle,
                 now,
             )
         if self.wakeups is not None:
@@ -552,6 +568,7 @@ class PoolLead:
         if leading and not self.leading:
             self.leading_since = now
             self.first_assigned_at = None
+            self._work_seen_at = self._first_sweep_at = None
             self.takeovers += 1
             before = self.leader
             self._took_over_from = None

@@ -16,6 +16,7 @@ from typing import Final
 import attrs
 import trio
 
+from ..._plumbing._when import clock_time, duration
 from ..._session import Session, open_session
 from ..._session_types import HandlerCancelled, HandlerDropped, QueueFull
 from ..custody._records import WorkerInfo
@@ -33,6 +34,19 @@ from ._timings import Timings
 from ._wakeup import PoolWakeups, Wakeup
 
 log = logging.getLogger("tether.bridge.pool.worker")
+SHOWN_IDS: Final = 5
+"""Task ids a log line names; the rest are counted."""
+
+
+def _runs(count: int) -> str:
+    return "1 run" if count == 1 else f"{count} runs"
+
+
+def _ids(claims: Sequence[Claim]) -> str:
+    shown = ", ".join(c.task.id for c in claims[:SHOWN_IDS])
+    more = len(claims) - SHOWN_IDS
+    return shown + (f" and {more} more" if more > 0 else "")
+
 
 RELEASE_TIMEOUT: Final = 5.0
 """Seconds a worker spends giving its claims back when it is cancelled (shielded)."""
@@ -289,11 +303,38 @@ class PoolWorker:
                         await self._beat()
                         await self._give_back_assignments()
                         # the runs in hand get stop_grace; then they are cancelled and released
-                        work.cancel_scope.deadline = trio.current_time() + self.stop_grace
+                        nursery.start_soon(self._cut_runs_after_grace, work.cancel_scope)
                     nursery.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
                     await self._leave()
+
+    async def _cut_runs_after_grace(self, work: trio.CancelScope) -> None:
+        """Say what a soft stop waits for and until when; cancel what still runs after it."""
+        runs = self.in_hand
+        if runs:
+            log.info(
+                "worker %s: stopping: waiting up to %s (until %s) for %s in hand (%s) to "
+                "finish; then %s cancelled and %s back to the pool",
+                self.name,
+                duration(self.stop_grace),
+                clock_time(self.now() + self.stop_grace),
+                _runs(len(runs)),
+                _ids(runs),
+                "it is" if len(runs) == 1 else "they are",
+                "its task goes" if len(runs) == 1 else "their tasks go",
+            )
+        await trio.sleep(self.stop_grace)
+        left = self.in_hand
+        if left:
+            log.warning(
+                "worker %s: cancelled %s still going after the %s stop grace (%s)",
+                self.name,
+                _runs(len(left)),
+                duration(self.stop_grace),
+                _ids(left),
+            )
+        work.cancel()
 
     async def _recover_claims(self) -> None:
         """Claims under this name now are an earlier process's, which died with them: crash

@@ -6,8 +6,12 @@ from __future__ import annotations
 import attrs
 
 from ..._plumbing._converter import unstructure
+from ..._plumbing._logging import escape_controls
 from ..custody._records import JournalEntry
-from ..custody._rules import TaskRecord
+from ..custody._rules import OPERATOR_PREFIX, TaskRecord
+
+SHOWN_BODY_CHARS = 400
+"""Characters of the message shown (the rest counted; ``--json`` has all of it)."""
 
 
 @attrs.frozen
@@ -28,10 +32,18 @@ def _at(seconds: float, now: float) -> str:
     return f"{ago:.1f}s ago" if ago >= 0 else f"in {-ago:.1f}s"
 
 
+def _bounded(text: str) -> str:
+    """The message on one line (controls escaped), its first ``SHOWN_BODY_CHARS`` only."""
+    more = len(text) - SHOWN_BODY_CHARS
+    shown = escape_controls(text[:SHOWN_BODY_CHARS])
+    return shown + (f"... ({more} more characters)" if more > 0 else "")
+
+
 def render_show(show: TaskShow) -> str:
     """The record, then the journal as one line per move."""
     r, now = show.record, show.now
     lines = [f"task {r.task.id}: {r.state.value}, attempt {r.attempt}"]
+    lines.append(f"  message     {_bounded(r.task.body)}")
     if r.owner is not None:
         lines.append(f"  owner       {r.owner}")
     if r.lease_until is not None:
@@ -52,8 +64,18 @@ def render_show(show: TaskShow) -> str:
     lines.append("journal:" if show.journal else "journal: (none)")
     for e in show.journal:
         src = "ingested" if e.src is None else e.src.value
-        who = f" {e.worker}" if e.worker else ""
-        why = f": {e.reason}" if e.reason else ""
+        # the worker a move concerns is its actor only for a worker's own move; for the lead
+        # it is the one assigned, for an operator or the reconciler the one that held it
+        if not e.worker:
+            who = ""
+        elif e.actor == "worker":
+            who = f" {e.worker}"
+        else:
+            who = f" (worker {e.worker})"
+        reason = e.reason
+        if reason and e.actor == "operator":
+            reason = reason.removeprefix(OPERATOR_PREFIX)  # "by operator" says it already
+        why = f": {reason}" if reason else ""
         lines.append(
             f"  {_at(e.at, now):>14}  {src} -> {e.dst.value}  attempt {e.attempt}  "
             f"by {e.actor}{who}{why}"

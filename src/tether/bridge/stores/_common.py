@@ -15,6 +15,7 @@ from typing import Any, Final
 import attrs
 
 from ..._plumbing._converter import unstructure
+from ..._plumbing._when import duration, iso_time
 from ..custody._crashes import failures
 from ..custody._records import JournalEntry
 from ..custody._rooms import SUPERSEDED_PREFIX, Superseded
@@ -155,7 +156,8 @@ def stale_lease(seen: Seen | None, claim: Claim, now: float, verb: str) -> Excep
         and seen.attempt == claim.attempt
         and seen.lease_until is not None
     ):
-        held = f"its lease expired at {seen.lease_until:.3f} (now {now:.3f})"
+        ago = duration(now - seen.lease_until)
+        held = f"its lease expired at {iso_time(seen.lease_until)} ({ago} ago)"
     else:
         held = f"the store has it {seen.state.value}{seen.owner_note}"
         if seen.state is CustodyState.DEAD and (seen.reason or "").startswith(OPERATOR_PREFIX):
@@ -201,8 +203,8 @@ def assign_refused(record: TaskRecord, worker: str, now: float) -> str:
         )
     if record.state is CustodyState.PENDING and record.not_before is not None:
         return (
-            f"{what}: it is pending but waits for a retry until {record.not_before:.3f} "
-            f"(now {now:.3f})"
+            f"{what}: it is pending but waits for a retry until "
+            f"{iso_time(record.not_before)} (in {duration(record.not_before - now)})"
         )
     held = owner_note(record.owner, record.attempt)
     return f"{what}: it is {record.state.value}{held}, not pending"

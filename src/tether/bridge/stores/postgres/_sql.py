@@ -571,7 +571,7 @@ class Sql:
     def records_newest(self) -> str:
         return (
             f"SELECT {RECORD_COLS} FROM {self.s}.tasks t WHERE t.state = %(state)s "
-            "ORDER BY t.seq DESC LIMIT %(limit)s"
+            "ORDER BY t.updated_at DESC, t.seq DESC LIMIT %(limit)s"
         )
 
     @property

@@ -308,7 +308,7 @@ RECORDS_OLDEST: Final = (
     f"SELECT {RECORD_COLS} FROM tasks WHERE state = ? ORDER BY rowid ASC LIMIT ?"
 )
 RECORDS_NEWEST: Final = (
-    f"SELECT {RECORD_COLS} FROM tasks WHERE state = ? ORDER BY rowid DESC LIMIT ?"
+    f"SELECT {RECORD_COLS} FROM tasks WHERE state = ? ORDER BY updated_at DESC, rowid DESC LIMIT ?"
 )
 WAITING_RETRIES: Final = "SELECT count(*) FROM tasks WHERE state = 'pending' AND not_before > ?"
 JOURNAL: Final = (
