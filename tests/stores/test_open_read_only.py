@@ -40,6 +40,23 @@ async def test_a_read_only_sqlite_store_refuses_every_write(tmp_path: Path) -> N
     assert [p.name for p in await trio.Path(tmp_path).iterdir()] == ["custody.db"]
 
 
+async def test_a_read_through_a_link_sees_what_a_live_writer_committed(tmp_path: Path) -> None:
+    """SQLite keeps ``-wal`` beside the file a link leads to: a reader that looked for it beside
+    the link would open the file as if no writer ran and miss every commit still in the WAL."""
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "data" / "custody.db"
+    link = tmp_path / "link.db"
+    link.symlink_to(path)
+    async with await SqliteStore.open(path) as writer:  # open: its commits stay in the WAL
+        await writer.ingest(Task("t1", "hello"))
+        assert (path.parent / "custody.db-wal").exists()
+        store = await open_store(link, read_only=True)
+        try:
+            assert (await store.counts())[CustodyState.PENDING] == 1
+        finally:
+            await store.aclose()
+
+
 def _sql(dsn: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         cur = conn.execute(query, params)

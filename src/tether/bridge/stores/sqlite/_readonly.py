@@ -40,8 +40,9 @@ def _uri(path: Path) -> str:
     if not header.startswith(HEADER):
         raise NotAStore(f"{path} is not a SQLite database")
     wal = len(header) > 18 and header[18] == WAL_MODE
-    idle = wal and not path.with_name(path.name + "-wal").exists()
-    return f"{path.absolute().as_uri()}?mode=ro" + ("&immutable=1" if idle else "")
+    real = path.resolve()  # SQLite keeps -wal and -shm beside the file links lead to
+    idle = wal and not any(real.with_name(real.name + end).exists() for end in ("-wal", "-shm"))
+    return f"{real.as_uri()}?mode=ro" + ("&immutable=1" if idle else "")
 
 
 def _version(conn: sqlite3.Connection, path: Path, *, older: bool) -> int:
