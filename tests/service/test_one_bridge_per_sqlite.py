@@ -13,11 +13,13 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
 import trio
 
 from support.gateway import RunningGateway
 from support.service import BridgeProcess, answered_count, submit_many
 from support.waiting import wait_until
+from tether.bridge import BridgeConfig, BridgeService, ConfigError
 
 
 async def _heartbeats(gateway: RunningGateway) -> int:
@@ -71,3 +73,24 @@ async def test_a_second_bridge_on_one_sqlite_store_is_refused_and_a_restart_is_n
     assert await third.stop() == 0, third.log_tail()
     assert not (store.parent / "custody.db.bridge.lock").exists()  # a clean stop removes it
     assert (await gateway.stats())["tasks"]["answered"] == len(ids) + len(more)
+
+
+async def test_a_second_embedded_bridge_on_one_sqlite_file_is_refused_in_the_same_process(
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
+) -> None:
+    """The lock is the service's, not the command's: a program that embeds two
+    ``BridgeService``s on one file (the kernel lets one process take its record lock twice) gets
+    the same refusal, and the file is free again once the first one stops."""
+    config = BridgeConfig(
+        gateway=gateway.url, token_file=token_file, store=str(tmp_path / "c.db"), workers=1
+    )
+    async with trio.open_nursery() as nursery:
+        first = BridgeService(config, freeze_gc=False)
+        await nursery.start(first.run)
+        with pytest.raises(ConfigError, match="one bridge per SQLite file"):
+            await nursery.start(BridgeService(config, freeze_gc=False).run)
+        assert first.running
+        nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(BridgeService(config, freeze_gc=False).run)
+        nursery.cancel_scope.cancel()

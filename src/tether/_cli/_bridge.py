@@ -6,11 +6,9 @@ Heavy imports happen only when a command runs, so ``--help`` stays instant.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -396,6 +394,7 @@ def run_bridge(args: argparse.Namespace) -> int:
     from .._plumbing._redact import redact_url
     from .._plumbing._token_file import ensure_token_file
     from ..bridge.service._config import load_config
+    from ..bridge.service._names import one_bridge_per_file
     from ..bridge.service._settings import prepare_store_dir
 
     config = load_config(file=args.config, flags=_flags(args, SETTINGS))
@@ -408,47 +407,17 @@ def run_bridge(args: argparse.Namespace) -> int:
     check_token_file(config.token_file)  # before the banner, the data directory and the store
     configure_logging(config.log_level, config.log_format)
     prepare_store_dir(config)
-    with one_bridge_per_file(config.store):
-        if config.admin_port is not None and ensure_token_file(config.admin_token_file):
-            print(f"tether: created admin token file {config.admin_token_file}", file=sys.stderr)
-        print(
-            f"tether bridge: {redact_url(config.gateway)} -> {redact_url(config.store)}, "
-            f"agent {config.agent}, "
-            f"{config.workers} worker(s); Ctrl+C stops",
-            file=sys.stderr,
-            flush=True,
-        )
-        admin_ready = admin_announcer("tether bridge", config.admin_host, config.admin_token_file)
-        trio.run(BridgeService(config, factory=factory, admin_ready=admin_ready).run_until_signal)
+    with one_bridge_per_file(config.store):  # refused in one line, before the banner
+        pass  # the service holds it while it runs
+    if config.admin_port is not None and ensure_token_file(config.admin_token_file):
+        print(f"tether: created admin token file {config.admin_token_file}", file=sys.stderr)
+    print(
+        f"tether bridge: {redact_url(config.gateway)} -> {redact_url(config.store)}, "
+        f"agent {config.agent}, "
+        f"{config.workers} worker(s); Ctrl+C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+    admin_ready = admin_announcer("tether bridge", config.admin_host, config.admin_token_file)
+    trio.run(BridgeService(config, factory=factory, admin_ready=admin_ready).run_until_signal)
     return 0
-
-
-@contextlib.contextmanager
-def one_bridge_per_file(store: str) -> Iterator[None]:
-    """Refuse (exit 2) to run a second bridge on a SQLite store; for the whole process.
-
-    A bridge on a SQLite file keeps fixed pool names (``host_stem``) and delivers without
-    delivery leases: a second one beside it would beat under the same names (both leading) and
-    post every reply twice. So the bridge holds ``<store>.bridge.lock`` while it runs (the
-    kernel frees it when the process dies, so a restart after a crash is never refused).
-    PostgreSQL stores are shared by many bridges and need no lock.
-    """
-    from .._plumbing._lock_file import LockHeld, hold_lock
-    from ..bridge.service._config import ConfigError
-    from ..bridge.stores.postgres._dsn import is_postgres_dsn
-
-    if is_postgres_dsn(store):
-        yield
-        return
-    path = Path(store).resolve()  # the file's own folder, whatever links lead to it
-    with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(hold_lock(path.with_name(path.name + ".bridge.lock")))
-        except LockHeld as exc:
-            who = "" if exc.pid is None else f" (pid {exc.pid})"
-            raise ConfigError(
-                f"another tether bridge{who} runs on the store {store}: one bridge per SQLite "
-                "file; stop it first, add workers with --workers or `tether worker run`, or use "
-                "PostgreSQL for several bridges"
-            ) from None
-        yield

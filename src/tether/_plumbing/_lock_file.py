@@ -5,7 +5,9 @@ lock and a restart takes it at once; a record lock belongs to the process (a chi
 does not hold it, unlike ``flock``'s), and nothing else in the process opens the file (closing
 any descriptor of it would free the lock). The file names the holder's pid for whoever is
 refused, and goes away on a clean release (whoever opened it just before re-checks that the
-name is still the file they locked, so no two processes ever hold the lock by two names).
+name is still the file they locked, so no two processes ever hold the lock by two names). The
+kernel lets a process take its own record lock twice, so the process keeps its own list too:
+a second holder in the same process is refused like one in another process.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+_HELD: set[Path] = set()
+"""The locks this process holds (their absolute paths)."""
 
 
 class LockHeld(Exception):
@@ -61,10 +66,15 @@ def _acquire(path: Path) -> int:
 @contextlib.contextmanager
 def hold_lock(path: Path) -> Iterator[None]:
     """Hold the lock ``path`` for the block, or raise ``LockHeld`` at once."""
+    path = path.absolute()
+    if path in _HELD:
+        raise LockHeld(path, os.getpid())
     fd = _acquire(path)
+    _HELD.add(path)
     try:
         yield
     finally:
+        _HELD.discard(path)
         try:
             os.unlink(path)  # while still held: see the module docstring
         except FileNotFoundError:

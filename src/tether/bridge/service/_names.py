@@ -6,17 +6,21 @@ names".
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import socket
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from pathlib import Path
 from typing import Final
 
 import trio
 
 from ..._plumbing._config_error import ConfigError
+from ..._plumbing._lock_file import LockHeld, hold_lock
 from ..custody._roles import PoolMemberStore
 from ..pool._liveness import is_alive
+from ..stores.postgres._dsn import is_postgres_dsn
 
 STEM_MAX: Final = 56
 """Room for ``-w256`` and ``-lead`` inside the 64-character worker-name rule."""
@@ -107,3 +111,29 @@ async def check_names_free(
             f"pool name {moved[0]} is in use by another live process (its beats in the store "
             f"keep moving); {remedy}"
         )
+
+
+@contextlib.contextmanager
+def one_bridge_per_file(store: str) -> Iterator[None]:
+    """Hold ``<store>.bridge.lock`` for the block, or refuse with a ``ConfigError`` (exit 2).
+
+    A bridge on a SQLite file keeps fixed pool names (``host_stem``) and delivers without
+    delivery leases: a second one beside it would beat under the same names (both leading) and
+    post every reply twice. The kernel frees the lock when the process dies, so a restart after
+    a crash is never refused. PostgreSQL stores are shared by many bridges and need no lock.
+    """
+    if is_postgres_dsn(store):
+        yield
+        return
+    path = Path(store).resolve()  # the file's own folder, whatever links lead to it
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(hold_lock(path.with_name(path.name + ".bridge.lock")))
+        except LockHeld as exc:
+            who = "" if exc.pid is None else f" (pid {exc.pid})"
+            raise ConfigError(
+                f"another tether bridge{who} runs on the store {store}: one bridge per SQLite "
+                "file; stop it first, add workers with --workers or `tether worker run`, or use "
+                "PostgreSQL for several bridges"
+            ) from None
+        yield

@@ -49,9 +49,10 @@ from ._config import BridgeConfig
 from ._dead_notices import DeadNotices
 from ._delivery import Delivery, delivery_holder
 from ._ingest import Ingest
-from ._names import host_stem, lead_name, pool_stem, worker_names
+from ._names import host_stem, lead_name, one_bridge_per_file, pool_stem, worker_names
 from ._pool_store import open_pool_store
 from ._process import run_until_signal, until_stopped
+from ._settings import prepare_store_dir
 
 if TYPE_CHECKING:
     from ...observe import CounterSource
@@ -161,6 +162,9 @@ class BridgeService:
         factory = self.factory if self.factory is not None else load_agent(config.agent)
         try:
             async with AsyncExitStack() as stack:
+                if self.store is None and config.pool_name is None:  # fixed names: one bridge
+                    prepare_store_dir(config)
+                    stack.enter_context(one_bridge_per_file(config.store))  # outlives the store
                 store = await open_pool_store(  # a chosen name: refused if taken
                     stack,
                     config,
