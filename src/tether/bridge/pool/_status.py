@@ -3,10 +3,9 @@ for ``/status``, ``tether status`` and a status file; times in UTC ISO 8601."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import attrs
 
+from ..._plumbing._when import iso_time
 from ._lead import PoolLead
 from ._worker import PoolWorker
 
@@ -15,10 +14,9 @@ def iso(at: float | None) -> str | None:
     if at is None:
         return None
     try:
-        stamp = datetime.fromtimestamp(at, UTC)
-    except (OverflowError, OSError, ValueError):
+        return iso_time(at)
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds: shown as none
         return None
-    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @attrs.frozen

@@ -1,6 +1,6 @@
 """What every backend computes the same way: argument checks, fencing errors, row shapes.
 
-The SQL stays per dialect (each backend's ``_store.py``); what a caller sees does not. A bad
+The SQL stays per dialect (each backend's ``_sql.py``); what a caller sees does not. A bad
 limit, a bad reason, a stale lease or an unknown task reads the same from SQLite and from
 PostgreSQL, because both build it here. The conformance suite in ``tests/custody`` holds them to
 it.

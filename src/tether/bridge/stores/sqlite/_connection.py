@@ -1,7 +1,8 @@
 """Opening the SQLite file: private permissions, WAL, the durability setting, the migration.
 
 The writer's connection creates, tightens and migrates the file; the reader's only reads
-(``query_only``) what the writer committed. Each runs in its own thread (``_writer``).
+(``query_only``) what the writer committed. Each runs in its own thread
+(``tether._plumbing._sqlite_writer``).
 """
 
 from __future__ import annotations
