@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from support.clock import FakeClock
 from support.observe import running_admin
 from tether._cli._main import main
 from tether.bridge import SqliteStore, Task
@@ -15,14 +16,6 @@ from tether.bridge.pool import Timings
 from tether.bridge.pool._timings import MAX_TRACKED, Histogram
 
 from .test_admin_metrics import parse
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_histogram_counts_into_buckets_and_gives_recent_quantiles() -> None:
@@ -57,7 +50,7 @@ def test_timings_pair_each_tasks_two_moments_and_forget_beyond_the_bound() -> No
 async def test_metrics_and_status_show_timings_and_the_oldest_task_per_state(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    clock = Clock()
+    clock = FakeClock(now=1000.0)
     store = await SqliteStore.open(tmp_path / "c.db", synchronous="NORMAL", clock=clock)
     timings = Timings()
     for seconds in [0.01, 0.02, 0.03, 4.0]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-import attrs
 import pytest
 import trio
 
+from support.clock import FakeClock
 from support.gateway import RunningGateway
 from support.service import answered_count, submit_many
 from support.waiting import wait_until
@@ -16,21 +16,11 @@ from tether import ChildSpec, open_supervisor
 from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
 
 
-@attrs.define
-class FrozenClock:
-    """The store's clock: still, unless the test moves it."""
-
-    now: float = 2_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.mark.parametrize("lead", [True, False], ids=["with-lead", "leaderless"])
 async def test_a_supervised_bridge_answers_everything_prunes_old_tasks_and_stops_softly(
     gateway: RunningGateway, token_file: Path, tmp_path: Path, lead: bool
 ) -> None:
-    clock = FrozenClock()
+    clock = FakeClock(now=2_000_000.0)
     path = tmp_path / "custody.db"
     async with await SqliteStore.open(path, clock=clock) as store:
         await store.ingest(Task(id="old-1", body="long ago", room="r"))
