@@ -199,6 +199,28 @@ class NoSuchStore(LookupError):
     """The schema was never created and the caller asked not to create it."""
 
 
+def _refuse_without_store(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+    made = conn.execute(
+        "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'schema_version'", (schema,)
+    ).fetchone()
+    if made is None:
+        raise NoSuchStore(f"no tether store in schema {schema!r} (is the schema right?)")
+
+
+def _stored_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
+    """The version ``schema``'s store is at; ``SchemaTooNew`` past this tether's."""
+    row = conn.execute(
+        f'SELECT coalesce(max(version), 0) FROM "{schema}".schema_version'
+    ).fetchone()
+    version = int(row[0]) if row is not None else 0  # type: ignore[call-overload]
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"schema {schema!r} is at version {version}, newer than this tether supports "
+            f"({SCHEMA_VERSION}); upgrade tether"
+        )
+    return version
+
+
 def migrate(
     conn: psycopg.Connection[tuple[object, ...]], schema: str, *, create: bool = True
 ) -> int:
@@ -211,25 +233,14 @@ def migrate(
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tether-schema:{schema}",))
         exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
         if not create:
-            made = conn.execute(
-                "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'schema_version'",
-                (schema,),
-            ).fetchone()
-            if made is None:
-                raise NoSuchStore(f"no tether store in schema {schema!r} (is the schema right?)")
+            _refuse_without_store(conn, schema)
         if exists is None:
             conn.execute(f"CREATE SCHEMA {s}")
         conn.execute(
             f"CREATE TABLE IF NOT EXISTS {s}.schema_version ("
             "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.schema_version").fetchone()
-        start = int(row[0]) if row is not None else 0  # type: ignore[call-overload]
-        if start > SCHEMA_VERSION:
-            raise SchemaTooNew(
-                f"schema {schema!r} is at version {start}, newer than this tether supports "
-                f"({SCHEMA_VERSION}); upgrade tether"
-            )
+        start = _stored_version(conn, schema)
         for version in range(start, SCHEMA_VERSION):
             conn.execute(MIGRATIONS[version].format(s=s).encode())
             conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version + 1,))
@@ -244,19 +255,9 @@ def check_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> 
     """Refuse a schema that holds no tether store (``NoSuchStore``) or one of another version
     (``OlderStore``, ``SchemaTooNew``), reading only: what a read-only open does instead of
     ``migrate``."""
-    s = f'"{check_schema(schema)}"'
-    made = conn.execute(
-        "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'schema_version'", (schema,)
-    ).fetchone()
-    if made is None:
-        raise NoSuchStore(f"no tether store in schema {schema!r} (is the schema right?)")
-    row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.schema_version").fetchone()
-    version = int(row[0]) if row is not None else 0  # type: ignore[call-overload]
-    if version > SCHEMA_VERSION:
-        raise SchemaTooNew(
-            f"schema {schema!r} is at version {version}, newer than this tether supports "
-            f"({SCHEMA_VERSION}); upgrade tether"
-        )
+    check_schema(schema)
+    _refuse_without_store(conn, schema)
+    version = _stored_version(conn, schema)
     if version < SCHEMA_VERSION:
         raise OlderStore(
             f"schema {schema!r} holds a tether custody store of schema version {version}; this "
