@@ -7,9 +7,11 @@ writes it, ``tether.observe`` (below the bridge) judges it. It never contains th
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
 
 import attrs
+
+from .._plumbing._when import iso_time
 
 STATUS_SCHEMA_VERSION = 1
 
@@ -46,4 +48,4 @@ class ConnectionStatus:
 
 
 def utc_now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_time(time.time())

@@ -5,7 +5,7 @@ stacks carry file paths)."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+import time
 
 import attrs
 
@@ -25,6 +25,7 @@ from .._http._asgi import (
 from .._http._auth import TokenSource, bearer_token
 from .._plumbing._converter import unstructure
 from .._plumbing._token_file import TokenFileError
+from .._plumbing._when import iso_time
 from ._health import check_health
 from ._metrics import CONTENT_TYPE, Metrics
 from ._observed import Observed
@@ -94,7 +95,7 @@ class AdminApp:
         kinds = _kinds(request.query.get("kinds", "user"))
         nodes = task_tree(self.observed.registry, kinds=kinds, stacks=stacks)
         doc = {
-            "time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "time": iso_time(time.time()),
             "count": count_nodes(nodes),
             "tasks": unstructure(nodes),
         }
