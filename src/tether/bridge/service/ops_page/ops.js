@@ -166,7 +166,8 @@ function drawTask(doc) {
     `${age(doc.now - e.at)} ago`,
     `${e.src == null ? "ingested" : e.src} → ${e.dst}`,
     e.attempt,
-    e.worker ? `${e.actor} (${e.worker})` : e.actor,
+    // the worker a move concerns is its actor only for a worker's own move (as `tether store show`)
+    !e.worker ? e.actor : e.actor === "worker" ? `worker ${e.worker}` : `${e.actor} (worker ${e.worker})`,
     e.reason || "",
   ]));
   // issues 35 and 36: steps and turns, when the document carries them
