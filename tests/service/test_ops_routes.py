@@ -5,13 +5,19 @@ retry or cancel from the page is the store's operator move, journalled as the op
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
+import trio
 
 from support.custody import drive_to
 from support.observe import ADMIN_TOKEN, running_admin
+from support.waiting import wait_until
+from tether import Runtime
 from tether.bridge import CustodyState, SqliteStore
+from tether.bridge.custody import Store
 from tether.bridge.service._ops_routes import OpsRoutes
 
 S = CustodyState
@@ -22,7 +28,7 @@ async def test_every_json_route_and_move_needs_the_token_and_the_page_files_carr
     store: SqliteStore, tmp_path: Path
 ) -> None:
     await drive_to(store, "d1", S.DEAD)
-    async with running_admin(tmp_path, store=store, routes=OpsRoutes(store)) as admin:
+    async with running_admin(tmp_path, partial(OpsRoutes, store), store=store) as admin:
         guarded = [
             ("GET", "/ops/api/store"),
             ("GET", "/ops/api/tasks/d1"),
@@ -65,7 +71,7 @@ async def test_the_store_view_lists_counts_oldest_dead_letters_and_members(
     await drive_to(store, "c1", S.CLAIMED)
     await drive_to(store, "d1", S.DEAD)
     await store.beat("w-c1", "worker", 2)
-    async with running_admin(tmp_path, store=store, routes=OpsRoutes(store)) as admin:
+    async with running_admin(tmp_path, partial(OpsRoutes, store), store=store) as admin:
         view = (await admin.get("/ops/api/store")).json()
         status = view["status"]
         assert status["counts"]["pending"] == status["counts"]["claimed"] == 1
@@ -85,7 +91,7 @@ async def test_retry_and_cancel_are_the_operators_moves_journalled_as_the_operat
 ) -> None:
     await drive_to(store, "d1", S.DEAD)
     await drive_to(store, "p1", S.PENDING)
-    async with running_admin(tmp_path, store=store, routes=OpsRoutes(store)) as admin:
+    async with running_admin(tmp_path, partial(OpsRoutes, store), store=store) as admin:
         done = await admin.client.post("/ops/api/tasks/d1/retry")
         assert done.status_code == 200, done.text
         assert done.json() == {
@@ -121,7 +127,7 @@ async def test_a_wrong_method_an_unknown_task_or_a_bad_body_is_one_clear_error(
     store: SqliteStore, tmp_path: Path
 ) -> None:
     await drive_to(store, "d1", S.DEAD)
-    async with running_admin(tmp_path, store=store, routes=OpsRoutes(store)) as admin:
+    async with running_admin(tmp_path, partial(OpsRoutes, store), store=store) as admin:
         post = admin.client.post
         wrong = await admin.get("/ops/api/tasks/d1/retry")
         assert (wrong.status_code, wrong.headers["allow"]) == (405, "POST")
@@ -143,3 +149,49 @@ async def test_a_wrong_method_an_unknown_task_or_a_bad_body_is_one_clear_error(
         assert blank.json()["error"] == '"reason" must be a non-empty string or null'
         assert await store.state("d1") is S.DEAD
         assert ADMIN_TOKEN not in (await admin.get("/ops/ops.js")).text
+
+
+async def test_a_store_that_hangs_gets_a_503_within_the_bound_and_one_call_per_question(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """Issue 33's bound: a store call cannot be cancelled once it reached the store, so the
+    page's requests stop waiting for it, share it while it is out, and the move still lands
+    when the store answers."""
+    await drive_to(store, "d1", S.DEAD)
+    release = trio.Event()
+    calls: list[str] = []
+
+    class Hanging:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        async def counts(self) -> Any:
+            calls.append("counts")
+            await release.wait()
+            return await store.counts()
+
+        async def redrive(self, ids: Any, *, reason: Any = None) -> Any:
+            calls.append("redrive")
+            await release.wait()
+            return await store.redrive(ids, reason=reason)
+
+    def routes(runtime: Runtime) -> OpsRoutes:
+        return OpsRoutes(cast(Store, Hanging()), runtime, read_within=0.2, move_within=0.2)
+
+    async with running_admin(tmp_path, routes, store=store) as admin:
+        started = trio.current_time()
+        for _ in range(3):
+            answer = await admin.get("/ops/api/store")
+            assert answer.status_code == 503
+            assert answer.json()["error"] == "the custody store did not answer within 0.2 s"
+            moved = await admin.client.post("/ops/api/tasks/d1/retry")
+            assert moved.status_code == 503
+        assert trio.current_time() - started < 5  # each answer bounded, not one store wait
+        assert calls == ["counts", "redrive"]  # one flight per question, shared
+        release.set()
+
+        async def answers() -> bool:
+            return (await admin.get("/ops/api/store")).status_code == 200
+
+        await wait_until(answers, within=10)
+        assert await store.state("d1") is S.PENDING  # the move landed when the store answered

@@ -4,34 +4,38 @@ The page's own files are public (a browser navigating to a page sends no bearer 
 are the same code for everyone and carry no data). Every JSON route and every move needs the
 admin token as an ``Authorization: Bearer`` header, which the page sends from
 ``sessionStorage``: another site cannot make a browser send it (no cookie rides along), so
-the POST routes need no CSRF token. A store that does not answer within ``STORE_WITHIN``
-gives a 503 naming it, never a hung page.
+the POST routes need no CSRF token. A store that does not answer in time (``Flights``)
+gives a 503 saying so, never a hung page.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from functools import partial
-from typing import Final, ParamSpec, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
-import trio
 
 from ..._http._asgi import HttpError, Request, Send, send_bytes, send_json
 from ..._http._static import PAGE_HEADERS, StaticFile, load_static
+from ..._runtime import Runtime
 from ...observe._routes import AdminRoute
 from ..custody._roles import Store
 from ..custody._rules import InvalidTaskId, check_task_id
+from ._ops_flights import Flights, NoAnswer
 from ._ops_page import operator_move, ops_view, task_timeline
 
 log = logging.getLogger("tether.admin")
-P = ParamSpec("P")
 T = TypeVar("T")
 
-STORE_WITHIN: Final = 5.0
-"""Seconds a store read or move may take before the page hears 503."""
+READ_WITHIN: Final = 1.0
+"""Seconds a read waits for the store before it answers 503 (issue 33's bound for every
+admin route); the page asks again at its next poll."""
+MOVE_WITHIN: Final = 3.0
+"""Seconds a retry or cancel waits for the store before it answers 503; the move may still
+land when the store answers, and the page's next reading shows whether it did."""
 MAX_MOVE_BODY: Final = 4096
 _PAGE = {"/ops": "index.html", "/ops/ops.js": "ops.js", "/ops/ops.css": "ops.css"}
 _TASK = re.compile(r"/ops/api/tasks/([^/]+)")
@@ -48,7 +52,15 @@ class OpsRoutes:
     /ops/api/tasks/ID/retry`` or ``/cancel`` (an optional JSON body ``{"reason": ...}``)."""
 
     store: Store
+    runtime: Runtime
+    """Owns the store calls (``Flights``): a call outlives a request that stopped waiting."""
+    read_within: float = READ_WITHIN
+    move_within: float = MOVE_WITHIN
     _page: dict[str, StaticFile] = attrs.field(factory=_load_page, init=False)
+    _flights: Flights = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._flights = Flights(self.runtime)
 
     def route(self, path: str) -> AdminRoute | None:
         page_file = self._page.get(path)
@@ -63,10 +75,12 @@ class OpsRoutes:
         return None
 
     async def _view(self, request: Request, send: Send) -> None:
-        await send_json(send, 200, await self._ask(ops_view, self.store))
+        view = await self._ask("store", self.read_within, ops_view, self.store)
+        await send_json(send, 200, view)
 
     async def _task(self, id: str, request: Request, send: Send) -> None:
-        doc = await self._ask(task_timeline, self.store, _task_id(id))
+        id = _task_id(id)
+        doc = await self._ask(("task", id), self.read_within, task_timeline, self.store, id)
         if doc is None:
             raise HttpError(404, f"task {id!r}: no such task in the store")
         await send_json(send, 200, doc)
@@ -74,7 +88,9 @@ class OpsRoutes:
     async def _move(self, move: str, id: str, request: Request, send: Send) -> None:
         id = _task_id(id)
         reason = await _reason(request)
-        outcome = await self._ask(operator_move, self.store, move, id, reason)
+        outcome = await self._ask(
+            (move, id, reason), self.move_within, operator_move, self.store, move, id, reason
+        )
         log.info("admin: operator page: %s", outcome.detail)
         if outcome.state is None:
             raise HttpError(404, outcome.detail)
@@ -84,18 +100,15 @@ class OpsRoutes:
             send, 200, {"id": id, "done": True, "state": outcome.state, "detail": outcome.detail}
         )
 
-    async def _ask(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
-        """``call``'s answer, or a 503 saying why the store gave none."""
+    async def _ask(
+        self, key: Hashable, within: float, call: Callable[..., Awaitable[T]], *args: Any
+    ) -> T:
+        """``call(*args)``'s answer, or a 503 saying why the store gave none."""
         try:
-            with trio.fail_after(STORE_WITHIN):
-                return await call(*args, **kwargs)
-        except trio.TooSlowError:
-            raise HttpError(
-                503, f"the custody store did not answer within {STORE_WITHIN:g} s"
-            ) from None
-        except Exception as exc:
-            log.warning("admin: operator page: the custody store failed: %r", exc)
-            raise HttpError(503, f"the custody store failed: {exc!r}"[:300]) from None
+            return await self._flights.ask(key, within, call, *args)  # type: ignore[no-any-return]
+        except NoAnswer as exc:
+            log.warning("admin: operator page: %s", exc)
+            raise HttpError(503, str(exc)) from None
 
 
 async def _send_file(page_file: StaticFile, request: Request, send: Send) -> None:

@@ -309,7 +309,7 @@ class BridgeService:
             counters=self._counters(),
             pool=self.pool_status,
             timings=self.timings,
-            routes=OpsRoutes(store),
+            routes=OpsRoutes(store, runtime),
         )
         settings = AdminSettings(
             token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0

@@ -289,7 +289,7 @@ class WorkerService:
             raise RuntimeError("the admin endpoint needs open_runtime() around WorkerService.run")
         config = self.config
         observed = bridge_observed(
-            runtime, store=store, pool=self.pool_status, routes=OpsRoutes(store)
+            runtime, store=store, pool=self.pool_status, routes=OpsRoutes(store, runtime)
         )
         settings = AdminSettings(
             token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0
