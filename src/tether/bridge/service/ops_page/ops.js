@@ -182,10 +182,18 @@ function drawTask(doc) {
   }
 }
 
+// One reading at a time: a refresh asked for while one is out runs right after it, so a
+// click never starts a second polling chain beside the timer's.
+let reading = false;
+let readAgain = false;
+
 async function refresh() {
+  if (reading) { readAgain = true; return; }
+  reading = true;
   clearTimeout(timer);
-  if (!token()) { notice("Paste the admin token to start."); return; }
+  let next = POLL_MS;
   try {
+    if (!token()) { notice("Paste the admin token to start."); return; }
     const [status, view] = await Promise.all([api("GET", "/status"), api("GET", "/ops/api/store")]);
     drawStatus(status);
     drawStore(view);
@@ -196,9 +204,13 @@ async function refresh() {
   } catch (error) {
     failing = true;
     notice(`Cannot read the bridge: ${error.message}`);
-    if (error.status === 401) return;  // a wrong token: wait for a new one, do not hammer
+    if (error.status === 401) next = null;  // a wrong token: wait for a new one, do not hammer
+  } finally {
+    reading = false;
   }
-  timer = setTimeout(refresh, POLL_MS);
+  if (!token() || next === null) return;
+  if (readAgain) { readAgain = false; next = 0; }
+  timer = setTimeout(refresh, next);
 }
 
 async function operatorMove(move, id, button) {
