@@ -41,7 +41,8 @@ _FALSE = ("", "0", "false", "no")
 @attrs.define(eq=False)
 class AdminApp:
     """The admin endpoint as an ASGI app (``serve_admin`` serves it): ``/healthz``,
-    ``/metrics``, ``/tasks``, ``/status``, each behind the bearer token."""
+    ``/metrics``, ``/tasks``, ``/status``, each behind the bearer token, and the routes the
+    service adds (``Observed.routes``)."""
 
     observed: Observed
     tokens: TokenSource
