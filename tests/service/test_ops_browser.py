@@ -21,7 +21,8 @@ from tether.bridge import BridgeService, CustodyState, Permanent, SqliteStore, T
 pytestmark = NEEDS_CHROMIUM
 
 ADMIN_TOKEN = "ops-page-admin-token-81c2"
-GAVE_UP = "the upstream model refused this prompt (first try)"
+GAVE_UP = 'the upstream model refused <img src=x onerror="document.title=1"> (first try)'
+"""A reason that looks like markup: the page shows it as text, nothing runs."""
 
 
 def retry_from_the_page(url: str, task_id: str, shots: Path) -> dict[str, Any]:
@@ -43,6 +44,8 @@ def retry_from_the_page(url: str, task_id: str, shots: Path) -> dict[str, Any]:
         seen["dead_row"] = row.text
         seen["health"] = driver.find_element(By.ID, "health").text
         seen["pool"] = driver.find_element(By.ID, "pool-summary").text
+        seen["images"] = len(driver.find_elements(By.TAG_NAME, "img"))
+        seen["title"] = driver.title
         driver.save_screenshot(str(shots / "ops-page-dead-letter.png"))
         row.find_element(By.CSS_SELECTOR, "button.retry").click()
         wait.until(shown.text_to_be_present_in_element((By.ID, "notice"), "re-driven"))
@@ -102,7 +105,8 @@ async def test_a_dead_letter_retried_from_the_page_is_answered(
 
     assert message["reply"] == "answer to a hard question"
     assert runs == [task_id, task_id]
-    assert GAVE_UP in seen["dead_row"]
+    assert GAVE_UP in seen["dead_row"]  # as text: no element made of it, nothing ran
+    assert (seen["images"], seen["title"]) == (0, "tether operator")
     assert seen["health"] == "healthy"
     assert "Leader: tether-bridge-" in seen["pool"]
     assert seen["notice"] == f"task {task_id!r} re-driven: dead -> pending"
