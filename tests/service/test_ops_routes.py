@@ -195,7 +195,7 @@ async def test_a_store_that_hangs_gets_a_503_within_the_bound_and_one_call_per_q
 
         await wait_until(answers, within=10)
 
-        async def moved() -> bool:  # the move lands when the store answers (its own flight)
+        async def landed() -> bool:  # the move lands when the store answers (its own flight)
             return await store.state("d1") is S.PENDING
 
-        await wait_until(moved, within=10)
+        await wait_until(landed, within=10)
