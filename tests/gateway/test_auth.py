@@ -100,6 +100,9 @@ async def test_the_page_itself_needs_no_token(
     assert "script-src 'self'" in page.headers["content-security-policy"]
     script = await http.get(f"{gateway.url}/app.js")
     assert "textContent" in script.text
+    shared = await http.get(f"{gateway.url}/base.css")  # the look it shares with the ops page
+    assert shared.headers["content-type"].startswith("text/css")
+    assert "color-scheme" in shared.text
 
 
 async def test_client_refuses_a_token_file_others_can_read(

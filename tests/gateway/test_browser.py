@@ -10,33 +10,15 @@ import httpx
 import pytest
 import trio
 
+from support.browser import ARTIFACTS as ARTIFACTS
+from support.browser import CHROMEDRIVER as CHROMEDRIVER
+from support.browser import CHROMIUM as CHROMIUM
+from support.browser import FLAGS as FLAGS
+from support.browser import NEEDS_CHROMIUM
 from support.gateway_fixtures import StartGateway
 from tether.bridge import GatewayClient
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-        reason="needs the Debian packages chromium and chromium-driver (.ci/run installs them)",
-    ),
-]
-
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--no-first-run",
-    "--disable-quic",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1000,700",
-]
+pytestmark = NEEDS_CHROMIUM
 
 
 def chat_in_browser(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -16,6 +16,7 @@ from tether import Runtime, open_runtime
 from tether.bridge import write_token
 from tether.bridge.service._admin import bridge_observed
 from tether.observe import AdminSettings, Observed, serve_admin
+from tether.observe._routes import AdminRoutes
 
 ADMIN_TOKEN = "admin-token-for-tests-4f1c"
 
@@ -38,14 +39,17 @@ def admin_token_file(directory: Path) -> Path:
 
 
 @asynccontextmanager
-async def running_admin(tmp_path: Path, **observed: Any) -> AsyncIterator[Admin]:
+async def running_admin(
+    tmp_path: Path, routes: Callable[[Runtime], AdminRoutes] | None = None, **observed: Any
+) -> AsyncIterator[Admin]:
     """``open_runtime`` + ``serve_admin`` + an authenticated httpx client (one keep-alive
     connection, so the server's own tasks stay the same between requests). ``observed`` are
     the bridge's parts (``store``, ``gateway``, ``pool``, ``timings``...), handed to the
     endpoint as the bridge hands them."""
     settings = AdminSettings(token_file=admin_token_file(tmp_path), port=0)
     async with open_runtime(handle_signals=False, grace=1.0) as runtime:
-        obs = bridge_observed(runtime, **observed)
+        added = None if routes is None else routes(runtime)
+        obs = bridge_observed(runtime, routes=added, **observed)
         async with trio.open_nursery() as nursery:
             port = await nursery.start(partial(serve_admin, obs, settings))
             url = f"http://127.0.0.1:{port}"

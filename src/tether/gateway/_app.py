@@ -29,7 +29,6 @@ routes. See docs/guide/gateway.md and docs/guide/design.md, "Routes".
 
 from __future__ import annotations
 
-import importlib.resources
 import logging
 import re
 import time
@@ -56,6 +55,7 @@ from .._http._asgi import (
     serve_http,
 )
 from .._http._auth import TokenSource, bearer_token
+from .._http._static import PAGE_HEADERS, StaticFile, load_static
 from .._plumbing._converter import unstructure
 from .._plumbing._token_file import TokenFileError
 from .._protocol._limits import MAX_REQUEST_BYTES
@@ -86,19 +86,7 @@ log = logging.getLogger("tether.gateway")
 WORKER = "worker"
 USER = "user"
 
-_STATIC = {
-    "/": ("index.html", b"text/html; charset=utf-8"),
-    "/app.js": ("app.js", b"text/javascript; charset=utf-8"),
-    "/style.css": ("style.css", b"text/css; charset=utf-8"),
-}
-_PAGE_HEADERS = [
-    (
-        b"content-security-policy",
-        b"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        b"img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-    ),
-    (b"x-frame-options", b"DENY"),
-]
+_STATIC = {"/": "index.html", "/app.js": "app.js", "/style.css": "style.css"}
 _ACK_PATH = re.compile(r"/v1/tasks/([^/]+)/ack")
 _REJECT_PATH = re.compile(r"/v1/tasks/([^/]+)/reject")
 _PROGRESS_PATH = re.compile(r"/v1/tasks/([^/]+)/progress")
@@ -118,9 +106,8 @@ class AppLimits:
     """Seconds a request body may take to arrive after its headers (then 408)."""
 
 
-def _load_static() -> dict[str, bytes]:
-    folder = importlib.resources.files("tether.gateway") / "static"
-    return {name: (folder / name).read_bytes() for name, _ in _STATIC.values()}
+def _load_static() -> dict[str, StaticFile]:
+    return load_static("tether.gateway", "static", _STATIC, base_css="/base.css")
 
 
 @attrs.define(eq=False)
@@ -136,7 +123,7 @@ class GatewayApp:
     closing: trio.Event = attrs.field(factory=trio.Event, init=False)
     _tasks_added: trio.Event = attrs.field(factory=trio.Event, init=False)
     _answered: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _static: dict[str, bytes] = attrs.field(factory=_load_static, init=False)
+    _static: dict[str, StaticFile] = attrs.field(factory=_load_static, init=False)
     progress: ProgressBoard = attrs.field(factory=ProgressBoard, init=False)
     """What each open message's run shows now (in memory: progress is never custody)."""
 
@@ -167,10 +154,10 @@ class GatewayApp:
 
     async def _route(self, request: Request, send: Send) -> None:
         path, method = request.path, request.method
-        if path in _STATIC:
+        page_file = self._static.get(path)
+        if page_file is not None:
             allow_methods(method, "GET")
-            name, content_type = _STATIC[path]
-            await send_bytes(send, 200, self._static[name], content_type, _PAGE_HEADERS)
+            await send_bytes(send, 200, page_file.body, page_file.content_type, PAGE_HEADERS)
             return
         if path == "/healthz":
             allow_methods(method, "GET")

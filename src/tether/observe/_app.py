@@ -41,7 +41,8 @@ _FALSE = ("", "0", "false", "no")
 @attrs.define(eq=False)
 class AdminApp:
     """The admin endpoint as an ASGI app (``serve_admin`` serves it): ``/healthz``,
-    ``/metrics``, ``/tasks``, ``/status``, each behind the bearer token."""
+    ``/metrics``, ``/tasks``, ``/status``, each behind the bearer token, and the routes the
+    service adds (``Observed.routes``)."""
 
     observed: Observed
     tokens: TokenSource
@@ -64,7 +65,8 @@ class AdminApp:
     async def _route(self, request: Request, send: Send) -> None:
         path = request.path
         if path not in ("/healthz", "/metrics", "/tasks", "/status"):
-            raise HttpError(404, f"no such endpoint: {path[:200]}")
+            await self._service_route(request, send)
+            return
         allow_methods(request.method, "GET")
         self._authorize(request)
         if path == "/healthz":
@@ -77,6 +79,17 @@ class AdminApp:
             await self._tasks(request, send)
         else:
             await send_json(send, 200, unstructure(await status_report(self.observed)))
+
+    async def _service_route(self, request: Request, send: Send) -> None:
+        """A route the service added (``Observed.routes``): its methods, then the token."""
+        routes = self.observed.routes
+        route = None if routes is None else routes.route(request.path)
+        if route is None:
+            raise HttpError(404, f"no such endpoint: {request.path[:200]}")
+        allow_methods(request.method, *route.methods)
+        if not route.public:
+            self._authorize(request)
+        await route.handler(request, send)
 
     def _authorize(self, request: Request) -> None:
         token = bearer_token(request.headers.get("authorization"))

@@ -12,6 +12,7 @@ from .._core._directory import Directory
 from .._core._registry import TaskRegistry
 from .._protocol._connection import ConnectionStatus
 from .._runtime import Runtime
+from ._routes import AdminRoutes
 from ._sections import CustodySource, Histograms, PoolSource
 
 DEFAULT_GATEWAY_WINDOW = 120.0
@@ -54,6 +55,8 @@ class Observed:
     """This process's pool membership and the leader it sees (bridges, ``tether worker run``)."""
     timings: Histograms | None = None
     """Queue wait, run and delivery times (the bridge's), exported as histograms."""
+    routes: AdminRoutes | None = None
+    """Routes the service adds (the bridge's operator page under ``/ops``)."""
 
     def __attrs_post_init__(self) -> None:
         if not self.gateway_window > 0:
@@ -70,6 +73,7 @@ class Observed:
         counters: list[CounterSource] | None = None,
         pool: PoolSource | None = None,
         timings: Histograms | None = None,
+        routes: AdminRoutes | None = None,
     ) -> Observed:
         return cls(
             registry=runtime.registry,
@@ -81,4 +85,5 @@ class Observed:
             counters=list(counters or ()),
             pool=pool,
             timings=timings,
+            routes=routes,
         )

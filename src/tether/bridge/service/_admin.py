@@ -13,6 +13,7 @@ from functools import partial
 from ..._protocol._connection import ConnectionStatus
 from ..._runtime import Runtime
 from ...observe._observed import DEFAULT_GATEWAY_WINDOW, CounterSource, Observed
+from ...observe._routes import AdminRoutes
 from ...observe._sections import CustodyReading
 from ..custody._roles import InspectStore
 from ..custody._rules import IN_CUSTODY, CustodyState
@@ -61,6 +62,7 @@ def bridge_observed(
     counters: list[CounterSource] | None = None,
     pool: Callable[[], PoolStatus] | None = None,
     timings: Timings | None = None,
+    routes: AdminRoutes | None = None,
 ) -> Observed:
     """The admin endpoint's view of a bridge (or a ``tether worker run``) in ``runtime``."""
     return Observed.of_runtime(
@@ -71,4 +73,5 @@ def bridge_observed(
         counters=counters,
         pool=pool,
         timings=timings,
+        routes=routes,
     )

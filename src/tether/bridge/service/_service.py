@@ -292,6 +292,7 @@ class BridgeService:
         start (health shows them starting) and the last to stop (it shows the shutdown)."""
         from ...observe import AdminSettings, admin_child  # hypercorn: only when used
         from ._admin import bridge_observed
+        from ._ops_routes import OpsRoutes
 
         runtime = current_runtime()
         if runtime is None:
@@ -308,6 +309,7 @@ class BridgeService:
             counters=self._counters(),
             pool=self.pool_status,
             timings=self.timings,
+            routes=OpsRoutes(store, runtime),
         )
         settings = AdminSettings(
             token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0

@@ -282,12 +282,15 @@ class WorkerService:
     async def _start_admin(self, supervisor: Supervisor, store: Store) -> None:
         from ...observe import AdminSettings, admin_child
         from ._admin import bridge_observed
+        from ._ops_routes import OpsRoutes
 
         runtime = current_runtime()
         if runtime is None:
             raise RuntimeError("the admin endpoint needs open_runtime() around WorkerService.run")
         config = self.config
-        observed = bridge_observed(runtime, store=store, pool=self.pool_status)
+        observed = bridge_observed(
+            runtime, store=store, pool=self.pool_status, routes=OpsRoutes(store, runtime)
+        )
         settings = AdminSettings(
             token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0
         )

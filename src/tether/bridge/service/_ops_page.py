@@ -1,0 +1,129 @@
+"""What the operator page shows and does, as JSON documents: the store's picture (what ``tether
+store status`` reads, plus the oldest task of each state, waiting tasks and the pool's beats), one
+task's timeline (what ``tether store show`` reads) and the operator's two moves (the store's own
+``redrive`` and ``cancel``, as ``tether store retry`` and ``cancel`` make them).
+
+Sections of later issues fill themselves: whatever ``StoreStatus`` and ``TaskShow`` grow (the
+quarantine deaths of issue 37, the steps and turns of issues 35 and 36) reaches the page in
+their documents, and the page draws them when they are there.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+from ..._plumbing._converter import unstructure
+from ..custody._records import OperatorOutcome
+from ..custody._roles import Store
+from ..custody._rules import IN_CUSTODY, CustodyState, TaskRecord
+from ._store_show import TaskShow
+from ._store_status import StatusEntry, StoreStatus, store_status
+
+LISTED: Final = 50
+"""Tasks per list on the page (dead letters, suspects, waiting, oldest in flight)."""
+
+PAGE_REASON: Final = "from the operator page"
+"""What an operator's move from the page records after "operator: re-driven" / "cancelled"."""
+
+WAITING: Final = next((s for s in CustodyState if s.value == "waiting"), None)
+"""The state of parked runs (issue 35 adds it); until it exists no task is listed as waiting."""
+
+
+@attrs.frozen
+class Member:
+    """A pool member's last beat, as ages on the store's clock."""
+
+    name: str
+    role: str
+    capacity: int
+    beat_age_s: float
+    up_s: float
+
+
+@attrs.frozen
+class WaitingEntry:
+    """A parked task and what it waits for: its reason, and when it is due (if it is)."""
+
+    id: str
+    room: str | None
+    age_s: float
+    waits_for: str | None
+    due_in_s: float | None
+
+
+@attrs.frozen
+class OpsView:
+    """``GET /ops/api/store``: the store's status, the oldest task per in-custody state,
+    the waiting tasks and the pool members' beats."""
+
+    status: StoreStatus
+    oldest: dict[str, StatusEntry]
+    waiting: tuple[WaitingEntry, ...]
+    members: tuple[Member, ...]
+    schema_version: int = 1
+
+
+def _age(now: float, since: float) -> float:
+    return round(max(0.0, now - since), 3)
+
+
+def _entry(record: TaskRecord, now: float) -> StatusEntry:
+    return StatusEntry(
+        id=record.task.id,
+        state=record.state,
+        age_s=_age(now, record.created_at),
+        attempt=record.attempt,
+        owner=record.owner,
+        reason=record.reason,
+        crash_count=record.crash_count,
+        crashes_alone=record.crashes_alone,
+    )
+
+
+async def ops_view(store: Store) -> dict[str, object]:
+    status = await store_status(store, limit=LISTED)
+    now = store.clock()
+    oldest = {}
+    for state in CustodyState:  # in the states' order
+        if state in IN_CUSTODY and status.counts.get(state.value, 0):
+            first = await store.records(state, limit=1)
+            if first:
+                oldest[state.value] = _entry(first[0], now)
+    waiting: tuple[WaitingEntry, ...] = ()
+    if WAITING is not None and status.counts.get(WAITING.value, 0):
+        waiting = tuple(
+            WaitingEntry(
+                id=r.task.id,
+                room=r.task.room,
+                age_s=_age(now, r.updated_at),
+                waits_for=r.reason,
+                due_in_s=None if r.not_before is None else round(r.not_before - now, 3),
+            )
+            for r in await store.records(WAITING, limit=LISTED)
+        )
+    members = tuple(
+        Member(w.name, w.role, w.capacity, _age(now, w.last_beat), _age(now, w.started_at))
+        for w in await store.workers()
+    )
+    return unstructure(OpsView(status, oldest, waiting, members))  # type: ignore[no-any-return]
+
+
+async def task_timeline(store: Store, id: str) -> dict[str, object] | None:
+    """``tether store show``'s document for ``id`` (None: no such task)."""
+    record = await store.get(id)
+    if record is None:
+        return None
+    return TaskShow(record, tuple(await store.journal(id)), store.clock()).to_document()
+
+
+async def operator_move(store: Store, move: str, id: str, reason: str | None) -> OperatorOutcome:
+    """``retry`` (dead -> pending) or ``cancel`` (in custody -> dead) of one task, journalled
+    as the operator's, with ``reason`` (or ``PAGE_REASON``) recorded."""
+    why = reason or PAGE_REASON
+    if move == "retry":
+        (outcome,) = await store.redrive([id], reason=why)
+    else:
+        (outcome,) = await store.cancel([id], why)
+    return outcome

@@ -1,0 +1,137 @@
+"""The operator page's routes on the admin endpoint, under ``/ops``.
+
+The page's own files are public (a browser navigating to a page sends no bearer header; they
+are the same code for everyone and carry no data). Every JSON route and every move needs the
+admin token as an ``Authorization: Bearer`` header, which the page sends from
+``sessionStorage``: another site cannot make a browser send it (no cookie rides along), so
+the POST routes need no CSRF token. A store that does not answer in time (``Flights``)
+gives a 503 saying so, never a hung page.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Hashable
+from functools import partial
+from typing import Any, Final, TypeVar
+
+import attrs
+
+from ..._http._asgi import HttpError, Request, Send, send_bytes, send_json
+from ..._http._static import PAGE_HEADERS, StaticFile, load_static
+from ..._runtime import Runtime
+from ...observe._routes import AdminRoute
+from ..custody._roles import Store
+from ..custody._rules import InvalidTaskId, check_task_id
+from ._ops_flights import Flights, NoAnswer
+from ._ops_page import operator_move, ops_view, task_timeline
+
+log = logging.getLogger("tether.admin")
+T = TypeVar("T")
+
+READ_WITHIN: Final = 1.0
+"""Seconds a read waits for the store before it answers 503 (issue 33's bound for every
+admin route); the page asks again at its next poll."""
+MOVE_WITHIN: Final = 3.0
+"""Seconds a retry or cancel waits for the store before it answers 503; the move may still
+land when the store answers, and the page's next reading shows whether it did."""
+MAX_MOVE_BODY: Final = 4096
+_PAGE = {"/ops": "index.html", "/ops/ops.js": "ops.js", "/ops/ops.css": "ops.css"}
+_TASK = re.compile(r"/ops/api/tasks/([^/]+)")
+_MOVE = re.compile(r"/ops/api/tasks/([^/]+)/(retry|cancel)")
+
+
+def _load_page() -> dict[str, StaticFile]:
+    return load_static("tether.bridge.service", "ops_page", _PAGE, base_css="/ops/base.css")
+
+
+@attrs.define(eq=False)
+class OpsRoutes:
+    """``/ops`` (the page), ``GET /ops/api/store``, ``GET /ops/api/tasks/ID`` and ``POST
+    /ops/api/tasks/ID/retry`` or ``/cancel`` (an optional JSON body ``{"reason": ...}``)."""
+
+    store: Store
+    runtime: Runtime
+    """Owns the store calls (``Flights``): a call outlives a request that stopped waiting."""
+    read_within: float = READ_WITHIN
+    move_within: float = MOVE_WITHIN
+    _page: dict[str, StaticFile] = attrs.field(factory=_load_page, init=False)
+    _flights: Flights = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._flights = Flights(self.runtime)
+
+    def route(self, path: str) -> AdminRoute | None:
+        page_file = self._page.get(path)
+        if page_file is not None:
+            return AdminRoute(("GET",), partial(_send_file, page_file), public=True)
+        if path == "/ops/api/store":
+            return AdminRoute(("GET",), self._view)
+        if m := _MOVE.fullmatch(path):
+            return AdminRoute(("POST",), partial(self._move, m.group(2), m.group(1)))
+        if m := _TASK.fullmatch(path):
+            return AdminRoute(("GET",), partial(self._task, m.group(1)))
+        return None
+
+    async def _view(self, request: Request, send: Send) -> None:
+        view = await self._ask("store", self.read_within, ops_view, self.store)
+        await send_json(send, 200, view)
+
+    async def _task(self, id: str, request: Request, send: Send) -> None:
+        id = _task_id(id)
+        doc = await self._ask(("task", id), self.read_within, task_timeline, self.store, id)
+        if doc is None:
+            raise HttpError(404, f"task {id!r}: no such task in the store")
+        await send_json(send, 200, doc)
+
+    async def _move(self, move: str, id: str, request: Request, send: Send) -> None:
+        id = _task_id(id)
+        reason = await _reason(request)
+        outcome = await self._ask(
+            (move, id, reason), self.move_within, operator_move, self.store, move, id, reason
+        )
+        log.info("admin: operator page: %s", outcome.detail)
+        if outcome.state is None:
+            raise HttpError(404, outcome.detail)
+        if not outcome.done:  # refused for its state: a repeat of a move already made lands here
+            raise HttpError(409, outcome.detail)
+        await send_json(
+            send, 200, {"id": id, "done": True, "state": outcome.state, "detail": outcome.detail}
+        )
+
+    async def _ask(
+        self, key: Hashable, within: float, call: Callable[..., Awaitable[T]], *args: Any
+    ) -> T:
+        """``call(*args)``'s answer, or a 503 saying why the store gave none."""
+        try:
+            return await self._flights.ask(key, within, call, *args)  # type: ignore[no-any-return]
+        except NoAnswer as exc:
+            log.warning("admin: operator page: %s", exc)
+            raise HttpError(503, str(exc)) from None
+
+
+async def _send_file(page_file: StaticFile, request: Request, send: Send) -> None:
+    await send_bytes(send, 200, page_file.body, page_file.content_type, PAGE_HEADERS)
+
+
+def _task_id(raw: str) -> str:
+    try:
+        return check_task_id(raw)
+    except InvalidTaskId as exc:
+        raise HttpError(400, str(exc)) from None
+
+
+async def _reason(request: Request) -> str | None:
+    """The move's optional ``reason``: no body, or a JSON object ``{"reason": "..."}``."""
+    if request.headers.get("content-length", "0") == "0" and (
+        "transfer-encoding" not in request.headers
+    ):
+        return None
+    body = await request.json(MAX_MOVE_BODY)
+    if not isinstance(body, dict) or set(body) - {"reason"}:
+        raise HttpError(400, 'the body must be a JSON object with at most a "reason"')
+    reason = body.get("reason")
+    if reason is not None and not (isinstance(reason, str) and reason.strip()):
+        raise HttpError(400, '"reason" must be a non-empty string or null')
+    return reason
