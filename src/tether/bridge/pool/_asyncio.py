@@ -110,14 +110,14 @@ async def run_on_asyncio(
         return await trio_asyncio.aio_as_trio(call)()  # type: ignore[no-any-return]
 
 
-def trio_side(fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+def trio_side(fn: Callable[..., Awaitable[T]]) -> Callable[..., Coroutine[Any, Any, T]]:
     """From asyncio code in a run: ``await trio_side(fn)(*args)`` runs ``fn``, a Trio-side
     async function of tether (a run's steps and waits, a conversation's reads), as a Trio task
     and returns its result; cancelling the asyncio task cancels it."""
     _require_trio_asyncio()
 
     @functools.wraps(fn)
-    async def call(*args: P.args, **kwargs: P.kwargs) -> T:
+    async def call(*args: Any, **kwargs: Any) -> T:
         return await _trio_asyncio().trio_as_aio(fn)(*args, **kwargs)  # type: ignore[no-any-return]
 
     return call
