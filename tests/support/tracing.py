@@ -1,5 +1,6 @@
-"""OpenTelemetry in tests: one SDK tracer provider per test process (the API takes only one),
-whose spans go to the in-memory exporter of the test that asked (``recorded_spans``)."""
+"""OpenTelemetry in tests: ``recorded_spans`` sets an SDK tracer provider with an in-memory
+exporter for one test, then puts the API back as it was (no provider: tether records nothing
+and adds no trace headers), so the tests after it see an unconfigured process."""
 
 from __future__ import annotations
 
@@ -7,43 +8,29 @@ from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 
 
-class _Switch(SpanProcessor):
-    """Sends spans to the exporter of the test running now, if it asked for them."""
-
-    def __init__(self) -> None:
-        self.exporter: InMemorySpanExporter | None = None
-
-    def on_end(self, span: ReadableSpan) -> None:
-        exporter = self.exporter
-        if exporter is not None:
-            exporter.export([span])
-
-
-_SWITCH = _Switch()
-_installed = False
-
-
-def install_provider() -> None:
-    """The test process's provider, installed once (the API refuses a second)."""
-    global _installed
-    if not _installed:
-        _installed = True
-        provider = TracerProvider()
-        provider.add_span_processor(_SWITCH)
-        trace.set_tracer_provider(provider)
+def _unset_provider() -> None:
+    """The API's global provider back to unset (it allows one ``set`` a process; the
+    OpenTelemetry test suite resets it the same way)."""
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
 
 
 @pytest.fixture
 def recorded_spans() -> Iterator[InMemorySpanExporter]:
     """The spans this test's process makes, in memory, until the test ends."""
-    install_provider()
     exporter = InMemorySpanExporter()
-    _SWITCH.exporter = exporter
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _unset_provider()
+    trace.set_tracer_provider(provider)
     try:
         yield exporter
     finally:
-        _SWITCH.exporter = None
+        _unset_provider()
+        provider.shutdown()
