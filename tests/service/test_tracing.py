@@ -10,6 +10,7 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 import trio
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -115,6 +116,7 @@ async def _start_bridge(
     return process
 
 
+@pytest.mark.slow
 async def test_a_bridge_killed_mid_run_and_restarted_continues_the_messages_trace(
     gateway: RunningGateway,
     token_file: Path,
