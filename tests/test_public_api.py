@@ -27,6 +27,8 @@ AGENT_AUTHOR = {
     "AgentFactory",
     "load_agent",
     "AgentLoadError",
+    "asyncio_agent",
+    "trio_side",
 }
 RUN_OR_EMBED = {
     "BridgeConfig",

@@ -205,6 +205,24 @@ class Session:
         else:
             self._bounded_events.discard(event)
 
+    def wrap_handlers(
+        self, event: str, wrap: Callable[[Callable[[Any], Any]], Callable[[Any], Any]]
+    ) -> None:
+        """Replace each of ``event``'s handler functions by ``wrap(fn)``, before any runs.
+
+        For a host that runs each call in a context of its own, which a session cannot give
+        (its runs see the opener's context variables): the bridge's pool worker makes a run's
+        trace span current in its handler. ``wrap(fn)`` must be async exactly when ``fn`` is.
+        """
+        handlers = self._handlers.get(event, [])
+        if any(h.runs or h.queue for h in handlers):
+            raise RuntimeError(f"session {self.name!r}: {event!r} has runs; wrap it first")
+        for h in handlers:
+            wrapped = wrap(h.fn)
+            if is_async(wrapped) != h.is_async:
+                raise TypeError(f"wrap({h.fn!r}) changed the handler from async to plain or back")
+            h.fn = wrapped
+
     # -- events ------------------------------------------------------------------------------
 
     def emit(self, event: str, payload: Any = None) -> None:

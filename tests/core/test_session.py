@@ -475,3 +475,38 @@ async def test_a_reused_worker_shows_the_current_runs_age_in_the_registry(
         [info] = [i for i in rt.registry.snapshot() if i.name == "ages::slow::slow"]
         assert info.started_at == began
         release.set()
+
+
+async def test_a_host_wraps_a_handler_before_it_runs_keeping_its_kind() -> None:
+    seen: list[str] = []
+
+    async def answer(payload: str) -> str:
+        return f"answer to {payload}"
+
+    def plain(payload: str) -> str:
+        return f"plain {payload}"
+
+    def around_async(fn: Any) -> Any:
+        async def wrapped(payload: str) -> Any:
+            seen.append(f"before {payload}")
+            return await fn(payload)
+
+        return wrapped
+
+    def around_plain(fn: Any) -> Any:
+        def wrapped(payload: str) -> Any:
+            seen.append(f"thread {payload}")
+            return fn(payload)
+
+        return wrapped
+
+    async with tether.open_session("wrapped") as session:
+        session.add_handler("ask", answer)
+        session.add_handler("sync", plain)
+        with pytest.raises(TypeError, match="from async to plain"):
+            session.wrap_handlers("ask", around_plain)
+        session.wrap_handlers("ask", around_async)
+        session.wrap_handlers("sync", around_plain)
+        assert await session.call("ask", "x") == ["answer to x"]
+        assert await session.call("sync", "y") == ["plain y"]
+    assert seen == ["before x", "thread y"]

@@ -57,7 +57,9 @@ class GatewayTask:
     ``delivery`` counts hand-outs of this task (1 the first time; more means an earlier
     hand-out was not acked within its lease and the task was redelivered). ``priority``
     (``urgent``, ``normal`` or ``low``; optional, added to v1: an older gateway leaves it out)
-    orders the pool lead's assignments; any other value has the task rejected.
+    orders the pool lead's assignments; any other value has the task rejected. ``trace``
+    (optional, added to v1) is the message's W3C ``traceparent``: the bridge continues that
+    trace in every span of the task (one that is not a valid traceparent is ignored).
     """
 
     id: str
@@ -67,6 +69,7 @@ class GatewayTask:
     created_at: float = 0.0
     delivery: int = 1
     priority: str = "normal"
+    trace: str | None = None
 
 
 @attrs.frozen

@@ -58,6 +58,7 @@ from .._http._auth import TokenSource, bearer_token
 from .._http._static import PAGE_HEADERS, StaticFile, load_static
 from .._plumbing._converter import unstructure
 from .._plumbing._token_file import TokenFileError
+from .._plumbing._tracing import set_attributes, span, traceparent_of
 from .._protocol._limits import MAX_REQUEST_BYTES
 from .._protocol._messages import (
     CLIENT_HEADER,
@@ -254,7 +255,7 @@ class GatewayApp:
             return
         if tasks:
             self._message_changed()
-        payload = {"tasks": [unstructure(task_for_worker(task)) for task in tasks]}
+        payload = {"tasks": [_without_nones(unstructure(task_for_worker(task))) for task in tasks]}
         await send_json(send, 200, payload)
 
     async def _ack(self, request: Request, send: Send) -> None:
@@ -401,16 +402,27 @@ class GatewayApp:
     async def _submit(self, request: Request, send: Send) -> None:
         self._authorize(request, USER)
         message = _valid(parse_message, await self._json(request))
-        task, created = await _conflicts(
-            self.store.submit(
-                message.room,
-                message.sender,
-                message.text,
-                self.clock(),
-                message.id,
-                message.priority,
+        # the message's trace begins here (or continues the sender's): one trace per message
+        with span(
+            "tether.gateway.submit",
+            traceparent=message.trace,
+            attributes={"tether.room": message.room},
+        ) as submitted:
+            task, created = await _conflicts(
+                self.store.submit(
+                    message.room,
+                    message.sender,
+                    message.text,
+                    self.clock(),
+                    message.id,
+                    message.priority,
+                    traceparent_of(submitted),
+                )
             )
-        )
+            set_attributes(
+                submitted,
+                {"tether.task.id": task.id, "tether.outcome": "created" if created else "replay"},
+            )
         if created:
             self._wake_pollers()
         await send_json(send, 201 if created else 200, {"id": task.id, "status": task.state})
@@ -511,3 +523,9 @@ async def _conflicts(call: Awaitable[Any]) -> Any:
         return await call
     except Conflict as exc:
         raise HttpError(409, str(exc)) from None
+
+
+def _without_nones(task: dict[str, Any]) -> dict[str, Any]:
+    """A task for the wire without its unset optional fields (``trace``): a bridge that
+    predates one never sees it."""
+    return {key: value for key, value in task.items() if value is not None}

@@ -84,7 +84,7 @@ _TASK_COLUMNS = (
     "id, room, sender, body, created_at, state, lease_until, deliveries, acked_at, reply, "
     "worker, answered_at, (SELECT reason FROM rejections r WHERE r.id = tasks.id), priority, "
     "(SELECT at FROM notices n WHERE n.id = tasks.id AND n.kind = 'stall'), "
-    "(SELECT age_s FROM notices n WHERE n.id = tasks.id AND n.kind = 'stall')"
+    "(SELECT age_s FROM notices n WHERE n.id = tasks.id AND n.kind = 'stall'), trace"
 )
 PRIORITIES = ("urgent", "normal", "low")
 _PRIORITY_ORDER = "CASE priority WHEN 'urgent' THEN 0 WHEN 'low' THEN 2 ELSE 1 END"
@@ -120,6 +120,8 @@ class StoredTask:
     """When a stall notice about it came (the worker side found it taking long), if one did."""
     stall_age_s: float | None = None
     """How long it had been in the worker side's custody when that notice was sent."""
+    trace: str | None = None
+    """The W3C ``traceparent`` of its submission, if OpenTelemetry traced it."""
 
 
 @attrs.frozen
@@ -218,13 +220,14 @@ class GatewayStore:
         now: float,
         task_id: str | None,
         priority: str = "normal",
+        trace: str | None = None,
     ) -> tuple[StoredTask, bool]:
         """Store a new message as a queued task; returns it and whether it is new.
 
         Re-submitting the same id with the same content is a no-op (safe retries); the same
         id with other content is a ``Conflict`` (HTTP 409).
         """
-        return await self._run(self._submit, room, sender, body, now, task_id, priority)
+        return await self._run(self._submit, room, sender, body, now, task_id, priority, trace)
 
     def _submit(
         self,
@@ -234,6 +237,7 @@ class GatewayStore:
         now: float,
         task_id: str | None,
         priority: str = "normal",
+        trace: str | None = None,
     ) -> tuple[StoredTask, bool]:
         if task_id is not None:
             existing = self._get(task_id)
@@ -249,9 +253,9 @@ class GatewayStore:
         else:
             task_id = new_task_id(now)
         self._db.execute(
-            "INSERT INTO tasks (id, room, sender, body, created_at, state, priority)"
-            " VALUES (?, ?, ?, ?, ?, 'queued', ?)",
-            (task_id, room, sender, body, now, priority),
+            "INSERT INTO tasks (id, room, sender, body, created_at, state, priority, trace)"
+            " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
+            (task_id, room, sender, body, now, priority, trace),
         )
         created = self._get(task_id)
         assert created is not None
@@ -644,6 +648,7 @@ def _connect(path: Path) -> sqlite3.Connection:
             _check_schema_version(db, path)
             _add_leased_to(db)
             _add_priority(db)
+            _add_trace(db)
     except sqlite3.DatabaseError as exc:
         db.close()
         raise StoreError(f"cannot use {path} as the gateway database: {exc}") from None
@@ -680,3 +685,11 @@ def _add_priority(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
     if "priority" not in columns:
         db.execute("ALTER TABLE tasks ADD COLUMN priority TEXT NOT NULL DEFAULT 'normal'")
+
+
+def _add_trace(db: sqlite3.Connection) -> None:
+    """Give a database made before traces its ``trace`` column (additive, like ``priority``:
+    an older task has none, and its bridge starts its trace at ingest)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
+    if "trace" not in columns:
+        db.execute("ALTER TABLE tasks ADD COLUMN trace TEXT")

@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 
 from .._plumbing._converter import structure
+from .._plumbing._tracing import is_traceparent
 from .._protocol._messages import GatewayTask, check_label, check_task_id, require_object
 from ._progress import LiveProgress
 from ._store import FINAL_STATES, PRIORITIES, StoredTask
@@ -25,6 +26,8 @@ class MessageRequest:
     sender: str = "user"
     id: str | None = None
     priority: str = "normal"
+    trace: str | None = None
+    """The sender's W3C ``traceparent``, if it traces: the gateway's submit span is its child."""
 
 
 @attrs.frozen
@@ -79,6 +82,11 @@ def parse_message(data: Any) -> MessageRequest:
         raise ValueError("text contains a NUL character")
     if message.priority not in PRIORITIES:
         raise ValueError(f"priority must be one of urgent, normal, low; got {message.priority!r}")
+    if message.trace is not None and not is_traceparent(message.trace):
+        raise ValueError(
+            "trace must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>), "
+            f"got {message.trace!r:.80}"
+        )
     return message
 
 
@@ -123,4 +131,5 @@ def task_for_worker(task: StoredTask) -> GatewayTask:
         created_at=task.created_at,
         delivery=task.deliveries,
         priority=task.priority,
+        trace=task.trace,
     )

@@ -10,7 +10,8 @@ What an agent author needs from here (``Reply``, ``Retry``, ``Permanent``, ``pro
 - ``_progress``: what a running agent shows people (status, partial reply); ``_timings``:
   queue wait, run and delivery time histograms.
 - ``_stall``: stall notices, once per task. ``_files``: the file exchange for outside programs.
-- ``_agent``: what an agent is and how ``module:factory`` is loaded. ``_wakeup``: "look now".
+- ``_agent``: what an agent is and how ``module:factory`` is loaded; ``_asyncio``: agents
+  written for asyncio (``asyncio_agent``, ``trio_side``). ``_wakeup``: "look now".
 """
 
 from ._agent import AgentError as AgentError
@@ -19,6 +20,8 @@ from ._agent import AgentLoadError as AgentLoadError
 from ._agent import EmptyReply as EmptyReply
 from ._agent import Reply as Reply
 from ._agent import load_agent as load_agent
+from ._asyncio import asyncio_agent as asyncio_agent
+from ._asyncio import trio_side as trio_side
 from ._files import FileExchange as FileExchange
 from ._files import HeaderRefused as HeaderRefused
 from ._files import ResultRefused as ResultRefused

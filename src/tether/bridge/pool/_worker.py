@@ -16,6 +16,8 @@ from typing import Final
 import attrs
 import trio
 
+from ..._plumbing._tracing import enabled as tracing_enabled
+from ..._plumbing._tracing import set_attributes
 from ..._plumbing._when import clock_time, duration
 from ..._session import Session, open_session
 from ..._session_types import HandlerCancelled, HandlerDropped, QueueFull
@@ -31,6 +33,7 @@ from ._retry import Permanent, Retry, RetryBackoff
 from ._stall import Notify, StallWatcher
 from ._stop import StopSignal
 from ._timings import Timings
+from ._tracing import queue_waited, run_span, traced_handler
 from ._wakeup import PoolWakeups, Wakeup
 
 log = logging.getLogger("tether.bridge.pool.worker")
@@ -107,6 +110,8 @@ class _Active:
     sent: int = -1
     """The reporter's version last sent (-1: nothing yet, not even "working")."""
     sending: bool = False
+    outcome: str = "cancelled"
+    """How the run ended, for its span: completed, failed, released, lost, superseded."""
 
 
 @attrs.define(eq=False)
@@ -270,6 +275,8 @@ class PoolWorker:
         self._stopping = False
         async with open_session(f"worker-{self.name}") as session:
             install_agent(session, self.factory)
+            if tracing_enabled():
+                session.wrap_handlers(TASK_EVENT, traced_handler)
             await self._recover_claims()  # before the first beat (custody._crashes)
             await self._beat()
             try:
@@ -431,23 +438,28 @@ class PoolWorker:
             # the store handed the task out again, so every older attempt here is fenced out
             self._lose(old, StaleLease(f"task {id!r} was claimed again as attempt {claim.attempt}"))
         self._active[entry] = None
+        queue_waited(claim)
         try:
-            with entry.scope:
+            with run_span(claim) as traced:
                 try:
-                    reply = await self._call(session, entry)
-                except NOT_RUN as exc:
-                    log.info("worker %s: task %s was not run: %s", self.name, id, exc)
-                    await self._release(entry)
-                    return False
-                except Exception as exc:
-                    answered()
-                    if self.timings is not None:
-                        self.timings.ran(trio.current_time() - entry.started)
-                    await self._fail(entry, exc)
-                else:
-                    answered()
-                    self._timed_run(trio.current_time() - entry.started)
-                    await self._complete(entry, reply)
+                    with entry.scope:
+                        try:
+                            reply = await self._call(session, entry)
+                        except NOT_RUN as exc:
+                            log.info("worker %s: task %s was not run: %s", self.name, id, exc)
+                            await self._release(entry)
+                            return False
+                        except Exception as exc:
+                            answered()
+                            if self.timings is not None:
+                                self.timings.ran(trio.current_time() - entry.started)
+                            await self._fail(entry, exc)
+                        else:
+                            answered()
+                            self._timed_run(trio.current_time() - entry.started)
+                            await self._complete(entry, reply)
+                finally:
+                    set_attributes(traced, {"tether.outcome": entry.outcome})
         except trio.Cancelled:
             with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
                 await self._release(entry)
@@ -543,6 +555,7 @@ class PoolWorker:
             await self._fail(entry, exc)
             return
         entry.settled = True
+        entry.outcome = "completed"
         self.completed += 1
         if self.timings is not None:
             self.timings.result_stored(entry.claim.task.id, self.now())
@@ -581,6 +594,9 @@ class PoolWorker:
             self._lose(entry, stale)
             return
         entry.settled = True
+        entry.outcome = (
+            "timed out" if isinstance(exc, RunTimedOut) else f"failed: now {state.value}"
+        )
         self.failed += 1
         if state is CustodyState.DEAD and self.wakeups is not None:
             self.wakeups.tasks_dead()
@@ -609,6 +625,7 @@ class PoolWorker:
             self._lose(entry, exc)
             return
         entry.settled = True
+        entry.outcome = "released"
         self.released += 1
         if self.wakeups is not None:
             self.wakeups.tasks_pending()  # back in the queue: another worker may take it
@@ -620,6 +637,7 @@ class PoolWorker:
             return
         if not entry.lost:
             entry.lost = True
+            entry.outcome = "lost"
             self.lost += 1
             log.warning("worker %s: lost task %s: %s", self.name, entry.claim.task.id, exc)
         entry.scope.cancel()
@@ -630,6 +648,7 @@ class PoolWorker:
         grace (``supersede_grace``), then is cancelled."""
         if not entry.lost:
             entry.lost = True
+            entry.outcome = "superseded"
             self.superseded += 1
             log.info("worker %s: stopping task %s: %s", self.name, entry.claim.task.id, exc)
         if at_once:

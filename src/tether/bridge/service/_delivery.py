@@ -9,12 +9,15 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import time
 from collections.abc import Callable, Sequence
 
 import attrs
 import trio
 
 from ..._plumbing._converter import unstructure
+from ..._plumbing._tracing import enabled as tracing_enabled
+from ..._plumbing._tracing import end_span, finished_span, start_span, traceparent_of
 from ..._protocol._messages import (
     MAX_BATCH,
     ResultMetadata,
@@ -26,6 +29,7 @@ from ..client._client import GatewayClient, GatewayRequestError
 from ..custody._roles import DeliveryStore
 from ..custody._rules import CustodyConflict, Result, check_delivery_lease
 from ..pool._timings import Timings
+from ..pool._tracing import task_attributes, task_trace
 
 log = logging.getLogger("tether.bridge.delivery")
 
@@ -159,9 +163,12 @@ class Delivery:
                     sendable.append((result, request))
         if not sendable:
             return len(results)
+        began = time.time()
         answers = await self.gateway.post_results(
             [request for _, request in sendable], checked=True
         )
+        if tracing_enabled():
+            _traced(sendable, answers, began)
         confirmed: list[tuple[Result, ResultReceipt]] = []
         async with trio.open_nursery() as nursery:  # the marks and dead letters share a commit
             for (result, _), answer in zip(sendable, answers, strict=True):
@@ -248,3 +255,42 @@ class Delivery:
                     # that found nothing does not hold the next reply back.
                     with trio.move_on_at(last_batch + self.linger):
                         await self._stopped.wait()
+
+
+def _traced(
+    sendable: Sequence[tuple[Result, ResultRequest]],
+    answers: Sequence[ResultReceipt | GatewayRequestError],
+    began: float,
+) -> None:
+    """Each traced reply's delivery span (from the post to the gateway's answer), with the
+    gateway request inside it; the request carried the batch, and each span says so."""
+    answered = time.time()
+    for (result, _), answer in zip(sendable, answers, strict=True):
+        trace = task_trace(result.task)
+        if trace is None:
+            continue
+        if isinstance(answer, GatewayRequestError):
+            outcome = "refused"
+        else:
+            outcome = "duplicate" if answer.duplicate else "delivered"
+        attributes = {
+            **task_attributes(result.task),
+            "tether.worker": result.worker,
+            "tether.attempt": result.attempt,
+        }
+        delivery = start_span(
+            "tether.delivery", traceparent=trace, attributes=attributes, start=began
+        )
+        finished_span(
+            "tether.gateway.request",
+            traceparent=traceparent_of(delivery),
+            start=began,
+            end=answered,
+            attributes={
+                **attributes,
+                "http.request.method": "POST",
+                "tether.batch": len(sendable),
+                "tether.outcome": outcome,
+            },
+        )
+        end_span(delivery, {"tether.outcome": outcome}, end=answered)

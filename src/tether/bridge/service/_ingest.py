@@ -14,12 +14,14 @@ import attrs
 import trio
 
 from ..._backoff import Backoff
+from ..._plumbing._tracing import enabled as tracing_enabled
 from ..._protocol._messages import GatewayTask
 from ..client._client import GatewayClient, GatewayError, GatewayRequestError
 from ..custody._roles import IngestStore
 from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
 from ..custody._rules import InvalidTask, Task
 from ..pool._timings import Timings
+from ..pool._tracing import TaskTrace
 from ..pool._wakeup import PoolWakeups
 
 log = logging.getLogger("tether.bridge.ingest")
@@ -67,16 +69,20 @@ class IngestCommitFailed(Exception):
     """The store could not commit a round; none of its tasks was acked."""
 
 
-def to_custody_task(task: GatewayTask) -> Task:
+def to_custody_task(task: GatewayTask, trace: TaskTrace | None = None) -> Task:
     """The custody record of a polled task (raises ``InvalidTask`` naming what is wrong).
 
-    The sender and the gateway's hand-out count travel as headers, so an agent can see them.
+    The sender and the gateway's hand-out count travel as headers, so an agent can see them;
+    so do the task's trace and when it was taken in, if it is traced (``TaskTrace``).
     """
+    headers = {"sender": task.sender, "delivery": str(task.delivery)}
+    if trace is not None:
+        headers.update(trace.headers)
     return Task(
         id=task.id,
         body=task.body,
         room=task.room,
-        headers={"sender": task.sender, "delivery": str(task.delivery)},
+        headers=headers,
         priority=task.priority,
     )
 
@@ -110,11 +116,31 @@ class Ingest:
             return IngestRound(polled=0)
         good: list[Task] = []
         rejected: list[tuple[str, str]] = []
+        traces = (
+            {raw.id: TaskTrace.begin(raw.id, raw.room, raw.delivery, raw.trace) for raw in polled}
+            if tracing_enabled()
+            else {}
+        )
         for raw in polled:
             try:
-                good.append(to_custody_task(raw))
+                good.append(to_custody_task(raw, traces.get(raw.id)))
             except (InvalidTask, ValueError) as exc:
                 rejected.append((raw.id, str(exc)))
+        landed: IngestRound | None = None
+        try:
+            landed = await self._land(polled, good, rejected)
+            return landed
+        finally:
+            for task_id, trace in traces.items():
+                trace.end(_outcome(landed, task_id))
+
+    async def _land(
+        self,
+        polled: Sequence[GatewayTask],
+        good: list[Task],
+        rejected: list[tuple[str, str]],
+    ) -> IngestRound:
+        """Commit the good tasks, then ack them and reject the others."""
         landed, more_rejected = await self._commit(good)
         rejected.extend(more_rejected)
         conflicts = await self._conflicts([task for task, fresh in landed if not fresh])
@@ -247,3 +273,14 @@ class Ingest:
             self.stats.released += released
             log.info("gave %d unacked lease(s) back to the gateway", released)
         return released
+
+
+def _outcome(landed: IngestRound | None, task_id: str) -> str:
+    """What a round did with one task, for its ingest span."""
+    if landed is None:
+        return "not stored"
+    if task_id in landed.ingested:
+        return "ingested"
+    if task_id in landed.replays:
+        return "replay"
+    return "rejected"

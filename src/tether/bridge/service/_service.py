@@ -38,6 +38,7 @@ from ..custody._roles import Store
 from ..custody._rooms import RoomPolicy
 from ..custody._rules import IN_CUSTODY, Task
 from ..pool._agent import AgentFactory, agent_room_policy, load_agent
+from ..pool._asyncio import loop_for
 from ..pool._lead import PoolLead
 from ..pool._progress import ProgressUpdate
 from ..pool._stall import StallWatcher
@@ -437,9 +438,12 @@ class BridgeService:
     ) -> None:
         """The workers under their own one_for_one supervisor; a soft stop reaches all of them
         at once, so they finish (or give back) their tasks in parallel, not one after another."""
-        async with open_supervisor(
-            name="workers", strategy="one_for_one", max_restarts=10, period=30
-        ) as supervisor:
+        async with (
+            loop_for(*(worker.factory for worker in workers)),
+            open_supervisor(
+                name="workers", strategy="one_for_one", max_restarts=10, period=30
+            ) as supervisor,
+        ):
             for worker in workers:
                 await supervisor.start_child(
                     ChildSpec(

@@ -33,6 +33,7 @@ from ..._protocol._connection import utc_now_iso
 from ..custody._reconcile import Reconciler
 from ..custody._roles import Store
 from ..pool._agent import AgentFactory, load_agent
+from ..pool._asyncio import loop_for
 from ..pool._files import file_exchange_worker
 from ..pool._lead import PoolLead
 from ..pool._status import PoolStatus, pool_status
@@ -235,9 +236,12 @@ class WorkerService:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """The workers under their own supervisor, so a soft stop reaches all of them at once."""
-        async with open_supervisor(
-            name="workers", strategy="one_for_one", max_restarts=10, period=30
-        ) as supervisor:
+        async with (
+            loop_for(*(worker.factory for worker in self.workers)),
+            open_supervisor(
+                name="workers", strategy="one_for_one", max_restarts=10, period=30
+            ) as supervisor,
+        ):
             for worker in self.workers:
                 await supervisor.start_child(
                     ChildSpec(

@@ -1,0 +1,129 @@
+"""A pydantic-ai ``Agent`` as a tether agent: an asyncio framework, run unchanged on Trio
+through ``tether.bridge.asyncio_agent`` (trio-asyncio underneath).
+
+What it shows:
+
+- the handler is plain asyncio code (``async with agent.run_stream(...)``); a run timeout, a
+  newer message of the room (``replace``: barge-in), an operator's cancel or a soft stop
+  cancels it like any run;
+- its streamed text goes to ``progress_of(task)``: the person sees the reply being written;
+- the room's conversation becomes the agent's message history (``history_of``), and its tool
+  calls are steps (``step``): two small adapters, marked WIRE, that fall back to no history
+  and a plain call until ``conversation_of`` and ``run_of`` are on the branch (see
+  docs/guide/asyncio-agents.md, "Conversations and steps").
+
+Run it behind a bridge: ``pip install 'tether[asyncio]'``, then ``tether bridge run --agent
+pydantic_ai_agent:factory`` with examples/ on ``PYTHONPATH``. ``TETHER_PYDANTIC_AI_MODEL``
+names the model the pydantic-ai way (``openai:gpt-4o`` with ``pydantic-ai-slim[openai]``);
+the default ``test`` is pydantic-ai's ``TestModel``, which needs no network.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import Model
+from pydantic_ai.models.test import TestModel
+
+from tether import Session
+from tether.bridge import AgentFactory, Task, asyncio_agent, progress_of
+
+MODEL_ENV = "TETHER_PYDANTIC_AI_MODEL"
+INSTRUCTIONS = "You answer in one or two sentences. Use the weather tool for the weather."
+
+
+class Turn(Protocol):
+    """A turn of a room's conversation as ``conversation_of(task).history`` gives it."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+def messages_from(history: Sequence[Turn]) -> list[ModelMessage]:
+    """The room's turns (oldest first) as pydantic-ai's message history."""
+    messages: list[ModelMessage] = []
+    for turn in history:
+        if turn.role == "user":
+            messages.append(ModelRequest(parts=[UserPromptPart(content=turn.text)]))
+        elif turn.text:  # an assistant turn; an interrupted one keeps what the person saw
+            messages.append(ModelResponse(parts=[TextPart(content=turn.text)]))
+    return messages
+
+
+def history_of(task: Task) -> list[ModelMessage]:
+    """WIRE (issue #34): the message history of ``task``'s room. Once ``conversation_of``
+    is in ``tether.bridge`` this is ``messages_from(conversation_of(task).history)`` (a plain
+    read: if it is async, ``await trio_side(...)`` it from here); until then, none."""
+    return messages_from([])
+
+
+async def step(task: Task, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """WIRE (issue #35): a tool call as a step of ``task``'s run, recorded once and replayed
+    after a crash. Once ``run_of`` is in ``tether.bridge`` this is ``await
+    trio_side(run_of(task).step)(name, fn, *args)``; until then, a plain call."""
+    return fn(*args)
+
+
+def weather(city: str) -> str:
+    """The weather API the tool calls (a stand-in)."""
+    return f"sunny and 21 degrees in {city}"
+
+
+def build_agent(model: Model | str) -> Agent[Task, str]:
+    """The pydantic-ai agent; its dependencies are the tether task (so a tool knows its run)."""
+    agent = Agent(model, deps_type=Task, output_type=str, instructions=INSTRUCTIONS)
+
+    @agent.tool
+    async def weather_in(ctx: RunContext[Task], city: str) -> str:
+        """The weather in a city today."""
+        return str(await step(ctx.deps, f"weather:{city}", weather, city))
+
+    return agent
+
+
+def make_factory(model: Model | str, **options: Any) -> AgentFactory:
+    """A tether agent factory running ``build_agent(model)``; ``options`` go to
+    ``asyncio_agent`` (``room_policy``, ``run_timeout``)."""
+    agent = build_agent(model)
+
+    async def handle(task: Task) -> str:  # asyncio code, all of it
+        progress = progress_of(task)
+        progress.status("thinking")
+        async with agent.run_stream(
+            task.body, deps=task, message_history=history_of(task)
+        ) as result:
+            async for chunk in result.stream_text(delta=True, debounce_by=None):
+                progress.stream(chunk)
+            return await result.get_output()
+
+    return asyncio_agent(handle, **options)
+
+
+@functools.cache
+def _from_env() -> AgentFactory:
+    name = os.environ.get(MODEL_ENV, "test")
+    model: Model | str = TestModel() if name == "test" else name
+    return make_factory(model, room_policy="replace")
+
+
+def factory(session: Session) -> None:
+    """``--agent pydantic_ai_agent:factory``: the model named by ``TETHER_PYDANTIC_AI_MODEL``."""
+    _from_env()(session)
+
+
+factory.asyncio_loop = True  # type: ignore[attr-defined]  # the bridge opens one asyncio loop
+factory.room_policy = "replace"  # type: ignore[attr-defined]  # a newer message barges in

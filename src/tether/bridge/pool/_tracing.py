@@ -1,0 +1,160 @@
+"""A task's spans (OpenTelemetry, if installed): ingest, queue wait, each attempt's run, each
+step and wait inside it, delivery, and the gateway requests made for it; all in the task's one
+trace, whose ``traceparent`` the task carries in its headers from ingest on.
+
+Every span has the attributes ``tether.task.id`` and ``tether.room``; the worker's spans
+``tether.worker`` and ``tether.attempt`` too; a span's end says ``tether.outcome``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+import attrs
+
+from ..._plumbing._tracing import (
+    TRACEPARENT_HEADER,
+    end_span,
+    finished_span,
+    is_traceparent,
+    span,
+    start_span,
+    traceparent_of,
+)
+from ..._session_runs import is_async
+from ..custody._rules import Claim, Task
+
+INGESTED_AT: Final = "ingested_at"
+"""The task header saying when a traced task was taken in (``time.time()``): its queue wait
+begins there, whichever process claims it."""
+
+
+def task_trace(task: Task) -> str | None:
+    """The task's ``traceparent``, if it is traced."""
+    value = task.headers.get(TRACEPARENT_HEADER)
+    return value if is_traceparent(value) else None
+
+
+def task_attributes(task: Task) -> dict[str, str | int]:
+    return {"tether.task.id": task.id, "tether.room": task.room or ""}
+
+
+def claim_attributes(claim: Claim) -> dict[str, str | int]:
+    return {
+        **task_attributes(claim.task),
+        "tether.worker": claim.worker,
+        "tether.attempt": claim.attempt,
+    }
+
+
+@attrs.define(eq=False)
+class TaskTrace:
+    """The ingest span of one polled task, and the headers that carry its trace on."""
+
+    begun: Any
+    headers: dict[str, str]
+
+    @classmethod
+    def begin(cls, id: str, room: str, delivery: int, trace: str | None) -> TaskTrace:
+        """Begin the ingest span: a child of the gateway's ``trace``, or the root of the
+        task's trace if the gateway sent none (or one that is not a traceparent)."""
+        given = trace if is_traceparent(trace) else None
+        now = time.time()
+        begun = start_span(
+            "tether.ingest",
+            traceparent=given,
+            attributes={"tether.task.id": id, "tether.room": room, "tether.delivery": delivery},
+        )
+        carried = given or traceparent_of(begun)
+        headers = {} if carried is None else {TRACEPARENT_HEADER: carried, INGESTED_AT: repr(now)}
+        return cls(begun, headers)
+
+    def end(self, outcome: str) -> None:
+        end_span(self.begun, {"tether.outcome": outcome})
+
+
+def queue_waited(claim: Claim) -> None:
+    """The queue wait of a claimed task, from its ingest to this claim (for a later attempt
+    too: the wait includes the earlier attempts)."""
+    trace = task_trace(claim.task)
+    try:
+        since = float(claim.task.headers[INGESTED_AT])
+    except (KeyError, ValueError):
+        return
+    if trace is not None:
+        finished_span(
+            "tether.queue_wait", traceparent=trace, start=since, attributes=claim_attributes(claim)
+        )
+
+
+_RUNS: dict[int, tuple[Task, Any]] = {}
+"""The span of each task object a worker is running now, by the object's identity (as
+``progress_of`` finds a run's reporter)."""
+
+
+@contextmanager
+def run_span(claim: Claim) -> Iterator[Any]:
+    """One attempt's span; the agent's handler runs with it current (``traced_handler``), so
+    its own spans, and the step and wait spans, nest under it. A process killed mid-run never
+    ends it (OpenTelemetry exports a span when it ends): the attempt's queue wait span, ended
+    at the claim, shows the attempt."""
+    task = claim.task
+    attributes = claim_attributes(claim)
+    with span("tether.run", traceparent=task_trace(task), attributes=attributes) as current:
+        if current is None:
+            yield None
+            return
+        _RUNS[id(task)] = (task, current)
+        try:
+            yield current
+        finally:
+            if _RUNS.get(id(task), (None, None))[1] is current:
+                del _RUNS[id(task)]
+
+
+@contextmanager
+def _in_run_of(task: object) -> Iterator[None]:
+    entry = _RUNS.get(id(task))
+    if entry is None or entry[0] is not task:
+        yield
+        return
+    from opentelemetry import trace
+
+    with trace.use_span(entry[1], end_on_exit=False):
+        yield
+
+
+def traced_handler(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn``, a task handler, run with its run's span current (a session runs handlers in
+    its own context, not the worker's: ``Session.wrap_handlers``)."""
+    if is_async(fn):
+
+        async def run_async(task: Any) -> Any:
+            with _in_run_of(task):
+                return await fn(task)
+
+        return functools.update_wrapper(run_async, fn)
+
+    def run_plain(task: Any) -> Any:  # in the session's worker thread
+        with _in_run_of(task):
+            return fn(task)
+
+    return functools.update_wrapper(run_plain, fn)
+
+
+@contextmanager
+def step_span(name: str) -> Iterator[Any]:
+    """A step of the current run (``run.step``), nested under its run span."""
+    with span("tether.step", attributes={"tether.step": name}) as current:
+        yield current
+
+
+@contextmanager
+def wait_span(kind: str) -> Iterator[Any]:
+    """A wait of the current run (``run.sleep``, ``run.ask``) until it parks the task."""
+    with span("tether.wait", attributes={"tether.wait": kind}) as current:
+        yield current
