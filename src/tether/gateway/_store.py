@@ -486,6 +486,18 @@ class GatewayStore:
         task = self._get(task_id)
         return task
 
+    async def reject_many(self, rejects: list[tuple[str, str]], now: float) -> list[ItemOutcome]:
+        """Reject each ``(id, reason)`` in one transaction; each gets the outcome its own
+        reject would have (an id breaking the id rule is one this gateway never handed out:
+        404, unknown)."""
+        return await self._run(self._reject_many, rejects, now)
+
+    def _reject_many(self, rejects: list[tuple[str, str]], now: float) -> list[ItemOutcome]:
+        return [
+            _item_outcome(task_id, partial(self._reject, task_id, reason, now))
+            for task_id, reason in rejects
+        ]
+
     async def rejection(self, task_id: str) -> str | None:
         """Why the worker side rejected ``task_id`` (None if it did not)."""
         return await self._run(self._rejection, task_id)
