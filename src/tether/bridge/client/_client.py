@@ -28,6 +28,7 @@ import httpx
 import trio
 
 from ..._backoff import Backoff
+from ..._expected import ExpectedFailure
 from ..._plumbing._converter import unstructure
 from ..._plumbing._json import loads_strict
 from ..._plumbing._redact import redact_url
@@ -107,11 +108,11 @@ class GatewayRequestError(GatewayError):
         super().__init__(f"gateway refused {what}: HTTP {status}: {detail}")
 
 
-class GatewayProtocolError(GatewayError):
+class GatewayProtocolError(ExpectedFailure, GatewayError):
     """The gateway answered with something that is not protocol v1."""
 
 
-class GatewayUnavailable(GatewayError):
+class GatewayUnavailable(ExpectedFailure, GatewayError):
     """A call made without retries (heartbeat) could not reach the gateway."""
 
 
