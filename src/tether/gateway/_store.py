@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from .._plumbing._fs import create_private_file, ensure_private_dir, restrict_file
+from .._plumbing._sqlite_temp import keep_temp_in_memory
 from .._plumbing._sqlite_writer import SqliteWriter
 
 T = TypeVar("T")
@@ -646,6 +647,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     # threads; the store's limiter guarantees one call at a time.
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
+        keep_temp_in_memory(db)
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = FULL")
         db.execute("PRAGMA busy_timeout = 5000")
