@@ -128,7 +128,9 @@ def plan_sweep(
     stuck: list[Returned] = []
     deferred: list[Deferred] = []
     for a in view.assigned:
-        age = now - a.since
+        # never negative: ``since`` may have been written (by a lead that held the pool while
+        # this sweep waited on the store) after the ``now`` this sweep began with
+        age = max(0.0, now - a.since)
         if a.worker not in live:
             dead_workers.add(a.worker)
         elif age >= stuck_after and (view.claims.get(a.worker, 0) == 0 or age >= stuck_cap):
@@ -340,7 +342,7 @@ class PoolLead:
         def decide(view: PoolView) -> list[tuple[str, str]] | None:
             """Plan from the first page; assign at once unless the plan also returns
             assignments or must read past rooms (then the sweep goes on below)."""
-            plan = self._plan(view, now)
+            plan = self._plan(view, max(now, view.at))  # judged when the view was read
             planned[:] = [plan]
             if plan.dead_workers or plan.stuck or self._more_pages(plan, view, limit, set()):
                 return None
@@ -542,7 +544,11 @@ class PoolLead:
 
         async def dead(worker: str) -> None:
             for id in await self.store.return_assignments(worker):
-                returned.append(Returned(id, worker, "dead_worker", now - since.get(id, now)))
+                # measured now, after the store answered (the sweep's ``now`` is from before
+                # its reads, which may have waited), and never negative (see ``plan``)
+                at = max(now, self.now())
+                age = max(0.0, at - since.get(id, at))
+                returned.append(Returned(id, worker, "dead_worker", age))
 
         async def stuck(r: Returned) -> None:
             if await self.store.unassign(r.id, r.worker):
