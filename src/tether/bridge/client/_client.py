@@ -936,16 +936,20 @@ async def _bounded(
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > max_bytes:
             raise _over_cap(what, max_bytes, f"declares {int(declared)} bytes")
-        body = bytearray()
         try:
-            body += response.content  # already in memory (an in-process test transport)
+            body = response.content  # already in memory (an in-process test transport)
         except httpx.ResponseNotRead:
+            parts: list[bytes] = []
+            size = 0
             chunks = response.aiter_bytes()
             async with contextlib.aclosing(chunks):  # type: ignore[type-var]
                 async for chunk in chunks:
-                    body += chunk
-                    if len(body) > max_bytes:
+                    parts.append(chunk)
+                    size += len(chunk)
+                    if size > max_bytes:
                         raise _over_cap(what, max_bytes, "went on past it") from None
+            body = b"".join(parts)
+            del parts
         if len(body) > max_bytes:
             raise _over_cap(what, max_bytes, "went on past it")
     finally:
@@ -953,7 +957,7 @@ async def _bounded(
     return httpx.Response(
         response.status_code,
         headers=response.headers,
-        content=bytes(body),
+        content=body,
         request=request,
         extensions=response.extensions,
     )
