@@ -190,6 +190,7 @@ class GatewayClient:
     the heartbeat loop beats at once instead of at its next interval."""
     _heartbeat_marked_by_outage: bool = attrs.field(default=False, init=False)
     _outage_since: float | None = attrs.field(default=None, init=False)
+    _outage_kind: str = attrs.field(default="unreachable", init=False)
     """When the gateway stopped answering (Trio clock), while it does not answer."""
 
     def __attrs_post_init__(self) -> None:
@@ -846,6 +847,7 @@ class GatewayClient:
             log.debug("gateway %s still %s (%s); %s", self.shown_url, what, problem, next_try)
             return
         self._outage_since = trio.current_time()
+        self._outage_kind = what
         log.warning(
             "gateway %s %s (%s); %s, then less often (at most %g s apart); "
             "a line says when it answers again",
@@ -863,7 +865,10 @@ class GatewayClient:
             lasted = trio.current_time() - self._outage_since
             self._outage_since = None
             log.warning(
-                "gateway %s answers again after %s unreachable", self.shown_url, duration(lasted)
+                "gateway %s answers again after %s %s",
+                self.shown_url,
+                duration(lasted),
+                "unreachable" if self._outage_kind == "unreachable" else "answering outside v1",
             )
         await self._publish(connected=True, ok=True)
 
