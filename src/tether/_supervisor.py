@@ -30,6 +30,7 @@ from ._child import (
 from ._core._context import STOP_EVENT
 from ._core._directory import current_directory
 from ._core._owner import current_owner, owned_by, start_soon_owned
+from ._expected import expected_one_line, next_at
 from ._intensity import RestartIntensity
 
 log = logging.getLogger("tether.supervisor")
@@ -345,22 +346,37 @@ class Supervisor:
             if self._closing or child.done or child.current is not inc:
                 return
             now = trio.current_time()
+            # an expected failure is one line, saying what happens next; else a traceback
+            one_line = None if error is None else expected_one_line(error)
             if error is not None:
                 child.last_error = error
-                log.warning(
-                    "supervisor %r: child %r failed: %r",
-                    self.name,
-                    child.name,
-                    error,
-                    exc_info=error,
-                )
+                if one_line is None:
+                    log.warning(
+                        "supervisor %r: child %r failed: %r",
+                        self.name,
+                        child.name,
+                        error,
+                        exc_info=error,
+                    )
             else:
                 log.info("supervisor %r: child %r returned", self.name, child.name)
             if not restart_wanted(child.spec.restart, error):
+                if one_line is not None:
+                    log.warning(
+                        "supervisor %r: child %r failed: %s; not restarted (restart=%s)",
+                        self.name,
+                        child.name,
+                        one_line,
+                        child.spec.restart,
+                    )
                 child.done = True
                 child.state.value = "failed" if error is not None else "stopped"
                 return
             if not self._intensity.record(now):
+                if one_line is not None:
+                    log.warning(
+                        "supervisor %r: child %r failed: %s", self.name, child.name, one_line
+                    )
                 await self._fail(own, child, error)
                 return
             uptime = 0.0 if child.running_since is None else now - child.running_since
@@ -368,6 +384,14 @@ class Supervisor:
                 child.attempt = 0
             delay = self._backoff.delay(child.attempt, self.rng)
             child.attempt += 1
+            if one_line is not None:
+                log.warning(
+                    "supervisor %r: child %r failed: %s; restart %s",
+                    self.name,
+                    child.name,
+                    one_line,
+                    next_at(delay),
+                )
             if self.policy.strategy != "one_for_one":
                 await self._restart_group(child, delay)
                 return

@@ -150,12 +150,28 @@ def test_cancel_moves_waiting_and_running_tasks_and_refuses_replies(
     assert "claimed -> dead  attempt 1  by operator (worker w1): cancelled: spam" in show
 
 
+def test_retry_dead_leaves_cancelled_tasks_dead_unless_asked(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 33: people told "cancelled" never get a reply from a bulk re-drive."""
+    assert main(["store", "cancel", "p1", "--reason", "spam", "--store", str(db)]) == 0
+    assert main(["store", "retry", "--dead", "--store", str(db)]) == 0
+    states = trio.run(_states, db)
+    assert (states["d1"], states["d2"], states["p1"]) == (S.PENDING, S.PENDING, S.DEAD)
+    capsys.readouterr()
+    args = ["store", "retry", "--dead", "--include-cancelled", "--store", str(db)]
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines() == ["re-drove 1 task(s)"]
+    assert trio.run(_states, db)["p1"] is S.PENDING
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
         (["retry"], "name the task ids"),
         (["retry", "d1", "--dead"], "not both"),
         (["retry", "d1", "--reason-contains", "x"], "with --dead"),
+        (["retry", "d1", "--include-cancelled"], "with --dead"),
         (["retry", "d1", "bad id"], "task id"),
         (["cancel", "p1", "bad id"], "task id"),
         (["cancel", "p1", "--reason", " "], "--reason"),

@@ -21,7 +21,6 @@ from trio.testing import MockClock
 from tether.bridge import (
     GatewayAuthError,
     GatewayClient,
-    GatewayProtocolError,
     GatewayRequestError,
     write_token,
 )
@@ -205,28 +204,134 @@ async def test_long_poll_read_timeout_is_wait_plus_margin(
     assert second.extensions["timeout"]["read"] == 40.0
 
 
-async def test_tasks_with_bad_ids_are_skipped_and_unknown_fields_tolerated(
-    mock_clock: MockClock, token_path: Path
+async def test_tasks_with_bad_ids_are_rejected_once_and_unknown_fields_tolerated(
+    mock_clock: MockClock, token_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     tasks = [
         {"id": "../../etc/passwd", "body": "x", "room": "r"},
         {"id": "good-1", "body": "hello", "room": "r", "priority": "from a newer gateway"},
         {"id": "no-body", "room": "r"},
+        {"body": "no id at all"},
     ]
-    fake = FakeGateway(lambda n, r: ok_tasks(tasks))
+    rejects: list[Any] = []
+
+    def answer(n: int, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/rejects":
+            body = json.loads(request.content)
+            rejects.append(body)
+            return httpx.Response(
+                200, json={"items": [{"id": r["id"], "status": 200} for r in body["rejects"]]}
+            )
+        return ok_tasks(tasks)
+
+    fake = FakeGateway(answer)
+    caplog.set_level(logging.INFO, logger="tether.bridge.gateway")
     async with client_for(fake, token_path) as client:
-        got = await client.poll_tasks(wait=0)
-        assert [(t.id, t.body) for t in got] == [("good-1", "hello")]
-        assert client.rejected_tasks == 2
+        for _ in range(3):  # the gateway ignores the rejection and offers them again
+            got = await client.poll_tasks(wait=0)
+            assert [(t.id, t.body) for t in got] == [("good-1", "hello")]
+        assert client.rejected_tasks == 9
+    [sent] = rejects  # once, with the reasons, the bad id in the body
+    assert [r["id"] for r in sent["rejects"]] == ["../../etc/passwd", "no-body"]
+    assert "'..'" in sent["rejects"][0]["reason"]
+    assert "body" in sent["rejects"][1]["reason"]
+    lines = [r.getMessage() for r in caplog.records if "cannot take" in r.getMessage()]
+    assert len(lines) == 3, lines  # one per task, not one per poll
 
 
-async def test_a_response_that_is_not_protocol_v1_is_an_error(
-    mock_clock: MockClock, token_path: Path
+async def test_a_gateway_without_the_rejects_route_is_asked_once(
+    mock_clock: MockClock, token_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake = FakeGateway(lambda n, r: httpx.Response(200, text="<html>captive portal</html>"))
+    def answer(n: int, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/rejects":
+            return httpx.Response(404, json={"error": "no such endpoint"})
+        return ok_tasks([{"id": "../evil", "body": "x", "room": "r"}, {"id": "a.b/c"}])
+
+    fake = FakeGateway(answer)
+    caplog.set_level(logging.INFO, logger="tether.bridge.gateway")
     async with client_for(fake, token_path) as client:
-        with pytest.raises(GatewayProtocolError, match="not JSON"):
-            await client.poll_tasks(wait=0)
+        for _ in range(3):
+            assert await client.poll_tasks(wait=0) == []
+    paths = [c.request.url.path for c in fake.calls]
+    assert paths.count("/v1/rejects") == 1
+    assert all("evil" not in p for p in paths)
+    loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(loud) == 3, loud  # one per id, one for the missing route
+
+
+async def test_a_poll_answered_with_more_than_asked_takes_only_the_limit(
+    mock_clock: MockClock, token_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    many = [{"id": f"t{i}", "body": "b", "room": "r"} for i in range(500)]
+    fake = FakeGateway(lambda n, r: ok_tasks(many))
+    async with client_for(fake, token_path, poll_limit=10) as client:
+        got = await client.poll_tasks(wait=0)
+    assert [t.id for t in got] == [f"t{i}" for i in range(10)]
+    [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "with 500" in line
+    assert "other 490 are not acked" in line
+
+
+async def test_an_answer_over_the_cap_is_refused_unread_and_the_next_poll_asks_for_fewer(
+    mock_clock: MockClock, token_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tether.bridge.client._client import MAX_TASK_WIRE_BYTES
+
+    cap = 2 * MAX_TASK_WIRE_BYTES
+    huge = {"tasks": [{"id": "t", "body": "x" * (cap + 10), "room": "r"}]}
+    reads: list[int] = []
+
+    def answer(n: int, request: httpx.Request) -> httpx.Response:
+        if n == 1:
+            encoded = json.dumps(huge).encode()
+
+            async def chunks() -> Any:  # no Content-Length: the cap is found while streaming
+                for at in range(0, len(encoded), 1 << 20):
+                    reads.append(at)
+                    yield encoded[at : at + (1 << 20)]
+
+            return httpx.Response(200, content=chunks())
+        return ok_tasks([{"id": "t2", "body": "b", "room": "r"}])
+
+    fake = FakeGateway(answer)
+    async with client_for(fake, token_path, poll_bytes_max=cap) as client:
+        got = await client.poll_tasks(wait=0)
+    assert [t.id for t in got] == ["t2"]
+    assert len(reads) <= cap // (1 << 20) + 2  # stopped at the cap, did not read it all
+    limits = [c.request.url.params["limit"] for c in fake.calls]
+    assert limits == ["100", "2"]
+    loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "over this client's limit" in loud[0]
+
+
+async def test_answers_outside_protocol_v1_are_retried_with_one_line_per_incident(
+    mock_clock: MockClock, token_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    garbage = [
+        httpx.Response(200, text="<html>captive portal</html>"),
+        httpx.Response(200, json=["not", "an", "object"]),
+        httpx.Response(200, json={"tasks": "no"}),
+        httpx.Response(200, content=b"x" * 200),
+    ]
+
+    def answer(n: int, request: httpx.Request) -> httpx.Response:
+        if n <= len(garbage):
+            return garbage[n - 1]
+        return ok_tasks([{"id": "t1", "body": "hi", "room": "r"}])
+
+    fake = FakeGateway(answer)
+    caplog.set_level(logging.DEBUG, logger="tether.bridge.gateway")
+    async with client_for(fake, token_path, poll_bytes_max=7 << 20) as client:
+        with trio.fail_after(600):
+            got = await client.poll_tasks(wait=0)
+    assert [t.id for t in got] == ["t1"]
+    assert len(fake.calls) == 5
+    loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(loud) == 2, loud  # the incident begins, and ends
+    assert "answers outside protocol v1" in loud[0]
+    assert "not JSON" in loud[0]
+    assert "answers again" in loud[1]
+    assert not any(r.exc_info for r in caplog.records)
 
 
 async def test_missing_heartbeat_endpoint_is_logged_once_and_never_called_again(

@@ -66,6 +66,8 @@ class Model:
     result: str | None = None
     not_before: float | None = None
     """A pending task waiting out a retry backoff; nobody takes it before then."""
+    cancelled: bool = False
+    """Dead by an operator's cancel: ``redrive_dead`` leaves it dead (issue 33)."""
     crash_count: int = 0
     crashes_alone: int = 0
     suspect: bool = False
@@ -316,6 +318,7 @@ class CustodyMachine(RuleBasedStateMachine):
             if expected:
                 assert m is not None
                 m.state, m.lease_until, m.not_before = S.DEAD, None, None
+                m.cancelled = True
 
     @rule(ids=st.permutations(IDS), every_dead=st.booleans())
     def redrive(self, ids: list[str], every_dead: bool) -> None:
@@ -325,7 +328,7 @@ class CustodyMachine(RuleBasedStateMachine):
         tasks move. ``every_dead``: ``redrive_dead``, which picks the dead ones itself."""
         if every_dead:
             outcomes = _run(self.store.redrive_dead)
-            ids = [i for i, m in self.model.items() if m.state is S.DEAD]
+            ids = [i for i, m in self.model.items() if m.state is S.DEAD and not m.cancelled]
             assert sorted(o.id for o in outcomes) == sorted(ids)
         else:
             outcomes = _run(self.store.redrive, ids)
@@ -341,6 +344,8 @@ class CustodyMachine(RuleBasedStateMachine):
                 m.not_before, m.result = None, None
                 # the operator vouches for it: its crash record and suspect mark are cleared
                 m.crash_count, m.crashes_alone, m.suspect = 0, 0, False
+                # it queues behind fresh work (issue 33), at its age among low tasks
+                m.priority, m.cancelled = "low", False
 
     @precondition(lambda self: any(self._live(c) for c in self.claims))
     @rule()

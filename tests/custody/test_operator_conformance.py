@@ -147,6 +147,42 @@ async def test_redrive_dead_selects_by_reason_oldest_death_first(
     assert (entry.actor, entry.reason) == ("operator", "operator: re-driven")
 
 
+async def test_redrive_dead_leaves_operator_cancelled_tasks_dead_unless_asked(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """Issue 33: people told "cancelled" must not get a reply later from a bulk re-drive."""
+    await drive_to(store, "c1", S.PENDING)
+    [cancelled] = await store.cancel(["c1"], "spam")
+    assert cancelled.done
+    assert await store.ingest(Task("d1", "x"))
+    await store.dead_letter("d1", "provider 503")
+    assert [o.id for o in await store.redrive_dead()] == ["d1"]
+    assert await store.redrive_dead(reason_contains="spam") == []
+    assert await store.state("c1") is S.DEAD
+    assert [o.id for o in await store.redrive_dead(include_cancelled=True)] == ["c1"]
+    await store.cancel(["c1"], "spam again")
+    [named] = await store.redrive(["c1"])  # named by id: re-driven
+    assert (named.done, await store.state("c1")) == (True, S.PENDING)
+
+
+async def test_a_redriven_task_queues_behind_fresh_work(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """Issue 33: a loop of re-drives of tasks that fail again must not starve fresh work, so
+    a re-driven task queues as low priority (by age among low tasks)."""
+    for n in range(3):
+        assert await store.ingest(Task(f"d{n}", "x"))
+        await store.dead_letter(f"d{n}", "provider 503")
+    fake_clock.advance(1)
+    assert await store.ingest(Task("fresh-1", "x"))
+    assert await store.ingest(Task("fresh-urgent", "x", priority="urgent"))
+    await store.redrive_dead()
+    assert await store.ingest(Task("fresh-2", "x"))
+    assert await store.ingest(Task("fresh-low", "x", priority="low"))
+    order = [t.id for t in await store.pending(limit=10)]
+    assert order == ["fresh-urgent", "fresh-1", "fresh-2", "d0", "d1", "d2", "fresh-low"]
+
+
 async def test_cancel_takes_waiting_and_running_tasks_to_dead_with_the_reason(
     store: Store, fake_clock: FakeClock
 ) -> None:

@@ -237,3 +237,31 @@ async def test_a_message_wait_past_the_longest_is_refused_not_cut_short(
     )
     at_most = await http.get(url, params={"wait": 5, "seen": "x"}, headers=gateway.headers())
     assert at_most.status_code == 200
+
+
+async def test_rejects_close_known_tasks_with_the_reason_and_name_unknown_ids(
+    start_gateway: StartGateway,
+) -> None:
+    """``POST /v1/rejects`` (issue 33): ids travel in the body, an invalid one too; a known
+    task is closed with the reason, which its message shows."""
+    gw = await start_gateway()
+    task_id = await gw.submit("hello")
+    async with httpx.AsyncClient(base_url=gw.url, headers=gw.headers()) as http:
+        polled = (await http.get("/v1/tasks", params={"wait": "0"})).json()["tasks"]
+        assert [t["id"] for t in polled] == [task_id]
+        answer = await http.post(
+            "/v1/rejects",
+            json={
+                "rejects": [
+                    {"id": task_id, "reason": "no room for it"},
+                    {"id": "../evil", "reason": "not a valid task id"},
+                ]
+            },
+        )
+        assert answer.status_code == 200
+        items = answer.json()["items"]
+        assert [(i["id"], i["status"]) for i in items] == [(task_id, 200), ("../evil", 404)]
+        bad = await http.post("/v1/rejects", json={"rejects": [{"id": "", "reason": "x"}]})
+        assert bad.status_code == 400
+    message = await gw.message(task_id)
+    assert (message["status"], message["reason"]) == ("closed", "no room for it")

@@ -17,6 +17,8 @@ async def test_a_task_the_gateway_client_skips_is_logged_with_its_id(
     tasks = [{"id": "../../etc/passwd", "body": "x"}, {"id": "no-body"}, {"body": "no id"}]
 
     def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/rejects":
+            return httpx.Response(404)
         return httpx.Response(200, json={"tasks": tasks})
 
     token = tmp_path / "token"

@@ -263,3 +263,85 @@ class _LateBeats(_NoGoodbye):
 
 async def _not_leading(lead: PoolLead) -> bool:
     return not lead.leading
+
+
+class _SlowAnswers(_NoGoodbye):
+    """The store as a busy writer makes it: ``name``'s beats are stamped and committed, and
+    their answer comes ``delay`` seconds later (other jobs were ahead in the writer's queue)."""
+
+    def __init__(self, store: SqliteStore, name: str) -> None:
+        super().__init__(store)
+        self._name = name
+        self.delay = 0.0
+
+    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+        members = await self._store.beat(worker, role, capacity)
+        if worker == self._name:
+            await trio.sleep(self.delay)
+        return members
+
+
+async def test_a_lone_leader_keeps_the_lead_when_a_busy_writer_answers_its_beats_late(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 33: under load a single bridge logged "standing by (leader is nobody)", then "now
+    leading": its own beat, stamped before the writer's queue, looked dead once answered."""
+    slow = _SlowAnswers(timed_store, "only-lead")
+    lead = PoolLead(slow, name="only-lead", sweep_interval=0.05, beat_interval=0.5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lead.run)
+        slow.delay = 1.0  # longer than lead_dead_after (0.75 s)
+        await trio.sleep(5.0)
+        assert lead.leading
+        nursery.cancel_scope.cancel()
+    assert lead.takeovers == 1
+    assert "standing by" not in caplog.text
+
+
+class _Outage(_NoGoodbye):
+    """The store out of reach: while ``down`` every call waits; ``back(name)`` lets that
+    candidate's calls through again (candidates come back one after the other)."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        super().__init__(store)
+        self.down = False
+        self.up: set[str] = set()
+        self.changed = trio.Event()
+
+    def back(self, name: str) -> None:
+        self.up.add(name)
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def _wait(self, name: str) -> None:
+        while self.down and name not in self.up:
+            await self.changed.wait()
+
+    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+        await self._wait(worker)
+        return await self._store.beat(worker, role, capacity)
+
+
+async def test_two_candidates_do_not_swap_the_lead_when_they_come_back_from_an_outage(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """Issue 33: after an outage the younger candidate came back first, took the lead from the
+    older one (its beat stale) and lost it to it 20-40 ms later. Back from a silence of its
+    own, a candidate holds off ``lead_dead_after``; a leader that claims the lead keeps it."""
+    outage = _Outage(timed_store)
+    first = PoolLead(outage, name="first-lead", sweep_interval=0.05, beat_interval=0.5)
+    second = PoolLead(outage, name="second-lead", sweep_interval=0.05, beat_interval=0.5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(first.run)
+        await nursery.start(second.run)
+        await trio.sleep(1.0)
+        assert (first.leading, second.leading) == (True, False)
+        outage.down = True
+        await trio.sleep(3.0)
+        outage.back("second-lead")  # the younger one's beat lands first
+        await trio.sleep(0.03)
+        outage.back("first-lead")
+        await trio.sleep(3.0)
+        assert (first.leading, second.leading) == (True, False)
+        assert (first.takeovers, second.takeovers) == (1, 0)
+        nursery.cancel_scope.cancel()

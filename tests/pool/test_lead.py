@@ -158,6 +158,23 @@ async def test_a_dead_workers_assignment_returns_while_a_live_claim_stays(
     assert [(a.id, a.worker) for a in report.assigned] == [("d2", "live")]
 
 
+async def test_an_assignment_newer_than_the_sweeps_clock_reading_is_never_a_negative_age(
+    store: SqliteStore, fake_clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 33: "assigned -6.4s ago". A lead whose clock reading is behind the time an
+    assignment was written (another lead wrote it while this one waited on the store) says
+    0 s, not a negative age."""
+    await store.beat("dead", "worker", 4)
+    await store.ingest(Task("d1", "x"))
+    fake_clock.advance(20)
+    await store.assign_many([("d1", "dead")])  # written at 20 s; "dead" last beat at 0 s
+    behind = fake_clock() - 6.4
+    report = await lead(store, clock=lambda: behind).sweep_once()
+    [returned] = report.returned
+    assert (returned.id, returned.why, returned.age) == ("d1", "dead_worker", 0.0)
+    assert "assigned 0.0s ago" in caplog.text
+
+
 async def test_an_assignment_to_a_worker_that_never_beat_is_returned(store: SqliteStore) -> None:
     await store.ingest(Task("t", "x"))
     await store.assign("t", "ghost")

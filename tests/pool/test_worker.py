@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -168,6 +169,30 @@ async def test_a_handler_crash_is_retried_then_dead_with_the_tracebacks_last_lin
     assert rec is not None
     assert calls == ["t"] * MAX_ATTEMPTS
     assert rec.reason == f"failed on attempt {MAX_ATTEMPTS} of {MAX_ATTEMPTS}: ValueError: boom 3"
+
+
+async def test_each_failed_attempt_is_one_line_and_the_traceback_is_logged_once(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 33: "task X attempt n of m failed: ...; retry at ..."; the agent's traceback
+    once per task at WARNING, the later ones at DEBUG."""
+
+    async def crash(task: Task) -> str:
+        raise ValueError("boom")
+
+    caplog.set_level(logging.DEBUG, logger="tether.bridge.pool")
+    await timed_store.ingest(Task("t", "x"))
+    async with running(PoolWorker(timed_store, "w1", agent(crash))):
+        await wait_until(lambda: state_is(timed_store, "t", S.DEAD))
+    failed = [r for r in caplog.records if "failed:" in r.getMessage() and r.levelno >= 30]
+    assert [r.getMessage().split(": ", 1)[1].split(":")[0] for r in failed] == [
+        f"task t attempt {n} of {MAX_ATTEMPTS} failed" for n in range(1, MAX_ATTEMPTS + 1)
+    ]
+    assert "ValueError: boom; retry at " in failed[0].getMessage()
+    assert failed[-1].getMessage().endswith("ValueError: boom; now dead")
+    assert [r.exc_info is not None for r in failed] == [True] + [False] * (MAX_ATTEMPTS - 1)
+    quiet = [r for r in caplog.records if r.levelno == logging.DEBUG and r.exc_info]
+    assert len(quiet) == MAX_ATTEMPTS - 1
 
 
 async def test_a_crash_then_success_is_one_result(

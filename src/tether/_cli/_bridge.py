@@ -235,6 +235,12 @@ def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
         help="re-drive every dead task (or those matching --reason-contains)",
     )
     retry.add_argument(
+        "--include-cancelled",
+        action="store_true",
+        help="with --dead: also tasks an operator cancelled (left dead otherwise; the people "
+        "behind them were told 'cancelled'); naming a task's id re-drives it either way",
+    )
+    retry.add_argument(
         "--reason-contains",
         default=None,
         metavar="TEXT",
@@ -347,6 +353,11 @@ def _check_operator_args(args: argparse.Namespace) -> None:
             raise ConfigError("--reason-contains selects among dead tasks: use it with --dead")
         if args.reason_contains == "":
             raise ConfigError("--reason-contains needs some text")
+        if args.include_cancelled and not args.dead:
+            raise ConfigError(
+                "--include-cancelled widens --dead: use it with --dead (a named id is "
+                "re-driven whether cancelled or not)"
+            )
     for name in ("reason",):
         value = getattr(args, name, None)
         if value is not None and not value.strip():
@@ -381,7 +392,9 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
         if args.store_command == "cancel":
             return await _store_ops.cancel(store, args.ids, args.reason)
         if args.dead:
-            return await _store_ops.retry_dead(store, args.reason_contains, args.reason)
+            return await _store_ops.retry_dead(
+                store, args.reason_contains, args.reason, include_cancelled=args.include_cancelled
+            )
         return await _store_ops.retry(store, args.ids, args.reason)
     finally:
         await store.aclose()

@@ -136,6 +136,30 @@ class RejectRequest:
 
 
 @attrs.frozen
+class RejectEntry:
+    """One entry of ``POST /v1/rejects``: a task id as the gateway sent it, and why it is
+    refused. The id may break the id rule (that is often the reason): it travels in the body,
+    never in a URL path."""
+
+    id: str
+    reason: str
+
+
+@attrs.frozen
+class RejectBatchRequest:
+    """``POST /v1/rejects``: refuse polled tasks this bridge cannot take, by their ids as sent
+    (additive to v1: a gateway without the route answers 404 and the bridge skips such tasks,
+    logging each once)."""
+
+    rejects: list[RejectEntry]
+
+
+MAX_FOREIGN_ID_CHARS = 1024
+"""The longest id a ``POST /v1/rejects`` entry may carry: an id that breaks the id rule is
+named as the gateway sent it, up to this bound (a longer one cannot be rejected, only skipped)."""
+
+
+@attrs.frozen
 class NoticeRequest:
     """``POST /v1/notices``: something about a task the people behind the gateway should see.
 
@@ -247,10 +271,30 @@ def parse_reject(data: Any, path_id: str) -> RejectRequest:
         raise ValueError(
             f"reject body id {reject.id!r} does not match the id in the path {path_id!r}"
         )
-    if not reject.reason.strip() or len(reject.reason) > MAX_REASON_CHARS:
-        raise ValueError(f"reason must be 1-{MAX_REASON_CHARS} characters, not blank")
-    check_free_text(reject.reason, "reason", MAX_REASON_CHARS)
+    _check_reason(reject.reason, "reason")
     return reject
+
+
+def parse_reject_batch(data: Any) -> RejectBatchRequest:
+    """A ``POST /v1/rejects`` body: 1 to ``MAX_BATCH`` entries, each an id of 1 to
+    ``MAX_FOREIGN_ID_CHARS`` characters without NUL (any other text: it is the id as sent)
+    and a reason like a single reject's; no id twice."""
+    batch = structure(require_object(data), RejectBatchRequest)
+    _check_batch_size(len(batch.rejects), "rejects")
+    for i, entry in enumerate(batch.rejects):
+        if not entry.id:
+            raise ValueError(f"rejects[{i}].id must not be empty")
+        check_free_text(entry.id, f"rejects[{i}].id", MAX_FOREIGN_ID_CHARS)
+        _check_reason(entry.reason, f"rejects[{i}].reason")
+    if len({entry.id for entry in batch.rejects}) != len(batch.rejects):
+        raise ValueError("rejects must not repeat an id")
+    return batch
+
+
+def _check_reason(reason: str, what: str) -> None:
+    if not reason.strip() or len(reason) > MAX_REASON_CHARS:
+        raise ValueError(f"{what} must be 1-{MAX_REASON_CHARS} characters, not blank")
+    check_free_text(reason, what, MAX_REASON_CHARS)
 
 
 def parse_notice(data: Any) -> NoticeRequest:

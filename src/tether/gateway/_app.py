@@ -11,6 +11,8 @@ POST    /v1/acks                    worker  ``{"ids":[...],"durable":true}``: ma
 POST    /v1/results/batch           worker  ``{"results":[...]}``: many results at once
 POST    /v1/results                 worker  ``{"id","body","no_send"?,"metadata"?}``
 POST    /v1/tasks/<id>/reject       worker  ``{"id","reason"}``: the bridge cannot take it
+POST    /v1/rejects                 worker  ``{"rejects":[{"id","reason"}]}``: ids as polled, in
+                                            the body (any text: an invalid id is named too)
 POST    /v1/notices                 worker  ``{"id","kind":"stall","age_s"}``: tell people
 POST    /v1/tasks/<id>/progress     worker  ``{"id","attempt","seq","running_s","status"?,
                                             "partial"?}``: what a running task shows now
@@ -74,6 +76,7 @@ from .._protocol._messages import (
     parse_lease_release,
     parse_notice,
     parse_reject,
+    parse_reject_batch,
     parse_result,
     parse_result_batch,
 )
@@ -189,6 +192,9 @@ class GatewayApp:
         if path == "/v1/results/batch":
             allow_methods(method, "POST")
             return self._result_batch
+        if path == "/v1/rejects":
+            allow_methods(method, "POST")
+            return self._reject_batch
         if path == "/v1/notices":
             allow_methods(method, "POST")
             return self._notice
@@ -305,6 +311,27 @@ class GatewayApp:
         self._answered.set()
         self._answered = trio.Event()
         await send_json(send, 200, {"id": task.id, "status": task.state})
+
+    async def _reject_batch(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        batch = _valid(parse_reject_batch, await self._json(request))
+        outcomes = await self.store.reject_many(
+            [(entry.id, entry.reason) for entry in batch.rejects], self.clock()
+        )
+        for entry, outcome in zip(batch.rejects, outcomes, strict=True):
+            if outcome.status == 200:
+                log.warning("gateway: the bridge rejected task %s: %s", entry.id, entry.reason)
+            else:
+                log.warning(
+                    "gateway: the bridge rejected task %r, which it cannot close (%s): %s",
+                    entry.id[:200],
+                    outcome.error,
+                    entry.reason,
+                )
+        if any(o.status == 200 for o in outcomes):
+            self._answered.set()
+            self._answered = trio.Event()
+        await send_json(send, 200, {"items": [unstructure(_item(o)) for o in outcomes]})
 
     async def _notice(self, request: Request, send: Send) -> None:
         self._authorize(request, WORKER)

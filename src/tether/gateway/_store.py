@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from .._plumbing._fs import create_private_file, ensure_private_dir, restrict_file
+from .._plumbing._sqlite_temp import keep_temp_in_memory
 from .._plumbing._sqlite_writer import SqliteWriter
 
 T = TypeVar("T")
@@ -490,6 +491,18 @@ class GatewayStore:
         task = self._get(task_id)
         return task
 
+    async def reject_many(self, rejects: list[tuple[str, str]], now: float) -> list[ItemOutcome]:
+        """Reject each ``(id, reason)`` in one transaction; each gets the outcome its own
+        reject would have (an id breaking the id rule is one this gateway never handed out:
+        404, unknown)."""
+        return await self._run(self._reject_many, rejects, now)
+
+    def _reject_many(self, rejects: list[tuple[str, str]], now: float) -> list[ItemOutcome]:
+        return [
+            _item_outcome(task_id, partial(self._reject, task_id, reason, now))
+            for task_id, reason in rejects
+        ]
+
     async def rejection(self, task_id: str) -> str | None:
         """Why the worker side rejected ``task_id`` (None if it did not)."""
         return await self._run(self._rejection, task_id)
@@ -638,6 +651,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     # threads; the store's limiter guarantees one call at a time.
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
+        keep_temp_in_memory(db)
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = FULL")
         db.execute("PRAGMA busy_timeout = 5000")

@@ -7,13 +7,17 @@ bridge's client".
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import importlib.metadata
+import json
 import logging
 import random
 import secrets
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -24,15 +28,18 @@ import httpx
 import trio
 
 from ..._backoff import Backoff
+from ..._expected import ExpectedFailure
 from ..._plumbing._converter import unstructure
 from ..._plumbing._json import loads_strict
 from ..._plumbing._redact import redact_url
 from ..._plumbing._token_file import TokenFileError, read_token
 from ..._plumbing._when import clock_time, duration
 from ..._protocol._connection import ConnectionStatus, utc_now_iso
+from ..._protocol._limits import MAX_REQUEST_BYTES
 from ..._protocol._messages import (
     CLIENT_HEADER,
     MAX_BATCH,
+    MAX_FOREIGN_ID_CHARS,
     MAX_REASON_CHARS,
     PROTOCOL_VERSION,
     AckBatchRequest,
@@ -43,6 +50,8 @@ from ..._protocol._messages import (
     LeaseReleaseReceipt,
     LeaseReleaseRequest,
     NoticeRequest,
+    RejectBatchRequest,
+    RejectEntry,
     RejectRequest,
     ResultBatchRequest,
     ResultMetadata,
@@ -50,6 +59,7 @@ from ..._protocol._messages import (
     ResultRequest,
     check_label,
     check_task_id,
+    is_task_id,
     parse_batch_item,
     parse_lenient,
     parse_result,
@@ -60,6 +70,22 @@ from ._status_file import StatusFile
 log = logging.getLogger("tether.bridge.gateway")
 
 _TRANSIENT_STATUS = frozenset({408, 429})
+
+MAX_TASK_WIRE_BYTES = MAX_REQUEST_BYTES
+"""The most bytes one task can take in a poll's answer: the largest allowed body JSON-escaped,
+plus its envelope (``_protocol._limits``). A poll's answer is read up to ``limit`` of these."""
+
+MAX_ANSWER_BYTES = 1 << 20
+"""The most bytes read of any other answer (acks, receipts, batch items, an error's text):
+all are small; a gateway sending more is not speaking protocol v1."""
+
+POLL_BYTES_MAX = 32 << 20
+"""The most bytes of a poll's answer read at all. A full poll of 100 tasks of the largest size
+would be ~636 MB; after an answer over this, the next poll asks for only as many tasks as surely
+fit (5), so a gateway sending huge tasks is drained, a few at a time, within this memory."""
+
+REFUSED_MEMORY = 10_000
+"""How many refused task ids a client remembers (so each is logged and rejected once)."""
 
 LEASE_RELEASE_TIMEOUT = 2.0
 """Most seconds :meth:`GatewayClient.release_leases` may take (it runs while stopping)."""
@@ -82,11 +108,11 @@ class GatewayRequestError(GatewayError):
         super().__init__(f"gateway refused {what}: HTTP {status}: {detail}")
 
 
-class GatewayProtocolError(GatewayError):
+class GatewayProtocolError(ExpectedFailure, GatewayError):
     """The gateway answered with something that is not protocol v1."""
 
 
-class GatewayUnavailable(GatewayError):
+class GatewayUnavailable(ExpectedFailure, GatewayError):
     """A call made without retries (heartbeat) could not reach the gateway."""
 
 
@@ -141,7 +167,17 @@ class GatewayClient:
     notices_supported: bool = attrs.field(default=True, init=False)
     release_supported: bool = attrs.field(default=True, init=False)
     progress_supported: bool = attrs.field(default=True, init=False)
+    poll_bytes_max: int = POLL_BYTES_MAX
+    """The most bytes any poll's answer may take (see ``poll_bytes_cap``)."""
+    rejects_supported: bool = attrs.field(default=True, init=False)
+    refused_memory: int = REFUSED_MEMORY
     rejected_tasks: int = attrs.field(default=0, init=False)
+    _poll_ask: int = attrs.field(default=0, init=False)
+    """The ``limit`` the next poll asks for: ``poll_limit``, or after an answer over
+    ``poll_bytes_max`` as many as surely fit in it (then ``poll_limit`` again)."""
+    _refused: OrderedDict[str, bool] = attrs.field(factory=OrderedDict, init=False)
+    """Polled tasks refused, by key (``_Refusal.key``), oldest first: True once the gateway
+    was told (or cannot be), False while the rejection has yet to get through."""
     _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
     _token: str = attrs.field(default="", init=False)
     shown_url: str = attrs.field(init=False, default="")
@@ -154,6 +190,7 @@ class GatewayClient:
     the heartbeat loop beats at once instead of at its next interval."""
     _heartbeat_marked_by_outage: bool = attrs.field(default=False, init=False)
     _outage_since: float | None = attrs.field(default=None, init=False)
+    _outage_kind: str = attrs.field(default="unreachable", init=False)
     """When the gateway stopped answering (Trio clock), while it does not answer."""
 
     def __attrs_post_init__(self) -> None:
@@ -185,6 +222,14 @@ class GatewayClient:
             raise ValueError(
                 f"release_timeout must be within 0-60 seconds (> 0), got {self.release_timeout}"
             )
+        if not 1 <= self.poll_limit <= MAX_BATCH:
+            raise ValueError(f"poll_limit must be within 1-{MAX_BATCH}, got {self.poll_limit}")
+        if self.poll_bytes_max < MAX_TASK_WIRE_BYTES:
+            raise ValueError(
+                f"poll_bytes_max must hold one task of the largest size "
+                f"({MAX_TASK_WIRE_BYTES} bytes), got {self.poll_bytes_max}"
+            )
+        self._poll_ask = self.poll_limit
         self.lease_holder = f"{self.client_name[:121]}-{secrets.token_hex(3)}"
         self._status = ConnectionStatus(
             gateway=self.shown_url, client=self.client_name, pool=self.pool_name
@@ -223,46 +268,152 @@ class GatewayClient:
     def status(self) -> ConnectionStatus:
         return self._status
 
+    @property
+    def poll_bytes_cap(self) -> int:
+        """The most bytes of the next poll's answer this client reads: what its ``limit``
+        tasks of the largest allowed size can be, and never more than ``poll_bytes_max``.
+        More is refused unread: memory stays bounded."""
+        return min(self._poll_ask * MAX_TASK_WIRE_BYTES + 1024, self.poll_bytes_max)
+
     # -- protocol calls ----------------------------------------------------------------
 
     async def poll_tasks(self, wait: float | None = None) -> list[GatewayTask]:
         """Long-poll for tasks: returns as soon as some are ready, or ``[]`` after ``wait`` s.
 
-        Tasks with an id that breaks the id rule are logged, counted in ``rejected_tasks``
-        and left out: they could not be stored or acked safely.
+        The answer is read up to ``poll_bytes_cap`` and at most the ``limit`` asked of its
+        tasks are taken: the rest are neither taken nor acked, so the gateway offers them
+        again (taking the first ``limit`` keeps a gateway that ignores ``limit`` drained;
+        taking none would leave it stuck).
+        An answer that is not protocol v1 (not JSON, wrong shape, over the cap) is retried
+        with backoff like an outage, one line per incident. A task this bridge cannot take
+        (an id breaking the id rule, a wrong shape) is rejected to the gateway once, logged
+        once, and left out (``rejected_tasks`` counts them).
         """
         wait = self.poll_wait if wait is None else wait
         timeout = httpx.Timeout(self.request_timeout, read=wait + self.timeout_margin)
-        response = await self._request(
-            "GET",
-            "/v1/tasks",
-            what="the task poll",
-            params={"wait": _format_seconds(wait), "limit": str(self.poll_limit)},
-            http_timeout=timeout,
-        )
-        assert response is not None
-        data = _json_object(response, "GET /v1/tasks")
-        raw_tasks = data.get("tasks")
-        if not isinstance(raw_tasks, list):
-            raise GatewayProtocolError("GET /v1/tasks: the response has no 'tasks' array")
+        backoff = Backoff(self.backoff_initial, self.backoff_maximum, rng=self.rng)
+        while True:
+            ask = self._poll_ask
+            try:
+                response = await self._request(
+                    "GET",
+                    "/v1/tasks",
+                    what="the task poll",
+                    params={"wait": _format_seconds(wait), "limit": str(ask)},
+                    http_timeout=timeout,
+                    max_bytes=self.poll_bytes_cap,
+                    judge_answer=True,
+                )
+                assert response is not None
+                raw_tasks = _tasks_array(response)
+            except GatewayProtocolError as exc:
+                if isinstance(exc, _OverCap):  # ask for as many as surely fit, next time
+                    self._poll_ask = max(1, min(ask, self.poll_bytes_max // MAX_TASK_WIRE_BYTES))
+                problem = self._redact(str(exc))
+                delay = backoff.next_delay()
+                self._unreachable(problem, delay, "answers outside protocol v1")
+                await self._publish(connected=False, error=problem, backoff_s=round(delay, 3))
+                await trio.sleep(delay)
+                continue
+            await self._answered()
+            self._poll_ask = self.poll_limit
+            break
+        if len(raw_tasks) > ask:
+            log.warning(
+                "gateway %s answered a poll for at most %d tasks with %d; took the first %d, "
+                "the other %d are not acked (the gateway offers them again)",
+                self.shown_url,
+                ask,
+                len(raw_tasks),
+                ask,
+                len(raw_tasks) - ask,
+            )
+            del raw_tasks[ask:]
         tasks = []
+        refusals: list[_Refusal] = []
         for raw in raw_tasks:
             try:
                 task = parse_lenient(raw, GatewayTask)
                 check_task_id(task.id)
             except ValueError as exc:
-                self.rejected_tasks += 1
-                raw_id = raw.get("id") if isinstance(raw, dict) else None
-                shown = repr(raw_id)[:140] if raw_id is not None else "(no id)"
-                log.warning(
-                    "gateway sent a task this bridge cannot take, skipped: id %s: %s",
-                    shown,
-                    exc,
-                    extra={"task_id": shown},
-                )
+                refusals.append(_Refusal.of(raw, str(exc)))
                 continue
             tasks.append(task)
+        if refusals:
+            await self._refuse(refusals)
         return tasks
+
+    async def _refuse(self, refusals: list[_Refusal]) -> None:
+        """Reject polled tasks this bridge cannot take: each is logged once and rejected to
+        the gateway once (``POST /v1/rejects``, the id in the body); one the gateway offers
+        again is left out without a word (``refused_memory`` ids are remembered)."""
+        to_send: dict[str, _Refusal] = {}
+        for refusal in refusals:
+            self.rejected_tasks += 1
+            sent = self._refused.get(refusal.key)
+            if sent is None:
+                log.warning(
+                    "gateway sent a task this bridge cannot take: id %s: %s; %s",
+                    refusal.shown,
+                    refusal.reason,
+                    "rejected to the gateway" if refusal.sendable else "skipped (cannot name it)",
+                    extra={"task_id": refusal.shown},
+                )
+            else:
+                log.debug("gateway offered refused task %s again; left out", refusal.shown)
+            self._refused[refusal.key] = sent or not refusal.sendable
+            self._refused.move_to_end(refusal.key)
+            if not self._refused[refusal.key]:
+                to_send[refusal.key] = refusal
+        while len(self._refused) > self.refused_memory:
+            self._refused.popitem(last=False)
+        if not to_send:
+            return
+        try:
+            done = await self._send_rejects(list(to_send.values()))
+        except GatewayError as exc:
+            log.debug("the rejection of %d task(s) did not get through: %s", len(to_send), exc)
+            return
+        for key in done:
+            if key in self._refused:
+                self._refused[key] = True
+
+    async def _send_rejects(self, refusals: list[_Refusal]) -> list[str]:
+        """The keys of the refusals the gateway took (or that no route can carry)."""
+        if self.rejects_supported:
+            payload = unstructure(
+                RejectBatchRequest(
+                    [RejectEntry(r.id, _one_line_reason(r.reason)) for r in refusals]
+                )
+            )
+            response = await self._request(
+                "POST",
+                "/v1/rejects",
+                what=f"the rejection of {len(refusals)} polled task(s)",
+                payload=payload,
+                optional=True,
+                retry=False,
+            )
+            if response is not None:
+                data = _json_object(response, "POST /v1/rejects")
+                if not isinstance(data.get("items"), list):
+                    raise GatewayProtocolError("POST /v1/rejects: the response has no 'items'")
+                return [r.key for r in refusals]  # a 404 item: the gateway does not know it
+            self.rejects_supported = False
+            log.warning(
+                "gateway %s has no POST /v1/rejects; a task with an invalid id is skipped "
+                "(logged once per id), never rejected",
+                self.shown_url,
+            )
+        done = []
+        for refusal in refusals:
+            if is_task_id(refusal.id):  # the path route can carry it
+                try:
+                    await self.reject(refusal.id, refusal.reason)
+                except GatewayRequestError:
+                    pass
+            done.append(refusal.key)
+        return done
 
     async def ack(self, task_id: str) -> None:
         """Tell the gateway the task is durably ours. Call only after the commit."""
@@ -422,8 +573,7 @@ class GatewayClient:
         if not self.reject_supported:
             return False
         check_task_id(task_id)
-        # one line, no NUL, within the bound the gateway enforces (``parse_reject``)
-        reason = " ".join(reason.replace("\x00", " ").split())[:MAX_REASON_CHARS] or "rejected"
+        reason = _one_line_reason(reason)
         payload = unstructure(RejectRequest(id=task_id, reason=reason))
         response = await self._request(
             "POST",
@@ -619,10 +769,15 @@ class GatewayClient:
         http_timeout: httpx.Timeout | None = None,
         optional: bool = False,
         retry: bool = True,
+        max_bytes: int = MAX_ANSWER_BYTES,
+        judge_answer: bool = False,
     ) -> httpx.Response | None:
         """Send a request; back off on transient errors, re-read the token once on 401/403.
 
-        Returns None only for an ``optional`` endpoint the gateway does not have.
+        The answer is read as a stream and refused (``GatewayProtocolError``) past
+        ``max_bytes``. Returns None only for an ``optional`` endpoint the gateway does not
+        have. ``judge_answer``: the caller decides whether a 2xx answer ends an outage (it
+        may not be protocol v1) and calls ``_answered`` itself.
         """
         if self._http is None:
             raise RuntimeError("GatewayClient used outside its 'async with' block")
@@ -631,13 +786,20 @@ class GatewayClient:
         while True:
             retry_after: float | None = None
             try:
-                response = await self._http.request(
-                    method,
-                    path,
-                    json=payload,
-                    params=params,
-                    headers={"Authorization": f"Bearer {self._token}"},
-                    timeout=http_timeout if http_timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                response = await _bounded(
+                    self._http,
+                    self._http.build_request(
+                        method,
+                        path,
+                        json=payload,
+                        params=params,
+                        headers={"Authorization": f"Bearer {self._token}"},
+                        timeout=(
+                            http_timeout if http_timeout is not None else httpx.USE_CLIENT_DEFAULT
+                        ),
+                    ),
+                    max_bytes,
+                    what,
                 )
             except httpx.TransportError as exc:
                 problem = f"{what}: {type(exc).__name__}: {exc or 'no detail'}"
@@ -654,7 +816,8 @@ class GatewayClient:
                     self._token = fresh
                     continue
                 if status < 400:
-                    await self._answered()
+                    if not judge_answer:
+                        await self._answered()
                     return response
                 if optional and status in (404, 405):
                     await self._answered()
@@ -675,18 +838,21 @@ class GatewayClient:
             await self._publish(connected=False, error=problem, backoff_s=round(delay, 3))
             await trio.sleep(delay)
 
-    def _unreachable(self, problem: str, delay: float) -> None:
+    def _unreachable(self, problem: str, delay: float, what: str = "unreachable") -> None:
         """Log an outage once, as it begins, with the next try's time (the requests failing
-        in it say so at DEBUG): a person watching the log knows it is being dealt with."""
+        in it say so at DEBUG): a person watching the log knows it is being dealt with.
+        ``what`` says what kind of outage: unreachable, or answering outside protocol v1."""
         next_try = f"next try at {clock_time(time.time() + delay)} (in {delay:.1f} s)"
         if self._outage_since is not None:
-            log.debug("gateway %s still unreachable (%s); %s", self.shown_url, problem, next_try)
+            log.debug("gateway %s still %s (%s); %s", self.shown_url, what, problem, next_try)
             return
         self._outage_since = trio.current_time()
+        self._outage_kind = what
         log.warning(
-            "gateway %s unreachable (%s); %s, then less often (at most %g s apart); "
+            "gateway %s %s (%s); %s, then less often (at most %g s apart); "
             "a line says when it answers again",
             self.shown_url,
+            what,
             problem,
             next_try,
             self.backoff_maximum,
@@ -699,7 +865,10 @@ class GatewayClient:
             lasted = trio.current_time() - self._outage_since
             self._outage_since = None
             log.warning(
-                "gateway %s answers again after %s unreachable", self.shown_url, duration(lasted)
+                "gateway %s answers again after %s %s",
+                self.shown_url,
+                duration(lasted),
+                "unreachable" if self._outage_kind == "unreachable" else "answering outside v1",
             )
         await self._publish(connected=True, ok=True)
 
@@ -760,6 +929,97 @@ class GatewayClient:
         self._status = status
         if self._status_writer is not None:
             await self._status_writer.publish(status)
+
+
+async def _bounded(
+    http: httpx.AsyncClient, request: httpx.Request, max_bytes: int, what: str
+) -> httpx.Response:
+    """Send ``request`` and read its answer up to ``max_bytes``: a longer one (by its
+    ``Content-Length`` or as it streams in) is cut off unread and refused."""
+    response = await http.send(request, stream=True)
+    try:
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > max_bytes:
+            raise _over_cap(what, max_bytes, f"declares {int(declared)} bytes")
+        try:
+            body = response.content  # already in memory (an in-process test transport)
+        except httpx.ResponseNotRead:
+            parts: list[bytes] = []
+            size = 0
+            chunks = response.aiter_bytes()
+            async with contextlib.aclosing(chunks):  # type: ignore[type-var]
+                async for chunk in chunks:
+                    parts.append(chunk)
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise _over_cap(what, max_bytes, "went on past it") from None
+            body = b"".join(parts)
+            del parts
+        if len(body) > max_bytes:
+            raise _over_cap(what, max_bytes, "went on past it")
+    finally:
+        await response.aclose()
+    return httpx.Response(
+        response.status_code,
+        headers=response.headers,
+        content=body,
+        request=request,
+        extensions=response.extensions,
+    )
+
+
+class _OverCap(GatewayProtocolError):
+    """An answer longer than the client reads."""
+
+
+def _over_cap(what: str, max_bytes: int, how: str) -> GatewayProtocolError:
+    return _OverCap(
+        f"{what}: the answer is over this client's limit of {max_bytes} bytes (it {how}); "
+        "refused unread"
+    )
+
+
+def _tasks_array(response: httpx.Response) -> list[Any]:
+    data = _json_object(response, "GET /v1/tasks")
+    raw_tasks = data.get("tasks")
+    if not isinstance(raw_tasks, list):
+        raise GatewayProtocolError("GET /v1/tasks: the response has no 'tasks' array")
+    return raw_tasks
+
+
+@attrs.frozen
+class _Refusal:
+    """A polled task this client cannot take: ``id`` as sent (``""`` when there is none),
+    ``key`` to remember it by (the id, or a digest of a long id or of an entry without one),
+    ``sendable`` when a rejection can name it."""
+
+    id: str
+    key: str
+    reason: str
+    sendable: bool
+
+    @property
+    def shown(self) -> str:
+        return repr(self.id)[:140] if self.id else "(no id)"
+
+    @classmethod
+    def of(cls, raw: Any, reason: str) -> _Refusal:
+        raw_id = raw.get("id") if isinstance(raw, dict) else None
+        if isinstance(raw_id, str) and raw_id and "\x00" not in raw_id:
+            sendable = len(raw_id) <= MAX_FOREIGN_ID_CHARS
+            key = raw_id if len(raw_id) <= 200 else "#" + _digest(raw_id)
+            return cls(raw_id if sendable else raw_id[:200], key, reason, sendable)
+        return cls("", "#" + _digest(raw), reason, sendable=False)
+
+
+def _digest(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _one_line_reason(reason: str) -> str:
+    """One line, no NUL, within the bound the gateway enforces (``parse_reject``)."""
+    return " ".join(reason.replace("\x00", " ").split())[:MAX_REASON_CHARS] or "rejected"
 
 
 def _format_seconds(value: float) -> str:

@@ -383,11 +383,18 @@ class OperatorStore(StoreClock, Protocol):
         ...
 
     async def redrive_dead(
-        self, *, reason_contains: str | None = None, reason: str | None = None, limit: int = ...
+        self,
+        *,
+        reason_contains: str | None = None,
+        reason: str | None = None,
+        limit: int = ...,
+        include_cancelled: bool = False,
     ) -> Sequence[OperatorOutcome]:
         """``redrive`` every dead task (up to ``limit``, oldest death first) whose reason
         contains ``reason_contains`` (case-sensitive substring; None: every dead task), with
-        ``reason`` recorded as ``redrive``'s is."""
+        ``reason`` recorded as ``redrive``'s is. A task an operator cancelled (its reason
+        begins "operator: cancelled: ") is left dead unless ``include_cancelled``: the people
+        behind it were told "cancelled"; ``redrive`` by id re-drives it."""
         ...
 
     async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:

@@ -128,7 +128,9 @@ def plan_sweep(
     stuck: list[Returned] = []
     deferred: list[Deferred] = []
     for a in view.assigned:
-        age = now - a.since
+        # never negative: ``since`` may have been written (by a lead that held the pool while
+        # this sweep waited on the store) after the ``now`` this sweep began with
+        age = max(0.0, now - a.since)
         if a.worker not in live:
             dead_workers.add(a.worker)
         elif age >= stuck_after and (view.claims.get(a.worker, 0) == 0 or age >= stuck_cap):
@@ -272,6 +274,11 @@ class PoolLead:
     """When this leader's sweeps first saw work to assign (store clock)."""
     _first_sweep_at: float | None = attrs.field(init=False, default=None)
     """When this leader first swept (store clock): work seen then was waiting for it."""
+    _own_beat_at: float | None = attrs.field(init=False, default=None)
+    """When this candidate's last beat landed (store clock; kept across runs)."""
+    _hold_until: float = attrs.field(init=False, default=-math.inf)
+    """A candidate back from a silence of its own (a store outage cut it off) does not take
+    the lead before this, so others cut off with it can beat again first (see ``_beat``)."""
 
     @property
     def _beat_every(self) -> float:
@@ -340,7 +347,7 @@ class PoolLead:
         def decide(view: PoolView) -> list[tuple[str, str]] | None:
             """Plan from the first page; assign at once unless the plan also returns
             assignments or must read past rooms (then the sweep goes on below)."""
-            plan = self._plan(view, now)
+            plan = self._plan(view, max(now, view.at))  # judged when the view was read
             planned[:] = [plan]
             if plan.dead_workers or plan.stuck or self._more_pages(plan, view, limit, set()):
                 return None
@@ -357,7 +364,7 @@ class PoolLead:
         else:
             self._beat_at = now
             async with trio.open_nursery() as nursery:  # one writer batch for both
-                nursery.start_soon(self.store.beat, self.name, "lead", 0)
+                nursery.start_soon(self._beat)
                 nursery.start_soon(plan_and_assign)
         [(view, done)] = answers
         [plan] = planned
@@ -542,7 +549,11 @@ class PoolLead:
 
         async def dead(worker: str) -> None:
             for id in await self.store.return_assignments(worker):
-                returned.append(Returned(id, worker, "dead_worker", now - since.get(id, now)))
+                # measured now, after the store answered (the sweep's ``now`` is from before
+                # its reads, which may have waited), and never negative (see ``plan``)
+                at = max(now, self.now())
+                age = max(0.0, at - since.get(id, at))
+                returned.append(Returned(id, worker, "dead_worker", age))
 
         async def stuck(r: Returned) -> None:
             if await self.store.unassign(r.id, r.worker):
@@ -555,6 +566,27 @@ class PoolLead:
                 nursery.start_soon(stuck, r)
         return tuple(sorted(returned, key=lambda r: r.id))
 
+    async def _beat(self) -> list[WorkerInfo]:
+        """Beat (claiming the lead while leading: capacity 1) and return the members.
+
+        This candidate's own beat just committed, so it counts as beaten now, however long the
+        store's writer kept it waiting: a busy writer must not make a lone leader's own beat
+        look dead ("standing by (leader is nobody)", then "now leading"). A beat landing more
+        than ``lead_dead_after`` after the last one means this candidate was cut off (the
+        store was out of reach): it holds back from taking the lead for ``lead_dead_after``,
+        so others cut off with it beat again first, and the one that leads after an outage is
+        not replaced tens of milliseconds later."""
+        assert self.lead_dead_after is not None
+        members = await self.store.beat(self.name, "lead", 1 if self.leading else 0)
+        now = self.now()
+        last, self._own_beat_at = self._own_beat_at, now
+        if last is not None and now - last > self.lead_dead_after and not self.leading:
+            self._hold_until = now + self.lead_dead_after
+        return [
+            attrs.evolve(m, last_beat=max(m.last_beat, now)) if m.name == self.name else m
+            for m in members
+        ]
+
     def judge(self, members: Sequence[WorkerInfo], now: float) -> WorkerInfo | None:
         """Who leads, from the candidates' beats: the live lead candidate (beat within
         ``lead_dead_after``) that has beaten the longest (earliest ``started_at``, then name).
@@ -564,6 +596,14 @@ class PoolLead:
         ``leading`` (and ``leading_since``, ``takeovers``) for this candidate."""
         assert self.lead_dead_after is not None
         leader = elect(members, now, self.lead_dead_after, self.max_skew)
+        if (
+            leader is not None
+            and leader.name == self.name
+            and not self.leading
+            and now < self._hold_until
+            and any(m.role == "lead" and m.name != self.name for m in members)
+        ):
+            leader = None  # back from an outage: others get ``lead_dead_after`` to beat first
         leading = leader is not None and leader.name == self.name
         if leading and not self.leading:
             self.leading_since = now
@@ -619,15 +659,17 @@ class PoolLead:
             now = trio.current_time()
             if now >= next_beat:
                 next_beat = now + period
-                members = await self.store.beat(self.name, "lead", 0)
+                members = await self._beat()
             elif self.leading:
                 await trio.sleep_until(next_beat)
                 continue
             else:
-                members = await self.store.workers()
+                members = list(await self.store.workers())
             leader = self.judge(members, self.now())
             now = trio.current_time()
             wake = min(next_beat, now + look)
+            if self._hold_until > self.now():  # judge again as the hold ends
+                wake = min(wake, now + (self._hold_until - self.now()) + _JUST_AFTER)
             if leader is not None and not self.leading:
                 silent = leader.last_beat + self.lead_dead_after - self.now()  # store clock
                 wake = min(wake, now + max(silent, 0.0) + _JUST_AFTER)
@@ -672,7 +714,7 @@ class PoolLead:
                     self._stop.forward_supervisor_stop, name=f"pool-lead:{self.name}::stop"
                 )
                 nursery.start_soon(self._ring_on_stop, name=f"pool-lead:{self.name}::stop-ring")
-                self.judge(await self.store.beat(self.name, "lead", 0), self.now())
+                self.judge(await self._beat(), self.now())
                 nursery.start_soon(self._beat_loop, name=f"pool-lead:{self.name}::beat")
                 started = trio.current_time()
                 quiet = False  # did the last sweep run on the clock and find the pool idle?
@@ -707,7 +749,10 @@ def elect(
     lead_dead_after: float,
     max_skew: float = DEFAULT_MAX_SKEW,
 ) -> WorkerInfo | None:
-    """The pool's leader among ``members``: the live lead candidate with the earliest
-    ``started_at`` (then name), or None when no candidate lives (workers go leaderless)."""
+    """The pool's leader among ``members``: the live lead candidate that claims the lead
+    (it beats with capacity 1 while leading) with the earliest ``started_at`` (then name);
+    with no live claimant, the live candidate with the earliest ``started_at``; None when no
+    candidate lives (workers go leaderless). A claimant keeps the lead against an older
+    candidate that comes back (after an outage): leadership does not swap back and forth."""
     live = [m for m in members if m.role == "lead" and is_alive(m, now, lead_dead_after, max_skew)]
-    return min(live, key=lambda m: (m.started_at, m.name), default=None)
+    return min(live, key=lambda m: (m.capacity < 1, m.started_at, m.name), default=None)

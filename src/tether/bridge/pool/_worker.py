@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import time
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
@@ -69,6 +70,9 @@ OnProgress = Callable[[ProgressUpdate], Awaitable[bool]]
 NOT_RUN: Final = (QueueFull, HandlerDropped, HandlerCancelled)
 """What ``session.call`` raises when the session refused or cancelled the run: not a failure
 of the task, so its claim is released without burning an attempt."""
+
+
+TRACED_TASKS: Final = 10_000
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -189,6 +193,9 @@ class PoolWorker:
     _progress_refused: bool = attrs.field(init=False, default=False)
     _progress_warned: bool = attrs.field(init=False, default=False)
     completions: CompletionBatcher = attrs.field(init=False)
+    _traced: dict[str, None] = attrs.field(factory=dict, init=False)
+    """Tasks whose agent traceback this worker logged (oldest first, ``TRACED_TASKS`` at
+    most): a task failing again logs one line, its traceback at DEBUG."""
     """Stores the replies of runs that answer together with one ``complete_many``."""
 
     def __attrs_post_init__(self) -> None:
@@ -603,17 +610,38 @@ class PoolWorker:
         elif state is CustodyState.PENDING and self.wakeups is not None:
             self.wakeups.tasks_pending()  # back in the queue (due now or after its backoff)
         level = logging.ERROR if state is CustodyState.DEAD else logging.WARNING
+        task_id = entry.claim.task.id
+        if state is CustodyState.PENDING:
+            when = clock_time(time.time() + delay)
+            after = f"retry at {when} (in {delay:.1f} s)" if delay else "retry now"
+        else:
+            after = f"now {state.value}"
+        # an agent's own failure: its traceback once per task, later attempts' at DEBUG
+        traced = not isinstance(exc, Retry | Permanent | RunTimedOut)
+        first = traced and task_id not in self._traced
+        if first:
+            self._traced[task_id] = None
+            while len(self._traced) > TRACED_TASKS:
+                del self._traced[next(iter(self._traced))]
         log.log(
             level,
-            "worker %s: task %s attempt %d failed (%s); now %s%s",
+            "worker %s: task %s attempt %d of %d failed: %s; %s",
             self.name,
-            entry.claim.task.id,
+            task_id,
             entry.claim.attempt,
+            self.store.max_attempts,
             reason,
-            state.value,
-            f", next attempt in {delay:.1f}s" if state is CustodyState.PENDING and delay else "",
-            exc_info=None if isinstance(exc, Retry | Permanent | RunTimedOut) else exc,
+            after,
+            exc_info=exc if first else None,
         )
+        if traced and not first:
+            log.debug(
+                "worker %s: task %s attempt %d failed",
+                self.name,
+                task_id,
+                entry.claim.attempt,
+                exc_info=exc,
+            )
 
     async def _release(self, entry: _Active) -> None:
         if entry.lost or entry.settled:

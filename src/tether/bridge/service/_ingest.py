@@ -14,6 +14,7 @@ import attrs
 import trio
 
 from ..._backoff import Backoff
+from ..._expected import ExpectedFailure
 from ..._plumbing._tracing import enabled as tracing_enabled
 from ..._protocol._messages import GatewayTask
 from ..client._client import GatewayClient, GatewayError, GatewayRequestError
@@ -65,7 +66,7 @@ class IngestStats:
     """Unacked leases handed back to the gateway when ``run`` ended."""
 
 
-class IngestCommitFailed(Exception):
+class IngestCommitFailed(ExpectedFailure, Exception):
     """The store could not commit a round; none of its tasks was acked."""
 
 

@@ -80,15 +80,25 @@ async def retry(store: Store, ids: Sequence[str], reason: str | None) -> int:
     return _summary("re-drove", len(outcomes) - refused, refused)
 
 
-async def retry_dead(store: Store, reason_contains: str | None, reason: str | None) -> int:
+async def retry_dead(
+    store: Store,
+    reason_contains: str | None,
+    reason: str | None,
+    *,
+    include_cancelled: bool = False,
+) -> int:
     """Re-drive every dead task matching, in batches, with a progress line per batch. Stops
     after as many as were dead when it began: a task that dies again meanwhile (a live bridge
-    runs what was re-driven) is not re-driven again in the same call."""
+    runs what was re-driven) is not re-driven again in the same call. Operator-cancelled
+    tasks stay dead unless ``include_cancelled``."""
     budget = (await store.counts())[CustodyState.DEAD]
     done = refused = 0
     while budget > 0:
         outcomes = await store.redrive_dead(
-            reason_contains=reason_contains, reason=reason, limit=min(REDRIVE_BATCH, budget)
+            reason_contains=reason_contains,
+            reason=reason,
+            limit=min(REDRIVE_BATCH, budget),
+            include_cancelled=include_cancelled,
         )
         if not outcomes:
             break

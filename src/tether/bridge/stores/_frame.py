@@ -499,21 +499,24 @@ class StoreFrame(abc.ABC):
         reason_contains: str | None = None,
         reason: str | None = None,
         limit: int = 10_000,
+        include_cancelled: bool = False,
     ) -> Sequence[OperatorOutcome]:
         text = check_contains(reason_contains)
         check_limit(limit)
         why = self._stored_text(redrive_reason(reason))
-        ids, moved, seen = await self._redrive_dead(text, limit, why, self.clock())
+        ids, moved, seen = await self._redrive_dead(
+            text, limit, why, self.clock(), include_cancelled=include_cancelled
+        )
         for id in moved:
             _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
         return redrive_outcomes(ids, moved, seen)
 
     @abc.abstractmethod
     async def _redrive_dead(
-        self, text: str | None, limit: int, why: str, now: float
+        self, text: str | None, limit: int, why: str, now: float, *, include_cancelled: bool
     ) -> tuple[list[str], Moves, Moves]:
-        """Re-drive the first ``limit`` dead tasks whose reason holds ``text``: (their ids,
-        moved, seen)."""
+        """Re-drive the first ``limit`` dead tasks whose reason holds ``text`` (and that an
+        operator did not cancel, unless ``include_cancelled``): (their ids, moved, seen)."""
 
     async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:
         checked = check_ids(ids)

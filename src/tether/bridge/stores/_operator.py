@@ -12,12 +12,22 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from ..custody._records import OperatorOutcome
-from ..custody._rules import OPERATOR_PREFIX, CustodyState, check_task_id, operator_may
+from ..custody._rules import (
+    OPERATOR_PREFIX,
+    PRIORITY_RANK,
+    CustodyState,
+    check_task_id,
+    operator_may,
+)
 from ._common import check_reason
 
 CANCELLABLE: Final = tuple(
     s for s in CustodyState if operator_may(s, CustodyState.DEAD)
 )  # pending, assigned, claimed
+REDRIVE_PRIORITY: Final = PRIORITY_RANK["low"]
+"""A re-driven task queues behind fresh work of normal and urgent priority: it keeps its age
+(its place among low tasks), so a loop of re-drives of tasks that fail again takes what
+capacity fresh work leaves and never the head of the queue (issue 33)."""
 CANCELLABLE_SQL: Final = ", ".join(f"'{s.value}'" for s in CANCELLABLE)
 
 
@@ -36,9 +46,14 @@ def redrive_reason(reason: str | None) -> str:
     return check_reason(f"{OPERATOR_PREFIX}re-driven: {check_reason(reason)}")
 
 
+CANCELLED_PREFIX: Final = f"{OPERATOR_PREFIX}cancelled: "
+"""How an operator-cancelled task's reason begins: ``retry --dead`` leaves such a task dead
+unless asked to include it (a person was told "cancelled"); naming its id re-drives it."""
+
+
 def cancel_reason(reason: str) -> str:
     """The reason a cancelled task records (it is dead with it)."""
-    return check_reason(f"{OPERATOR_PREFIX}cancelled: {check_reason(reason)}")
+    return check_reason(f"{CANCELLED_PREFIX}{check_reason(reason)}")
 
 
 def check_contains(text: object) -> str | None:

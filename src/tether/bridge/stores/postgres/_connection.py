@@ -16,18 +16,19 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
+from ...._expected import ExpectedFailure
 from ._schema import check_current, migrate
 
 T = TypeVar("T")
 Conn = psycopg.Connection[TupleRow]
 
 
-class StoreTimeout(TimeoutError):
+class StoreTimeout(ExpectedFailure, TimeoutError):
     """A statement waited longer than the store's ``lock_timeout_s``/``statement_timeout_s``
     (another session holds a task's row lock, or the server is overloaded); nothing changed."""
 
 
-class StoreConnectionLost(ConnectionError):
+class StoreConnectionLost(ExpectedFailure, ConnectionError):
     """The connection broke during a call: whether its change committed is unknown.
 
     Safe to retry in the custody model: a lost claim's lease expires and is repooled, a

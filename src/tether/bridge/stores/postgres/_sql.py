@@ -13,7 +13,7 @@ from typing import Final
 import attrs
 
 from .._common import IN_CUSTODY_SQL
-from .._operator import CANCELLABLE_SQL
+from .._operator import CANCELLABLE_SQL, REDRIVE_PRIORITY
 from .._rooms_sql import room_busy, room_gate
 
 TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
@@ -650,8 +650,9 @@ class Sql:
             "FROM pick LEFT JOIN u ON u.id = pick.id"
         )
 
-    _REDRIVE = (
+    _REDRIVE = (  # a re-driven task queues as low priority (issue 33): see REDRIVE_PRIORITY
         "state = 'pending', owner = NULL, attempt = 1, lease_until = NULL, not_before = NULL, "
+        f"priority = greatest(priority, {REDRIVE_PRIORITY}), "
         f"result = NULL, no_send = false, dead_reported_at = NULL, {NO_DELIVERY_LEASE}, "
         "crash_count = 0, crashes_alone = 0, suspect = false, reason = %(reason)s"
     )
@@ -666,6 +667,8 @@ class Sql:
         pick = (
             f"SELECT id, state FROM {self.s}.tasks WHERE state = 'dead' "
             "AND (%(text)s::text IS NULL OR strpos(reason, %(text)s::text) > 0) "
+            "AND (%(skip)s::text IS NULL OR reason IS NULL "
+            "OR left(reason, length(%(skip)s::text)) <> %(skip)s::text) "
             "ORDER BY updated_at, seq LIMIT %(limit)s"
         )
         return self._operator_move(pick, self._REDRIVE, "'dead'", notify=True)

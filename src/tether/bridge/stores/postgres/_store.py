@@ -62,6 +62,7 @@ from .._common import (
     unknown_task,
 )
 from .._frame import Moves, StoreFrame, check_settings, lease_expiry
+from .._operator import CANCELLED_PREFIX
 from .._rooms_sql import SUPERSEDED_OWNER
 from ._connection import Conn as Conn
 from ._connection import StoreConnectionLost as StoreConnectionLost
@@ -604,10 +605,17 @@ class PostgresStore(StoreFrame):
         return await self._operator(self._sql.redrive, params)
 
     async def _redrive_dead(
-        self, text: str | None, limit: int, why: str, now: float
+        self, text: str | None, limit: int, why: str, now: float, *, include_cancelled: bool
     ) -> tuple[list[str], Moves, Moves]:
         text = None if text is None else self._stored_text(text)
-        params = {"text": text, "limit": limit, "reason": why, "now": now, "chan": self._channel}
+        params = {
+            "text": text,
+            "limit": limit,
+            "reason": why,
+            "now": now,
+            "chan": self._channel,
+            "skip": None if include_cancelled else CANCELLED_PREFIX,
+        }
         moved, seen = await self._operator(self._sql.redrive_dead, params)
         return list(seen), moved, seen
 

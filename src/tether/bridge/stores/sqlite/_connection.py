@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from ...._plumbing._fs import create_private_file, ensure_private_dir, restrict_file
+from ...._plumbing._sqlite_temp import keep_temp_in_memory
 from ._schema import migrate
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -37,6 +38,7 @@ def connect_writer(
                 restrict_file(existing)
     conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
     try:
+        keep_temp_in_memory(conn)
         (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("PRAGMA cache_size = -32768")  # KiB: keeps a 100k-task working set hot
@@ -54,6 +56,7 @@ def connect_reader(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     """A connection that only reads (``query_only``) the database the writer opened."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
     try:
+        keep_temp_in_memory(conn)
         conn.execute("PRAGMA query_only = ON")
         conn.execute("PRAGMA cache_size = -32768")
     except BaseException:

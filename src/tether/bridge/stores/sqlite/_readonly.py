@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from ...._plumbing._sqlite_temp import keep_temp_in_memory
 from ...._plumbing._sqlite_writer import SqliteWriter
 from ...custody._crashes import DEFAULT_MAX_CRASHES_ALONE
 from ...custody._rules import MAX_BODY_BYTES
@@ -85,6 +86,7 @@ def connect_readonly(
     none; with ``older``, a store of an older schema is accepted)."""
     conn = sqlite3.connect(_uri(path), uri=True, isolation_level=None, timeout=busy_timeout_s)
     try:
+        keep_temp_in_memory(conn)
         _version(conn, path, older=older)
     except BaseException:
         conn.close()

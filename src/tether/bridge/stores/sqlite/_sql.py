@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 from .._common import IN_CUSTODY_SQL
-from .._operator import CANCELLABLE_SQL
+from .._operator import CANCELLABLE_SQL, REDRIVE_PRIORITY
 from .._rooms_sql import room_busy, room_gate
 
 TASK_COLS: Final = "id, body, room, priority, headers"
@@ -281,8 +281,9 @@ UNREPORTED_DEAD_COUNT: Final = (
 # -- operator -------------------------------------------------------------------------------------
 
 STATES: Final = f"SELECT id, state FROM tasks WHERE id IN {IDS}"
-REDRIVE: Final = (
+REDRIVE: Final = (  # a re-driven task queues as low priority (issue 33): see REDRIVE_PRIORITY
     "UPDATE tasks SET state = 'pending', owner = NULL, attempt = 1, lease_until = NULL, "
+    f"priority = max(priority, {REDRIVE_PRIORITY}), "
     "not_before = NULL, result = NULL, no_send = 0, dead_reported_at = NULL, "
     "crash_count = 0, crashes_alone = 0, suspect = 0, reason = ?, updated_at = ? "
     f"WHERE id IN {IDS} AND state = 'dead' RETURNING id"
@@ -290,7 +291,9 @@ REDRIVE: Final = (
 REDRIVE_CLEAR_STALLS: Final = f"DELETE FROM stall_notices WHERE id IN {IDS}"
 DEAD_MATCHING: Final = (
     "SELECT id FROM tasks WHERE state = 'dead' "
-    "AND (?1 IS NULL OR instr(reason, ?1) > 0) ORDER BY updated_at, rowid LIMIT ?2"
+    "AND (?1 IS NULL OR instr(reason, ?1) > 0) "
+    "AND (?3 IS NULL OR reason IS NULL OR substr(reason, 1, length(?3)) != ?3) "
+    "ORDER BY updated_at, rowid LIMIT ?2"
 )
 CANCEL: Final = (
     "UPDATE tasks SET state = 'dead', lease_until = NULL, not_before = NULL, "

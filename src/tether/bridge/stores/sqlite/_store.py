@@ -70,6 +70,7 @@ from .._common import (
     unknown_task,
 )
 from .._frame import Moves, StoreFrame, check_settings, first_pairs, lease_expiry
+from .._operator import CANCELLED_PREFIX
 from .._rooms_sql import SUPERSEDED_OWNER
 from . import _sql as sql
 from ._access import explain_open_failure
@@ -551,10 +552,12 @@ class SqliteStore(StoreFrame):
         return await self._writer.run(lambda conn: _redrive_rows(conn, ids, why, now))
 
     async def _redrive_dead(
-        self, text: str | None, limit: int, why: str, now: float
+        self, text: str | None, limit: int, why: str, now: float, *, include_cancelled: bool
     ) -> tuple[list[str], Moves, Moves]:
+        skip = None if include_cancelled else CANCELLED_PREFIX
+
         def op(conn: sqlite3.Connection) -> tuple[list[str], Moves, Moves]:
-            ids = [r[0] for r in conn.execute(sql.DEAD_MATCHING, (text, limit))]
+            ids = [r[0] for r in conn.execute(sql.DEAD_MATCHING, (text, limit, skip))]
             return ids, *_redrive_rows(conn, ids, why, now)
 
         return await self._writer.run(op)
