@@ -307,6 +307,7 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         # crash accounting (its index and CHECK go with the columns)
         f"ALTER TABLE {s}.tasks DROP COLUMN crash_count, DROP COLUMN crashes_alone, "
         "DROP COLUMN suspect; "
+        f"ALTER TABLE {s}.tasks DROP COLUMN run_no; "  # the re-drive fence (issue #37)
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)

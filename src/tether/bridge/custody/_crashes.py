@@ -67,6 +67,8 @@ class Expired:
     crash_count: int
     crashes_alone: int
     last_beat: float | None
+    run: int
+    """The lease's run number: its settlement is fenced on it."""
 
 
 @attrs.frozen

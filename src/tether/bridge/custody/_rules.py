@@ -211,14 +211,18 @@ class Task:
 class Claim:
     """A worker's lease on a task.
 
-    Fencing compares (id, owner, attempt), never ``lease_until``: an older copy of a live claim
-    (same worker and attempt, earlier ``lease_until``) stays valid after a renew.
+    Fencing compares (id, owner, run), never ``lease_until``: an older copy of a live claim
+    (same worker and run, earlier ``lease_until``) stays valid after a renew. ``attempt`` is
+    the failure budget's count, which a re-drive resets; ``run`` is the claim's number among
+    every claim of the task, which nothing resets, so no two claims of a task share a fence.
     """
 
     task: Task
     worker: str
     attempt: int
     lease_until: float
+    run: int
+    """The task's run number: bumped by every claim, never reset (the fence)."""
 
 
 @attrs.frozen
@@ -256,6 +260,8 @@ class TaskRecord:
     """Of those, the crashes while it ran alone in its process (as a suspect)."""
     suspect: bool = False
     """It was in flight at a crash and has not finished since: it runs alone."""
+    run: int = 0
+    """How many times the task was claimed (the last claim's fence; nothing resets it)."""
 
 
 class CustodyConflict(Exception):

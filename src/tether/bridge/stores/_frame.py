@@ -91,10 +91,10 @@ class StoreFrame(abc.ABC):
         self, rows: Iterable[Sequence[Any]], now: float, *, restarted: bool
     ) -> list[tuple[Expired, ExpiryOutcome]]:
         """Each expired lease read (``id, owner, attempt, lease_until, suspect, crash_count,
-        crashes_alone, last_beat``) with what ``custody._crashes`` decides for it."""
+        crashes_alone, last_beat, run_no``) with what ``custody._crashes`` decides for it."""
         settled = []
-        for id, owner, attempt, until, suspect, crashes, alone, beat in rows:
-            e = Expired(id, owner, attempt, until, bool(suspect), crashes, alone, beat)
+        for id, owner, attempt, until, suspect, crashes, alone, beat, run in rows:
+            e = Expired(id, owner, attempt, until, bool(suspect), crashes, alone, beat, run)
             o = expiry_outcome(
                 e,
                 now=now,
@@ -295,10 +295,14 @@ class StoreFrame(abc.ABC):
             return []
         items = [(*fence, body) for fence, (_, body) in zip(fences, outcomes, strict=True)]
         done = await self._complete_many(items, no_send, self.clock())
-        for (worker, attempt, id, _), moved in zip(items, done, strict=True):
+        for (claim, _), moved in zip(outcomes, done, strict=True):
             if moved:
                 _clog.moved(
-                    id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt
+                    claim.task.id,
+                    CustodyState.CLAIMED,
+                    CustodyState.RESULT,
+                    worker=claim.worker,
+                    attempt=claim.attempt,
                 )
         return done
 
@@ -306,7 +310,7 @@ class StoreFrame(abc.ABC):
     async def _complete_many(
         self, items: Sequence[tuple[str, int, str, str]], no_send: bool, now: float
     ) -> list[bool]:
-        """Store each ``(worker, attempt, id, body)`` under its fence; True per item stored
+        """Store each ``(worker, run, id, body)`` under its fence; True per item stored
         (a repeat of an item stored earlier in the call is False)."""
 
     async def fail(

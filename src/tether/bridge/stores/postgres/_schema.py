@@ -190,6 +190,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
             CHECK (crash_count >= 0 AND crashes_alone >= 0 AND crashes_alone <= crash_count);
     CREATE INDEX tasks_suspects ON {s}.tasks (state, priority, seq) WHERE suspect;
     """,
+    # (issue #37, the re-drive fence) a claim's fence is the task's run number, bumped by
+    # every claim and reset by nothing: a re-drive resets ``attempt`` (the failure budget),
+    # so (owner, attempt) could repeat and let a cancelled run complete through the fence
+    """
+    ALTER TABLE {s}.tasks ADD COLUMN run_no integer NOT NULL DEFAULT 0 CHECK (run_no >= 0);
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

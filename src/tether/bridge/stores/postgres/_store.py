@@ -391,7 +391,7 @@ class PostgresStore(StoreFrame):
             # claim
             rows = conn.execute(sql.claim_many, params).fetchall()
             if rows or not _one(conn.execute(sql.suspects_in_play).fetchone()):
-                return [Claim(_task(row), worker, row[5], until) for row in rows]
+                return [Claim(_task(row), worker, row[5], until, row[6]) for row in rows]
             with conn.transaction():
                 may_take = bool(_one(conn.execute(sql.suspects_unclaimed).fetchone()))
                 if may_take:
@@ -412,7 +412,7 @@ class PostgresStore(StoreFrame):
                     rows = conn.execute(sql.claim_suspect, params).fetchall()
                 else:
                     rows = conn.execute(sql.claim_many_among_suspects, params).fetchall()
-            return [Claim(_task(row), worker, row[5], until) for row in rows]
+            return [Claim(_task(row), worker, row[5], until, row[6]) for row in rows]
 
         return await self._run(op)
 
@@ -438,19 +438,19 @@ class PostgresStore(StoreFrame):
         # claimed, as a second ``complete`` would, and so reports False. Fences of one id that
         # differ (a stale claim beside the live one) can match at most one row between them.
         first: dict[tuple[str, int, str], int] = {}
-        for i, (worker, attempt, id, _) in enumerate(items):
-            first.setdefault((worker, attempt, id), i)
+        for i, (worker, run, id, _) in enumerate(items):
+            first.setdefault((worker, run, id), i)
         params: dict[str, Any] = {"ids": [id for _, _, id in first], "no_send": no_send}
         params.update(workers=[worker for worker, _, _ in first], now=now, payload=RESULT)
-        params.update(attempts=[attempt for _, attempt, _ in first], chan=self._channel)
+        params.update(runs=[run for _, run, _ in first], chan=self._channel)
         params.update(bodies=[_encode(items[i][3]) for i in first.values()])
         sql = self._sql.complete_many
         moved = await self._run(
             lambda conn: {(r[1], r[2], r[0]) for r in conn.execute(sql, params)}
         )
         return [
-            (worker, attempt, id) in moved and first[worker, attempt, id] == i
-            for i, (worker, attempt, id, _) in enumerate(items)
+            (worker, run, id) in moved and first[worker, run, id] == i
+            for i, (worker, run, id, _) in enumerate(items)
         ]
 
     async def _fail(
@@ -539,7 +539,7 @@ class PostgresStore(StoreFrame):
                         "alone": [o.crashes_alone for o in outcomes],
                         "suspects": [o.suspect for o in outcomes],
                         "reasons": [o.reason for o in outcomes],
-                        "was": [e.attempt for e in expired],
+                        "was": [e.run for e in expired],
                         "now": now,
                     },
                 )
@@ -782,8 +782,8 @@ def _seen(conn: Conn, state_sql: str, params: Mapping[str, Any]) -> Seen | None:
     row = conn.execute(state_sql, params).fetchone()
     if row is None:
         return None
-    state, owner, attempt, lease_until, reason = row
-    return Seen(CustodyState(state), owner, attempt, lease_until, reason)
+    state, owner, attempt, lease_until, reason, run = row
+    return Seen(CustodyState(state), owner, attempt, lease_until, reason, run=run)
 
 
 def _record(row: Sequence[Any]) -> TaskRecord:
@@ -792,4 +792,4 @@ def _record(row: Sequence[Any]) -> TaskRecord:
 
 def _fence(claim: Claim, now: float) -> dict[str, Any]:
     """A claim's fence as parameters (checked by the frame)."""
-    return {"id": claim.task.id, "worker": claim.worker, "attempt": claim.attempt, "now": now}
+    return {"id": claim.task.id, "worker": claim.worker, "run": claim.run, "now": now}

@@ -223,6 +223,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         WHERE state = 'pending' AND room IS NOT NULL AND room_policy <> 'concurrent';
     DROP INDEX tasks_pending
     """,
+    # (issue #37, the re-drive fence) a claim's fence is the task's run number, bumped by
+    # every claim and reset by nothing: a re-drive resets ``attempt`` (the failure budget),
+    # so (owner, attempt) could repeat and let a cancelled run complete through the fence
+    """
+    ALTER TABLE tasks ADD COLUMN run_no INTEGER NOT NULL DEFAULT 0 CHECK (run_no >= 0)
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

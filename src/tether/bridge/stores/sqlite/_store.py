@@ -314,7 +314,7 @@ class SqliteStore(StoreFrame):
                 rows = conn.execute(sql.CLAIM_SUSPECT, p).fetchall()
                 for room in {r[2] for r in rows if r[2] is not None}:
                     _note_room(conn, room, worker, now)
-                return [Claim(_task(r), worker, r[5], until) for r in rows]
+                return [Claim(_task(r), worker, r[5], until, r[7]) for r in rows]
             assigned = (worker, until, now, worker, limit)
             rows = conn.execute(sql.CLAIM_ASSIGNED, assigned).fetchall() if mine else []
             taken = len(rows)
@@ -328,12 +328,12 @@ class SqliteStore(StoreFrame):
                 rows[taken:] = sorted(rows[taken:], key=lambda r: (r[3], r[6]))
             for room in {r[2] for r in rows if r[2] is not None}:
                 _note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
-            return [Claim(_task(r), worker, r[5], until) for r in rows]
+            return [Claim(_task(r), worker, r[5], until, r[7]) for r in rows]
 
         return await self._writer.run(op)
 
     async def _renew(self, claim: Claim, now: float, until: float) -> float:
-        fence = (claim.task.id, claim.worker, claim.attempt, now)
+        fence = (claim.task.id, claim.worker, claim.run, now)
 
         def op(conn: sqlite3.Connection) -> float:
             row = conn.execute(sql.RENEW, (until, now, *fence)).fetchone()
@@ -344,7 +344,7 @@ class SqliteStore(StoreFrame):
         return await self._writer.run(op)
 
     async def _complete(self, claim: Claim, body: str, no_send: bool, now: float) -> None:
-        values = (body, int(no_send), now, claim.task.id, claim.worker, claim.attempt, now)
+        values = (body, int(no_send), now, claim.task.id, claim.worker, claim.run, now)
 
         def op(conn: sqlite3.Connection) -> None:
             if conn.execute(sql.COMPLETE, values).rowcount != 1:
@@ -359,9 +359,8 @@ class SqliteStore(StoreFrame):
 
         def op(conn: sqlite3.Connection) -> list[bool]:
             return [
-                conn.execute(sql.COMPLETE, (body, flag, now, id, worker, attempt, now)).rowcount
-                == 1
-                for worker, attempt, id, body in items
+                conn.execute(sql.COMPLETE, (body, flag, now, id, worker, run, now)).rowcount == 1
+                for worker, run, id, body in items
             ]
 
         return await self._writer.run(op)
@@ -369,7 +368,7 @@ class SqliteStore(StoreFrame):
     async def _fail(
         self, claim: Claim, reason: str, permanent: bool, not_before: float | None, now: float
     ) -> tuple[bool, str]:
-        fence = {"now": now, "id": claim.task.id, "worker": claim.worker, "attempt": claim.attempt}
+        fence = {"now": now, "id": claim.task.id, "worker": claim.worker, "run": claim.run}
 
         def op(conn: sqlite3.Connection) -> tuple[bool, str]:
             # the failure budget leaves out the runs lost to crashes (custody._crashes)
@@ -388,7 +387,7 @@ class SqliteStore(StoreFrame):
         return await self._writer.run(op)
 
     async def _release(self, claim: Claim, now: float) -> None:
-        values = (now, claim.task.id, claim.worker, claim.attempt, now)
+        values = (now, claim.task.id, claim.worker, claim.run, now)
 
         def op(conn: sqlite3.Connection) -> None:
             if conn.execute(sql.RELEASE, values).rowcount != 1:
@@ -455,7 +454,7 @@ class SqliteStore(StoreFrame):
                     "now": now,
                     "id": e.id,
                     "owner": e.owner,
-                    "was": e.attempt,
+                    "run": e.run,
                 }
             )
             out.append(lease_expiry(e, o, now))
@@ -673,7 +672,7 @@ def _stale(conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exc
     seen = (
         None
         if rec is None
-        else Seen(rec.state, rec.owner, rec.attempt, rec.lease_until, rec.reason)
+        else Seen(rec.state, rec.owner, rec.attempt, rec.lease_until, rec.reason, run=rec.run)
     )
     return stale_lease(seen, claim, now, verb)
 
