@@ -78,14 +78,19 @@ async def test_a_poison_task_is_proven_and_dead_lettered_and_every_other_message
     # the poison task: dead, with the proof; its user was told
     message = await gateway.message(ids[poison])
     assert message["status"] == "closed"
-    assert "killed its worker process 2 times while running alone" in message["reason"]
+    assert (
+        "quarantine: killed its quarantine process 2 times (last: its quarantine process was "
+        "killed by SIGKILL)"
+    ) in message["reason"]
     status = await store_status(store)
     assert status["counts"]["dead"] == 1
     [dead] = status["dead_letters"]
     assert dead["id"] == ids[poison]
-    assert (dead["crash_count"], dead["crashes_alone"]) == (3, 2)
-    # one crash in a crowd, then two alone: the bridge died three times, no more
-    assert restarts == 3
+    # one crash of the bridge in a crowd, then two deaths of its quarantine process
+    assert (dead["crash_count"], dead["crashes_alone"], dead["quarantine_deaths"]) == (3, 0, 2)
+    assert dead["last_quarantine_death"] == "its quarantine process was killed by SIGKILL"
+    # issue #37: the bridge itself died once for it, no more
+    assert restarts == 1
     # every other message: answered once, with its own reply
     assert status["counts"]["delivered"] == len(ids) - 1
     stats = await gateway.stats()

@@ -223,6 +223,9 @@ class Claim:
     lease_until: float
     run: int
     """The task's run number: bumped by every claim, never reset (the fence)."""
+    suspect: bool = False
+    """A suspect's claim taken to run in quarantine (``claim_many(quarantine=n)``): the worker
+    runs it in a quarantine child and reports the child's death with ``quarantine_death``."""
 
 
 @attrs.frozen
@@ -262,6 +265,10 @@ class TaskRecord:
     """It was in flight at a crash and has not finished since: it runs alone."""
     run: int = 0
     """How many times the task was claimed (the last claim's fence; nothing resets it)."""
+    quarantine_deaths: int = 0
+    """Deaths of its quarantine child while it ran this task (the proof that counts)."""
+    last_quarantine_death: str | None = None
+    """How the last of them died, naming the signal or exit code."""
 
 
 class CustodyConflict(Exception):

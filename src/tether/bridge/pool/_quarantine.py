@@ -27,14 +27,13 @@ from typing import Any, Final
 import attrs
 import trio
 
+from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quarantine_deaths
 from ._agent import AgentError, Reply
 from ._quarantine_child import EXIT_BAD_START, EXIT_OUT_OF_MEMORY
 from ._quarantine_wire import PROTOCOL, Deframer, encode
 from ._retry import Permanent, Retry
 
 CHILD_MODULE: Final = "tether.bridge.pool._quarantine_child"
-DEFAULT_MAX_QUARANTINE_DEATHS: Final = 2
-"""Deaths of its quarantine child (while it ran the task) that prove a task kills processes."""
 DEFAULT_QUARANTINE_PROCESSES: Final = 2
 """Quarantine children one worker process runs at most at once."""
 
@@ -174,3 +173,46 @@ def _outcome(message: dict[str, Any]) -> Reply:
     if kind == "agent":
         raise AgentError(reason)
     raise QuarantineFailure(reason)
+
+
+@attrs.define(eq=False)
+class Quarantine:
+    """The quarantine of one worker process, shared by its workers: the spec its children
+    start with, how many may run at once (``--quarantine-processes``), the deaths that prove
+    a task (``--max-quarantine-deaths``), and the counts ``/metrics`` shows."""
+
+    spec: QuarantineSpec
+    processes: int = DEFAULT_QUARANTINE_PROCESSES
+    max_deaths: int = DEFAULT_MAX_QUARANTINE_DEATHS
+    runs: int = attrs.field(init=False, default=0)
+    """Quarantined runs started."""
+    deaths: int = attrs.field(init=False, default=0)
+    """Quarantine children that died while they ran their task."""
+    _busy: int = attrs.field(init=False, default=0)
+
+    def __attrs_post_init__(self) -> None:
+        p = self.processes
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise ValueError(f"quarantine processes must be an int >= 1, got {p!r}")
+        check_max_quarantine_deaths(self.max_deaths)
+
+    def reserve(self, wanted: int) -> int:
+        """Take up to ``wanted`` free places for a claim's suspects; return how many."""
+        n = max(0, min(wanted, self.processes - self._busy))
+        self._busy += n
+        return n
+
+    def give_back(self, n: int) -> None:
+        """Return places reserved but not used (the claim found fewer suspects)."""
+        self._busy -= n
+
+    async def run(self, task: Any, on_progress: OnChildProgress | None = None) -> Reply:
+        """Run ``task`` in a child, in a place ``reserve`` took (freed when it ends)."""
+        self.runs += 1
+        try:
+            return await run_in_quarantine(self.spec, task, on_progress=on_progress)
+        except QuarantineDeath:
+            self.deaths += 1
+            raise
+        finally:
+            self._busy -= 1

@@ -104,7 +104,8 @@ def task_from_row(row: Sequence[Any], body: str) -> Task:
 def record_from_row(row: Sequence[Any], decode: Callable[[Any], str]) -> TaskRecord:
     """A ``TaskRecord`` from a row of ``task_from_row``'s columns, then ``state, owner,
     attempt, lease_until, result, reason, created_at, updated_at, not_before, crash_count,
-    crashes_alone, suspect, run_no``; ``decode`` turns a stored body or result into text."""
+    crashes_alone, suspect, run_no, quarantine_deaths, last_quarantine_death``; ``decode``
+    turns a stored body or result into text."""
     owner, attempt, lease_until, result, reason, created, updated, not_before = row[6:14]
     return TaskRecord(
         task_from_row(row, decode(row[1])),
@@ -121,6 +122,8 @@ def record_from_row(row: Sequence[Any], decode: Callable[[Any], str]) -> TaskRec
         crashes_alone=row[15],
         suspect=bool(row[16]),
         run=row[17],
+        quarantine_deaths=row[18],
+        last_quarantine_death=row[19],
     )
 
 

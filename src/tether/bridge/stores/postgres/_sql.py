@@ -20,7 +20,7 @@ TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
 RECORD_COLS: Final = (
     f"{TASK_COLS}, t.state, t.owner, t.attempt, t.lease_until, t.result, t.reason, "
     "t.created_at, t.updated_at, t.not_before, t.crash_count, t.crashes_alone, t.suspect, "
-    "t.run_no"
+    "t.run_no, t.quarantine_deaths, t.last_quarantine_death"
 )
 DUE: Final = "(t.not_before IS NULL OR t.not_before <= %(now)s)"
 """A pending task that is not waiting out a retry backoff."""
@@ -375,6 +375,25 @@ class Sql:
         )
 
     @property
+    def fenced_quarantine_deaths(self) -> str:
+        return f"SELECT t.quarantine_deaths FROM {self.s}.tasks t WHERE {FENCE} FOR UPDATE"
+
+    @property
+    def quarantine_death(self) -> str:
+        dead = "%(state)s = 'dead'"
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET state = %(state)s, "
+            f"owner = CASE WHEN {dead} THEN t.owner END, "
+            f"attempt = CASE WHEN {dead} THEN t.attempt ELSE t.attempt + 1 END, "
+            "crash_count = t.crash_count + 1, quarantine_deaths = t.quarantine_deaths + 1, "
+            "last_quarantine_death = %(death)s, "
+            f"suspect = NOT {dead}, lease_until = NULL, reason = %(reason)s, "
+            f"updated_at = %(now)s WHERE {FENCE}",
+            "1",
+            notify=True,
+        )
+
+    @property
     def fail_dead(self) -> str:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'dead', lease_until = NULL, suspect = false, "
@@ -404,7 +423,7 @@ class Sql:
     def _expired_select(self) -> str:
         return (
             "SELECT t.id, t.owner, t.attempt, t.lease_until, t.suspect, t.crash_count, "
-            f"t.crashes_alone, w.last_beat, t.run_no FROM {self.s}.tasks t "
+            f"t.crashes_alone, w.last_beat, t.run_no, t.quarantined FROM {self.s}.tasks t "
             f"LEFT JOIN {self.s}.workers w ON w.name = t.owner"
         )
 
@@ -467,8 +486,8 @@ class Sql:
             "ORDER BY t.crashes_alone DESC, t.crash_count DESC, t.priority, t.seq LIMIT 1 "
             "FOR UPDATE SKIP LOCKED), "
             f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
-            "lease_until = %(until)s, run_no = t.run_no + 1, not_before = NULL, "
-            "updated_at = %(now)s FROM pick "
+            "lease_until = %(until)s, run_no = t.run_no + 1, quarantined = %(quarantined)s, "
+            "not_before = NULL, updated_at = %(now)s FROM pick "
             f"WHERE t.id = pick.id AND t.state = 'pending' RETURNING {TASK_COLS}, t.attempt, "
             "t.run_no), "
             f"{self._note_room('u.room', '%(worker)s')} "
@@ -659,7 +678,8 @@ class Sql:
     _REDRIVE = (
         "state = 'pending', owner = NULL, attempt = 1, lease_until = NULL, not_before = NULL, "
         f"result = NULL, no_send = false, dead_reported_at = NULL, {NO_DELIVERY_LEASE}, "
-        "crash_count = 0, crashes_alone = 0, suspect = false, reason = %(reason)s"
+        "crash_count = 0, crashes_alone = 0, suspect = false, quarantined = false, "
+        "quarantine_deaths = 0, last_quarantine_death = NULL, reason = %(reason)s"
     )
 
     @property

@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 from ...custody._crashes import (
     DEFAULT_MAX_CRASHES_ALONE,
     process_prefix,
+    quarantine_death_outcome,
 )
 from ...custody._records import (
     Assignment,
@@ -373,16 +374,41 @@ class PostgresStore(StoreFrame):
     # -- worker -------------------------------------------------------------------------------
 
     async def _claim_many(
-        self, worker: str, limit: int, leaderless: bool, now: float, until: float
+        self,
+        worker: str,
+        limit: int,
+        leaderless: bool,
+        now: float,
+        until: float,
+        quarantine: int | None,
     ) -> list[Claim]:
         prefix = process_prefix(worker)
         params = {"worker": worker, "leaderless": leaderless, "limit": limit, "prefix": prefix}
-        params.update(now=now, until=until)
+        params.update(now=now, until=until, quarantined=False)
         sql = self._sql
         process_key = {"key": f"tether-process:{self.schema}:{prefix or worker}"}
         pool_key = {"key": f"tether-suspects:{self.schema}"}
 
+        def quarantined(conn: Conn, quarantine: int) -> list[Claim]:
+            # suspects run in quarantine children (custody._crashes), most crashed first, one
+            # statement each (each passes its room's gate), then ordinary work beside them
+            suspects: list[Claim] = []
+            with conn.transaction():
+                for _ in range(min(quarantine, limit)):
+                    rows = conn.execute(sql.claim_suspect, {**params, "quarantined": True})
+                    got = [Claim(_task(r), worker, r[5], until, r[6], suspect=True) for r in rows]
+                    if not got:
+                        break
+                    suspects += got
+                rest = limit - len(suspects)
+                if rest:
+                    rows = conn.execute(sql.claim_many_among_suspects, {**params, "limit": rest})
+                    suspects += [Claim(_task(r), worker, r[5], until, r[6]) for r in rows]
+            return suspects
+
         def op(conn: Conn) -> list[Claim]:
+            if quarantine is not None:
+                return quarantined(conn, quarantine)
             # a suspect runs alone (custody._crashes). With no suspect in play (the usual
             # case) a claim is one statement, which claims nothing once one is. Otherwise every
             # claim of a process holds its advisory lock, shared; a claim that may take a
@@ -475,6 +501,30 @@ class PostgresStore(StoreFrame):
         outcome = await self._run(op)
         if not isinstance(outcome, tuple):
             raise stale_lease(outcome, claim, now, "fail")
+        return outcome
+
+    async def _quarantine_death(
+        self, claim: Claim, death: str, max_deaths: int, now: float
+    ) -> tuple[CustodyState, str]:
+        params = _fence(claim, now)
+        params.update(chan=self._channel, payload=PENDING)
+        sql = self._sql
+
+        def op(conn: Conn) -> tuple[CustodyState, str] | Seen | None:
+            with conn.transaction():
+                row = conn.execute(sql.fenced_quarantine_deaths, params).fetchone()
+                if row is None:
+                    return _seen(conn, sql.cas_state, params)
+                state, why = quarantine_death_outcome(
+                    attempt=claim.attempt, deaths=row[0], max_deaths=max_deaths, death=death
+                )
+                values = {**params, "state": state.value, "reason": why, "death": death}
+                conn.execute(sql.quarantine_death, values)
+                return state, why
+
+        outcome = await self._run(op)
+        if not isinstance(outcome, tuple):
+            raise stale_lease(outcome, claim, now, "record a quarantine death of")
         return outcome
 
     async def _release(self, claim: Claim, now: float) -> None:
