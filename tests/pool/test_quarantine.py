@@ -29,7 +29,7 @@ from tether.bridge.pool._quarantine import (
     QuarantineStartError,
     run_in_quarantine,
 )
-from tether.bridge.pool._quarantine_child import EXIT_OUT_OF_MEMORY
+from tether.bridge.pool._quarantine_wire import EXIT_OUT_OF_MEMORY
 
 pytestmark = pytest.mark.slow
 

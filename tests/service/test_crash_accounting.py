@@ -1,10 +1,12 @@
-"""Crash accounting with real processes (issue #16, item 3): ``tether bridge run`` killed for
+"""Crash accounting with real processes (issues #16 and #37): ``tether bridge run`` killed for
 real, restarted by a supervisor loop the way systemd would (``Restart=always``).
 
-- A poison task (its agent SIGKILLs its own process) is proven by two crashes while it ran
-  alone and dead-lettered with the reason saying so; every other message is answered.
+- A poison task (its agent SIGKILLs its own process) kills the bridge once; then, a suspect,
+  it runs in a quarantine process, whose two deaths (SIGKILL) are the proof: dead-lettered
+  with the reason naming the signal; every other message is answered.
 - SIGKILL chaos with an agent that never fails: no message ends dead (crashes spend no
-  attempts, and an innocent suspect is not convicted), and each gets exactly one reply.
+  attempts, and an innocent suspect is not convicted), each gets exactly one reply, and more
+  than one run is in flight at the kills (suspects no longer serialise the pool).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -31,6 +34,15 @@ machine, where one bridge start alone can take 10 s or more; by default the chao
 scaled down (120 messages, 8 kills, the same 1.5-3 s lives). ``TETHER_TEST_FULL_CHAOS=1``
 runs the full one."""
 MESSAGES, KILLS = (200, 15) if FULL_CHAOS else (120, 8)
+
+
+def _claimed(store: Path) -> int:
+    """Tasks claimed in the SQLite store now (a read-only look beside the running bridge)."""
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("SELECT count(*) FROM tasks WHERE state = 'claimed'").fetchone()[0])
+    finally:
+        conn.close()
 
 
 async def _client_heartbeats(gateway: RunningGateway) -> int:
@@ -113,6 +125,8 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
     started = trio.current_time()
     kills = 0
     answered_at_kills: list[int] = []
+    in_flight_at_kills: list[int] = []
+    """Runs claimed in the store as each kill lands (suspects once ran one at a time)."""
     for _ in range(KILLS):
         beats = await _client_heartbeats(gateway)
         bridge = await BridgeProcess.start(
@@ -125,6 +139,7 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
         # each kill lands on a running bridge (its first gateway heartbeat follows start-up)
         await wait_until(beating, within=90, step=0.05)
         await trio.sleep(rng.uniform(1.5, 3.0))
+        in_flight_at_kills.append(_claimed(store))
         bridge.kill()
         assert await bridge.process.wait() == -signal.SIGKILL
         kills += 1
@@ -158,7 +173,12 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
     # the kills really landed while work was in progress
     in_progress = sum(1 for n in answered_at_kills if 0 < n < len(ids))
     assert in_progress >= 3, answered_at_kills
+    # issue #37: suspects run in quarantine beside ordinary work, so the pool keeps more than
+    # one run in flight through the crash loop (alone, it ran one at a time at every kill)
+    busy = [n for n, done in zip(in_flight_at_kills, answered_at_kills, strict=True) if done]
+    assert sum(n > 1 for n in busy) >= len(busy) - 1, in_flight_at_kills
     print(
         f"\nchaos: {kills} SIGKILLs in {chaos_s:.1f} s, answered at each kill "
-        f"{answered_at_kills}; all answered {trio.current_time() - started:.1f} s after start"
+        f"{answered_at_kills}, runs in flight {in_flight_at_kills}; all answered "
+        f"{trio.current_time() - started:.1f} s after start"
     )

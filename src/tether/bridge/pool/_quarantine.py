@@ -29,8 +29,7 @@ import trio
 
 from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quarantine_deaths
 from ._agent import AgentError, Reply
-from ._quarantine_child import EXIT_BAD_START, EXIT_OUT_OF_MEMORY
-from ._quarantine_wire import PROTOCOL, Deframer, encode
+from ._quarantine_wire import EXIT_BAD_START, EXIT_OUT_OF_MEMORY, PROTOCOL, Deframer, encode
 from ._retry import Permanent, Retry
 
 CHILD_MODULE: Final = "tether.bridge.pool._quarantine_child"

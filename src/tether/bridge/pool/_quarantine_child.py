@@ -27,13 +27,9 @@ from ..._session import open_session
 from ..custody._rules import Task
 from ._agent import AgentError, install_agent, load_agent, reply_of
 from ._progress import Progress, reporting
-from ._quarantine_wire import PROTOCOL, Deframer, encode
+from ._quarantine_wire import EXIT_BAD_START, EXIT_OUT_OF_MEMORY, PROTOCOL, Deframer, encode
 from ._retry import Permanent, Retry
 
-EXIT_OUT_OF_MEMORY: Final = 86
-"""The child's exit code when the agent ran out of memory under ``--quarantine-memory``."""
-EXIT_BAD_START: Final = 87
-"""The child could not start the agent or read its task (not the task's doing)."""
 _PR_SET_PDEATHSIG: Final = 1
 PROGRESS_POLL_S: Final = 0.2
 """How often the child looks for new progress to tell its parent."""

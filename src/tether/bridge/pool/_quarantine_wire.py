@@ -18,6 +18,10 @@ from typing import Any, Final
 
 PROTOCOL: Final = 1
 """Sent in ``ready``; a parent refuses a child that speaks another."""
+EXIT_OUT_OF_MEMORY: Final = 86
+"""The child's exit code when the agent ran out of memory under ``--quarantine-memory``."""
+EXIT_BAD_START: Final = 87
+"""The child could not start the agent or read its task (not the task's doing)."""
 MAX_FRAME: Final = 64 * 1024 * 1024
 """A frame longer than this is a broken pipe, not a message."""
 _HEADER: Final = struct.Struct(">I")
