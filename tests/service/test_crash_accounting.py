@@ -28,6 +28,11 @@ pytestmark = pytest.mark.slow
 
 AGENT = "service.crash_agent:factory"
 OPTIONS = ["--lease-s", "2", "--grace", "5", "--room-policy", "concurrent"]
+CHAOS_OPTIONS = [*OPTIONS, "--workers", "2"]
+"""Every run in flight at a kill becomes a suspect, and each suspect's run pays a quarantine
+process's start (a second or more of CPU on a busy 2-core machine, see the guide), at most
+``--quarantine-processes`` at once: two workers (8 runs in flight) keep the suspects of the
+whole loop within what the final bridge clears in its wait."""
 FULL_CHAOS = os.environ.get("TETHER_TEST_FULL_CHAOS") == "1"
 """The issue's numbers (200 messages, 15 kills) take several minutes on a loaded 2-core
 machine, where one bridge start alone can take 10 s or more; by default the chaos run is
@@ -130,7 +135,7 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
     for _ in range(KILLS):
         beats = await _client_heartbeats(gateway)
         bridge = await BridgeProcess.start(
-            gateway.url, token_file, store, log, agent=AGENT, extra=OPTIONS
+            gateway.url, token_file, store, log, agent=AGENT, extra=CHAOS_OPTIONS
         )
 
         async def beating(before: int = beats) -> bool:
@@ -147,7 +152,7 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
     chaos_s = trio.current_time() - started
     beats = await _client_heartbeats(gateway)
     final = await BridgeProcess.start(
-        gateway.url, token_file, store, log, agent=AGENT, extra=OPTIONS
+        gateway.url, token_file, store, log, agent=AGENT, extra=CHAOS_OPTIONS
     )
 
     async def all_answered() -> bool:
