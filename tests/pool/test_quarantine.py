@@ -23,6 +23,7 @@ from support.service import TESTS_DIR
 from support.waiting import wait_until
 from tether.bridge import Permanent, Reply, Retry, Task
 from tether.bridge.pool._quarantine import (
+    Quarantine,
     QuarantineDeath,
     QuarantineFailure,
     QuarantineSpec,
@@ -170,3 +171,15 @@ async def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
         if parent.returncode is None:
             parent.kill()
             await parent.wait()
+
+
+def test_a_process_runs_at_most_its_quarantine_processes_at_once() -> None:
+    q = Quarantine(SPEC, processes=2, max_deaths=3)
+    assert q.reserve(5) == 2  # a claim of five may take two suspects
+    assert q.reserve(1) == 0  # none while both places are taken
+    q.give_back(1)  # a suspect's run ended
+    assert q.reserve(3) == 1
+    with pytest.raises(ValueError, match="quarantine processes must be an int >= 1"):
+        Quarantine(SPEC, processes=0)
+    with pytest.raises(ValueError, match="max_quarantine_deaths must be an int >= 1"):
+        Quarantine(SPEC, max_deaths=0)

@@ -202,16 +202,15 @@ class Quarantine:
         return n
 
     def give_back(self, n: int) -> None:
-        """Return places reserved but not used (the claim found fewer suspects)."""
+        """Free ``n`` places: reserved but not used (the claim found fewer suspects), or
+        whose suspect's run has ended (the worker frees it, however the run went)."""
         self._busy -= n
 
     async def run(self, task: Any, on_progress: OnChildProgress | None = None) -> Reply:
-        """Run ``task`` in a child, in a place ``reserve`` took (freed when it ends)."""
+        """Run ``task`` in a child, in a place ``reserve`` took."""
         self.runs += 1
         try:
             return await run_in_quarantine(self.spec, task, on_progress=on_progress)
         except QuarantineDeath:
             self.deaths += 1
             raise
-        finally:
-            self._busy -= 1

@@ -421,6 +421,8 @@ class PoolWorker:
             if not await self._run_entry(session, claim, free_slot):
                 await trio.sleep(self.poll_interval)  # the agent refused: don't hammer it
         finally:
+            if claim.suspect and self.quarantine is not None:
+                self.quarantine.give_back(1)  # its quarantine place, however the run went
             free_slot()
             if self.wakeups is not None:
                 self.wakeups.capacity_freed()  # the outcome is stored: the lead refills
