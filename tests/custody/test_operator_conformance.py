@@ -254,13 +254,66 @@ async def test_a_cancelled_then_redriven_task_runs_again_and_its_old_claim_stays
     new = await store.claim("w2", leaderless=True)
     assert new is not None
     assert (new.task.id, new.attempt) == ("c", 1)
-    # the old claim named the same attempt number, but not the same owner: fenced
-    if old.worker != new.worker:
-        with pytest.raises(StaleLease):
-            await store.complete(old, "late")
+    # the old claim named the same attempt number: the run number fences it
+    assert new.run > old.run
+    with pytest.raises(StaleLease):
+        await store.complete(old, "late")
     await store.complete(new, "fresh reply")
     [result] = await store.ready_results()
     assert (result.task.id, result.body) == ("c", "fresh reply")
+
+
+async def test_a_run_cancelled_and_redriven_to_the_same_worker_within_its_lease_stays_fenced(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    # issue #37, item 3: a re-drive resets the attempt, so the old run and the new one carry
+    # the same (owner, attempt); within one heartbeat the old lease has not even expired
+    old = await drive_to(store, "c", S.CLAIMED)
+    assert old is not None
+    await store.cancel(["c"], "stuck")
+    [done] = await store.redrive(["c"])
+    assert done.done
+    fake_clock.advance(0.1)
+    new = await store.claim(old.worker, leaderless=True)
+    assert new is not None
+    assert (new.task.id, new.worker, new.attempt) == ("c", old.worker, old.attempt)
+    assert old.lease_until > fake_clock.now  # the old lease is live
+    assert new.run == old.run + 1
+    with pytest.raises(StaleLease, match=r"claimed \(owner"):
+        await store.renew(old)
+    with pytest.raises(StaleLease):
+        await store.complete(old, "late reply of the cancelled run")
+    assert await store.complete_many([(old, "late")]) == [False]
+    with pytest.raises(StaleLease):
+        await store.fail(old, "late failure")
+    with pytest.raises(StaleLease):
+        await store.release(old)
+    record = await store.get("c")
+    assert record is not None
+    assert (record.state, record.owner, record.run) == (S.CLAIMED, old.worker, new.run)
+    await store.renew(new)
+    await store.complete(new, "fresh reply")
+    [result] = await store.ready_results()
+    assert (result.task.id, result.body) == ("c", "fresh reply")
+
+
+async def test_the_run_number_counts_every_claim_and_a_redrive_does_not_reset_it(
+    store: Store,
+) -> None:
+    await _dead_after_failures(store, "c")  # MAX_ATTEMPTS claims, each failed
+    record = await store.get("c")
+    assert record is not None
+    assert (record.attempt, record.run) == (MAX_ATTEMPTS, MAX_ATTEMPTS)
+    await store.redrive(["c"])
+    claim = await store.claim(worker_for("c"), leaderless=True)
+    assert claim is not None
+    await store.release(claim)  # a release spends no attempt; the next claim is a new run
+    again = await store.claim(worker_for("c"), leaderless=True)
+    assert again is not None
+    assert [(c.attempt, c.run) for c in (claim, again)] == [
+        (1, MAX_ATTEMPTS + 1),
+        (1, MAX_ATTEMPTS + 2),
+    ]
 
 
 async def _ids(store: Store) -> list[str]:

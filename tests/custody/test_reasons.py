@@ -11,7 +11,7 @@ LEASE_END = 1796279477.324  # 2026-12-03T06:31:17.324Z
 
 
 def _reason(*, last_beat: float | None, restarted: bool = False) -> str:
-    expired = Expired("t", "w-1", 1, LEASE_END, False, 0, 0, last_beat)
+    expired = Expired("t", "w-1", 1, LEASE_END, False, 0, 0, last_beat, 1)
     outcome = expiry_outcome(
         expired,
         now=LEASE_END + 3.25,

@@ -179,10 +179,12 @@ class CountingStore:
     batches: list[int] = attrs.field(factory=list)
 
     async def claim_many(
-        self, worker: str, limit: int, *, leaderless: bool = False
+        self, worker: str, limit: int, *, leaderless: bool = False, quarantine: int | None = None
     ) -> Sequence[Claim]:
         self.batches.append(limit)
-        return await self.inner.claim_many(worker, limit, leaderless=leaderless)
+        return await self.inner.claim_many(
+            worker, limit, leaderless=leaderless, quarantine=quarantine
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -307,6 +307,9 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         # crash accounting (its index and CHECK go with the columns)
         f"ALTER TABLE {s}.tasks DROP COLUMN crash_count, DROP COLUMN crashes_alone, "
         "DROP COLUMN suspect; "
+        # the re-drive fence and quarantine (issue #37)
+        f"ALTER TABLE {s}.tasks DROP COLUMN run_no, DROP COLUMN quarantined, "
+        "DROP COLUMN quarantine_deaths, DROP COLUMN last_quarantine_death; "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)

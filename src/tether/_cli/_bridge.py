@@ -107,6 +107,19 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         float,
     ),
     "status_file": ("write the gateway connection status (JSON) here", Path),
+    "quarantine_processes": (
+        "suspects (tasks in flight when a process died) run in quarantine child processes, at "
+        "most this many at once per bridge process (default: 2)",
+        int,
+    ),
+    "max_quarantine_deaths": (
+        "deaths of its quarantine process while it ran the task that make a task dead (default: 2)",
+        int,
+    ),
+    "quarantine_memory": (
+        "MiB of address space a quarantine process may use; 0: no limit (default: 0)",
+        int,
+    ),
     "synchronous": ("SQLite durability: FULL, NORMAL or EXTRA (default: FULL)", str),
     "log_level": ("DEBUG, INFO, WARNING or ERROR (default: INFO)", str),
     "log_format": ("text, or json for one JSON object per line (default: text)", str),

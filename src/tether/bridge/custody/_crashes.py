@@ -1,7 +1,11 @@
 """Crashes are not the task's fault until proven: crash expiries, suspects, poison tasks.
 
-A lease lost to a dead process spends no failure; its tasks become suspects that run alone in their
-process, and one that kills it twice alone is dead. See docs/guide/design.md, "Crash accounting".
+A lease lost to a dead process spends no failure; its tasks become suspects. A worker that can
+start its agent in a child runs a suspect in a quarantine process (``pool._quarantine``): only
+that child's death while it runs the task, seen by its live parent, counts against the task
+(``quarantine_death_outcome``), and the worker's own process dying blames nobody. A worker that
+cannot (an agent given as an object) runs a suspect alone in its process, and one that kills
+it twice alone is dead. See docs/guide/design.md, "Crash accounting".
 """
 
 from __future__ import annotations
@@ -67,6 +71,10 @@ class Expired:
     crash_count: int
     crashes_alone: int
     last_beat: float | None
+    run: int
+    """The lease's run number: its settlement is fenced on it."""
+    quarantined: bool = False
+    """The suspect ran in a quarantine child: its worker's process dying blames nobody."""
 
 
 @attrs.frozen
@@ -110,6 +118,18 @@ def expiry_outcome(
                 else f"last beat {iso_time(e.last_beat)}, {duration(now - e.last_beat)} ago"
             )
             lost += f"; its process died ({beat})"
+        if e.suspect and e.quarantined:
+            return ExpiryOutcome(
+                CustodyState.PENDING,
+                e.attempt + 1,
+                crashes,
+                e.crashes_alone,
+                True,
+                True,
+                f"{lost} while it ran in a quarantine process: its worker's process died, not "
+                f"its own, which blames nobody (crash {crashes}, not a failed attempt); still a "
+                f"suspect, it runs in quarantine again as attempt {e.attempt + 1}",
+            )
         if e.suspect:
             alone = e.crashes_alone + 1
             if alone >= max_crashes_alone:
@@ -160,4 +180,34 @@ def expiry_outcome(
         False,
         False,
         f"{lost}; repooled as attempt {e.attempt + 1}",
+    )
+
+
+DEFAULT_MAX_QUARANTINE_DEATHS: Final = 2
+"""Deaths of its quarantine child while it ran the task that prove a task kills processes."""
+
+
+def check_max_quarantine_deaths(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_quarantine_deaths must be an int >= 1, got {value!r}")
+    return value
+
+
+def quarantine_death_outcome(
+    *, attempt: int, deaths: int, max_deaths: int, death: str
+) -> tuple[CustodyState, str]:
+    """A quarantine child died while it ran the task (``death`` says how, naming the signal
+    or exit code; ``deaths`` counts the ones before): dead at ``max_deaths``, else pending
+    again, still a suspect, as the next attempt (a death is a crash: it spends no failure)."""
+    now = deaths + 1
+    if now >= max_deaths:
+        return (
+            CustodyState.DEAD,
+            f"quarantine: killed its quarantine process {now} times (last: {death}); "
+            f"max_quarantine_deaths {max_deaths} reached",
+        )
+    return (
+        CustodyState.PENDING,
+        f"quarantine: {death} on attempt {attempt}: death {now} of {max_deaths}, not a failed "
+        f"attempt; it runs in quarantine again as attempt {attempt + 1}",
     )

@@ -131,12 +131,17 @@ class WorkerStore(PoolMemberStore, StallStore, Protocol):
         ...
 
     async def claim_many(
-        self, worker: str, limit: int, *, leaderless: bool = False
+        self, worker: str, limit: int, *, leaderless: bool = False, quarantine: int | None = None
     ) -> Sequence[Claim]:
         """Up to ``limit`` leases in ONE transaction, in the order ``limit`` calls of ``claim``
         would hand them out (own assignments by priority then age, then pending tasks only when
         ``leaderless``); each is fenced on its own like a ``claim``'s. Empty if nothing is
-        there; ``ValueError`` unless ``limit`` is an int from 1 to ``MAX_CLAIM_BATCH``."""
+        there; ``ValueError`` unless ``limit`` is an int from 1 to ``MAX_CLAIM_BATCH``.
+
+        ``quarantine``: how many suspects (most crashed first) the caller may run now in
+        quarantine processes (0: none now); they come first, marked ``Claim.suspect``, beside
+        ordinary work. ``None``: the caller cannot quarantine, and a suspect runs alone in its
+        process (see ``custody._crashes``)."""
         ...
 
     async def renew(self, claim: Claim) -> Claim:
@@ -174,6 +179,15 @@ class WorkerStore(PoolMemberStore, StallStore, Protocol):
         whatever the attempt (a hopeless input burns no more attempts). Returns the new state;
         ``StaleLease`` if fenced out; ``ValueError`` for a negative or infinite delay.
         """
+        ...
+
+    async def quarantine_death(
+        self, claim: Claim, death: str, *, max_deaths: int = ...
+    ) -> CustodyState:
+        """The quarantine child running ``claim``'s task died while it ran it (``death``:
+        how, naming the signal or exit code): the task's own doing. claimed -> dead at
+        ``max_deaths`` such deaths, else -> pending, still a suspect, attempt + 1 (a crash: no
+        failure spent). Returns the new state; ``StaleLease`` if fenced out."""
         ...
 
     async def release(self, claim: Claim) -> None:

@@ -211,14 +211,21 @@ class Task:
 class Claim:
     """A worker's lease on a task.
 
-    Fencing compares (id, owner, attempt), never ``lease_until``: an older copy of a live claim
-    (same worker and attempt, earlier ``lease_until``) stays valid after a renew.
+    Fencing compares (id, owner, run), never ``lease_until``: an older copy of a live claim
+    (same worker and run, earlier ``lease_until``) stays valid after a renew. ``attempt`` is
+    the failure budget's count, which a re-drive resets; ``run`` is the claim's number among
+    every claim of the task, which nothing resets, so no two claims of a task share a fence.
     """
 
     task: Task
     worker: str
     attempt: int
     lease_until: float
+    run: int
+    """The task's run number: bumped by every claim, never reset (the fence)."""
+    suspect: bool = False
+    """A suspect's claim taken to run in quarantine (``claim_many(quarantine=n)``): the worker
+    runs it in a quarantine child and reports the child's death with ``quarantine_death``."""
 
 
 @attrs.frozen
@@ -256,6 +263,12 @@ class TaskRecord:
     """Of those, the crashes while it ran alone in its process (as a suspect)."""
     suspect: bool = False
     """It was in flight at a crash and has not finished since: it runs alone."""
+    run: int = 0
+    """How many times the task was claimed (the last claim's fence; nothing resets it)."""
+    quarantine_deaths: int = 0
+    """Deaths of its quarantine child while it ran this task (the proof that counts)."""
+    last_quarantine_death: str | None = None
+    """How the last of them died, naming the signal or exit code."""
 
 
 class CustodyConflict(Exception):

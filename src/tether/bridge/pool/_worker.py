@@ -30,6 +30,7 @@ from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._completions import CompletionBatcher
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._progress import Progress, ProgressUpdate, reporting
+from ._quarantine import Quarantine, QuarantineDeath, QuarantineStartError
 from ._retry import Permanent, Retry, RetryBackoff
 from ._stall import Notify, StallWatcher
 from ._stop import StopSignal
@@ -167,6 +168,12 @@ class PoolWorker:
     (coalesced, rate-bounded, best effort: see ``_progress``)."""
     progress_interval: float = 0.5
     """Seconds between two progress updates of one run (and before its first)."""
+    quarantine: Quarantine | None = None
+    """Its process's quarantine (shared by its workers): suspects are claimed beside ordinary
+    work and run in quarantine children. ``None`` (an agent that cannot start in a child): a
+    suspect runs alone in the process (see ``custody._crashes``)."""
+    quarantine_deaths: int = attrs.field(init=False, default=0)
+    """Deaths of this worker's quarantine children it recorded against their tasks."""
     timings: Timings | None = None
     """If given, the worker records queue waits, run times and stored replies in it."""
     completed: int = attrs.field(init=False, default=0)
@@ -388,14 +395,20 @@ class PoolWorker:
                     slots.acquire_nowait()
                     wanted += 1
                 self._doorbell.clear()  # what it announced is in the store now: the claim sees it
+                q = self.quarantine
+                places = None if q is None else q.reserve(wanted)
                 try:
                     claims = await self.store.claim_many(
-                        self.name, wanted, leaderless=self.leaderless
+                        self.name, wanted, leaderless=self.leaderless, quarantine=places
                     )
                 except BaseException:
                     for _ in range(wanted):
                         slots.release()
+                    if q is not None and places:
+                        q.give_back(places)
                     raise
+                if q is not None and places:
+                    q.give_back(places - sum(c.suspect for c in claims))
                 for _ in range(wanted - len(claims)):
                     slots.release()
                 for claim in claims:
@@ -422,6 +435,8 @@ class PoolWorker:
             if not await self._run_entry(session, claim, free_slot):
                 await trio.sleep(self.poll_interval)  # the agent refused: don't hammer it
         finally:
+            if claim.suspect and self.quarantine is not None:
+                self.quarantine.give_back(1)  # its quarantine place, however the run went
             free_slot()
             if self.wakeups is not None:
                 self.wakeups.capacity_freed()  # the outcome is stored: the lead refills
@@ -456,6 +471,15 @@ class PoolWorker:
                             log.info("worker %s: task %s was not run: %s", self.name, id, exc)
                             await self._release(entry)
                             return False
+                        except QuarantineDeath as death:
+                            answered()
+                            await self._quarantine_death(entry, death)
+                        except QuarantineStartError as exc:
+                            log.error(  # noqa: TRY400 - the message says it all; no traceback
+                                "worker %s: task %s was not run: %s", self.name, id, exc
+                            )
+                            await self._release(entry)
+                            return False
                         except Exception as exc:
                             answered()
                             if self.timings is not None:
@@ -481,6 +505,8 @@ class PoolWorker:
         is abandoned by the session)."""
         task = entry.claim.task
         with trio.CancelScope(deadline=entry.deadline) as timer:
+            if entry.claim.suspect and self.quarantine is not None:
+                return await self._call_quarantined(self.quarantine, entry)
             if self.on_progress is None:
                 return reply_of(await session.call(TASK_EVENT, task), task.id)
             entry.progress = Progress()
@@ -488,6 +514,49 @@ class PoolWorker:
                 return reply_of(await session.call(TASK_EVENT, task), task.id)
         assert timer.cancelled_caught
         raise RunTimedOut(f"timed out after {self._timeout:g} s")
+
+    async def _call_quarantined(self, quarantine: Quarantine, entry: _Active) -> Reply:
+        """A suspect's run in a quarantine child; its progress mirrored into the entry's."""
+        if self.on_progress is None:
+            return await quarantine.run(entry.claim.task)
+        progress = entry.progress = Progress()
+
+        def shown(status: str | None, partial: str | None) -> None:
+            if status is not None:
+                progress.status(status)
+            progress.clear()
+            if partial:
+                progress.stream(partial)
+
+        return await quarantine.run(entry.claim.task, shown)
+
+    async def _quarantine_death(self, entry: _Active, death: QuarantineDeath) -> None:
+        """Record the child's death against its task, in the parent's transaction."""
+        assert self.quarantine is not None
+        entry.finishing = True
+        try:
+            state = await self.store.quarantine_death(
+                entry.claim, str(death), max_deaths=self.quarantine.max_deaths
+            )
+        except StaleLease as stale:
+            self._lose(entry, stale)
+            return
+        entry.settled = True
+        self.quarantine_deaths += 1
+        if self.wakeups is not None:
+            if state is CustodyState.DEAD:
+                self.wakeups.tasks_dead()
+            else:
+                self.wakeups.tasks_pending()
+        log.log(
+            logging.ERROR if state is CustodyState.DEAD else logging.WARNING,
+            "worker %s: task %s attempt %d: %s; now %s",
+            self.name,
+            entry.claim.task.id,
+            entry.claim.attempt,
+            death,
+            state.value,
+        )
 
     async def _publish_progress(self, send: OnProgress) -> None:
         """Every ``progress_interval``: one update for each run going at least that long whose

@@ -15,6 +15,7 @@ from ..custody._rooms import DEFAULT_ROOM_POLICY, ROOM_POLICIES, RoomPolicy
 from ..pool._retry import RetryBackoff
 from ._setting_values import (
     parse_agent,
+    parse_int,
     parse_lower_choice,
     parse_optional_seconds,
     parse_path,
@@ -71,6 +72,12 @@ class BridgeConfig(ProcessSettings):
     counted from its delivery; then the tombstone goes too."""
     health_window: float = 120.0
     """``/healthz`` fails when the gateway has not answered for this many seconds."""
+    quarantine_processes: int = 2
+    """Quarantine children (one suspect each) this process runs at most at once."""
+    max_quarantine_deaths: int = 2
+    """Deaths of its quarantine child while it ran the task that make a task dead."""
+    quarantine_memory: int = 0
+    """MiB of address space a quarantine child may use (``RLIMIT_AS``); 0: no limit."""
 
 
 _PARSERS: Final = settings_parsers(
@@ -88,6 +95,9 @@ _PARSERS: Final = settings_parsers(
         "retention": parse_seconds(60, 366 * 86_400),
         "tombstone_retention": parse_seconds(60, 10 * 366 * 86_400),
         "health_window": parse_seconds(1, 86_400),
+        "quarantine_processes": parse_int(1, 64),
+        "max_quarantine_deaths": parse_int(1, 100),
+        "quarantine_memory": parse_int(0, 1 << 30),
     },
 )
 SETTINGS: Final = tuple(_PARSERS)

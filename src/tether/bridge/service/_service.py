@@ -37,10 +37,11 @@ from ..custody._reconcile import Reconciler
 from ..custody._roles import Store
 from ..custody._rooms import RoomPolicy
 from ..custody._rules import IN_CUSTODY, Task
-from ..pool._agent import AgentFactory, agent_room_policy, load_agent
+from ..pool._agent import AgentFactory, AgentLoadError, agent_room_policy, load_agent
 from ..pool._asyncio import loop_for
 from ..pool._lead import PoolLead
 from ..pool._progress import ProgressUpdate
+from ..pool._quarantine import Quarantine, QuarantineSpec
 from ..pool._stall import StallWatcher
 from ..pool._status import PoolStatus, pool_status
 from ..pool._timings import Timings
@@ -122,6 +123,9 @@ class BridgeService:
     pool_stem: str = attrs.field(init=False)
     """The stem of this bridge's pool names (``config.pool_name``, or unique per object)."""
     workers: list[PoolWorker] = attrs.field(factory=list, init=False)
+    quarantine: Quarantine | None = attrs.field(default=None, init=False)
+    """Where this process runs suspects: in quarantine children started with the agent spec
+    (``None`` when the agent was given as an object: suspects run alone in the process)."""
     lead: PoolLead | None = attrs.field(default=None, init=False)
     _failed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _supervisor: Supervisor | None = attrs.field(default=None, init=False)
@@ -148,6 +152,33 @@ class BridgeService:
         """A worker's shutdown grace: its runs' grace, then time to give its claims back."""
         return self.config.grace + RELEASE_TIMEOUT + 1.0
 
+    def _quarantine(self) -> Quarantine | None:
+        """The process's quarantine, if its agent can start in a child (a spec, not an object
+        given in process that its spec does not name); says at start which rule its suspects
+        follow."""
+        config = self.config
+        if self.factory is not None and not _is_spec_of(config.agent, self.factory):
+            log.warning(
+                "bridge: the agent was given as an object, not a module:factory spec, so it "
+                "cannot start in a quarantine process: a suspect (a task in flight when a "
+                "process died) runs alone in this process, and two crashes while it runs alone "
+                "make it dead"
+            )
+            return None
+        log.info(
+            "bridge: suspects run in quarantine processes (agent %s, at most %d at once, dead "
+            "after %d deaths%s)",
+            config.agent,
+            config.quarantine_processes,
+            config.max_quarantine_deaths,
+            f", {config.quarantine_memory} MiB each" if config.quarantine_memory else "",
+        )
+        return Quarantine(
+            QuarantineSpec(config.agent, memory=config.quarantine_memory * 2**20),
+            processes=config.quarantine_processes,
+            max_deaths=config.max_quarantine_deaths,
+        )
+
     @property
     def stop_grace(self) -> float:
         """How long the whole bridge may take to stop softly (every stage's grace, summed)."""
@@ -161,6 +192,7 @@ class BridgeService:
             return
         config = self.config
         factory = self.factory if self.factory is not None else load_agent(config.agent)
+        self.quarantine = self._quarantine()
         try:
             async with AsyncExitStack() as stack:
                 if self.store is None and config.pool_name is None:  # fixed names: one bridge
@@ -366,6 +398,16 @@ class BridgeService:
                 "Dead-lettered tasks the gateway refused to hear about (e.g. unknown to it)",
                 lambda: dead_notices.stats.refused,
             ),
+            CounterSource(
+                "quarantine_runs",
+                "Suspects' runs started in a quarantine process",
+                lambda: 0 if self.quarantine is None else self.quarantine.runs,
+            ),
+            CounterSource(
+                "quarantine_deaths",
+                "Quarantine processes that died while they ran their task (the proof that counts)",
+                lambda: 0 if self.quarantine is None else self.quarantine.deaths,
+            ),
         ]
 
     def _children(
@@ -392,6 +434,7 @@ class BridgeService:
                 after_complete=self._result_stored,
                 on_progress=self.send_progress,
                 timings=self.timings,
+                quarantine=self.quarantine,
             )
             for name in worker_names(stem, config.workers)
         ]
@@ -573,3 +616,11 @@ class BridgeService:
                 worker=update.worker,
             )
         )
+
+
+def _is_spec_of(spec: str, factory: AgentFactory) -> bool:
+    """Does ``spec`` load ``factory`` itself (so a child started with it runs the same agent)?"""
+    try:
+        return load_agent(spec) is factory
+    except AgentLoadError:
+        return False

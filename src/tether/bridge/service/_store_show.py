@@ -51,10 +51,14 @@ def render_show(show: TaskShow) -> str:
     if r.not_before is not None:
         lines.append(f"  next try    {_at(r.not_before, now)}")
     if r.crash_count:
-        suspect = ", a suspect: it runs alone" if r.suspect else ""
+        suspect = ", a suspect: it runs in quarantine (or alone)" if r.suspect else ""
         lines.append(
             f"  crashes     {r.crash_count} ({r.crashes_alone} while running alone){suspect}"
         )
+    if r.quarantine_deaths:
+        deaths = [e.reason for e in show.journal if (e.reason or "").startswith("quarantine:")]
+        lines.append(f"  quarantine  {r.quarantine_deaths} death(s) of its quarantine process")
+        lines.extend(f"              {d}" for d in deaths if d)
     if r.reason is not None:
         lines.append(f"  reason      {r.reason}")
     lines.append(

@@ -30,6 +30,11 @@ class StatusEntry:
     """Leases of the task lost because its worker's process died (not failed attempts)."""
     crashes_alone: int = 0
     """Of those, while it ran alone as a suspect (``max_crashes_alone`` of them: dead)."""
+    quarantine_deaths: int = 0
+    """Deaths of its quarantine process while it ran the task (``max_quarantine_deaths``:
+    dead)."""
+    last_quarantine_death: str | None = None
+    """How the last of them died, naming the signal or exit code."""
 
 
 @attrs.frozen
@@ -67,6 +72,8 @@ def _entry(record: TaskRecord, now: float, since: float) -> StatusEntry:
         reason=record.reason,
         crash_count=record.crash_count,
         crashes_alone=record.crashes_alone,
+        quarantine_deaths=record.quarantine_deaths,
+        last_quarantine_death=record.last_quarantine_death,
     )
 
 
@@ -127,11 +134,17 @@ def render_status(status: StoreStatus, where: str) -> str:
         lines.append(f"waiting for a retry: {status.waiting_retries} pending{due}")
     if status.suspects:
         lines.append(
-            f"suspects (in flight when a worker process died; each runs alone): {status.suspects}"
+            "suspects (in flight when a worker process died; each runs in a quarantine process, "
+            f"or alone): {status.suspects}"
         )
         lines.extend(
             f"  {e.id}  {e.state.value}  crashes {e.crash_count} "
             f"({e.crashes_alone} alone)  attempt {e.attempt}"
+            + (
+                f"  quarantine deaths {e.quarantine_deaths} (last: {e.last_quarantine_death})"
+                if e.quarantine_deaths
+                else ""
+            )
             for e in status.suspect_tasks
         )
     lines.append("oldest in flight:" if status.oldest_in_flight else "nothing in flight")

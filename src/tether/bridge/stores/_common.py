@@ -58,14 +58,14 @@ def check_reason(reason: object) -> str:
 
 
 def fence_args(claim: object) -> tuple[str, int, str]:
-    """The fence of a claim, checked: ``(worker, attempt, task id)``."""
+    """The fence of a claim, checked: ``(worker, run, task id)``."""
     if not isinstance(claim, Claim):
         raise TypeError(f"expected a Claim, got {type(claim).__name__}")
-    return check_worker(claim.worker), claim.attempt, check_task_id(claim.task.id)
+    return check_worker(claim.worker), claim.run, check_task_id(claim.task.id)
 
 
 def complete_args(claim: object, body: object, max_body_bytes: int) -> tuple[str, int, str]:
-    """A completion's fence ``(worker, attempt, task id)``, once the claim and the result body
+    """A completion's fence ``(worker, run, task id)``, once the claim and the result body
     are checked (a str within the size limit): what ``complete_many`` checks for every item
     before it writes anything."""
     fence = fence_args(claim)
@@ -104,7 +104,8 @@ def task_from_row(row: Sequence[Any], body: str) -> Task:
 def record_from_row(row: Sequence[Any], decode: Callable[[Any], str]) -> TaskRecord:
     """A ``TaskRecord`` from a row of ``task_from_row``'s columns, then ``state, owner,
     attempt, lease_until, result, reason, created_at, updated_at, not_before, crash_count,
-    crashes_alone, suspect``; ``decode`` turns a stored body or result into text."""
+    crashes_alone, suspect, run_no, quarantine_deaths, last_quarantine_death``; ``decode``
+    turns a stored body or result into text."""
     owner, attempt, lease_until, result, reason, created, updated, not_before = row[6:14]
     return TaskRecord(
         task_from_row(row, decode(row[1])),
@@ -120,6 +121,9 @@ def record_from_row(row: Sequence[Any], decode: Callable[[Any], str]) -> TaskRec
         crash_count=row[14],
         crashes_alone=row[15],
         suspect=bool(row[16]),
+        run=row[17],
+        quarantine_deaths=row[18],
+        last_quarantine_death=row[19],
     )
 
 
@@ -133,6 +137,8 @@ class Seen:
     lease_until: float | None
     reason: str | None = None
     """The task's recorded reason (a superseded task's says so: see ``custody._rooms``)."""
+    run: int = attrs.field(kw_only=True)
+    """The task's run number (the fence of its latest claim)."""
 
     @property
     def owner_note(self) -> str:
@@ -153,7 +159,7 @@ def stale_lease(seen: Seen | None, claim: Claim, now: float, verb: str) -> Excep
     if (
         seen.state is CustodyState.CLAIMED
         and seen.owner == claim.worker
-        and seen.attempt == claim.attempt
+        and seen.run == claim.run
         and seen.lease_until is not None
     ):
         ago = duration(now - seen.lease_until)

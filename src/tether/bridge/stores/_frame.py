@@ -15,7 +15,14 @@ from typing import Any, Self
 import attrs
 
 from ..custody import _log as _clog
-from ..custody._crashes import Expired, ExpiryOutcome, check_max_crashes_alone, expiry_outcome
+from ..custody._crashes import (
+    DEFAULT_MAX_QUARANTINE_DEATHS,
+    Expired,
+    ExpiryOutcome,
+    check_max_crashes_alone,
+    check_max_quarantine_deaths,
+    expiry_outcome,
+)
 from ..custody._records import (
     WORKER_ROLES,
     JournalEntry,
@@ -91,10 +98,13 @@ class StoreFrame(abc.ABC):
         self, rows: Iterable[Sequence[Any]], now: float, *, restarted: bool
     ) -> list[tuple[Expired, ExpiryOutcome]]:
         """Each expired lease read (``id, owner, attempt, lease_until, suspect, crash_count,
-        crashes_alone, last_beat``) with what ``custody._crashes`` decides for it."""
+        crashes_alone, last_beat, run_no, quarantined``) with what ``custody._crashes``
+        decides for it."""
         settled = []
-        for id, owner, attempt, until, suspect, crashes, alone, beat in rows:
-            e = Expired(id, owner, attempt, until, bool(suspect), crashes, alone, beat)
+        for id, owner, attempt, until, suspect, crashes, alone, beat, run, q in rows:
+            e = Expired(
+                id, owner, attempt, until, bool(suspect), crashes, alone, beat, run, bool(q)
+            )
             o = expiry_outcome(
                 e,
                 now=now,
@@ -243,12 +253,17 @@ class StoreFrame(abc.ABC):
         return claims[0] if claims else None
 
     async def claim_many(
-        self, worker: str, limit: int, *, leaderless: bool = False
+        self, worker: str, limit: int, *, leaderless: bool = False, quarantine: int | None = None
     ) -> Sequence[Claim]:
         check_worker(worker)
         check_claim_limit(limit)
+        if quarantine is not None and (
+            isinstance(quarantine, bool) or not isinstance(quarantine, int) or quarantine < 0
+        ):
+            raise ValueError(f"quarantine must be None or an int >= 0, got {quarantine!r}")
         now = self.clock()
-        claims = await self._claim_many(worker, limit, leaderless, now, now + self.lease_s)
+        until = now + self.lease_s
+        claims = await self._claim_many(worker, limit, leaderless, now, until, quarantine)
         for claim in claims:
             _clog.moved(
                 claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
@@ -257,8 +272,17 @@ class StoreFrame(abc.ABC):
 
     @abc.abstractmethod
     async def _claim_many(
-        self, worker: str, limit: int, leaderless: bool, now: float, until: float
-    ) -> list[Claim]: ...
+        self,
+        worker: str,
+        limit: int,
+        leaderless: bool,
+        now: float,
+        until: float,
+        quarantine: int | None,
+    ) -> list[Claim]:
+        """With ``quarantine`` a number: up to that many suspects first (``Claim.suspect``,
+        marked quarantined in the store), then ordinary work for the rest of ``limit``;
+        ``None``: the rule of suspects running alone in their process."""
 
     async def renew(self, claim: Claim) -> Claim:
         fence_args(claim)
@@ -295,10 +319,14 @@ class StoreFrame(abc.ABC):
             return []
         items = [(*fence, body) for fence, (_, body) in zip(fences, outcomes, strict=True)]
         done = await self._complete_many(items, no_send, self.clock())
-        for (worker, attempt, id, _), moved in zip(items, done, strict=True):
+        for (claim, _), moved in zip(outcomes, done, strict=True):
             if moved:
                 _clog.moved(
-                    id, CustodyState.CLAIMED, CustodyState.RESULT, worker=worker, attempt=attempt
+                    claim.task.id,
+                    CustodyState.CLAIMED,
+                    CustodyState.RESULT,
+                    worker=claim.worker,
+                    attempt=claim.attempt,
                 )
         return done
 
@@ -306,7 +334,7 @@ class StoreFrame(abc.ABC):
     async def _complete_many(
         self, items: Sequence[tuple[str, int, str, str]], no_send: bool, now: float
     ) -> list[bool]:
-        """Store each ``(worker, attempt, id, body)`` under its fence; True per item stored
+        """Store each ``(worker, run, id, body)`` under its fence; True per item stored
         (a repeat of an item stored earlier in the call is False)."""
 
     async def fail(
@@ -342,6 +370,31 @@ class StoreFrame(abc.ABC):
     ) -> tuple[bool, str]:
         """(dead?, the reason stored) by ``fail_outcome``, read under the fence in the same
         transaction; raises ``StaleLease`` (``stale_lease``) if fenced out."""
+
+    async def quarantine_death(
+        self, claim: Claim, death: str, *, max_deaths: int = DEFAULT_MAX_QUARANTINE_DEATHS
+    ) -> CustodyState:
+        fence_args(claim)
+        death = self._stored_text(check_reason(death))
+        check_max_quarantine_deaths(max_deaths)
+        state, why = await self._quarantine_death(claim, death, max_deaths, self.clock())
+        _clog.moved(
+            claim.task.id,
+            CustodyState.CLAIMED,
+            state,
+            worker=claim.worker,
+            attempt=claim.attempt,
+            reason=why,
+            level=None if state is CustodyState.DEAD else logging.WARNING,
+        )
+        return state
+
+    @abc.abstractmethod
+    async def _quarantine_death(
+        self, claim: Claim, death: str, max_deaths: int, now: float
+    ) -> tuple[CustodyState, str]:
+        """(the new state, the reason stored) by ``quarantine_death_outcome``, read under the
+        fence in the same transaction; raises ``StaleLease`` (``stale_lease``) if fenced out."""
 
     async def release(self, claim: Claim) -> None:
         fence_args(claim)

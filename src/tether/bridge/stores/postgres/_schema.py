@@ -190,6 +190,19 @@ MIGRATIONS: Final[tuple[str, ...]] = (
             CHECK (crash_count >= 0 AND crashes_alone >= 0 AND crashes_alone <= crash_count);
     CREATE INDEX tasks_suspects ON {s}.tasks (state, priority, seq) WHERE suspect;
     """,
+    # (issue #37, the re-drive fence) a claim's fence is the task's run number, bumped by
+    # every claim and reset by nothing: a re-drive resets ``attempt`` (the failure budget),
+    # so (owner, attempt) could repeat and let a cancelled run complete through the fence
+    # (issue #37, quarantine): a suspect claimed to run in a quarantine child is marked so (its
+    # worker's process dying then blames nobody); the deaths of that child while it ran the
+    # task are the proof that counts against it
+    """
+    ALTER TABLE {s}.tasks
+        ADD COLUMN run_no integer NOT NULL DEFAULT 0 CHECK (run_no >= 0),
+        ADD COLUMN quarantined boolean NOT NULL DEFAULT false,
+        ADD COLUMN quarantine_deaths integer NOT NULL DEFAULT 0 CHECK (quarantine_deaths >= 0),
+        ADD COLUMN last_quarantine_death text;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

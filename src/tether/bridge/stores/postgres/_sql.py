@@ -19,14 +19,17 @@ from .._rooms_sql import room_busy, room_gate
 TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
 RECORD_COLS: Final = (
     f"{TASK_COLS}, t.state, t.owner, t.attempt, t.lease_until, t.result, t.reason, "
-    "t.created_at, t.updated_at, t.not_before, t.crash_count, t.crashes_alone, t.suspect"
+    "t.created_at, t.updated_at, t.not_before, t.crash_count, t.crashes_alone, t.suspect, "
+    "t.run_no, t.quarantine_deaths, t.last_quarantine_death"
 )
 DUE: Final = "(t.not_before IS NULL OR t.not_before <= %(now)s)"
 """A pending task that is not waiting out a retry backoff."""
 FENCE: Final = (
     "t.id = %(id)s AND t.state = 'claimed' AND t.owner = %(worker)s "
-    "AND t.attempt = %(attempt)s AND t.lease_until > %(now)s"
+    "AND t.run_no = %(run)s AND t.lease_until > %(now)s"
 )
+"""A live claim: its task, worker and run number (``Claim.run``; never ``attempt``, which a
+re-drive resets), with the lease unexpired."""
 _IN_PROCESS: Final = (
     "(c.owner = %(worker)s OR (%(prefix)s::text IS NOT NULL "
     "AND left(c.owner, length(%(prefix)s::text)) = %(prefix)s::text))"
@@ -310,9 +313,10 @@ class Sql:
             "FOR UPDATE SKIP LOCKED), "
             "pick AS (SELECT id, 0 AS grp FROM mine UNION ALL SELECT id, 1 FROM pool), "
             f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
-            "lease_until = %(until)s, not_before = NULL, updated_at = %(now)s FROM pick "
-            "WHERE t.id = pick.id AND t.state IN ('assigned', 'pending') "
-            f"RETURNING {TASK_COLS}, t.attempt, pick.grp, t.priority AS rank, t.seq), "
+            "lease_until = %(until)s, run_no = t.run_no + 1, not_before = NULL, "
+            "updated_at = %(now)s FROM pick WHERE t.id = pick.id "
+            "AND t.state IN ('assigned', 'pending') "
+            f"RETURNING {TASK_COLS}, t.attempt, t.run_no, pick.grp, t.priority AS rank, t.seq), "
             # one row per room (ON CONFLICT cannot touch a row twice)
             f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
             "SELECT DISTINCT room, %(worker)s, %(now)s FROM u WHERE room IS NOT NULL "
@@ -346,14 +350,14 @@ class Sql:
         # transaction into one, sent only if it commits.
         return (
             "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[], "
-            "%(attempts)s::integer[], %(bodies)s::bytea[]) AS v(id, worker, attempt, body)), "
+            "%(runs)s::integer[], %(bodies)s::bytea[]) AS v(id, worker, run, body)), "
             f"u AS (UPDATE {self.s}.tasks t SET state = 'result', result = v.body, "
             "no_send = %(no_send)s, lease_until = NULL, suspect = false, updated_at = %(now)s "
             "FROM v "
             "WHERE t.id = v.id AND t.state = 'claimed' AND t.owner = v.worker "
-            "AND t.attempt = v.attempt AND t.lease_until > %(now)s "
-            "RETURNING t.id, v.worker, v.attempt) "
-            "SELECT u.id, u.worker, u.attempt, pg_notify(%(chan)s, %(payload)s)::text FROM u"
+            "AND t.run_no = v.run AND t.lease_until > %(now)s "
+            "RETURNING t.id, v.worker, v.run) "
+            "SELECT u.id, u.worker, u.run, pg_notify(%(chan)s, %(payload)s)::text FROM u"
         )
 
     @property
@@ -366,6 +370,25 @@ class Sql:
             f"UPDATE {self.s}.tasks t SET state = 'pending', owner = NULL, lease_until = NULL, "
             "attempt = t.attempt + 1, not_before = %(not_before)s, reason = %(reason)s, "
             f"suspect = false, updated_at = %(now)s WHERE {FENCE}",
+            "1",
+            notify=True,
+        )
+
+    @property
+    def fenced_quarantine_deaths(self) -> str:
+        return f"SELECT t.quarantine_deaths FROM {self.s}.tasks t WHERE {FENCE} FOR UPDATE"
+
+    @property
+    def quarantine_death(self) -> str:
+        dead = "%(state)s = 'dead'"
+        return _cas_sql(
+            f"UPDATE {self.s}.tasks t SET state = %(state)s, "
+            f"owner = CASE WHEN {dead} THEN t.owner END, "
+            f"attempt = CASE WHEN {dead} THEN t.attempt ELSE t.attempt + 1 END, "
+            "crash_count = t.crash_count + 1, quarantine_deaths = t.quarantine_deaths + 1, "
+            "last_quarantine_death = %(death)s, "
+            f"suspect = NOT {dead}, lease_until = NULL, reason = %(reason)s, "
+            f"updated_at = %(now)s WHERE {FENCE}",
             "1",
             notify=True,
         )
@@ -400,13 +423,13 @@ class Sql:
     def _expired_select(self) -> str:
         return (
             "SELECT t.id, t.owner, t.attempt, t.lease_until, t.suspect, t.crash_count, "
-            f"t.crashes_alone, w.last_beat FROM {self.s}.tasks t "
+            f"t.crashes_alone, w.last_beat, t.run_no, t.quarantined FROM {self.s}.tasks t "
             f"LEFT JOIN {self.s}.workers w ON w.name = t.owner"
         )
 
     @property
     def settle_expired(self) -> str:
-        """Write each expired lease's outcome (parallel arrays), fenced on (claimed, attempt)."""
+        """Write each expired lease's outcome (parallel arrays), fenced on (claimed, run)."""
         return (
             "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(states)s::text[], "
             "%(attempts)s::integer[], %(crashes)s::integer[], %(alone)s::integer[], "
@@ -416,7 +439,7 @@ class Sql:
             "owner = CASE WHEN v.state = 'dead' THEN t.owner END, attempt = v.attempt, "
             "crash_count = v.crashes, crashes_alone = v.alone, suspect = v.suspect, "
             "reason = v.reason, lease_until = NULL, updated_at = %(now)s FROM v "
-            "WHERE t.id = v.id AND t.state = 'claimed' AND t.attempt = v.was"
+            "WHERE t.id = v.id AND t.state = 'claimed' AND t.run_no = v.was"
         )
 
     @property
@@ -463,8 +486,10 @@ class Sql:
             "ORDER BY t.crashes_alone DESC, t.crash_count DESC, t.priority, t.seq LIMIT 1 "
             "FOR UPDATE SKIP LOCKED), "
             f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
-            "lease_until = %(until)s, not_before = NULL, updated_at = %(now)s FROM pick "
-            f"WHERE t.id = pick.id AND t.state = 'pending' RETURNING {TASK_COLS}, t.attempt), "
+            "lease_until = %(until)s, run_no = t.run_no + 1, quarantined = %(quarantined)s, "
+            "not_before = NULL, updated_at = %(now)s FROM pick "
+            f"WHERE t.id = pick.id AND t.state = 'pending' RETURNING {TASK_COLS}, t.attempt, "
+            "t.run_no), "
             f"{self._note_room('u.room', '%(worker)s')} "
             "SELECT * FROM u"
         )
@@ -548,7 +573,7 @@ class Sql:
     @property
     def cas_state(self) -> str:
         return (
-            "SELECT state, owner, attempt, lease_until, reason "
+            "SELECT state, owner, attempt, lease_until, reason, run_no "
             f"FROM {self.s}.tasks WHERE id = %(id)s"
         )
 
@@ -654,7 +679,8 @@ class Sql:
         "state = 'pending', owner = NULL, attempt = 1, lease_until = NULL, not_before = NULL, "
         f"priority = greatest(priority, {REDRIVE_PRIORITY}), "
         f"result = NULL, no_send = false, dead_reported_at = NULL, {NO_DELIVERY_LEASE}, "
-        "crash_count = 0, crashes_alone = 0, suspect = false, reason = %(reason)s"
+        "crash_count = 0, crashes_alone = 0, suspect = false, quarantined = false, "
+        "quarantine_deaths = 0, last_quarantine_death = NULL, reason = %(reason)s"
     )
 
     @property

@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 from ...custody._crashes import (
     DEFAULT_MAX_CRASHES_ALONE,
     process_prefix,
+    quarantine_death_outcome,
 )
 from ...custody._records import (
     Assignment,
@@ -374,16 +375,41 @@ class PostgresStore(StoreFrame):
     # -- worker -------------------------------------------------------------------------------
 
     async def _claim_many(
-        self, worker: str, limit: int, leaderless: bool, now: float, until: float
+        self,
+        worker: str,
+        limit: int,
+        leaderless: bool,
+        now: float,
+        until: float,
+        quarantine: int | None,
     ) -> list[Claim]:
         prefix = process_prefix(worker)
         params = {"worker": worker, "leaderless": leaderless, "limit": limit, "prefix": prefix}
-        params.update(now=now, until=until)
+        params.update(now=now, until=until, quarantined=False)
         sql = self._sql
         process_key = {"key": f"tether-process:{self.schema}:{prefix or worker}"}
         pool_key = {"key": f"tether-suspects:{self.schema}"}
 
+        def quarantined(conn: Conn, quarantine: int) -> list[Claim]:
+            # suspects run in quarantine children (custody._crashes), most crashed first, one
+            # statement each (each passes its room's gate), then ordinary work beside them
+            suspects: list[Claim] = []
+            with conn.transaction():
+                for _ in range(min(quarantine, limit)):
+                    rows = conn.execute(sql.claim_suspect, {**params, "quarantined": True})
+                    got = [Claim(_task(r), worker, r[5], until, r[6], suspect=True) for r in rows]
+                    if not got:
+                        break
+                    suspects += got
+                rest = limit - len(suspects)
+                if rest:
+                    rows = conn.execute(sql.claim_many_among_suspects, {**params, "limit": rest})
+                    suspects += [Claim(_task(r), worker, r[5], until, r[6]) for r in rows]
+            return suspects
+
         def op(conn: Conn) -> list[Claim]:
+            if quarantine is not None:
+                return quarantined(conn, quarantine)
             # a suspect runs alone (custody._crashes). With no suspect in play (the usual
             # case) a claim is one statement, which claims nothing once one is. Otherwise every
             # claim of a process holds its advisory lock, shared; a claim that may take a
@@ -392,7 +418,7 @@ class PostgresStore(StoreFrame):
             # claim
             rows = conn.execute(sql.claim_many, params).fetchall()
             if rows or not _one(conn.execute(sql.suspects_in_play).fetchone()):
-                return [Claim(_task(row), worker, row[5], until) for row in rows]
+                return [Claim(_task(row), worker, row[5], until, row[6]) for row in rows]
             with conn.transaction():
                 may_take = bool(_one(conn.execute(sql.suspects_unclaimed).fetchone()))
                 if may_take:
@@ -413,7 +439,7 @@ class PostgresStore(StoreFrame):
                     rows = conn.execute(sql.claim_suspect, params).fetchall()
                 else:
                     rows = conn.execute(sql.claim_many_among_suspects, params).fetchall()
-            return [Claim(_task(row), worker, row[5], until) for row in rows]
+            return [Claim(_task(row), worker, row[5], until, row[6]) for row in rows]
 
         return await self._run(op)
 
@@ -439,19 +465,19 @@ class PostgresStore(StoreFrame):
         # claimed, as a second ``complete`` would, and so reports False. Fences of one id that
         # differ (a stale claim beside the live one) can match at most one row between them.
         first: dict[tuple[str, int, str], int] = {}
-        for i, (worker, attempt, id, _) in enumerate(items):
-            first.setdefault((worker, attempt, id), i)
+        for i, (worker, run, id, _) in enumerate(items):
+            first.setdefault((worker, run, id), i)
         params: dict[str, Any] = {"ids": [id for _, _, id in first], "no_send": no_send}
         params.update(workers=[worker for worker, _, _ in first], now=now, payload=RESULT)
-        params.update(attempts=[attempt for _, attempt, _ in first], chan=self._channel)
+        params.update(runs=[run for _, run, _ in first], chan=self._channel)
         params.update(bodies=[_encode(items[i][3]) for i in first.values()])
         sql = self._sql.complete_many
         moved = await self._run(
             lambda conn: {(r[1], r[2], r[0]) for r in conn.execute(sql, params)}
         )
         return [
-            (worker, attempt, id) in moved and first[worker, attempt, id] == i
-            for i, (worker, attempt, id, _) in enumerate(items)
+            (worker, run, id) in moved and first[worker, run, id] == i
+            for i, (worker, run, id, _) in enumerate(items)
         ]
 
     async def _fail(
@@ -476,6 +502,30 @@ class PostgresStore(StoreFrame):
         outcome = await self._run(op)
         if not isinstance(outcome, tuple):
             raise stale_lease(outcome, claim, now, "fail")
+        return outcome
+
+    async def _quarantine_death(
+        self, claim: Claim, death: str, max_deaths: int, now: float
+    ) -> tuple[CustodyState, str]:
+        params = _fence(claim, now)
+        params.update(chan=self._channel, payload=PENDING)
+        sql = self._sql
+
+        def op(conn: Conn) -> tuple[CustodyState, str] | Seen | None:
+            with conn.transaction():
+                row = conn.execute(sql.fenced_quarantine_deaths, params).fetchone()
+                if row is None:
+                    return _seen(conn, sql.cas_state, params)
+                state, why = quarantine_death_outcome(
+                    attempt=claim.attempt, deaths=row[0], max_deaths=max_deaths, death=death
+                )
+                values = {**params, "state": state.value, "reason": why, "death": death}
+                conn.execute(sql.quarantine_death, values)
+                return state, why
+
+        outcome = await self._run(op)
+        if not isinstance(outcome, tuple):
+            raise stale_lease(outcome, claim, now, "record a quarantine death of")
         return outcome
 
     async def _release(self, claim: Claim, now: float) -> None:
@@ -540,7 +590,7 @@ class PostgresStore(StoreFrame):
                         "alone": [o.crashes_alone for o in outcomes],
                         "suspects": [o.suspect for o in outcomes],
                         "reasons": [o.reason for o in outcomes],
-                        "was": [e.attempt for e in expired],
+                        "was": [e.run for e in expired],
                         "now": now,
                     },
                 )
@@ -790,8 +840,8 @@ def _seen(conn: Conn, state_sql: str, params: Mapping[str, Any]) -> Seen | None:
     row = conn.execute(state_sql, params).fetchone()
     if row is None:
         return None
-    state, owner, attempt, lease_until, reason = row
-    return Seen(CustodyState(state), owner, attempt, lease_until, reason)
+    state, owner, attempt, lease_until, reason, run = row
+    return Seen(CustodyState(state), owner, attempt, lease_until, reason, run=run)
 
 
 def _record(row: Sequence[Any]) -> TaskRecord:
@@ -800,4 +850,4 @@ def _record(row: Sequence[Any]) -> TaskRecord:
 
 def _fence(claim: Claim, now: float) -> dict[str, Any]:
     """A claim's fence as parameters (checked by the frame)."""
-    return {"id": claim.task.id, "worker": claim.worker, "attempt": claim.attempt, "now": now}
+    return {"id": claim.task.id, "worker": claim.worker, "run": claim.run, "now": now}

@@ -223,6 +223,20 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         WHERE state = 'pending' AND room IS NOT NULL AND room_policy <> 'concurrent';
     DROP INDEX tasks_pending
     """,
+    # (issue #37, the re-drive fence) a claim's fence is the task's run number, bumped by
+    # every claim and reset by nothing: a re-drive resets ``attempt`` (the failure budget),
+    # so (owner, attempt) could repeat and let a cancelled run complete through the fence
+    # (issue #37, quarantine): a suspect claimed to run in a quarantine child is marked so (its
+    # worker's process dying then blames nobody); the deaths of that child while it ran the
+    # task are the proof that counts against it
+    """
+    ALTER TABLE tasks ADD COLUMN run_no INTEGER NOT NULL DEFAULT 0 CHECK (run_no >= 0);
+    ALTER TABLE tasks ADD COLUMN quarantined INTEGER NOT NULL DEFAULT 0
+        CHECK (quarantined IN (0, 1));
+    ALTER TABLE tasks ADD COLUMN quarantine_deaths INTEGER NOT NULL DEFAULT 0
+        CHECK (quarantine_deaths >= 0);
+    ALTER TABLE tasks ADD COLUMN last_quarantine_death TEXT
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

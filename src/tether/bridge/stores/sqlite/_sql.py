@@ -16,12 +16,14 @@ from .._rooms_sql import room_busy, room_gate
 TASK_COLS: Final = "id, body, room, priority, headers"
 RECORD_COLS: Final = (
     f"{TASK_COLS}, state, owner, attempt, lease_until, result, reason, created_at, updated_at, "
-    "not_before, crash_count, crashes_alone, suspect"
+    "not_before, crash_count, crashes_alone, suspect, run_no, quarantine_deaths, "
+    "last_quarantine_death"
 )
-FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND attempt = ? AND lease_until > ?"
+FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND run_no = ? AND lease_until > ?"
+"""A live claim: its task, worker and run number (``Claim.run``; never ``attempt``, which a
+re-drive resets), with the lease unexpired; the parameters: id, worker, run, now."""
 FENCE_NAMED: Final = (
-    "id = :id AND state = 'claimed' AND owner = :worker AND attempt = :attempt "
-    "AND lease_until > :now"
+    "id = :id AND state = 'claimed' AND owner = :worker AND run_no = :run AND lease_until > :now"
 )
 DUE: Final = "(not_before IS NULL OR not_before <= ?)"
 """A pending task that is not waiting out a retry backoff (the parameter: now)."""
@@ -146,22 +148,22 @@ REMOVE_WORKER: Final = "DELETE FROM workers WHERE name = ?"
 # -- worker ---------------------------------------------------------------------------------------
 
 CLAIM_ASSIGNED: Final = (
-    "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
+    "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, run_no = run_no + 1, "
     "updated_at = ? WHERE rowid IN (SELECT t.rowid FROM tasks t "
     "WHERE t.state = 'assigned' AND t.owner = ? AND t.suspect = 0 "
     f"AND {ROOM_GATE} "
     "ORDER BY t.priority, t.rowid LIMIT ?) "
-    f"RETURNING {TASK_COLS}, attempt, rowid"
+    f"RETURNING {TASK_COLS}, attempt, rowid, run_no"
 )
 
 
 def claim_ready(count: int) -> str:
     """Claim the ``count`` ready pending tasks whose rowids follow the lease's parameters."""
     return (
-        "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, "
+        "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, run_no = run_no + 1, "
         "not_before = NULL, updated_at = ? "
         f"WHERE rowid IN ({', '.join('?' * count)}) "
-        f"RETURNING {TASK_COLS}, attempt, rowid"
+        f"RETURNING {TASK_COLS}, attempt, rowid, run_no"
     )
 
 
@@ -179,6 +181,15 @@ FAIL_DEAD: Final = f"UPDATE tasks SET state = 'dead', lease_until = NULL{_FAILED
 FAIL_REPOOL: Final = (
     "UPDATE tasks SET state = 'pending', owner = NULL, lease_until = NULL, "
     f"attempt = attempt + 1, not_before = :not_before{_FAILED}"
+)
+FENCED_QUARANTINE_DEATHS: Final = f"SELECT quarantine_deaths FROM tasks WHERE {FENCE_NAMED}"
+QUARANTINE_DEATH: Final = (
+    "UPDATE tasks SET state = :state, owner = CASE WHEN :state = 'dead' THEN owner END, "
+    "attempt = CASE WHEN :state = 'dead' THEN attempt ELSE attempt + 1 END, "
+    "crash_count = crash_count + 1, quarantine_deaths = quarantine_deaths + 1, "
+    "last_quarantine_death = :death, "
+    "suspect = CASE WHEN :state = 'dead' THEN 0 ELSE 1 END, lease_until = NULL, "
+    f"reason = :reason, updated_at = :now WHERE {FENCE_NAMED}"
 )
 RELEASE: Final = (
     "UPDATE tasks SET state = 'pending', owner = NULL, lease_until = NULL, "
@@ -206,15 +217,18 @@ PROCESS_BUSY: Final = (
 )
 CLAIM_SUSPECT: Final = (
     "UPDATE tasks SET state = 'claimed', owner = :worker, lease_until = :until, "
-    "not_before = NULL, updated_at = :now WHERE rowid = (SELECT t.rowid FROM tasks t "
+    "run_no = run_no + 1, quarantined = :quarantined, not_before = NULL, updated_at = :now "
+    "WHERE rowid = (SELECT t.rowid FROM tasks t "
     f"WHERE {_SUSPECT_READY} "
     "ORDER BY t.crashes_alone DESC, t.crash_count DESC, t.priority, t.rowid LIMIT 1) "
-    "RETURNING id, body, room, priority, headers, attempt, rowid"
+    "RETURNING id, body, room, priority, headers, attempt, rowid, run_no"
 )
-"""The next suspect, most crashed first (a poison task is convicted right after a restart)."""
+"""The next suspect, most crashed first (a poison task is convicted right after a restart);
+``:quarantined``: 1 if it runs in a quarantine child."""
 _EXPIRED_SELECT: Final = (
     "SELECT t.id, t.owner, t.attempt, t.lease_until, t.suspect, t.crash_count, "
-    "t.crashes_alone, w.last_beat FROM tasks t LEFT JOIN workers w ON w.name = t.owner"
+    "t.crashes_alone, w.last_beat, t.run_no, t.quarantined "
+    "FROM tasks t LEFT JOIN workers w ON w.name = t.owner"
 )
 """An expired lease's evidence for ``custody._crashes.Expired``."""
 EXPIRED_CLAIMS: Final = (
@@ -227,7 +241,7 @@ SETTLE_EXPIRED: Final = (
     "owner = CASE WHEN :state = 'dead' THEN owner END, attempt = :attempt, "
     "crash_count = :crashes, crashes_alone = :alone, suspect = :suspect, "
     "reason = :reason, lease_until = NULL, updated_at = :now "
-    "WHERE id = :id AND state = 'claimed' AND owner = :owner AND attempt = :was"
+    "WHERE id = :id AND state = 'claimed' AND owner = :owner AND run_no = :run"
 )
 
 # -- stall notices --------------------------------------------------------------------------------
@@ -285,7 +299,9 @@ REDRIVE: Final = (  # a re-driven task queues as low priority (issue 33): see RE
     "UPDATE tasks SET state = 'pending', owner = NULL, attempt = 1, lease_until = NULL, "
     f"priority = max(priority, {REDRIVE_PRIORITY}), "
     "not_before = NULL, result = NULL, no_send = 0, dead_reported_at = NULL, "
-    "crash_count = 0, crashes_alone = 0, suspect = 0, reason = ?, updated_at = ? "
+    "crash_count = 0, crashes_alone = 0, suspect = 0, quarantined = 0, quarantine_deaths = 0, "
+    "last_quarantine_death = NULL, "
+    "reason = ?, updated_at = ? "
     f"WHERE id IN {IDS} AND state = 'dead' RETURNING id"
 )
 REDRIVE_CLEAR_STALLS: Final = f"DELETE FROM stall_notices WHERE id IN {IDS}"

@@ -30,6 +30,7 @@ from ...custody import _log as _clog
 from ...custody._crashes import (
     DEFAULT_MAX_CRASHES_ALONE,
     process_prefix,
+    quarantine_death_outcome,
 )
 from ...custody._records import (
     Assignment,
@@ -297,15 +298,33 @@ class SqliteStore(StoreFrame):
     # -- worker -------------------------------------------------------------------------------
 
     async def _claim_many(
-        self, worker: str, limit: int, leaderless: bool, now: float, until: float
+        self,
+        worker: str,
+        limit: int,
+        leaderless: bool,
+        now: float,
+        until: float,
+        quarantine: int | None,
     ) -> list[Claim]:
         prefix = process_prefix(worker)
 
         def op(conn: sqlite3.Connection) -> list[Claim]:
+            p = {"worker": worker, "prefix": prefix, "now": now, "until": until, "quarantined": 0}
+            if quarantine is not None:
+                # suspects run in quarantine children (custody._crashes), most crashed first,
+                # one statement each (so each passes its room's gate), beside ordinary work
+                suspects: list[Claim] = []
+                for _ in range(min(quarantine, limit)):
+                    rows = conn.execute(sql.CLAIM_SUSPECT, {**p, "quarantined": 1}).fetchall()
+                    if not rows:
+                        break
+                    suspects += [_suspect_claim(conn, r, worker, now, until) for r in rows]
+                if len(suspects) == limit:
+                    return suspects
+                return suspects + ordinary(conn, limit - len(suspects), True)
             # a suspect runs alone (custody._crashes): first the isolation rule, then the
             # worker's own assignments, then (leaderless) pending tasks, each queue in
             # (priority, age) order; one UPDATE claims each queue's share
-            p = {"worker": worker, "prefix": prefix, "now": now, "until": until}
             here, anywhere, waiting, mine = conn.execute(sql.SUSPECT_FLAGS, p).fetchone()
             if here:
                 return []  # a suspect runs in this process: nothing else does
@@ -315,7 +334,10 @@ class SqliteStore(StoreFrame):
                 rows = conn.execute(sql.CLAIM_SUSPECT, p).fetchall()
                 for room in {r[2] for r in rows if r[2] is not None}:
                     _note_room(conn, room, worker, now)
-                return [Claim(_task(r), worker, r[5], until) for r in rows]
+                return [Claim(_task(r), worker, r[5], until, r[7]) for r in rows]
+            return ordinary(conn, limit, bool(mine))
+
+        def ordinary(conn: sqlite3.Connection, limit: int, mine: bool) -> list[Claim]:
             assigned = (worker, until, now, worker, limit)
             rows = conn.execute(sql.CLAIM_ASSIGNED, assigned).fetchall() if mine else []
             taken = len(rows)
@@ -329,12 +351,12 @@ class SqliteStore(StoreFrame):
                 rows[taken:] = sorted(rows[taken:], key=lambda r: (r[3], r[6]))
             for room in {r[2] for r in rows if r[2] is not None}:
                 _note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
-            return [Claim(_task(r), worker, r[5], until) for r in rows]
+            return [Claim(_task(r), worker, r[5], until, r[7]) for r in rows]
 
         return await self._writer.run(op)
 
     async def _renew(self, claim: Claim, now: float, until: float) -> float:
-        fence = (claim.task.id, claim.worker, claim.attempt, now)
+        fence = (claim.task.id, claim.worker, claim.run, now)
 
         def op(conn: sqlite3.Connection) -> float:
             row = conn.execute(sql.RENEW, (until, now, *fence)).fetchone()
@@ -345,7 +367,7 @@ class SqliteStore(StoreFrame):
         return await self._writer.run(op)
 
     async def _complete(self, claim: Claim, body: str, no_send: bool, now: float) -> None:
-        values = (body, int(no_send), now, claim.task.id, claim.worker, claim.attempt, now)
+        values = (body, int(no_send), now, claim.task.id, claim.worker, claim.run, now)
 
         def op(conn: sqlite3.Connection) -> None:
             if conn.execute(sql.COMPLETE, values).rowcount != 1:
@@ -360,9 +382,8 @@ class SqliteStore(StoreFrame):
 
         def op(conn: sqlite3.Connection) -> list[bool]:
             return [
-                conn.execute(sql.COMPLETE, (body, flag, now, id, worker, attempt, now)).rowcount
-                == 1
-                for worker, attempt, id, body in items
+                conn.execute(sql.COMPLETE, (body, flag, now, id, worker, run, now)).rowcount == 1
+                for worker, run, id, body in items
             ]
 
         return await self._writer.run(op)
@@ -370,7 +391,7 @@ class SqliteStore(StoreFrame):
     async def _fail(
         self, claim: Claim, reason: str, permanent: bool, not_before: float | None, now: float
     ) -> tuple[bool, str]:
-        fence = {"now": now, "id": claim.task.id, "worker": claim.worker, "attempt": claim.attempt}
+        fence = {"now": now, "id": claim.task.id, "worker": claim.worker, "run": claim.run}
 
         def op(conn: sqlite3.Connection) -> tuple[bool, str]:
             # the failure budget leaves out the runs lost to crashes (custody._crashes)
@@ -388,8 +409,26 @@ class SqliteStore(StoreFrame):
 
         return await self._writer.run(op)
 
+    async def _quarantine_death(
+        self, claim: Claim, death: str, max_deaths: int, now: float
+    ) -> tuple[CustodyState, str]:
+        fence = {"now": now, "id": claim.task.id, "worker": claim.worker, "run": claim.run}
+
+        def op(conn: sqlite3.Connection) -> tuple[CustodyState, str]:
+            row = conn.execute(sql.FENCED_QUARANTINE_DEATHS, fence).fetchone()
+            if row is None:
+                raise _stale(conn, claim, now, "record a quarantine death of")
+            state, why = quarantine_death_outcome(
+                attempt=claim.attempt, deaths=row[0], max_deaths=max_deaths, death=death
+            )
+            values = {**fence, "state": state.value, "reason": why, "death": death}
+            conn.execute(sql.QUARANTINE_DEATH, values)
+            return state, why
+
+        return await self._writer.run(op)
+
     async def _release(self, claim: Claim, now: float) -> None:
-        values = (now, claim.task.id, claim.worker, claim.attempt, now)
+        values = (now, claim.task.id, claim.worker, claim.run, now)
 
         def op(conn: sqlite3.Connection) -> None:
             if conn.execute(sql.RELEASE, values).rowcount != 1:
@@ -456,7 +495,7 @@ class SqliteStore(StoreFrame):
                     "now": now,
                     "id": e.id,
                     "owner": e.owner,
-                    "was": e.attempt,
+                    "run": e.run,
                 }
             )
             out.append(lease_expiry(e, o, now))
@@ -671,12 +710,21 @@ def _redrive_rows(
     return dict.fromkeys(moved, CustodyState.DEAD), seen
 
 
+def _suspect_claim(
+    conn: sqlite3.Connection, row: Sequence[Any], worker: str, now: float, until: float
+) -> Claim:
+    """A suspect claimed to run in quarantine (its room noted for the worker)."""
+    if row[2] is not None:
+        _note_room(conn, row[2], worker, now)
+    return Claim(_task(row), worker, row[5], until, row[7], suspect=True)
+
+
 def _stale(conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:
     rec = _record(conn, claim.task.id)
     seen = (
         None
         if rec is None
-        else Seen(rec.state, rec.owner, rec.attempt, rec.lease_until, rec.reason)
+        else Seen(rec.state, rec.owner, rec.attempt, rec.lease_until, rec.reason, run=rec.run)
     )
     return stale_lease(seen, claim, now, verb)
 

@@ -1,0 +1,216 @@
+"""Quarantine: a suspect's run in a child process, so only the task's own crash is proof.
+
+A suspect (a task in flight when its worker's process died) may kill whatever process runs it,
+or may have been an innocent bystander of someone else's crash; from the worker's process alone
+the two look the same. So the worker runs it in a child (``_quarantine_child``) started with
+the same agent spec, and stays alive itself: if the child dies while it runs the task (a
+signal, or a non-zero exit) the worker saw it happen, and that death is the task's doing. If
+the worker's own process dies, nobody saw anything, and nobody is blamed.
+
+The child reports progress and the reply over a pipe (framed JSON, ``_quarantine_wire``); the
+worker keeps the lease, the fence and every store write. ``run_in_quarantine`` returns the
+reply, raises what the agent raised (``Retry``, ``Permanent``, ``AgentError``, or
+``QuarantineFailure`` for any other exception), or raises ``QuarantineDeath`` naming the
+signal or exit code. Cancelled (a timeout, a stop), it kills the child first: that death is
+the worker's doing and is never reported as the task's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any, Final
+
+import attrs
+import trio
+
+from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quarantine_deaths
+from ._agent import AgentError, Reply
+from ._quarantine_wire import EXIT_BAD_START, EXIT_OUT_OF_MEMORY, PROTOCOL, Deframer, encode
+from ._retry import Permanent, Retry
+
+CHILD_MODULE: Final = "tether.bridge.pool._quarantine_child"
+DEFAULT_QUARANTINE_PROCESSES: Final = 2
+"""Quarantine children one worker process runs at most at once."""
+
+OnChildProgress = Callable[[str | None, str | None], None]
+"""Told ``(status, partial)`` each time the child reports new progress."""
+
+
+class QuarantineDeath(Exception):
+    """The quarantine child died while it ran the task: the task's doing (the proof)."""
+
+    def __init__(self, returncode: int, memory_limit: int = 0) -> None:
+        self.returncode = returncode
+        self.signal: signal.Signals | None = None
+        if returncode < 0:
+            try:
+                self.signal = signal.Signals(-returncode)
+            except ValueError:
+                pass
+        self.memory_limit = memory_limit
+        super().__init__(death_reason(returncode, memory_limit))
+
+
+class QuarantineFailure(Exception):
+    """The agent raised in its quarantine child (an ordinary failed attempt); the message is
+    the child's ``Type: message``."""
+
+
+class QuarantineStartError(RuntimeError):
+    """The child could not start the agent (not the task's doing: nothing counts)."""
+
+
+def death_reason(returncode: int, memory_limit: int = 0) -> str:
+    """How a child died, for a person: the signal by name, or the exit code."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"its quarantine process was killed by {name}"
+    if returncode == EXIT_OUT_OF_MEMORY:
+        return (
+            f"its quarantine process ran out of memory (limit {memory_limit // 2**20} MiB, "
+            f"--quarantine-memory) and exited with code {EXIT_OUT_OF_MEMORY}"
+        )
+    if returncode == 0:
+        return "its quarantine process exited (code 0) without a reply"
+    return f"its quarantine process exited with code {returncode}"
+
+
+@attrs.frozen
+class QuarantineSpec:
+    """How a worker starts its quarantine children: the agent spec and the memory limit
+    (bytes of address space, ``RLIMIT_AS``; 0: none)."""
+
+    agent: str
+    memory: int = 0
+
+
+async def run_in_quarantine(
+    spec: QuarantineSpec,
+    task: Any,
+    *,
+    on_progress: OnChildProgress | None = None,
+    on_started: Callable[[int], None] | None = None,
+) -> Reply:
+    """Run ``task`` (a ``Task``) in a new quarantine child and return its reply (see the
+    module docstring for what it raises)."""
+    argv = [sys.executable, "-m", CHILD_MODULE, spec.agent, str(os.getpid()), str(spec.memory)]
+    process = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdin is not None
+    assert process.stdout is not None
+    if on_started is not None:
+        on_started(process.pid)
+    frames = Deframer()
+    outcome: dict[str, Any] | None = None
+    try:
+        await process.stdin.send_all(
+            encode(
+                "task",
+                id=task.id,
+                body=task.body,
+                room=task.room,
+                priority=task.priority,
+                headers=dict(task.headers),
+            )
+        )
+        ready = False
+        while outcome is None:
+            data = await process.stdout.receive_some(65536)
+            if not data:
+                break
+            for message in frames.feed(data):
+                kind = message["kind"]
+                if kind == "ready":
+                    ready = _speaks(message)
+                elif kind == "progress" and on_progress is not None:
+                    on_progress(message.get("status"), message.get("partial"))
+                elif kind in ("reply", "error"):
+                    outcome = message
+        await process.stdin.aclose()  # the child leaves at EOF (if it has not already)
+        returncode = await process.wait()
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            process.kill()  # cancelled or broken: the worker's doing, never the task's
+            await process.wait()
+            await process.stdout.aclose()
+        raise
+    await process.stdout.aclose()
+    if outcome is None:
+        if not ready:  # it never took the task: whatever killed it, the task did not
+            how = death_reason(returncode, spec.memory).removeprefix("its quarantine process ")
+            raise QuarantineStartError(
+                f"the quarantine child could not start agent {spec.agent!r}: it {how}"
+                + (" (see its stderr)" if returncode == EXIT_BAD_START else "")
+            )
+        raise QuarantineDeath(returncode, spec.memory)
+    return _outcome(outcome)
+
+
+def _speaks(ready: dict[str, Any]) -> bool:
+    """A child's ``ready`` names this protocol, or the child is refused."""
+    if ready.get("protocol") != PROTOCOL:
+        raise QuarantineStartError(
+            f"the quarantine child speaks protocol {ready.get('protocol')!r}, not {PROTOCOL}"
+        )
+    return True
+
+
+def _outcome(message: dict[str, Any]) -> Reply:
+    if message["kind"] == "reply":
+        return Reply(str(message["body"]), no_send=bool(message.get("no_send", False)))
+    kind, reason = message.get("type"), str(message.get("reason") or "failed")
+    if kind == "retry":
+        raise Retry(reason, after=message.get("after"))
+    if kind == "permanent":
+        raise Permanent(reason)
+    if kind == "agent":
+        raise AgentError(reason)
+    raise QuarantineFailure(reason)
+
+
+@attrs.define(eq=False)
+class Quarantine:
+    """The quarantine of one worker process, shared by its workers: the spec its children
+    start with, how many may run at once (``--quarantine-processes``), the deaths that prove
+    a task (``--max-quarantine-deaths``), and the counts ``/metrics`` shows."""
+
+    spec: QuarantineSpec
+    processes: int = DEFAULT_QUARANTINE_PROCESSES
+    max_deaths: int = DEFAULT_MAX_QUARANTINE_DEATHS
+    runs: int = attrs.field(init=False, default=0)
+    """Quarantined runs started."""
+    deaths: int = attrs.field(init=False, default=0)
+    """Quarantine children that died while they ran their task."""
+    _busy: int = attrs.field(init=False, default=0)
+
+    def __attrs_post_init__(self) -> None:
+        p = self.processes
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise ValueError(f"quarantine processes must be an int >= 1, got {p!r}")
+        check_max_quarantine_deaths(self.max_deaths)
+
+    def reserve(self, wanted: int) -> int:
+        """Take up to ``wanted`` free places for a claim's suspects; return how many."""
+        n = max(0, min(wanted, self.processes - self._busy))
+        self._busy += n
+        return n
+
+    def give_back(self, n: int) -> None:
+        """Free ``n`` places: reserved but not used (the claim found fewer suspects), or
+        whose suspect's run has ended (the worker frees it, however the run went)."""
+        self._busy -= n
+
+    async def run(self, task: Any, on_progress: OnChildProgress | None = None) -> Reply:
+        """Run ``task`` in a child, in a place ``reserve`` took."""
+        self.runs += 1
+        try:
+            return await run_in_quarantine(self.spec, task, on_progress=on_progress)
+        except QuarantineDeath:
+            self.deaths += 1
+            raise

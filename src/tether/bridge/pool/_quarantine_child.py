@@ -1,0 +1,155 @@
+"""The quarantine child: one task of a suspect, run by the agent in a process of its own.
+
+Started by its worker's process (``_quarantine.run_in_quarantine``) as ``python -m
+tether.bridge.pool._quarantine_child SPEC PARENT_PID MEMORY_BYTES``. It holds nothing of the
+store: it loads the agent (the ``module:factory`` spec), reads one ``task`` frame, runs it,
+and tells its parent ``progress`` and then ``reply`` or ``error`` over its stdout pipe
+(``_quarantine_wire``); its parent holds the lease, the fence and every write. So if this
+process dies while it runs the task, the death is the task's own doing, seen by a live parent.
+
+No orphans: the kernel kills it when its parent dies (``PR_SET_PDEATHSIG``, Linux), and it
+leaves when its stdin reaches EOF (the parent's end of the pipe closed, on any platform).
+Anything the agent prints goes to stderr: stdout is the pipe.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import sys
+from typing import Any, BinaryIO, Final
+
+import trio
+
+from ..._session import open_session
+from ..custody._rules import Task
+from ._agent import AgentError, install_agent, load_agent, reply_of
+from ._progress import Progress, reporting
+from ._quarantine_wire import EXIT_BAD_START, EXIT_OUT_OF_MEMORY, PROTOCOL, Deframer, encode
+from ._retry import Permanent, Retry
+
+_PR_SET_PDEATHSIG: Final = 1
+PROGRESS_POLL_S: Final = 0.2
+"""How often the child looks for new progress to tell its parent."""
+
+
+def _die_with_parent(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the prctl took hold
+        os._exit(EXIT_BAD_START)
+
+
+def _limit_memory(limit: int) -> None:
+    if limit > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+class _Pipe:
+    """The child's end: frames out on a private copy of stdout, frames in from stdin."""
+
+    def __init__(self) -> None:
+        out = os.dup(1)
+        os.dup2(2, 1)  # the agent's prints go to stderr, never into the pipe
+        sys.stdout = sys.stderr
+        self._out: BinaryIO = os.fdopen(out, "wb", buffering=0)
+        self._in = trio.lowlevel.FdStream(os.dup(0))
+        self._frames = Deframer()
+        self._ready: list[dict[str, Any]] = []
+
+    def send(self, kind: str, **fields: Any) -> None:
+        self._out.write(encode(kind, **fields))
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next message, or None at EOF (the parent is gone)."""
+        while not self._ready:
+            data = await self._in.receive_some(65536)
+            if not data:
+                return None
+            self._ready += self._frames.feed(data)
+        return self._ready.pop(0)
+
+
+async def _serve(spec: str, pipe: _Pipe) -> int:
+    factory = load_agent(spec)
+    async with open_session("quarantine") as session:
+        install_agent(session, factory)
+        pipe.send("ready", protocol=PROTOCOL, pid=os.getpid())
+        message = await pipe.receive()
+        while message is not None and message["kind"] != "task":
+            message = await pipe.receive()  # a kind this child does not know: skip it
+        if message is None:
+            return 0
+        task = Task(
+            message["id"],
+            message["body"],
+            room=message.get("room"),
+            priority=message.get("priority", "normal"),
+            headers=message.get("headers") or {},
+        )
+        progress = Progress()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_parent, pipe, nursery.cancel_scope)
+            nursery.start_soon(_tell_progress, pipe, progress)
+            try:
+                with reporting(task, progress):
+                    reply = reply_of(await session.call("task", task), task.id)
+            except MemoryError:
+                os._exit(EXIT_OUT_OF_MEMORY)
+            except Retry as exc:
+                pipe.send("error", type="retry", reason=exc.reason, after=exc.after)
+            except Permanent as exc:
+                pipe.send("error", type="permanent", reason=exc.reason)
+            except AgentError as exc:
+                pipe.send("error", type="agent", reason=str(exc))
+            except Exception as exc:
+                pipe.send("error", type="failure", reason=f"{type(exc).__name__}: {exc}")
+            else:
+                _send_progress(pipe, progress, -1)
+                pipe.send("reply", body=reply.body, no_send=reply.no_send)
+            nursery.cancel_scope.cancel()
+    return 0
+
+
+async def _watch_parent(pipe: _Pipe, scope: trio.CancelScope) -> None:
+    while await pipe.receive() is not None:
+        pass
+    os._exit(0)  # EOF: the parent is gone (or gave the run up); nobody waits for an answer
+
+
+def _send_progress(pipe: _Pipe, progress: Progress, sent: int) -> int:
+    version, status, partial = progress.snapshot()
+    if version != sent and version:
+        pipe.send("progress", version=version, status=status, partial=partial)
+    return version
+
+
+async def _tell_progress(pipe: _Pipe, progress: Progress) -> None:
+    sent = 0
+    while True:
+        await trio.sleep(PROGRESS_POLL_S)
+        sent = _send_progress(pipe, progress, sent)
+
+
+def main(argv: list[str]) -> int:
+    spec, parent, memory = argv[0], int(argv[1]), int(argv[2])
+    _die_with_parent(parent)
+    _limit_memory(memory)
+    try:
+        pipe = _Pipe()
+    except OSError:
+        return EXIT_BAD_START
+    try:
+        return trio.run(_serve, spec, pipe)
+    except MemoryError:
+        return EXIT_OUT_OF_MEMORY
+    except BaseException as exc:  # one line to stderr; the parent says why
+        print(f"quarantine child: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_BAD_START
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

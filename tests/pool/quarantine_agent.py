@@ -1,0 +1,56 @@
+"""An agent for the quarantine tests: what a body says, the run does.
+
+- ``sigkill``: SIGKILLs its own process; ``segfault``: reads address 0; ``exit3``:
+  ``os._exit(3)``; ``hog``: allocates without bound (a quarantine memory limit stops it);
+- ``retry`` / ``permanent`` / ``boom``: raises ``Retry(after=7)`` / ``Permanent`` / ``KeyError``;
+- ``progress``: shows a status and a partial reply, then answers; ``print``: prints to stdout
+  (which must not reach the pipe); ``sleep``: sleeps a minute; anything else: an echo.
+
+``--agent pool.quarantine_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+import trio
+
+from tether import Session
+from tether.bridge import Permanent, Retry, Task, progress_of
+
+
+async def handle(task: Task) -> str:
+    body = task.body
+    if body == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif body == "segfault":
+        ctypes.string_at(0)
+    elif body == "exit3":
+        os._exit(3)
+    elif body == "hog":
+        hoard = []
+        while True:
+            hoard.append(bytearray(16 * 2**20))
+    elif body == "retry":
+        raise Retry("provider busy", after=7)
+    elif body == "permanent":
+        raise Permanent("cannot ever work")
+    elif body == "boom":
+        raise KeyError("boom")
+    elif body == "progress":
+        progress = progress_of(task)
+        progress.status("thinking")
+        progress.stream("partial ans")
+        await trio.sleep(0.5)
+        return "final answer"
+    elif body == "print":
+        print("noise on stdout " * 100)
+    elif body == "sleep":
+        await trio.sleep(60)
+    return f"echo: {body}"
+
+
+def factory(session: Session) -> None:
+    session.add_handler("task", handle)

@@ -1,0 +1,185 @@
+"""The quarantine child with real processes (issue #37, item 1): a task that kills whatever
+process runs it kills only its child, and the live parent sees how (the signal, the exit code).
+
+Every outcome the agent can give comes back over the pipe as it would from the worker's own
+process; a death while the child runs the task is a ``QuarantineDeath`` naming the signal or
+code; the memory limit stops a hog in its child; a cancelled run kills its child; and a child
+outlives neither its parent (``PR_SET_PDEATHSIG``) nor the parent's end of the pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+from support.service import TESTS_DIR
+from support.waiting import wait_until
+from tether.bridge import Permanent, Reply, Retry, Task
+from tether.bridge.pool._quarantine import (
+    Quarantine,
+    QuarantineDeath,
+    QuarantineFailure,
+    QuarantineSpec,
+    QuarantineStartError,
+    run_in_quarantine,
+)
+from tether.bridge.pool._quarantine_wire import EXIT_OUT_OF_MEMORY
+
+pytestmark = pytest.mark.slow
+
+SPEC = QuarantineSpec("pool.quarantine_agent:factory")
+START_WITHIN = 60.0  # a child start takes a second or more on a busy 2-core machine
+
+
+@pytest.fixture(autouse=True)
+def _tests_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
+    monkeypatch.setenv("PYTHONPATH", path)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1].startswith("Z")  # a zombie is dead
+    except FileNotFoundError:
+        return True
+
+
+async def test_every_outcome_of_a_quarantined_run_reaches_its_live_parent() -> None:
+    bodies = ["hello", "print", "progress", "retry", "permanent", "boom", "sigkill"]
+    bodies += ["segfault", "exit3"]
+    outcomes: dict[str, object] = {}
+    shown: list[tuple[str | None, str | None]] = []
+
+    async def one(body: str) -> None:
+        try:
+            outcomes[body] = await run_in_quarantine(
+                SPEC, Task(body, body), on_progress=lambda s, p: shown.append((s, p))
+            )
+        except Exception as exc:
+            outcomes[body] = exc
+
+    with trio.fail_after(START_WITHIN):
+        async with trio.open_nursery() as nursery:
+            for body in bodies:
+                nursery.start_soon(one, body)
+    assert outcomes["hello"] == Reply("echo: hello")
+    assert outcomes["print"] == Reply("echo: print")  # its prints went to stderr, not the pipe
+    assert outcomes["progress"] == Reply("final answer")
+    assert ("thinking", "partial ans") in shown
+    retry = outcomes["retry"]
+    assert isinstance(retry, Retry)
+    assert (str(retry), retry.after) == ("provider busy", 7.0)
+    assert isinstance(outcomes["permanent"], Permanent)
+    assert str(outcomes["permanent"]) == "cannot ever work"
+    assert isinstance(outcomes["boom"], QuarantineFailure)
+    assert str(outcomes["boom"]) == "KeyError: 'boom'"
+    deaths = {b: outcomes[b] for b in ("sigkill", "segfault", "exit3")}
+    for death in deaths.values():
+        assert isinstance(death, QuarantineDeath)
+    assert str(deaths["sigkill"]) == "its quarantine process was killed by SIGKILL"
+    assert str(deaths["segfault"]) == "its quarantine process was killed by SIGSEGV"
+    assert str(deaths["exit3"]) == "its quarantine process exited with code 3"
+    assert [getattr(d, "signal", None) for d in deaths.values()] == [
+        signal.SIGKILL,
+        signal.SIGSEGV,
+        None,
+    ]
+
+
+async def test_a_memory_hog_is_stopped_in_its_child_by_the_quarantine_memory_limit() -> None:
+    limit = 600 * 2**20
+    with trio.fail_after(START_WITHIN), pytest.raises(QuarantineDeath) as death:
+        await run_in_quarantine(QuarantineSpec(SPEC.agent, memory=limit), Task("h", "hog"))
+    assert death.value.returncode == EXIT_OUT_OF_MEMORY
+    assert "ran out of memory (limit 600 MiB, --quarantine-memory)" in str(death.value)
+    # the same limit leaves an ordinary run alone
+    with trio.fail_after(START_WITHIN):
+        reply = await run_in_quarantine(QuarantineSpec(SPEC.agent, memory=limit), Task("e", "x"))
+    assert reply == Reply("echo: x")
+
+
+async def test_an_agent_the_child_cannot_start_is_not_a_death_of_the_task() -> None:
+    with trio.fail_after(START_WITHIN), pytest.raises(QuarantineStartError, match=r"no\.such"):
+        await run_in_quarantine(QuarantineSpec("no.such.module:factory"), Task("t", "x"))
+
+
+async def test_a_cancelled_run_kills_its_child_and_raises_no_death() -> None:
+    pids: list[int] = []
+    with trio.move_on_after(START_WITHIN) as scope:
+        async with trio.open_nursery() as nursery:
+
+            async def run() -> None:
+                await run_in_quarantine(SPEC, Task("s", "sleep"), on_started=pids.append)
+
+            nursery.start_soon(run)
+            await wait_until(_started(pids), within=START_WITHIN)
+            await trio.sleep(0.5)
+            nursery.cancel_scope.cancel()
+    assert not scope.cancelled_caught
+    [pid] = pids
+    assert _gone(pid)
+
+
+def _started(pids: list[int]) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return bool(pids)
+
+    return check
+
+
+PARENT = """
+import sys, trio
+from tether.bridge import Task
+from tether.bridge.pool._quarantine import QuarantineSpec, run_in_quarantine
+async def main():
+    await run_in_quarantine(QuarantineSpec(sys.argv[1]), Task("s", "sleep"),
+                            on_started=lambda pid: print(pid, flush=True))
+trio.run(main)
+"""
+
+
+async def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    parent = await trio.lowlevel.open_process(
+        [sys.executable, str(script), SPEC.agent], stdout=subprocess.PIPE
+    )
+    assert parent.stdout is not None
+    try:
+        with trio.fail_after(START_WITHIN):
+            line = b""
+            while not line.endswith(b"\n"):
+                line += await parent.stdout.receive_some(100)
+        child = int(line)
+        assert not _gone(child)
+        parent.send_signal(signal.SIGKILL)
+        await parent.wait()
+
+        async def child_gone() -> bool:
+            return _gone(child)
+
+        await wait_until(child_gone, within=10)
+    finally:
+        if parent.returncode is None:
+            parent.kill()
+            await parent.wait()
+
+
+def test_a_process_runs_at_most_its_quarantine_processes_at_once() -> None:
+    q = Quarantine(SPEC, processes=2, max_deaths=3)
+    assert q.reserve(5) == 2  # a claim of five may take two suspects
+    assert q.reserve(1) == 0  # none while both places are taken
+    q.give_back(1)  # a suspect's run ended
+    assert q.reserve(3) == 1
+    with pytest.raises(ValueError, match="quarantine processes must be an int >= 1"):
+        Quarantine(SPEC, processes=0)
+    with pytest.raises(ValueError, match="max_quarantine_deaths must be an int >= 1"):
+        Quarantine(SPEC, max_deaths=0)
