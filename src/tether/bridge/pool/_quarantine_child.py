@@ -26,6 +26,7 @@ import trio
 from ..._session import open_session
 from ..custody._rules import Task
 from ._agent import AgentError, install_agent, load_agent, reply_of
+from ._asyncio import loop_for
 from ._progress import Progress, reporting
 from ._quarantine_wire import EXIT_BAD_START, EXIT_OUT_OF_MEMORY, PROTOCOL, Deframer, encode
 from ._retry import Permanent, Retry
@@ -75,7 +76,7 @@ class _Pipe:
 
 async def _serve(spec: str, pipe: _Pipe) -> int:
     factory = load_agent(spec)
-    async with open_session("quarantine") as session:
+    async with loop_for(factory), open_session("quarantine") as session:
         install_agent(session, factory)
         pipe.send("ready", protocol=PROTOCOL, pid=os.getpid())
         message = await pipe.receive()
