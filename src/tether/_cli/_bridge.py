@@ -107,7 +107,11 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         float,
     ),
     "status_file": ("write the gateway connection status (JSON) here", Path),
-    "synchronous": ("SQLite durability: FULL, NORMAL or EXTRA (default: FULL)", str),
+    "synchronous": (
+        "durability: NORMAL (default: synced before each promise: an ack, a reply, an answer),"
+        " FULL (every commit synced) or EXTRA",
+        str,
+    ),
     "log_level": ("DEBUG, INFO, WARNING or ERROR (default: INFO)", str),
     "log_format": ("text, or json for one JSON object per line (default: text)", str),
     "admin_port": (
