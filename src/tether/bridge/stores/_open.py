@@ -97,6 +97,7 @@ async def open_store(
                 password=password,
                 create=not (must_exist or read_only),
                 read_only=read_only,
+                synchronous=synchronous,
                 **common,
                 **options,
             )
