@@ -53,6 +53,7 @@ from ._names import host_stem, lead_name, one_bridge_per_file, pool_stem, worker
 from ._pool_store import open_pool_store
 from ._process import run_until_signal, until_stopped
 from ._settings import prepare_store_dir
+from ._store_wakeups import ResultsHint, relay_results
 
 if TYPE_CHECKING:
     from ...observe import CounterSource
@@ -425,6 +426,9 @@ class BridgeService:
             )
             self.lead = lead
             specs.insert(4, self._spec("lead", lead.run))
+        if isinstance(store, ResultsHint):  # PostgreSQL: results stored on other hosts
+            relay = partial(relay_results, store, self.delivery)
+            specs.append(self._spec("store-wakeups", until_stopped(relay)))
         return specs
 
     async def _run_workers(
