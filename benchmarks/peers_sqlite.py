@@ -5,11 +5,15 @@ A lane takes one job at a time through its three durable steps (for tether ``ing
 ``claim``, ``complete``; for huey ``enqueue``, ``dequeue``, ``put_data``; for persist-queue
 ``put``, ``get``, ``ack``; for litequeue ``put``, ``pop``, ``done``), so every step is its own
 commit unless the queue lets concurrent lanes share one (tether's writer does: group commit).
-All sides run on WAL with ``synchronous=FULL`` (huey ``fsync=True``; litequeue's NORMAL and
-persist-queue's default are raised to FULL on their connections). Peer lanes are threads, each
-with its own queue object on the shared file (one connection cannot be shared by concurrent
-transactions); tether's lanes are Trio tasks on one store. Rounds interleave the sides (a fresh
-file each); medians and spreads printed, and tether's ratio to the fastest peer per lane count.
+The peers run on WAL with ``synchronous=FULL`` (huey ``fsync=True``; litequeue's NORMAL and
+persist-queue's default are raised to FULL on their connections), their fastest durable
+settings. tether runs twice: ``tether`` in its default mode, durable at promises
+(``synchronous=NORMAL``: the ingest, whose ack would follow, waits for a WAL sync; claim and
+complete do not), and ``tether-full`` with a sync at every commit (``--synchronous full``). Peer
+lanes are threads, each with its own queue object on the shared file (one connection cannot be
+shared by concurrent transactions); tether's lanes are Trio tasks on one store. Rounds
+interleave the sides (a fresh file each); medians and spreads printed, and tether's ratio to the
+fastest peer per lane count.
 Bars: 1 lane >= 1.0x the fastest peer; 16 lanes >= 5x.
 
 Peers come from the optional ``bench`` group (``uv sync --group bench``); a missing one is
@@ -32,7 +36,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -136,9 +142,9 @@ def litequeue_side(folder: Path, lanes: int, jobs: int) -> float:
     return _threads(lanes, jobs, make)
 
 
-def tether_side(folder: Path, lanes: int, jobs: int) -> float:
+def tether_side(folder: Path, lanes: int, jobs: int, mode: Any = "NORMAL") -> float:
     async def main() -> float:
-        store = await SqliteStore.open(folder / "tether.db", synchronous="FULL")
+        store = await SqliteStore.open(folder / "tether.db", synchronous=mode)
         per_lane = [jobs // lanes + (1 if k < jobs % lanes else 0) for k in range(lanes)]
 
         async def lane(k: int) -> None:
@@ -202,7 +208,15 @@ def main() -> None:
     parser.add_argument("--lanes", default="1,16")
     parser.add_argument("--baseline", type=Path, help="another checkout to measure beside")
     args = parser.parse_args()
-    sides: dict[str, Callable[[Path, int, int], float]] = {"tether": tether_side}
+    sides: dict[str, Callable[[Path, int, int], float]] = {
+        "tether": tether_side,
+        "tether-full": partial(tether_side, mode="FULL"),
+    }
+    print(
+        "tether: synchronous=NORMAL (durable at promises); tether-full: synchronous=FULL; "
+        "huey: SqliteHuey(fsync=True), WAL; persist-queue: SQLiteAckQueue, WAL, synchronous=FULL; "
+        "litequeue: LiteQueue, WAL, synchronous=FULL"
+    )
     if args.baseline is not None:
         sides["baseline"] = baseline_side(args.baseline.resolve())
     for name, (module, side) in PEERS.items():
@@ -213,6 +227,7 @@ def main() -> None:
     lane_counts = [int(x) for x in args.lanes.split(",")]
     rates: dict[tuple[str, int], list[float]] = {}
     ratios: dict[int, list[float]] = {n: [] for n in lane_counts}
+    full_ratios: dict[int, list[float]] = {n: [] for n in lane_counts}
     vs_base: dict[int, list[float]] = {n: [] for n in lane_counts}
     order = list(sides)
     for r in range(args.rounds):
@@ -223,9 +238,11 @@ def main() -> None:
                     rate = args.jobs / sides[name](Path(tmp), lanes, args.jobs)
                 this_round[name] = rate
                 rates.setdefault((name, lanes), []).append(rate)
-            peers = [v for k, v in this_round.items() if k not in ("tether", "baseline")]
+            ours = ("tether", "tether-full", "baseline")
+            peers = [v for k, v in this_round.items() if k not in ours]
             if peers:
                 ratios[lanes].append(this_round["tether"] / max(peers))
+                full_ratios[lanes].append(this_round["tether-full"] / max(peers))
             if "baseline" in this_round:
                 vs_base[lanes].append(this_round["tether"] / this_round["baseline"])
             print(
@@ -240,13 +257,13 @@ def main() -> None:
             v = rates[name, lanes]
             parts.append(f"{name} {statistics.median(v):,.0f}/s [{min(v):,.0f}-{max(v):,.0f}]")
         print(f"  {lanes:>2} lane(s): " + ", ".join(parts))
-        if ratios[lanes]:
-            rs = ratios[lanes]
-            bar = "1.0" if lanes == 1 else "5"
-            print(
-                f"     tether / fastest peer: median {statistics.median(rs):.2f}x "
-                f"[{min(rs):.2f}-{max(rs):.2f}] (bar {bar}x)"
-            )
+        for name, rs in (("tether", ratios[lanes]), ("tether-full", full_ratios[lanes])):
+            if rs:
+                bar = " (bar 1.0x)" if lanes == 1 else " (bar 5x)"
+                print(
+                    f"     {name} / fastest peer: median {statistics.median(rs):.2f}x "
+                    f"[{min(rs):.2f}-{max(rs):.2f}]{bar if name == 'tether' else ''}"
+                )
         if vs_base[lanes]:
             rs = vs_base[lanes]
             print(

@@ -9,9 +9,10 @@ What this proves, precisely: a commit that returned is in the database file or i
 kernel sees them* (the transaction reached ``write()``, and recovery of a half-written WAL is
 sound). It cannot prove durability against power loss or an OS crash: SIGKILL leaves the page
 cache intact, so this test passes even with ``synchronous=OFF`` (no fsync at all). Power-loss
-durability comes from ``synchronous=FULL`` with WAL (SQLite fsyncs the WAL on every commit),
-which is SQLite's guarantee; ``test_every_open_defaults_to_synchronous_full_and_wal`` in
-``test_custody_sqlite.py`` pins that setting.
+durability of what was promised comes from the WAL sync before each promise (durable at
+promises, the default ``synchronous=NORMAL``; ``FULL`` syncs every commit): SQLite's guarantee
+for a synced WAL; ``tests/stores/test_sqlite.py`` pins the settings and
+``tests/service/test_durable_at_promises.py`` cuts the WAL back to the last sync.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ async def test_files_are_private_and_the_journal_is_wal(tmp_path: Path) -> None:
         for suffix in ("-wal", "-shm"):
             assert _mode(Path(f"{db}{suffix}")) == 0o600
         assert await _pragma(store, "journal_mode") == "wal"
-        assert await _pragma(store, "synchronous") == 2  # FULL
+        assert await _pragma(store, "synchronous") == 1  # NORMAL, durable at promises
         assert await _pragma(store, "user_version") == SCHEMA_VERSION
     finally:
         await store.aclose()
@@ -50,16 +50,20 @@ async def test_an_existing_file_is_made_private_and_synchronous_is_configurable(
     db = tmp_path / "custody.db"
     db.touch(mode=0o644)
     os.chmod(db, 0o644)
-    store = await SqliteStore.open(db, synchronous="NORMAL")
+    store = await SqliteStore.open(db, synchronous="FULL")
     try:
         assert _mode(db) == 0o600
-        assert await _pragma(store, "synchronous") == 1  # NORMAL
+        assert await _pragma(store, "synchronous") == 2  # FULL
+        assert store._writer.barrier is None  # each commit is synced: no barrier needed
     finally:
         await store.aclose()
 
 
-async def test_every_open_defaults_to_synchronous_full_and_wal(tmp_path: Path) -> None:
-    """Power-loss durability rests on these two settings (the SIGKILL test cannot show it).
+async def test_every_open_defaults_to_synchronous_normal_with_a_barrier_and_wal(
+    tmp_path: Path,
+) -> None:
+    """Power-loss durability of what was promised rests on these settings and the barrier (the
+    SIGKILL test cannot show it; ``test_durable_at_promises`` cuts the WAL back to it).
 
     ``synchronous`` is a per-connection setting, not stored in the file, so the default must be
     applied on every open, also of a file last opened with a weaker setting.
@@ -73,13 +77,15 @@ async def test_every_open_defaults_to_synchronous_full_and_wal(tmp_path: Path) -
     for _ in range(2):  # reopening an existing file, twice
         store = await SqliteStore.open(db)
         try:
-            assert await _pragma(store, "synchronous") == 2  # FULL
+            assert await _pragma(store, "synchronous") == 1  # NORMAL
+            assert store._writer.barrier is not None
             assert await _pragma(store, "journal_mode") == "wal"
         finally:
             await store.aclose()
     fresh = await SqliteStore.open(tmp_path / "fresh.db")
     try:
-        assert await _pragma(fresh, "synchronous") == 2
+        assert await _pragma(fresh, "synchronous") == 1
+        assert fresh._writer.barrier is not None
         assert await _pragma(fresh, "journal_mode") == "wal"
     finally:
         await fresh.aclose()

@@ -120,7 +120,11 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "MiB of address space a quarantine process may use; 0: no limit (default: 0)",
         int,
     ),
-    "synchronous": ("SQLite durability: FULL, NORMAL or EXTRA (default: FULL)", str),
+    "synchronous": (
+        "durability: NORMAL (default: synced before each promise: an ack, a reply, an answer),"
+        " FULL (every commit synced) or EXTRA",
+        str,
+    ),
     "log_level": ("DEBUG, INFO, WARNING or ERROR (default: INFO)", str),
     "log_format": ("text, or json for one JSON object per line (default: text)", str),
     "admin_port": (

@@ -1,7 +1,10 @@
 """One writer thread with group commit: many callers' transitions share one durable commit.
 
-No caller is answered before its change is durable, and a job that raises is rolled back alone. See
-docs/guide/design.md, "Group commit".
+No caller is answered before its change is committed, and a job that raises is rolled back alone.
+A job may be a *promise* (something outside will learn of it): if the writer has a ``barrier``
+(the connection commits without waiting for the disk), the barrier runs after the batch's commit
+and before any of its promise jobs is answered. See docs/guide/design.md, "Group commit" and
+"Durable at promises".
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ T = TypeVar("T")
 class _Job(Generic[T]):
     fn: Callable[[sqlite3.Connection], T] | None  # None: the stop job
     readonly: bool
+    promise: bool
     token: trio.lowlevel.TrioToken | None  # None: nobody waits (``close_now``'s stop job)
     task: trio.lowlevel.Task | None
     value: Any = None
@@ -55,8 +59,13 @@ class SqliteWriter:
     connect: Callable[[], sqlite3.Connection]
     max_batch: int = 512
     name: str = "tether-sqlite-writer"
+    barrier: Callable[[], None] | None = None
+    """Makes every commit so far durable (syncs the WAL); run in the thread after a batch that
+    holds a promise. None: each commit is durable already (``synchronous=FULL``)."""
     commits: int = attrs.field(init=False, default=0)
     """Committed batches so far (a benchmark reads it to show jobs per commit)."""
+    barriers: int = attrs.field(init=False, default=0)
+    """Barriers run so far (a benchmark reads it to show syncs per message)."""
     _queue: queue.SimpleQueue[_Job[Any]] = attrs.field(init=False, factory=queue.SimpleQueue)
     _thread: threading.Thread | None = attrs.field(init=False, default=None)
     _closed: bool = attrs.field(init=False, default=False)
@@ -72,13 +81,20 @@ class SqliteWriter:
             await self.close()
             raise
 
-    async def run(self, fn: Callable[[sqlite3.Connection], T], *, readonly: bool = False) -> T:
-        """Run ``fn(conn)`` in the writer's next transaction; return after it is committed."""
+    async def run(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        readonly: bool = False,
+        promise: bool = False,
+    ) -> T:
+        """Run ``fn(conn)`` in the writer's next transaction; return after it is committed, and
+        for a ``promise`` after it (and every commit before it) is durable."""
         await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before: nothing is queued
         if self._closed:
             raise trio.ClosedResourceError("the store is closed")
         job: _Job[T] = _Job(
-            fn, readonly, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()
+            fn, readonly, promise, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()
         )
         global _in_flight
         _in_flight += 1
@@ -94,6 +110,11 @@ class SqliteWriter:
             raise job.error
         return job.value  # type: ignore[no-any-return]
 
+    async def sync(self) -> None:
+        """Return once every commit so far is durable (a promise that writes nothing: before
+        one made on what a read found)."""
+        await self.run(_nothing, readonly=True, promise=True)
+
     async def close(self) -> None:
         """Finish every queued job, close the connection, stop the thread. Idempotent."""
         if self._closed:
@@ -102,7 +123,7 @@ class SqliteWriter:
         if self._thread is None:
             return
         stop: _Job[None] = _Job(
-            None, True, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()
+            None, True, False, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()
         )
         self._queue.put(stop)
         await trio.lowlevel.wait_task_rescheduled(_uncancellable)
@@ -118,7 +139,7 @@ class SqliteWriter:
         self._closed = True
         if self._thread is None:
             return
-        self._queue.put(_Job(None, True, None, None))
+        self._queue.put(_Job(None, True, False, None, None))
         self._thread.join()
 
     # -- the thread -----------------------------------------------------------------------
@@ -170,6 +191,15 @@ class SqliteWriter:
         # (Jobs are pure functions of the database, so a replay computes the same answers.)
         if not self._transaction(conn, batch, savepoints=False) and len(batch) > 1:
             self._transaction(conn, batch, savepoints=True)
+        if self.barrier is not None and any(job.promise for job in batch):
+            try:
+                self.barrier()
+                self.barriers += 1
+            except OSError as exc:  # not durable: no promise may be made on it
+                log.exception("custody writer could not sync the WAL")
+                for job in batch:
+                    if job.promise:
+                        job.value, job.error = None, exc
 
     def _transaction(
         self, conn: sqlite3.Connection, batch: list[_Job[Any]], *, savepoints: bool
@@ -232,6 +262,10 @@ def _capture(job: _Job[Any], conn: sqlite3.Connection) -> bool:
         job.error = exc
         return False
     return True
+
+
+def _nothing(_conn: sqlite3.Connection) -> None:
+    return None
 
 
 def _set_all(jobs: list[_Job[Any]]) -> None:

@@ -14,10 +14,12 @@ from typing import Any, Final, Literal
 import attrs
 import trio
 
+from ..._backoff import Backoff
 from ..._plumbing._converter import structure_versioned, unstructure
 from ..custody._records import PoolView, WorkerInfo
 from ..custody._roles import LeadStore
 from ..custody._rules import check_worker
+from ._idle import idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive
 from ._stop import StopSignal
 from ._wakeup import PoolWakeups, Wakeup
@@ -217,6 +219,8 @@ class PoolLead:
     store: LeadStore
     name: str = "lead"
     sweep_interval: float = 0.5
+    """Seconds between sweeps unless rung; doubling while sweeps find the pool idle, up to
+    ``pool._idle.IDLE_MAXIMUM``."""
     dead_after: float = 10.0
     stuck_after: float = 30.0
     stuck_cap: float | None = None
@@ -266,6 +270,7 @@ class PoolLead:
     """The live workers (by ``dead_after``) in the beats this candidate read last."""
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
     _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
+    _idle: Backoff = attrs.field(init=False)
     _beat_at: float = attrs.field(init=False, default=-math.inf)
     _next_due: float | None = attrs.field(init=False, default=None)
     _beats_in_loop: bool = attrs.field(init=False, default=False)
@@ -290,6 +295,7 @@ class PoolLead:
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
         check_seconds("sweep_interval", self.sweep_interval)
+        self._idle = idle_backoff(self.sweep_interval)
         check_seconds("min_sweep_gap", self.min_sweep_gap, allow_zero=True)
         if self.wakeups is not None:
             self._doorbell = self.wakeups.lead
@@ -688,12 +694,18 @@ class PoolLead:
             report.assigned or report.returned or report.deferred or report.waiting
         )
 
-    def _idle_wait(self) -> float:
-        """Seconds until the next sweep unless rung: the interval, or less when a task waiting
-        out its retry backoff falls due sooner (store clock)."""
+    def _idle_wait(self, quiet: bool) -> float:
+        """Seconds until the next sweep unless rung: the interval, doubling while sweeps on the
+        clock keep finding the pool idle (``_idle``), or less when a task waiting out its retry
+        backoff falls due sooner (store clock)."""
+        if quiet:
+            wait = self._idle.next_delay()
+        else:
+            self._idle.reset()
+            wait = self.sweep_interval
         if self._next_due is None:
-            return self.sweep_interval
-        return max(0.0, min(self.sweep_interval, self._next_due - self.now()))
+            return wait
+        return max(0.0, min(wait, self._next_due - self.now()))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Stand as a lead candidate until stopped (ready after the first beat, and the first
@@ -723,7 +735,7 @@ class PoolLead:
                     quiet = self._found_pool_idle()
                 task_status.started()
                 while not self._stop.is_set():
-                    rung = await self._doorbell.wait(self._idle_wait())
+                    rung = await self._doorbell.wait(self._idle_wait(quiet))
                     if not quiet:
                         # rung again soon after a sweep began: let more rings gather into one
                         with trio.move_on_at(started + self.min_sweep_gap):

@@ -17,6 +17,7 @@ from typing import Final
 import attrs
 import trio
 
+from ..._backoff import Backoff
 from ..._plumbing._tracing import enabled as tracing_enabled
 from ..._plumbing._tracing import set_attributes
 from ..._plumbing._when import clock_time, duration
@@ -28,6 +29,7 @@ from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._completions import CompletionBatcher
+from ._idle import idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._progress import Progress, ProgressUpdate, reporting
 from ._quarantine import Quarantine, QuarantineDeath, QuarantineStartError
@@ -99,6 +101,10 @@ def agent_run_timeout(factory: AgentFactory, default: float | None) -> float | N
     return float(value)
 
 
+_JUST_AFTER = 0.001
+"""Seconds past a retry's due time to look (the store compares ``not_before <= now``)."""
+
+
 @attrs.define(eq=False)
 class _Active:
     claim: Claim
@@ -134,7 +140,8 @@ class PoolWorker:
     heartbeat_interval: float | None = None
     """Seconds between beats and lease renewals (default: a third of the lease, at most 2 s)."""
     poll_interval: float = 0.2
-    """Seconds to wait after finding nothing to claim (the fallback when no wake-up comes)."""
+    """Seconds to wait after finding nothing to claim (the fallback when no wake-up comes);
+    doubling while claims keep finding nothing, up to ``pool._idle.IDLE_MAXIMUM``."""
     wakeups: PoolWakeups | None = None
     """The pool's switchboard: rung when work is assigned to this worker; the worker rings it
     when it frees a slot (so the lead refills it). ``None``: polling only."""
@@ -195,6 +202,10 @@ class PoolWorker:
     _interval: float = attrs.field(init=False, default=0.0)
     _stopping: bool = attrs.field(init=False, default=False)
     _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
+    _idle: Backoff = attrs.field(init=False)
+    """The wait after a claim that found nothing: ``poll_interval`` doubling (``_idle``)."""
+    _retry_due: float = attrs.field(init=False, default=math.inf)
+    """When (Trio's clock) the earliest task this worker failed falls due again."""
     _run_seconds: float | None = attrs.field(init=False, default=None)
     _timeout: float | None = attrs.field(init=False, default=None)
     _progress_refused: bool = attrs.field(init=False, default=False)
@@ -220,6 +231,7 @@ class PoolWorker:
         ):
             raise ValueError(f"capacity must be an int >= concurrency ({c}), got {self.capacity!r}")
         check_seconds("poll_interval", self.poll_interval)
+        self._idle = idle_backoff(self.poll_interval)
         if self.wakeups is not None:
             self._doorbell = self.wakeups.worker(self.name)
         check_seconds("stall_after", self.stall_after)
@@ -419,8 +431,21 @@ class PoolWorker:
                         slots,
                         name=f"{self._label}::task:{claim.task.id}",
                     )
-                if len(claims) < wanted:  # the store had no more: wait for news or the poll
-                    await self._doorbell.wait(self.poll_interval)
+                if claims:
+                    self._idle.reset()
+                # the store had no more: wait for news (then look again at the busy pace)
+                if len(claims) < wanted and await self._doorbell.wait(self._idle_wait()):
+                    self._idle.reset()
+
+    def _idle_wait(self) -> float:
+        """Seconds until the next claim unless rung: the backed-off poll, or less when a task
+        this worker failed falls due for its next attempt sooner."""
+        wait = self._idle.next_delay()
+        now = trio.current_time()
+        if self._retry_due <= now:
+            self._retry_due = math.inf
+            return wait
+        return min(wait, self._retry_due - now + _JUST_AFTER)
 
     async def _run_claim(self, session: Session, claim: Claim, slots: trio.Semaphore) -> None:
         freed = False
@@ -676,8 +701,10 @@ class PoolWorker:
         self.failed += 1
         if state is CustodyState.DEAD and self.wakeups is not None:
             self.wakeups.tasks_dead()
-        elif state is CustodyState.PENDING and self.wakeups is not None:
-            self.wakeups.tasks_pending()  # back in the queue (due now or after its backoff)
+        elif state is CustodyState.PENDING:
+            self._retry_due = min(self._retry_due, trio.current_time() + delay)
+            if self.wakeups is not None:
+                self.wakeups.tasks_pending()  # back in the queue (due now or after its backoff)
         level = logging.ERROR if state is CustodyState.DEAD else logging.WARNING
         task_id = entry.claim.task.id
         if state is CustodyState.PENDING:

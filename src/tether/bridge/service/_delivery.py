@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
+from ..._backoff import Backoff
 from ..._plumbing._converter import unstructure
 from ..._plumbing._tracing import enabled as tracing_enabled
 from ..._plumbing._tracing import end_span, finished_span, start_span, traceparent_of
@@ -28,6 +29,7 @@ from ..._protocol._messages import (
 from ..client._client import GatewayClient, GatewayRequestError
 from ..custody._roles import DeliveryStore
 from ..custody._rules import CustodyConflict, Result, check_delivery_lease
+from ..pool._idle import idle_backoff
 from ..pool._timings import Timings
 from ..pool._tracing import task_attributes, task_trace
 
@@ -73,7 +75,8 @@ class Delivery:
     gateway: GatewayClient
     batch: int = 64
     idle_interval: float = 0.05
-    """How long to wait for new results when none are ready (``nudge()`` wakes it early)."""
+    """How long to wait for new results when none are ready (``nudge()`` wakes it early);
+    doubling while looks keep finding none, up to ``pool._idle.IDLE_MAXIMUM``."""
     linger: float = 0.01
     """Seconds from one partial batch's start to the next at least (full batches go back to
     back). Under load every stored result nudges delivery; waiting a few milliseconds posts
@@ -98,6 +101,8 @@ class Delivery:
     """If given, each confirmed reply's delivery time is observed (from its stored reply)."""
     stats: DeliveryStats = attrs.field(factory=DeliveryStats, init=False)
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _idle: Backoff = attrs.field(init=False)
+    """The wait after a look that found nothing: ``idle_interval`` doubling (``pool._idle``)."""
     _stopped: trio.Event = attrs.field(factory=trio.Event, init=False)
     _marking: set[str] = attrs.field(factory=set, init=False)
     """Ids the gateway confirmed whose mark has not committed yet: still ``result`` in the
@@ -108,6 +113,7 @@ class Delivery:
             raise ValueError(f"delivery batch must be from 1 to {MAX_BATCH}, got {self.batch}")
         if not (self.idle_interval > 0 and math.isfinite(self.idle_interval)):
             raise ValueError(f"idle_interval must be > 0 seconds, got {self.idle_interval}")
+        self._idle = idle_backoff(self.idle_interval)
         if not (self.linger >= 0 and math.isfinite(self.linger)):
             raise ValueError(f"linger must be >= 0 seconds, got {self.linger}")
         if isinstance(self.marks_in_flight, bool) or not (
@@ -248,8 +254,12 @@ class Delivery:
                 if stopping and handled == 0:
                     return  # the nursery waits for the marks still committing
                 if handled < self.batch and not stopping:
-                    with trio.move_on_after(self.idle_interval):
+                    if handled:
+                        self._idle.reset()
+                    with trio.move_on_after(self._idle.next_delay()):
                         await self._wake.wait()
+                    if self._wake.is_set():
+                        self._idle.reset()  # news: look again at the busy pace
                     # nudged soon after a partial batch: let the batch fill a little (the
                     # nudges meanwhile need not wake this loop; a stop does). An idle look
                     # that found nothing does not hold the next reply back.

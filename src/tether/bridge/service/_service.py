@@ -55,6 +55,7 @@ from ._names import host_stem, lead_name, one_bridge_per_file, pool_stem, worker
 from ._pool_store import open_pool_store
 from ._process import run_until_signal, until_stopped
 from ._settings import prepare_store_dir
+from ._store_wakeups import ResultsHint, WorkHint, relay_results, relay_work
 
 if TYPE_CHECKING:
     from ...observe import CounterSource
@@ -471,6 +472,12 @@ class BridgeService:
             )
             self.lead = lead
             specs.insert(4, self._spec("lead", lead.run))
+        if isinstance(store, ResultsHint):  # PostgreSQL: results stored on other hosts
+            relay = partial(relay_results, store, self.delivery)
+            specs.append(self._spec("store-wakeups", until_stopped(relay)))
+        if isinstance(store, WorkHint):  # PostgreSQL: tasks other bridges ingested
+            ring = partial(relay_work, store, self.wakeups)
+            specs.append(self._spec("store-work-wakeups", until_stopped(ring)))
         return specs
 
     async def _run_workers(

@@ -82,7 +82,9 @@ class ProcessSettings:
     grace: float = 10.0
     """Seconds a stopping process gives workers to finish or release their tasks."""
     status_file: Path | None = None
-    synchronous: str = "FULL"
+    synchronous: str = "NORMAL"
+    """NORMAL: durable at promises (a commit is synced before anything that depends on it
+    leaves the process); FULL: every commit synced; EXTRA: SQLite's FULL and more."""
     log_level: str = "INFO"
     log_format: LogFormat = "text"
     """``text`` or ``json`` (one JSON object per line, see ``tether._plumbing._logging``)."""

@@ -56,7 +56,7 @@ async def open_store(
     max_attempts: int = 5,
     must_exist: bool = False,
     read_only: bool = False,
-    synchronous: Synchronous = "FULL",
+    synchronous: Synchronous = "NORMAL",
     **options: Any,
 ) -> Store:
     """Open the custody store ``url_or_path`` names: ``SqliteStore`` or ``PostgresStore``.
@@ -66,7 +66,9 @@ async def open_store(
     a PostgreSQL schema that was never created.
     ``read_only`` (for tools that inspect) also refuses a store of an older schema rather than
     migrate it, and changes nothing: no file mode, no ``-wal`` or ``-shm`` file where none was;
-    every write fails. ``synchronous`` applies to SQLite only. Other ``options`` go to the
+    every write fails. ``synchronous``: NORMAL (durable at promises) or FULL (every commit
+    durable); on PostgreSQL NORMAL commits what promises nothing with ``synchronous_commit=off``
+    (OFF and EXTRA are SQLite's own). Other ``options`` go to the
     backend's ``open`` (e.g. ``pool_size`` for PostgreSQL).
     """
     common: dict[str, Any] = {"clock": clock, "lease_s": lease_s, "max_attempts": max_attempts}
@@ -95,6 +97,7 @@ async def open_store(
                 password=password,
                 create=not (must_exist or read_only),
                 read_only=read_only,
+                synchronous=synchronous,
                 **common,
                 **options,
             )

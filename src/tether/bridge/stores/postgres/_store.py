@@ -70,6 +70,7 @@ from ._connection import StoreConnectionLost as StoreConnectionLost
 from ._connection import StoreTimeout as StoreTimeout
 from ._connection import T, check_timeouts, connector, open_pool, run_on
 from ._dsn import redact_dsn
+from ._durable import Durability, Promise, Synchronous
 from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
 from ._schema import check_schema
 from ._sql import Sql
@@ -93,6 +94,8 @@ class PostgresStore(StoreFrame):
     _limiters: trio.lowlevel.RunVar[trio.CapacityLimiter] = attrs.field(init=False)
     max_crashes_alone: int = DEFAULT_MAX_CRASHES_ALONE
     """Crashes while it ran alone that prove a task kills its process (``custody._crashes``)."""
+    durability: Durability = attrs.field(factory=Durability)
+    """What waits for the WAL flush: promises (NORMAL, the default) or every commit (FULL)."""
     _closed: bool = attrs.field(init=False, default=False)
     _sql: Sql = attrs.field(init=False)
 
@@ -118,6 +121,7 @@ class PostgresStore(StoreFrame):
         create: bool = True,
         max_crashes_alone: int = DEFAULT_MAX_CRASHES_ALONE,
         read_only: bool = False,
+        synchronous: Synchronous = "NORMAL",
     ) -> PostgresStore:
         """Connect, create and migrate ``schema`` if needed, and open a pool of ``pool_size``.
 
@@ -131,8 +135,12 @@ class PostgresStore(StoreFrame):
         ``statement_timeout_s`` is cancelled by the server and raises ``StoreTimeout``.
         ``create=False`` refuses (``NoSuchStore``) a schema that holds no tether store;
         ``read_only`` also one of an older version (no migration), and every session refuses
-        writes (for tools that only inspect).
+        writes (for tools that only inspect). ``synchronous``: NORMAL commits what promises
+        nothing without waiting for the WAL flush and waits for it before a promise
+        (``_durable``); FULL and EXTRA wait at every commit.
         """
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA; got {synchronous!r}")
         check_settings(lease_s, max_attempts, max_body_bytes, max_crashes_alone)
         check_limit(pool_size, "pool_size")
         check_timeouts(lock_timeout_s=lock_timeout_s, statement_timeout_s=statement_timeout_s)
@@ -173,6 +181,7 @@ class PostgresStore(StoreFrame):
             Listener(connect, channel, notify),
             channel,
             max_crashes_alone,
+            Durability("FULL" if read_only else synchronous),
         )
 
     async def aclose(self) -> None:
@@ -188,9 +197,10 @@ class PostgresStore(StoreFrame):
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(close)
 
-    async def _run(self, fn: Callable[[Conn], T]) -> T:
+    async def _run(self, fn: Callable[[Conn], T], *, promise: Promise = False) -> T:
         """Run ``fn(conn)`` in one thread hop with a pooled autocommit connection; the store's
-        limiter lets as many hops run as the pool has connections, so none waits for one."""
+        limiter lets as many hops run as the pool has connections, so none waits for one. A
+        ``promise`` returns once its commit (and every one before it) is flushed."""
         if self._closed:
             raise trio.ClosedResourceError("the store is closed")
         try:
@@ -199,7 +209,7 @@ class PostgresStore(StoreFrame):
             limiter = trio.CapacityLimiter(self.pool_size)
             self._limiters.set(limiter)
 
-        hop = partial(run_on, self._pool, fn, self.dsn_shown)
+        hop = partial(run_on, self._pool, self.durability.wrap(fn, promise), self.dsn_shown)
         # not abandoned on cancel: the caller learns the outcome of a change that may commit
         return await trio.to_thread.run_sync(hop, limiter=limiter)
 
@@ -258,7 +268,7 @@ class PostgresStore(StoreFrame):
                 inserted.discard(id)  # a duplicate later in the batch is a replay
             return first, moved
 
-        return await self._run(op)
+        return await self._run(op, promise=True)  # the ack follows
 
     async def _bodies(self, ids: Sequence[str]) -> Mapping[str, str]:
         sql = self._sql.bodies
@@ -547,7 +557,9 @@ class PostgresStore(StoreFrame):
     async def _mark_stall_notified(self, id: str, now: float) -> bool:
         params = {"id": id, "now": now}
         sql = self._sql.mark_stall_notified
-        return await self._run(lambda conn: conn.execute(sql, params).rowcount == 1)
+        return await self._run(
+            lambda conn: conn.execute(sql, params).rowcount == 1, promise=True
+        )  # the notice follows
 
     async def _clear_stall_notice(self, id: str) -> None:
         sql = self._sql.clear_stall_notice
@@ -619,7 +631,7 @@ class PostgresStore(StoreFrame):
                 Result(_task(r), _decode(r[5]), r[6], r[7], r[8]) for r in conn.execute(sql, params)
             ]
 
-        return await self._run(op)
+        return await self._run(op, promise=bool)  # their posts follow
 
     async def _mark_delivered(self, id: str, now: float) -> bool:
         _, before = await self._cas(self._sql.deliver, {"id": id, "now": now})
@@ -643,7 +655,7 @@ class PostgresStore(StoreFrame):
         self, id: str, reason: str, now: float
     ) -> tuple[bool, CustodyState | None]:
         params = {"id": id, "reason": reason, "now": now}
-        _, before = await self._cas(self._sql.dead_letter, params)
+        _, before = await self._cas(self._sql.dead_letter, params, promise=True)
         if before is not None and before.state is not CustodyState.DEAD:
             raise CustodyConflict(f"cannot dead-letter task {id!r}: it is {before.state.value}")
         return before is None, None  # the statement does not say which state it left: "?"
@@ -675,7 +687,7 @@ class PostgresStore(StoreFrame):
 
     async def _operator(self, sql: str, params: Mapping[str, Any]) -> tuple[Moves, Moves]:
         """Run an operator move: (moved: id -> the state it left, seen: id -> state read)."""
-        rows = await self._run(lambda conn: conn.execute(sql, params).fetchall())
+        rows = await self._run(lambda conn: conn.execute(sql, params).fetchall(), promise=True)
         seen = {row[0]: CustodyState(row[1]) for row in rows}
         moved = {row[0]: CustodyState(row[1]) for row in rows if row[2]}
         return moved, seen
@@ -727,7 +739,8 @@ class PostgresStore(StoreFrame):
     async def _unreported_dead(self, limit: int) -> list[TaskRecord]:
         sql = self._sql.unreported_dead
         return await self._run(
-            lambda conn: [_record(r) for r in conn.execute(sql, {"limit": limit})]
+            lambda conn: [_record(r) for r in conn.execute(sql, {"limit": limit})],
+            promise=bool,  # a notice of each follows
         )
 
     async def _mark_dead_reported(self, ids: Sequence[str], now: float) -> list[bool]:
@@ -793,7 +806,9 @@ class PostgresStore(StoreFrame):
 
     # -- compare-and-set ----------------------------------------------------------------------
 
-    async def _cas(self, sql: str, params: Mapping[str, Any]) -> tuple[Any, Seen | None]:
+    async def _cas(
+        self, sql: str, params: Mapping[str, Any], *, promise: bool = False
+    ) -> tuple[Any, Seen | None]:
         """Run a CAS statement; return (its RETURNING value, None) or (None, the row now).
 
         The row is read by a second statement only when the CAS changed nothing: a new
@@ -811,7 +826,7 @@ class PostgresStore(StoreFrame):
                 raise unknown_task(params["id"])
             return None, seen
 
-        return await self._run(op)
+        return await self._run(op, promise=promise)
 
 
 _UTF8: Final = "utf-8"

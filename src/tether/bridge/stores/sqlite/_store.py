@@ -5,12 +5,14 @@ jobs share one durable commit) or a read on the reader's connection (a WAL snaps
 waits behind the writer's fsync); ``stores._frame`` checks its arguments and logs it. Every
 transition is an ``UPDATE ... WHERE`` naming the state it expects (``_sql``).
 
-Durability: by default every connection runs ``journal_mode=WAL`` and ``synchronous=FULL``, so
-SQLite fsyncs the WAL before a commit returns and a returned transition survives power loss or
-an OS crash (SQLite's guarantee for that pair; a test pins the settings, none can pull the
-plug). ``synchronous="NORMAL"`` still survives a *process* crash (the page cache outlives a
-SIGKILL), which is all ``tests/custody/test_crash.py`` can and does demonstrate, but may
-lose the last commits on power loss.
+Durability: every connection runs ``journal_mode=WAL``. By default (``synchronous="NORMAL"``) a
+transition commits without waiting for the disk and the writer syncs the WAL before a promise
+(``_durable``: the ingest whose ack follows, the results delivery posts, an operator's move), so
+what was promised survives power loss or an OS crash and a transition that promised nothing may
+be lost with it (its task goes back to an earlier custody state). ``synchronous="FULL"`` syncs
+at every commit. Both survive a *process* crash (the page cache outlives a SIGKILL:
+``tests/custody/test_crash.py``); ``tests/service/test_durable_at_promises.py`` cuts the WAL
+back to the last barrier, as a machine crash would, and checks what the gateway was told.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ from . import _sql as sql
 from ._access import explain_open_failure
 from ._connection import Synchronous as Synchronous
 from ._connection import connect_reader, connect_writer
+from ._durable import barrier_for
 from ._ready import ready_pending
 
 T = TypeVar("T")
@@ -108,7 +111,7 @@ class SqliteStore(StoreFrame):
         lease_s: float = 60.0,
         max_attempts: int = 5,
         max_body_bytes: int = MAX_BODY_BYTES,
-        synchronous: Synchronous = "FULL",
+        synchronous: Synchronous = "NORMAL",
         max_batch: int = 512,
         busy_timeout_s: float = 10.0,
         max_crashes_alone: int = DEFAULT_MAX_CRASHES_ALONE,
@@ -116,8 +119,9 @@ class SqliteStore(StoreFrame):
         """Open (creating and migrating if needed) the store at ``path``.
 
         The file is created 0600 before SQLite opens it (an existing looser one is tightened)
-        and every missing parent directory 0700 (``tether._plumbing._fs``). ``synchronous="FULL"``
-        makes every commit survive power loss; ``"NORMAL"`` survives a process crash only.
+        and every missing parent directory 0700 (``tether._plumbing._fs``). ``synchronous="NORMAL"``
+        makes a commit survive power loss before a promise is made on it (``_durable``);
+        ``"FULL"`` makes every commit survive it.
         ``max_batch`` caps how many transitions share one commit (1 = a commit each).
         """
         check_settings(lease_s, max_attempts, max_body_bytes, max_crashes_alone)
@@ -130,6 +134,7 @@ class SqliteStore(StoreFrame):
                 db, lambda: connect_writer(db, synchronous, busy_timeout_s)
             ),
             max_batch=max_batch,
+            barrier=barrier_for(db, synchronous),
         )
         await writer.start()  # creates and migrates the file
         reader = SqliteWriter(
@@ -168,6 +173,12 @@ class SqliteStore(StoreFrame):
         """Run the read-only ``op`` in one read transaction (a consistent snapshot)."""
         return await self._reader.run(op, readonly=True)
 
+    async def _promised(self, found: list[T]) -> list[T]:
+        """``found`` (a read), once what it found is durable: a promise is made on each."""
+        if found and self._writer.barrier is not None:
+            await self._writer.sync()
+        return found
+
     # -- ingest -------------------------------------------------------------------------------
 
     async def _ingest_many(
@@ -191,7 +202,7 @@ class SqliteStore(StoreFrame):
                     superseded.extend(_supersede(conn, row[0], room, row[6]))
             return new
 
-        new = await self._writer.run(op)
+        new = await self._writer.run(op, promise=True)  # the ack follows
         return new, superseded
 
     async def _bodies(self, ids: Sequence[str]) -> Mapping[str, str]:
@@ -448,7 +459,8 @@ class SqliteStore(StoreFrame):
 
     async def _mark_stall_notified(self, id: str, now: float) -> bool:
         return await self._writer.run(
-            lambda conn: conn.execute(sql.MARK_STALL_NOTIFIED, (id, now)).rowcount == 1
+            lambda conn: conn.execute(sql.MARK_STALL_NOTIFIED, (id, now)).rowcount == 1,
+            promise=True,  # the notice follows
         )
 
     async def _clear_stall_notice(self, id: str) -> None:
@@ -515,7 +527,7 @@ class SqliteStore(StoreFrame):
             rows = conn.execute(sql.READY, (limit,)).fetchall()
             return [Result(_task(r), r[5], r[6], r[7], bool(r[8])) for r in rows]
 
-        return await self._read(op)
+        return await self._promised(await self._read(op))  # their posts follow
 
     async def _mark_delivered(self, id: str, now: float) -> bool:
         def op(conn: sqlite3.Connection) -> bool:
@@ -561,14 +573,15 @@ class SqliteStore(StoreFrame):
                 return False, None
             return True, CustodyState(before[0])
 
-        return await self._writer.run(op)
+        return await self._writer.run(op, promise=True)
 
     # -- dead-letter notices ------------------------------------------------------------------
 
     async def _unreported_dead(self, limit: int) -> list[TaskRecord]:
-        return await self._read(
+        found = await self._read(
             lambda conn: [_record_of(r) for r in conn.execute(sql.UNREPORTED_DEAD, (limit,))]
         )
+        return await self._promised(found)  # a notice of each follows
 
     async def _mark_dead_reported(self, ids: Sequence[str], now: float) -> list[bool]:
         def op(conn: sqlite3.Connection) -> list[bool]:
@@ -588,7 +601,7 @@ class SqliteStore(StoreFrame):
     # -- operator -----------------------------------------------------------------------------
 
     async def _redrive(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
-        return await self._writer.run(lambda conn: _redrive_rows(conn, ids, why, now))
+        return await self._writer.run(lambda conn: _redrive_rows(conn, ids, why, now), promise=True)
 
     async def _redrive_dead(
         self, text: str | None, limit: int, why: str, now: float, *, include_cancelled: bool
@@ -599,7 +612,7 @@ class SqliteStore(StoreFrame):
             ids = [r[0] for r in conn.execute(sql.DEAD_MATCHING, (text, limit, skip))]
             return ids, *_redrive_rows(conn, ids, why, now)
 
-        return await self._writer.run(op)
+        return await self._writer.run(op, promise=True)
 
     async def _cancel(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
         def op(conn: sqlite3.Connection) -> tuple[Moves, Moves]:
@@ -608,7 +621,7 @@ class SqliteStore(StoreFrame):
             rows = conn.execute(sql.CANCEL, (why, now, json.dumps(list(ids)))).fetchall()
             return {r[0]: seen[r[0]] for r in rows}, seen
 
-        return await self._writer.run(op)
+        return await self._writer.run(op, promise=True)
 
     # -- reads --------------------------------------------------------------------------------
 

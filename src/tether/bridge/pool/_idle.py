@@ -1,0 +1,24 @@
+"""How long a poll that keeps finding nothing waits before its next look.
+
+An idle bridge must sleep: a worker's claim, the lead's sweep and delivery's look each find
+nothing while no message comes, and at their busy-time intervals (tens of milliseconds) they
+cost several percent of a core doing it. Each waits on its doorbell, which in-process news
+rings at once (ingest, an assignment, a stored result), so the interval only bounds how late
+news from elsewhere is seen (another process on the same store, a retry falling due). After
+each look that found nothing the wait doubles (the one ``Backoff``), up to ``IDLE_MAXIMUM``;
+a look that found something, or a ring, starts again from the busy interval.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ..._backoff import Backoff
+
+IDLE_MAXIMUM: Final = 2.0
+"""Seconds an idle poll waits at most: how late news that rings no doorbell is seen."""
+
+
+def idle_backoff(interval: float, maximum: float = IDLE_MAXIMUM) -> Backoff:
+    """Waits from ``interval`` doubling to ``maximum`` (or ``interval``, if longer)."""
+    return Backoff(initial=interval, maximum=max(interval, maximum), multiplier=2.0)

@@ -1,0 +1,76 @@
+"""SQLite durable at promises: which calls sync the WAL, and that a promise waits for it.
+
+The end-to-end proof (a machine crash cut at random moments) is
+``tests/service/test_durable_at_promises.py``; these pin where the barrier runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tether.bridge import SqliteStore, Task
+from tether.bridge.stores.sqlite._durable import wal_barrier
+
+
+async def _counting(store: SqliteStore) -> list[int]:
+    calls: list[int] = []
+    real = store._writer.barrier
+    assert real is not None
+
+    def barrier() -> None:
+        real()
+        calls.append(1)
+
+    store._writer.barrier = barrier
+    return calls
+
+
+async def test_only_promises_sync_the_wal(tmp_path: Path) -> None:
+    async with await SqliteStore.open(tmp_path / "c.db") as store:
+        synced = await _counting(store)
+        await store.ingest_many([Task("t1", "a"), Task("t2", "b")])  # its ack follows
+        assert len(synced) == 1
+        assert await store.ready_results() == []  # nothing found: nothing promised
+        claim = await store.claim("w0", leaderless=True)
+        assert claim is not None
+        claim = await store.renew(claim)
+        await store.complete(claim, "done")
+        assert len(synced) == 1  # claim, renew, complete promise nothing outside
+        [result] = await store.ready_results()  # its post follows
+        assert len(synced) == 2
+        await store.mark_delivered(result.task.id)
+        assert len(synced) == 2
+        await store.cancel(["t2"], "an operator's move")  # the operator is answered
+        assert len(synced) == 3
+
+
+async def test_a_promise_is_not_made_when_the_sync_fails(tmp_path: Path) -> None:
+    async with await SqliteStore.open(tmp_path / "c.db") as store:
+
+        def broken() -> None:
+            raise OSError(5, "Input/output error")
+
+        store._writer.barrier = broken
+        with pytest.raises(OSError, match="Input/output"):
+            await store.ingest(Task("t1", "a"))  # so no ack is sent
+        claim = await store.claim("w0", leaderless=True)  # the commit itself stands
+        assert claim is not None
+        await store.complete(claim, "done")  # promises nothing: no sync, no error
+        with pytest.raises(OSError, match="Input/output"):
+            await store.ready_results()  # found a result: its post would be a promise
+
+
+async def test_full_syncs_every_commit_and_needs_no_barrier(tmp_path: Path) -> None:
+    async with await SqliteStore.open(tmp_path / "c.db", synchronous="FULL") as store:
+        assert store._writer.barrier is None
+        await store.ingest(Task("t1", "a"))
+        assert store._writer.barriers == 0
+
+
+def test_the_barrier_of_a_store_without_a_wal_does_nothing(tmp_path: Path) -> None:
+    wal_barrier(tmp_path / "none.db")()  # no -wal file: nothing to sync, no error
+    db = tmp_path / "c.db"
+    db.with_name("c.db-wal").write_bytes(b"x")
+    wal_barrier(db)()
