@@ -18,11 +18,10 @@ RECORD_COLS: Final = (
     f"{TASK_COLS}, state, owner, attempt, lease_until, result, reason, created_at, updated_at, "
     "not_before, crash_count, crashes_alone, suspect"
 )
-FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND attempt = ? AND lease_until > ?"
-FENCE_NAMED: Final = (
-    "id = :id AND state = 'claimed' AND owner = :worker AND attempt = :attempt "
-    "AND lease_until > :now"
-)
+FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND attempt = ?"
+"""A claim is held until the reconciler takes it back: never compared with the time
+(``custody._outage``)."""
+FENCE_NAMED: Final = "id = :id AND state = 'claimed' AND owner = :worker AND attempt = :attempt"
 DUE: Final = "(not_before IS NULL OR not_before <= ?)"
 """A pending task that is not waiting out a retry backoff (the parameter: now)."""
 ROOM_GATE: Final = room_gate("t", "tasks", "rowid", "o.no_send = 0")
@@ -218,7 +217,7 @@ _EXPIRED_SELECT: Final = (
 )
 """An expired lease's evidence for ``custody._crashes.Expired``."""
 EXPIRED_CLAIMS: Final = (
-    f"{_EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.lease_until <= ? "
+    f"{_EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.lease_until <= ? "  # the cutoff
     "ORDER BY t.lease_until, t.rowid LIMIT ?"
 )
 CLAIMS_OF: Final = f"{_EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.owner = ? ORDER BY t.rowid"
