@@ -104,9 +104,7 @@ class CustodyMachine(RuleBasedStateMachine):
     def _live(self, claim: Claim) -> bool:
         m = self.model[claim.task.id]
         return (
-            m.state is S.CLAIMED
-            and m.owner == claim.worker
-            and m.attempt == claim.attempt
+            m.state is S.CLAIMED and m.owner == claim.worker and m.attempt == claim.attempt
         )  # held until the reconciler takes it back, whatever the time (custody._outage)
 
     def _next_for(self, worker: str, leaderless: bool) -> str | None:

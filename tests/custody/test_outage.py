@@ -20,9 +20,16 @@ def test_within_a_lease_of_the_stores_return_nothing_lapsed() -> None:
 
 def test_the_reach_says_once_when_an_outage_begins_and_ends() -> None:
     reach = StoreReach()
-    assert reach.up and reach.reached(1.0) is None and reach.back_at is None
-    assert reach.lost(2.0) and not reach.lost(3.0)
-    assert not reach.up and reach.down_since == 2.0
+    assert reach.up
+    assert reach.reached(1.0) is None
+    assert reach.back_at is None
+    assert reach.lost(2.0)
+    assert not reach.lost(3.0)
+    assert not reach.up
+    assert reach.down_since == 2.0
     assert reach.reached(7.5) == 5.5
-    assert reach.up and reach.back_at == 7.5 and reach.checked_at == 7.5
-    assert reach.reached(8.0) is None and reach.back_at == 7.5
+    assert reach.up
+    assert reach.back_at == 7.5
+    assert reach.checked_at == 7.5
+    assert reach.reached(8.0) is None
+    assert reach.back_at == 7.5

@@ -25,7 +25,8 @@ async def _hold(store: Store, worker: str, id: str) -> Claim:
     await store.ingest(Task(id, f"body {id}"))
     await store.beat(worker, "worker", 1)
     claim = await store.claim(worker, leaderless=True)
-    assert claim is not None and claim.task.id == id
+    assert claim is not None
+    assert claim.task.id == id
     return claim
 
 
