@@ -12,6 +12,7 @@ from .._core._directory import Directory
 from .._core._registry import TaskRegistry
 from .._protocol._connection import ConnectionStatus
 from .._runtime import Runtime
+from ._custody_cache import CustodyCache
 from ._sections import CustodySource, Histograms, PoolSource
 
 DEFAULT_GATEWAY_WINDOW = 120.0
@@ -54,10 +55,14 @@ class Observed:
     """This process's pool membership and the leader it sees (bridges, ``tether worker run``)."""
     timings: Histograms | None = None
     """Queue wait, run and delivery times (the bridge's), exported as histograms."""
+    custody_cache: CustodyCache | None = attrs.field(init=False, default=None)
+    """What the routes answer from: ``custody`` read in the background (``serve_admin``)."""
 
     def __attrs_post_init__(self) -> None:
         if not self.gateway_window > 0:
             raise ValueError(f"gateway_window must be > 0 seconds, got {self.gateway_window!r}")
+        if self.custody is not None:
+            self.custody_cache = CustodyCache(self.custody)
 
     @classmethod
     def of_runtime(

@@ -64,6 +64,8 @@ async def serve_admin(
             graceful_timeout=settings.graceful_timeout,
             errorlog="tether.admin.http",
         )
+        if observed.custody_cache is not None:  # the routes answer from its latest reading
+            await nursery.start(observed.custody_cache.run)
         port, bind, stop = await start_hypercorn(nursery, app, config, what="the admin endpoint")
         log.info("admin endpoint listening on %s", bind)
         task_status.started(port)
