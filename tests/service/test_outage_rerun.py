@@ -29,6 +29,7 @@ async def test_a_child_that_met_an_outage_runs_again_and_starts_once(
     assert len(lines) == 2
     assert "lost the connection 1" in lines[0]
     assert "runs again" in lines[0]
+    assert lines[0].startswith("child a child met")
 
 
 async def test_any_other_failure_is_the_childs() -> None:

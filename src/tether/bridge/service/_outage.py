@@ -25,6 +25,7 @@ RERUN_PAUSE_S: Final = 0.5
 
 async def run_through_outages(
     run: Callable[..., Awaitable[None]],
+    name: str = "a child",
     *,
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -44,9 +45,8 @@ async def run_through_outages(
         try:
             await run(task_status=_Status())
         except* STORE_UNREACHABLE as group:
-            name = getattr(run, "__qualname__", repr(run))
             log.warning(
-                "%s met the store's outage (%s); it runs again when the store answers",
+                "child %s met the store's outage (%s); it runs again when the store answers",
                 name,
                 first_line(_first(group)),
             )

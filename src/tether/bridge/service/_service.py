@@ -466,17 +466,22 @@ class BridgeService:
             name,
             self._guarded,
             run,
+            name,
             restart=restart,
             shutdown_grace=self.config.grace if grace is None else grace,
         )
 
     async def _guarded(
-        self, run: ServiceRun, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        run: ServiceRun,
+        name: str = "a child",
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Run a child; a gateway auth refusal stops the whole bridge instead of a restart, and
         a store call that met the start of an outage runs the child again at once."""
         try:
-            await run_through_outages(run, task_status=task_status)
+            await run_through_outages(run, name, task_status=task_status)
         except* GatewayAuthError as group:
             if self.fatal is None:
                 self.fatal = group.exceptions[0]

@@ -195,6 +195,7 @@ class WorkerService:
                 "reconciler",
                 run_through_outages,
                 until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
+                "reconciler",
             )
         )
         if config.lead:
@@ -206,7 +207,9 @@ class WorkerService:
                 wakeups=self.wakeups,
             )
             await supervisor.start_child(
-                ChildSpec("lead", run_through_outages, self.lead.run, shutdown_grace=config.grace)
+                ChildSpec(
+                    "lead", run_through_outages, self.lead.run, "lead", shutdown_grace=config.grace
+                )
             )
         await supervisor.start_child(
             ChildSpec("workers", self._run_workers, shutdown_grace=self.worker_grace)
@@ -216,6 +219,7 @@ class WorkerService:
                 "status",
                 run_through_outages,
                 until_stopped(self._publish_status),
+                "status",
                 restart="permanent",
             )
         )
@@ -225,6 +229,7 @@ class WorkerService:
                     "store-wakeups",
                     run_through_outages,
                     until_stopped(partial(self._relay_wakeups, store)),
+                    "store-wakeups",
                 )
             )
 
