@@ -106,12 +106,8 @@ class CustodyMachine(RuleBasedStateMachine):
     def _live(self, claim: Claim) -> bool:
         m = self.model[claim.task.id]
         return (
-            m.state is S.CLAIMED
-            and m.owner == claim.worker
-            and m.attempt == claim.attempt
-            and m.lease_until is not None
-            and m.lease_until > self.clock.now
-        )
+            m.state is S.CLAIMED and m.owner == claim.worker and m.attempt == claim.attempt
+        )  # held until the reconciler takes it back, whatever the time (custody._outage)
 
     def _next_for(self, worker: str, leaderless: bool) -> str | None:
         def key(id: str) -> tuple[int, int]:

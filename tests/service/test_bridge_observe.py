@@ -88,7 +88,15 @@ async def test_a_running_bridge_reports_health_metrics_and_its_task_tree(
             assert w1.endswith("-w1")
             assert {("workers", w1), ("workers", w2)} <= children
 
-            metrics = samples((await admin.get("/metrics", headers=headers)).text)
+            metrics: dict[Any, float] = {}
+
+            async def reading_caught_up() -> bool:  # the endpoint reads the store each second
+                nonlocal metrics
+                metrics = samples((await admin.get("/metrics", headers=headers)).text)
+                delivered = ("tether_custody_tasks", (("state", "delivered"),))
+                return metrics.get(delivered) == len(ids)
+
+            await wait_until(reading_caught_up, within=10)
             assert metrics[("tether_ingested_total", ())] == len(ids)
             assert metrics[("tether_ingest_conflicts_total", ())] == 0
             assert metrics[("tether_deliveries_total", ())] == len(ids)

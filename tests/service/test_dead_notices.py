@@ -86,8 +86,17 @@ async def test_an_agent_that_always_crashes_gets_its_user_a_closed_message_with_
             base_url=f"http://127.0.0.1:{service.admin_port}",
             headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
         ) as admin:
-            text = (await admin.get("/metrics")).text
-        values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+            values: dict[str, float] = {}
+
+            async def reading_caught_up() -> bool:  # the endpoint reads the store each second
+                nonlocal values
+                text = (await admin.get("/metrics")).text
+                families = text_string_to_metric_families(text)
+                values = {s.name: s.value for f in families for s in f.samples}
+                dead = values.get("tether_dead_letters")
+                return dead == 1 and values.get("tether_dead_letters_unreported") == 0
+
+            await wait_until(reading_caught_up, within=10)
         assert values["tether_dead_letters_reported_total"] == 1
         assert values["tether_dead_letters_report_refused_total"] == 0
         assert values["tether_dead_letters"] == 1

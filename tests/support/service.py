@@ -58,12 +58,13 @@ class BridgeProcess:
         cls,
         url: str,
         token_file: Path,
-        store: Path,
+        store: Path | str,
         log: Path,
         *,
         agent: str = "tether.agents.echo:factory",
         workers: int = 4,
         extra: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> BridgeProcess:
         args = [
             *BRIDGE_COMMAND,
@@ -78,7 +79,9 @@ class BridgeProcess:
             *extra,
         ]  # fmt: skip
         with open(log, "ab") as sink:  # noqa: ASYNC230 - a file handle for the child
-            process = await trio.lowlevel.open_process(args, stderr=sink, env=bridge_env())
+            process = await trio.lowlevel.open_process(
+                args, stderr=sink, env={**bridge_env(), **(env or {})}
+            )
         STARTED.append(process)
         return cls(process, log)
 

@@ -110,6 +110,11 @@ def check_health(observed: Observed) -> HealthReport:
                 f"gateway {gateway.gateway} last answered {when} "
                 f"(window {gateway.window_s:g} s)" + (f": {gateway.error}" if gateway.error else "")
             )
+    cache = observed.custody_cache
+    if cache is not None and cache.watching:
+        problem = cache.latest().problem
+        if problem is not None:
+            problems.append(problem)
     if stopping:
         problems.insert(0, "shutting down")
     status = "stopping" if stopping else ("unhealthy" if problems else "ok")

@@ -19,9 +19,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from .._child import CHILD_STATES
 from .._core._registry import ALL_KINDS, TaskRegistry
+from ._custody_cache import CachedReading
 from ._health import gateway_check
 from ._observed import Observed
-from ._sections import CustodyReading
 from ._status import read_custody
 
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
@@ -30,7 +30,7 @@ CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 @attrs.define(eq=False)
 class _LiveCollector(Collector):
     observed: Observed
-    custody: CustodyReading | None = None
+    custody: CachedReading | None = None
 
     def collect(
         self,
@@ -108,14 +108,24 @@ class _LiveCollector(Collector):
         )
 
     def _custody_metrics(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        reading = self.custody
-        if reading is None:
+        cached = self.custody
+        if cached is None:
             return
         yield GaugeMetricFamily(
             "tether_custody_store_up",
-            "1 when the custody store answered this scrape",
-            value=int(reading.counts is not None),
+            "1 when the custody store's latest reading is recent and answered "
+            "(the endpoint reads it in the background)",
+            value=int(cached.up),
         )
+        if cached.age_s is not None:
+            yield GaugeMetricFamily(
+                "tether_custody_reading_age_seconds",
+                "How old the custody reading below is",
+                value=cached.age_s,
+            )
+        reading = cached.reading
+        if reading is None:
+            return
         counts = reading.counts
         if counts is None:
             return

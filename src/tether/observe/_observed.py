@@ -12,6 +12,7 @@ from .._core._directory import Directory
 from .._core._registry import TaskRegistry
 from .._protocol._connection import ConnectionStatus
 from .._runtime import Runtime
+from ._custody_cache import CustodyCache
 from ._routes import AdminRoutes
 from ._sections import CustodySource, Histograms, PoolSource
 
@@ -57,10 +58,14 @@ class Observed:
     """Queue wait, run and delivery times (the bridge's), exported as histograms."""
     routes: AdminRoutes | None = None
     """Routes the service adds (the bridge's operator page under ``/ops``)."""
+    custody_cache: CustodyCache | None = attrs.field(init=False, default=None)
+    """What the routes answer from: ``custody`` read in the background (``serve_admin``)."""
 
     def __attrs_post_init__(self) -> None:
         if not self.gateway_window > 0:
             raise ValueError(f"gateway_window must be > 0 seconds, got {self.gateway_window!r}")
+        if self.custody is not None:
+            self.custody_cache = CustodyCache(self.custody)
 
     @classmethod
     def of_runtime(

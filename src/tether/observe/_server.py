@@ -18,6 +18,7 @@ from .._http._asgi import hypercorn_config, start_hypercorn
 from .._http._auth import TokenSource
 from .._plumbing._token_file import read_token
 from ._app import AdminApp
+from ._custody_cache import CustodyCache
 from ._observed import Observed
 
 log = logging.getLogger("tether.admin")
@@ -64,12 +65,26 @@ async def serve_admin(
             graceful_timeout=settings.graceful_timeout,
             errorlog="tether.admin.http",
         )
+        refreshing = trio.CancelScope()
+        if observed.custody_cache is not None:  # the routes answer from its latest reading
+            await nursery.start(_refresh, observed.custody_cache, refreshing)
         port, bind, stop = await start_hypercorn(nursery, app, config, what="the admin endpoint")
         log.info("admin endpoint listening on %s", bind)
         task_status.started(port)
         if shutdown_trigger is not None:
             await shutdown_trigger()
             stop.set()
+            refreshing.cancel()  # the last reading stays for the requests still answered
+
+
+async def _refresh(
+    cache: CustodyCache,
+    scope: trio.CancelScope,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    with scope:
+        await cache.run(task_status=task_status)
 
 
 def admin_child(observed: Observed, settings: AdminSettings, *, name: str = "admin") -> ChildSpec:

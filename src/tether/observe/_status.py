@@ -13,9 +13,9 @@ import trio
 from .._child import ChildSnapshot
 from .._plumbing._converter import unstructure
 from .._protocol._connection import ConnectionStatus
+from ._custody_cache import CachedReading
 from ._health import HealthReport, check_health
 from ._observed import Observed
-from ._sections import CustodyReading
 
 PoolLines = Callable[[dict[str, Any]], list[str]]
 """Renders the ``pool`` section of ``/status`` (its JSON form) as lines for ``tether status``."""
@@ -85,6 +85,8 @@ class StatusReport:
     timings: list[TimingView] = attrs.field(factory=list)
     oldest_s: dict[str, float] = attrs.field(factory=dict)
     """Age (since intake) of the oldest task in each in-custody state that holds any."""
+    custody_age_s: float | None = None
+    """How old the custody reading is (the endpoint reads the store in the background)."""
 
 
 def child_view(child: ChildSnapshot, now: float) -> ChildView:
@@ -103,14 +105,16 @@ def child_view(child: ChildSnapshot, now: float) -> ChildView:
     )
 
 
-async def read_custody(observed: Observed) -> CustodyReading | None:
-    """None when the service hands no custody store."""
-    return None if observed.custody is None else await observed.custody()
+async def read_custody(observed: Observed) -> CachedReading | None:
+    """The latest custody reading with its age (None when the service hands no store)."""
+    cache = observed.custody_cache
+    return None if cache is None else await cache.read()
 
 
 async def status_report(observed: Observed) -> StatusReport:
     """Read everything ``/status`` shows from ``observed`` now."""
-    reading = await read_custody(observed)
+    cached = await read_custody(observed)
+    reading = None if cached is None else cached.reading
     counts = None if reading is None else reading.counts
     now = trio.current_time()
     supervisors = []
@@ -146,7 +150,7 @@ async def status_report(observed: Observed) -> StatusReport:
         sessions=sessions,
         custody=None if counts is None else dict(counts),
         in_flight=None if reading is None else reading.in_flight,
-        custody_error=None if reading is None else reading.error,
+        custody_error=None if cached is None else cached.problem,
         gateway=None if observed.gateway is None else observed.gateway(),
         live_tasks=observed.registry.count(),
         handler_failures=observed.directory.handler_failures(),
@@ -154,6 +158,7 @@ async def status_report(observed: Observed) -> StatusReport:
         pool=None if observed.pool is None else unstructure(observed.pool()),
         timings=timing_views(observed),
         oldest_s={} if reading is None else dict(reading.oldest_s),
+        custody_age_s=None if cached is None else cached.age_s,
     )
 
 
@@ -207,9 +212,10 @@ def render_status(report: StatusReport, *, pool_lines: PoolLines | None = None) 
             )
     if report.custody is not None:
         counts = ", ".join(f"{state} {n}" for state, n in report.custody.items())
-        lines.append(f"custody: {report.in_flight} in flight ({counts})")
-    elif report.custody_error is not None:
-        lines.append(f"custody: cannot read the store: {report.custody_error}")
+        age = "" if report.custody_age_s is None else f", read {report.custody_age_s:.1f}s ago"
+        lines.append(f"custody: {report.in_flight} in flight ({counts}{age})")
+    if report.custody_error is not None:
+        lines.append(f"custody: store down: {report.custody_error}")
     if report.oldest_s:
         oldest = ", ".join(f"{state} {age:.1f}s" for state, age in report.oldest_s.items())
         lines.append(f"oldest in custody: {oldest}")

@@ -14,6 +14,7 @@ import trio
 
 from ..custody._roles import StallStore
 from ._liveness import check_seconds
+from ._outage import STORE_UNREACHABLE
 from ._stop import StopSignal
 
 log = logging.getLogger("tether.bridge.pool.stall")
@@ -99,5 +100,8 @@ class StallWatcher:
                 with trio.move_on_after(self.interval):
                     await self._stop.wait()
                 if not self._stop.is_set():
-                    await self.run_once()
+                    try:
+                        await self.run_once()
+                    except STORE_UNREACHABLE as exc:  # a pass that met an outage: the next
+                        log.debug("stall watch: a pass missed the store: %s", exc)
             nursery.cancel_scope.cancel()

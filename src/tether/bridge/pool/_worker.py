@@ -31,6 +31,7 @@ from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._completions import CompletionBatcher
 from ._idle import idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
+from ._outage import STORE_UNREACHABLE, until_stored
 from ._progress import Progress, ProgressUpdate, reporting
 from ._quarantine import Quarantine, QuarantineDeath, QuarantineStartError
 from ._retry import Permanent, Retry, RetryBackoff
@@ -413,12 +414,17 @@ class PoolWorker:
                     claims = await self.store.claim_many(
                         self.name, wanted, leaderless=self.leaderless, quarantine=places
                     )
-                except BaseException:
+                except BaseException as exc:
                     for _ in range(wanted):
                         slots.release()
                     if q is not None and places:
                         q.give_back(places)
-                    raise
+                    if not isinstance(exc, STORE_UNREACHABLE):
+                        raise
+                    # the store waits out an outage; this call met its start: claim again
+                    log.debug("worker %s: a claim missed the store: %s", self.name, exc)
+                    await trio.sleep(self.poll_interval)
+                    continue
                 if q is not None and places:
                     q.give_back(places - sum(c.suspect for c in claims))
                 for _ in range(wanted - len(claims)):
@@ -647,8 +653,13 @@ class PoolWorker:
 
     async def _complete(self, entry: _Active, reply: Reply) -> None:
         entry.finishing = True
+        claim = entry.claim
         try:
-            await self.completions.complete(entry.claim, reply.body, no_send=reply.no_send)
+            await until_stored(
+                lambda: self.completions.complete(claim, reply.body, no_send=reply.no_send),
+                what=f"worker {self.name}: storing the reply to task {claim.task.id}",
+                pause=self._interval,
+            )
         except StaleLease as exc:
             self._lose(entry, exc)
             return
@@ -688,8 +699,11 @@ class PoolWorker:
         permanent = isinstance(exc, Permanent)
         delay = 0.0 if permanent else self.retry_delay(exc, entry.claim.attempt)
         try:
-            state = await self.store.fail(
-                entry.claim, reason, retry_after=delay, permanent=permanent
+            claim = entry.claim
+            state = await until_stored(
+                lambda: self.store.fail(claim, reason, retry_after=delay, permanent=permanent),
+                what=f"worker {self.name}: storing the failure of task {claim.task.id}",
+                pause=self._interval,
             )
         except StaleLease as stale:
             self._lose(entry, stale)
@@ -785,9 +799,19 @@ class PoolWorker:
         while True:
             await trio.sleep(self._interval)
             async with trio.open_nursery() as nursery:  # one writer batch
-                nursery.start_soon(self._beat)
+                nursery.start_soon(self._skipped_in_an_outage, self._beat)
                 for entry in list(self._active):
-                    nursery.start_soon(self._renew, entry)
+                    nursery.start_soon(self._skipped_in_an_outage, self._renew, entry)
+
+    async def _skipped_in_an_outage(
+        self, beat: Callable[..., Awaitable[None]], *args: object
+    ) -> None:
+        """A beat or renewal that met an outage is skipped: the next comes an interval later,
+        and the store holds no lease against its holder meanwhile (custody._outage)."""
+        try:
+            await beat(*args)
+        except STORE_UNREACHABLE as exc:
+            log.debug("worker %s: a beat missed the store: %s", self.name, exc)
 
     async def _beat(self) -> None:
         capacity = 0 if self._stopping else self.asked_capacity

@@ -52,6 +52,7 @@ from ._dead_notices import DeadNotices
 from ._delivery import Delivery, delivery_holder
 from ._ingest import Ingest
 from ._names import host_stem, lead_name, one_bridge_per_file, pool_stem, worker_names
+from ._outage import run_through_outages
 from ._pool_store import open_pool_store
 from ._process import run_until_signal, until_stopped
 from ._settings import prepare_store_dir
@@ -521,16 +522,22 @@ class BridgeService:
             name,
             self._guarded,
             run,
+            name,
             restart=restart,
             shutdown_grace=self.config.grace if grace is None else grace,
         )
 
     async def _guarded(
-        self, run: ServiceRun, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        run: ServiceRun,
+        name: str = "a child",
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Run a child; a gateway auth refusal stops the whole bridge instead of a restart."""
+        """Run a child; a gateway auth refusal stops the whole bridge instead of a restart, and
+        a store call that met the start of an outage runs the child again at once."""
         try:
-            await run(task_status=task_status)
+            await run_through_outages(run, name, task_status=task_status)
         except* GatewayAuthError as group:
             if self.fatal is None:
                 self.fatal = group.exceptions[0]

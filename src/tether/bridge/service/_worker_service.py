@@ -40,6 +40,7 @@ from ..pool._status import PoolStatus, pool_status
 from ..pool._wakeup import PoolWakeups
 from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
 from ._names import CHOSE_ANOTHER, lead_name, pool_stem, worker_names
+from ._outage import run_through_outages
 from ._pool_store import open_pool_store
 from ._process import run_until_signal, until_stopped
 from ._worker_config import WorkerConfig
@@ -193,7 +194,9 @@ class WorkerService:
         await supervisor.start_child(
             ChildSpec(
                 "reconciler",
+                run_through_outages,
                 until_stopped(partial(reconciler.run, interval=config.reconcile_interval)),
+                "reconciler",
             )
         )
         if config.lead:
@@ -205,17 +208,30 @@ class WorkerService:
                 wakeups=self.wakeups,
             )
             await supervisor.start_child(
-                ChildSpec("lead", self.lead.run, shutdown_grace=config.grace)
+                ChildSpec(
+                    "lead", run_through_outages, self.lead.run, "lead", shutdown_grace=config.grace
+                )
             )
         await supervisor.start_child(
             ChildSpec("workers", self._run_workers, shutdown_grace=self.worker_grace)
         )
         await supervisor.start_child(
-            ChildSpec("status", until_stopped(self._publish_status), restart="permanent")
+            ChildSpec(
+                "status",
+                run_through_outages,
+                until_stopped(self._publish_status),
+                "status",
+                restart="permanent",
+            )
         )
         if hasattr(store, "wait_for_work"):
             await supervisor.start_child(
-                ChildSpec("store-wakeups", until_stopped(partial(self._relay_wakeups, store)))
+                ChildSpec(
+                    "store-wakeups",
+                    run_through_outages,
+                    until_stopped(partial(self._relay_wakeups, store)),
+                    "store-wakeups",
+                )
             )
 
     async def _relay_wakeups(

@@ -23,6 +23,7 @@ from ..custody._crashes import (
     check_max_quarantine_deaths,
     expiry_outcome,
 )
+from ..custody._outage import StoreReach, expiry_cutoff
 from ..custody._records import (
     WORKER_ROLES,
     JournalEntry,
@@ -80,6 +81,8 @@ class StoreFrame(abc.ABC):
     max_attempts: int
     max_body_bytes: int
     max_crashes_alone: int
+    reach: StoreReach
+    """Whether this process reaches the store, and since when (``custody._outage``)."""
 
     @abc.abstractmethod
     async def aclose(self) -> None: ...
@@ -462,6 +465,12 @@ class StoreFrame(abc.ABC):
 
     @abc.abstractmethod
     async def _expire_leases(self, limit: int, now: float) -> list[LeaseExpiry]: ...
+
+    def _expiry_cutoff(self, now: float, server_started: float | None = None) -> float | None:
+        """``custody._outage.expiry_cutoff`` from the later of this process's last return of
+        the store and ``server_started`` (when the server last started: an outage for all)."""
+        backs = [t for t in (self.reach.back_at, server_started) if t is not None]
+        return expiry_cutoff(now, self.lease_s, max(backs) if backs else None)
 
     # -- delivery -----------------------------------------------------------------------------
 

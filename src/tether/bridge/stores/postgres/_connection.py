@@ -5,22 +5,43 @@ call into its sync API (``run_on``) with a pooled autocommit connection. No stat
 forever (the thread cannot be abandoned: its caller must learn the outcome), so every session
 sets ``lock_timeout`` and ``statement_timeout``, and a failure is translated into one of two
 errors that say whether the change may have committed.
+
+An outage costs seconds, not minutes, after the server is back: a hop waits at most
+``WAIT_HOP_S`` for a connection (``NoConnection``: nothing ran; the store waits and tries
+again), the pool tries each reconnection for ``RECONNECT_S`` only, so its backoff never grows
+past a second or two (the next caller's wait starts a fresh one), and every connection is
+checked before use, so one that died with the server is replaced, not handed out.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...._expected import ExpectedFailure
 from ._schema import check_current, migrate
 
 T = TypeVar("T")
 Conn = psycopg.Connection[TupleRow]
+
+
+WAIT_HOP_S: Final = 1.0
+"""The longest one thread hop waits for a pooled connection (then it returns to Trio)."""
+RECONNECT_S: Final = 2.0
+"""How long the pool retries one reconnection (its backoff: 1 s, then the rest)."""
+
+# the pool logs each failed reconnection (one a second through an outage); the store says
+# once when the server went away and once when it came back (PostgresStore._run)
+logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+
+
+class NoConnection(Exception):
+    """No connection within ``WAIT_HOP_S``: the server is unreachable; nothing ran."""
 
 
 class StoreTimeout(ExpectedFailure, TimeoutError):
@@ -127,8 +148,10 @@ def open_pool(
         kwargs=kwargs,
         open=False,
         name=f"tether-{schema}",
-        timeout=connect_timeout_s + 30.0,
+        timeout=WAIT_HOP_S,
+        reconnect_timeout=RECONNECT_S,
         configure=configure,
+        check=ConnectionPool.check_connection,
     )
     try:
         pool.open(wait=True, timeout=connect_timeout_s)
@@ -149,6 +172,10 @@ def run_on(pool: ConnectionPool[Conn], fn: Callable[[Conn], T], shown: str) -> T
         with pool.connection() as conn:
             used = conn
             return fn(conn)
+    except PoolTimeout as exc:
+        if used is not None:
+            raise
+        raise NoConnection(first_line(exc)) from None
     except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
         raise StoreTimeout(
             f"PostgreSQL at {shown} cancelled a store statement "

@@ -25,11 +25,11 @@ RECORD_COLS: Final = (
 DUE: Final = "(t.not_before IS NULL OR t.not_before <= %(now)s)"
 """A pending task that is not waiting out a retry backoff."""
 FENCE: Final = (
-    "t.id = %(id)s AND t.state = 'claimed' AND t.owner = %(worker)s "
-    "AND t.run_no = %(run)s AND t.lease_until > %(now)s"
+    "t.id = %(id)s AND t.state = 'claimed' AND t.owner = %(worker)s AND t.run_no = %(run)s"
 )
-"""A live claim: its task, worker and run number (``Claim.run``; never ``attempt``, which a
-re-drive resets), with the lease unexpired."""
+"""A claim: its task, worker and run number (``Claim.run``; never ``attempt``, which a re-drive
+resets), held until the reconciler takes it back: never compared with the time
+(``custody._outage``)."""
 _IN_PROCESS: Final = (
     "(c.owner = %(worker)s OR (%(prefix)s::text IS NOT NULL "
     "AND left(c.owner, length(%(prefix)s::text)) = %(prefix)s::text))"
@@ -355,7 +355,7 @@ class Sql:
             "no_send = %(no_send)s, lease_until = NULL, suspect = false, updated_at = %(now)s "
             "FROM v "
             "WHERE t.id = v.id AND t.state = 'claimed' AND t.owner = v.worker "
-            "AND t.run_no = v.run AND t.lease_until > %(now)s "
+            "AND t.run_no = v.run "
             "RETURNING t.id, v.worker, v.run) "
             "SELECT u.id, u.worker, u.run, pg_notify(%(chan)s, %(payload)s)::text FROM u"
         )
@@ -405,9 +405,10 @@ class Sql:
 
     @property
     def expired_claims(self) -> str:
-        """Expired leases with their holder's last beat, locked for this transaction."""
+        """Leases that ran out by ``%(cutoff)s`` (``custody._outage``) with their holder's last
+        beat, locked for this transaction."""
         return (
-            f"{self._expired_select} WHERE t.state = 'claimed' AND t.lease_until <= %(now)s "
+            f"{self._expired_select} WHERE t.state = 'claimed' AND t.lease_until <= %(cutoff)s "
             "ORDER BY t.lease_until, t.seq LIMIT %(limit)s FOR UPDATE OF t SKIP LOCKED"
         )
 

@@ -11,6 +11,7 @@ a database must keep their clocks synchronised (NTP) well within ``lease_s``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -20,11 +21,13 @@ import attrs
 import trio
 from psycopg_pool import ConnectionPool
 
+from ...._plumbing._when import clock_time, duration
 from ...custody._crashes import (
     DEFAULT_MAX_CRASHES_ALONE,
     process_prefix,
     quarantine_death_outcome,
 )
+from ...custody._outage import StoreReach
 from ...custody._records import (
     Assignment,
     Decide,
@@ -66,14 +69,24 @@ from .._frame import Moves, StoreFrame, check_settings, lease_expiry
 from .._operator import CANCELLED_PREFIX
 from .._rooms_sql import SUPERSEDED_OWNER
 from ._connection import Conn as Conn
+from ._connection import (
+    NoConnection,
+    T,
+    check_timeouts,
+    connector,
+    first_line,
+    open_pool,
+    run_on,
+)
 from ._connection import StoreConnectionLost as StoreConnectionLost
 from ._connection import StoreTimeout as StoreTimeout
-from ._connection import T, check_timeouts, connector, open_pool, run_on
 from ._dsn import redact_dsn
 from ._durable import Durability, Promise, Synchronous
 from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
 from ._schema import check_schema
 from ._sql import Sql
+
+log = logging.getLogger("tether.bridge.postgres")
 
 
 @attrs.define(eq=False)
@@ -98,6 +111,10 @@ class PostgresStore(StoreFrame):
     """What waits for the WAL flush: promises (NORMAL, the default) or every commit (FULL)."""
     _closed: bool = attrs.field(init=False, default=False)
     _sql: Sql = attrs.field(init=False)
+    reach: StoreReach = attrs.field(init=False, factory=StoreReach)
+    """Whether this process reaches the server, and since when (``custody._outage``)."""
+    _server_started: float | None = attrs.field(init=False, default=None)
+    """When the server had last started as the store opened (``_restarted_at``)."""
 
     def __attrs_post_init__(self) -> None:
         self._limiters = trio.lowlevel.RunVar(f"tether-postgres-limiter-{id(self)}")
@@ -169,7 +186,7 @@ class PostgresStore(StoreFrame):
             with pool.connection() as conn:
                 conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
-        return cls(
+        store = cls(
             shown,
             schema,
             clock,
@@ -183,6 +200,8 @@ class PostgresStore(StoreFrame):
             max_crashes_alone,
             Durability("FULL" if read_only else synchronous),
         )
+        await store._run(lambda conn: store._restarted_at(conn, clock()))  # the baseline
+        return store
 
     async def aclose(self) -> None:
         """Stop the listener and close the pool (connections in use finish first). Idempotent."""
@@ -210,8 +229,54 @@ class PostgresStore(StoreFrame):
             self._limiters.set(limiter)
 
         hop = partial(run_on, self._pool, self.durability.wrap(fn, promise), self.dsn_shown)
-        # not abandoned on cancel: the caller learns the outcome of a change that may commit
-        return await trio.to_thread.run_sync(hop, limiter=limiter)
+        while True:
+            try:
+                # not abandoned on cancel: the caller learns the outcome of a change that may
+                # commit; a hop waits at most WAIT_HOP_S for a connection
+                result = await trio.to_thread.run_sync(hop, limiter=limiter)
+            except NoConnection as exc:  # nothing ran: wait for the server (cancellable here)
+                self._unreachable(str(exc))
+                await trio.lowlevel.checkpoint()
+                if self._closed:
+                    raise trio.ClosedResourceError("the store is closed") from None
+                continue
+            except StoreConnectionLost as exc:
+                self._unreachable(first_line(exc))
+                raise
+            self._reachable()
+            return result
+
+    def _restarted_at(self, conn: Conn, now: float) -> float | None:
+        """When the server restarted, on the store's clock, if it has since the store opened
+        (an outage for every holder, even if this process made no call during it)."""
+        started, uptime = conn.execute(SERVER_STARTED).fetchone() or (None, None)
+        if self._server_started is None:
+            self._server_started = started
+        if started == self._server_started or uptime is None:
+            return None
+        return now - float(uptime)  # a span: the server's clock never meets the store's
+
+    def _unreachable(self, why: str) -> None:
+        """One line when an outage begins (``custody._outage``: it blames nobody)."""
+        if self.reach.lost(self.clock()):
+            log.warning(
+                "PostgreSQL at %s unreachable (%s): store calls wait for it; leases that run "
+                "out meanwhile are not held against their holders",
+                self.dsn_shown,
+                why,
+            )
+
+    def _reachable(self) -> None:
+        """One line when an outage ends: the holders have a lease from now to renew."""
+        outage = self.reach.reached(self.clock())
+        if outage is not None:
+            log.warning(
+                "PostgreSQL at %s reachable again after %s; leases that ran out meanwhile "
+                "lapse only if not renewed by %s",
+                self.dsn_shown,
+                duration(outage),
+                clock_time(self.clock() + self.lease_s),
+            )
 
     def _stored_text(self, text: str) -> str:
         return text.replace("\0", "\\0")  # text cannot hold NUL
@@ -588,7 +653,12 @@ class PostgresStore(StoreFrame):
 
         def op(conn: Conn) -> list[LeaseExpiry]:
             with conn.transaction():
-                settled = self._settled(conn.execute(select, params), now, restarted=restarted)
+                query = dict(params)
+                if not restarted:
+                    query["cutoff"] = self._expiry_cutoff(now, self._restarted_at(conn, now))
+                    if query["cutoff"] is None:
+                        return []
+                settled = self._settled(conn.execute(select, query), now, restarted=restarted)
                 if not settled:
                     return []
                 expired, outcomes = [e for e, _ in settled], [o for _, o in settled]
@@ -829,6 +899,11 @@ class PostgresStore(StoreFrame):
         return await self._run(op, promise=promise)
 
 
+SERVER_STARTED: Final = (
+    "SELECT extract(epoch FROM pg_postmaster_start_time())::float8, "
+    "extract(epoch FROM clock_timestamp() - pg_postmaster_start_time())::float8"
+)
+"""When the server last started (on its clock: compared only with itself) and how long ago."""
 _UTF8: Final = "utf-8"
 _ERRORS: Final = "surrogatepass"  # any Python str round-trips exactly, as in check_body
 

@@ -56,6 +56,8 @@ class Throwaway:
     port: int
     password: str
     run_as: str | None
+    options: str = ""
+    """The server's start options (``resume`` starts it with them again)."""
 
     @property
     def dsn(self) -> str:
@@ -68,6 +70,15 @@ class Throwaway:
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{args[0]} failed ({done.returncode}): {done.stderr.strip()}")
+
+    def pause(self, mode: str = "fast") -> None:
+        """Stop the server but keep its files (``resume`` starts it again): an outage."""
+        self._run("pg_ctl", "-D", str(self.root / "data"), "-m", mode, "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the server ``pause`` stopped; returns once it accepts connections."""
+        data, log = str(self.root / "data"), str(self.root / "log")
+        self._run("pg_ctl", "-D", data, "-l", log, "-w", "-o", self.options, "start")
 
     def stop(self) -> None:
         try:
@@ -130,6 +141,7 @@ def throwaway_postgres(*, fsync: bool = True, max_connections: int = 200) -> Ite
             try:
                 data, log = str(root / "data"), str(root / "log")
                 server._run("pg_ctl", "-D", data, "-l", log, "-w", "-o", options, "start")
+                server.options = options
                 break
             except RuntimeError:
                 if attempt == 2:

@@ -19,12 +19,11 @@ RECORD_COLS: Final = (
     "not_before, crash_count, crashes_alone, suspect, run_no, quarantine_deaths, "
     "last_quarantine_death"
 )
-FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND run_no = ? AND lease_until > ?"
-"""A live claim: its task, worker and run number (``Claim.run``; never ``attempt``, which a
-re-drive resets), with the lease unexpired; the parameters: id, worker, run, now."""
-FENCE_NAMED: Final = (
-    "id = :id AND state = 'claimed' AND owner = :worker AND run_no = :run AND lease_until > :now"
-)
+FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND run_no = ?"
+"""A claim: its task, worker and run number (``Claim.run``; never ``attempt``, which a re-drive
+resets), held until the reconciler takes it back: never compared with the time
+(``custody._outage``); the parameters: id, worker, run."""
+FENCE_NAMED: Final = "id = :id AND state = 'claimed' AND owner = :worker AND run_no = :run"
 DUE: Final = "(not_before IS NULL OR not_before <= ?)"
 """A pending task that is not waiting out a retry backoff (the parameter: now)."""
 ROOM_GATE: Final = room_gate("t", "tasks", "rowid", "o.no_send = 0")
@@ -232,7 +231,7 @@ _EXPIRED_SELECT: Final = (
 )
 """An expired lease's evidence for ``custody._crashes.Expired``."""
 EXPIRED_CLAIMS: Final = (
-    f"{_EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.lease_until <= ? "
+    f"{_EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.lease_until <= ? "  # the cutoff
     "ORDER BY t.lease_until, t.rowid LIMIT ?"
 )
 CLAIMS_OF: Final = f"{_EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.owner = ? ORDER BY t.rowid"

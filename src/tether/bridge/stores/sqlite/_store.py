@@ -34,6 +34,7 @@ from ...custody._crashes import (
     process_prefix,
     quarantine_death_outcome,
 )
+from ...custody._outage import StoreReach
 from ...custody._records import (
     Assignment,
     Decide,
@@ -101,6 +102,8 @@ class SqliteStore(StoreFrame):
     delivery's look is then a read, not a wait for someone else's commit)."""
     max_crashes_alone: int = DEFAULT_MAX_CRASHES_ALONE
     """Crashes while it ran alone that prove a task kills its process (``custody._crashes``)."""
+    reach: StoreReach = attrs.field(init=False, factory=StoreReach)
+    """A file in this process's reach is not lost to an outage; kept for the one rule."""
 
     @classmethod
     async def open(
@@ -367,7 +370,7 @@ class SqliteStore(StoreFrame):
         return await self._writer.run(op)
 
     async def _renew(self, claim: Claim, now: float, until: float) -> float:
-        fence = (claim.task.id, claim.worker, claim.run, now)
+        fence = (claim.task.id, claim.worker, claim.run)
 
         def op(conn: sqlite3.Connection) -> float:
             row = conn.execute(sql.RENEW, (until, now, *fence)).fetchone()
@@ -378,7 +381,7 @@ class SqliteStore(StoreFrame):
         return await self._writer.run(op)
 
     async def _complete(self, claim: Claim, body: str, no_send: bool, now: float) -> None:
-        values = (body, int(no_send), now, claim.task.id, claim.worker, claim.run, now)
+        values = (body, int(no_send), now, claim.task.id, claim.worker, claim.run)
 
         def op(conn: sqlite3.Connection) -> None:
             if conn.execute(sql.COMPLETE, values).rowcount != 1:
@@ -393,7 +396,7 @@ class SqliteStore(StoreFrame):
 
         def op(conn: sqlite3.Connection) -> list[bool]:
             return [
-                conn.execute(sql.COMPLETE, (body, flag, now, id, worker, run, now)).rowcount == 1
+                conn.execute(sql.COMPLETE, (body, flag, now, id, worker, run)).rowcount == 1
                 for worker, run, id, body in items
             ]
 
@@ -439,7 +442,7 @@ class SqliteStore(StoreFrame):
         return await self._writer.run(op)
 
     async def _release(self, claim: Claim, now: float) -> None:
-        values = (now, claim.task.id, claim.worker, claim.run, now)
+        values = (now, claim.task.id, claim.worker, claim.run)
 
         def op(conn: sqlite3.Connection) -> None:
             if conn.execute(sql.RELEASE, values).rowcount != 1:
@@ -474,10 +477,14 @@ class SqliteStore(StoreFrame):
     # -- reconciler ---------------------------------------------------------------------------
 
     async def _expire_leases(self, limit: int, now: float) -> list[LeaseExpiry]:
+        cutoff = self._expiry_cutoff(now)
+        if cutoff is None:
+            return []
+
         def op(conn: sqlite3.Connection) -> list[LeaseExpiry]:
             # the writer holds the write lock: the evidence read and the updates see the same
             # rows; each lease is settled by custody._crashes (a crash or a failed attempt)
-            rows = conn.execute(sql.EXPIRED_CLAIMS, (now, limit)).fetchall()
+            rows = conn.execute(sql.EXPIRED_CLAIMS, (cutoff, limit)).fetchall()
             return self._settle(conn, rows, now, restarted=False)
 
         return await self._writer.run(op)
