@@ -67,6 +67,7 @@ from ._connection import Conn as Conn
 from ._connection import StoreConnectionLost as StoreConnectionLost
 from ._connection import StoreTimeout as StoreTimeout
 from ._connection import T, check_timeouts, connector, open_pool, run_on
+from ._conversations import PostgresConversations
 from ._dsn import redact_dsn
 from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
 from ._schema import check_schema
@@ -74,7 +75,7 @@ from ._sql import Sql
 
 
 @attrs.define(eq=False)
-class PostgresStore(StoreFrame):
+class PostgresStore(StoreFrame, PostgresConversations):
     """Custody in a PostgreSQL schema. Open with ``await PostgresStore.open(dsn)``."""
 
     dsn_shown: str
@@ -425,8 +426,7 @@ class PostgresStore(StoreFrame):
         return float(new_until)
 
     async def _complete(self, claim: Claim, body: str, no_send: bool, now: float) -> None:
-        params = _fence(claim, now)
-        params.update(body=_encode(body), no_send=no_send, chan=self._channel, payload=RESULT)
+        params = self._complete_params(claim, body, no_send, now)
         _, before = await self._cas(self._sql.complete, params)
         if before is not None:
             raise stale_lease(before, claim, now, "complete")
@@ -734,6 +734,25 @@ class PostgresStore(StoreFrame):
         return await self._run(op)
 
     # -- compare-and-set ----------------------------------------------------------------------
+
+    # -- what the conversations (``_conversations``) share with custody ----------------------
+
+    @property
+    def _s(self) -> str:
+        return self._sql.s
+
+    def _missed(self, conn: Conn, claim: Claim, now: float, verb: str) -> Exception:
+        return stale_lease(_seen(conn, self._sql.cas_state, _fence(claim, now)), claim, now, verb)
+
+    def _complete_sql(self) -> str:
+        return self._sql.complete
+
+    def _complete_params(
+        self, claim: Claim, body: str, no_send: bool, now: float
+    ) -> dict[str, Any]:
+        params = _fence(claim, now)
+        params.update(body=_encode(body), no_send=no_send, chan=self._channel, payload=RESULT)
+        return params
 
     async def _cas(self, sql: str, params: Mapping[str, Any]) -> tuple[Any, Seen | None]:
         """Run a CAS statement; return (its RETURNING value, None) or (None, the row now).

@@ -75,13 +75,14 @@ from . import _sql as sql
 from ._access import explain_open_failure
 from ._connection import Synchronous as Synchronous
 from ._connection import connect_reader, connect_writer
+from ._conversations import SqliteConversations
 from ._ready import ready_pending
 
 T = TypeVar("T")
 
 
 @attrs.define(eq=False)
-class SqliteStore(StoreFrame):
+class SqliteStore(StoreFrame, SqliteConversations):
     """Custody in one SQLite file. Open with ``await SqliteStore.open(path)``."""
 
     path: Path
@@ -165,6 +166,13 @@ class SqliteStore(StoreFrame):
     async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
         """Run the read-only ``op`` in one read transaction (a consistent snapshot)."""
         return await self._reader.run(op, readonly=True)
+
+    async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``op`` as one job of the writer (its own savepoint in a group commit)."""
+        return await self._writer.run(op)
+
+    def _stale(self, conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:
+        return _stale(conn, claim, now, verb)
 
     # -- ingest -------------------------------------------------------------------------------
 
