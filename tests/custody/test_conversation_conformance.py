@@ -9,6 +9,7 @@ import pytest
 from support.clock import FakeClock
 from tether.bridge import Task
 from tether.bridge.custody import (
+    Claim,
     MAX_STATE_BYTES,
     InvalidTask,
     StaleLease,
@@ -23,7 +24,7 @@ def said(store_turns: object) -> list[tuple[str, str, str]]:
     return [(t.role, t.text, t.outcome) for t in store_turns]  # type: ignore[attr-defined]
 
 
-async def run(store: Store, worker: str = "w1") -> object:
+async def run(store: Store, worker: str = "w1") -> Claim:
     claim = await store.claim(worker, leaderless=True)
     assert claim is not None
     return claim
@@ -47,14 +48,16 @@ async def test_turns_follow_custody_and_a_run_sees_the_turns_before_its_message(
     ]
     await store.mark_delivered("m1")
     second = await store.claim("w1", leaderless=True)
-    assert second is not None and second.task.id == "m2"
+    assert second is not None
+    assert second.task.id == "m2"
     conversation = await store.conversation("m2")
     assert said(conversation.history) == [
         ("user", "weather in Paris?", "received"),
         ("assistant", "sunny", "delivered"),
     ]
     assert [t.task_id for t in conversation.history] == ["m1", "m1"]
-    assert conversation.state == {} and conversation.version == 0
+    assert conversation.state == {}
+    assert conversation.version == 0
 
 
 async def test_a_reply_stored_after_a_newer_message_sits_under_its_own_message(
@@ -100,7 +103,8 @@ async def test_a_barge_in_records_the_text_shown_as_interrupted(store: Store) ->
         await store.complete(first, "Once upon a time, the end")
     assert not await store.record_shown(first, "too late")
     second = await store.claim("w2", leaderless=True)
-    assert second is not None and second.task.id == "m2"
+    assert second is not None
+    assert second.task.id == "m2"
     assert said((await store.conversation("m2")).history) == [
         ("user", "tell me a story", "received"),
         ("assistant", "Once upon a time", "interrupted"),
@@ -120,7 +124,8 @@ async def test_a_streaming_reply_is_not_history_until_it_is_stored(store: Store)
     await store.record_shown(claims["a"], "re o")
     assert said((await store.conversation("b")).history) == [("user", "one", "received")]
     view = await store.room("r")
-    assert view is not None and ("assistant", "re o", "shown") in said(view.turns)
+    assert view is not None
+    assert ("assistant", "re o", "shown") in said(view.turns)
     await store.complete(claims["a"], "re one")
     assert said((await store.conversation("b")).history)[-1] == ("assistant", "re one", "result")
 
@@ -128,13 +133,13 @@ async def test_a_streaming_reply_is_not_history_until_it_is_stored(store: Store)
 async def test_state_is_stored_with_the_result_and_versioned(store: Store) -> None:
     await store.ingest_many([Task("a", "one", room="r")], room_policy="serial")
     claim = await run(store)
-    assert await store.complete_with_state(claim, "ok", {"count": 1}, 0) == 1  # type: ignore[arg-type]
+    assert await store.complete_with_state(claim, "ok", {"count": 1}, 0) == 1
     await store.mark_delivered("a")
     await store.ingest(Task("b", "two", room="r"), room_policy="serial")
     conversation = await store.conversation("b")
     assert (conversation.state, conversation.version) == ({"count": 1}, 1)
     claim = await run(store)
-    assert await store.complete_with_state(claim, "", {"count": 2}, 1, no_send=True) == 2  # type: ignore[arg-type]
+    assert await store.complete_with_state(claim, "", {"count": 2}, 1, no_send=True) == 2
     view = await store.room("r")
     assert view is not None
     assert (view.state, view.version, view.turn_count) == ({"count": 2}, 2, 3)
@@ -148,10 +153,12 @@ async def test_a_stale_state_is_refused_and_nothing_is_written(store: Store) -> 
     with pytest.raises(StateConflict):
         await store.complete_with_state(claims["b"], "B", {"n": 1}, 0)
     record = await store.get("b")
-    assert record is not None and record.state.value == "claimed"  # the run runs again
+    assert record is not None
+    assert record.state.value == "claimed"
     assert await store.complete_with_state(claims["b"], "B", {"n": 2}, 1) == 2
     view = await store.room("r")
-    assert view is not None and view.state == {"n": 2}
+    assert view is not None
+    assert view.state == {"n": 2}
 
 
 async def test_a_fenced_out_run_changes_no_state(store: Store, fake_clock: FakeClock) -> None:
@@ -160,9 +167,10 @@ async def test_a_fenced_out_run_changes_no_state(store: Store, fake_clock: FakeC
     fake_clock.advance(store.lease_s + 1)
     await store.expire_leases()
     with pytest.raises(StaleLease):
-        await store.complete_with_state(claim, "late", {"n": 1}, 0)  # type: ignore[arg-type]
+        await store.complete_with_state(claim, "late", {"n": 1}, 0)
     view = await store.room("r")
-    assert view is not None and (view.state, view.version) == ({}, 0)
+    assert view is not None
+    assert (view.state, view.version) == ({}, 0)
     assert said(view.turns) == [("user", "one", "received")]
 
 
@@ -172,13 +180,14 @@ async def test_a_state_must_be_a_json_object_within_the_limit(store: Store) -> N
     with pytest.raises(StateTooLarge, match="over the"):
         await store.complete_with_state(claims["a"], "x", {"b": "x" * MAX_STATE_BYTES}, 0)
     with pytest.raises(StateTooLarge, match="JSON object"):
-        await store.complete_with_state(claims["a"], "x", [1], 0)  # type: ignore[arg-type]
+        await store.complete_with_state(claims["a"], "x", [1], 0)
     with pytest.raises(StateTooLarge, match="not JSON"):
         await store.complete_with_state(claims["a"], "x", {"f": float("nan")}, 0)
     with pytest.raises(InvalidTask, match="no room"):
         await store.complete_with_state(claims["n"], "x", {"f": 1}, 0)
     record = await store.get("n")
-    assert record is not None and record.state.value == "claimed"
+    assert record is not None
+    assert record.state.value == "claimed"
 
 
 async def test_the_window_holds_the_newest_turns_and_reads_a_bounded_range(store: Store) -> None:
@@ -201,10 +210,11 @@ async def test_retention_keeps_the_newest_turns_of_each_room(store: Store) -> No
     for room in ("r", "s"):
         for i in range(4):
             await store.ingest(Task(f"{room}{i}", f"q{i}", room=room))
-            await store.complete(await run(store), f"a{i}")  # type: ignore[arg-type]
+            await store.complete(await run(store), f"a{i}")
     assert await store.prune_turns(keep=3) == 10
     view = await store.room("r")
-    assert view is not None and [t.text for t in view.turns] == ["a2", "q3", "a3"]
+    assert view is not None
+    assert [t.text for t in view.turns] == ["a2", "q3", "a3"]
     assert view.turn_count == 3
     assert await store.prune_turns(keep=3) == 0
     counts = await store.conversation_counts()
@@ -221,14 +231,18 @@ async def test_forget_room_erases_its_history_state_and_finished_bodies(store: S
     assert await store.forget_room("r") == (3, 1)
     assert await store.room("r") is None
     record = await store.get("a")
-    assert record is not None and (record.task.body, record.result) == ("", "")
+    assert record is not None
+    assert (record.task.body, record.result) == ("", "")
     kept = await store.get("b")
-    assert kept is not None and kept.task.body == "still going"  # in custody: it runs
+    assert kept is not None
+    assert kept.task.body == "still going"
     last = (await store.journal("a"))[-1]
     assert (last.actor, last.src, last.dst) == ("operator", last.dst, last.dst)
-    assert last.reason is not None and "forgotten" in last.reason
+    assert last.reason is not None
+    assert "forgotten" in last.reason
     other = await store.room("q")
-    assert other is not None and len(other.turns) == 2
-    await store.complete(await run(store), "after")  # type: ignore[arg-type]
+    assert other is not None
+    assert len(other.turns) == 2
+    await store.complete(await run(store), "after")
     await store.ingest(Task("c", "again", room="r"))
     assert said((await store.conversation("c")).history) == []  # b's turns went too

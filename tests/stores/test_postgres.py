@@ -307,6 +307,9 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         # crash accounting (its index and CHECK go with the columns)
         f"ALTER TABLE {s}.tasks DROP COLUMN crash_count, DROP COLUMN crashes_alone, "
         "DROP COLUMN suspect; "
+        # conversations (issue #34)
+        f"DROP TABLE {s}.turns, {s}.conversations; "
+        f"DROP FUNCTION {s}.turns_note() CASCADE; DROP FUNCTION {s}.turns_count() CASCADE; "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)
