@@ -180,7 +180,7 @@ async def test_a_state_must_be_a_json_object_within_the_limit(store: Store) -> N
     with pytest.raises(StateTooLarge, match="over the"):
         await store.complete_with_state(claims["a"], "x", {"b": "x" * MAX_STATE_BYTES}, 0)
     with pytest.raises(StateTooLarge, match="JSON object"):
-        await store.complete_with_state(claims["a"], "x", [1], 0)
+        await store.complete_with_state(claims["a"], "x", [1], 0)  # type: ignore[arg-type]
     with pytest.raises(StateTooLarge, match="not JSON"):
         await store.complete_with_state(claims["a"], "x", {"f": float("nan")}, 0)
     with pytest.raises(InvalidTask, match="no room"):
