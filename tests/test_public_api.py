@@ -24,6 +24,9 @@ AGENT_AUTHOR = {
     "Permanent",
     "progress_of",
     "Progress",
+    "conversation_of",
+    "Conversation",
+    "Turn",
     "AgentFactory",
     "load_agent",
     "AgentLoadError",
@@ -94,6 +97,8 @@ STORE_ROLES = {
     "RetentionStore",
     "InspectStore",
     "OperatorStore",
+    "ConversationStore",
+    "RoomStore",
 }
 CUSTODY_RECORDS = {
     "Claim",
@@ -109,6 +114,8 @@ CUSTODY_RECORDS = {
     "StallCandidate",
     "OperatorOutcome",
     "ReconcileReport",
+    "RoomView",
+    "ConversationCounts",
 }
 PLANNER = {
     "plan_sweep",

@@ -52,6 +52,14 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "as they take seconds)",
         int,
     ),
+    "history_turns": (
+        "turns of its room's conversation a run reads at most, newest first (default: 50)",
+        int,
+    ),
+    "history_keep": (
+        "turns each room's conversation keeps at most; older ones are pruned (default: 500)",
+        int,
+    ),
     "client_name": ("name this bridge gives the gateway (default: tether-bridge)", str),
     "pool_name": (
         "stem of this process's pool names (<stem>-w1.., <stem>-lead), kept across restarts; "

@@ -1,13 +1,13 @@
 """tether.bridge: moves chat tasks from a remote gateway through custody to agent workers.
 
 The names here serve three readers: an agent author (``Task``, ``Reply``, ``Retry``,
-``Permanent``, ``progress_of``, ``load_agent``), someone running or embedding a bridge
-(``BridgeConfig``, ``load_config``, ``BridgeService``, ``WorkerService``, ``open_store``,
-``store_status``, the token files) and a client of the gateway (``GatewayClient``, its errors
-and records), plus the custody basics they all read (``CustodyState``, ``in_custody``,
-``TaskRecord``). Two tiers below hold what implementers need: ``tether.bridge.custody`` (the
-rules, the Store roles and their records) and ``tether.bridge.pool`` (the lead, the workers and
-the planner's values).
+``Permanent``, ``progress_of``, ``conversation_of``, ``load_agent``), someone running or
+embedding a bridge (``BridgeConfig``, ``load_config``, ``BridgeService``, ``WorkerService``,
+``open_store``, ``store_status``, the token files) and a client of the gateway
+(``GatewayClient``, its errors and records), plus the custody basics they all read
+(``CustodyState``, ``in_custody``, ``TaskRecord``). Two tiers below hold what implementers
+need: ``tether.bridge.custody`` (the rules, the Store roles and their records) and
+``tether.bridge.pool`` (the lead, the workers and the planner's values).
 
 To run a bridge in-process: build a ``BridgeConfig`` (directly, or with ``load_config`` from a
 TOML file and ``TETHER_*`` environment the way ``tether bridge run`` does), then
@@ -34,10 +34,12 @@ from .client._client import GatewayRequestError as GatewayRequestError
 from .client._client import GatewayUnavailable as GatewayUnavailable
 from .custody import IN_CUSTODY as IN_CUSTODY
 from .custody import TERMINAL as TERMINAL
+from .custody import Conversation as Conversation
 from .custody import CustodyState as CustodyState
 from .custody import InvalidTaskId as InvalidTaskId
 from .custody import Task as Task
 from .custody import TaskRecord as TaskRecord
+from .custody import Turn as Turn
 from .custody import UnknownTask as UnknownTask
 from .custody import in_custody as in_custody
 from .pool import AgentFactory as AgentFactory
@@ -46,6 +48,7 @@ from .pool import Permanent as Permanent
 from .pool import Progress as Progress
 from .pool import Reply as Reply
 from .pool import Retry as Retry
+from .pool import conversation_of as conversation_of
 from .pool import load_agent as load_agent
 from .pool import progress_of as progress_of
 from .service._config import BridgeConfig as BridgeConfig

@@ -19,12 +19,19 @@ import trio
 from ..._plumbing._when import clock_time, duration
 from ..._session import Session, open_session
 from ..._session_types import HandlerCancelled, HandlerDropped, QueueFull
+from ..custody._conversation import (
+    DEFAULT_HISTORY_TURNS,
+    Conversation,
+    StateConflict,
+    check_window,
+)
 from ..custody._records import WorkerInfo
 from ..custody._roles import WorkerStore
 from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._completions import CompletionBatcher
+from ._conversation import conversing
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._progress import Progress, ProgressUpdate, reporting
 from ._retry import Permanent, Retry, RetryBackoff
@@ -107,6 +114,12 @@ class _Active:
     sent: int = -1
     """The reporter's version last sent (-1: nothing yet, not even "working")."""
     sending: bool = False
+    conversation: Conversation | None = None
+    """What the run read of its room (None: the task has no room)."""
+    shown: str = ""
+    """The partial reply last recorded as shown (``record_shown``)."""
+    reruns: int = 0
+    """Runs again after a state conflict (``StateConflict``: not failed attempts)."""
 
 
 @attrs.define(eq=False)
@@ -171,6 +184,10 @@ class PoolWorker:
     """Seconds a superseded run may still take before it is cancelled (its reply is discarded
     either way: the store already holds the task's no-send result). Default ``stop_grace``,
     the soft-stop grace; 0 cancels at once."""
+    history_turns: int = DEFAULT_HISTORY_TURNS
+    """Turns of its room's conversation a run reads at most (``conversation_of``)."""
+    state_conflicts: int = attrs.field(init=False, default=0)
+    """Runs run again because another run of their room stored a state first."""
     leaderless: bool = attrs.field(init=False, default=False)
     _active: dict[_Active, None] = attrs.field(init=False, factory=dict)
     """The runs in hand, keyed by entry: the same task id may come back as a new attempt while
@@ -201,6 +218,7 @@ class PoolWorker:
         ):
             raise ValueError(f"capacity must be an int >= concurrency ({c}), got {self.capacity!r}")
         check_seconds("poll_interval", self.poll_interval)
+        check_window(self.history_turns, "history_turns")
         if self.wakeups is not None:
             self._doorbell = self.wakeups.worker(self.name)
         check_seconds("stall_after", self.stall_after)
@@ -433,21 +451,24 @@ class PoolWorker:
         self._active[entry] = None
         try:
             with entry.scope:
-                try:
-                    reply = await self._call(session, entry)
-                except NOT_RUN as exc:
-                    log.info("worker %s: task %s was not run: %s", self.name, id, exc)
-                    await self._release(entry)
-                    return False
-                except Exception as exc:
-                    answered()
-                    if self.timings is not None:
-                        self.timings.ran(trio.current_time() - entry.started)
-                    await self._fail(entry, exc)
-                else:
-                    answered()
-                    self._timed_run(trio.current_time() - entry.started)
-                    await self._complete(entry, reply)
+                while True:  # once, or again at once after a state conflict
+                    try:
+                        reply = await self._call(session, entry)
+                    except NOT_RUN as exc:
+                        log.info("worker %s: task %s was not run: %s", self.name, id, exc)
+                        await self._release(entry)
+                        return False
+                    except Exception as exc:
+                        answered()
+                        if self.timings is not None:
+                            self.timings.ran(trio.current_time() - entry.started)
+                        await self._fail(entry, exc)
+                    else:
+                        answered()
+                        self._timed_run(trio.current_time() - entry.started)
+                        if not await self._complete(entry, reply):
+                            continue
+                    break
         except trio.Cancelled:
             with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
                 await self._release(entry)
@@ -462,11 +483,16 @@ class PoolWorker:
         is abandoned by the session)."""
         task = entry.claim.task
         with trio.CancelScope(deadline=entry.deadline) as timer:
-            if self.on_progress is None:
-                return reply_of(await session.call(TASK_EVENT, task), task.id)
-            entry.progress = Progress()
-            with reporting(task, entry.progress):
-                return reply_of(await session.call(TASK_EVENT, task), task.id)
+            if task.room is not None:
+                entry.conversation = await self.store.conversation(
+                    task.id, limit=self.history_turns
+                )
+            with conversing(task, entry.conversation or Conversation()):
+                if self.on_progress is None:
+                    return reply_of(await session.call(TASK_EVENT, task), task.id)
+                entry.progress = Progress()
+                with reporting(task, entry.progress):
+                    return reply_of(await session.call(TASK_EVENT, task), task.id)
         assert timer.cancelled_caught
         raise RunTimedOut(f"timed out after {self._timeout:g} s")
 
@@ -513,12 +539,22 @@ class PoolWorker:
             with trio.move_on_after(PROGRESS_SEND_TIMEOUT) as timer:
                 if not await send(update):
                     self._progress_refused = True
+                elif update.partial and entry.claim.task.room is not None:
+                    await self._record_shown(entry, update.partial)
             if timer.cancelled_caught:
                 self._progress_trouble(update, "timed out")
         except Exception as exc:
             self._progress_trouble(update, repr(exc))
         finally:
             entry.sending = False
+
+    async def _record_shown(self, entry: _Active, partial: str) -> None:
+        """The gateway took ``partial``: record it as the text the person has seen, so a
+        barge-in keeps it as the interrupted reply (fenced; best effort like progress)."""
+        if partial == entry.shown or entry.finishing or entry.lost:
+            return
+        if await self.store.record_shown(entry.claim, partial):
+            entry.shown = partial
 
     def _progress_trouble(self, update: ProgressUpdate, problem: str) -> None:
         level = logging.DEBUG if self._progress_warned else logging.WARNING
@@ -532,16 +568,30 @@ class PoolWorker:
             problem,
         )
 
-    async def _complete(self, entry: _Active, reply: Reply) -> None:
+    async def _complete(self, entry: _Active, reply: Reply) -> bool:
+        """Store the reply (with the room's new state, if any); ``False`` if the state was
+        refused as stale (the run runs again at once, with the current state)."""
         entry.finishing = True
         try:
-            await self.completions.complete(entry.claim, reply.body, no_send=reply.no_send)
+            if reply.state is None:
+                await self.completions.complete(entry.claim, reply.body, no_send=reply.no_send)
+            else:
+                base = 0 if entry.conversation is None else entry.conversation.version
+                await self.store.complete_with_state(
+                    entry.claim, reply.body, reply.state, base, no_send=reply.no_send
+                )
+        except StateConflict as exc:
+            entry.finishing = False
+            entry.reruns += 1
+            self.state_conflicts += 1
+            log.info("worker %s: running task %s again: %s", self.name, entry.claim.task.id, exc)
+            return False
         except StaleLease as exc:
             self._lose(entry, exc)
-            return
+            return True
         except InvalidTask as exc:  # the store refused the reply (too large, not Unicode)
             await self._fail(entry, exc)
-            return
+            return True
         entry.settled = True
         self.completed += 1
         if self.timings is not None:
@@ -553,6 +603,7 @@ class PoolWorker:
                 log.exception(
                     "worker %s: after_complete failed for task %s", self.name, entry.claim.task.id
                 )
+        return True
 
     def retry_delay(self, exc: BaseException, attempt: int) -> float:
         """Seconds before the next attempt after ``exc`` failed attempt ``attempt``: the
