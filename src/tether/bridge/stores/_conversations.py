@@ -29,7 +29,7 @@ from ..custody._conversation import (
 from ..custody._rules import Claim, check_task_id
 from ._common import check_limit, complete_args, fence_args
 
-log = logging.getLogger("tether.bridge.custody")
+log = logging.getLogger("tether.custody")
 
 
 class ConversationFrame(abc.ABC):
