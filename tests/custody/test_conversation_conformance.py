@@ -9,8 +9,8 @@ import pytest
 from support.clock import FakeClock
 from tether.bridge import Task
 from tether.bridge.custody import (
-    Claim,
     MAX_STATE_BYTES,
+    Claim,
     InvalidTask,
     StaleLease,
     StateConflict,
