@@ -65,3 +65,27 @@ async def test_two_stores_on_one_database_share_the_rooms_conversation(postgres_
         ("a", 8),
         ("b", 10),
     ]
+
+
+async def test_batches_sharing_rooms_in_opposite_orders_never_deadlock(postgres_dsn: str) -> None:
+    """The ingest trigger numbers a room's messages under the room's row lock: two bridges
+    whose batches share rooms in opposite orders take those locks in one order (the rooms'),
+    so neither waits for the other forever (PostgreSQL would abort one as a deadlock)."""
+    schema = f"s_{secrets.token_hex(5)}"
+    rooms = [f"r{i}" for i in range(8)]
+    a = await PostgresStore.open(postgres_dsn, schema=schema)
+    b = await PostgresStore.open(postgres_dsn, schema=schema)
+    try:
+        for n in range(40):
+            async with trio.open_nursery() as nursery:
+                forward = [Task(f"a{n}-{r}", "x", room=r) for r in rooms]
+                backward = [Task(f"b{n}-{r}", "x", room=r) for r in reversed(rooms)]
+                nursery.start_soon(a.ingest_many, forward)
+                nursery.start_soon(b.ingest_many, backward)
+        for room in rooms:
+            view = await a.room(room, limit=100)
+            assert view is not None
+            assert view.turn_count == 80  # every message a turn, none lost to an abort
+    finally:
+        await a.aclose()
+        await b.aclose()

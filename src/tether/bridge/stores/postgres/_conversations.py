@@ -32,6 +32,19 @@ T = TypeVar("T")
 _OUTCOMES: Final = ", ".join(f"'{o}'" for o in sorted(HISTORY_OUTCOMES))
 
 
+def lock_rooms_sql(s: str) -> str:
+    """Take the conversation rows of a batch's rooms, in the rooms' order, before its tasks
+    are inserted: the ingest trigger numbers each room's messages under its row's lock, and
+    two bridges ingesting batches that share rooms would otherwise lock them in their batches'
+    orders (a deadlock). A new room's row is made here (its count starts at 0)."""
+    return (
+        f"INSERT INTO {s}.conversations AS c (room) "
+        "SELECT r FROM (SELECT DISTINCT unnest(%(rooms)s::text[]) AS r) x "
+        "WHERE r IS NOT NULL ORDER BY r "
+        "ON CONFLICT (room) DO UPDATE SET next_seq = c.next_seq"
+    )
+
+
 class PostgresConversations(ConversationFrame):
     """The conversation operations on PostgresStore's pool."""
 

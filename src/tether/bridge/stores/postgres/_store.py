@@ -67,7 +67,7 @@ from ._connection import Conn as Conn
 from ._connection import StoreConnectionLost as StoreConnectionLost
 from ._connection import StoreTimeout as StoreTimeout
 from ._connection import T, check_timeouts, connector, open_pool, run_on
-from ._conversations import PostgresConversations
+from ._conversations import PostgresConversations, lock_rooms_sql
 from ._dsn import redact_dsn
 from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
 from ._schema import check_schema
@@ -244,8 +244,12 @@ class PostgresStore(StoreFrame, PostgresConversations):
         sql, supersede = self._sql.ingest, self._sql.supersede
         replace = policy == "replace" and any(room is not None for room in rooms)
 
+        lock = lock_rooms_sql(self._s) if any(room is not None for room in rooms) else None
+
         def op(conn: Conn) -> tuple[list[bool], list[tuple[str, str]]]:
             with conn.transaction():  # replace: the new tasks and what they supersede at once
+                if lock is not None:  # the rooms' conversations first, in order (issue #34)
+                    conn.execute(lock, params)
                 inserted = {r[0] for r in conn.execute(sql, params).fetchall()}
                 moved: list[tuple[str, str]] = []
                 if replace and inserted:
