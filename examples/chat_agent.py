@@ -13,6 +13,9 @@ On its own: ``uv run python examples/chat_agent.py "hello"`` prints the reply.
 
 What it shows:
 
+- **A conversation.** The messages sent to the model are the room's history
+  (``conversation_of(task).history``: the turns before this message, as the person saw them,
+  a reply they interrupted marked so) and then this message: multi-turn, kept by the store.
 - **Streaming tokens as progress.** ``stream_reply`` posts with ``"stream": true``, reads the
   server-sent events (``data: {...}`` lines, ``data: [DONE]`` at the end) and hands each token
   to the run's progress reporter (``progress_of(task)``): the gateway shows the reply as it is
@@ -54,7 +57,16 @@ import httpx
 import trio
 
 from tether import Session
-from tether.bridge import Permanent, Progress, Retry, Task, progress_of, read_token
+from tether.bridge import (
+    Conversation,
+    Permanent,
+    Progress,
+    Retry,
+    Task,
+    conversation_of,
+    progress_of,
+    read_token,
+)
 
 Message = dict[str, str]
 
@@ -357,9 +369,27 @@ def factory(session: Session) -> None:
         progress.status(f"asking {settings.model}")
         messages = [
             {"role": "system", "content": settings.system_prompt},
+            *history_messages(conversation_of(task)),
             {"role": "user", "content": task.body},
         ]
         return await chat(settings, messages, progress=progress)
+
+
+INTERRUPTED: Final = " [interrupted by the user]"
+"""Appended to a reply the person cut short (a barge-in), so the model knows they saw only
+that much of it."""
+
+
+def history_messages(conversation: Conversation) -> list[Message]:
+    """The room's conversation before this message as chat messages, oldest first: the model
+    answers "and in Rome?" knowing the question was about Paris (multi-turn)."""
+    return [
+        {
+            "role": turn.role,
+            "content": turn.text + (INTERRUPTED if turn.outcome == "interrupted" else ""),
+        }
+        for turn in conversation.history
+    ]
 
 
 def main(argv: list[str]) -> int:

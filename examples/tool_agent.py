@@ -14,6 +14,10 @@ Copy this file as a starting point. The parts:
   ``session.call`` cancels its runs) and the newest message is answered. That is barge-in.
 - ``plan`` stands in for the model: it decides which tools to call. A real agent asks its
   model (see ``chat_agent.py`` for the HTTP side) and loops while the model asks for tools.
+- As a bridge agent (``--agent tool_agent:factory``) it **keeps what it learned in the room's
+  state**: "I live in Porto" is remembered (``Reply(text, state=...)``, stored with the reply
+  in one transaction), so a later "what is the weather?" in the same room, on any worker and
+  after any restart, asks the weather tool about Porto (``conversation_of(task).state``).
 
 Run it: ``uv run python examples/tool_agent.py`` (it plays a short scripted conversation).
 """
@@ -27,6 +31,7 @@ import attrs
 import trio
 
 import tether
+from tether.bridge import Reply, Task, conversation_of
 
 ToolFn = Callable[[str], Awaitable[str]]
 
@@ -61,11 +66,14 @@ TOOLS = (
 )
 
 
-def plan(message: str) -> list[tuple[str, str]]:
-    """Which tools to call for ``message``, with their argument (the model's job, scripted)."""
+def plan(message: str, home: str | None = None) -> list[tuple[str, str]]:
+    """Which tools to call for ``message``, with their argument (the model's job, scripted);
+    ``home``: the city the person said they live in, for a weather question naming none."""
     calls = []
     if match := re.search(r"weather in (\w+)", message):
         calls.append(("weather", match.group(1)))
+    elif "weather" in message and home is not None:
+        calls.append(("weather", home))
     if match := re.search(r"search (?:for )?(.+)", message):
         calls.append(("search", match.group(1)))
     if "time" in message:
@@ -107,6 +115,35 @@ def add_tool_agent(
             for i, (name, argument) in enumerate(calls):
                 nursery.start_soon(call_tool, i, name, argument)
         await reply("; ".join(results) if results else f"you said: {message}")
+
+
+def learned(message: str) -> dict[str, str]:
+    """What ``message`` teaches the agent about the person (the model's job, scripted)."""
+    if match := re.search(r"\bI live in (\w+)", message, re.IGNORECASE):
+        return {"home": match.group(1)}
+    return {}
+
+
+def factory(session: tether.Session, tools: tuple[Tool, ...] = TOOLS) -> None:
+    """The bridge agent (``--agent tool_agent:factory``): the same tools, and what it learns
+    about the person kept in the room's state."""
+    for tool in tools:
+        session.add_handler(f"tool:{tool.name}", with_time_limit(tool))
+
+    @session.on("task", policy="replace")
+    async def answer(task: Task) -> Reply:
+        state = dict(conversation_of(task).state)
+        news = learned(task.body)
+        state.update(news)
+        calls = plan(task.body, home=state.get("home"))
+        results = [(await session.call(f"tool:{name}", argument))[0] for name, argument in calls]
+        if results:
+            text = "; ".join(results)
+        elif news:
+            text = "noted: " + ", ".join(f"your {k} is {v}" for k, v in news.items())
+        else:
+            text = f"you said: {task.body}"
+        return Reply(text, state=state)
 
 
 async def main() -> None:

@@ -24,6 +24,9 @@ AGENT_AUTHOR = {
     "Permanent",
     "progress_of",
     "Progress",
+    "conversation_of",
+    "Conversation",
+    "Turn",
     "AgentFactory",
     "load_agent",
     "AgentLoadError",
@@ -96,6 +99,8 @@ STORE_ROLES = {
     "RetentionStore",
     "InspectStore",
     "OperatorStore",
+    "ConversationStore",
+    "RoomStore",
 }
 CUSTODY_RECORDS = {
     "Claim",
@@ -111,6 +116,8 @@ CUSTODY_RECORDS = {
     "StallCandidate",
     "OperatorOutcome",
     "ReconcileReport",
+    "RoomView",
+    "ConversationCounts",
 }
 PLANNER = {
     "plan_sweep",

@@ -9,7 +9,10 @@
 # "key: value" (task, priority, room, header.<key>), a blank line, then the message body.
 # The answer is DIR/results/<id>.txt: the line "task: <id>", optional headers
 # ("no-send: true" stores the task as done without posting a reply), a blank line, the reply.
-# Write it under another name in results/ and rename it: a rename is atomic, so tether never
+# A task of a room also gets DIR/outbox/<id>.conversation.json beside it, written first: the
+# room's history, state and version (docs/guide/conversations.md); writing
+# DIR/results/<id>.state.json (a JSON object) before the result stores a new state with it.
+# This program keeps no state. Write it under another name in results/ and rename it: a rename is atomic, so tether never
 # reads half an answer, and a program killed mid-write leaves only a stray temporary file
 # (rewritten on the next try). Tether archives both files once the reply is stored.
 #

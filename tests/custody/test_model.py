@@ -9,6 +9,12 @@ renew, fail or release always raises ``StaleLease`` and changes nothing. ``relea
 attempt, so another worker's later claim differs from a released one only by its owner: the
 model checks the owner half of the fence as well as the attempt half.
 
+Conversations (issue #34): every task is of one room, so after every step the room's turns
+(each message, then the reply stored for it, ``delivered`` with its delivery) and its state
+are compared with the model too; ``complete_with_state`` reads the run's conversation (exactly
+the turns before its message) and stores a state, refused when fenced out or based on a stale
+version (``StateConflict``, nothing written).
+
 Crashes (``custody._crashes``): workers may beat (``beat``), and a lease whose holder beat and
 then fell silent expires as a crash (the next attempt, but no failure counted; a suspect); a
 worker may start again
@@ -45,7 +51,14 @@ from hypothesis.stateful import (
 from support.clock import FakeClock
 from support.custody import LEASE_S, MAX_ATTEMPTS, Backend
 from tether.bridge import CustodyState, Task, UnknownTask, in_custody
-from tether.bridge.custody import Claim, CustodyConflict, Reconciler, StaleLease, Store
+from tether.bridge.custody import (
+    Claim,
+    CustodyConflict,
+    Reconciler,
+    StaleLease,
+    StateConflict,
+    Store,
+)
 from tether.bridge.custody._crashes import DEFAULT_MAX_CRASHES_ALONE
 
 T = TypeVar("T")
@@ -53,6 +66,9 @@ S = CustodyState
 IDS = ["task-1", "task-12", "a", "a.b", "Z~9", "task-1_"]
 WORKERS = ["w1", "w2", "w3"]
 RANK = {"urgent": 0, "normal": 1, "low": 2}
+ROOM = "r"
+"""Every task is of one room (policy ``concurrent``: no room rule), so its conversation is
+checked against the model too (issue #34)."""
 
 
 @attrs.define
@@ -71,6 +87,9 @@ class Model:
     crash_count: int = 0
     crashes_alone: int = 0
     suspect: bool = False
+    reply_turn: tuple[str, str] | None = None
+    """The conversation's reply turn of this task (text, outcome): written when a result is
+    stored, ``delivered`` with its delivery; a later dead letter leaves it (issue #34)."""
 
     def due(self, now: float) -> bool:
         return self.state is S.PENDING and (self.not_before is None or self.not_before <= now)
@@ -94,6 +113,8 @@ class CustodyMachine(RuleBasedStateMachine):
         self.model: dict[str, Model] = {}
         self.claims: list[Claim] = []  # every claim handed out, stale copies included
         self.beats: dict[str, float] = {}  # each worker's last beat (crashes)
+        self.room_state: dict[str, Any] = {}  # the room's state and version (issue #34)
+        self.version = 0
 
     async def _open(self) -> Store:
         return await self.backend.open(self.where, self.clock)
@@ -128,7 +149,7 @@ class CustodyMachine(RuleBasedStateMachine):
 
     @rule(id=st.sampled_from(IDS), priority=st.sampled_from(sorted(RANK)))
     def ingest(self, id: str, priority: str) -> None:
-        new = _run(self.store.ingest, Task(id, f"body {id}", priority=priority))
+        new = _run(self.store.ingest, Task(id, f"body {id}", priority=priority, room=ROOM))
         assert new == (id not in self.model)
         if new:
             self.model[id] = Model(seq=len(self.model), priority=priority)
@@ -204,6 +225,35 @@ class CustodyMachine(RuleBasedStateMachine):
         _run(self.store.complete, claim, body)
         m = self.model[claim.task.id]
         m.state, m.lease_until, m.result, m.suspect = S.RESULT, None, body, False
+        m.reply_turn = (body, "result")
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0), stale_state=st.booleans())
+    def complete_with_state(self, pick: int, stale_state: bool) -> None:
+        """A run reads its conversation (exactly the turns before its message) and stores a
+        state with its reply: fenced by the lease, refused on a stale version (issue #34)."""
+        claim = self.claims[pick % len(self.claims)]
+        body = f"stateful reply {claim.task.id} by {claim.worker}#{claim.attempt}"
+        base = self.version - 1 if stale_state and self.version else self.version
+        state = {"n": self.version + 1, "by": claim.task.id}
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.complete_with_state, claim, body, state, base)
+            return
+        talk = _run(self.store.conversation, claim.task.id)
+        assert [(t.role, t.text) for t in talk.history] == [
+            (role, text) for role, text, _ in self._turns(before=claim.task.id)
+        ]
+        assert (dict(talk.state), talk.version) == (self.room_state, self.version)
+        if base != self.version:
+            with pytest.raises(StateConflict):
+                _run(self.store.complete_with_state, claim, body, state, base)
+            return
+        assert _run(self.store.complete_with_state, claim, body, state, base) == base + 1
+        self.room_state, self.version = state, base + 1
+        m = self.model[claim.task.id]
+        m.state, m.lease_until, m.result, m.suspect = S.RESULT, None, body, False
+        m.reply_turn = (body, "result")
 
     @precondition(lambda self: self.claims)
     @rule(
@@ -285,7 +335,10 @@ class CustodyMachine(RuleBasedStateMachine):
         )
         assert ready == expected
         if ready:
-            self.model[ready[0][0]].state = S.DELIVERED
+            m = self.model[ready[0][0]]
+            m.state = S.DELIVERED
+            if m.reply_turn is not None:
+                m.reply_turn = (m.reply_turn[0], "delivered")
 
     @rule(id=st.sampled_from(IDS))
     def dead_letter(self, id: str) -> None:
@@ -454,6 +507,27 @@ class CustodyMachine(RuleBasedStateMachine):
         self.store = _run(self._open)
 
     # -- the whole store equals the model -------------------------------------------------
+
+    def _turns(self, before: str | None = None) -> list[tuple[str, str, str]]:
+        """The room's turns the model predicts, in order: each message, then its reply."""
+        turns: list[tuple[str, str, str]] = []
+        for id, m in sorted(self.model.items(), key=lambda p: p[1].seq):
+            if id == before:
+                break
+            turns.append(("user", f"body {id}", "received"))
+            if m.reply_turn is not None:
+                turns.append(("assistant", *m.reply_turn))
+        return turns
+
+    @invariant()
+    def conversation_matches_model(self) -> None:
+        view = _run(self.store.room, ROOM)
+        if not self.model:
+            assert view is None
+            return
+        assert view is not None
+        assert [(t.role, t.text, t.outcome) for t in view.turns] == self._turns()
+        assert (dict(view.state), view.version) == (self.room_state, self.version)
 
     @invariant()
     def store_matches_model(self) -> None:

@@ -266,6 +266,33 @@ async def test_as_a_bridge_agent_a_429_waits_out_retry_after_and_a_400_is_dead_a
     assert system["role"] == "system"
 
 
+async def test_as_a_bridge_agent_the_model_gets_the_rooms_history(
+    key_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with fake_model() as model:
+        monkeypatch.setenv("TETHER_CHAT_BASE_URL", model.url)
+        monkeypatch.setenv("TETHER_CHAT_MODEL", "test-model")
+        monkeypatch.setenv("TETHER_CHAT_API_KEY_FILE", str(key_file))
+        monkeypatch.setenv("TETHER_CHAT_STREAM", "0")
+        async with await SqliteStore.open(tmp_path / "custody.db") as store:
+            worker = PoolWorker(store, "w1", chat_agent.factory, poll_interval=0.02)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+                for id, text in (("a", "weather in Paris?"), ("b", "and in Rome?")):
+                    await store.ingest(Task(id, text, room="r"), room_policy="serial")
+                    with trio.fail_after(30):
+                        while await store.state(id) is not CustodyState.RESULT:  # noqa: ASYNC110
+                            await trio.sleep(0.02)
+                    await store.mark_delivered(id)
+                worker.request_stop()
+    _, last = model.requests[-1]
+    assert last["messages"][1:] == [
+        {"role": "user", "content": "weather in Paris?"},
+        {"role": "assistant", "content": "you said: weather in Paris?"},
+        {"role": "user", "content": "and in Rome?"},
+    ]
+
+
 @pytest.mark.slow
 async def test_the_command_line_prints_the_reply_or_one_line_of_error(key_file: Path) -> None:
     async with fake_model() as model:

@@ -61,9 +61,11 @@ async def test_the_shell_worker_answers_every_task_and_stops_on_sigterm(tmp_path
         "headers": "3 words: MIND THE ROOM",
     }
     assert all(r.attempt == 1 for r in results.values())  # no refused answer, no retry
-    # both files of each task archived once its result was stored; nothing left behind
+    # both files of each task (and a room's conversation) archived once its result was
+    # stored; nothing left behind
     assert os.listdir(root / "outbox") == []
     assert os.listdir(root / "results") == []
     assert sorted(os.listdir(root / "archive")) == sorted(
-        f"{t.id}.{kind}.txt" for t in tasks for kind in ("task", "result")
+        [f"{t.id}.{kind}.txt" for t in tasks for kind in ("task", "result")]
+        + [f"{t.id}.conversation.json" for t in tasks if t.room is not None]
     )

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from functools import partial
+from pathlib import Path
+
+import attrs
 import pytest
 import tool_agent
 import trio
 import trio.testing
 
 import tether
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.pool import PoolWorker
 
 
 @pytest.fixture
@@ -71,3 +77,42 @@ async def test_the_scripted_conversation_runs(
     assert "agent: sunny and 21 degrees in Oslo; (search timed out after 3s)" in out
     assert "Rome" not in out.split("user:  weather in Rome")[1].split("agent:")[1]
     assert "agent: sunny and 21 degrees in Lisbon" in out
+
+
+async def test_as_a_bridge_agent_it_keeps_what_it_learned_in_the_rooms_state(
+    tmp_path: Path,
+) -> None:
+    async with await SqliteStore.open(tmp_path / "custody.db", synchronous="NORMAL") as store:
+        fast = tuple(attrs.evolve(t, fn=_instant) for t in tool_agent.TOOLS)
+        worker = PoolWorker(
+            store, "w1", partial(tool_agent.factory, tools=fast), poll_interval=0.02
+        )
+        replies = []
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            for id, text, room in (
+                ("a", "I live in Porto", "r"),
+                ("b", "what is the weather?", "r"),
+                ("c", "what is the weather?", "elsewhere"),
+            ):
+                await store.ingest(Task(id, text, room=room), room_policy="serial")
+                with trio.fail_after(20):
+                    while await store.state(id) is not CustodyState.RESULT:  # noqa: ASYNC110
+                        await trio.sleep(0.02)
+                await store.mark_delivered(id)
+                record = await store.get(id)
+                assert record is not None
+                replies.append(record.result)
+            worker.request_stop()
+        view = await store.room("r")
+    assert replies == [
+        "noted: your home is Porto",
+        "weather: Porto",
+        "you said: what is the weather?",
+    ]
+    assert view is not None
+    assert view.state == {"home": "Porto"}
+
+
+async def _instant(argument: str) -> str:
+    return f"weather: {argument}"

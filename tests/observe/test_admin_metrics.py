@@ -39,6 +39,10 @@ async def test_metrics_count_custody_restarts_failures_and_tasks(tmp_path: Path)
         await store.dead_letter(claim.task.id, "the gateway refused it")
         claim = await store.claim("w1", leaderless=True)  # stays claimed
         assert claim is not None
+        await store.ingest(Task(id="c1", body="in a room", room="r", priority="urgent"))
+        talk = await store.claim("w1", leaderless=True)
+        assert talk is not None
+        await store.complete_with_state(talk, "ok", {"k": "v"}, 0)
 
         crashes = 0
         third_run = trio.Event()
@@ -91,9 +95,12 @@ async def test_metrics_count_custody_restarts_failures_and_tasks(tmp_path: Path)
         assert custody("claimed") == 1
         assert custody("delivered") == 1
         assert custody("dead") == 1
-        assert custody("result") == 0
+        assert custody("result") == 1
         assert custody("assigned") == 0
-        assert first[("tether_custody_in_flight", ())] == 3
+        assert first[("tether_custody_in_flight", ())] == 4
+        assert first[("tether_conversation_rooms", ())] == 1
+        assert first[("tether_conversation_turns", ())] == 2
+        assert first[("tether_conversation_state_bytes", ())] == len(b'{"k":"v"}')
         assert first[("tether_dead_letters", ())] == 1
         assert first[("tether_deliveries_total", ())] == 7
         assert first[("tether_handler_failures_total", ())] == 3

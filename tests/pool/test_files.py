@@ -160,7 +160,8 @@ async def test_a_real_outside_program_answers_through_files(tmp_path: Path) -> N
         assert sorted(os.listdir(root / "outbox")) == []
         assert [n for n in os.listdir(root / "results") if not n.startswith(".")] == []
         assert sorted(os.listdir(root / "archive")) == sorted(
-            f"{t.id}.{kind}.txt" for t in tasks for kind in ("task", "result")
+            [f"{t.id}.{kind}.txt" for t in tasks for kind in ("task", "result")]
+            + [f"{t.id}.conversation.json" for t in tasks if t.room is not None]
         )
         (refused,) = os.listdir(root / "refused")
         assert refused == "refused-once.1.txt"

@@ -309,6 +309,9 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         # the re-drive fence and quarantine (issue #37)
         f"ALTER TABLE {s}.tasks DROP COLUMN run_no, DROP COLUMN quarantined, "
         "DROP COLUMN quarantine_deaths, DROP COLUMN last_quarantine_death; "
+        # conversations (issue #34)
+        f"DROP TABLE {s}.turns, {s}.conversations; "
+        f"DROP FUNCTION {s}.turns_note() CASCADE; DROP FUNCTION {s}.turns_count() CASCADE; "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)

@@ -52,6 +52,14 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "as they take seconds)",
         int,
     ),
+    "history_turns": (
+        "turns of its room's conversation a run reads at most, newest first (default: 50)",
+        int,
+    ),
+    "history_keep": (
+        "turns each room's conversation keeps at most; older ones are pruned (default: 500)",
+        int,
+    ),
     "client_name": ("name this bridge gives the gateway (default: tether-bridge)", str),
     "pool_name": (
         "stem of this process's pool names (<stem>-w1.., <stem>-lead), kept across restarts; "
@@ -198,6 +206,45 @@ def add_bridge_parsers(sub: Subparsers, epilog: str) -> None:
     _store_options(show)
     show.add_argument("--json", action="store_true", help="print one JSON document")
     _add_operator_parsers(store_actions, epilog)
+    _add_room_parsers(store_actions, epilog)
+
+
+ROOM_EXITS = """exit codes of room and forget-room:
+  0  shown; forgotten (also when the store held nothing of the room)
+  1  room: the store holds no conversation of that room
+  2  bad usage (an empty room name, a bad option): nothing changed
+"""
+
+
+def _add_room_parsers(store_actions: Subparsers, epilog: str) -> None:
+    room = add_command(
+        store_actions,
+        "room",
+        help="a room's conversation: its turns as the person saw them, and its state",
+        description=(
+            "Show a room's conversation: the newest turns (the person's messages and the "
+            "agent's replies, each with its outcome: received, shown while streaming, result, "
+            "delivered, interrupted) and the state its agent keeps. Reads only."
+        ),
+        epilog=CONFIG_HELP + "\n" + ROOM_EXITS + "\n" + epilog,
+    )
+    room.add_argument("room", help="the room")
+    _store_options(room)
+    room.add_argument("--limit", type=int, default=50, help="newest turns shown (default: 50)")
+    room.add_argument("--json", action="store_true", help="print one JSON document")
+    forget = add_command(
+        store_actions,
+        "forget-room",
+        help="erase a room's history, state and its finished tasks' bodies (privacy)",
+        description=(
+            "Erase a room's conversation: its turns, its state, and the stored bodies (message "
+            "and reply) of its finished (delivered or dead) tasks, in one transaction; each "
+            "such task's journal records it as the operator's. Tasks still in custody run on."
+        ),
+        epilog=CONFIG_HELP + "\n" + ROOM_EXITS + "\n" + epilog,
+    )
+    forget.add_argument("room", help="the room")
+    _store_options(forget)
 
 
 OPERATOR_EXITS = """exit codes of retry and cancel:
@@ -302,6 +349,8 @@ def run_store(args: argparse.Namespace) -> int:
         return trio.run(_show, config, args.id, args.json)
     if args.store_command in ("list", "retry", "cancel"):
         return trio.run(_operate, config, args)
+    if args.store_command in ("room", "forget-room"):
+        return trio.run(_room, config, args)
     if args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
 
@@ -413,6 +462,36 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
                 store, args.reason_contains, args.reason, include_cancelled=args.include_cancelled
             )
         return await _store_ops.retry(store, args.ids, args.reason)
+    finally:
+        await store.aclose()
+
+
+async def _room(config: BridgeConfig, args: argparse.Namespace) -> int:
+    from ..bridge.custody._conversation import check_room
+    from ..bridge.custody._rules import InvalidTask
+    from ..bridge.service import _store_room
+    from ..bridge.service._config import ConfigError
+    from ..bridge.stores._open import open_store
+
+    try:
+        room = check_room(args.room)
+    except InvalidTask as exc:
+        raise ConfigError(str(exc)) from None
+    showing = args.store_command == "room"
+    if showing and args.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {args.limit}")
+    logging.getLogger("tether.custody").addHandler(logging.NullHandler())
+    store = await open_store(
+        config.store,
+        must_exist=True,
+        read_only=showing,
+        password_file=config.store_password_file,
+        schema=config.store_schema,
+    )
+    try:
+        if showing:
+            return await _store_room.show_room(store, room, min(args.limit, 10_000), args.json)
+        return await _store_room.forget_room(store, room)
     finally:
         await store.aclose()
 

@@ -1,8 +1,8 @@
 """tether.bridge: moves chat tasks from a remote gateway through custody to agent workers.
 
 The names here serve three readers: an agent author (``Task``, ``Reply``, ``Retry``,
-``Permanent``, ``progress_of``, ``load_agent``, ``asyncio_agent`` and ``trio_side`` for
-agents written for asyncio), someone running or embedding a bridge
+``Permanent``, ``progress_of``, ``conversation_of``, ``load_agent``, ``asyncio_agent`` and
+``trio_side`` for agents written for asyncio), someone running or embedding a bridge
 (``BridgeConfig``, ``load_config``, ``BridgeService``, ``WorkerService``, ``open_store``,
 ``store_status``, the token files) and a client of the gateway (``GatewayClient``, its errors
 and records), plus the custody basics they all read (``CustodyState``, ``in_custody``,
@@ -35,10 +35,12 @@ from .client._client import GatewayRequestError as GatewayRequestError
 from .client._client import GatewayUnavailable as GatewayUnavailable
 from .custody import IN_CUSTODY as IN_CUSTODY
 from .custody import TERMINAL as TERMINAL
+from .custody import Conversation as Conversation
 from .custody import CustodyState as CustodyState
 from .custody import InvalidTaskId as InvalidTaskId
 from .custody import Task as Task
 from .custody import TaskRecord as TaskRecord
+from .custody import Turn as Turn
 from .custody import UnknownTask as UnknownTask
 from .custody import in_custody as in_custody
 from .pool import AgentFactory as AgentFactory
@@ -48,6 +50,7 @@ from .pool import Progress as Progress
 from .pool import Reply as Reply
 from .pool import Retry as Retry
 from .pool import asyncio_agent as asyncio_agent
+from .pool import conversation_of as conversation_of
 from .pool import load_agent as load_agent
 from .pool import progress_of as progress_of
 from .pool import trio_side as trio_side

@@ -158,6 +158,19 @@ class _LiveCollector(Collector):
         for custody_state in reading.in_custody:
             oldest.add_metric([custody_state], reading.oldest_s.get(custody_state, 0.0))
         yield oldest
+        if reading.conversations is not None:
+            rooms, turns, state_bytes = reading.conversations
+            yield GaugeMetricFamily(
+                "tether_conversation_rooms", "Rooms with a conversation kept", value=rooms
+            )
+            yield GaugeMetricFamily(
+                "tether_conversation_turns", "Conversation turns kept, all rooms", value=turns
+            )
+            yield GaugeMetricFamily(
+                "tether_conversation_state_bytes",
+                "Bytes of the state agents keep per room (JSON), all rooms",
+                value=state_bytes,
+            )
 
     def _timing_metrics(self) -> Iterator[HistogramMetricFamily]:
         timings = self.observed.timings

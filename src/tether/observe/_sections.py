@@ -32,6 +32,8 @@ class CustodyReading:
     oldest_s: dict[str, float] = attrs.field(factory=dict)
     """Age (since intake, by the store's clock) of the oldest task in each in-custody state
     that holds any."""
+    conversations: tuple[int, int, int] | None = None
+    """Rooms with a conversation, turns kept, bytes of state (None: not kept by this store)."""
 
     @property
     def in_flight(self) -> int | None:

@@ -12,12 +12,21 @@ exported by ``tether.bridge``.
 - ``_roles``: the ``Store`` protocol, split into the narrow roles its callers use (what ingest,
   a worker, the lead, delivery, the reconciler and an operator need). A third backend
   implements every role; start there. ``_records``: the values the roles pass.
+- ``_conversation``: each room's turns and state (issue #34): the records, the state's size
+  limit and its version conflict.
 - ``_rooms``: room policies (``serial`` order, ``replace`` barge-in), kept by the store.
 - ``_reconcile``: the reconciler (lease expiry; it never drops an id).
 - ``_crashes``: crash expiries, suspects that run alone, poison tasks proven and dead-lettered.
 - ``_log``: one log line per committed transition, for every backend.
 """
 
+from ._conversation import MAX_STATE_BYTES as MAX_STATE_BYTES
+from ._conversation import Conversation as Conversation
+from ._conversation import ConversationCounts as ConversationCounts
+from ._conversation import RoomView as RoomView
+from ._conversation import StateConflict as StateConflict
+from ._conversation import StateTooLarge as StateTooLarge
+from ._conversation import Turn as Turn
 from ._reconcile import Reconciler as Reconciler
 from ._reconcile import ReconcileReport as ReconcileReport
 from ._records import WORKER_ROLES as WORKER_ROLES
@@ -33,6 +42,7 @@ from ._records import Suspects as Suspects
 from ._records import WaitingRetries as WaitingRetries
 from ._records import WorkerInfo as WorkerInfo
 from ._records import WorkerRole as WorkerRole
+from ._roles import ConversationStore as ConversationStore
 from ._roles import DeadNoticeStore as DeadNoticeStore
 from ._roles import DeliveryStore as DeliveryStore
 from ._roles import IngestStore as IngestStore
@@ -42,6 +52,7 @@ from ._roles import OperatorStore as OperatorStore
 from ._roles import PoolMemberStore as PoolMemberStore
 from ._roles import ReconcilerStore as ReconcilerStore
 from ._roles import RetentionStore as RetentionStore
+from ._roles import RoomStore as RoomStore
 from ._roles import StallStore as StallStore
 from ._roles import StateReader as StateReader
 from ._roles import Store as Store

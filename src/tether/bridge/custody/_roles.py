@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from ._conversation import Conversation, ConversationCounts, RoomView
 from ._records import (
     Decide,
     JournalEntry,
@@ -120,7 +121,69 @@ class StallStore(StoreClock, Protocol):
         ...
 
 
-class WorkerStore(PoolMemberStore, StallStore, Protocol):
+class ConversationStore(Protocol):
+    """What a run reads and writes of its room's conversation (issue #34). The turns of
+    custody moves are written by the moves themselves (ingest, ``complete``, delivery, a
+    ``replace`` supersession), in their transactions; these are the rest."""
+
+    async def conversation(self, task_id: str, *, limit: int = ...) -> Conversation:
+        """The turns of ``task_id``'s room before its message, oldest first, at most ``limit``
+        (the newest ones), none still streaming; the room's state and version. One bounded
+        read: its cost does not grow with the room's length. An unknown task, or one without
+        a room, has an empty conversation."""
+        ...
+
+    async def complete_with_state(
+        self,
+        claim: Claim,
+        body: str,
+        state: Mapping[str, object],
+        base_version: int,
+        *,
+        no_send: bool = False,
+    ) -> int:
+        """``complete`` and store ``state`` as the room's new state, in ONE transaction under
+        the claim's fence; returns the new version (``base_version + 1``). ``StaleLease`` if
+        fenced out and ``StateConflict`` if the room's state is no longer at ``base_version``
+        (nothing written either way: the run runs again with the current state);
+        ``StateTooLarge`` (an ``InvalidTask``) for a state that is not a JSON object or over
+        ``MAX_STATE_BYTES``, ``InvalidTask`` for a task without a room."""
+        ...
+
+    async def record_shown(self, claim: Claim, text: str) -> bool:
+        """Record, under the claim's fence, the partial reply the gateway has taken so far
+        (a ``shown`` turn, replaced by the next call): a ``replace`` supersession turns it
+        into the ``interrupted`` turn the person saw. ``False`` if fenced out (nothing
+        written)."""
+        ...
+
+
+class RoomStore(Protocol):
+    """What an operator and retention do with conversations (issue #34)."""
+
+    async def room(self, room: str, *, limit: int = ...) -> RoomView | None:
+        """``room``'s newest ``limit`` turns (streaming ones too), its state and its counts;
+        ``None`` for a room the store holds nothing of. Reads only."""
+        ...
+
+    async def forget_room(self, room: str) -> tuple[int, int]:
+        """Erase ``room``'s turns and state and the stored bodies (message and reply) of its
+        finished (delivered or dead) tasks, in one transaction; each such task's journal
+        records it with actor ``operator``. Returns (turns erased, tasks erased). Tasks in
+        custody are left to finish (their later turns start a new conversation)."""
+        ...
+
+    async def prune_turns(self, *, keep: int = ..., limit: int = ...) -> int:
+        """Delete the oldest turns of up to ``limit`` rooms holding more than ``keep``, so
+        each keeps its ``keep`` newest; returns how many were deleted."""
+        ...
+
+    async def conversation_counts(self) -> ConversationCounts:
+        """Rooms with a conversation, turns kept, bytes of state: what the metrics show."""
+        ...
+
+
+class WorkerStore(PoolMemberStore, StallStore, ConversationStore, Protocol):
     """What a worker needs: claim leases, renew them, and store each outcome (fenced); it also
     raises the stall notices of its own claims."""
 
@@ -432,6 +495,7 @@ class Store(
     RetentionStore,
     InspectStore,
     OperatorStore,
+    RoomStore,
     Protocol,
 ):
     """A transactional custody store: every role at once. A backend implements this; each caller

@@ -2,11 +2,13 @@
 liveness decides who is alive; the planner's values for those who embed or test a pool.
 
 What an agent author needs from here (``Reply``, ``Retry``, ``Permanent``, ``progress_of``,
-``load_agent``) is also exported by ``tether.bridge``.
+``conversation_of`` with its ``Conversation`` and ``Turn``, ``load_agent``) is also exported
+by ``tether.bridge``.
 
 - ``_lead``: :class:`PoolLead` and its pure planner :func:`plan_sweep`.
 - ``_worker``: :class:`PoolWorker`, where a worker claims, runs its agent and stores the outcome.
 - ``_liveness``: the one predicate "is this member alive" (:func:`is_alive`).
+- ``_conversation``: what a run reads of its room (``conversation_of``, issue #34).
 - ``_progress``: what a running agent shows people (status, partial reply); ``_timings``:
   queue wait, run and delivery time histograms.
 - ``_stall``: stall notices, once per task. ``_files``: the file exchange for outside programs.
@@ -14,6 +16,8 @@ What an agent author needs from here (``Reply``, ``Retry``, ``Permanent``, ``pro
   written for asyncio (``asyncio_agent``, ``trio_side``). ``_wakeup``: "look now".
 """
 
+from ..custody._conversation import Conversation as Conversation
+from ..custody._conversation import Turn as Turn
 from ._agent import AgentError as AgentError
 from ._agent import AgentFactory as AgentFactory
 from ._agent import AgentLoadError as AgentLoadError
@@ -22,6 +26,8 @@ from ._agent import Reply as Reply
 from ._agent import load_agent as load_agent
 from ._asyncio import asyncio_agent as asyncio_agent
 from ._asyncio import trio_side as trio_side
+from ._conversation import conversation_of as conversation_of
+from ._conversation import conversing as conversing
 from ._files import FileExchange as FileExchange
 from ._files import HeaderRefused as HeaderRefused
 from ._files import ResultRefused as ResultRefused

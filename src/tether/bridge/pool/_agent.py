@@ -10,7 +10,7 @@ import importlib
 import inspect
 import re
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -32,13 +32,25 @@ never finish."""
 _SPEC_RE: Final = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
 
 
+def _state_validator(_inst: Any, _attr: Any, value: Any) -> None:
+    if value is not None and not isinstance(value, Mapping):
+        raise TypeError(
+            f"Reply(state=...) must be a dict (a JSON object) or None, got {type(value).__name__}"
+        )
+
+
 @attrs.frozen
 class Reply:
     """An agent's reply. ``no_send``: confirm the task to the gateway without posting a message
-    (then ``body`` may be empty)."""
+    (then ``body`` may be empty). ``state`` (a JSON object, at most 1 MiB): the room's new
+    state, stored in the same transaction as the reply (``conversation_of``); None keeps the
+    state as it is."""
 
     body: str = attrs.field(validator=attrs.validators.instance_of(str))
     no_send: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    state: Mapping[str, Any] | None = attrs.field(
+        default=None, validator=_state_validator, kw_only=True
+    )
 
 
 class AgentError(Exception):

@@ -7,6 +7,7 @@ once the result is stored. See docs/guide/pool.md and docs/guide/design.md, "Fil
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import re
@@ -25,6 +26,7 @@ from ..._session import Session
 from ..custody._roles import Store
 from ..custody._rules import Task
 from ._agent import TASK_EVENT, AgentError, Reply
+from ._conversation import conversation_of
 from ._liveness import check_seconds
 from ._worker import PoolWorker
 
@@ -194,8 +196,14 @@ class FileExchange:
         session.add_handler(TASK_EVENT, self.exchange)
 
     async def exchange(self, task: Task) -> Reply:
-        """Write the task to the outbox and wait for its result file."""
+        """Write the task to the outbox and wait for its result file. A task of a room first
+        gets its conversation beside it (``<id>.conversation.json``: the history, the state,
+        its version), and a ``results/<id>.state.json`` written before the result file is
+        the room's new state (docs/guide/conversations.md)."""
         name = f"{task.id}.txt"
+        if task.room is not None:
+            talk = conversation_json(task).encode("utf-8", "surrogatepass")
+            await trio.to_thread.run_sync(self._write_outbox, f"{task.id}.conversation.json", talk)
         data = task_message(task).encode("utf-8", "surrogatepass")
         await trio.to_thread.run_sync(self._write_outbox, name, data)
         while True:
@@ -204,12 +212,17 @@ class FileExchange:
                 break
             await trio.sleep(self.poll_interval)
         try:
-            return _reply(read, task.id)
+            reply = _reply(read, task.id)
+            if task.room is not None:
+                state = await trio.to_thread.run_sync(self._read_result, f"{task.id}.state.json")
+                if state is not None:
+                    reply = attrs.evolve(reply, state=_state(state, task.id))
         except ResultRefused as exc:
             kept = await trio.to_thread.run_sync(self._refuse, name, task.id)
             self.refused_count += 1
             log.warning("refused %s (kept as %s): %s", self.results / name, kept, exc)
             raise
+        return reply
 
     async def archive(self, task: Task) -> None:
         """Move both files of ``task`` to ``archive/`` (the outbox file first, so a program that
@@ -281,6 +294,8 @@ class FileExchange:
         with self._folder("archive") as archive:
             for folder, name, kept in (
                 ("outbox", f"{id}.txt", f"{id}.task.txt"),
+                ("outbox", f"{id}.conversation.json", f"{id}.conversation.json"),
+                ("results", f"{id}.state.json", f"{id}.state.json"),
                 ("results", f"{id}.txt", f"{id}.result.txt"),
             ):
                 with self._folder(folder) as src:
@@ -303,6 +318,51 @@ def _reply(read: str | _Refusal, task_id: str) -> Reply:
     if isinstance(read, _Refusal):
         raise ResultRefused(f"result file for task {task_id!r} {read.why}; not read")
     return parse_result(read, task_id)
+
+
+CONVERSATION_SCHEMA: Final = 1
+"""Of ``<id>.conversation.json`` (``schema_version``)."""
+
+
+def conversation_json(task: Task) -> str:
+    """What an outside program reads of ``task``'s room: ``{"schema_version": 1, "room",
+    "history": [{"role", "text", "task_id", "at", "outcome"}, ...], "state", "version"}``."""
+    talk = conversation_of(task)
+    return json.dumps(
+        {
+            "schema_version": CONVERSATION_SCHEMA,
+            "room": task.room,
+            "history": [
+                {
+                    "role": t.role,
+                    "text": t.text,
+                    "task_id": t.task_id,
+                    "at": t.at,
+                    "outcome": t.outcome,
+                }
+                for t in talk.history
+            ],
+            "state": dict(talk.state),
+            "version": talk.version,
+        },
+        ensure_ascii=False,
+        indent=1,
+    )
+
+
+def _state(read: str | _Refusal, task_id: str) -> dict[str, Any]:
+    """The new state in ``results/<id>.state.json``, or ``ResultRefused``."""
+    if isinstance(read, _Refusal):
+        raise ResultRefused(f"state file for task {task_id!r} {read.why}; not read")
+    try:
+        value = json.loads(read)
+    except ValueError as exc:
+        raise ResultRefused(f"state file for task {task_id!r} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ResultRefused(
+            f"state file for task {task_id!r} must hold a JSON object, got {type(value).__name__}"
+        )
+    return value
 
 
 def _exists(name: str, dir_fd: int) -> bool:

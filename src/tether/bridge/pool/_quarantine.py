@@ -27,9 +27,17 @@ from typing import Any, Final
 import attrs
 import trio
 
+from ..custody._conversation import Conversation
 from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quarantine_deaths
 from ._agent import AgentError, Reply
-from ._quarantine_wire import EXIT_BAD_START, EXIT_OUT_OF_MEMORY, PROTOCOL, Deframer, encode
+from ._quarantine_wire import (
+    EXIT_BAD_START,
+    EXIT_OUT_OF_MEMORY,
+    PROTOCOL,
+    Deframer,
+    conversation_fields,
+    encode,
+)
 from ._retry import Permanent, Retry
 
 CHILD_MODULE: Final = "tether.bridge.pool._quarantine_child"
@@ -97,6 +105,7 @@ async def run_in_quarantine(
     *,
     on_progress: OnChildProgress | None = None,
     on_started: Callable[[int], None] | None = None,
+    conversation: Conversation | None = None,
 ) -> Reply:
     """Run ``task`` (a ``Task``) in a new quarantine child and return its reply (see the
     module docstring for what it raises)."""
@@ -117,6 +126,7 @@ async def run_in_quarantine(
                 room=task.room,
                 priority=task.priority,
                 headers=dict(task.headers),
+                conversation=None if conversation is None else conversation_fields(conversation),
             )
         )
         ready = False
@@ -163,7 +173,11 @@ def _speaks(ready: dict[str, Any]) -> bool:
 
 def _outcome(message: dict[str, Any]) -> Reply:
     if message["kind"] == "reply":
-        return Reply(str(message["body"]), no_send=bool(message.get("no_send", False)))
+        return Reply(
+            str(message["body"]),
+            no_send=bool(message.get("no_send", False)),
+            state=message.get("state"),
+        )
     kind, reason = message.get("type"), str(message.get("reason") or "failed")
     if kind == "retry":
         raise Retry(reason, after=message.get("after"))
@@ -206,11 +220,18 @@ class Quarantine:
         whose suspect's run has ended (the worker frees it, however the run went)."""
         self._busy -= n
 
-    async def run(self, task: Any, on_progress: OnChildProgress | None = None) -> Reply:
+    async def run(
+        self,
+        task: Any,
+        on_progress: OnChildProgress | None = None,
+        conversation: Conversation | None = None,
+    ) -> Reply:
         """Run ``task`` in a child, in a place ``reserve`` took."""
         self.runs += 1
         try:
-            return await run_in_quarantine(self.spec, task, on_progress=on_progress)
+            return await run_in_quarantine(
+                self.spec, task, on_progress=on_progress, conversation=conversation
+            )
         except QuarantineDeath:
             self.deaths += 1
             raise

@@ -27,8 +27,16 @@ from ..._session import open_session
 from ..custody._rules import Task
 from ._agent import AgentError, install_agent, load_agent, reply_of
 from ._asyncio import loop_for
+from ._conversation import conversing
 from ._progress import Progress, reporting
-from ._quarantine_wire import EXIT_BAD_START, EXIT_OUT_OF_MEMORY, PROTOCOL, Deframer, encode
+from ._quarantine_wire import (
+    EXIT_BAD_START,
+    EXIT_OUT_OF_MEMORY,
+    PROTOCOL,
+    Deframer,
+    conversation_from,
+    encode,
+)
 from ._retry import Permanent, Retry
 
 _PR_SET_PDEATHSIG: Final = 1
@@ -96,7 +104,10 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             nursery.start_soon(_watch_parent, pipe, nursery.cancel_scope)
             nursery.start_soon(_tell_progress, pipe, progress)
             try:
-                with reporting(task, progress):
+                with (
+                    reporting(task, progress),
+                    conversing(task, conversation_from(message.get("conversation"))),
+                ):
                     reply = reply_of(await session.call("task", task), task.id)
             except MemoryError:
                 os._exit(EXIT_OUT_OF_MEMORY)
@@ -110,7 +121,8 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
                 pipe.send("error", type="failure", reason=f"{type(exc).__name__}: {exc}")
             else:
                 _send_progress(pipe, progress, -1)
-                pipe.send("reply", body=reply.body, no_send=reply.no_send)
+                state = None if reply.state is None else dict(reply.state)
+                pipe.send("reply", body=reply.body, no_send=reply.no_send, state=state)
             nursery.cancel_scope.cancel()
     return 0
 

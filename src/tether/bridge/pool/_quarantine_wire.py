@@ -16,6 +16,10 @@ import json
 import struct
 from typing import Any, Final
 
+import attrs
+
+from ..custody._conversation import Conversation, Turn
+
 PROTOCOL: Final = 1
 """Sent in ``ready``; a parent refuses a child that speaks another."""
 EXIT_OUT_OF_MEMORY: Final = 86
@@ -71,3 +75,20 @@ class Deframer:
     def pending(self) -> int:
         """Bytes of a frame begun but not complete (a child that died mid-write)."""
         return len(self._buffer)
+
+
+def conversation_fields(conversation: Conversation) -> dict[str, Any]:
+    """A run's conversation as the ``task`` message carries it to the child."""
+    return {
+        "history": [attrs.asdict(turn) for turn in conversation.history],
+        "state": dict(conversation.state),
+        "version": conversation.version,
+    }
+
+
+def conversation_from(fields: dict[str, Any] | None) -> Conversation:
+    """The child's side of ``conversation_fields`` (an empty conversation for none)."""
+    if not fields:
+        return Conversation()
+    history = tuple(Turn(**turn) for turn in fields["history"])
+    return Conversation(history, fields["state"], int(fields["version"]))

@@ -23,12 +23,19 @@ from ..._plumbing._tracing import set_attributes
 from ..._plumbing._when import clock_time, duration
 from ..._session import Session, open_session
 from ..._session_types import HandlerCancelled, HandlerDropped, QueueFull
+from ..custody._conversation import (
+    DEFAULT_HISTORY_TURNS,
+    Conversation,
+    StateConflict,
+    check_window,
+)
 from ..custody._records import WorkerInfo
 from ..custody._roles import WorkerStore
 from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._completions import CompletionBatcher
+from ._conversation import conversing
 from ._idle import idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._outage import STORE_UNREACHABLE, until_stored
@@ -124,6 +131,12 @@ class _Active:
     sending: bool = False
     outcome: str = "cancelled"
     """How the run ended, for its span: completed, failed, released, lost, superseded."""
+    conversation: Conversation | None = None
+    """What the run read of its room (None: the task has no room)."""
+    shown: str = ""
+    """The partial reply last recorded as shown (``record_shown``)."""
+    reruns: int = 0
+    """Runs again after a state conflict (``StateConflict``: not failed attempts)."""
 
 
 @attrs.define(eq=False)
@@ -195,6 +208,10 @@ class PoolWorker:
     """Seconds a superseded run may still take before it is cancelled (its reply is discarded
     either way: the store already holds the task's no-send result). Default ``stop_grace``,
     the soft-stop grace; 0 cancels at once."""
+    history_turns: int = DEFAULT_HISTORY_TURNS
+    """Turns of its room's conversation a run reads at most (``conversation_of``)."""
+    state_conflicts: int = attrs.field(init=False, default=0)
+    """Runs run again because another run of their room stored a state first."""
     leaderless: bool = attrs.field(init=False, default=False)
     _active: dict[_Active, None] = attrs.field(init=False, factory=dict)
     """The runs in hand, keyed by entry: the same task id may come back as a new attempt while
@@ -233,6 +250,7 @@ class PoolWorker:
             raise ValueError(f"capacity must be an int >= concurrency ({c}), got {self.capacity!r}")
         check_seconds("poll_interval", self.poll_interval)
         self._idle = idle_backoff(self.poll_interval)
+        check_window(self.history_turns, "history_turns")
         if self.wakeups is not None:
             self._doorbell = self.wakeups.worker(self.name)
         check_seconds("stall_after", self.stall_after)
@@ -496,30 +514,33 @@ class PoolWorker:
             with run_span(claim) as traced:
                 try:
                     with entry.scope:
-                        try:
-                            reply = await self._call(session, entry)
-                        except NOT_RUN as exc:
-                            log.info("worker %s: task %s was not run: %s", self.name, id, exc)
-                            await self._release(entry)
-                            return False
-                        except QuarantineDeath as death:
-                            answered()
-                            await self._quarantine_death(entry, death)
-                        except QuarantineStartError as exc:
-                            log.error(  # noqa: TRY400 - the message says it all; no traceback
-                                "worker %s: task %s was not run: %s", self.name, id, exc
-                            )
-                            await self._release(entry)
-                            return False
-                        except Exception as exc:
-                            answered()
-                            if self.timings is not None:
-                                self.timings.ran(trio.current_time() - entry.started)
-                            await self._fail(entry, exc)
-                        else:
-                            answered()
-                            self._timed_run(trio.current_time() - entry.started)
-                            await self._complete(entry, reply)
+                        while True:  # once, or again at once after a state conflict
+                            try:
+                                reply = await self._call(session, entry)
+                            except NOT_RUN as exc:
+                                log.info("worker %s: task %s was not run: %s", self.name, id, exc)
+                                await self._release(entry)
+                                return False
+                            except QuarantineDeath as death:
+                                answered()
+                                await self._quarantine_death(entry, death)
+                            except QuarantineStartError as exc:
+                                log.error(  # noqa: TRY400 - the message says it all
+                                    "worker %s: task %s was not run: %s", self.name, id, exc
+                                )
+                                await self._release(entry)
+                                return False
+                            except Exception as exc:
+                                answered()
+                                if self.timings is not None:
+                                    self.timings.ran(trio.current_time() - entry.started)
+                                await self._fail(entry, exc)
+                            else:
+                                answered()
+                                self._timed_run(trio.current_time() - entry.started)
+                                if not await self._complete(entry, reply):
+                                    continue
+                            break
                 finally:
                     set_attributes(traced, {"tether.outcome": entry.outcome})
         except trio.Cancelled:
@@ -536,20 +557,25 @@ class PoolWorker:
         is abandoned by the session)."""
         task = entry.claim.task
         with trio.CancelScope(deadline=entry.deadline) as timer:
+            if task.room is not None:
+                entry.conversation = await self.store.conversation(
+                    task.id, limit=self.history_turns
+                )
             if entry.claim.suspect and self.quarantine is not None:
                 return await self._call_quarantined(self.quarantine, entry)
-            if self.on_progress is None:
-                return reply_of(await session.call(TASK_EVENT, task), task.id)
-            entry.progress = Progress()
-            with reporting(task, entry.progress):
-                return reply_of(await session.call(TASK_EVENT, task), task.id)
+            with conversing(task, entry.conversation or Conversation()):
+                if self.on_progress is None:
+                    return reply_of(await session.call(TASK_EVENT, task), task.id)
+                entry.progress = Progress()
+                with reporting(task, entry.progress):
+                    return reply_of(await session.call(TASK_EVENT, task), task.id)
         assert timer.cancelled_caught
         raise RunTimedOut(f"timed out after {self._timeout:g} s")
 
     async def _call_quarantined(self, quarantine: Quarantine, entry: _Active) -> Reply:
         """A suspect's run in a quarantine child; its progress mirrored into the entry's."""
         if self.on_progress is None:
-            return await quarantine.run(entry.claim.task)
+            return await quarantine.run(entry.claim.task, conversation=entry.conversation)
         progress = entry.progress = Progress()
 
         def shown(status: str | None, partial: str | None) -> None:
@@ -559,7 +585,7 @@ class PoolWorker:
             if partial:
                 progress.stream(partial)
 
-        return await quarantine.run(entry.claim.task, shown)
+        return await quarantine.run(entry.claim.task, shown, entry.conversation)
 
     async def _quarantine_death(self, entry: _Active, death: QuarantineDeath) -> None:
         """Record the child's death against its task, in the parent's transaction."""
@@ -632,12 +658,22 @@ class PoolWorker:
             with trio.move_on_after(PROGRESS_SEND_TIMEOUT) as timer:
                 if not await send(update):
                     self._progress_refused = True
+                elif update.partial and entry.claim.task.room is not None:
+                    await self._record_shown(entry, update.partial)
             if timer.cancelled_caught:
                 self._progress_trouble(update, "timed out")
         except Exception as exc:
             self._progress_trouble(update, repr(exc))
         finally:
             entry.sending = False
+
+    async def _record_shown(self, entry: _Active, partial: str) -> None:
+        """The gateway took ``partial``: record it as the text the person has seen, so a
+        barge-in keeps it as the interrupted reply (fenced; best effort like progress)."""
+        if partial == entry.shown or entry.finishing or entry.lost:
+            return
+        if await self.store.record_shown(entry.claim, partial):
+            entry.shown = partial
 
     def _progress_trouble(self, update: ProgressUpdate, problem: str) -> None:
         level = logging.DEBUG if self._progress_warned else logging.WARNING
@@ -651,21 +687,40 @@ class PoolWorker:
             problem,
         )
 
-    async def _complete(self, entry: _Active, reply: Reply) -> None:
+    async def _complete(self, entry: _Active, reply: Reply) -> bool:
+        """Store the reply (with the room's new state, if any); ``False`` if the state was
+        refused as stale (the run runs again at once, with the current state)."""
         entry.finishing = True
         claim = entry.claim
         try:
-            await until_stored(
-                lambda: self.completions.complete(claim, reply.body, no_send=reply.no_send),
-                what=f"worker {self.name}: storing the reply to task {claim.task.id}",
-                pause=self._interval,
-            )
+            if reply.state is None:
+                await until_stored(
+                    lambda: self.completions.complete(claim, reply.body, no_send=reply.no_send),
+                    what=f"worker {self.name}: storing the reply to task {claim.task.id}",
+                    pause=self._interval,
+                )
+            else:
+                base = 0 if entry.conversation is None else entry.conversation.version
+                state = reply.state
+                await until_stored(
+                    lambda: self.store.complete_with_state(
+                        claim, reply.body, state, base, no_send=reply.no_send
+                    ),
+                    what=f"worker {self.name}: storing the reply to task {claim.task.id}",
+                    pause=self._interval,
+                )
+        except StateConflict as exc:
+            entry.finishing = False
+            entry.reruns += 1
+            self.state_conflicts += 1
+            log.info("worker %s: running task %s again: %s", self.name, claim.task.id, exc)
+            return False
         except StaleLease as exc:
             self._lose(entry, exc)
-            return
+            return True
         except InvalidTask as exc:  # the store refused the reply (too large, not Unicode)
             await self._fail(entry, exc)
-            return
+            return True
         entry.settled = True
         entry.outcome = "completed"
         self.completed += 1
@@ -678,6 +733,7 @@ class PoolWorker:
                 log.exception(
                     "worker %s: after_complete failed for task %s", self.name, entry.claim.task.id
                 )
+        return True
 
     def retry_delay(self, exc: BaseException, attempt: int) -> float:
         """Seconds before the next attempt after ``exc`` failed attempt ``attempt``: the

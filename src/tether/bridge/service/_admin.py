@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import partial
+from typing import Protocol
 
 from ..._protocol._connection import ConnectionStatus
 from ..._runtime import Runtime
 from ...observe._observed import DEFAULT_GATEWAY_WINDOW, CounterSource, Observed
 from ...observe._routes import AdminRoutes
 from ...observe._sections import CustodyReading
-from ..custody._roles import InspectStore
+from ..custody._roles import InspectStore, RoomStore
 from ..custody._rules import IN_CUSTODY, CustodyState
 from ..pool._status import PoolStatus
 from ..pool._timings import Timings
@@ -25,7 +26,11 @@ log = logging.getLogger("tether.admin")
 IN_CUSTODY_ORDER = tuple(state.value for state in CustodyState if state in IN_CUSTODY)
 
 
-async def read_custody(store: InspectStore) -> CustodyReading:
+class AdminStore(InspectStore, RoomStore, Protocol):
+    """What the admin endpoint reads: custody, and the conversations' counts."""
+
+
+async def read_custody(store: AdminStore) -> CustodyReading:
     """The store's counts, the dead letters not yet reported, and the age of the oldest task in
     each in-custody state that holds any (one indexed read per such state); a store that cannot
     answer gives a reading that says why (logged)."""
@@ -41,6 +46,7 @@ async def read_custody(store: InspectStore) -> CustodyReading:
                 if records:
                     age = store.clock() - records[0].created_at
                     oldest[state.value] = round(max(0.0, age), 3)
+        talk = await store.conversation_counts()
     except Exception as exc:  # the endpoint's cache says it once per incident
         log.debug("cannot read the custody store's counts: %r", exc)
         return CustodyReading(None, IN_CUSTODY_ORDER, repr(exc))
@@ -50,13 +56,14 @@ async def read_custody(store: InspectStore) -> CustodyReading:
         dead_letters=int(counts.get(CustodyState.DEAD, 0)),
         dead_unreported=unreported,
         oldest_s=oldest,
+        conversations=(talk.rooms, talk.turns, talk.state_bytes),
     )
 
 
 def bridge_observed(
     runtime: Runtime,
     *,
-    store: InspectStore | None = None,
+    store: AdminStore | None = None,
     gateway: Callable[[], ConnectionStatus] | None = None,
     gateway_window: float = DEFAULT_GATEWAY_WINDOW,
     counters: list[CounterSource] | None = None,

@@ -11,6 +11,7 @@ from typing import Any, Final
 import attrs
 
 from ..._plumbing._config_error import ConfigError as ConfigError
+from ..custody._conversation import DEFAULT_HISTORY_KEEP, MAX_HISTORY_TURNS
 from ..custody._rooms import DEFAULT_ROOM_POLICY, ROOM_POLICIES, RoomPolicy
 from ..pool._retry import RetryBackoff
 from ._setting_values import (
@@ -67,6 +68,8 @@ class BridgeConfig(ProcessSettings):
     retention: float = 7 * 86_400.0
     """Seconds a delivered task is kept (so a gateway replay of it is recognised), then pruned.
     Keep it longer than the gateway's replay window. Dead tasks are never pruned."""
+    history_keep: int = DEFAULT_HISTORY_KEEP
+    """Turns each room's conversation keeps at most; retention prunes the older ones."""
     tombstone_retention: float = 30 * 86_400.0
     """Seconds the id of a pruned delivered task is still recognised as a replay (a tombstone),
     counted from its delivery; then the tombstone goes too."""
@@ -94,6 +97,7 @@ _PARSERS: Final = settings_parsers(
         "stall_after": parse_seconds(0.1, 7 * 86_400),
         "retention": parse_seconds(60, 366 * 86_400),
         "tombstone_retention": parse_seconds(60, 10 * 366 * 86_400),
+        "history_keep": parse_int(0, MAX_HISTORY_TURNS),
         "health_window": parse_seconds(1, 86_400),
         "quarantine_processes": parse_int(1, 64),
         "max_quarantine_deaths": parse_int(1, 100),

@@ -432,6 +432,7 @@ class BridgeService:
                 stop_grace=config.grace,
                 retry_backoff=config.retry_backoff,
                 run_timeout=config.run_timeout,
+                history_turns=config.history_turns,
                 wakeups=self.wakeups,
                 after_complete=self._result_stored,
                 on_progress=self.send_progress,
@@ -600,6 +601,9 @@ class BridgeService:
             )
             if forgotten:
                 log.info("forgot %d tombstone(s) past the tombstone retention", forgotten)
+            turns = await store.prune_turns(keep=self.config.history_keep, limit=100)
+            if turns:
+                log.info("pruned %d conversation turn(s) past --history-keep", turns)
             if pruned < 1000 and forgotten < 1000:
                 await trio.sleep(60.0)
 

@@ -16,6 +16,7 @@ import attrs
 from ..._plumbing._config_error import ConfigError
 from ..._plumbing._fs import ensure_private_dir
 from ..._plumbing._logging import LogFormat
+from ..custody._conversation import DEFAULT_HISTORY_TURNS, MAX_HISTORY_TURNS
 from ._setting_values import (
     is_postgres_url,
     parse_bool,
@@ -61,6 +62,8 @@ class ProcessSettings:
     None = ``PoolWorker``'s default, 4 x ``concurrency``: the next tasks are in hand when a run
     ends (throughput). ``capacity = concurrency`` for slow agents: no task waits behind a busy
     worker while another idles (fairness). At least ``concurrency``."""
+    history_turns: int = DEFAULT_HISTORY_TURNS
+    """Turns of its room's conversation a run reads at most (``conversation_of``)."""
     client_name: str = "tether-bridge"
     pool_name: str | None = None
     """The stem of this process's pool names (``<stem>-w1``, ``<stem>-lead``), verbatim; a
@@ -110,6 +113,7 @@ PROCESS_PARSERS: Final[Parsers] = {
     "workers": parse_int(1, 256),
     "concurrency": parse_int(1, 1024),
     "capacity": parse_optional_int(1, 16_384),
+    "history_turns": parse_int(0, MAX_HISTORY_TURNS),
     "client_name": parse_label,
     "pool_name": parse_optional_pool_name,
     "lease_s": parse_seconds(0.1, 86_400),

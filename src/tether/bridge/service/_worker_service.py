@@ -179,6 +179,7 @@ class WorkerService:
             "concurrency": config.concurrency,
             "capacity": config.capacity,
             "poll_interval": config.poll_interval,
+            "history_turns": config.history_turns,
             "stop_grace": config.grace,
             "wakeups": self.wakeups,
         }

@@ -190,7 +190,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
             CHECK (crash_count >= 0 AND crashes_alone >= 0 AND crashes_alone <= crash_count);
     CREATE INDEX tasks_suspects ON {s}.tasks (state, priority, seq) WHERE suspect;
     """,
-    # (issue #37, the re-drive fence) a claim's fence is the task's run number, bumped by
+    # 9 -> 10 (issue #37, the re-drive fence) a claim's fence is the task's run number, bumped by
     # every claim and reset by nothing: a re-drive resets ``attempt`` (the failure budget),
     # so (owner, attempt) could repeat and let a cancelled run complete through the fence
     # (issue #37, quarantine): a suspect claimed to run in a quarantine child is marked so (its
@@ -202,6 +202,88 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         ADD COLUMN quarantined boolean NOT NULL DEFAULT false,
         ADD COLUMN quarantine_deaths integer NOT NULL DEFAULT 0 CHECK (quarantine_deaths >= 0),
         ADD COLUMN last_quarantine_death text;
+    """,
+    # 10 -> 11 (conversations, issue #34): each room's turns and its agent's state, as in
+    # SQLite (see its migration 11 -> 12): triggers write the turns in the transaction of the
+    # custody move they follow. The room's row is the lock that numbers its messages (two
+    # bridges ingesting into one room take turns on it)
+    """
+    CREATE TABLE {s}.conversations (
+        room        text PRIMARY KEY,
+        next_seq    bigint NOT NULL DEFAULT 0 CHECK (next_seq >= 0),
+        turns       integer NOT NULL DEFAULT 0 CHECK (turns >= 0),
+        state       text,
+        version     bigint NOT NULL DEFAULT 0 CHECK (version >= 0),
+        state_bytes integer NOT NULL DEFAULT 0 CHECK (state_bytes >= 0)
+    );
+    CREATE TABLE {s}.turns (
+        room        text NOT NULL,
+        seq         bigint NOT NULL CHECK (seq >= 1),
+        role        text NOT NULL CHECK (role IN ('user', 'assistant')),
+        task_id     text NOT NULL,
+        text        bytea NOT NULL,
+        at          double precision NOT NULL,
+        outcome     text NOT NULL CHECK (outcome IN
+                        ('received', 'shown', 'result', 'delivered', 'interrupted')),
+        PRIMARY KEY (room, seq, role)
+    );
+    CREATE INDEX turns_task ON {s}.turns (task_id);
+    CREATE FUNCTION {s}.turns_count() RETURNS trigger LANGUAGE plpgsql AS $body$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            UPDATE {s}.conversations SET turns = turns + 1 WHERE room = NEW.room;
+        ELSE
+            UPDATE {s}.conversations SET turns = greatest(turns - 1, 0) WHERE room = OLD.room;
+        END IF;
+        RETURN NULL;
+    END
+    $body$;
+    CREATE TRIGGER turns_count_in AFTER INSERT ON {s}.turns
+        FOR EACH ROW EXECUTE FUNCTION {s}.turns_count();
+    CREATE TRIGGER turns_count_out AFTER DELETE ON {s}.turns
+        FOR EACH ROW EXECUTE FUNCTION {s}.turns_count();
+    CREATE FUNCTION {s}.turns_note() RETURNS trigger LANGUAGE plpgsql AS $body$
+    DECLARE
+        n bigint;
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            INSERT INTO {s}.conversations AS c (room, next_seq) VALUES (NEW.room, 1)
+                ON CONFLICT (room) DO UPDATE SET next_seq = c.next_seq + 1
+                RETURNING c.next_seq INTO n;
+            INSERT INTO {s}.turns (room, seq, role, task_id, text, at, outcome)
+                VALUES (NEW.room, n, 'user', NEW.id, NEW.body, NEW.created_at, 'received');
+        ELSIF NEW.state = 'result' THEN
+            IF NOT NEW.no_send THEN
+                INSERT INTO {s}.turns AS u (room, seq, role, task_id, text, at, outcome)
+                    SELECT room, seq, 'assistant', NEW.id, NEW.result, NEW.updated_at, 'result'
+                    FROM {s}.turns WHERE task_id = NEW.id AND room = NEW.room AND role = 'user'
+                    ORDER BY seq DESC LIMIT 1
+                    ON CONFLICT (room, seq, role) DO UPDATE SET
+                        text = excluded.text, at = excluded.at, outcome = 'result';
+            ELSIF NEW.reason IS DISTINCT FROM OLD.reason
+                    AND NEW.reason LIKE 'superseded by %' THEN
+                UPDATE {s}.turns SET outcome = 'interrupted', at = NEW.updated_at
+                    WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                        AND outcome = 'shown';
+            ELSE
+                DELETE FROM {s}.turns
+                    WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                        AND outcome = 'shown';
+            END IF;
+        ELSIF NEW.state = 'delivered' AND NOT NEW.no_send THEN
+            UPDATE {s}.turns SET outcome = 'delivered', at = NEW.updated_at
+                WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                    AND outcome = 'result';
+        END IF;
+        RETURN NULL;
+    END
+    $body$;
+    CREATE TRIGGER turns_message AFTER INSERT ON {s}.tasks
+        FOR EACH ROW WHEN (NEW.room IS NOT NULL) EXECUTE FUNCTION {s}.turns_note();
+    CREATE TRIGGER turns_move AFTER UPDATE OF state ON {s}.tasks
+        FOR EACH ROW WHEN (NEW.room IS NOT NULL AND NEW.state IS DISTINCT FROM OLD.state
+            AND NEW.state IN ('result', 'delivered'))
+        EXECUTE FUNCTION {s}.turns_note();
     """,
 )
 

@@ -80,6 +80,7 @@ from ._connection import (
 )
 from ._connection import StoreConnectionLost as StoreConnectionLost
 from ._connection import StoreTimeout as StoreTimeout
+from ._conversations import PostgresConversations, lock_rooms_sql
 from ._dsn import redact_dsn
 from ._durable import Durability, Promise, Synchronous
 from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
@@ -90,7 +91,7 @@ log = logging.getLogger("tether.bridge.postgres")
 
 
 @attrs.define(eq=False)
-class PostgresStore(StoreFrame):
+class PostgresStore(StoreFrame, PostgresConversations):
     """Custody in a PostgreSQL schema. Open with ``await PostgresStore.open(dsn)``."""
 
     dsn_shown: str
@@ -320,8 +321,12 @@ class PostgresStore(StoreFrame):
         sql, supersede = self._sql.ingest, self._sql.supersede
         replace = policy == "replace" and any(room is not None for room in rooms)
 
+        lock = lock_rooms_sql(self._s) if any(room is not None for room in rooms) else None
+
         def op(conn: Conn) -> tuple[list[bool], list[tuple[str, str]]]:
             with conn.transaction():  # replace: the new tasks and what they supersede at once
+                if lock is not None:  # the rooms' conversations first, in order (issue #34)
+                    conn.execute(lock, params)
                 inserted = {r[0] for r in conn.execute(sql, params).fetchall()}
                 moved: list[tuple[str, str]] = []
                 if replace and inserted:
@@ -527,8 +532,7 @@ class PostgresStore(StoreFrame):
         return float(new_until)
 
     async def _complete(self, claim: Claim, body: str, no_send: bool, now: float) -> None:
-        params = _fence(claim, now)
-        params.update(body=_encode(body), no_send=no_send, chan=self._channel, payload=RESULT)
+        params = self._complete_params(claim, body, no_send, now)
         _, before = await self._cas(self._sql.complete, params)
         if before is not None:
             raise stale_lease(before, claim, now, "complete")
@@ -875,6 +879,25 @@ class PostgresStore(StoreFrame):
         return await self._run(op)
 
     # -- compare-and-set ----------------------------------------------------------------------
+
+    # -- what the conversations (``_conversations``) share with custody ----------------------
+
+    @property
+    def _s(self) -> str:
+        return self._sql.s
+
+    def _missed(self, conn: Conn, claim: Claim, now: float, verb: str) -> Exception:
+        return stale_lease(_seen(conn, self._sql.cas_state, _fence(claim, now)), claim, now, verb)
+
+    def _complete_sql(self) -> str:
+        return self._sql.complete
+
+    def _complete_params(
+        self, claim: Claim, body: str, no_send: bool, now: float
+    ) -> dict[str, Any]:
+        params = _fence(claim, now)
+        params.update(body=_encode(body), no_send=no_send, chan=self._channel, payload=RESULT)
+        return params
 
     async def _cas(
         self, sql: str, params: Mapping[str, Any], *, promise: bool = False

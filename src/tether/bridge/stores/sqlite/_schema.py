@@ -223,7 +223,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         WHERE state = 'pending' AND room IS NOT NULL AND room_policy <> 'concurrent';
     DROP INDEX tasks_pending
     """,
-    # (issue #37, the re-drive fence) a claim's fence is the task's run number, bumped by
+    # 10 -> 11 (issue #37, the re-drive fence) a claim's fence is the task's run number, bumped by
     # every claim and reset by nothing: a re-drive resets ``attempt`` (the failure budget),
     # so (owner, attempt) could repeat and let a cancelled run complete through the fence
     # (issue #37, quarantine): a suspect claimed to run in a quarantine child is marked so (its
@@ -236,6 +236,74 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE tasks ADD COLUMN quarantine_deaths INTEGER NOT NULL DEFAULT 0
         CHECK (quarantine_deaths >= 0);
     ALTER TABLE tasks ADD COLUMN last_quarantine_death TEXT
+    """,
+    # 11 -> 12 (conversations, issue #34): each room's turns and its agent's state. Triggers
+    # write the turns in the transaction of the custody move they follow (as the journal's
+    # do): ingest writes the person's message, a stored result the reply, delivery marks it
+    # delivered, a ``replace`` supersession turns the text a run had shown (``shown``, written
+    # by the worker after the gateway took it) into ``interrupted``; a no-send result writes
+    # nothing. A turn's ``seq`` is its message's number in the room, shared by the reply, so a
+    # reply stored after a newer message still sits under the message it answers. The state
+    # is written with a result (``_conversations``); ``turns`` counts a room's rows for the
+    # retention of ``--history-keep``. Pruning a task keeps its turns (the conversation)
+    """
+    CREATE TABLE conversations (
+        room        TEXT PRIMARY KEY NOT NULL,
+        next_seq    INTEGER NOT NULL DEFAULT 0 CHECK (next_seq >= 0),
+        turns       INTEGER NOT NULL DEFAULT 0 CHECK (turns >= 0),
+        state       TEXT,
+        version     INTEGER NOT NULL DEFAULT 0 CHECK (version >= 0),
+        state_bytes INTEGER NOT NULL DEFAULT 0 CHECK (state_bytes >= 0)
+    ) WITHOUT ROWID;
+    CREATE TABLE turns (
+        room        TEXT NOT NULL,
+        seq         INTEGER NOT NULL CHECK (seq >= 1),
+        role        TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+        task_id     TEXT NOT NULL,
+        text        TEXT NOT NULL,
+        at          REAL NOT NULL,
+        outcome     TEXT NOT NULL CHECK (outcome IN
+                        ('received', 'shown', 'result', 'delivered', 'interrupted')),
+        PRIMARY KEY (room, seq, role)
+    ) WITHOUT ROWID;
+    CREATE INDEX turns_task ON turns (task_id);
+    CREATE TRIGGER turns_count_in AFTER INSERT ON turns BEGIN
+        UPDATE conversations SET turns = turns + 1 WHERE room = NEW.room;
+    END;
+    CREATE TRIGGER turns_count_out AFTER DELETE ON turns BEGIN
+        UPDATE conversations SET turns = max(turns - 1, 0) WHERE room = OLD.room;
+    END;
+    CREATE TRIGGER turns_message AFTER INSERT ON tasks WHEN NEW.room IS NOT NULL BEGIN
+        INSERT INTO conversations (room, next_seq) VALUES (NEW.room, 1)
+            ON CONFLICT (room) DO UPDATE SET next_seq = next_seq + 1;
+        INSERT INTO turns (room, seq, role, task_id, text, at, outcome)
+            SELECT NEW.room, next_seq, 'user', NEW.id, NEW.body, NEW.created_at, 'received'
+            FROM conversations WHERE room = NEW.room;
+    END;
+    CREATE TRIGGER turns_reply AFTER UPDATE OF state ON tasks
+    WHEN NEW.state = 'result' AND OLD.state IS NOT 'result' AND NEW.room IS NOT NULL BEGIN
+        INSERT INTO turns (room, seq, role, task_id, text, at, outcome)
+            SELECT room, seq, 'assistant', NEW.id, NEW.result, NEW.updated_at, 'result'
+            FROM turns WHERE NEW.no_send = 0 AND task_id = NEW.id AND room = NEW.room
+                AND role = 'user'
+            ORDER BY seq DESC LIMIT 1
+            ON CONFLICT (room, seq, role) DO UPDATE SET
+                text = excluded.text, at = excluded.at, outcome = 'result';
+        UPDATE turns SET outcome = 'interrupted', at = NEW.updated_at
+            WHERE NEW.no_send = 1 AND NEW.reason IS NOT OLD.reason
+                AND NEW.reason LIKE 'superseded by %'
+                AND task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                AND outcome = 'shown';
+        DELETE FROM turns
+            WHERE NEW.no_send = 1 AND task_id = NEW.id AND room = NEW.room
+                AND role = 'assistant' AND outcome = 'shown';
+    END;
+    CREATE TRIGGER turns_delivered AFTER UPDATE OF state ON tasks
+    WHEN NEW.state = 'delivered' AND NEW.room IS NOT NULL AND NEW.no_send = 0 BEGIN
+        UPDATE turns SET outcome = 'delivered', at = NEW.updated_at
+            WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                AND outcome = 'result';
+    END
     """,
 )
 

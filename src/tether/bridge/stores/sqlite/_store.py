@@ -80,6 +80,7 @@ from . import _sql as sql
 from ._access import explain_open_failure
 from ._connection import Synchronous as Synchronous
 from ._connection import connect_reader, connect_writer
+from ._conversations import SqliteConversations
 from ._durable import barrier_for
 from ._ready import ready_pending
 
@@ -87,7 +88,7 @@ T = TypeVar("T")
 
 
 @attrs.define(eq=False)
-class SqliteStore(StoreFrame):
+class SqliteStore(StoreFrame, SqliteConversations):
     """Custody in one SQLite file. Open with ``await SqliteStore.open(path)``."""
 
     path: Path
@@ -181,6 +182,13 @@ class SqliteStore(StoreFrame):
         if found and self._writer.barrier is not None:
             await self._writer.sync()
         return found
+
+    async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``op`` as one job of the writer (its own savepoint in a group commit)."""
+        return await self._writer.run(op)
+
+    def _stale(self, conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:
+        return _stale(conn, claim, now, verb)
 
     # -- ingest -------------------------------------------------------------------------------
 

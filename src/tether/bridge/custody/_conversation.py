@@ -1,0 +1,157 @@
+"""Conversations (issue #34): each room's turns and the state its agent keeps, as the store
+hands them out and takes them back.
+
+A turn is written by the store in the transaction that makes its custody move (ingest writes
+the person's message; storing a result writes the reply; delivery marks it delivered; a
+``replace`` that supersedes a run marks the text it had shown as interrupted), so the
+conversation can never disagree with custody. The state is one JSON object per room, written
+with a result under the lease's fence and a version (``StateConflict`` when stale).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import attrs
+
+from ._rules import CustodyConflict, InvalidTask, _room_validator
+
+TurnRole = Literal["user", "assistant"]
+TurnOutcome = Literal["received", "shown", "result", "delivered", "interrupted"]
+"""``received``: the person's message, in custody. An agent's reply: ``result`` (stored, not
+yet confirmed by the gateway), ``delivered`` (confirmed), ``interrupted`` (a newer message of
+the room superseded the run; the text is what it had shown). ``shown`` is a reply still being
+streamed (the text the gateway took so far): kept so a barge-in can record it, never part of
+a run's history."""
+
+HISTORY_OUTCOMES: Final[frozenset[str]] = frozenset(
+    {"received", "result", "delivered", "interrupted"}
+)
+"""The turns a run's history holds (a reply still streaming is not said yet)."""
+
+DEFAULT_HISTORY_TURNS: Final = 50
+"""Turns a run's history holds at most (``--history-turns``)."""
+DEFAULT_HISTORY_KEEP: Final = 500
+"""Turns a room keeps at most (``--history-keep``); retention prunes the older ones."""
+MAX_HISTORY_TURNS: Final = 10_000
+MAX_STATE_BYTES: Final = 1 << 20
+"""A room's state, as UTF-8 JSON, is at most this (1 MiB)."""
+
+
+@attrs.frozen
+class Turn:
+    """One turn of a room's conversation, as the person saw it."""
+
+    role: TurnRole
+    text: str
+    task_id: str
+    at: float
+    """When (store clock): the message's ingest, or the reply's last move."""
+    outcome: TurnOutcome
+
+
+@attrs.frozen
+class Conversation:
+    """What a run reads of its room: the turns before its message, oldest first (at most the
+    window), the room's state and its version (0: never written)."""
+
+    history: tuple[Turn, ...] = ()
+    state: Mapping[str, Any] = attrs.field(factory=dict)
+    version: int = 0
+
+
+@attrs.frozen
+class RoomView:
+    """A room as an operator sees it (``tether store room``)."""
+
+    room: str
+    turns: tuple[Turn, ...]
+    """The newest turns (at most the limit asked for), oldest first, streaming ones included."""
+    turn_count: int
+    state: Mapping[str, Any]
+    version: int
+    state_bytes: int
+
+
+@attrs.frozen
+class ConversationCounts:
+    """What the metrics show: rooms with a conversation, turns kept, bytes of state."""
+
+    rooms: int
+    turns: int
+    state_bytes: int
+
+
+@attrs.frozen
+class StateWrite:
+    """A new state for the room of a run's task, based on the version the run read."""
+
+    state_json: str
+    base_version: int
+
+
+class StateConflict(CustodyConflict):
+    """A state based on an older version than the room's (another run of a ``concurrent``
+    room stored one meanwhile): nothing was written; the run runs again with the current one."""
+
+
+class StateTooLarge(InvalidTask, ValueError):
+    """A room's state over ``MAX_STATE_BYTES``, or not a JSON object: refused, nothing stored."""
+
+
+def encode_state(state: object, *, task_id: str, limit: int = MAX_STATE_BYTES) -> str:
+    """``state`` as the compact JSON text the stores keep: a JSON object of finite numbers,
+    within ``limit`` bytes as UTF-8; else ``StateTooLarge`` saying what was wrong."""
+    if not isinstance(state, Mapping):
+        raise StateTooLarge(
+            f"task {task_id!r}: a room's state must be a JSON object (a dict), "
+            f"got {type(state).__name__}"
+        )
+    try:
+        text = json.dumps(state, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise StateTooLarge(f"task {task_id!r}: the room's state is not JSON: {exc}") from None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise StateTooLarge(
+            f"task {task_id!r}: the room's state is {size} bytes as JSON, over the "
+            f"{limit}-byte limit ({limit // 1024} KiB); keep less in it"
+        )
+    return text
+
+
+def decode_state(text: str | None) -> dict[str, Any]:
+    """A stored state (None: never written) as a dict."""
+    if not text:
+        return {}
+    value = json.loads(text)
+    return value if isinstance(value, dict) else {}
+
+
+def check_window(value: object, what: str = "history_turns") -> int:
+    """A history window or retention: an int from 0 to ``MAX_HISTORY_TURNS``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_HISTORY_TURNS:
+        raise ValueError(f"{what} must be an int from 0 to {MAX_HISTORY_TURNS}, got {value!r}")
+    return value
+
+
+def check_version(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"a state's base version must be an int >= 0, got {value!r}")
+    return value
+
+
+def check_room(value: object) -> str:
+    """A room name as tasks carry it (``Task.room``'s rule; ``InvalidTask`` otherwise)."""
+    _room_validator(None, None, value)
+    if value is None:
+        raise InvalidTask("a room must be a non-empty str, got None")
+    return str(value)
+
+
+def turn_from_row(row: tuple[Any, ...]) -> Turn:
+    """``(role, text, task_id, at, outcome)`` as both stores read it."""
+    role, text, task_id, at, outcome = row
+    return Turn(role, text, task_id, float(at), outcome)

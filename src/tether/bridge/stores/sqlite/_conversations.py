@@ -1,0 +1,204 @@
+"""SqliteStore's conversations (issue #34): the history window, the state written with a
+result, the text a streaming run has shown, an operator's look and erasure, retention.
+
+The turns of custody moves are written by the schema's triggers (``_schema``, 10 -> 11); this
+module writes only what no custody move carries. Mixed into ``SqliteStore``.
+"""
+
+from __future__ import annotations
+
+import abc
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
+
+from ...custody._conversation import (
+    HISTORY_OUTCOMES,
+    Conversation,
+    ConversationCounts,
+    RoomView,
+    StateConflict,
+    Turn,
+    decode_state,
+    turn_from_row,
+)
+from ...custody._rules import Claim, InvalidTask
+from .._conversations import FORGOTTEN_REASON, ConversationFrame
+from . import _sql as sql
+
+T = TypeVar("T")
+
+_SHOWN: Final = ", ".join(f"'{o}'" for o in sorted(HISTORY_OUTCOMES))
+TASK_TURN: Final = (
+    "SELECT room, seq FROM turns WHERE task_id = ? AND role = 'user' ORDER BY seq DESC LIMIT 1"
+)
+WINDOW: Final = (
+    "SELECT role, text, task_id, at, outcome FROM turns "
+    f"WHERE room = ? AND seq < ? AND outcome IN ({_SHOWN}) "
+    "ORDER BY seq DESC, role ASC LIMIT ?"
+)
+"""The newest ``limit`` turns before a message (a reply sorts after its message: 'assistant'
+comes first in the reversed order), walked backwards on the primary key: bounded."""
+TASK_ROOM: Final = "SELECT room FROM tasks WHERE id = ?"
+STATE: Final = "SELECT state, version FROM conversations WHERE room = ?"
+ROOM: Final = "SELECT turns, state, version, state_bytes FROM conversations WHERE room = ?"
+ROOM_TURNS: Final = (
+    "SELECT role, text, task_id, at, outcome FROM turns WHERE room = ? "
+    "ORDER BY seq DESC, role ASC LIMIT ?"
+)
+SAVE_STATE: Final = (
+    "INSERT INTO conversations (room, state, version, state_bytes) VALUES (?, ?, 1, ?) "
+    "ON CONFLICT (room) DO UPDATE SET state = excluded.state, version = version + 1, "
+    "state_bytes = excluded.state_bytes RETURNING version"
+)
+SHOWN: Final = (
+    "INSERT INTO turns (room, seq, role, task_id, text, at, outcome) "
+    "SELECT u.room, u.seq, 'assistant', u.task_id, :text, :now, 'shown' FROM turns u "
+    "JOIN tasks t ON t.id = u.task_id AND t.room = u.room "
+    "WHERE u.task_id = :id AND u.role = 'user' AND t.state = 'claimed' "
+    "AND t.owner = :worker AND t.run_no = :run "
+    "ORDER BY u.seq DESC LIMIT 1 "
+    "ON CONFLICT (room, seq, role) DO UPDATE SET text = excluded.text, at = excluded.at "
+    "WHERE outcome = 'shown'"
+)
+FINISHED: Final = (
+    "SELECT id, state, attempt FROM tasks WHERE room = ? AND state IN ('delivered', 'dead')"
+)
+ERASE_BODIES: Final = (
+    "UPDATE tasks SET body = '', result = CASE WHEN result IS NULL THEN NULL ELSE '' END "
+    "WHERE room = ? AND state IN ('delivered', 'dead')"
+)
+JOURNAL_FORGOTTEN: Final = (
+    "INSERT INTO journal (id, seq, at, src, dst, worker, attempt, reason, actor) "
+    "VALUES (?, coalesce((SELECT max(seq) FROM journal WHERE id = ?), 0) + 1, ?, ?, ?, NULL, "
+    "?, ?, 'operator')"
+)
+OVERFULL: Final = "SELECT room FROM conversations WHERE turns > ? LIMIT ?"
+PRUNE_ROOM: Final = (
+    "DELETE FROM turns WHERE room = :room AND EXISTS (SELECT 1 FROM (SELECT seq, role "
+    "FROM turns WHERE room = :room ORDER BY seq DESC, role ASC LIMIT 1 OFFSET :last) k "
+    "WHERE turns.seq < k.seq OR (turns.seq = k.seq AND turns.role > k.role))"
+)
+"""Every turn older than the room's ``keep``-th newest (``:last`` = keep - 1). In time a
+message ('user') comes before its reply ('assistant') of the same ``seq``: newest first is
+``seq DESC, role ASC``, and older than ``k`` is a lower seq, or k's seq and a later role."""
+COUNTS: Final = (
+    "SELECT count(*), coalesce(sum(turns), 0), coalesce(sum(state_bytes), 0) FROM conversations"
+)
+
+
+class SqliteConversations(ConversationFrame):
+    """The conversation operations on SqliteStore's writer and reader."""
+
+    @abc.abstractmethod
+    async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """A read transaction on the reader's connection (``SqliteStore._read``)."""
+
+    @abc.abstractmethod
+    async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """One job on the writer thread (``SqliteStore._write``)."""
+
+    @abc.abstractmethod
+    def _stale(self, conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:
+        """Why ``claim``'s fence missed (``SqliteStore``'s reading of the row)."""
+
+    async def _conversation(self, task_id: str, limit: int) -> Conversation:
+        def op(conn: sqlite3.Connection) -> Conversation:
+            at = conn.execute(TASK_TURN, (task_id,)).fetchone()
+            history: tuple[Turn, ...] = ()
+            if at is None:
+                row = conn.execute(TASK_ROOM, (task_id,)).fetchone()
+                if row is None or row[0] is None:
+                    return Conversation()
+                room = row[0]
+            else:
+                room = at[0]
+                rows = conn.execute(WINDOW, (room, at[1], limit)).fetchall() if limit else []
+                history = tuple(turn_from_row(r) for r in reversed(rows))
+            state = conn.execute(STATE, (room,)).fetchone()
+            if state is None:
+                return Conversation(history)
+            return Conversation(history, decode_state(state[0]), int(state[1]))
+
+        return await self._read(op)
+
+    async def _complete_with_state(
+        self, claim: Claim, body: str, no_send: bool, state: str, base: int, now: float
+    ) -> int:
+        id = claim.task.id
+        values = (body, int(no_send), now, id, claim.worker, claim.run)
+        size = len(state.encode("utf-8", "surrogatepass"))
+
+        def op(conn: sqlite3.Connection) -> int:
+            if conn.execute(sql.COMPLETE, values).rowcount != 1:
+                raise self._stale(conn, claim, now, "complete")
+            (room,) = conn.execute(TASK_ROOM, (id,)).fetchone()
+            if room is None:
+                raise InvalidTask(f"task {id!r} has no room: a state is kept per room")
+            row = conn.execute(STATE, (room,)).fetchone()
+            current = 0 if row is None else int(row[1])
+            if current != base:  # raising undoes this job's complete too
+                raise StateConflict(
+                    f"task {id!r}: room {room!r}'s state is at version {current}, the run "
+                    f"read version {base}"
+                )
+            (version,) = conn.execute(SAVE_STATE, (room, state, size)).fetchone()
+            return int(version)
+
+        return await self._write(op)
+
+    async def _record_shown(self, claim: Claim, text: str, now: float) -> bool:
+        params = {
+            "text": text,
+            "now": now,
+            "id": claim.task.id,
+            "worker": claim.worker,
+            "run": claim.run,
+        }
+        return await self._write(lambda c: c.execute(SHOWN, params).rowcount == 1)
+
+    async def _room(self, room: str, limit: int) -> RoomView | None:
+        def op(conn: sqlite3.Connection) -> RoomView | None:
+            row = conn.execute(ROOM, (room,)).fetchone()
+            if row is None:
+                return None
+            rows = conn.execute(ROOM_TURNS, (room, limit)).fetchall() if limit else []
+            turns = tuple(turn_from_row(r) for r in reversed(rows))
+            return RoomView(room, turns, int(row[0]), decode_state(row[1]), int(row[2]), row[3])
+
+        return await self._read(op)
+
+    async def _forget_room(self, room: str, now: float) -> tuple[int, int]:
+        def op(conn: sqlite3.Connection) -> tuple[int, int]:
+            finished: Sequence[Any] = conn.execute(FINISHED, (room,)).fetchall()
+            conn.execute(ERASE_BODIES, (room,))
+            for id, state, attempt in finished:
+                conn.execute(
+                    JOURNAL_FORGOTTEN, (id, id, now, state, state, attempt, FORGOTTEN_REASON)
+                )
+            turns = conn.execute("DELETE FROM turns WHERE room = ?", (room,)).rowcount
+            conn.execute("DELETE FROM conversations WHERE room = ?", (room,))
+            return turns, len(finished)
+
+        return await self._write(op)
+
+    async def _prune_turns(self, keep: int, limit: int) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            rooms = [r for (r,) in conn.execute(OVERFULL, (keep, limit)).fetchall()]
+            deleted = 0
+            for room in rooms:
+                if keep == 0:
+                    deleted += conn.execute("DELETE FROM turns WHERE room = ?", (room,)).rowcount
+                else:
+                    params = {"room": room, "last": keep - 1}
+                    deleted += conn.execute(PRUNE_ROOM, params).rowcount
+            return deleted
+
+        return await self._write(op)
+
+    async def _conversation_counts(self) -> ConversationCounts:
+        def op(conn: sqlite3.Connection) -> ConversationCounts:
+            rooms, turns, size = conn.execute(COUNTS).fetchone()
+            return ConversationCounts(int(rooms), int(turns), int(size))
+
+        return await self._read(op)
