@@ -112,6 +112,7 @@ async def test_the_state_check_accepts_exactly_the_custody_states(tmp_path: Path
         CustodyState.RESULT: {"owner": "w", "result": "r"},
         CustodyState.DELIVERED: {"owner": "w", "result": "r"},
         CustodyState.DEAD: {"reason": "why"},
+        CustodyState.WAITING: {"not_before": 5.0},
     }
     conn = sqlite3.connect(db)
     try:
