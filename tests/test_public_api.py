@@ -24,6 +24,9 @@ AGENT_AUTHOR = {
     "Permanent",
     "progress_of",
     "Progress",
+    "run_of",
+    "Run",
+    "StepError",
     "AgentFactory",
     "load_agent",
     "AgentLoadError",
@@ -88,6 +91,7 @@ STORE_ROLES = {
     "LeadStore",
     "StallStore",
     "StateReader",
+    "StepStore",
     "DeliveryStore",
     "DeadNoticeStore",
     "ReconcilerStore",
@@ -105,6 +109,8 @@ CUSTODY_RECORDS = {
     "JournalEntry",
     "LeaseExpiry",
     "WaitingRetries",
+    "WaitingRuns",
+    "StepRecord",
     "Suspects",
     "StallCandidate",
     "OperatorOutcome",
@@ -124,6 +130,7 @@ PLANNER = {
     "StallWatcher",
     "StallPass",
     "RetryBackoff",
+    "Parked",
 }
 
 PUBLIC = {

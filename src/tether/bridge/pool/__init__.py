@@ -2,7 +2,7 @@
 liveness decides who is alive; the planner's values for those who embed or test a pool.
 
 What an agent author needs from here (``Reply``, ``Retry``, ``Permanent``, ``progress_of``,
-``load_agent``) is also exported by ``tether.bridge``.
+``run_of``, ``load_agent``) is also exported by ``tether.bridge``.
 
 - ``_lead``: :class:`PoolLead` and its pure planner :func:`plan_sweep`.
 - ``_worker``: :class:`PoolWorker`, where a worker claims, runs its agent and stores the outcome.
@@ -10,6 +10,7 @@ What an agent author needs from here (``Reply``, ``Retry``, ``Permanent``, ``pro
 - ``_progress``: what a running agent shows people (status, partial reply); ``_timings``:
   queue wait, run and delivery time histograms.
 - ``_stall``: stall notices, once per task. ``_files``: the file exchange for outside programs.
+- ``_run``: durable runs (``run_of``: steps recorded once per task, durable sleeps).
 - ``_agent``: what an agent is and how ``module:factory`` is loaded. ``_wakeup``: "look now".
 """
 
@@ -39,6 +40,10 @@ from ._progress import reporting as reporting
 from ._retry import Permanent as Permanent
 from ._retry import Retry as Retry
 from ._retry import RetryBackoff as RetryBackoff
+from ._run import Parked as Parked
+from ._run import Run as Run
+from ._run import StepError as StepError
+from ._run import run_of as run_of
 from ._stall import StallPass as StallPass
 from ._stall import StallWatcher as StallWatcher
 from ._status import PoolStatus as PoolStatus

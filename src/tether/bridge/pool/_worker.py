@@ -28,6 +28,7 @@ from ._completions import CompletionBatcher
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._progress import Progress, ProgressUpdate, reporting
 from ._retry import Permanent, Retry, RetryBackoff
+from ._run import DEFAULT_PARK_AFTER, Run, check_park_after, running
 from ._stall import Notify, StallWatcher
 from ._stop import StopSignal
 from ._timings import Timings
@@ -107,6 +108,8 @@ class _Active:
     sent: int = -1
     """The reporter's version last sent (-1: nothing yet, not even "working")."""
     sending: bool = False
+    run: Run | None = None
+    """The run's durable handle (``run_of``): its steps, and whether it parked itself."""
 
 
 @attrs.define(eq=False)
@@ -171,6 +174,11 @@ class PoolWorker:
     """Seconds a superseded run may still take before it is cancelled (its reply is discarded
     either way: the store already holds the task's no-send result). Default ``stop_grace``,
     the soft-stop grace; 0 cancels at once."""
+    park_after: float = DEFAULT_PARK_AFTER
+    """Seconds: a durable sleep (``run.sleep``) at most this long sleeps in place; a longer
+    one parks the task in ``waiting`` and frees the slot (``--park-after``)."""
+    parked: int = attrs.field(init=False, default=0)
+    """Runs that parked themselves (their tasks went ``waiting``)."""
     leaderless: bool = attrs.field(init=False, default=False)
     _active: dict[_Active, None] = attrs.field(init=False, factory=dict)
     """The runs in hand, keyed by entry: the same task id may come back as a new attempt while
@@ -188,6 +196,7 @@ class PoolWorker:
 
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
+        check_park_after(self.park_after)
         self.completions = CompletionBatcher(self.store)
         if not callable(self.factory):
             raise TypeError(f"factory must be callable, got {self.factory!r}")
@@ -443,11 +452,17 @@ class PoolWorker:
                     answered()
                     if self.timings is not None:
                         self.timings.ran(trio.current_time() - entry.started)
-                    await self._fail(entry, exc)
+                    if _parked(entry):
+                        await self._park(entry)
+                    else:
+                        await self._fail(entry, exc)
                 else:
                     answered()
                     self._timed_run(trio.current_time() - entry.started)
-                    await self._complete(entry, reply)
+                    if _parked(entry):
+                        await self._park(entry)
+                    else:
+                        await self._complete(entry, reply)
         except trio.Cancelled:
             with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
                 await self._release(entry)
@@ -461,7 +476,15 @@ class PoolWorker:
         ``RunTimedOut`` once its deadline passed (the run is cancelled: a sync handler's thread
         is abandoned by the session)."""
         task = entry.claim.task
-        with trio.CancelScope(deadline=entry.deadline) as timer:
+        entry.run = Run(
+            task,
+            self.store,
+            lambda: entry.claim,
+            lambda exc: self._lose(entry, exc),
+            park_after=self.park_after,
+            clock=self.store.clock,
+        )
+        with trio.CancelScope(deadline=entry.deadline) as timer, running(task, entry.run):
             if self.on_progress is None:
                 return reply_of(await session.call(TASK_EVENT, task), task.id)
             entry.progress = Progress()
@@ -599,6 +622,22 @@ class PoolWorker:
             exc_info=None if isinstance(exc, Retry | Permanent | RunTimedOut) else exc,
         )
 
+    async def _park(self, entry: _Active) -> None:
+        """The run parked itself (a long durable sleep): claimed -> waiting, fenced; the slot
+        is free and no attempt is spent. The reconciler makes it pending when it is due."""
+        assert entry.run is not None
+        assert entry.run.parked_until is not None
+        entry.finishing = True
+        why = entry.run.parked_why or "parked"
+        try:
+            await self.store.park(entry.claim, entry.run.parked_until, why)
+        except StaleLease as exc:
+            self._lose(entry, exc)
+            return
+        entry.settled = True
+        self.parked += 1
+        log.info("worker %s: task %s parked: %s", self.name, entry.claim.task.id, why)
+
     async def _release(self, entry: _Active) -> None:
         if entry.lost or entry.settled:
             return
@@ -699,3 +738,8 @@ class PoolWorker:
         except StaleLease as exc:
             if not entry.finishing:  # else the run stored its outcome while this was queued
                 self._lose(entry, exc)
+
+
+def _parked(entry: _Active) -> bool:
+    """Did the run park itself (``run.sleep``), whatever it returned or raised after?"""
+    return entry.run is not None and entry.run.parked_until is not None

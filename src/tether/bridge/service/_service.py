@@ -372,7 +372,9 @@ class BridgeService:
         assert self.ingest is not None
         assert self.delivery is not None
         assert self.dead_notices is not None
-        reconciler = Reconciler(store, on_dead=self.wakeups.tasks_dead)
+        reconciler = Reconciler(
+            store, on_dead=self.wakeups.tasks_dead, on_woken=self.wakeups.tasks_pending
+        )
         stem = self.pool_stem
         workers = [
             PoolWorker(

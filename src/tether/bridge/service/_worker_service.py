@@ -188,7 +188,9 @@ class WorkerService:
 
     async def _start_children(self, supervisor: Supervisor, store: Store) -> None:
         config = self.config
-        reconciler = Reconciler(store, on_dead=self.wakeups.tasks_dead)
+        reconciler = Reconciler(
+            store, on_dead=self.wakeups.tasks_dead, on_woken=self.wakeups.tasks_pending
+        )
         await supervisor.start_child(
             ChildSpec(
                 "reconciler",
