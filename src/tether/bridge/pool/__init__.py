@@ -14,6 +14,7 @@ What an agent author needs from here (``Reply``, ``Retry``, ``Permanent``, ``pro
 - ``_agent``: what an agent is and how ``module:factory`` is loaded. ``_wakeup``: "look now".
 """
 
+from ..custody._steps import StepError as StepError
 from ._agent import AgentError as AgentError
 from ._agent import AgentFactory as AgentFactory
 from ._agent import AgentLoadError as AgentLoadError
@@ -42,7 +43,6 @@ from ._retry import Retry as Retry
 from ._retry import RetryBackoff as RetryBackoff
 from ._run import Parked as Parked
 from ._run import Run as Run
-from ._run import StepError as StepError
 from ._run import run_of as run_of
 from ._stall import StallPass as StallPass
 from ._stall import StallWatcher as StallWatcher
