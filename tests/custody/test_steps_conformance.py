@@ -102,7 +102,7 @@ async def test_a_task_records_at_most_its_total_of_step_bytes(store: Store) -> N
     chunk = '"' + "x" * (MAX_STEP_BYTES - 2) + '"'  # exactly the per-step limit
     for n in range(MAX_TASK_STEP_BYTES // MAX_STEP_BYTES):
         await store.record_step(claim, f"part:{n}", chunk)
-    with pytest.raises(StepError, match="'one-more'.*over the"):
+    with pytest.raises(StepError, match=r"'one-more'.*over the"):
         await store.record_step(claim, "one-more", "1")
     assert len(await store.steps("t1")) == MAX_TASK_STEP_BYTES // MAX_STEP_BYTES
 
@@ -174,16 +174,16 @@ async def test_a_redrive_keeps_the_steps_unless_fresh(store: Store) -> None:
     await store.fail(claim, "boom", permanent=True)
     await store.redrive(["t1"])
     assert [s.name for s in await store.steps("t1")] == ["paid"]  # the run resumes past it
-    claim = await store.claim("w1", leaderless=True)
-    assert claim is not None
-    await store.fail(claim, "boom again", permanent=True)
+    second = await store.claim("w1", leaderless=True)
+    assert second is not None
+    await store.fail(second, "boom again", permanent=True)
     [outcome] = await store.redrive(["t1"], fresh=True)
     assert outcome.done
     assert await store.steps("t1") == []
-    claim = await store.claim("w1", leaderless=True)
-    assert claim is not None
-    await store.record_step(claim, "other", "2")
-    await store.fail(claim, "and again", permanent=True)
+    third = await store.claim("w1", leaderless=True)
+    assert third is not None
+    await store.record_step(third, "other", "2")
+    await store.fail(third, "and again", permanent=True)
     await store.redrive_dead(reason_contains="and again", fresh=True)
     assert await store.steps("t1") == []
     assert (await store.get("t1")).state is S.PENDING  # type: ignore[union-attr]

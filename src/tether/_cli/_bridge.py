@@ -243,11 +243,17 @@ def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
     retry.add_argument(
         "--reason", default=None, help="why, recorded in each task's journal (optional)"
     )
+    retry.add_argument(
+        "--fresh",
+        action="store_true",
+        help="forget the steps its runs recorded: the run starts over from nothing (default: "
+        "keep them, the run resumes past its recorded steps)",
+    )
     cancel = action(
         "cancel",
-        "cancel tasks not yet answered: pending/assigned/claimed -> dead",
-        "Cancel tasks not yet run to a reply (pending, assigned, claimed -> dead with the "
-        "reason; the gateway is told, as for any dead task). A claimed task's run is cancelled "
+        "cancel tasks not yet answered: pending/assigned/claimed/waiting -> dead",
+        "Cancel tasks not yet run to a reply (pending, assigned, claimed, waiting -> dead with "
+        "the reason; the gateway is told, as for any dead task). A claimed task's run is cancelled "
         "at its worker's next heartbeat and its late result refused. A task with a reply "
         "(result, delivered) or already dead is refused.",
         OPERATOR_EXITS,
@@ -322,7 +328,12 @@ async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
         if record is None:
             print(f"tether: no task {id!r} in the store {config.store}", file=sys.stderr)
             return 1
-        show = TaskShow(record, tuple(await store.journal(id)), store.clock())
+        show = TaskShow(
+            record,
+            tuple(await store.journal(id)),
+            store.clock(),
+            steps=tuple(await store.steps(id)),
+        )
     finally:
         await store.aclose()
     print(json.dumps(show.to_document(), indent=2) if as_json else render_show(show))
@@ -381,8 +392,10 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
         if args.store_command == "cancel":
             return await _store_ops.cancel(store, args.ids, args.reason)
         if args.dead:
-            return await _store_ops.retry_dead(store, args.reason_contains, args.reason)
-        return await _store_ops.retry(store, args.ids, args.reason)
+            return await _store_ops.retry_dead(
+                store, args.reason_contains, args.reason, fresh=args.fresh
+            )
+        return await _store_ops.retry(store, args.ids, args.reason, fresh=args.fresh)
     finally:
         await store.aclose()
 

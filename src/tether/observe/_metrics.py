@@ -127,7 +127,7 @@ class _LiveCollector(Collector):
         yield tasks
         yield GaugeMetricFamily(
             "tether_custody_in_flight",
-            "Tasks still in custody (pending, assigned, claimed or result)",
+            "Tasks still in custody (pending, assigned, claimed, waiting or result)",
             value=reading.in_flight,
         )
         yield GaugeMetricFamily(
@@ -148,6 +148,12 @@ class _LiveCollector(Collector):
         for custody_state in reading.in_custody:
             oldest.add_metric([custody_state], reading.oldest_s.get(custody_state, 0.0))
         yield oldest
+        if reading.next_wake_in_s is not None:
+            yield GaugeMetricFamily(
+                "tether_custody_next_wake_seconds",
+                "Seconds until the first parked run (state waiting) is due (absent: none waits)",
+                value=reading.next_wake_in_s,
+            )
 
     def _timing_metrics(self) -> Iterator[HistogramMetricFamily]:
         timings = self.observed.timings

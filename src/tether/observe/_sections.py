@@ -32,6 +32,9 @@ class CustodyReading:
     oldest_s: dict[str, float] = attrs.field(factory=dict)
     """Age (since intake, by the store's clock) of the oldest task in each in-custody state
     that holds any."""
+    next_wake_in_s: float | None = None
+    """Seconds until the first parked run (``waiting``, a durable sleep) is due; None when no
+    run waits."""
 
     @property
     def in_flight(self) -> int | None:

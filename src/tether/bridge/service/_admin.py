@@ -33,6 +33,11 @@ async def read_custody(store: InspectStore) -> CustodyReading:
         unreported = 0
         if counts.get(CustodyState.DEAD, 0):
             unreported = await store.unreported_dead_count()
+        wake_in = None
+        if counts.get(CustodyState.WAITING, 0):
+            first = (await store.waiting_runs()).next_wake
+            if first is not None:
+                wake_in = round(max(0.0, first - store.clock()), 3)
         oldest: dict[str, float] = {}
         for state in CustodyState:  # in the states' order, not the set's
             if state in IN_CUSTODY and counts.get(state, 0):
@@ -49,6 +54,7 @@ async def read_custody(store: InspectStore) -> CustodyReading:
         dead_letters=int(counts.get(CustodyState.DEAD, 0)),
         dead_unreported=unreported,
         oldest_s=oldest,
+        next_wake_in_s=wake_in,
     )
 
 

@@ -74,13 +74,17 @@ def _summary(verb: str, done: int, refused: int) -> int:
     return 1 if refused else 0
 
 
-async def retry(store: Store, ids: Sequence[str], reason: str | None) -> int:
-    outcomes = await store.redrive(ids, reason=reason)
+async def retry(
+    store: Store, ids: Sequence[str], reason: str | None, *, fresh: bool = False
+) -> int:
+    outcomes = await store.redrive(ids, reason=reason, fresh=fresh)
     refused = _report(outcomes)
     return _summary("re-drove", len(outcomes) - refused, refused)
 
 
-async def retry_dead(store: Store, reason_contains: str | None, reason: str | None) -> int:
+async def retry_dead(
+    store: Store, reason_contains: str | None, reason: str | None, *, fresh: bool = False
+) -> int:
     """Re-drive every dead task matching, in batches, with a progress line per batch. Stops
     after as many as were dead when it began: a task that dies again meanwhile (a live bridge
     runs what was re-driven) is not re-driven again in the same call."""
@@ -88,7 +92,10 @@ async def retry_dead(store: Store, reason_contains: str | None, reason: str | No
     done = refused = 0
     while budget > 0:
         outcomes = await store.redrive_dead(
-            reason_contains=reason_contains, reason=reason, limit=min(REDRIVE_BATCH, budget)
+            reason_contains=reason_contains,
+            reason=reason,
+            limit=min(REDRIVE_BATCH, budget),
+            fresh=fresh,
         )
         if not outcomes:
             break
