@@ -76,6 +76,11 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     ),
     "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
     "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
+    "park_after": (
+        "seconds: a durable sleep (run.sleep) up to this long sleeps in place; a longer one "
+        "parks its task in waiting, freeing the worker, until it is due (default: 30)",
+        float,
+    ),
     "room_policy": (
         "how a room's messages run: serial (one at a time, in arrival order), replace "
         "(a newer message supersedes older ones waiting or running) or concurrent; an agent "

@@ -387,6 +387,7 @@ class BridgeService:
                 stop_grace=config.grace,
                 retry_backoff=config.retry_backoff,
                 run_timeout=config.run_timeout,
+                park_after=config.park_after,
                 wakeups=self.wakeups,
                 after_complete=self._result_stored,
                 on_progress=self.send_progress,

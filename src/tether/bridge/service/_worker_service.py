@@ -180,6 +180,8 @@ class WorkerService:
             "stop_grace": config.grace,
             "wakeups": self.wakeups,
         }
+        if config.exchange is None:
+            options["park_after"] = config.park_after
         names = worker_names(self.pool_stem, config.workers)
         if config.exchange is not None:
             return [file_exchange_worker(store, name, config.exchange, **options) for name in names]
