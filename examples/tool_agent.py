@@ -15,6 +15,10 @@ Copy this file as a starting point. The parts:
 - ``plan`` stands in for the model: it decides which tools to call. A real agent asks its
   model (see ``chat_agent.py`` for the HTTP side) and loops while the model asks for tools.
 
+- As a bridge agent (``tether bridge run --agent tool_agent:factory``), each tool call is a
+  durable step (``run_of(task).step``): a run resumed after a crash or a failed attempt gets
+  the recorded tool answers back instead of calling the tools again (docs: durable runs).
+
 Run it: ``uv run python examples/tool_agent.py`` (it plays a short scripted conversation).
 """
 
@@ -27,6 +31,7 @@ import attrs
 import trio
 
 import tether
+from tether.bridge import Task, run_of
 
 ToolFn = Callable[[str], Awaitable[str]]
 
@@ -107,6 +112,33 @@ def add_tool_agent(
             for i, (name, argument) in enumerate(calls):
                 nursery.start_soon(call_tool, i, name, argument)
         await reply("; ".join(results) if results else f"you said: {message}")
+
+
+def factory(session: tether.Session) -> None:
+    """The agent for a bridge: a ``task`` handler whose tool calls are durable steps, each
+    named by its place in the plan and its tool (``tool:0:weather``), so a resumed run finds
+    every answer its tools gave before and calls only the rest."""
+    for tool in TOOLS:
+        session.add_handler(f"tool:{tool.name}", with_time_limit(tool))
+
+    async def handle(task: Task) -> str:
+        run = run_of(task)
+        calls = plan(task.body)
+        results: list[str] = [""] * len(calls)
+
+        async def call_tool(i: int, name: str, argument: str) -> None:
+            async def once() -> str:
+                (text,) = await session.call(f"tool:{name}", argument)
+                return str(text)
+
+            results[i] = await run.step(f"tool:{i}:{name}", once)
+
+        async with trio.open_nursery() as nursery:
+            for i, (name, argument) in enumerate(calls):
+                nursery.start_soon(call_tool, i, name, argument)
+        return "; ".join(results) if results else f"you said: {task.body}"
+
+    session.add_handler("task", handle)
 
 
 async def main() -> None:
