@@ -73,14 +73,15 @@ class Run:
     _on_stale: Callable[[StaleLease], None] = lambda exc: None
     park_after: float = DEFAULT_PARK_AFTER
     _clock: Callable[[], float] = time.time
-    _recorded: dict[str, StepRecord] | None = None
-    _loading: trio.Lock = attrs.field(factory=trio.Lock)
-    _used: set[str] = attrs.field(factory=set)
-    _ran_fresh: bool = False
-    _sleeps: int = 0
-    parked_until: float | None = None
+    _recorded: dict[str, StepRecord] | None = attrs.field(init=False, default=None)
+    _loading: trio.Lock = attrs.field(init=False, factory=trio.Lock)
+    _used: set[str] = attrs.field(init=False, factory=set)
+    _ran_fresh: bool = attrs.field(init=False, default=False)
+    _sleeps: int = attrs.field(init=False, default=0)
+    parked_until: float | None = attrs.field(init=False, default=None)
     """Set once ``sleep`` parked the run: the wake-up time (store clock)."""
-    parked_why: str | None = None
+    parked_why: str | None = attrs.field(init=False, default=None)
+    """What the parked run waits for (its task's recorded reason while ``waiting``)."""
 
     @property
     def durable(self) -> bool:
