@@ -19,6 +19,10 @@ Copy this file as a starting point. The parts:
   in one transaction), so a later "what is the weather?" in the same room, on any worker and
   after any restart, asks the weather tool about Porto (``conversation_of(task).state``).
 
+- As a bridge agent (``tether bridge run --agent tool_agent:factory``), each tool call is a
+  durable step (``run_of(task).step``): a run resumed after a crash or a failed attempt gets
+  the recorded tool answers back instead of calling the tools again (docs: durable runs).
+
 Run it: ``uv run python examples/tool_agent.py`` (it plays a short scripted conversation).
 """
 
@@ -31,7 +35,7 @@ import attrs
 import trio
 
 import tether
-from tether.bridge import Reply, Task, conversation_of
+from tether.bridge import Reply, Task, conversation_of, run_of
 
 ToolFn = Callable[[str], Awaitable[str]]
 
@@ -125,18 +129,32 @@ def learned(message: str) -> dict[str, str]:
 
 
 def factory(session: tether.Session, tools: tuple[Tool, ...] = TOOLS) -> None:
-    """The bridge agent (``--agent tool_agent:factory``): the same tools, and what it learns
-    about the person kept in the room's state."""
+    """The bridge agent (``--agent tool_agent:factory``): the same tools, what it learns about
+    the person kept in the room's state, and each tool call a durable step named by its place
+    in the plan and its tool (``tool:0:weather``), so a resumed run finds every answer its
+    tools gave before and calls only the rest."""
     for tool in tools:
         session.add_handler(f"tool:{tool.name}", with_time_limit(tool))
 
     @session.on("task", policy="replace")
     async def answer(task: Task) -> Reply:
+        run = run_of(task)
         state = dict(conversation_of(task).state)
         news = learned(task.body)
         state.update(news)
         calls = plan(task.body, home=state.get("home"))
-        results = [(await session.call(f"tool:{name}", argument))[0] for name, argument in calls]
+        results: list[str] = [""] * len(calls)
+
+        async def call_tool(i: int, name: str, argument: str) -> None:
+            async def once() -> str:
+                (text,) = await session.call(f"tool:{name}", argument)
+                return str(text)
+
+            results[i] = await run.step(f"tool:{i}:{name}", once)
+
+        async with trio.open_nursery() as nursery:
+            for i, (name, argument) in enumerate(calls):
+                nursery.start_soon(call_tool, i, name, argument)
         if results:
             text = "; ".join(results)
         elif news:

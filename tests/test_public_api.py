@@ -27,6 +27,9 @@ AGENT_AUTHOR = {
     "conversation_of",
     "Conversation",
     "Turn",
+    "run_of",
+    "Run",
+    "StepError",
     "AgentFactory",
     "load_agent",
     "AgentLoadError",
@@ -93,6 +96,7 @@ STORE_ROLES = {
     "LeadStore",
     "StallStore",
     "StateReader",
+    "StepStore",
     "DeliveryStore",
     "DeadNoticeStore",
     "ReconcilerStore",
@@ -112,6 +116,8 @@ CUSTODY_RECORDS = {
     "JournalEntry",
     "LeaseExpiry",
     "WaitingRetries",
+    "WaitingRuns",
+    "StepRecord",
     "Suspects",
     "StallCandidate",
     "OperatorOutcome",
@@ -133,6 +139,7 @@ PLANNER = {
     "StallWatcher",
     "StallPass",
     "RetryBackoff",
+    "Parked",
 }
 
 PUBLIC = {

@@ -16,6 +16,10 @@
 # reads half an answer, and a program killed mid-write leaves only a stray temporary file
 # (rewritten on the next try). Tether archives both files once the reply is stored.
 #
+# Durable steps (run_of(task).step) are not offered through the exchange: this program holds
+# no lease to fence a record with, so a crash runs its whole answer again. A program that needs
+# steps keeps its own record keyed by the task id and step name (docs: durable runs).
+#
 # SLOW=seconds (optional) pauses between the header and the body: it simulates a slow program
 # (the tests kill it mid-write this way).
 dir=${1:?usage: answer.sh EXCHANGE_DIR}

@@ -22,6 +22,11 @@ under its name (``restart``: its claims are crash expiries at once). Suspects ar
 alone (nothing else claimed by that worker, each worker its own process here, and no other
 suspect claimed), never planned or assigned, and die after two crashes while alone.
 
+Durable runs (issue #35): a claim may record steps (only a live one; the first record of a
+name wins, whatever attempt comes later) and park its task in ``waiting`` (no lease, no
+owner, no attempt spent) until a wake-up time; the reconciler makes a due one pending; an
+operator may cancel it; a re-drive keeps the steps, a fresh one forgets them.
+
 How it runs under pytest-trio: hypothesis rules are synchronous, and a pytest-trio test owns
 its Trio run, so the test function is a plain ``def`` (pytest-trio leaves those alone) and every
 rule runs its store calls in a fresh ``trio.run``. One store object lives across those runs: the
@@ -33,6 +38,7 @@ opens a fresh store location.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import attrs
@@ -90,6 +96,8 @@ class Model:
     reply_turn: tuple[str, str] | None = None
     """The conversation's reply turn of this task (text, outcome): written when a result is
     stored, ``delivered`` with its delivery; a later dead letter leaves it (issue #34)."""
+    steps: dict[str, tuple[str, int]] = attrs.field(factory=dict)
+    """Recorded steps: name -> (value, the attempt that recorded it)."""
 
     def due(self, now: float) -> bool:
         return self.state is S.PENDING and (self.not_before is None or self.not_before <= now)
@@ -319,6 +327,51 @@ class CustodyMachine(RuleBasedStateMachine):
                 expected.add(self._expire(id, m, restarted=False))
         got = {(e.id, e.worker, e.attempt, e.outcome, e.crash) for e in report.expired}
         assert got == expected
+        due = sorted(
+            (i for i, m in self.model.items() if m.state is S.WAITING),
+            key=lambda i: (self.model[i].not_before, i),
+        )
+        due = [i for i in due if (self.model[i].not_before or 0) <= now]
+        assert list(report.woken) == due
+        for id in due:
+            self.model[id].state = S.PENDING  # its not_before (now past) stays: due
+
+    # -- durable runs (issue #35) ------------------------------------------------------------
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0), name=st.sampled_from(["a", "b", "~sleep:1"]))
+    def record_step(self, pick: int, name: str) -> None:
+        claim = self.claims[pick % len(self.claims)]
+        value = f'"{name} by {claim.worker}#{claim.attempt}"'
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.record_step, claim, name, value)
+            return
+        record = _run(self.store.record_step, claim, name, value)
+        m = self.model[claim.task.id]
+        m.steps.setdefault(name, (value, claim.attempt))
+        assert (record.value, record.attempt) == m.steps[name]  # the first record wins
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0), seconds=st.sampled_from([1.0, LEASE_S, LEASE_S * 3]))
+    def park(self, pick: int, seconds: float) -> None:
+        self._park(self.claims[pick % len(self.claims)], seconds)
+
+    @precondition(lambda self: any(self._live(c) for c in self.claims))
+    @rule(seconds=st.sampled_from([1.0, LEASE_S * 2]))
+    def park_newest(self, seconds: float) -> None:
+        """A live claim parks (``park`` above mostly picks stale copies)."""
+        self._park([c for c in self.claims if self._live(c)][-1], seconds)
+
+    def _park(self, claim: Claim, seconds: float) -> None:
+        until = self.clock.now + seconds
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.park, claim, until, "model sleeps")
+            return
+        _run(self.store.park, claim, until, "model sleeps")
+        m = self.model[claim.task.id]
+        m.state, m.owner, m.lease_until, m.not_before = S.WAITING, None, None, until
 
     @rule()
     def deliver(self) -> None:
@@ -361,7 +414,7 @@ class CustodyMachine(RuleBasedStateMachine):
         assert [o.id for o in outcomes] == ids
         for o in outcomes:
             m = self.model.get(o.id)
-            expected = m is not None and m.state in (S.PENDING, S.ASSIGNED, S.CLAIMED)
+            expected = m is not None and m.state in (S.PENDING, S.ASSIGNED, S.CLAIMED, S.WAITING)
             assert o.done == expected, o
             assert o.state == (S.DEAD if expected else (m.state if m else None))
             if expected:
@@ -369,18 +422,18 @@ class CustodyMachine(RuleBasedStateMachine):
                 m.state, m.lease_until, m.not_before = S.DEAD, None, None
                 m.cancelled = True
 
-    @rule(ids=st.permutations(IDS), every_dead=st.booleans())
-    def redrive(self, ids: list[str], every_dead: bool) -> None:
+    @rule(ids=st.permutations(IDS), every_dead=st.booleans(), fresh=st.booleans())
+    def redrive(self, ids: list[str], every_dead: bool, fresh: bool) -> None:
         """An operator re-drives: dead -> pending with fresh attempts, due now; any other state
         (delivered above all) is refused and unchanged. Every id is named (in a random order,
         unknown ones too), so the guard meets whatever states the run has reached; only dead
         tasks move. ``every_dead``: ``redrive_dead``, which picks the dead ones itself."""
         if every_dead:
-            outcomes = _run(self.store.redrive_dead)
+            outcomes = _run(partial(self.store.redrive_dead, fresh=fresh))
             ids = [i for i, m in self.model.items() if m.state is S.DEAD and not m.cancelled]
             assert sorted(o.id for o in outcomes) == sorted(ids)
         else:
-            outcomes = _run(self.store.redrive, ids)
+            outcomes = _run(partial(self.store.redrive, ids, fresh=fresh))
             assert [o.id for o in outcomes] == ids
         for o in sorted(outcomes, key=lambda o: o.id):
             m = self.model.get(o.id)
@@ -395,6 +448,8 @@ class CustodyMachine(RuleBasedStateMachine):
                 m.crash_count, m.crashes_alone, m.suspect = 0, 0, False
                 # it queues behind fresh work (issue 33), at its age among low tasks
                 m.priority, m.cancelled = "low", False
+                if fresh:
+                    m.steps.clear()
 
     @precondition(lambda self: any(self._live(c) for c in self.claims))
     @rule()
@@ -531,11 +586,12 @@ class CustodyMachine(RuleBasedStateMachine):
 
     @invariant()
     def store_matches_model(self) -> None:
-        async def snapshot() -> tuple[dict[str, Any], Any, Any]:
+        async def snapshot() -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
             records = {id: await self.store.get(id) for id in IDS}
-            return records, await self.store.counts(), await self.store.in_flight()
+            steps = {id: await self.store.steps(id) for id in IDS if id in self.model}
+            return records, steps, await self.store.counts(), await self.store.in_flight()
 
-        records, counts, in_flight = _run(snapshot)
+        records, steps, counts, in_flight = _run(snapshot)
         for id in IDS:
             rec, m = records[id], self.model.get(id)
             if m is None:
@@ -547,8 +603,9 @@ class CustodyMachine(RuleBasedStateMachine):
             assert (rec.crash_count, rec.crashes_alone) == (m.crash_count, m.crashes_alone)
             if in_custody(m.state):
                 assert rec.suspect == m.suspect
-            if m.state in (S.ASSIGNED, S.CLAIMED, S.PENDING):
+            if m.state in (S.ASSIGNED, S.CLAIMED, S.PENDING, S.WAITING):
                 assert rec.owner == m.owner
+            assert {s.name: (s.value, s.attempt) for s in steps[id]} == m.steps
             if m.state in (S.RESULT, S.DELIVERED):
                 assert rec.result == m.result
         assert sum(counts.values()) == len(self.model)

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 import tether
+from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.pool import PoolWorker
 
@@ -116,3 +117,29 @@ async def test_as_a_bridge_agent_it_keeps_what_it_learned_in_the_rooms_state(
 
 async def _instant(argument: str) -> str:
     return f"weather: {argument}"
+
+
+async def test_as_a_bridge_agent_each_tool_call_is_a_durable_step(tmp_path: Path) -> None:
+    """A run resumed after a crash finds the weather tool's answer recorded by the run
+    before: the tool is not called again; the clock tool, never recorded, runs."""
+    async with await SqliteStore.open(tmp_path / "custody.db") as store:
+        await store.ingest(Task("t", "weather in Paris and the time"))
+        crashed = await store.claim("w0", leaderless=True)
+        assert crashed is not None
+        await store.record_step(crashed, "tool:0:weather", '"recorded: rainy in Paris"')
+        await store.release(crashed)  # (as a crash expiry would: pending, the same attempt)
+        worker = PoolWorker(store, "w1", tool_agent.factory, poll_interval=0.05)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            await wait_until(lambda: _has_result(store))
+            worker.request_stop()
+        [result] = await store.ready_results()
+        weather, clock = result.body.split("; ")
+        assert weather == "recorded: rainy in Paris"
+        assert clock.startswith("it is ")
+        steps = [s.name for s in await store.steps("t")]
+        assert steps == ["tool:0:weather", "tool:1:clock"]
+
+
+async def _has_result(store: SqliteStore) -> bool:
+    return await store.state("t") is CustodyState.RESULT

@@ -4,7 +4,9 @@
   ``os._exit(3)``; ``hog``: allocates without bound (a quarantine memory limit stops it);
 - ``retry`` / ``permanent`` / ``boom``: raises ``Retry(after=7)`` / ``Permanent`` / ``KeyError``;
 - ``progress``: shows a status and a partial reply, then answers; ``print``: prints to stdout
-  (which must not reach the pipe); ``sleep``: sleeps a minute; anything else: an echo.
+  (which must not reach the pipe); ``sleep``: sleeps a minute; ``steps``: two durable
+  steps; ``nap``: a durable sleep of an hour (it parks); ``chat``: counts its room's history
+  and keeps a count in the room's state; anything else: an echo.
 
 ``--agent pool.quarantine_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
@@ -18,11 +20,23 @@ import signal
 import trio
 
 from tether import Session
-from tether.bridge import Permanent, Retry, Task, progress_of
+from tether.bridge import Permanent, Reply, Retry, Task, conversation_of, progress_of, run_of
 
 
-async def handle(task: Task) -> str:
+async def handle(task: Task) -> str | Reply:
     body = task.body
+    if body == "steps":
+        run = run_of(task)
+        a = await run.step("a", lambda: "fresh-a")
+        b = await run.step("b", lambda: "fresh-b")
+        return f"{a}+{b}"
+    if body == "nap":
+        await run_of(task).sleep(3600)
+        return "woke"
+    if body == "chat":
+        talk = conversation_of(task)
+        seen = int(talk.state.get("seen", 0))
+        return Reply(f"history {len(talk.history)}", state={"seen": seen + 1})
     if body == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif body == "segfault":

@@ -22,7 +22,10 @@ import trio
 from support.service import TESTS_DIR
 from support.waiting import wait_until
 from tether.bridge import Permanent, Reply, Retry, Task
+from tether.bridge.custody._conversation import Conversation, Turn
+from tether.bridge.custody._records import StepRecord
 from tether.bridge.pool._quarantine import (
+    ChildSteps,
     Quarantine,
     QuarantineDeath,
     QuarantineFailure,
@@ -31,6 +34,7 @@ from tether.bridge.pool._quarantine import (
     run_in_quarantine,
 )
 from tether.bridge.pool._quarantine_wire import EXIT_OUT_OF_MEMORY
+from tether.bridge.pool._run import Parked
 
 pytestmark = pytest.mark.slow
 
@@ -92,6 +96,47 @@ async def test_every_outcome_of_a_quarantined_run_reaches_its_live_parent() -> N
         signal.SIGSEGV,
         None,
     ]
+
+
+async def test_a_quarantined_run_replays_and_records_its_steps_and_keeps_its_conversation() -> None:
+    """The child holds nothing of the store: recorded steps come with the task, a new step is
+    recorded by the parent (under its fence), a long durable sleep parks in the parent, and the
+    room's conversation goes in and the new state comes back (issues #34, #35 with #37)."""
+    recorded: list[tuple[str, str]] = []
+    parked: list[tuple[float, str]] = []
+
+    async def record(name: str, value: str) -> StepRecord:
+        recorded.append((name, value))
+        return StepRecord(name, value, 5.0, 2, len(value))
+
+    def steps(*known: StepRecord) -> ChildSteps:
+        return ChildSteps(known, record, lambda until, why: parked.append((until, why)), 30.0)
+
+    outcomes: dict[str, object] = {}
+    before = Conversation((Turn("user", "hi", "m1", 1.0, "delivered"),), {"seen": 4}, 4)
+
+    async def one(body: str, child_steps: ChildSteps, talk: Conversation | None = None) -> None:
+        try:
+            outcomes[body] = await run_in_quarantine(
+                SPEC, Task(body, body), steps=child_steps, conversation=talk
+            )
+        except Exception as exc:
+            outcomes[body] = exc
+
+    with trio.fail_after(START_WITHIN):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "steps", steps(StepRecord("a", '"recorded-a"', 1.0, 1, 12)))
+            nursery.start_soon(one, "nap", steps())
+            nursery.start_soon(one, "chat", steps(), before)
+    assert outcomes["steps"] == Reply("recorded-a+fresh-b")  # a replayed, b run and recorded
+    assert ("b", '"fresh-b"') in recorded
+    assert ("a", '"fresh-a"') not in recorded
+    assert isinstance(outcomes["nap"], Parked)
+    [(until, why)] = parked
+    assert until > 3000
+    assert "sleeping until" in why
+    assert [name for name, _ in recorded if "sleep" in name] == ["~sleep:1"]  # its wake-up time
+    assert outcomes["chat"] == Reply("history 1", state={"seen": 5})
 
 
 async def test_a_memory_hog_is_stopped_in_its_child_by_the_quarantine_memory_limit() -> None:

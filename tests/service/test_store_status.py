@@ -56,6 +56,7 @@ def test_status_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         "result": 1,
         "delivered": 0,
         "dead": 1,
+        "waiting": 0,
     }
     assert [e["id"] for e in doc["oldest_in_flight"]] == ["t1", "t2"]
     [dead] = doc["dead_letters"]

@@ -312,6 +312,10 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         # conversations (issue #34)
         f"DROP TABLE {s}.turns, {s}.conversations; "
         f"DROP FUNCTION {s}.turns_note() CASCADE; DROP FUNCTION {s}.turns_count() CASCADE; "
+        # durable runs (issue #35): the steps, and the state CHECK as version 1 had it
+        f"DROP TABLE {s}.steps; ALTER TABLE {s}.tasks DROP CONSTRAINT tasks_state_check, "
+        "ADD CONSTRAINT tasks_state_check CHECK (state IN "
+        "('pending', 'assigned', 'claimed', 'result', 'delivered', 'dead')); "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)

@@ -118,6 +118,7 @@ async def test_the_state_check_accepts_exactly_the_custody_states(tmp_path: Path
         CustodyState.RESULT: {"owner": "w", "result": "r"},
         CustodyState.DELIVERED: {"owner": "w", "result": "r"},
         CustodyState.DEAD: {"reason": "why"},
+        CustodyState.WAITING: {"not_before": 5.0},
     }
     conn = sqlite3.connect(db)
     try:
@@ -395,3 +396,38 @@ async def test_an_sqlite_too_old_for_the_custody_sql_is_refused_clearly(
     monkeypatch.setattr(sqlite3, "sqlite_version", "3.34.1")
     with pytest.raises(RuntimeError, match=r"needs SQLite 3\.35\.0 or newer; .* SQLite 3\.34\.1"):
         await SqliteStore.open(tmp_path / "old.db")
+
+
+async def test_a_store_from_before_durable_runs_migrates_with_its_tasks(tmp_path: Path) -> None:
+    """Issue #35's migration loosens the state CHECK in place (no rebuild): a file at the
+    version before it keeps its tasks, then parks and records steps."""
+    from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements
+
+    db = tmp_path / "custody.db"
+    before = len(MIGRATIONS) - 1
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        for migration in MIGRATIONS[:before]:
+            for statement in _statements(migration):
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {before}")
+        conn.execute(
+            "INSERT INTO tasks (id, body, priority, headers, state, attempt, created_at, "
+            "updated_at) VALUES ('old', 'from before', 1, '{}', 'pending', 1, 1, 2)"
+        )
+    finally:
+        conn.close()
+    async with await SqliteStore.open(db) as store:
+        claim = await store.claim("w1", leaderless=True)
+        assert claim is not None
+        assert claim.task.body == "from before"
+        await store.record_step(claim, "a", "1")
+        await store.park(claim, store.clock() + 60, "sleeping")
+        assert await store.state("old") is CustodyState.WAITING
+        assert [s.name for s in await store.steps("old")] == ["a"]
+    check = sqlite3.connect(db)
+    try:
+        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert check.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)
+    finally:
+        check.close()

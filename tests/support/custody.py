@@ -97,6 +97,9 @@ async def drive_to(store: Store, id: str, state: CustodyState, *, body: str = "h
     assert claim.task.id == id
     if state is CustodyState.CLAIMED:
         return claim
+    if state is CustodyState.WAITING:
+        await store.park(claim, store.clock() + 3600.0, "test: parked for an hour")
+        return None
     await store.complete(claim, f"reply to {id}")
     if state is CustodyState.DELIVERED:
         await store.mark_delivered(id)

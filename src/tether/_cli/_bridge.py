@@ -84,6 +84,11 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     ),
     "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
     "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
+    "park_after": (
+        "seconds: a durable sleep (run.sleep) up to this long sleeps in place; a longer one "
+        "parks its task in waiting, freeing the worker, until it is due (default: 30)",
+        float,
+    ),
     "room_policy": (
         "how a room's messages run: serial (one at a time, in arrival order), replace "
         "(a newer message supersedes older ones waiting or running) or concurrent; an agent "
@@ -313,11 +318,17 @@ def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
     retry.add_argument(
         "--reason", default=None, help="why, recorded in each task's journal (optional)"
     )
+    retry.add_argument(
+        "--fresh",
+        action="store_true",
+        help="forget the steps its runs recorded: the run starts over from nothing (default: "
+        "keep them, the run resumes past its recorded steps)",
+    )
     cancel = action(
         "cancel",
-        "cancel tasks not yet answered: pending/assigned/claimed -> dead",
-        "Cancel tasks not yet run to a reply (pending, assigned, claimed -> dead with the "
-        "reason; the gateway is told, as for any dead task). A claimed task's run is cancelled "
+        "cancel tasks not yet answered: pending/assigned/claimed/waiting -> dead",
+        "Cancel tasks not yet run to a reply (pending, assigned, claimed, waiting -> dead with "
+        "the reason; the gateway is told, as for any dead task). A claimed task's run is cancelled "
         "at its worker's next heartbeat and its late result refused. A task with a reply "
         "(result, delivered) or already dead is refused.",
         OPERATOR_EXITS,
@@ -394,7 +405,12 @@ async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
         if record is None:
             print(f"tether: no task {id!r} in the store {config.store}", file=sys.stderr)
             return 1
-        show = TaskShow(record, tuple(await store.journal(id)), store.clock())
+        show = TaskShow(
+            record,
+            tuple(await store.journal(id)),
+            store.clock(),
+            steps=tuple(await store.steps(id)),
+        )
     finally:
         await store.aclose()
     print(json.dumps(show.to_document(), indent=2) if as_json else render_show(show))
@@ -459,9 +475,13 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
             return await _store_ops.cancel(store, args.ids, args.reason)
         if args.dead:
             return await _store_ops.retry_dead(
-                store, args.reason_contains, args.reason, include_cancelled=args.include_cancelled
+                store,
+                args.reason_contains,
+                args.reason,
+                include_cancelled=args.include_cancelled,
+                fresh=args.fresh,
             )
-        return await _store_ops.retry(store, args.ids, args.reason)
+        return await _store_ops.retry(store, args.ids, args.reason, fresh=args.fresh)
     finally:
         await store.aclose()
 

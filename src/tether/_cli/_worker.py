@@ -51,6 +51,11 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "seconds between reconciler passes (repools expired leases) (default: 5)",
         float,
     ),
+    "park_after": (
+        "seconds: a durable sleep (run.sleep) up to this long sleeps in place; a longer one "
+        "parks its task in waiting, freeing the worker, until it is due (default: 30)",
+        float,
+    ),
     "status_file": ("write this process's pool status (JSON, 0600) here", Path),
     "admin_port": (
         "serve the admin endpoint (/healthz, /metrics, /tasks, /status) on this port; "

@@ -1,8 +1,8 @@
 """tether.bridge: moves chat tasks from a remote gateway through custody to agent workers.
 
 The names here serve three readers: an agent author (``Task``, ``Reply``, ``Retry``,
-``Permanent``, ``progress_of``, ``conversation_of``, ``load_agent``, ``asyncio_agent`` and
-``trio_side`` for agents written for asyncio), someone running or embedding a bridge
+``Permanent``, ``progress_of``, ``conversation_of``, ``run_of``, ``load_agent``, ``asyncio_agent``
+and ``trio_side`` for agents written for asyncio), someone running or embedding a bridge
 (``BridgeConfig``, ``load_config``, ``BridgeService``, ``WorkerService``, ``open_store``,
 ``store_status``, the token files) and a client of the gateway (``GatewayClient``, its errors
 and records), plus the custody basics they all read (``CustodyState``, ``in_custody``,
@@ -49,10 +49,13 @@ from .pool import Permanent as Permanent
 from .pool import Progress as Progress
 from .pool import Reply as Reply
 from .pool import Retry as Retry
+from .pool import Run as Run
+from .pool import StepError as StepError
 from .pool import asyncio_agent as asyncio_agent
 from .pool import conversation_of as conversation_of
 from .pool import load_agent as load_agent
 from .pool import progress_of as progress_of
+from .pool import run_of as run_of
 from .pool import trio_side as trio_side
 from .service._config import BridgeConfig as BridgeConfig
 from .service._config import load_config as load_config

@@ -137,7 +137,7 @@ class _LiveCollector(Collector):
         yield tasks
         yield GaugeMetricFamily(
             "tether_custody_in_flight",
-            "Tasks still in custody (pending, assigned, claimed or result)",
+            "Tasks still in custody (pending, assigned, claimed, waiting or result)",
             value=reading.in_flight,
         )
         yield GaugeMetricFamily(
@@ -170,6 +170,12 @@ class _LiveCollector(Collector):
                 "tether_conversation_state_bytes",
                 "Bytes of the state agents keep per room (JSON), all rooms",
                 value=state_bytes,
+            )
+        if reading.next_wake_in_s is not None:
+            yield GaugeMetricFamily(
+                "tether_custody_next_wake_seconds",
+                "Seconds until the first parked run (state waiting) is due (absent: none waits)",
+                value=reading.next_wake_in_s,
             )
 
     def _timing_metrics(self) -> Iterator[HistogramMetricFamily]:

@@ -34,6 +34,9 @@ class CustodyReading:
     that holds any."""
     conversations: tuple[int, int, int] | None = None
     """Rooms with a conversation, turns kept, bytes of state (None: not kept by this store)."""
+    next_wake_in_s: float | None = None
+    """Seconds until the first parked run (``waiting``, a durable sleep) is due; None when no
+    run waits."""
 
     @property
     def in_flight(self) -> int | None:

@@ -18,6 +18,7 @@ exported by ``tether.bridge``.
 - ``_reconcile``: the reconciler (lease expiry; it never drops an id).
 - ``_crashes``: crash expiries, suspects that run alone, poison tasks proven and dead-lettered.
 - ``_log``: one log line per committed transition, for every backend.
+- ``_steps``: the rules of a durable run's recorded steps (names, sizes, JSON values).
 """
 
 from ._conversation import MAX_STATE_BYTES as MAX_STATE_BYTES
@@ -38,8 +39,10 @@ from ._records import OperatorOutcome as OperatorOutcome
 from ._records import PoolView as PoolView
 from ._records import Queued as Queued
 from ._records import StallCandidate as StallCandidate
+from ._records import StepRecord as StepRecord
 from ._records import Suspects as Suspects
 from ._records import WaitingRetries as WaitingRetries
+from ._records import WaitingRuns as WaitingRuns
 from ._records import WorkerInfo as WorkerInfo
 from ._records import WorkerRole as WorkerRole
 from ._roles import ConversationStore as ConversationStore
@@ -55,6 +58,7 @@ from ._roles import RetentionStore as RetentionStore
 from ._roles import RoomStore as RoomStore
 from ._roles import StallStore as StallStore
 from ._roles import StateReader as StateReader
+from ._roles import StepStore as StepStore
 from ._roles import Store as Store
 from ._roles import StoreClock as StoreClock
 from ._roles import WorkerStore as WorkerStore
@@ -83,3 +87,6 @@ from ._rules import UnknownTask as UnknownTask
 from ._rules import in_custody as in_custody
 from ._rules import may_move as may_move
 from ._rules import operator_may as operator_may
+from ._steps import MAX_STEP_BYTES as MAX_STEP_BYTES
+from ._steps import MAX_TASK_STEP_BYTES as MAX_TASK_STEP_BYTES
+from ._steps import STEP_NAME_RULE as STEP_NAME_RULE

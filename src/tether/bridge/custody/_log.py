@@ -24,6 +24,7 @@ _LEVELS = {
     CustodyState.RESULT: logging.DEBUG,
     CustodyState.DELIVERED: logging.DEBUG,
     CustodyState.DEAD: logging.ERROR,
+    CustodyState.WAITING: logging.INFO,  # a run parked itself (a durable sleep)
 }
 
 

@@ -1,4 +1,5 @@
-"""The reconciler: brings expired leases back, and never drops an id.
+"""The reconciler: brings expired leases back, wakes parked runs that are due (``waiting`` ->
+``pending``), and never drops an id.
 
 It decides from the state column and the store's clock only, so no number of passes loses a task.
 See docs/guide/design.md, "The reconciler".
@@ -31,6 +32,8 @@ class ReconcileReport:
 
     at: float
     expired: tuple[LeaseExpiry, ...] = ()
+    woken: tuple[str, ...] = ()
+    """Parked runs made pending again (their wake-up time had come; issue #35)."""
     schema_version: int = REPORT_SCHEMA_VERSION
 
     @property
@@ -58,6 +61,8 @@ class Reconciler:
     """Leases handled per store transaction, so other writers interleave on a big backlog."""
     on_dead: Callable[[], None] | None = None
     """Called after a pass that dead-lettered tasks (the bridge rings its dead-notice loop)."""
+    on_woken: Callable[[], None] | None = None
+    """Called after a pass that woke parked runs (the pool looks at the queue at once)."""
     passes: int = attrs.field(init=False, default=0)
     last_report: ReconcileReport | None = attrs.field(init=False, default=None)
 
@@ -69,12 +74,22 @@ class Reconciler:
             expired.extend(chunk)
             if len(chunk) < self.batch:
                 break
+        woken: list[str] = []
+        while True:
+            ids = await self.store.wake_due(limit=self.batch)
+            woken.extend(ids)
+            if len(ids) < self.batch:
+                break
+        if woken:
+            log.info("woke %d parked run(s): %s", len(woken), ", ".join(woken[:5]))
         for e in expired:
             level = logging.WARNING if e.outcome is CustodyState.DEAD else logging.INFO
             log.log(level, "task %s: %s", e.id, e.reason)
-        report = ReconcileReport(at=at, expired=tuple(expired))
+        report = ReconcileReport(at=at, expired=tuple(expired), woken=tuple(woken))
         if self.on_dead is not None and report.dead_lettered:
             self.on_dead()
+        if self.on_woken is not None and report.woken:
+            self.on_woken()
         self.passes += 1
         self.last_report = report
         return report

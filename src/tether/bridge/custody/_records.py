@@ -157,3 +157,27 @@ class OperatorOutcome:
     """The task's state after the call (None: no such task)."""
     detail: str
     """One line: what was done, or why it was refused."""
+
+
+@attrs.frozen
+class StepRecord:
+    """One recorded step of a durable run (issue #35): what a replay returns instead of
+    running the step again."""
+
+    name: str
+    value: str
+    """The step's result as JSON text (``custody._steps.decode_step_value`` reads it)."""
+    at: float
+    """When it was recorded (store clock)."""
+    attempt: int
+    """The attempt whose run recorded it."""
+    size: int
+    """``value``'s size in bytes (UTF-8)."""
+
+
+@attrs.frozen
+class WaitingRuns:
+    """Tasks parked in ``waiting`` (durable sleeps): how many, and the earliest wake-up."""
+
+    count: int
+    next_wake: float | None

@@ -17,8 +17,10 @@ from ._records import (
     OperatorOutcome,
     PoolView,
     StallCandidate,
+    StepRecord,
     Suspects,
     WaitingRetries,
+    WaitingRuns,
     WorkerInfo,
     WorkerRole,
 )
@@ -183,7 +185,33 @@ class RoomStore(Protocol):
         ...
 
 
-class WorkerStore(PoolMemberStore, StallStore, ConversationStore, Protocol):
+class StepStore(StoreClock, Protocol):
+    """What a durable run needs (issue #35): its task's recorded steps, a fenced record of a
+    new one, and a park (a durable sleep that frees the worker)."""
+
+    async def steps(self, id: str) -> Sequence[StepRecord]:
+        """``id``'s recorded steps in the order they were recorded (empty for an unknown or
+        pruned task). Reads only."""
+        ...
+
+    async def record_step(self, claim: Claim, name: str, value: str) -> StepRecord:
+        """Record step ``name`` of ``claim``'s task with ``value`` (JSON text), under the
+        lease fence (id, claimed, owner, attempt, live lease) in the same statement or
+        transaction: ``StaleLease`` if fenced out, so a run whose lease is gone records
+        nothing and a run that took over never sees a zombie's record appear after its own.
+        If ``name`` is recorded already, that record is kept and returned (the first wins).
+        ``StepError`` for a bad name, a value over ``MAX_STEP_BYTES``, or one that would take
+        the task's steps past ``MAX_TASK_STEP_BYTES``. Returns the record stored."""
+        ...
+
+    async def park(self, claim: Claim, until: float, why: str) -> None:
+        """claimed -> waiting under the fence: the lease released (owner cleared), no attempt
+        spent; due again at ``until`` (store clock, kept as ``not_before``); ``why`` (what it
+        waits for) is its recorded reason. ``StaleLease`` if fenced out."""
+        ...
+
+
+class WorkerStore(PoolMemberStore, StallStore, ConversationStore, StepStore, Protocol):
     """What a worker needs: claim leases, renew them, and store each outcome (fenced); it also
     raises the stall notices of its own claims."""
 
@@ -376,10 +404,21 @@ class DeadNoticeStore(Protocol):
 
 
 class ReconcilerStore(StoreClock, Protocol):
-    """What the reconciler needs: expire lapsed leases (never dropping an id)."""
+    """What the reconciler needs: expire lapsed leases (never dropping an id), wake parked
+    runs that are due."""
 
     async def expire_leases(self, *, limit: int = ...) -> Sequence[LeaseExpiry]:
         """Repool (or dead-letter past ``max_attempts``) up to ``limit`` expired leases."""
+        ...
+
+    async def wake_due(self, *, limit: int = ...) -> Sequence[str]:
+        """waiting -> pending for up to ``limit`` tasks whose wake-up time (``not_before``)
+        has come, the same attempt, in one transaction; their ids (earliest first). Work wakes
+        as for ingest (PostgreSQL: ``NOTIFY``)."""
+        ...
+
+    async def waiting_runs(self) -> WaitingRuns:
+        """How many tasks are ``waiting``, and the earliest wake-up (store clock)."""
         ...
 
 
@@ -434,6 +473,14 @@ class InspectStore(StoreClock, StateReader, Protocol):
         """``id``'s custody history, oldest first (empty for an unknown or pruned task)."""
         ...
 
+    async def steps(self, id: str) -> Sequence[StepRecord]:
+        """``id``'s recorded steps (``StepStore.steps``): what ``tether store show`` lists."""
+        ...
+
+    async def waiting_runs(self) -> WaitingRuns:
+        """How many tasks are ``waiting``, and the earliest wake-up (store clock)."""
+        ...
+
     async def suspects(self, *, limit: int = ...) -> Suspects:
         """How many tasks in custody are suspects, and the first ``limit`` (most crashes while
         alone, then most crashes, then oldest): what ``tether store status`` shows."""
@@ -447,7 +494,7 @@ class OperatorStore(StoreClock, Protocol):
     never overwritten. A task an operator moved is journalled with actor ``operator``."""
 
     async def redrive(
-        self, ids: Sequence[str], *, reason: str | None = None
+        self, ids: Sequence[str], *, reason: str | None = None, fresh: bool = False
     ) -> Sequence[OperatorOutcome]:
         """dead -> pending for each of ``ids``, with fresh attempts (attempt 1), no
         ``not_before`` (due now), owner, lease and stored reply cleared, and the dead-notice
@@ -456,7 +503,9 @@ class OperatorStore(StoreClock, Protocol):
         (a delivered task's reply was confirmed; an in-custody one is still being handled).
         ``reason`` (optional) is recorded after "operator: re-driven". Work wakes as for
         ingest (PostgreSQL: ``NOTIFY``). Every id is validated first: a malformed one refuses
-        the whole call (``InvalidTaskId``), nothing changed."""
+        the whole call (``InvalidTaskId``), nothing changed. Its recorded steps are kept (the
+        run resumes past them) unless ``fresh``: then they are forgotten first, so the run
+        starts over from nothing."""
         ...
 
     async def redrive_dead(
@@ -466,20 +515,22 @@ class OperatorStore(StoreClock, Protocol):
         reason: str | None = None,
         limit: int = ...,
         include_cancelled: bool = False,
+        fresh: bool = False,
     ) -> Sequence[OperatorOutcome]:
         """``redrive`` every dead task (up to ``limit``, oldest death first) whose reason
         contains ``reason_contains`` (case-sensitive substring; None: every dead task), with
-        ``reason`` recorded as ``redrive``'s is. A task an operator cancelled (its reason
+        ``reason`` and ``fresh`` as ``redrive``'s. A task an operator cancelled (its reason
         begins "operator: cancelled: ") is left dead unless ``include_cancelled``: the people
         behind it were told "cancelled"; ``redrive`` by id re-drives it."""
         ...
 
     async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:
-        """pending, assigned or claimed -> dead with "operator: cancelled: ``reason``". A claimed
-        task keeps its owner for the record but loses its lease, so the running worker's renew,
-        complete or fail is fenced out (``StaleLease``) and its late result refused. A cancelled
-        suspect is a suspect no more (its crash counts stay, as evidence). A task with
-        a reply (result, delivered) or already dead is refused, nothing changed."""
+        """pending, assigned, claimed or waiting -> dead with "operator: cancelled:
+        ``reason``". A claimed task keeps its owner for the record but loses its lease, so the
+        running worker's renew, complete or fail is fenced out (``StaleLease``) and its late
+        result refused. A cancelled suspect is a suspect no more (its crash counts stay, as
+        evidence). A task with a reply (result, delivered) or already dead is refused, nothing
+        changed."""
         ...
 
 

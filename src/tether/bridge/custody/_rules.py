@@ -44,10 +44,19 @@ class CustodyState(enum.StrEnum):
     """The gateway confirmed the reply. Terminal."""
     DEAD = "dead"
     """Undeliverable or over ``max_attempts``, with its reason. Terminal, never dropped."""
+    WAITING = "waiting"
+    """A run parked itself (a durable sleep): no lease, no worker slot, no attempt spent;
+    due at its ``not_before`` (the wake-up time), then pending again (issue #35)."""
 
 
 IN_CUSTODY: Final = frozenset(
-    {CustodyState.PENDING, CustodyState.ASSIGNED, CustodyState.CLAIMED, CustodyState.RESULT}
+    {
+        CustodyState.PENDING,
+        CustodyState.ASSIGNED,
+        CustodyState.CLAIMED,
+        CustodyState.WAITING,
+        CustodyState.RESULT,
+    }
 )
 TERMINAL: Final = frozenset({CustodyState.DELIVERED, CustodyState.DEAD})
 """Where the bridge is done with a task. Only an operator's re-drive leaves one (dead ->
@@ -73,8 +82,11 @@ TRANSITIONS: Final[Mapping[CustodyState, frozenset[CustodyState]]] = {
     _S.PENDING: frozenset({_S.ASSIGNED, _S.CLAIMED, _S.DEAD}),
     # assigned -> pending: the pool lead returns a dead or stuck assignment
     _S.ASSIGNED: frozenset({_S.CLAIMED, _S.PENDING, _S.DEAD}),
-    # claimed -> pending: failure or lease expiry (attempt + 1); -> dead past max_attempts
-    _S.CLAIMED: frozenset({_S.RESULT, _S.PENDING, _S.DEAD}),
+    # claimed -> pending: failure or lease expiry (attempt + 1); -> dead past max_attempts;
+    # claimed -> waiting: the run parked itself (a durable sleep; lease released, no attempt)
+    _S.CLAIMED: frozenset({_S.RESULT, _S.PENDING, _S.DEAD, _S.WAITING}),
+    # waiting -> pending: due (its wake-up time passed; the same attempt); -> dead: cancelled
+    _S.WAITING: frozenset({_S.PENDING, _S.DEAD}),
     _S.RESULT: frozenset({_S.DELIVERED, _S.DEAD}),
     _S.DELIVERED: frozenset(),
     # dead -> pending: an operator's re-drive (``tether store retry``), the one move out of a
@@ -85,13 +97,15 @@ TRANSITIONS: Final[Mapping[CustodyState, frozenset[CustodyState]]] = {
     _S.DEAD: frozenset({_S.PENDING}),
 }
 """Every allowed move. Besides the bridge's own, an operator may cancel a task not yet run to
-a reply (pending, assigned or claimed -> dead, ``tether store cancel``; a claimed task's run is
-fenced out: its heartbeat's renew fails and the run is cancelled) and re-drive a dead one."""
+a reply (pending, assigned, claimed or waiting -> dead, ``tether store cancel``; a claimed
+task's run is fenced out: its heartbeat's renew fails and the run is cancelled) and re-drive a
+dead one."""
 
 OPERATOR_MOVES: Final[Mapping[CustodyState, frozenset[CustodyState]]] = {
     _S.PENDING: frozenset({_S.DEAD}),
     _S.ASSIGNED: frozenset({_S.DEAD}),
     _S.CLAIMED: frozenset({_S.DEAD}),
+    _S.WAITING: frozenset({_S.DEAD}),
     _S.DEAD: frozenset({_S.PENDING}),
 }
 """The moves an operator makes by hand: cancel (-> dead) and re-drive (dead -> pending). A

@@ -2,8 +2,8 @@
 liveness decides who is alive; the planner's values for those who embed or test a pool.
 
 What an agent author needs from here (``Reply``, ``Retry``, ``Permanent``, ``progress_of``,
-``conversation_of`` with its ``Conversation`` and ``Turn``, ``load_agent``) is also exported
-by ``tether.bridge``.
+``conversation_of`` with its ``Conversation`` and ``Turn``, ``run_of``, ``load_agent``) is also
+exported by ``tether.bridge``.
 
 - ``_lead``: :class:`PoolLead` and its pure planner :func:`plan_sweep`.
 - ``_worker``: :class:`PoolWorker`, where a worker claims, runs its agent and stores the outcome.
@@ -12,12 +12,14 @@ by ``tether.bridge``.
 - ``_progress``: what a running agent shows people (status, partial reply); ``_timings``:
   queue wait, run and delivery time histograms.
 - ``_stall``: stall notices, once per task. ``_files``: the file exchange for outside programs.
+- ``_run``: durable runs (``run_of``: steps recorded once per task, durable sleeps).
 - ``_agent``: what an agent is and how ``module:factory`` is loaded; ``_asyncio``: agents
   written for asyncio (``asyncio_agent``, ``trio_side``). ``_wakeup``: "look now".
 """
 
 from ..custody._conversation import Conversation as Conversation
 from ..custody._conversation import Turn as Turn
+from ..custody._steps import StepError as StepError
 from ._agent import AgentError as AgentError
 from ._agent import AgentFactory as AgentFactory
 from ._agent import AgentLoadError as AgentLoadError
@@ -48,6 +50,9 @@ from ._progress import reporting as reporting
 from ._retry import Permanent as Permanent
 from ._retry import Retry as Retry
 from ._retry import RetryBackoff as RetryBackoff
+from ._run import Parked as Parked
+from ._run import Run as Run
+from ._run import run_of as run_of
 from ._stall import StallPass as StallPass
 from ._stall import StallWatcher as StallWatcher
 from ._status import PoolStatus as PoolStatus

@@ -2,6 +2,10 @@
 
 Custody stays in the store: the claim is renewed while a file waits, and files are archived only
 once the result is stored. See docs/guide/pool.md and docs/guide/design.md, "File exchange".
+
+Durable steps (issue #35) are not offered through the exchange: the outside program holds no
+lease to fence a record with and has no channel to read recorded steps back, so its whole run is
+one unit and a crash runs it again (docs/guide/durable-runs.md, "Outside programs").
 """
 
 from __future__ import annotations

@@ -17,11 +17,12 @@ the worker's doing and is never reported as the task's.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import attrs
@@ -29,7 +30,10 @@ import trio
 
 from ..custody._conversation import Conversation
 from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quarantine_deaths
+from ..custody._records import StepRecord
+from ..custody._rules import StaleLease
 from ._agent import AgentError, Reply
+from ._quarantine_steps import steps_fields
 from ._quarantine_wire import (
     EXIT_BAD_START,
     EXIT_OUT_OF_MEMORY,
@@ -39,6 +43,7 @@ from ._quarantine_wire import (
     encode,
 )
 from ._retry import Permanent, Retry
+from ._run import Parked
 
 CHILD_MODULE: Final = "tether.bridge.pool._quarantine_child"
 DEFAULT_QUARANTINE_PROCESSES: Final = 2
@@ -106,6 +111,7 @@ async def run_in_quarantine(
     on_progress: OnChildProgress | None = None,
     on_started: Callable[[int], None] | None = None,
     conversation: Conversation | None = None,
+    steps: ChildSteps | None = None,
 ) -> Reply:
     """Run ``task`` (a ``Task``) in a new quarantine child and return its reply (see the
     module docstring for what it raises)."""
@@ -127,6 +133,8 @@ async def run_in_quarantine(
                 priority=task.priority,
                 headers=dict(task.headers),
                 conversation=None if conversation is None else conversation_fields(conversation),
+                steps=[] if steps is None else steps_fields(steps.recorded),
+                park_after=math.inf if steps is None else steps.park_after,
             )
         )
         ready = False
@@ -140,6 +148,11 @@ async def run_in_quarantine(
                     ready = _speaks(message)
                 elif kind == "progress" and on_progress is not None:
                     on_progress(message.get("status"), message.get("partial"))
+                elif kind == "step" and steps is not None:
+                    await process.stdin.send_all(await _record(steps, message))
+                elif kind == "parked" and steps is not None:
+                    steps.parked(float(message["until"]), str(message.get("why") or "parked"))
+                    outcome = message
                 elif kind in ("reply", "error"):
                     outcome = message
         await process.stdin.aclose()  # the child leaves at EOF (if it has not already)
@@ -171,7 +184,30 @@ def _speaks(ready: dict[str, Any]) -> bool:
     return True
 
 
+async def _record(steps: ChildSteps, message: dict[str, Any]) -> bytes:
+    """Record a step the child asked for, under the parent's fence; the frame that answers."""
+    name = str(message["name"])
+    try:
+        record = await steps.record(name, str(message["value"]))
+    except StaleLease as exc:  # the run is lost (its worker cancels it): tell the child anyway
+        return encode("step_stale", name=name, reason=str(exc))
+    return encode("step_ok", **attrs.asdict(record))
+
+
+@attrs.frozen
+class ChildSteps:
+    """What a quarantined run's steps need from its parent: the task's recorded steps, a
+    fenced record of a new one, where a parked run goes, and the park threshold."""
+
+    recorded: Sequence[StepRecord]
+    record: Callable[[str, str], Awaitable[StepRecord]]
+    parked: Callable[[float, str], None]
+    park_after: float
+
+
 def _outcome(message: dict[str, Any]) -> Reply:
+    if message["kind"] == "parked":
+        raise Parked(f"parked: {message.get('why')}")
     if message["kind"] == "reply":
         return Reply(
             str(message["body"]),
@@ -225,12 +261,13 @@ class Quarantine:
         task: Any,
         on_progress: OnChildProgress | None = None,
         conversation: Conversation | None = None,
+        steps: ChildSteps | None = None,
     ) -> Reply:
         """Run ``task`` in a child, in a place ``reserve`` took."""
         self.runs += 1
         try:
             return await run_in_quarantine(
-                self.spec, task, on_progress=on_progress, conversation=conversation
+                self.spec, task, on_progress=on_progress, conversation=conversation, steps=steps
             )
         except QuarantineDeath:
             self.deaths += 1

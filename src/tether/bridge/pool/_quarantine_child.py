@@ -15,20 +15,23 @@ Anything the agent prints goes to stderr: stdout is the pipe.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import resource
 import signal
 import sys
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, cast
 
 import trio
 
 from ..._session import open_session
-from ..custody._rules import Task
+from ..custody._roles import StepStore
+from ..custody._rules import Claim, Task
 from ._agent import AgentError, install_agent, load_agent, reply_of
 from ._asyncio import loop_for
 from ._conversation import conversing
 from ._progress import Progress, reporting
+from ._quarantine_steps import PipeSteps, steps_from
 from ._quarantine_wire import (
     EXIT_BAD_START,
     EXIT_OUT_OF_MEMORY,
@@ -38,6 +41,7 @@ from ._quarantine_wire import (
     encode,
 )
 from ._retry import Permanent, Retry
+from ._run import Parked, Run, running
 
 _PR_SET_PDEATHSIG: Final = 1
 PROGRESS_POLL_S: Final = 0.2
@@ -100,17 +104,28 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             headers=message.get("headers") or {},
         )
         progress = Progress()
+        steps = PipeSteps(pipe, steps_from(message.get("steps")))
+        claim = Claim(task, "quarantine", 1, 0.0, 0)  # the parent holds the real one and its fence
+        run = Run(
+            task,
+            cast("StepStore", steps),
+            lambda: claim,
+            park_after=float(message.get("park_after", math.inf)),
+        )
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_parent, pipe, nursery.cancel_scope)
+            nursery.start_soon(_watch_parent, pipe, steps)
             nursery.start_soon(_tell_progress, pipe, progress)
             try:
                 with (
                     reporting(task, progress),
                     conversing(task, conversation_from(message.get("conversation"))),
+                    running(task, run),
                 ):
                     reply = reply_of(await session.call("task", task), task.id)
             except MemoryError:
                 os._exit(EXIT_OUT_OF_MEMORY)
+            except Parked:
+                pipe.send("parked", until=run.parked_until, why=run.parked_why)
             except Retry as exc:
                 pipe.send("error", type="retry", reason=exc.reason, after=exc.after)
             except Permanent as exc:
@@ -118,8 +133,15 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             except AgentError as exc:
                 pipe.send("error", type="agent", reason=str(exc))
             except Exception as exc:
-                pipe.send("error", type="failure", reason=f"{type(exc).__name__}: {exc}")
+                if run.parked_until is not None:  # parked, whatever it raised after
+                    pipe.send("parked", until=run.parked_until, why=run.parked_why)
+                else:
+                    pipe.send("error", type="failure", reason=f"{type(exc).__name__}: {exc}")
             else:
+                if run.parked_until is not None:  # parked, whatever it returned after
+                    pipe.send("parked", until=run.parked_until, why=run.parked_why)
+                    nursery.cancel_scope.cancel()
+                    return 0
                 _send_progress(pipe, progress, -1)
                 state = None if reply.state is None else dict(reply.state)
                 pipe.send("reply", body=reply.body, no_send=reply.no_send, state=state)
@@ -127,9 +149,10 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
     return 0
 
 
-async def _watch_parent(pipe: _Pipe, scope: trio.CancelScope) -> None:
-    while await pipe.receive() is not None:
-        pass
+async def _watch_parent(pipe: _Pipe, steps: PipeSteps) -> None:
+    """The one reader of the pipe: the parent's answers to recorded steps, until EOF."""
+    while (message := await pipe.receive()) is not None:
+        steps.answered(message)
     os._exit(0)  # EOF: the parent is gone (or gave the run up); nobody waits for an answer
 
 

@@ -29,7 +29,7 @@ from ..custody._conversation import (
     StateConflict,
     check_window,
 )
-from ..custody._records import WorkerInfo
+from ..custody._records import StepRecord, WorkerInfo
 from ..custody._roles import WorkerStore
 from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
@@ -40,8 +40,9 @@ from ._idle import idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._outage import STORE_UNREACHABLE, until_stored
 from ._progress import Progress, ProgressUpdate, reporting
-from ._quarantine import Quarantine, QuarantineDeath, QuarantineStartError
+from ._quarantine import ChildSteps, Quarantine, QuarantineDeath, QuarantineStartError
 from ._retry import Permanent, Retry, RetryBackoff
+from ._run import DEFAULT_PARK_AFTER, Run, check_park_after, running
 from ._stall import Notify, StallWatcher
 from ._stop import StopSignal
 from ._timings import Timings
@@ -137,6 +138,8 @@ class _Active:
     """The partial reply last recorded as shown (``record_shown``)."""
     reruns: int = 0
     """Runs again after a state conflict (``StateConflict``: not failed attempts)."""
+    run: Run | None = None
+    """The run's durable handle (``run_of``): its steps, and whether it parked itself."""
 
 
 @attrs.define(eq=False)
@@ -212,6 +215,11 @@ class PoolWorker:
     """Turns of its room's conversation a run reads at most (``conversation_of``)."""
     state_conflicts: int = attrs.field(init=False, default=0)
     """Runs run again because another run of their room stored a state first."""
+    park_after: float = DEFAULT_PARK_AFTER
+    """Seconds: a durable sleep (``run.sleep``) at most this long sleeps in place; a longer
+    one parks the task in ``waiting`` and frees the slot (``--park-after``)."""
+    parked: int = attrs.field(init=False, default=0)
+    """Runs that parked themselves (their tasks went ``waiting``)."""
     leaderless: bool = attrs.field(init=False, default=False)
     _active: dict[_Active, None] = attrs.field(init=False, factory=dict)
     """The runs in hand, keyed by entry: the same task id may come back as a new attempt while
@@ -236,6 +244,7 @@ class PoolWorker:
 
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
+        check_park_after(self.park_after)
         self.completions = CompletionBatcher(self.store)
         if not callable(self.factory):
             raise TypeError(f"factory must be callable, got {self.factory!r}")
@@ -534,11 +543,16 @@ class PoolWorker:
                                 answered()
                                 if self.timings is not None:
                                     self.timings.ran(trio.current_time() - entry.started)
-                                await self._fail(entry, exc)
+                                if _parked(entry):
+                                    await self._park(entry)
+                                else:
+                                    await self._fail(entry, exc)
                             else:
                                 answered()
                                 self._timed_run(trio.current_time() - entry.started)
-                                if not await self._complete(entry, reply):
+                                if _parked(entry):
+                                    await self._park(entry)
+                                elif not await self._complete(entry, reply):
                                     continue
                             break
                 finally:
@@ -556,6 +570,14 @@ class PoolWorker:
         ``RunTimedOut`` once its deadline passed (the run is cancelled: a sync handler's thread
         is abandoned by the session)."""
         task = entry.claim.task
+        entry.run = Run(
+            task,
+            self.store,
+            lambda: entry.claim,
+            lambda exc: self._lose(entry, exc),
+            park_after=self.park_after,
+            clock=self.store.clock,
+        )
         with trio.CancelScope(deadline=entry.deadline) as timer:
             if task.room is not None:
                 entry.conversation = await self.store.conversation(
@@ -563,7 +585,7 @@ class PoolWorker:
                 )
             if entry.claim.suspect and self.quarantine is not None:
                 return await self._call_quarantined(self.quarantine, entry)
-            with conversing(task, entry.conversation or Conversation()):
+            with conversing(task, entry.conversation or Conversation()), running(task, entry.run):
                 if self.on_progress is None:
                     return reply_of(await session.call(TASK_EVENT, task), task.id)
                 entry.progress = Progress()
@@ -574,8 +596,11 @@ class PoolWorker:
 
     async def _call_quarantined(self, quarantine: Quarantine, entry: _Active) -> Reply:
         """A suspect's run in a quarantine child; its progress mirrored into the entry's."""
+        steps = await self._child_steps(entry)
         if self.on_progress is None:
-            return await quarantine.run(entry.claim.task, conversation=entry.conversation)
+            return await quarantine.run(
+                entry.claim.task, conversation=entry.conversation, steps=steps
+            )
         progress = entry.progress = Progress()
 
         def shown(status: str | None, partial: str | None) -> None:
@@ -585,7 +610,26 @@ class PoolWorker:
             if partial:
                 progress.stream(partial)
 
-        return await quarantine.run(entry.claim.task, shown, entry.conversation)
+        return await quarantine.run(entry.claim.task, shown, entry.conversation, steps)
+
+    async def _child_steps(self, entry: _Active) -> ChildSteps:
+        """A quarantined run's steps: replayed from the store, recorded by this process under
+        its claim's fence (the child holds nothing of the store), parked here."""
+        run = entry.run
+        assert run is not None
+
+        async def record(name: str, value: str) -> StepRecord:
+            try:
+                return await self.store.record_step(entry.claim, name, value)
+            except StaleLease as exc:
+                self._lose(entry, exc)
+                raise
+
+        def parked(until: float, why: str) -> None:
+            run.parked_until, run.parked_why = until, why
+
+        recorded = await self.store.steps(entry.claim.task.id)
+        return ChildSteps(recorded, record, parked, self.park_after)
 
     async def _quarantine_death(self, entry: _Active, death: QuarantineDeath) -> None:
         """Record the child's death against its task, in the parent's transaction."""
@@ -809,6 +853,22 @@ class PoolWorker:
                 exc_info=exc,
             )
 
+    async def _park(self, entry: _Active) -> None:
+        """The run parked itself (a long durable sleep): claimed -> waiting, fenced; the slot
+        is free and no attempt is spent. The reconciler makes it pending when it is due."""
+        assert entry.run is not None
+        assert entry.run.parked_until is not None
+        entry.finishing = True
+        why = entry.run.parked_why or "parked"
+        try:
+            await self.store.park(entry.claim, entry.run.parked_until, why)
+        except StaleLease as exc:
+            self._lose(entry, exc)
+            return
+        entry.settled = True
+        self.parked += 1
+        log.info("worker %s: task %s parked: %s", self.name, entry.claim.task.id, why)
+
     async def _release(self, entry: _Active) -> None:
         if entry.lost or entry.settled:
             return
@@ -922,3 +982,8 @@ class PoolWorker:
         except StaleLease as exc:
             if not entry.finishing:  # else the run stored its outcome while this was queued
                 self._lose(entry, exc)
+
+
+def _parked(entry: _Active) -> bool:
+    """Did the run park itself (``run.sleep``), whatever it returned or raised after?"""
+    return entry.run is not None and entry.run.parked_until is not None

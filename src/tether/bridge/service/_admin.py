@@ -39,6 +39,11 @@ async def read_custody(store: AdminStore) -> CustodyReading:
         unreported = 0
         if counts.get(CustodyState.DEAD, 0):
             unreported = await store.unreported_dead_count()
+        wake_in = None
+        if counts.get(CustodyState.WAITING, 0):
+            first = (await store.waiting_runs()).next_wake
+            if first is not None:
+                wake_in = round(max(0.0, first - store.clock()), 3)
         oldest: dict[str, float] = {}
         for state in CustodyState:  # in the states' order, not the set's
             if state in IN_CUSTODY and counts.get(state, 0):
@@ -57,6 +62,7 @@ async def read_custody(store: AdminStore) -> CustodyReading:
         dead_unreported=unreported,
         oldest_s=oldest,
         conversations=(talk.rooms, talk.turns, talk.state_bytes),
+        next_wake_in_s=wake_in,
     )
 
 

@@ -419,7 +419,9 @@ class BridgeService:
         assert self.ingest is not None
         assert self.delivery is not None
         assert self.dead_notices is not None
-        reconciler = Reconciler(store, on_dead=self.wakeups.tasks_dead)
+        reconciler = Reconciler(
+            store, on_dead=self.wakeups.tasks_dead, on_woken=self.wakeups.tasks_pending
+        )
         stem = self.pool_stem
         workers = [
             PoolWorker(
@@ -433,6 +435,7 @@ class BridgeService:
                 retry_backoff=config.retry_backoff,
                 run_timeout=config.run_timeout,
                 history_turns=config.history_turns,
+                park_after=config.park_after,
                 wakeups=self.wakeups,
                 after_complete=self._result_stored,
                 on_progress=self.send_progress,

@@ -71,6 +71,10 @@ class ProcessSettings:
     lease_s: float = 60.0
     max_attempts: int = 5
     reconcile_interval: float = 5.0
+    park_after: float = 30.0
+    """Seconds: a durable sleep (``run.sleep``) at most this long sleeps in place, holding its
+    lease and slot; a longer one parks its task in ``waiting`` (the slot free, no attempt
+    spent) and the reconciler wakes it when due, within ``reconcile_interval``."""
     lead: bool = True
     """Run a pool lead (room affinity, balanced assignment). Without one, workers claim pending
     tasks directly: less latency, no affinity."""
@@ -119,6 +123,7 @@ PROCESS_PARSERS: Final[Parsers] = {
     "lease_s": parse_seconds(0.1, 86_400),
     "max_attempts": parse_int(1, 1000),
     "reconcile_interval": parse_seconds(0.01, 3600),
+    "park_after": parse_seconds(0, 86_400),
     "lead": parse_bool,
     "lead_beat_interval": parse_seconds(0.05, 60),
     "sweep_interval": parse_seconds(0.005, 60),

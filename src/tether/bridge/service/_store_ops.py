@@ -74,8 +74,10 @@ def _summary(verb: str, done: int, refused: int) -> int:
     return 1 if refused else 0
 
 
-async def retry(store: Store, ids: Sequence[str], reason: str | None) -> int:
-    outcomes = await store.redrive(ids, reason=reason)
+async def retry(
+    store: Store, ids: Sequence[str], reason: str | None, *, fresh: bool = False
+) -> int:
+    outcomes = await store.redrive(ids, reason=reason, fresh=fresh)
     refused = _report(outcomes)
     return _summary("re-drove", len(outcomes) - refused, refused)
 
@@ -86,6 +88,7 @@ async def retry_dead(
     reason: str | None,
     *,
     include_cancelled: bool = False,
+    fresh: bool = False,
 ) -> int:
     """Re-drive every dead task matching, in batches, with a progress line per batch. Stops
     after as many as were dead when it began: a task that dies again meanwhile (a live bridge
@@ -99,6 +102,7 @@ async def retry_dead(
             reason=reason,
             limit=min(REDRIVE_BATCH, budget),
             include_cancelled=include_cancelled,
+            fresh=fresh,
         )
         if not outcomes:
             break

@@ -7,8 +7,8 @@ import attrs
 
 from ..._plumbing._converter import unstructure
 from ..._plumbing._logging import escape_controls
-from ..custody._records import JournalEntry
-from ..custody._rules import OPERATOR_PREFIX, TaskRecord
+from ..custody._records import JournalEntry, StepRecord
+from ..custody._rules import OPERATOR_PREFIX, CustodyState, TaskRecord
 
 SHOWN_BODY_CHARS = 400
 """Characters of the message shown (the rest counted; ``--json`` has all of it)."""
@@ -22,6 +22,8 @@ class TaskShow:
     journal: tuple[JournalEntry, ...]
     now: float
     schema_version: int = 1
+    steps: tuple[StepRecord, ...] = ()
+    """The steps its runs recorded (durable runs, issue #35), in record order."""
 
     def to_document(self) -> dict[str, object]:
         return unstructure(self)  # type: ignore[no-any-return]
@@ -48,7 +50,10 @@ def render_show(show: TaskShow) -> str:
         lines.append(f"  owner       {r.owner}")
     if r.lease_until is not None:
         lines.append(f"  lease until {_at(r.lease_until, now)}")
-    if r.not_before is not None:
+    if r.not_before is not None and r.state is CustodyState.WAITING:
+        lines.append(f"  waits for   {r.reason or 'its wake-up time'}")
+        lines.append(f"  wakes       {_at(r.not_before, now)}")
+    elif r.not_before is not None:
         lines.append(f"  next try    {_at(r.not_before, now)}")
     if r.crash_count:
         suspect = ", a suspect: it runs in quarantine (or alone)" if r.suspect else ""
@@ -59,12 +64,19 @@ def render_show(show: TaskShow) -> str:
         deaths = [e.reason for e in show.journal if (e.reason or "").startswith("quarantine:")]
         lines.append(f"  quarantine  {r.quarantine_deaths} death(s) of its quarantine process")
         lines.extend(f"              {d}" for d in deaths if d)
-    if r.reason is not None:
+    if r.reason is not None and r.state is not CustodyState.WAITING:
         lines.append(f"  reason      {r.reason}")
     lines.append(
         f"  ingested    {_at(r.created_at, now)}, room {r.task.room or '-'}, "
         f"priority {r.task.priority}"
     )
+    if show.steps:
+        total = sum(s.size for s in show.steps)
+        lines.append(f"steps: {len(show.steps)} recorded, {total} bytes")
+        lines.extend(
+            f"  {_at(s.at, now):>14}  {s.name}  attempt {s.attempt}  {s.size} bytes"
+            for s in show.steps
+        )
     lines.append("journal:" if show.journal else "journal: (none)")
     for e in show.journal:
         src = "ingested" if e.src is None else e.src.value

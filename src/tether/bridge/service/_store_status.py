@@ -57,6 +57,10 @@ class StoreStatus:
     """Tasks in custody that were in flight at a crash and have not finished since."""
     suspect_tasks: tuple[StatusEntry, ...] = ()
     """The first of them, most crashes while alone first."""
+    sleeping: int = 0
+    """Tasks ``waiting``: runs parked until their wake-up time (durable sleeps)."""
+    next_wake_in_s: float | None = None
+    """Seconds until the first of them is due (None: none waits)."""
 
     def to_document(self) -> dict[str, object]:
         return unstructure(self)  # type: ignore[no-any-return]
@@ -86,6 +90,7 @@ async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
         CustodyState.PENDING,
         CustodyState.ASSIGNED,
         CustodyState.CLAIMED,
+        CustodyState.WAITING,
         CustodyState.RESULT,
     ):
         if counts[state]:
@@ -98,6 +103,10 @@ async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
     if waiting is not None and waiting.next_due is not None:
         next_in = round(max(0.0, waiting.next_due - now), 3)
     suspects = await store.suspects(limit=limit)
+    parked = await store.waiting_runs() if counts[CustodyState.WAITING] else None
+    wake_in = None
+    if parked is not None and parked.next_wake is not None:
+        wake_in = round(max(0.0, parked.next_wake - now), 3)
     return StoreStatus(
         counts={state.value: counts[state] for state in CustodyState},
         in_custody=sum(counts[state] for state in IN_CUSTODY),
@@ -108,6 +117,8 @@ async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
         next_retry_in_s=next_in,
         suspects=suspects.count,
         suspect_tasks=tuple(_entry(r, now, r.created_at) for r in suspects.records),
+        sleeping=0 if parked is None else parked.count,
+        next_wake_in_s=wake_in,
     )
 
 
@@ -132,6 +143,9 @@ def render_status(status: StoreStatus, where: str) -> str:
             else f", next due in {_age(status.next_retry_in_s)}"
         )
         lines.append(f"waiting for a retry: {status.waiting_retries} pending{due}")
+    if status.sleeping:
+        wake = "" if status.next_wake_in_s is None else f", next in {_age(status.next_wake_in_s)}"
+        lines.append(f"parked runs waiting to wake: {status.sleeping}{wake}")
     if status.suspects:
         lines.append(
             "suspects (in flight when a worker process died; each runs in a quarantine process, "

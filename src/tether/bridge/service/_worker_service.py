@@ -183,6 +183,8 @@ class WorkerService:
             "stop_grace": config.grace,
             "wakeups": self.wakeups,
         }
+        if config.exchange is None:
+            options["park_after"] = config.park_after
         names = worker_names(self.pool_stem, config.workers)
         if config.exchange is not None:
             return [file_exchange_worker(store, name, config.exchange, **options) for name in names]
@@ -191,7 +193,9 @@ class WorkerService:
 
     async def _start_children(self, supervisor: Supervisor, store: Store) -> None:
         config = self.config
-        reconciler = Reconciler(store, on_dead=self.wakeups.tasks_dead)
+        reconciler = Reconciler(
+            store, on_dead=self.wakeups.tasks_dead, on_woken=self.wakeups.tasks_pending
+        )
         await supervisor.start_child(
             ChildSpec(
                 "reconciler",

@@ -285,6 +285,28 @@ MIGRATIONS: Final[tuple[str, ...]] = (
             AND NEW.state IN ('result', 'delivered'))
         EXECUTE FUNCTION {s}.turns_note();
     """,
+    # 11 -> 12 (durable runs, issue #35): the state 'waiting' (a parked run, due at its
+    # not_before) and the steps a run recorded, deleted with their task (retention)
+    """
+    ALTER TABLE {s}.tasks
+        DROP CONSTRAINT tasks_state_check,
+        ADD CONSTRAINT tasks_state_check CHECK (state IN
+            ('pending', 'assigned', 'claimed', 'result', 'delivered', 'dead', 'waiting')),
+        DROP CONSTRAINT tasks_not_before_pending,
+        ADD CONSTRAINT tasks_not_before_pending
+            CHECK (not_before IS NULL OR state IN ('pending', 'waiting'));
+    CREATE INDEX tasks_sleeping ON {s}.tasks (not_before) WHERE state = 'waiting';
+    CREATE TABLE {s}.steps (
+        task_id     text NOT NULL REFERENCES {s}.tasks (id) ON DELETE CASCADE,
+        name        text NOT NULL CHECK (length(name) BETWEEN 1 AND 128),
+        seq         integer NOT NULL CHECK (seq >= 1),
+        value       text NOT NULL,
+        at          double precision NOT NULL,
+        attempt     integer NOT NULL CHECK (attempt >= 1),
+        size        integer NOT NULL CHECK (size >= 0),
+        PRIMARY KEY (task_id, name)
+    );
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

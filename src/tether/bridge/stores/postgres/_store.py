@@ -36,8 +36,10 @@ from ...custody._records import (
     PoolView,
     Queued,
     StallCandidate,
+    StepRecord,
     Suspects,
     WaitingRetries,
+    WaitingRuns,
     WorkerInfo,
     WorkerRole,
 )
@@ -53,6 +55,7 @@ from ...custody._rules import (
     TaskRecord,
     check_worker,
 )
+from ...custody._steps import over_task_limit
 from .._common import (
     RANK_PRIORITY,
     Seen,
@@ -65,9 +68,10 @@ from .._common import (
     task_from_row,
     unknown_task,
 )
-from .._frame import Moves, StoreFrame, check_settings, lease_expiry
+from .._frame import Moves, check_settings, lease_expiry
 from .._operator import CANCELLED_PREFIX
 from .._rooms_sql import SUPERSEDED_OWNER
+from .._steps_frame import StepsFrame
 from ._connection import Conn as Conn
 from ._connection import (
     NoConnection,
@@ -86,12 +90,13 @@ from ._durable import Durability, Promise, Synchronous
 from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
 from ._schema import check_schema
 from ._sql import Sql
+from ._steps import StepsSql
 
 log = logging.getLogger("tether.bridge.postgres")
 
 
 @attrs.define(eq=False)
-class PostgresStore(StoreFrame, PostgresConversations):
+class PostgresStore(StepsFrame, PostgresConversations):
     """Custody in a PostgreSQL schema. Open with ``await PostgresStore.open(dsn)``."""
 
     dsn_shown: str
@@ -116,10 +121,12 @@ class PostgresStore(StoreFrame, PostgresConversations):
     """Whether this process reaches the server, and since when (``custody._outage``)."""
     _server_started: float | None = attrs.field(init=False, default=None)
     """When the server had last started as the store opened (``_restarted_at``)."""
+    _steps_sql: StepsSql = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self._limiters = trio.lowlevel.RunVar(f"tether-postgres-limiter-{id(self)}")
         self._sql = Sql(f'"{self.schema}"')
+        self._steps_sql = StepsSql(f'"{self.schema}"')
 
     @classmethod
     async def open(
@@ -856,6 +863,74 @@ class PostgresStore(StoreFrame, PostgresConversations):
         return await self._run(
             lambda conn: [journal_entry(row) for row in conn.execute(sql, {"id": id})]
         )
+
+    # -- durable runs (issue #35) -------------------------------------------------------------
+
+    async def _steps(self, id: str) -> list[StepRecord]:
+        sql = self._steps_sql.steps
+        return await self._run(
+            lambda conn: [StepRecord(*row) for row in conn.execute(sql, {"id": id})]
+        )
+
+    async def _record_step(
+        self, claim: Claim, name: str, value: str, size: int, now: float
+    ) -> StepRecord:
+        params = _fence(claim, now)
+        params.update(name=name, value=value, size=size)
+        sql, state_sql = self._steps_sql.record, self._sql.cas_state
+
+        def op(conn: Conn) -> StepRecord | Seen | None:
+            row = conn.execute(sql, params).fetchone()
+            assert row is not None
+            fenced, inserted, total, *old = row
+            if not fenced:
+                return _seen(conn, state_sql, params)
+            if inserted:
+                return StepRecord(name, value, now, claim.attempt, size)
+            if old[0] is not None:
+                return StepRecord(*old)
+            raise over_task_limit(name, int(total), size)
+
+        outcome = await self._run(op)
+        if isinstance(outcome, StepRecord):
+            return outcome
+        if outcome is None:
+            raise unknown_task(claim.task.id)
+        raise stale_lease(outcome, claim, now, f"record step {name!r} of")
+
+    async def _park(self, claim: Claim, until: float, why: str, now: float) -> None:
+        params = _fence(claim, now)
+        params.update(until=until, why=why)
+        _, before = await self._cas(self._steps_sql.park, params)
+        if before is not None:
+            raise stale_lease(before, claim, now, "park")
+
+    async def _wake_due(self, limit: int, now: float) -> list[str]:
+        sql = self._steps_sql.wake_due
+        params = {"now": now, "limit": limit, "chan": self._channel}
+        return await self._run(lambda conn: [r[0] for r in conn.execute(sql, params)])
+
+    async def waiting_runs(self) -> WaitingRuns:
+        sql = self._steps_sql.waiting_runs
+
+        def op(conn: Conn) -> WaitingRuns:
+            row = conn.execute(sql).fetchone()
+            assert row is not None
+            count, first = row
+            return WaitingRuns(int(count), None if first is None else float(first))
+
+        return await self._run(op)
+
+    async def _forget_dead_steps(
+        self, ids: Sequence[str] | None, text: str | None, limit: int, skip: str | None = None
+    ) -> None:
+        if ids is None:
+            sql = self._steps_sql.forget_matching
+            text = None if text is None else self._stored_text(text)
+            params: dict[str, Any] = {"text": text, "limit": limit, "skip": skip}
+        else:
+            sql, params = self._steps_sql.forget_ids, {"ids": list(ids)}
+        await self._run(lambda conn: conn.execute(sql, params))
 
     async def _suspects(self, limit: int) -> Suspects:
         sql = self._sql

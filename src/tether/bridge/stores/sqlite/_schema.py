@@ -305,6 +305,41 @@ MIGRATIONS: Final[tuple[str, ...]] = (
                 AND outcome = 'result';
     END
     """,
+    # 12 -> 13 (durable runs, issue #35): the state 'waiting' (a parked run, due at its
+    # not_before) and the steps a run recorded. SQLite cannot alter a CHECK; loosening one
+    # (every stored row still passes) is the edit of the stored table text SQLite documents
+    # for it (lang_altertable, "otherwise"), with the schema cookie bumped so every
+    # connection reads it again: no table rebuild, whatever columns other steps added (the
+    # SELECT fails the step, an integer overflow, should the text not read as expected).
+    # Steps are deleted with their task (retention), like its journal
+    """
+    PRAGMA writable_schema = ON;
+    UPDATE sqlite_schema SET sql = replace(replace(sql,
+        '''result'', ''delivered'', ''dead'')',
+        '''result'', ''delivered'', ''dead'', ''waiting'')'),
+        'CHECK (not_before IS NULL OR state = ''pending'')',
+        'CHECK (not_before IS NULL OR state IN (''pending'', ''waiting''))')
+        WHERE type = 'table' AND name = 'tasks';
+    SELECT CASE WHEN sql LIKE '%''dead'', ''waiting'')%'
+        AND sql LIKE '%state IN (''pending'', ''waiting''))%' THEN 1
+        ELSE abs(-9223372036854775807 - 1) END FROM sqlite_schema WHERE name = 'tasks';
+    PRAGMA schema_version = {next_schema_cookie};
+    PRAGMA writable_schema = OFF;
+    CREATE TABLE steps (
+        task_id     TEXT NOT NULL,
+        name        TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 128),
+        seq         INTEGER NOT NULL CHECK (seq >= 1),
+        value       TEXT NOT NULL,
+        at          REAL NOT NULL,
+        attempt     INTEGER NOT NULL CHECK (attempt >= 1),
+        size        INTEGER NOT NULL CHECK (size >= 0),
+        PRIMARY KEY (task_id, name)
+    ) WITHOUT ROWID;
+    CREATE TRIGGER steps_prune AFTER DELETE ON tasks BEGIN
+        DELETE FROM steps WHERE task_id = OLD.id;
+    END;
+    CREATE INDEX tasks_sleeping ON tasks (not_before) WHERE state = 'waiting'
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -332,13 +367,25 @@ def migrate(conn: sqlite3.Connection) -> int:
             (current,) = conn.execute("PRAGMA user_version").fetchone()
             if current == version:  # another process may have migrated meanwhile
                 for statement in _statements(MIGRATIONS[version]):
-                    conn.execute(statement)
+                    conn.execute(_with_cookie(conn, statement))
                 conn.execute(f"PRAGMA user_version = {version + 1}")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
     return int(start)
+
+
+COOKIE: Final = "{next_schema_cookie}"
+"""Stands in a migration for the schema cookie + 1: a step that edits the stored schema text
+sets ``PRAGMA schema_version`` to it, so every connection (this one too) reads it again."""
+
+
+def _with_cookie(conn: sqlite3.Connection, statement: str) -> str:
+    if COOKIE not in statement:
+        return statement
+    (cookie,) = conn.execute("PRAGMA schema_version").fetchone()
+    return statement.replace(COOKIE, str(int(cookie) + 1))
 
 
 def _statements(script: str) -> list[str]:

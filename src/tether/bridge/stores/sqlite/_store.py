@@ -43,8 +43,10 @@ from ...custody._records import (
     PoolView,
     Queued,
     StallCandidate,
+    StepRecord,
     Suspects,
     WaitingRetries,
+    WaitingRuns,
     WorkerInfo,
     WorkerRole,
 )
@@ -73,10 +75,12 @@ from .._common import (
     task_from_row,
     unknown_task,
 )
-from .._frame import Moves, StoreFrame, check_settings, first_pairs, lease_expiry
+from .._frame import Moves, check_settings, first_pairs, lease_expiry
 from .._operator import CANCELLED_PREFIX
 from .._rooms_sql import SUPERSEDED_OWNER
+from .._steps_frame import StepsFrame
 from . import _sql as sql
+from . import _steps as steps_sql
 from ._access import explain_open_failure
 from ._connection import Synchronous as Synchronous
 from ._connection import connect_reader, connect_writer
@@ -88,7 +92,7 @@ T = TypeVar("T")
 
 
 @attrs.define(eq=False)
-class SqliteStore(StoreFrame, SqliteConversations):
+class SqliteStore(StepsFrame, SqliteConversations):
     """Custody in one SQLite file. Open with ``await SqliteStore.open(path)``."""
 
     path: Path
@@ -691,6 +695,63 @@ class SqliteStore(StoreFrame, SqliteConversations):
             return Suspects(int(count), tuple(_record_of(r) for r in rows))
 
         return await self._read(op)
+
+    # -- durable runs (issue #35) -------------------------------------------------------------
+
+    async def _steps(self, id: str) -> list[StepRecord]:
+        return await self._read(lambda conn: steps_sql.steps_of(conn, id))
+
+    async def _record_step(
+        self, claim: Claim, name: str, value: str, size: int, now: float
+    ) -> StepRecord:
+        params = {
+            "id": claim.task.id,
+            "worker": claim.worker,
+            "attempt": claim.attempt,
+            "run": claim.run,
+            "now": now,
+            "name": name,
+            "value": value,
+            "size": size,
+        }
+
+        def op(conn: sqlite3.Connection) -> StepRecord:
+            record = steps_sql.record_step(conn, params)
+            if record is None:
+                raise _stale(conn, claim, now, f"record step {name!r} of")
+            return record
+
+        return await self._writer.run(op)
+
+    async def _park(self, claim: Claim, until: float, why: str, now: float) -> None:
+        params = {
+            "id": claim.task.id,
+            "worker": claim.worker,
+            "attempt": claim.attempt,
+            "run": claim.run,
+            "now": now,
+            "until": until,
+            "why": why,
+        }
+
+        def op(conn: sqlite3.Connection) -> None:
+            if conn.execute(steps_sql.PARK, params).rowcount != 1:
+                raise _stale(conn, claim, now, "park")
+
+        await self._writer.run(op)
+
+    async def _wake_due(self, limit: int, now: float) -> list[str]:
+        return await self._writer.run(lambda conn: steps_sql.wake_due(conn, now, limit))
+
+    async def waiting_runs(self) -> WaitingRuns:
+        return await self._read(steps_sql.waiting_runs)
+
+    async def _forget_dead_steps(
+        self, ids: Sequence[str] | None, text: str | None, limit: int, skip: str | None = None
+    ) -> None:
+        await self._writer.run(
+            lambda conn: steps_sql.forget_dead_steps(conn, ids, text, limit, skip)
+        )
 
 
 # -- helpers (run in the writer's or the reader's thread) -----------------------------------------

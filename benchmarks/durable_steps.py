@@ -1,0 +1,161 @@
+"""Durable steps: tether's ``run.step`` beside DBOS Transact's ``@DBOS.step`` (issue #35).
+
+One lane runs ``--workflows`` units one after another. A tether unit is a task taken through
+custody (``ingest``, ``claim``), three ``run.step`` calls of a no-op, then ``complete``; a
+DBOS unit is a ``@DBOS.workflow`` of three no-op ``@DBOS.step`` calls. Each step's wall time
+is measured around the call; steps per second count the three steps of every unit over the
+whole loop (so each side pays its unit's own start and end too). Same store kind and
+durability: SQLite files (WAL; tether ``synchronous=FULL``, DBOS its default) or one
+PostgreSQL server (``--pg DSN``; synchronous commit on both). Rounds interleave the sides (a
+fresh file or schema each); medians and spreads printed.
+
+    uv run --group bench python benchmarks/durable_steps.py [--workflows 300] [--rounds 3]
+        [--pg postgresql://user:pw@host:port/db]
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from tether.bridge import SqliteStore, Task
+from tether.bridge.custody import Claim, Store
+from tether.bridge.pool._run import Run
+
+
+def _noop() -> int:
+    return 1
+
+
+def _held(claim: Claim) -> Callable[[], Claim]:
+    return lambda: claim
+
+
+async def _tether_lane(store: Store, workflows: int) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    start = time.perf_counter()
+    for n in range(workflows):
+        await store.ingest(Task(f"t{n}", "x"))
+        claim = await store.claim("w1", leaderless=True)
+        assert claim is not None
+        run = Run(claim.task, store, _held(claim), clock=store.clock)
+        for step in ("a", "b", "c"):
+            t0 = time.perf_counter()
+            await run.step(step, _noop)
+            latencies.append(time.perf_counter() - t0)
+        await store.complete(claim, "done")
+    return time.perf_counter() - start, latencies
+
+
+def tether_round(workflows: int, pg: str | None) -> tuple[float, list[float]]:
+    async def main() -> tuple[float, list[float]]:
+        if pg is None:
+            with tempfile.TemporaryDirectory() as tmp:
+                async with await SqliteStore.open(Path(tmp) / "custody.db") as store:
+                    return await _tether_lane(store, workflows)
+        from tether.bridge import PostgresStore
+
+        schema = f"bench_{secrets.token_hex(4)}"
+        async with await PostgresStore.open(pg, schema=schema) as pstore:
+            return await _tether_lane(pstore, workflows)
+
+    return trio.run(main)
+
+
+_STEP_TIMES: list[float] = []
+
+
+def dbos_round(workflows: int, pg: str | None) -> tuple[float, list[float]] | None:
+    try:
+        from dbos import DBOS
+    except ImportError:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/dbos.sqlite" if pg is None else _pg_database(pg)
+        DBOS(config={"name": "bench", "system_database_url": url, "log_level": "WARNING"})
+
+        @DBOS.step()  # type: ignore[untyped-decorator]
+        def noop() -> int:
+            return 1
+
+        @DBOS.workflow()  # type: ignore[untyped-decorator]
+        def three() -> None:
+            for _ in range(3):
+                t0 = time.perf_counter()
+                noop()
+                _STEP_TIMES.append(time.perf_counter() - t0)
+
+        DBOS.launch()
+        try:
+            _STEP_TIMES.clear()
+            start = time.perf_counter()
+            for _ in range(workflows):
+                three()
+            return time.perf_counter() - start, list(_STEP_TIMES)
+        finally:
+            DBOS.destroy(destroy_registry=True)
+
+
+def _pg_database(dsn: str) -> str:
+    """A fresh database for one DBOS round (its system tables live in their own database)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    name = f"dbos_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    p = conninfo_to_dict(dsn)
+    return f"postgresql://{p['user']}:{p.get('password', '')}@{p['host']}:{p['port']}/{name}"
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workflows", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pg", default=None, help="a PostgreSQL DSN (default: SQLite files)")
+    args = parser.parse_args()
+    kind = "PostgreSQL" if args.pg else "SQLite file (WAL)"
+    print(f"durable steps, {kind}: {args.workflows} units of 3 no-op steps, {args.rounds} rounds")
+    sides: dict[str, Callable[[int, str | None], Any]] = {
+        "tether": tether_round,
+        "dbos": dbos_round,
+    }
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    steps: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(args.rounds):
+        for name, side in sides.items():
+            got = side(args.workflows, args.pg)
+            if got is None:
+                print(f"  {name}: not installed (uv sync --group bench), skipped")
+                continue
+            wall, latencies = got
+            rates[name].append(3 * args.workflows / wall)
+            steps[name].extend(latencies)
+    for name in sides:
+        if not rates[name]:
+            continue
+        r, s = rates[name], steps[name]
+        print(
+            f"  {name:>6}: {statistics.median(r):8.0f} steps/s (spread {min(r):.0f}-{max(r):.0f})"
+            f"  per step p50 {_pct(s, 0.5) * 1e3:.3f} ms  p99 {_pct(s, 0.99) * 1e3:.3f} ms"
+        )
+    if rates["tether"] and rates["dbos"]:
+        ratio = statistics.median(rates["tether"]) / statistics.median(rates["dbos"])
+        print(f"  tether / dbos: {ratio:.2f}x steps per second")
+
+
+if __name__ == "__main__":
+    main()

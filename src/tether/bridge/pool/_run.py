@@ -1,0 +1,199 @@
+"""Durable runs (issue #35): ``run = run_of(task)`` in a handler, ``await run.step(name, fn)``
+runs ``fn`` once per task and records its JSON result in the custody store under the lease
+fence; ``await run.sleep(seconds)`` waits durably, parking the task in ``waiting`` (the worker
+slot freed) when the wait is long.
+
+Replay is the model: a resumed or retried run runs the handler again from the top; a recorded
+step returns its value without calling ``fn``. See docs/guide/durable-runs.md.
+
+The ``Run`` object is the run's handle to the store; later issues (a question to the person,
+limits) add their methods beside ``step`` and ``sleep``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+import attrs
+import trio
+
+from ..._plumbing._when import iso_time
+from ..custody._records import StepRecord
+from ..custody._roles import StepStore
+from ..custody._rules import Claim, StaleLease, Task
+from ..custody._steps import (
+    SLEEP_PREFIX,
+    StepError,
+    check_step_name,
+    decode_step_value,
+    encode_step_value,
+)
+
+DEFAULT_PARK_AFTER: Final = 30.0
+"""Seconds: a durable sleep at most this long sleeps in place (the lease kept); a longer one
+parks the task in ``waiting`` (``--park-after``)."""
+
+
+class Parked(Exception):
+    """Raised by ``Run.sleep`` to end a run that parked itself: the worker moves its task to
+    ``waiting`` (no attempt spent) and the handler runs again from the top once it is due.
+    A handler should let it pass; the worker parks the task even if it is caught."""
+
+
+def check_park_after(value: object) -> float:
+    """``--park-after``: finite seconds >= 0 (0: every durable sleep parks)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ValueError(f"park_after must be finite seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def step_key(task_id: str, name: str) -> str:
+    """The idempotency key of step ``name`` of task ``task_id``: the same in every attempt and
+    every process, different per task and name (32 hex digits after ``tether-``)."""
+    digest = hashlib.sha256(f"{task_id}\0{name}".encode()).hexdigest()
+    return f"tether-{digest[:32]}"
+
+
+@attrs.define(eq=False)
+class Run:
+    """One run of a task: its durable steps and sleeps. Get it with ``run_of(task)``.
+
+    Outside a worker (a handler called by hand, a test) a run is *detached*: steps run and
+    return their JSON-shaped values, nothing is recorded, and sleeps sleep in place."""
+
+    task: Task
+    _store: StepStore | None = None
+    _claim: Callable[[], Claim] | None = None
+    _on_stale: Callable[[StaleLease], None] = lambda exc: None
+    park_after: float = DEFAULT_PARK_AFTER
+    _clock: Callable[[], float] = time.time
+    _recorded: dict[str, StepRecord] | None = attrs.field(init=False, default=None)
+    _loading: trio.Lock = attrs.field(init=False, factory=trio.Lock)
+    _used: set[str] = attrs.field(init=False, factory=set)
+    _ran_fresh: bool = attrs.field(init=False, default=False)
+    _sleeps: int = attrs.field(init=False, default=0)
+    parked_until: float | None = attrs.field(init=False, default=None)
+    """Set once ``sleep`` parked the run: the wake-up time (store clock)."""
+    parked_why: str | None = attrs.field(init=False, default=None)
+    """What the parked run waits for (its task's recorded reason while ``waiting``)."""
+
+    @property
+    def durable(self) -> bool:
+        """Does this run record its steps (is it a worker's run with a store)?"""
+        return self._store is not None
+
+    @property
+    def replaying(self) -> bool:
+        """Is the run still returning steps recorded by an earlier run of its task (the
+        current step position was recorded before)? False once a step had to run, and before
+        the first step (the records are read then). For logging: the code does the same."""
+        if self._ran_fresh or not self._recorded:
+            return False
+        return bool(self._recorded.keys() - self._used)
+
+    def key(self, name: str) -> str:
+        """A stable idempotency key for step ``name``'s outside call (an ``Idempotency-Key``
+        header, a booking reference): the same in every attempt of this task, different per
+        task and name. It covers the one window a step can repeat in: the outside effect
+        happened, the process died before the record committed."""
+        return step_key(self.task.id, check_step_name(name))
+
+    async def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` (a plain or async function) once for this task and
+        return its result, recorded as JSON: a later run of the task gets the recorded value
+        and ``fn`` is not called. An exception is not recorded (the step runs again next
+        attempt); ``Retry``/``Permanent`` keep their meaning. ``StepError`` for a bad or
+        repeated name or a result that is not JSON or too large; ``StaleLease`` (the run is
+        cancelled) if the run lost its lease before the record committed."""
+        return await self._step(check_step_name(name), fn, args, kwargs)
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` durably: the wake-up time is recorded as a step, so a resumed run
+        returns at once once it has passed. Up to ``park_after`` seconds it sleeps in place;
+        longer, the run ends (``Parked``), its task waits in ``waiting`` with no worker slot
+        held and no attempt spent, and the handler runs again from the top when it is due."""
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 <= seconds < math.inf
+        ):
+            raise ValueError(f"run.sleep needs finite seconds >= 0, got {seconds!r}")
+        self._sleeps += 1
+        name = f"{SLEEP_PREFIX}{self._sleeps}"
+        wake = float(await self._step(name, lambda: self._clock() + seconds, (), {}))
+        left = wake - self._clock()
+        if left <= 0:
+            return
+        if self._store is None or left <= self.park_after:
+            await trio.sleep(left)
+            return
+        self.parked_until = wake
+        self.parked_why = f"sleeping until {iso_time(wake)} (step {name})"
+        raise Parked(f"task {self.task.id!r} parked: {self.parked_why}")
+
+    async def _step(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if name in self._used:
+            raise StepError(
+                f"step {name!r} ran twice in one run of task {self.task.id!r}: step names are "
+                "unique per task (name a loop's steps 'search:1', 'search:2', ...)"
+            )
+        self._used.add(name)
+        recorded = await self._records()
+        if name in recorded:
+            return decode_step_value(recorded[name].value)
+        self._ran_fresh = True
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        text, _ = encode_step_value(name, value)
+        if self._store is None or self._claim is None:
+            return decode_step_value(text)
+        try:
+            record = await self._store.record_step(self._claim(), name, text)
+        except StaleLease as exc:
+            self._on_stale(exc)
+            raise
+        recorded[name] = record
+        return decode_step_value(record.value)
+
+    async def _records(self) -> dict[str, StepRecord]:
+        """The task's recorded steps, read once per run (at its first step)."""
+        if self._recorded is None:
+            async with self._loading:
+                if self._recorded is None:
+                    found = [] if self._store is None else await self._store.steps(self.task.id)
+                    self._recorded = {record.name: record for record in found}
+        return self._recorded
+
+
+_RUNS: dict[int, tuple[Task, Run]] = {}
+"""The run of each task object a worker is running now, by the object's identity (as
+``_progress``: two attempts of one task are two objects)."""
+
+
+def run_of(task: Task) -> Run:
+    """The durable run ``task`` is in (a detached one outside a worker's run)."""
+    entry = _RUNS.get(id(task))
+    if entry is not None and entry[0] is task:
+        return entry[1]
+    return Run(task)
+
+
+@contextmanager
+def running(task: Task, run: Run) -> Iterator[Run]:
+    """Make ``run`` what ``run_of(task)`` returns while the block runs."""
+    key = id(task)
+    _RUNS[key] = (task, run)
+    try:
+        yield run
+    finally:
+        if _RUNS.get(key, (None, None))[1] is run:
+            del _RUNS[key]

@@ -1,0 +1,93 @@
+"""Durable runs on SQLite (issue #35): the steps table, parks and wake-ups, as SQL and as the
+writer jobs that run it (each in the writer's group commit, under the lease fence).
+
+The writer holds the write lock for a whole job: the fence read, the task's total and the
+insert of one ``record_step`` see the same rows, so a run whose lease is gone records
+nothing and nothing can record for a task after another attempt claimed it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, Final
+
+from ...custody._records import StepRecord, WaitingRuns
+from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit
+from ._sql import DEAD_MATCHING, FENCE_NAMED, IDS
+
+STEPS: Final = "SELECT name, value, at, attempt, size FROM steps WHERE task_id = ? ORDER BY seq"
+STEP: Final = (
+    "SELECT name, value, at, attempt, size FROM steps WHERE task_id = :id AND name = :name"
+)
+FENCED: Final = f"SELECT 1 FROM tasks WHERE {FENCE_NAMED}"
+STEP_TOTAL: Final = (
+    "SELECT coalesce(sum(size), 0), coalesce(max(seq), 0) FROM steps WHERE task_id = :id"
+)
+STEP_INSERT: Final = (
+    "INSERT INTO steps (task_id, name, seq, value, at, attempt, size) "
+    "VALUES (:id, :name, :seq, :value, :now, :attempt, :size)"
+)
+PARK: Final = (
+    "UPDATE tasks SET state = 'waiting', owner = NULL, lease_until = NULL, "
+    f"not_before = :until, reason = :why, updated_at = :now WHERE {FENCE_NAMED}"
+)
+WAKE_DUE: Final = (
+    "UPDATE tasks SET state = 'pending', updated_at = :now WHERE id IN ("
+    "SELECT id FROM tasks INDEXED BY tasks_sleeping WHERE state = 'waiting' "
+    "AND not_before <= :now ORDER BY not_before LIMIT :limit) AND state = 'waiting' "
+    "RETURNING id, not_before"
+)
+WAITING_RUNS: Final = (
+    "SELECT count(*), min(not_before) FROM tasks INDEXED BY tasks_sleeping WHERE state = 'waiting'"
+)
+FORGET_IDS: Final = (
+    "DELETE FROM steps WHERE task_id IN "
+    f"(SELECT id FROM tasks WHERE state = 'dead' AND id IN {IDS})"
+)
+FORGET_MATCHING: Final = f"DELETE FROM steps WHERE task_id IN ({DEAD_MATCHING})"
+
+
+def steps_of(conn: sqlite3.Connection, id: str) -> list[StepRecord]:
+    return [StepRecord(*row) for row in conn.execute(STEPS, (id,))]
+
+
+def record_step(conn: sqlite3.Connection, params: dict[str, Any]) -> StepRecord | None:
+    """Record one step under the fence (the writer's job); None if fenced out. The first
+    record of a name is kept (a repeat returns it)."""
+    if conn.execute(FENCED, params).fetchone() is None:
+        return None
+    row = conn.execute(STEP, params).fetchone()
+    if row is not None:
+        return StepRecord(*row)
+    total, seq = conn.execute(STEP_TOTAL, params).fetchone()
+    if total + params["size"] > MAX_TASK_STEP_BYTES:
+        raise over_task_limit(params["name"], total, params["size"])
+    conn.execute(STEP_INSERT, {**params, "seq": seq + 1})
+    return StepRecord(
+        params["name"], params["value"], params["now"], params["attempt"], params["size"]
+    )
+
+
+def wake_due(conn: sqlite3.Connection, now: float, limit: int) -> list[str]:
+    rows = conn.execute(WAKE_DUE, {"now": now, "limit": limit}).fetchall()
+    return [id for id, _ in sorted(rows, key=lambda r: (r[1], r[0]))]
+
+
+def waiting_runs(conn: sqlite3.Connection) -> WaitingRuns:
+    count, first = conn.execute(WAITING_RUNS).fetchone()
+    return WaitingRuns(int(count), None if first is None else float(first))
+
+
+def forget_dead_steps(
+    conn: sqlite3.Connection,
+    ids: Sequence[str] | None,
+    text: str | None,
+    limit: int,
+    skip: str | None = None,
+) -> None:
+    if ids is None:
+        conn.execute(FORGET_MATCHING, (text, limit, skip))
+    else:
+        conn.execute(FORGET_IDS, (json.dumps(list(ids)),))
