@@ -118,7 +118,9 @@ async def test_the_shell_example_answers_every_task_once_through_kills_mid_write
 
         await wait_until(archived, within=30)
         assert sorted(p.name for p in (exchange / "archive").iterdir()) == sorted(
-            f"x-{i}.{kind}.txt" for i in range(TASKS) for kind in ("task", "result")
+            f"x-{i}.{kind}"
+            for i in range(TASKS)
+            for kind in ("task.txt", "result.txt", "conversation.json")  # rooms: issue #34
         )
         assert list((exchange / "outbox").iterdir()) == []
         assert list((exchange / "refused").iterdir()) == []
