@@ -7,10 +7,9 @@ What it shows:
   newer message of the room (``replace``: barge-in), an operator's cancel or a soft stop
   cancels it like any run;
 - its streamed text goes to ``progress_of(task)``: the person sees the reply being written;
-- the room's conversation becomes the agent's message history (``history_of``), and its tool
-  calls are steps (``step``): two small adapters, marked WIRE, that fall back to no history
-  and a plain call until ``conversation_of`` and ``run_of`` are on the branch (see
-  docs/guide/asyncio-agents.md, "Conversations and steps").
+- the room's conversation becomes the agent's message history (``history_of``:
+  ``conversation_of``), and its tool calls are durable steps (``step``: ``run_of``, reached
+  from the asyncio side through ``trio_side``; see docs/guide/asyncio-agents.md).
 
 Run it behind a bridge: ``pip install 'tether[asyncio]'``, then ``tether bridge run --agent
 pydantic_ai_agent:factory`` with examples/ on ``PYTHONPATH``. ``TETHER_PYDANTIC_AI_MODEL``
@@ -22,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -37,7 +37,15 @@ from pydantic_ai.models import Model
 from pydantic_ai.models.test import TestModel
 
 from tether import Session
-from tether.bridge import AgentFactory, Task, asyncio_agent, progress_of
+from tether.bridge import (
+    AgentFactory,
+    Task,
+    asyncio_agent,
+    conversation_of,
+    progress_of,
+    run_of,
+    trio_side,
+)
 
 MODEL_ENV = "TETHER_PYDANTIC_AI_MODEL"
 INSTRUCTIONS = "You answer in one or two sentences. Use the weather tool for the weather."
@@ -65,17 +73,18 @@ def messages_from(history: Sequence[Turn]) -> list[ModelMessage]:
 
 
 def history_of(task: Task) -> list[ModelMessage]:
-    """WIRE (issue #34): the message history of ``task``'s room. Once ``conversation_of``
-    is in ``tether.bridge`` this is ``messages_from(conversation_of(task).history)`` (a plain
-    read: if it is async, ``await trio_side(...)`` it from here); until then, none."""
-    return messages_from([])
+    """The message history of ``task``'s room (a plain read of what the run was given)."""
+    return messages_from(conversation_of(task).history)
 
 
 async def step(task: Task, name: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """WIRE (issue #35): a tool call as a step of ``task``'s run, recorded once and replayed
-    after a crash. Once ``run_of`` is in ``tether.bridge`` this is ``await
-    trio_side(run_of(task).step)(name, fn, *args)``; until then, a plain call."""
-    return fn(*args)
+    """A tool call as a durable step of ``task``'s run: recorded once, replayed after a crash
+    (``run_of`` is Trio-side, so the asyncio side reaches it through ``trio_side``)."""
+    return await trio_side(run_of(task).step)(_STEP_NAME.sub("-", name), fn, *args)
+
+
+_STEP_NAME = re.compile(r"[^A-Za-z0-9_.:~-]")
+"""What a step name may not hold (a city may have spaces)."""
 
 
 def weather(city: str) -> str:

@@ -161,7 +161,7 @@ def factory(session: tether.Session, tools: tuple[Tool, ...] = TOOLS) -> None:
             text = "noted: " + ", ".join(f"your {k} is {v}" for k, v in news.items())
         else:
             text = f"you said: {task.body}"
-        return Reply(text, state=state)
+        return Reply(text, state=state if task.room is not None else None)  # kept per room
 
 
 async def main() -> None:
