@@ -88,7 +88,12 @@ async def test_expired_lease_is_repooled_and_the_old_holder_is_fenced_out(
     await store.assign("t1", "w1")
     old = await _claim(store, "w1")
     fake_clock.advance(LEASE_S + 1)
-    report = await Reconciler(store).run_once()
+    rung: list[str] = []
+    reconciler = Reconciler(store, on_woken=lambda: rung.append("queue"))
+    report = await reconciler.run_once()
+    assert rung == ["queue"]  # the pool looks at once, not after its idle wait (issue #39)
+    assert (await reconciler.run_once()).repooled == ()
+    assert rung == ["queue"]  # a pass that brings nothing back rings nothing
     [expiry] = report.repooled
     assert (expiry.id, expiry.worker, expiry.attempt) == ("t1", "w1", 1)
     assert expiry.lease_until == old.lease_until

@@ -54,14 +54,21 @@ async def test_a_recorded_step_is_read_back_and_the_first_record_of_a_name_wins(
     assert (await store.get("t1")).state is S.CLAIMED  # type: ignore[union-attr]
 
 
-async def test_a_run_whose_lease_expired_records_nothing(
+async def test_a_run_whose_lease_was_taken_back_records_nothing(
     store: Store, fake_clock: FakeClock
 ) -> None:
+    """A claim is held until the reconciler takes it back (``custody._outage``): a lapsed
+    lease still records (its holder may have been cut off from the store); once the lease is
+    taken back, nothing more."""
     claim = await _claimed(store, "t1")
     fake_clock.advance(store.lease_s + 1)
+    await store.record_step(claim, "held", "1")
+    fake_clock.advance(store.lease_s + 1)
+    [expiry] = await store.expire_leases()
+    assert expiry.outcome is S.PENDING
     with pytest.raises(StaleLease, match="record step 'late'"):
         await store.record_step(claim, "late", "1")
-    assert await store.steps("t1") == []
+    assert [s.name for s in await store.steps("t1")] == ["held"]
 
 
 async def test_a_zombies_late_record_is_refused_after_another_attempt_took_over(
@@ -152,9 +159,11 @@ async def test_wake_due_takes_the_earliest_first_up_to_its_limit(
 async def test_a_stale_run_cannot_park(store: Store, fake_clock: FakeClock) -> None:
     claim = await _claimed(store, "t1")
     fake_clock.advance(store.lease_s + 1)
+    [expiry] = await store.expire_leases()
+    assert expiry.outcome is S.PENDING
     with pytest.raises(StaleLease, match="park"):
         await store.park(claim, fake_clock.now + 60, "sleeping")
-    assert (await store.get("t1")).state is S.CLAIMED  # type: ignore[union-attr]
+    assert (await store.get("t1")).state is S.PENDING  # type: ignore[union-attr]
 
 
 async def test_an_operator_cancels_a_waiting_task(store: Store, fake_clock: FakeClock) -> None:

@@ -13,7 +13,14 @@ import psycopg
 from tether.bridge import PostgresStore, SqliteStore, Task
 from tether.bridge.custody import Store
 from tether.bridge.stores.postgres import _schema as pg_schema
-from tether.bridge.stores.sqlite._schema import MIGRATIONS, SCHEMA_VERSION, _statements
+from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements
+
+SQLITE_STEP = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE conversations" in m)
+PG_STEP = next(
+    i for i, m in enumerate(pg_schema.MIGRATIONS) if "CREATE TABLE {s}.conversations" in m
+)
+"""The conversations migration's place in each list (found by its content: later issues
+append theirs after it)."""
 
 
 async def _runs_on(store: Store) -> None:
@@ -36,10 +43,10 @@ async def _runs_on(store: Store) -> None:
 async def test_a_sqlite_file_of_the_previous_version_is_migrated(tmp_path: Path) -> None:
     db = tmp_path / "custody.db"
     conn = sqlite3.connect(db, isolation_level=None)
-    for version in range(SCHEMA_VERSION - 1):
+    for version in range(SQLITE_STEP):
         for statement in _statements(MIGRATIONS[version]):
             conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    conn.execute(f"PRAGMA user_version = {SQLITE_STEP}")
     conn.execute(
         "INSERT INTO tasks (id, body, room, priority, headers, state, attempt, created_at, "
         "updated_at, room_policy) VALUES ('old', 'b', 'r', 1, '{}', 'pending', 1, 1, 1, 'serial')"
@@ -61,7 +68,7 @@ async def test_a_postgres_schema_of_the_previous_version_is_migrated(postgres_ds
             f"CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
             "applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        last = pg_schema.SCHEMA_VERSION - 1
+        last = PG_STEP
         for version in range(last):
             conn.execute(pg_schema.MIGRATIONS[version].format(s=s).encode())
             conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version + 1,))

@@ -62,7 +62,8 @@ class Reconciler:
     on_dead: Callable[[], None] | None = None
     """Called after a pass that dead-lettered tasks (the bridge rings its dead-notice loop)."""
     on_woken: Callable[[], None] | None = None
-    """Called after a pass that woke parked runs (the pool looks at the queue at once)."""
+    """Called after a pass that put tasks back in the queue (parked runs that woke, leases that
+    were taken back): the pool looks at the queue at once instead of after its idle wait."""
     passes: int = attrs.field(init=False, default=0)
     last_report: ReconcileReport | None = attrs.field(init=False, default=None)
 
@@ -88,8 +89,8 @@ class Reconciler:
         report = ReconcileReport(at=at, expired=tuple(expired), woken=tuple(woken))
         if self.on_dead is not None and report.dead_lettered:
             self.on_dead()
-        if self.on_woken is not None and report.woken:
-            self.on_woken()
+        if self.on_woken is not None and (report.woken or report.repooled):
+            self.on_woken()  # parked runs woke, or expired leases came back to the queue
         self.passes += 1
         self.last_report = report
         return report
