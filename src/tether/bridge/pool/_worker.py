@@ -495,6 +495,7 @@ class PoolWorker:
         finally:
             if claim.suspect and self.quarantine is not None:
                 self.quarantine.give_back(1)  # its quarantine place, however the run went
+                self._doorbell.set()  # suspects are claimed, never assigned: claim again now
             free_slot()
             if self.wakeups is not None:
                 self.wakeups.capacity_freed()  # the outcome is stored: the lead refills
