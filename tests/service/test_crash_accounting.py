@@ -60,36 +60,8 @@ async def test_a_poison_task_is_proven_and_dead_lettered_and_every_other_message
     poison = 37
     texts[poison] = "poison pill"
     ids = await submit_many(gateway, texts, "poison")
-    store, log = tmp_path / "bridge" / "custody.db", tmp_path / "bridge.log"
-    restarts = 0
-
-    async def all_settled() -> bool:
-        return await answered_count(gateway) >= len(ids)
-
-    with trio.fail_after(240):  # a bridge start alone can take 10 s on a loaded machine
-        while True:  # the supervisor: a bridge that dies is started again at once
-            bridge = await BridgeProcess.start(
-                gateway.url, token_file, store, log, agent=AGENT, extra=BRIDGE_OPTIONS
-            )
-            async with trio.open_nursery() as nursery:
-                exited = trio.Event()
-
-                async def watch(
-                    bridge: BridgeProcess = bridge, exited: trio.Event = exited
-                ) -> None:
-                    await bridge.process.wait()
-                    exited.set()
-
-                nursery.start_soon(watch)
-                while not exited.is_set() and not await all_settled():
-                    with trio.move_on_after(0.2):
-                        await exited.wait()
-                if not exited.is_set():
-                    assert await bridge.stop() == 0, bridge.log_tail()
-                    break
-            assert bridge.process.returncode == -signal.SIGKILL, bridge.log_tail()
-            restarts += 1
-            assert restarts <= 6, f"the bridge keeps dying: {restarts} restarts"
+    store = tmp_path / "bridge" / "custody.db"
+    restarts = await _supervised_until_settled(gateway, token_file, tmp_path, ids)
 
     # the poison task: dead, with the proof; its user was told
     message = await gateway.message(ids[poison])
@@ -192,3 +164,78 @@ async def test_sigkill_chaos_with_a_healthy_agent_dead_letters_nothing(
         f"{answered_at_kills}, runs in flight {in_flight_at_kills}; all answered "
         f"{trio.current_time() - started:.1f} s after start"
     )
+
+
+async def _supervised_until_settled(
+    gateway: RunningGateway,
+    token_file: Path,
+    tmp_path: Path,
+    ids: list[str],
+    deaths: tuple[int, ...] = (-signal.SIGKILL,),
+) -> int:
+    """Run the bridge as systemd would (a bridge that dies is started again at once) until
+    every message is settled; return how many times it died (each with one of ``deaths``)."""
+    store, log = tmp_path / "bridge" / "custody.db", tmp_path / "bridge.log"
+    restarts = 0
+
+    async def all_settled() -> bool:
+        return await answered_count(gateway) >= len(ids)
+
+    with trio.fail_after(240):  # a bridge start alone can take 10 s on a loaded machine
+        while True:
+            bridge = await BridgeProcess.start(
+                gateway.url, token_file, store, log, agent=AGENT, extra=BRIDGE_OPTIONS
+            )
+            async with trio.open_nursery() as nursery:
+                exited = trio.Event()
+
+                async def watch(
+                    bridge: BridgeProcess = bridge, exited: trio.Event = exited
+                ) -> None:
+                    await bridge.process.wait()
+                    exited.set()
+
+                nursery.start_soon(watch)
+                while not exited.is_set() and not await all_settled():
+                    with trio.move_on_after(0.2):
+                        await exited.wait()
+                if not exited.is_set():
+                    assert await bridge.stop() == 0, bridge.log_tail()
+                    return restarts
+            assert bridge.process.returncode in deaths, bridge.log_tail()
+            restarts += 1
+            assert restarts <= 6, f"the bridge keeps dying: {restarts} restarts"
+
+
+async def test_late_and_other_poisons_beside_a_crowd_of_innocents(
+    gateway: RunningGateway, token_file: Path, tmp_path: Path
+) -> None:
+    """Issue #37: a poison that kills only after 0.5 s while 100 innocents run beside it, and
+    the segfault and ``os._exit(3)`` variants, through a whole bridge: each poison ends dead
+    naming its signal or exit code, every innocent is answered, and the bridge process dies
+    at most once per poison task (later deaths are its quarantine child's)."""
+    texts = [f"slow message {i}" for i in range(100)]
+    poisons = {10: "late poison", 40: "segv poison", 70: "exit poison"}
+    for i, body in poisons.items():
+        texts[i] = body
+    ids = await submit_many(gateway, texts, "poisons")
+    deaths = (-signal.SIGKILL, -signal.SIGSEGV, 3)
+    restarts = await _supervised_until_settled(gateway, token_file, tmp_path, ids, deaths)
+    assert restarts <= len(poisons)
+    proofs = {
+        "late poison": "killed by SIGKILL",
+        "segv poison": "killed by SIGSEGV",
+        "exit poison": "exited with code 3",
+    }
+    for i, body in poisons.items():
+        message = await gateway.message(ids[i])
+        assert message["status"] == "closed"
+        assert f"its quarantine process was {proofs[body]}" in message["reason"] or (
+            f"its quarantine process {proofs[body]}" in message["reason"]
+        ), message["reason"]
+    status = await store_status(tmp_path / "bridge" / "custody.db")
+    assert status["counts"]["dead"] == len(poisons)
+    assert status["counts"]["delivered"] == len(ids) - len(poisons)
+    for i in random.Random(5).sample([i for i in range(len(ids)) if i not in poisons], 30):
+        assert (await gateway.message(ids[i]))["reply"] == f"echo: {texts[i]}"
+    print(f"\npoisons: {restarts} bridge deaths for {len(poisons)} poison tasks")
