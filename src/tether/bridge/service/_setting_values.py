@@ -87,14 +87,22 @@ def parse_label(name: str, value: Any) -> str:
     return text
 
 
-def parse_upper_choice(*options: str) -> Callable[[str, Any], str]:
+def _parse_choice(
+    fold: Callable[[str], str], options: tuple[str, ...]
+) -> Callable[[str, Any], str]:
+    """One of ``options``, read case-insensitively (``fold`` gives the case they are in)."""
+
     def parse(name: str, value: Any) -> str:
-        text = parse_text(name, value).upper()
+        text = fold(parse_text(name, value))
         if text not in options:
             raise ValueError(f"must be one of {', '.join(options)}")
         return text
 
     return parse
+
+
+def parse_upper_choice(*options: str) -> Callable[[str, Any], str]:
+    return _parse_choice(str.upper, options)
 
 
 def parse_store(name: str, value: Any) -> str:
@@ -122,13 +130,7 @@ def parse_bool(name: str, value: Any) -> bool:
 
 
 def parse_lower_choice(*options: str) -> Callable[[str, Any], str]:
-    def parse(name: str, value: Any) -> str:
-        text = parse_text(name, value).lower()
-        if text not in options:
-            raise ValueError(f"must be one of {', '.join(options)}")
-        return text
-
-    return parse
+    return _parse_choice(str.lower, options)
 
 
 def parse_optional_port(name: str, value: Any) -> int | None:
