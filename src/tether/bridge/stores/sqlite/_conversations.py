@@ -148,13 +148,7 @@ class SqliteConversations(ConversationFrame):
         return await self._write(op)
 
     async def _record_shown(self, claim: Claim, text: str, now: float) -> bool:
-        params = {
-            "text": text,
-            "now": now,
-            "id": claim.task.id,
-            "worker": claim.worker,
-            "run": claim.run,
-        }
+        params = {**sql.fence_params(claim, now), "text": text}
         return await self._write(lambda c: c.execute(SHOWN, params).rowcount == 1)
 
     async def _room(self, room: str, limit: int) -> RoomView | None:

@@ -7,8 +7,9 @@ changes nothing. The custody predicate comes from ``stores._common.IN_CUSTODY_SQ
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
+from ...custody._rules import Claim
 from .._common import IN_CUSTODY_SQL
 from .._operator import CANCELLABLE_SQL, REDRIVE_PRIORITY
 from .._rooms_sql import room_busy, room_gate
@@ -24,6 +25,14 @@ FENCE: Final = "id = ? AND state = 'claimed' AND owner = ? AND run_no = ?"
 resets), held until the reconciler takes it back: never compared with the time
 (``custody._outage``); the parameters: id, worker, run."""
 FENCE_NAMED: Final = "id = :id AND state = 'claimed' AND owner = :worker AND run_no = :run"
+
+
+def fence_params(claim: Claim, now: float) -> dict[str, Any]:
+    """A claim's fence as ``FENCE_NAMED``'s parameters, with the time (as PostgreSQL's
+    ``_fence``); a statement adds its own values beside them."""
+    return {"id": claim.task.id, "worker": claim.worker, "run": claim.run, "now": now}
+
+
 DUE: Final = "(not_before IS NULL OR not_before <= ?)"
 """A pending task that is not waiting out a retry backoff (the parameter: now)."""
 ROOM_GATE: Final = room_gate("t", "tasks", "rowid", "o.no_send = 0")

@@ -417,7 +417,7 @@ class SqliteStore(StepsFrame, SqliteConversations):
     async def _fail(
         self, claim: Claim, reason: str, permanent: bool, not_before: float | None, now: float
     ) -> tuple[bool, str]:
-        fence = {"now": now, "id": claim.task.id, "worker": claim.worker, "run": claim.run}
+        fence = sql.fence_params(claim, now)
 
         def op(conn: sqlite3.Connection) -> tuple[bool, str]:
             # the failure budget leaves out the runs lost to crashes (custody._crashes)
@@ -438,7 +438,7 @@ class SqliteStore(StepsFrame, SqliteConversations):
     async def _quarantine_death(
         self, claim: Claim, death: str, max_deaths: int, now: float
     ) -> tuple[CustodyState, str]:
-        fence = {"now": now, "id": claim.task.id, "worker": claim.worker, "run": claim.run}
+        fence = sql.fence_params(claim, now)
 
         def op(conn: sqlite3.Connection) -> tuple[CustodyState, str]:
             row = conn.execute(sql.FENCED_QUARANTINE_DEATHS, fence).fetchone()
@@ -705,11 +705,8 @@ class SqliteStore(StepsFrame, SqliteConversations):
         self, claim: Claim, name: str, value: str, size: int, now: float
     ) -> StepRecord:
         params = {
-            "id": claim.task.id,
-            "worker": claim.worker,
-            "attempt": claim.attempt,
-            "run": claim.run,
-            "now": now,
+            **sql.fence_params(claim, now),
+            "attempt": claim.attempt,  # the record's: which attempt's run recorded it
             "name": name,
             "value": value,
             "size": size,
@@ -724,15 +721,7 @@ class SqliteStore(StepsFrame, SqliteConversations):
         return await self._writer.run(op)
 
     async def _park(self, claim: Claim, until: float, why: str, now: float) -> None:
-        params = {
-            "id": claim.task.id,
-            "worker": claim.worker,
-            "attempt": claim.attempt,
-            "run": claim.run,
-            "now": now,
-            "until": until,
-            "why": why,
-        }
+        params = {**sql.fence_params(claim, now), "until": until, "why": why}
 
         def op(conn: sqlite3.Connection) -> None:
             if conn.execute(steps_sql.PARK, params).rowcount != 1:
