@@ -84,7 +84,8 @@ async def test_cancel_then_retry_on_a_running_bridge(
         # the same bridge runs it again and delivers the reply: the gateway reopens the task
         message = await _message_until(gateway, task_id, "answered")
         assert (message["reply"], message["reason"]) == ("answer to a hard question", None)
-        assert await store.state(task_id) is S.DELIVERED
+        # the gateway has the reply before the bridge books its acknowledgement: wait for it
+        await wait_until(lambda: _state_is(store, task_id, S.DELIVERED), within=30)
         assert runs == [task_id, task_id]
         # a delivered task is refused, one line, exit 1
         code, out, err = await _tether("retry", task_id, "--store", path)
