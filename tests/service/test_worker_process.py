@@ -17,7 +17,14 @@ import pytest
 import trio
 
 from support.gateway import RunningGateway
-from support.service import STARTED, BridgeProcess, answered_count, bridge_env, submit_many
+from support.service import (
+    STARTED,
+    BridgeProcess,
+    answered_count,
+    bridge_env,
+    store_status,
+    submit_many,
+)
 from support.waiting import wait_until
 from tether._cli._main import main
 from tether.bridge import write_token
@@ -93,7 +100,14 @@ async def _shared_pool_scenario(
     async def all_answered() -> bool:
         return await answered_count(gateway) == len(ids)
 
-    await wait_until(all_answered, within=60)
+    async def explain() -> str:
+        status = await store_status(store)
+        return (
+            f"answered {await answered_count(gateway)} of {len(ids)}; store {status}\n"
+            f"bridge log:\n{bridge.log_tail()}\nworker log:\n{worker_log.read_text()[-3000:]}"
+        )
+
+    await wait_until(all_answered, within=60, explain=explain)
     workers = {(await gateway.message(id))["worker"] for id in ids}
     assert {"blue-w1", "blue-w2"} & workers, workers  # the worker process did work
     for id in ids[:5]:
