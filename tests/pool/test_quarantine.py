@@ -228,3 +228,32 @@ def test_a_process_runs_at_most_its_quarantine_processes_at_once() -> None:
         Quarantine(SPEC, processes=0)
     with pytest.raises(ValueError, match="max_quarantine_deaths must be an int >= 1"):
         Quarantine(SPEC, max_deaths=0)
+
+
+async def test_children_that_cannot_start_close_the_quarantine_for_a_doubling_while() -> None:
+    now = [100.0]
+    q = Quarantine(QuarantineSpec("no.such.module:factory"), processes=2, clock=lambda: now[0])
+
+    async def fail_to_start(n: int, longest: float) -> None:
+        assert q.reserve(1) == 1
+        with trio.fail_after(START_WITHIN), pytest.raises(QuarantineStartError) as failed:
+            await q.run(Task(f"t{n}", "x"))
+        q.give_back(1)
+        assert "no quarantine child starts here for the next" in str(failed.value)
+        assert q.start_failures == n
+        assert q.reserve(1) == 0  # closed: the suspect stays in the store
+        now[0] += longest * 0.79  # the backoff's jitter shortens a wait by at most 20 %
+        assert q.reserve(1) == 0
+        now[0] += longest * 0.21 + 0.01
+        assert q.reserve(1) == 1  # open again once the wait is over
+        q.give_back(1)
+
+    await fail_to_start(1, longest=1.0)
+    await fail_to_start(2, longest=2.0)  # doubled
+    assert (q.runs, q.deaths) == (2, 0)  # a start failure is nobody's death
+
+    q.spec = SPEC  # the operator fixed the agent: a child that starts resets the backoff
+    with trio.fail_after(START_WITHIN):
+        assert await q.run(Task("ok", "x")) == Reply("echo: x")
+    q.spec = QuarantineSpec("no.such.module:factory")
+    await fail_to_start(3, longest=1.0)  # the first wait again, not the third

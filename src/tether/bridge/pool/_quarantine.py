@@ -22,12 +22,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import attrs
 import trio
 
+from ..._backoff import Backoff
 from ..custody._conversation import Conversation
 from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quarantine_deaths
 from ..custody._records import StepRecord
@@ -48,6 +50,10 @@ from ._run import Parked
 CHILD_MODULE: Final = "tether.bridge.pool._quarantine_child"
 DEFAULT_QUARANTINE_PROCESSES: Final = 2
 """Quarantine children one worker process runs at most at once."""
+START_RETRY_MAXIMUM: Final = 60.0
+"""Seconds a process waits at most before it starts a quarantine child again after children
+failed to start (1 s doubling): a broken agent spec costs a Python start-up a minute, not one
+every few seconds, and its error is logged as rarely."""
 
 OnChildProgress = Callable[[str | None, str | None], None]
 """Told ``(status, partial)`` each time the child reports new progress."""
@@ -233,11 +239,18 @@ class Quarantine:
     spec: QuarantineSpec
     processes: int = DEFAULT_QUARANTINE_PROCESSES
     max_deaths: int = DEFAULT_MAX_QUARANTINE_DEATHS
+    clock: Callable[[], float] = time.monotonic
     runs: int = attrs.field(init=False, default=0)
     """Quarantined runs started."""
     deaths: int = attrs.field(init=False, default=0)
     """Quarantine children that died while they ran their task."""
+    start_failures: int = attrs.field(init=False, default=0)
+    """Quarantine children that could not start the agent."""
     _busy: int = attrs.field(init=False, default=0)
+    _starts: Backoff = attrs.field(
+        init=False, factory=lambda: Backoff(initial=1.0, maximum=START_RETRY_MAXIMUM)
+    )
+    _closed_until: float = attrs.field(init=False, default=-math.inf)
 
     def __attrs_post_init__(self) -> None:
         p = self.processes
@@ -246,7 +259,11 @@ class Quarantine:
         check_max_quarantine_deaths(self.max_deaths)
 
     def reserve(self, wanted: int) -> int:
-        """Take up to ``wanted`` free places for a claim's suspects; return how many."""
+        """Take up to ``wanted`` free places for a claim's suspects; return how many (none
+        while the last children failed to start and their backoff runs: the suspects stay in
+        the store for this or another process, instead of a start-up failing again at once)."""
+        if self.clock() < self._closed_until:
+            return 0
         n = max(0, min(wanted, self.processes - self._busy))
         self._busy += n
         return n
@@ -266,9 +283,22 @@ class Quarantine:
         """Run ``task`` in a child, in a place ``reserve`` took."""
         self.runs += 1
         try:
-            return await run_in_quarantine(
+            reply = await run_in_quarantine(
                 self.spec, task, on_progress=on_progress, conversation=conversation, steps=steps
             )
+        except QuarantineStartError as exc:
+            self.start_failures += 1
+            delay = self._starts.next_delay()
+            self._closed_until = self.clock() + delay
+            raise QuarantineStartError(
+                f"{exc}; no quarantine child starts here for the next {delay:.1f} s"
+            ) from None
         except QuarantineDeath:
+            self._starts.reset()
             self.deaths += 1
             raise
+        except Exception:
+            self._starts.reset()  # the child started: the agent's outcome, not the spec's
+            raise
+        self._starts.reset()
+        return reply

@@ -410,6 +410,11 @@ class BridgeService:
                 "Quarantine processes that died while they ran their task (the proof that counts)",
                 lambda: 0 if self.quarantine is None else self.quarantine.deaths,
             ),
+            CounterSource(
+                "quarantine_start_failures",
+                "Quarantine processes that could not start the agent (each backs off the next)",
+                lambda: 0 if self.quarantine is None else self.quarantine.start_failures,
+            ),
         ]
 
     def _children(
