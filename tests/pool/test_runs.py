@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from support.waiting import wait_until
 from tether import Session
 from tether.bridge import CustodyState, SqliteStore, StepError, Task, run_of
 from tether.bridge.custody import Reconciler
-from tether.bridge.pool import PoolWorker, RetryBackoff
+from tether.bridge.pool import PoolWakeups, PoolWorker, RetryBackoff
 
 S = CustodyState
 
@@ -161,6 +162,46 @@ async def test_a_long_sleep_parks_the_task_and_frees_the_worker_for_other_messag
     moves = [(e.src, e.dst) for e in await timed_store.journal("sleeper")]
     assert (S.CLAIMED, S.WAITING) in moves
     assert (S.WAITING, S.PENDING) in moves
+
+
+async def test_a_parked_run_wakes_on_time_not_at_the_reconcilers_next_pass(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    answered: dict[str, float] = {}
+
+    slept: dict[str, float] = {}
+
+    async def handle(task: Task) -> str:
+        slept.setdefault(task.id, trio.current_time())  # the first run's sleep begins
+        await run_of(task).sleep(float(task.body))
+        answered[task.id] = trio.current_time()
+        return "woke"
+
+    wakeups = PoolWakeups()
+    worker = PoolWorker(
+        timed_store, "w1", agent(handle), concurrency=2, poll_interval=1.0, wakeups=wakeups
+    )
+    reconciler = Reconciler(timed_store, on_woken=wakeups.tasks_pending)
+    wakeups.on_parked = reconciler.parked_until  # as the bridge and `tether worker run` wire it
+    # parked before the reconciler's first pass: the store's earliest wake-up at that pass
+    early = await timed_store.claim_many("w0", 1, leaderless=True)
+    await timed_store.ingest(Task("early", "0"))
+    [claim] = await timed_store.claim_many("w0", 1, leaderless=True)
+    start = trio.current_time()
+    await timed_store.park(claim, timed_store.clock() + 50, "sleeping")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(reconciler.run, interval=3600.0))
+        await nursery.start(worker.run)
+        await wait_until(lambda: _is(timed_store, "early", S.RESULT), within=100)
+        # parked after the last pass, in this process: the worker tells the reconciler when
+        await timed_store.ingest(Task("late", "120"))
+        await wait_until(lambda: _is(timed_store, "late", S.RESULT), within=300)
+        worker.request_stop()
+        nursery.cancel_scope.cancel()
+    assert early == []
+    assert 50 <= answered["early"] - start <= 50 + 2  # not 3600 s later
+    assert 120 <= answered["late"] - slept["late"] <= 120 + 2
+    assert reconciler.passes <= 4  # the first, the two wake-ups (and at most one spare)
 
 
 async def test_outside_a_worker_a_run_is_detached() -> None:

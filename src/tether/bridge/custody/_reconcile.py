@@ -2,6 +2,9 @@
 ``pending``), and never drops an id.
 
 It decides from the state column and the store's clock only, so no number of passes loses a task.
+Passes come every ``interval``, and also when a parked run falls due: the earliest wake-up the
+store held at the last pass, or one a worker of this process parked since (``parked_until``),
+so a durable sleep ends on time, not up to an interval late.
 See docs/guide/design.md, "The reconciler".
 """
 
@@ -14,6 +17,7 @@ from typing import Any
 
 import attrs
 import trio
+from trio_util import wait_any
 
 from ..._core._stop import stop_requested, wait_stop_requested
 from ..._plumbing._converter import structure_versioned, unstructure
@@ -24,6 +28,11 @@ from ._rules import CustodyState
 log = logging.getLogger("tether.bridge.reconcile")
 
 REPORT_SCHEMA_VERSION = 1
+_JUST_AFTER = 0.005
+"""Seconds past a wake-up time the pass comes, so the store's clock has passed it too."""
+_MIN_GAP = 0.05
+"""Seconds between a pass and one a wake-up brings at the soonest: a wake-up the store does
+not honour (a clock step) costs twenty passes a second, not a busy loop."""
 
 
 @attrs.frozen
@@ -66,6 +75,16 @@ class Reconciler:
     were taken back): the pool looks at the queue at once instead of after its idle wait."""
     passes: int = attrs.field(init=False, default=0)
     last_report: ReconcileReport | None = attrs.field(init=False, default=None)
+    _soonest: float = attrs.field(init=False, default=math.inf)
+    """The earliest wake-up of a parked run known here (store clock)."""
+    _rethink: trio.Event = attrs.field(init=False, factory=trio.Event)
+
+    def parked_until(self, at: float) -> None:
+        """A run parked itself until ``at`` (store clock): pass then, if that is sooner than
+        the next pass would come."""
+        if at < self._soonest:
+            self._soonest = at
+            self._rethink.set()
 
     async def run_once(self) -> ReconcileReport:
         at = self.store.clock()
@@ -83,6 +102,8 @@ class Reconciler:
                 break
         if woken:
             log.info("woke %d parked run(s): %s", len(woken), ", ".join(woken[:5]))
+        soonest = (await self.store.waiting_runs()).next_wake
+        self._soonest = math.inf if soonest is None else soonest
         for e in expired:
             level = logging.WARNING if e.outcome is CustodyState.DEAD else logging.INFO
             log.log(level, "task %s: %s", e.id, e.reason)
@@ -101,8 +122,8 @@ class Reconciler:
         interval: float = 5.0,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Reconcile every ``interval`` seconds until cancelled or soft-stopped (ready after the
-        first pass).
+        """Reconcile every ``interval`` seconds, and when a parked run falls due, until
+        cancelled or soft-stopped (ready after the first pass).
 
         A supervisor's soft stop (``tether.wait_stop_requested()``) ends the wait between passes
         at once; a pass in hand finishes first (it is one short store transaction per batch),
@@ -112,9 +133,16 @@ class Reconciler:
             raise ValueError(f"interval must be a positive number of seconds, got {interval!r}")
         await self.run_once()
         task_status.started()
+        next_pass = trio.current_time() + interval
         while True:
-            with trio.move_on_after(interval):
-                await wait_stop_requested()
+            self._rethink = trio.Event()
+            due = self._soonest - self.store.clock() + _JUST_AFTER
+            wait = min(next_pass - trio.current_time(), max(_MIN_GAP, due))
+            with trio.move_on_after(wait):
+                await wait_any(wait_stop_requested, self._rethink.wait)
             if stop_requested():
                 return
+            if self._rethink.is_set():
+                continue  # an earlier wake-up: wait for that instead
             await self.run_once()
+            next_pass = trio.current_time() + interval

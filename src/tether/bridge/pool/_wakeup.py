@@ -6,7 +6,7 @@ docs/guide/design.md, "Wake-ups".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import attrs
 import trio
@@ -54,6 +54,9 @@ class PoolWakeups:
     finds nothing, in the store's writer, ahead of the next message's commits."""
     dead: Wakeup = attrs.field(factory=Wakeup)
     """The dead-notice loop's doorbell (``tasks_dead``)."""
+    on_parked: Callable[[float], None] | None = None
+    """Told when a run of this process parks until a time (store clock): the process's
+    reconciler (``Reconciler.parked_until``), which wakes it then."""
     _pending_news: bool = attrs.field(init=False, default=False)
     _workers: dict[str, Wakeup] = attrs.field(init=False, factory=dict)
     _leaderless: set[str] = attrs.field(init=False, factory=set)
@@ -99,6 +102,11 @@ class PoolWakeups:
             self.lead.set()
         for name in self._leaderless:
             self.worker(name).set()
+
+    def parked(self, until: float) -> None:
+        """A run parked itself until ``until`` (store clock): its wake-up comes on time."""
+        if self.on_parked is not None:
+            self.on_parked(until)
 
     def tasks_dead(self) -> None:
         """Tasks went dead (a worker's last failure, an expired last lease, a refused reply):

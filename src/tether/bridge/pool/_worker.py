@@ -856,7 +856,8 @@ class PoolWorker:
 
     async def _park(self, entry: _Active) -> None:
         """The run parked itself (a long durable sleep): claimed -> waiting, fenced; the slot
-        is free and no attempt is spent. The reconciler makes it pending when it is due."""
+        is free and no attempt is spent. The reconciler makes it pending when it is due (told
+        of the time through the wake-ups, so on time)."""
         assert entry.run is not None
         assert entry.run.parked_until is not None
         entry.finishing = True
@@ -868,6 +869,8 @@ class PoolWorker:
             return
         entry.settled = True
         self.parked += 1
+        if self.wakeups is not None:
+            self.wakeups.parked(entry.run.parked_until)
         log.info("worker %s: task %s parked: %s", self.name, entry.claim.task.id, why)
 
     async def _release(self, entry: _Active) -> None:

@@ -427,6 +427,7 @@ class BridgeService:
         reconciler = Reconciler(
             store, on_dead=self.wakeups.tasks_dead, on_woken=self.wakeups.tasks_pending
         )
+        self.wakeups.on_parked = reconciler.parked_until  # a parked run wakes on time
         stem = self.pool_stem
         workers = [
             PoolWorker(

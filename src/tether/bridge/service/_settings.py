@@ -74,7 +74,8 @@ class ProcessSettings:
     park_after: float = 30.0
     """Seconds: a durable sleep (``run.sleep``) at most this long sleeps in place, holding its
     lease and slot; a longer one parks its task in ``waiting`` (the slot free, no attempt
-    spent) and the reconciler wakes it when due, within ``reconcile_interval``."""
+    spent) and the reconciler wakes it when due (on time when it parked in this process;
+    within ``reconcile_interval`` when another process parked it after the last pass)."""
     lead: bool = True
     """Run a pool lead (room affinity, balanced assignment). Without one, workers claim pending
     tasks directly: less latency, no affinity."""

@@ -196,6 +196,7 @@ class WorkerService:
         reconciler = Reconciler(
             store, on_dead=self.wakeups.tasks_dead, on_woken=self.wakeups.tasks_pending
         )
+        self.wakeups.on_parked = reconciler.parked_until  # a parked run wakes on time
         await supervisor.start_child(
             ChildSpec(
                 "reconciler",
