@@ -103,6 +103,9 @@ async def test_the_page_itself_needs_no_token(
     shared = await http.get(f"{gateway.url}/base.css")  # the look it shares with the ops page
     assert shared.headers["content-type"].startswith("text/css")
     assert "color-scheme" in shared.text
+    helpers = await http.get(f"{gateway.url}/base.js")  # the token and the calls it shares too
+    assert helpers.headers["content-type"].startswith("text/javascript")
+    assert "Authorization" in helpers.text
 
 
 async def test_client_refuses_a_token_file_others_can_read(

@@ -21,7 +21,7 @@ from tether.bridge.custody import Store
 from tether.bridge.service._ops_routes import OpsRoutes
 
 S = CustodyState
-PAGE_FILES = ("/ops", "/ops/ops.js", "/ops/ops.css", "/ops/base.css")
+PAGE_FILES = ("/ops", "/ops/ops.js", "/ops/ops.css", "/ops/base.css", "/ops/base.js")
 
 
 async def test_every_json_route_and_move_needs_the_token_and_the_page_files_carry_the_csp(
@@ -58,6 +58,7 @@ async def test_every_json_route_and_move_needs_the_token_and_the_page_files_carr
             assert re.findall(r'(?:src|href)="([^"]+)"', html) == [
                 "/ops/base.css",
                 "/ops/ops.css",
+                "/ops/base.js",
                 "/ops/ops.js",
             ]
             assert "d1" not in html

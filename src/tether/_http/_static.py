@@ -1,6 +1,7 @@
 """The pages tether serves (the gateway's chat page, the admin endpoint's operator page) as
 packaged files with one strict policy: same-origin scripts and styles only, nothing inline,
-nothing external, never framed. One family: both pages load the shared ``base.css`` from here."""
+nothing external, never framed. One family: both pages load the shared ``base.css`` and
+``base.js`` (the token, the status line, JSON calls) from here."""
 
 from __future__ import annotations
 
@@ -38,11 +39,14 @@ def _read(root: Traversable, name: str) -> StaticFile:
 
 
 def load_static(
-    package: str, folder: str, routes: Mapping[str, str], *, base_css: str
+    package: str, folder: str, routes: Mapping[str, str], *, shared_at: str
 ) -> dict[str, StaticFile]:
     """``routes`` (URL path -> file name in ``package``'s ``folder``), read once at start-up,
-    plus the shared stylesheet at the path ``base_css`` (the page links it before its own)."""
+    plus the shared ``base.css`` and ``base.js`` under the path prefix ``shared_at`` (the page
+    loads each before its own)."""
     root = importlib.resources.files(package) / folder
     files = {path: _read(root, name) for path, name in routes.items()}
-    files[base_css] = _read(importlib.resources.files("tether._http") / "static", "base.css")
+    shared = importlib.resources.files("tether._http") / "static"
+    for name in ("base.css", "base.js"):
+        files[shared_at + name] = _read(shared, name)
     return files

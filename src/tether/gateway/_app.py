@@ -111,7 +111,7 @@ class AppLimits:
 
 
 def _load_static() -> dict[str, StaticFile]:
-    return load_static("tether.gateway", "static", _STATIC, base_css="/base.css")
+    return load_static("tether.gateway", "static", _STATIC, shared_at="/")
 
 
 @attrs.define(eq=False)

@@ -43,7 +43,7 @@ _MOVE = re.compile(r"/ops/api/tasks/([^/]+)/(retry|cancel)")
 
 
 def _load_page() -> dict[str, StaticFile]:
-    return load_static("tether.bridge.service", "ops_page", _PAGE, base_css="/ops/base.css")
+    return load_static("tether.bridge.service", "ops_page", _PAGE, shared_at="/ops/")
 
 
 @attrs.define(eq=False)

@@ -4,36 +4,10 @@
 // (often an exception's text) stays with the operators: the gateway's log, the API's
 // `reason` field, the bridge's store.
 "use strict";
+// $, token, notice and api come from base.js (loaded first).
 
-const TOKEN_KEY = "tether-gateway-token";
 const WAIT_S = 25;
-const $ = (id) => document.getElementById(id);
 const watching = new Set();
-
-function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
-
-function notice(text, ok = false) {
-  $("notice").textContent = text;
-  $("notice").className = ok ? "ok" : "";
-}
-
-async function api(method, path, body) {
-  const options = { method, headers: { Authorization: "Bearer " + token() } };
-  if (body !== undefined) {
-    options.headers["Content-Type"] = "application/json";
-    options.body = JSON.stringify(body);
-  }
-  const response = await fetch(path, options);
-  let data = null;
-  try { data = await response.json(); } catch (_) { /* not JSON */ }
-  if (!response.ok) {
-    const reason = data && data.error ? data.error : response.statusText;
-    const error = new Error(`${response.status}: ${reason}`);
-    error.status = response.status;
-    throw error;
-  }
-  return data;
-}
 
 const PENDING = {
   queued: "waiting for an agent…",

@@ -1,39 +1,13 @@
 // The tether operator page: the custody store and the pool, live; retry a dead letter, cancel
 // a task in flight, read a task's timeline. No framework and no build step; text is only ever
-// inserted with textContent. The admin token stays in sessionStorage (this tab only) and goes
-// out as an Authorization header on each fetch: no cookie, so no other site can act with it.
+// inserted with textContent. The admin token stays in sessionStorage (this tab only).
 "use strict";
+// $, token, notice and api come from base.js (loaded first).
 
-const TOKEN_KEY = "tether-admin-token";
 const POLL_MS = 1500;
-const $ = (id) => document.getElementById(id);
 let shownTask = "";
 let timer = null;
 let failing = true;  // until the first reading: then "connected" once
-
-function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
-
-function notice(text, ok = false) {
-  $("notice").textContent = text;
-  $("notice").className = ok ? "ok" : "";
-}
-
-async function api(method, path, body) {
-  const options = { method, headers: { Authorization: "Bearer " + token() } };
-  if (body !== undefined) {
-    options.headers["Content-Type"] = "application/json";
-    options.body = JSON.stringify(body);
-  }
-  const response = await fetch(path, options);
-  let data = null;
-  try { data = await response.json(); } catch (_) { /* not JSON */ }
-  if (!response.ok) {
-    const error = new Error(data && data.error ? data.error : `${response.status} ${response.statusText}`);
-    error.status = response.status;
-    throw error;
-  }
-  return data;
-}
 
 function age(seconds) {
   if (seconds == null) return "";
