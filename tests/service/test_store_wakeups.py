@@ -3,6 +3,8 @@ the idle maximum otherwise (virtual time)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import trio
 import trio.testing
 
@@ -53,9 +55,13 @@ async def test_a_notified_result_nudges_delivery_at_once(
 class Ringing:
     def __init__(self) -> None:
         self.rings: list[float] = []
+        self.assigned: list[tuple[float, list[str]]] = []
 
     def tasks_pending(self) -> None:
         self.rings.append(trio.current_time())
+
+    def tasks_assigned(self, workers: Iterable[str]) -> None:
+        self.assigned.append((trio.current_time(), list(workers)))
 
 
 class WorkHinting:
@@ -70,16 +76,17 @@ class WorkHinting:
         return False
 
 
-async def test_work_another_bridge_ingested_rings_the_lead_at_once(
+async def test_work_made_elsewhere_rings_the_lead_and_this_processs_workers_at_once(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     store, wakeups = WorkHinting(), Ringing()
     async with trio.open_nursery() as nursery:
-        await nursery.start(relay_work, store, wakeups)
+        await nursery.start(relay_work, store, wakeups, ["b-w1", "b-w2"])
         await trio.sleep(10 * IDLE_MAXIMUM)
         assert wakeups.rings == []
         at = trio.current_time()
-        store.heard.set()
+        store.heard.set()  # another bridge ingested, or a lead elsewhere assigned to b-w2
         await trio.testing.wait_all_tasks_blocked()
         assert wakeups.rings == [at]
+        assert wakeups.assigned == [(at, ["b-w1", "b-w2"])]
         nursery.cancel_scope.cancel()

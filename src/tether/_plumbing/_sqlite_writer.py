@@ -62,6 +62,9 @@ class SqliteWriter:
     barrier: Callable[[], None] | None = None
     """Makes every commit so far durable (syncs the WAL); run in the thread after a batch that
     holds a promise. None: each commit is durable already (``synchronous=FULL``)."""
+    after_commit: Callable[[], None] | None = None
+    """Run in the thread after each batch's transaction (the SQLite store tells other
+    processes what the commit made: ``bridge.stores.sqlite._news``)."""
     commits: int = attrs.field(init=False, default=0)
     """Committed batches so far (a benchmark reads it to show jobs per commit)."""
     barriers: int = attrs.field(init=False, default=0)
@@ -191,6 +194,8 @@ class SqliteWriter:
         # (Jobs are pure functions of the database, so a replay computes the same answers.)
         if not self._transaction(conn, batch, savepoints=False) and len(batch) > 1:
             self._transaction(conn, batch, savepoints=True)
+        if self.after_commit is not None:
+            self.after_commit()
         if self.barrier is not None and any(job.promise for job in batch):
             try:
                 self.barrier()

@@ -483,11 +483,12 @@ class BridgeService:
             )
             self.lead = lead
             specs.insert(4, self._spec("lead", lead.run))
-        if isinstance(store, ResultsHint):  # PostgreSQL: results stored on other hosts
+        if isinstance(store, ResultsHint):  # results stored by other processes
             relay = partial(relay_results, store, self.delivery)
             specs.append(self._spec("store-wakeups", until_stopped(relay)))
-        if isinstance(store, WorkHint):  # PostgreSQL: tasks other bridges ingested
-            ring = partial(relay_work, store, self.wakeups)
+        if isinstance(store, WorkHint):  # tasks other bridges ingested, other leads assigned
+            names = [w.name for w in workers]
+            ring = partial(relay_work, store, self.wakeups, names)
             specs.append(self._spec("store-work-wakeups", until_stopped(ring)))
         return specs
 

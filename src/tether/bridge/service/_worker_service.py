@@ -244,7 +244,8 @@ class WorkerService:
         self, store: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Work another process made (a bridge ingested, a lead assigned) rings this process's
-        lead and workers at once: PostgreSQL's ``NOTIFY`` through ``store.wait_for_work``. A
+        lead and workers at once: ``store.wait_for_work`` (PostgreSQL's ``NOTIFY``, SQLite's
+        news file). A
         hint only; the polls (``poll_interval``, ``sweep_interval``) stay the source of truth,
         so they can be slower here than in a bridge, which hears its own ingest directly."""
         task_status.started()

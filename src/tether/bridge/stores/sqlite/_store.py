@@ -86,6 +86,7 @@ from ._connection import Synchronous as Synchronous
 from ._connection import connect_reader, connect_writer
 from ._conversations import SqliteConversations
 from ._durable import barrier_for
+from ._news import RESULT, WORK, StoreNews, news_path
 from ._ready import ready_pending
 
 T = TypeVar("T")
@@ -105,6 +106,8 @@ class SqliteStore(StepsFrame, SqliteConversations):
     """Reads run on their own connection and thread: in WAL mode they see every committed
     change without waiting behind the writer's batch and its fsync (a lead's sweep or
     delivery's look is then a read, not a wait for someone else's commit)."""
+    _news: StoreNews
+    """What this process's commits made, told to the other processes on the file (``_news``)."""
     max_crashes_alone: int = DEFAULT_MAX_CRASHES_ALONE
     """Crashes while it ran alone that prove a task kills its process (``custody._crashes``)."""
     reach: StoreReach = attrs.field(init=False, factory=StoreReach)
@@ -137,14 +140,20 @@ class SqliteStore(StepsFrame, SqliteConversations):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA; got {synchronous!r}")
         check_limit(max_batch, "max_batch")
         db = Path(path)
+        news = StoreNews(news_path(db))
         writer = SqliteWriter(
             connect=explain_open_failure(
-                db, lambda: connect_writer(db, synchronous, busy_timeout_s)
+                db, lambda: news.install(connect_writer(db, synchronous, busy_timeout_s))
             ),
             max_batch=max_batch,
             barrier=barrier_for(db, synchronous),
+            after_commit=news.after_commit,
         )
-        await writer.start()  # creates and migrates the file
+        try:
+            await writer.start()  # creates and migrates the file
+        except BaseException:
+            news.close()
+            raise
         reader = SqliteWriter(
             connect=lambda: connect_reader(db, busy_timeout_s),
             max_batch=max_batch,
@@ -154,6 +163,7 @@ class SqliteStore(StepsFrame, SqliteConversations):
             await reader.start()
         except BaseException:
             await writer.close()
+            news.close()
             raise
         return cls(
             db,
@@ -163,6 +173,7 @@ class SqliteStore(StepsFrame, SqliteConversations):
             max_body_bytes,
             writer,
             reader,
+            news,
             max_crashes_alone,
         )
 
@@ -176,6 +187,18 @@ class SqliteStore(StepsFrame, SqliteConversations):
             await self._writer.close()
         finally:
             await self._reader.close()
+            self._news.close()
+
+    # -- news from other processes (hints; see ``_news``) --------------------------------------
+
+    async def wait_for_work(self, seconds: float, *, worker: str | None = None) -> bool:
+        """Sleep until another process on this file made work (a task pending or assigned),
+        at most ``seconds``; ``True`` if it did. Only a hint: the caller looks either way."""
+        return await self._news.wait(WORK, seconds)
+
+    async def wait_for_results(self, seconds: float) -> bool:
+        """Sleep until another process on this file stored a result, at most ``seconds``."""
+        return await self._news.wait(RESULT, seconds)
 
     async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
         """Run the read-only ``op`` in one read transaction (a consistent snapshot)."""
