@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,15 +18,26 @@ from .service import STARTED, gateway_client
 
 @pytest.fixture(autouse=True)
 def reap_bridges() -> Iterator[None]:
-    """SIGKILL (and reap) every bridge process a test left running, pass or fail."""
+    """SIGKILL (and reap) every bridge process a test left running, pass or fail.
+
+    This runs after the test's Trio run, where ``trio.Process.poll`` cannot close its pidfd
+    (that needs the run), so the process is reaped through its ``Popen`` and the pidfd closed
+    here: left open it would be collected during a later test, whose unraisable-exception
+    check then fails on its ``ResourceWarning``."""
     yield
     while STARTED:
         process = STARTED.pop()
-        if process.poll() is None:
-            process.kill()
-            deadline = time.monotonic() + 10
-            while process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.01)
+        popen = process._proc
+        if popen.poll() is None:
+            popen.kill()
+            try:
+                popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        pidfd = getattr(process, "_pidfd", None)
+        if pidfd is not None:
+            pidfd.close()
+            process._pidfd = None
 
 
 @pytest.fixture
