@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from ._asks import AskStore, QuestionStore
 from ._conversation import Conversation, ConversationCounts, RoomView
 from ._records import (
     Decide,
@@ -211,7 +212,7 @@ class StepStore(StoreClock, Protocol):
         ...
 
 
-class WorkerStore(PoolMemberStore, StallStore, ConversationStore, StepStore, Protocol):
+class WorkerStore(PoolMemberStore, StallStore, ConversationStore, StepStore, AskStore, Protocol):
     """What a worker needs: claim leases, renew them, and store each outcome (fenced); it also
     raises the stall notices of its own claims."""
 
@@ -547,6 +548,7 @@ class Store(
     InspectStore,
     OperatorStore,
     RoomStore,
+    QuestionStore,
     Protocol,
 ):
     """A transactional custody store: every role at once. A backend implements this; each caller
