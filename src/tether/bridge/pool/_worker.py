@@ -219,6 +219,8 @@ class PoolWorker:
     park_after: float = DEFAULT_PARK_AFTER
     """Seconds: a durable sleep (``run.sleep``) at most this long sleeps in place; a longer
     one parks the task in ``waiting`` and frees the slot (``--park-after``)."""
+    on_asked: Callable[[], None] | None = None
+    """Called after a run's question was recorded with its park (the bridge posts it)."""
     parked: int = attrs.field(init=False, default=0)
     """Runs that parked themselves (their tasks went ``waiting``)."""
     leaderless: bool = attrs.field(init=False, default=False)
@@ -875,6 +877,8 @@ class PoolWorker:
             return
         entry.settled = True
         self.parked += 1
+        if asked is not None and self.on_asked is not None:
+            self.on_asked()
         log.info("worker %s: task %s parked: %s", self.name, entry.claim.task.id, why)
 
     async def _release(self, entry: _Active) -> None:
