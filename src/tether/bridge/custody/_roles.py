@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from ._asks import AskStore, QuestionStore
+from ._asks import AskRecord, AskStore, QuestionStore
 from ._conversation import Conversation, ConversationCounts, RoomView
 from ._records import (
     Decide,
@@ -476,6 +476,10 @@ class InspectStore(StoreClock, StateReader, Protocol):
 
     async def steps(self, id: str) -> Sequence[StepRecord]:
         """``id``'s recorded steps (``StepStore.steps``): what ``tether store show`` lists."""
+        ...
+
+    async def asks(self, id: str) -> Sequence[AskRecord]:
+        """``id``'s questions to the person (``AskStore.asks``): ``tether store show`` too."""
         ...
 
     async def waiting_runs(self) -> WaitingRuns:
