@@ -168,6 +168,24 @@ async def test_a_cancelled_asking_task_frees_its_room(store: Store, fake_clock: 
     assert claim.task.id == "m2"  # the room runs its next message
 
 
+async def test_an_ask_left_open_by_a_cancel_takes_no_message_while_its_task_sleeps(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """Cancelled while it asked, re-driven, then parked by a durable sleep: the task waits, but
+    not on that ask, so the room's next message is an ordinary one."""
+    await _asking(store, fake_clock)
+    await store.cancel(["t1"], "oops")
+    await store.redrive(["t1"])
+    claim = await store.claim("w2", leaderless=True)
+    assert claim is not None
+    await store.park(claim, fake_clock.now + 30, "sleeping")
+    await store.ingest(Task("m2", "hello", room="r"), room_policy="concurrent")
+    rec = await store.get("m2")
+    assert rec is not None
+    assert rec.state is S.PENDING
+    assert (await store.asks("t1"))[0].status == "open"
+
+
 async def test_a_resumed_run_asking_again_keeps_the_first_record_and_deadline(
     store: Store, fake_clock: FakeClock
 ) -> None:

@@ -112,6 +112,7 @@ class PostgresAsks(AsksFrame):
         return (
             f"WITH a AS (SELECT a.task_id, a.name FROM {s}.asks a "
             f"JOIN {s}.tasks w ON w.id = a.task_id AND w.state = 'waiting' "
+            "AND w.not_before = a.deadline "  # parked by this ask, not by a later sleep
             "WHERE a.room = %(room)s AND a.status = 'open' ORDER BY a.at, a.task_id LIMIT 1 "
             "FOR UPDATE OF a, w), "
             f"ans AS (UPDATE {s}.asks x SET status = 'answered', answer_id = %(answer)s, "

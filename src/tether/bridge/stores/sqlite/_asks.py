@@ -39,10 +39,11 @@ ASKED_TURN: Final = (
 )
 OPEN_ASK: Final = (
     "SELECT a.task_id, a.name FROM asks a INDEXED BY asks_open "
-    "JOIN tasks w ON w.id = a.task_id AND w.state = 'waiting' "
+    "JOIN tasks w ON w.id = a.task_id AND w.state = 'waiting' AND w.not_before = a.deadline "
     "WHERE a.room = ? AND a.status = 'open' ORDER BY a.at, a.task_id LIMIT 1"
 )
-"""The room's open ask whose task waits on it (a cancelled asker's ask holds nothing)."""
+"""The room's open ask whose task waits on it: parked by this ask, until its deadline (a
+cancelled asker's ask, or one its re-driven run left for a durable sleep, takes nothing)."""
 ANSWER: Final = (
     "UPDATE asks SET status = 'answered', answer = :body, answer_id = :answer "
     "WHERE task_id = :asker AND name = :name AND status = 'open'"
