@@ -133,11 +133,19 @@ class PostgresAsks(AsksFrame):
     ) -> list[tuple[str, str]]:
         """Take each new message ``(id, room)`` (in arrival order) as an open ask's answer
         where its room has one: ``(asking task, message)`` per answer taken."""
+        asking = conn.execute(  # one look for the batch: most rooms have no open ask
+            f"SELECT DISTINCT room FROM {self._s}.asks "
+            "WHERE status = 'open' AND room = ANY(%(rooms)s::text[])",
+            {"rooms": sorted({room for _, room in fresh})},
+        ).fetchall()
+        if not asking:
+            return []
+        rooms = {row[0] for row in asking}
         sql = self._answer_sql()
         params: dict[str, Any] = {"now": now, "owner": ANSWER_OWNER, "prefix": ANSWERS_PREFIX}
         params["chan"] = self._wake_channel
         taken: list[tuple[str, str]] = []
-        for id, room in fresh:
+        for id, room in [(id, room) for id, room in fresh if room in rooms]:
             row = conn.execute(sql, {**params, "answer": id, "room": room}).fetchone()
             if row is not None:
                 taken.append((str(row[0]), id))
