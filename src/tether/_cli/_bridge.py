@@ -410,6 +410,7 @@ async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
             tuple(await store.journal(id)),
             store.clock(),
             steps=tuple(await store.steps(id)),
+            asks=tuple(await store.asks(id)),
         )
     finally:
         await store.aclose()

@@ -1,7 +1,8 @@
 """tether.bridge: moves chat tasks from a remote gateway through custody to agent workers.
 
 The names here serve three readers: an agent author (``Task``, ``Reply``, ``Retry``,
-``Permanent``, ``progress_of``, ``conversation_of``, ``run_of``, ``load_agent``, ``asyncio_agent``
+``Permanent``, ``progress_of``, ``conversation_of``, ``run_of`` (with ``AskTimeout`` and
+``AskUnsupported``), ``load_agent``, ``asyncio_agent``
 and ``trio_side`` for agents written for asyncio), someone running or embedding a bridge
 (``BridgeConfig``, ``load_config``, ``BridgeService``, ``WorkerService``, ``open_store``,
 ``store_status``, the token files) and a client of the gateway (``GatewayClient``, its errors
@@ -45,6 +46,8 @@ from .custody import UnknownTask as UnknownTask
 from .custody import in_custody as in_custody
 from .pool import AgentFactory as AgentFactory
 from .pool import AgentLoadError as AgentLoadError
+from .pool import AskTimeout as AskTimeout
+from .pool import AskUnsupported as AskUnsupported
 from .pool import Permanent as Permanent
 from .pool import Progress as Progress
 from .pool import Reply as Reply

@@ -16,6 +16,8 @@ POST    /v1/rejects                 worker  ``{"rejects":[{"id","reason"}]}``: i
 POST    /v1/notices                 worker  ``{"id","kind":"stall","age_s"}``: tell people
 POST    /v1/tasks/<id>/progress     worker  ``{"id","attempt","seq","running_s","status"?,
                                             "partial"?}``: what a running task shows now
+POST    /v1/tasks/<id>/messages     worker  ``{"seq","body"}``: a message to the person before
+                                            the reply (a question); idempotent by (id, seq)
 POST    /v1/heartbeat               worker  ``{"client","protocol_version":1,"inflight"}``
 POST    /v1/leases/release          worker  ``{"client"}``: queue again its unacked leases
 GET     /v1/stats                   worker  task counts, duplicates absorbed, clients
@@ -61,6 +63,7 @@ from .._http._static import PAGE_HEADERS, StaticFile, load_static
 from .._plumbing._converter import unstructure
 from .._plumbing._token_file import TokenFileError
 from .._plumbing._tracing import set_attributes, span, traceparent_of
+from .._protocol._interim import InterimReceipt, parse_interim
 from .._protocol._limits import MAX_REQUEST_BYTES
 from .._protocol._messages import (
     CLIENT_HEADER,
@@ -94,6 +97,7 @@ _STATIC = {"/": "index.html", "/app.js": "app.js", "/style.css": "style.css"}
 _ACK_PATH = re.compile(r"/v1/tasks/([^/]+)/ack")
 _REJECT_PATH = re.compile(r"/v1/tasks/([^/]+)/reject")
 _PROGRESS_PATH = re.compile(r"/v1/tasks/([^/]+)/progress")
+_INTERIM_PATH = re.compile(r"/v1/tasks/([^/]+)/messages")
 _MESSAGE_PATH = re.compile(r"/v1/messages/([^/]+)")
 
 
@@ -186,6 +190,9 @@ class GatewayApp:
         if _PROGRESS_PATH.fullmatch(path):
             allow_methods(method, "POST")
             return self._progress
+        if _INTERIM_PATH.fullmatch(path):
+            allow_methods(method, "POST")
+            return self._interim
         if path == "/v1/acks":
             allow_methods(method, "POST")
             return self._ack_batch
@@ -365,6 +372,23 @@ class GatewayApp:
             if kept:
                 self._message_changed()
         await send_json(send, 200, {"id": progress.id, "kept": kept})
+
+    async def _interim(self, request: Request, send: Send) -> None:
+        self._authorize(request, WORKER)
+        match = _INTERIM_PATH.fullmatch(request.path)
+        assert match is not None
+        path_id = _valid(check_task_id, match.group(1), "task id in the path")
+        message = _valid(parse_interim, await self._json(request))
+        added = await self.store.add_message(path_id, message.seq, message.body, self.clock())
+        if added is None:
+            raise HttpError(409, f"unknown task id {path_id!r}")  # not 404: see _reject
+        _, duplicate = added
+        if duplicate:
+            log.info("gateway: duplicate message %d of %s absorbed", message.seq, path_id)
+        else:
+            self._message_changed()
+        receipt = InterimReceipt(id=path_id, seq=message.seq, duplicate=duplicate)
+        await send_json(send, 200, unstructure(receipt))
 
     def _message_changed(self) -> None:
         """Something a message view shows changed: every waiting message poll looks again."""

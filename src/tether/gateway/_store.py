@@ -7,6 +7,7 @@ released to the queue. See docs/guide/design.md, "Storage".
 from __future__ import annotations
 
 import heapq
+import json
 import secrets
 import sqlite3
 from collections.abc import Callable
@@ -70,6 +71,13 @@ CREATE TABLE IF NOT EXISTS notices (
     at       REAL NOT NULL,
     PRIMARY KEY (id, kind)
 );
+CREATE TABLE IF NOT EXISTS messages (
+    id    TEXT NOT NULL,
+    seq   INTEGER NOT NULL,
+    body  TEXT NOT NULL,
+    at    REAL NOT NULL,
+    PRIMARY KEY (id, seq)
+);
 CREATE TABLE IF NOT EXISTS clients (
     client           TEXT PRIMARY KEY,
     last_seen        REAL NOT NULL,
@@ -85,7 +93,9 @@ _TASK_COLUMNS = (
     "id, room, sender, body, created_at, state, lease_until, deliveries, acked_at, reply, "
     "worker, answered_at, (SELECT reason FROM rejections r WHERE r.id = tasks.id), priority, "
     "(SELECT at FROM notices n WHERE n.id = tasks.id AND n.kind = 'stall'), "
-    "(SELECT age_s FROM notices n WHERE n.id = tasks.id AND n.kind = 'stall'), trace"
+    "(SELECT age_s FROM notices n WHERE n.id = tasks.id AND n.kind = 'stall'), trace, "
+    "(SELECT json_group_array(json_object('seq', m.seq, 'body', m.body, 'at', m.at)) "
+    "FROM messages m WHERE m.id = tasks.id)"
 )
 PRIORITIES = ("urgent", "normal", "low")
 _PRIORITY_ORDER = "CASE priority WHEN 'urgent' THEN 0 WHEN 'low' THEN 2 ELSE 1 END"
@@ -123,6 +133,14 @@ class StoredTask:
     """How long it had been in the worker side's custody when that notice was sent."""
     trace: str | None = None
     """The W3C ``traceparent`` of its submission, if OpenTelemetry traced it."""
+    messages_json: str = "[]"
+    """The worker side's messages to the person before the reply (an ask's questions), as a
+    JSON array of ``{"seq","body","at"}`` in seq order."""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = json.loads(self.messages_json or "[]")
+        return sorted(found, key=lambda m: int(m["seq"]))
 
 
 @attrs.frozen
@@ -270,6 +288,28 @@ class GatewayStore:
             f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,)
         ).fetchone()
         return None if row is None else StoredTask(*row)
+
+    async def add_message(
+        self, task_id: str, seq: int, body: str, now: float
+    ) -> tuple[StoredTask, bool] | None:
+        """Keep message ``seq`` of ``task_id`` (a question before its reply); whether the
+        gateway already had that seq (the first body is kept: a repost is absorbed). None for
+        an unknown task."""
+        return await self._run(self._add_message, task_id, seq, body, now)
+
+    def _add_message(
+        self, task_id: str, seq: int, body: str, now: float
+    ) -> tuple[StoredTask, bool] | None:
+        if self._get(task_id) is None:
+            return None
+        added = self._db.execute(
+            "INSERT INTO messages (id, seq, body, at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (id, seq) DO NOTHING",
+            (task_id, seq, body, now),
+        ).rowcount
+        task = self._get(task_id)
+        assert task is not None
+        return task, added == 0
 
     async def room_history(self, room: str, limit: int) -> list[StoredTask]:
         """The room's last ``limit`` messages, oldest first."""

@@ -66,6 +66,19 @@ class MessageView:
     stalled_at: float | None = None
     stalled_s: float | None = None
     rev: str = ""
+    messages: tuple[Interim, ...] = ()
+    """The worker side's messages to the person before the reply, in order: an agent's
+    questions (``POST /v1/tasks/<id>/messages``, additive to v1); the person answers one by
+    sending the room's next message."""
+
+
+@attrs.frozen
+class Interim:
+    """One message to the person before the reply (a question)."""
+
+    seq: int
+    body: str
+    at: float
 
 
 def parse_message(data: Any) -> MessageRequest:
@@ -99,6 +112,9 @@ def message_view(task: StoredTask, live: LiveProgress | None = None) -> MessageV
         rev += f"/{live.attempt}.{live.seq}"
     if task.stalled_at is not None:
         rev += f"/stall@{task.stalled_at!r}"
+    messages = tuple(Interim(int(m["seq"]), str(m["body"]), float(m["at"])) for m in task.messages)
+    if messages:
+        rev += f"/m{len(messages)}"
     return MessageView(
         id=task.id,
         room=task.room,
@@ -119,6 +135,7 @@ def message_view(task: StoredTask, live: LiveProgress | None = None) -> MessageV
         stalled_at=task.stalled_at,
         stalled_s=task.stall_age_s,
         rev=rev,
+        messages=messages,
     )
 
 

@@ -35,6 +35,7 @@ from ..._plumbing._redact import redact_url
 from ..._plumbing._token_file import TokenFileError, read_token
 from ..._plumbing._when import clock_time, duration
 from ..._protocol._connection import ConnectionStatus, utc_now_iso
+from ..._protocol._interim import InterimMessage
 from ..._protocol._limits import MAX_REQUEST_BYTES
 from ..._protocol._messages import (
     CLIENT_HEADER,
@@ -637,6 +638,23 @@ class GatewayClient:
             log.info("gateway %s has no progress endpoint; progress is not sent", self.base_url)
             return False
         return True
+
+    async def post_message(self, task_id: str, seq: int, body: str) -> bool:
+        """Post message ``seq`` of task ``task_id`` to the person before its reply (an ask's
+        question: ``POST /v1/tasks/<id>/messages``); True once the gateway has it (a repost
+        of the same seq is absorbed). False when the gateway has no such route (404): the
+        caller ends the ask ``unsupported``. Not retried: :class:`GatewayUnavailable` for a
+        transient failure, and the caller posts it again next pass."""
+        check_task_id(task_id)
+        response = await self._request(
+            "POST",
+            f"/v1/tasks/{task_id}/messages",
+            what=f"message {seq} of {task_id}",
+            payload=unstructure(InterimMessage(seq=seq, body=body)),
+            optional=True,
+            retry=False,
+        )
+        return response is not None
 
     async def release_leases(self) -> int | None:
         """Give back every task the gateway leased to this client name and that was not acked:

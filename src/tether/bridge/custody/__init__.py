@@ -19,8 +19,14 @@ exported by ``tether.bridge``.
 - ``_crashes``: crash expiries, suspects that run alone, poison tasks proven and dead-lettered.
 - ``_log``: one log line per committed transition, for every backend.
 - ``_steps``: the rules of a durable run's recorded steps (names, sizes, JSON values).
+- ``_asks``: a run's questions to the person (issue #36): the records, the roles a worker and
+  the question poster use, the rules of a question.
 """
 
+from ._asks import AskRecord as AskRecord
+from ._asks import AskStore as AskStore
+from ._asks import Question as Question
+from ._asks import QuestionStore as QuestionStore
 from ._conversation import MAX_STATE_BYTES as MAX_STATE_BYTES
 from ._conversation import Conversation as Conversation
 from ._conversation import ConversationCounts as ConversationCounts

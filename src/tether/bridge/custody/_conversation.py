@@ -19,15 +19,16 @@ import attrs
 from ._rules import CustodyConflict, InvalidTask, _room_validator
 
 TurnRole = Literal["user", "assistant"]
-TurnOutcome = Literal["received", "shown", "result", "delivered", "interrupted"]
+TurnOutcome = Literal["received", "shown", "result", "delivered", "interrupted", "asked"]
 """``received``: the person's message, in custody. An agent's reply: ``result`` (stored, not
 yet confirmed by the gateway), ``delivered`` (confirmed), ``interrupted`` (a newer message of
 the room superseded the run; the text is what it had shown). ``shown`` is a reply still being
 streamed (the text the gateway took so far): kept so a barge-in can record it, never part of
-a run's history."""
+a run's history. ``asked``: a question a run asked the person (issue #36), a turn of its own
+before the answer (the person's next message), the run's reply after it."""
 
 HISTORY_OUTCOMES: Final[frozenset[str]] = frozenset(
-    {"received", "result", "delivered", "interrupted"}
+    {"received", "result", "delivered", "interrupted", "asked"}
 )
 """The turns a run's history holds (a reply still streaming is not said yet)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from ._asks import AskRecord, AskStore, QuestionStore
 from ._conversation import Conversation, ConversationCounts, RoomView
 from ._records import (
     Decide,
@@ -211,7 +212,7 @@ class StepStore(StoreClock, Protocol):
         ...
 
 
-class WorkerStore(PoolMemberStore, StallStore, ConversationStore, StepStore, Protocol):
+class WorkerStore(PoolMemberStore, StallStore, ConversationStore, StepStore, AskStore, Protocol):
     """What a worker needs: claim leases, renew them, and store each outcome (fenced); it also
     raises the stall notices of its own claims."""
 
@@ -477,6 +478,10 @@ class InspectStore(StoreClock, StateReader, Protocol):
         """``id``'s recorded steps (``StepStore.steps``): what ``tether store show`` lists."""
         ...
 
+    async def asks(self, id: str) -> Sequence[AskRecord]:
+        """``id``'s questions to the person (``AskStore.asks``): ``tether store show`` too."""
+        ...
+
     async def waiting_runs(self) -> WaitingRuns:
         """How many tasks are ``waiting``, and the earliest wake-up (store clock)."""
         ...
@@ -547,6 +552,7 @@ class Store(
     InspectStore,
     OperatorStore,
     RoomStore,
+    QuestionStore,
     Protocol,
 ):
     """A transactional custody store: every role at once. A backend implements this; each caller

@@ -26,6 +26,8 @@ from ._agent import AgentLoadError as AgentLoadError
 from ._agent import EmptyReply as EmptyReply
 from ._agent import Reply as Reply
 from ._agent import load_agent as load_agent
+from ._ask import AskTimeout as AskTimeout
+from ._ask import AskUnsupported as AskUnsupported
 from ._asyncio import asyncio_agent as asyncio_agent
 from ._asyncio import trio_side as trio_side
 from ._conversation import conversation_of as conversation_of

@@ -30,11 +30,13 @@ import attrs
 import trio
 
 from ..._backoff import Backoff
+from ..custody._asks import AskRecord
 from ..custody._conversation import Conversation
 from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quarantine_deaths
 from ..custody._records import StepRecord
 from ..custody._rules import StaleLease
 from ._agent import AgentError, Reply
+from ._ask import asks_fields, parked_from
 from ._quarantine_steps import steps_fields
 from ._quarantine_wire import (
     EXIT_BAD_START,
@@ -140,6 +142,7 @@ async def run_in_quarantine(
                 headers=dict(task.headers),
                 conversation=None if conversation is None else conversation_fields(conversation),
                 steps=[] if steps is None else steps_fields(steps.recorded),
+                asks=[] if steps is None else asks_fields(steps.asks),
                 park_after=math.inf if steps is None else steps.park_after,
             )
         )
@@ -157,7 +160,11 @@ async def run_in_quarantine(
                 elif kind == "step" and steps is not None:
                     await process.stdin.send_all(await _record(steps, message))
                 elif kind == "parked" and steps is not None:
-                    steps.parked(float(message["until"]), str(message.get("why") or "parked"))
+                    why, asked = str(message.get("why") or "parked"), parked_from(message)
+                    if asked is None:
+                        steps.parked(float(message["until"]), why)
+                    else:  # the question it stopped at (issue #36)
+                        steps.parked(float(message["until"]), why, asked)
                     outcome = message
                 elif kind in ("reply", "error"):
                     outcome = message
@@ -207,8 +214,11 @@ class ChildSteps:
 
     recorded: Sequence[StepRecord]
     record: Callable[[str, str], Awaitable[StepRecord]]
-    parked: Callable[[float, str], None]
+    parked: Callable[..., None]
+    """``parked(until, why)``, or ``parked(until, why, ParkedAsk)`` for a run that asked."""
     park_after: float
+    asks: Sequence[AskRecord] = ()
+    """The task's recorded asks (issue #36): the child's run replays them."""
 
 
 def _outcome(message: dict[str, Any]) -> Reply:

@@ -28,6 +28,7 @@ from ..._session import open_session
 from ..custody._roles import StepStore
 from ..custody._rules import Claim, Task
 from ._agent import AgentError, install_agent, load_agent, reply_of
+from ._ask import asks_from, parked_fields
 from ._asyncio import loop_for
 from ._conversation import conversing
 from ._progress import Progress, reporting
@@ -104,7 +105,7 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             headers=message.get("headers") or {},
         )
         progress = Progress()
-        steps = PipeSteps(pipe, steps_from(message.get("steps")))
+        steps = PipeSteps(pipe, steps_from(message.get("steps")), asks_from(message.get("asks")))
         claim = Claim(task, "quarantine", 1, 0.0, 0)  # the parent holds the real one and its fence
         run = Run(
             task,
@@ -125,7 +126,7 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             except MemoryError:
                 os._exit(EXIT_OUT_OF_MEMORY)
             except Parked:
-                pipe.send("parked", until=run.parked_until, why=run.parked_why)
+                _send_parked(pipe, run)
             except Retry as exc:
                 pipe.send("error", type="retry", reason=exc.reason, after=exc.after)
             except Permanent as exc:
@@ -134,12 +135,12 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
                 pipe.send("error", type="agent", reason=str(exc))
             except Exception as exc:
                 if run.parked_until is not None:  # parked, whatever it raised after
-                    pipe.send("parked", until=run.parked_until, why=run.parked_why)
+                    _send_parked(pipe, run)
                 else:
                     pipe.send("error", type="failure", reason=f"{type(exc).__name__}: {exc}")
             else:
                 if run.parked_until is not None:  # parked, whatever it returned after
-                    pipe.send("parked", until=run.parked_until, why=run.parked_why)
+                    _send_parked(pipe, run)
                     nursery.cancel_scope.cancel()
                     return 0
                 _send_progress(pipe, progress, -1)
@@ -147,6 +148,11 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
                 pipe.send("reply", body=reply.body, no_send=reply.no_send, state=state)
             nursery.cancel_scope.cancel()
     return 0
+
+
+def _send_parked(pipe: _Pipe, run: Run) -> None:
+    """Tell the parent the run parked (and at which question, if it asked: issue #36)."""
+    pipe.send("parked", until=run.parked_until, why=run.parked_why, **parked_fields(run.parked_ask))
 
 
 async def _watch_parent(pipe: _Pipe, steps: PipeSteps) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from ..custody._asks import AskRecord
 from ..custody._records import StepRecord
 from ..custody._rules import Claim, StaleLease
 
@@ -42,6 +43,7 @@ class PipeSteps:
 
     _pipe: _Sends
     _recorded: list[StepRecord]
+    _asks: list[AskRecord] = attrs.field(factory=list)
     _waiting: dict[str, tuple[trio.Event, list[dict[str, Any]]]] = attrs.field(factory=dict)
 
     def clock(self) -> float:
@@ -49,6 +51,9 @@ class PipeSteps:
 
     async def steps(self, id: str) -> Sequence[StepRecord]:
         return list(self._recorded)
+
+    async def asks(self, id: str) -> Sequence[AskRecord]:
+        return list(self._asks)
 
     async def record_step(self, claim: Claim, name: str, value: str) -> StepRecord:
         done, answer = self._waiting[name] = (trio.Event(), [])

@@ -34,6 +34,7 @@ from ..custody._steps import (
     decode_step_value,
     encode_step_value,
 )
+from ._ask import Asking, ParkedAsk
 
 DEFAULT_PARK_AFTER: Final = 30.0
 """Seconds: a durable sleep at most this long sleeps in place (the lease kept); a longer one
@@ -82,6 +83,7 @@ class Run:
     """Set once ``sleep`` parked the run: the wake-up time (store clock)."""
     parked_why: str | None = attrs.field(init=False, default=None)
     """What the parked run waits for (its task's recorded reason while ``waiting``)."""
+    _asking: Asking = attrs.field(init=False, factory=Asking)
 
     @property
     def durable(self) -> bool:
@@ -136,6 +138,41 @@ class Run:
         self.parked_until = wake
         self.parked_why = f"sleeping until {iso_time(wake)} (step {name})"
         raise Parked(f"task {self.task.id!r} parked: {self.parked_why}")
+
+    # -- asks (issue #36: the rules and the replay are pool._ask's) ----------------------------
+
+    async def ask(self, text: str, *, timeout: float, name: str | None = None) -> str:  # noqa: ASYNC109
+        """Ask the person ``text`` and return their answer: the room's next message. The
+        run ends here (``Parked``) and its task waits in ``waiting`` (no worker slot, no
+        attempt spent); once the question is durably recorded the bridge posts it to the
+        room, and the answer makes the task pending again: the handler runs again from the
+        top and this ask returns the answer. ``AskTimeout`` once ``timeout`` seconds passed
+        with no answer; ``AskUnsupported`` if the gateway cannot show questions. Each is
+        recorded: every later run of the task gets the same. Asks are told apart by their
+        position in the run, or by ``name`` (a step name)."""
+        return await self._asking.ask(self, text, timeout, name)
+
+    @property
+    def parked_ask(self) -> ParkedAsk | None:
+        """The question the run parked at (its worker records it with the park)."""
+        return self._asking.parked
+
+    @parked_ask.setter
+    def parked_ask(self, value: ParkedAsk | None) -> None:
+        self._asking.parked = value
+
+    @property
+    def step_store(self) -> StepStore | None:
+        return self._store
+
+    def now(self) -> float:
+        """The store's clock."""
+        return self._clock()
+
+    def park_at(self, until: float, why: str) -> Parked:
+        """Mark the run parked until ``until`` waiting for ``why``: the exception to raise."""
+        self.parked_until, self.parked_why = until, why
+        return Parked(f"task {self.task.id!r} parked: {why}")
 
     async def _step(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]

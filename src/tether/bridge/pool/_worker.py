@@ -34,6 +34,7 @@ from ..custody._roles import WorkerStore
 from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
+from ._ask import ParkedAsk
 from ._completions import CompletionBatcher
 from ._conversation import conversing
 from ._idle import idle_backoff
@@ -218,6 +219,8 @@ class PoolWorker:
     park_after: float = DEFAULT_PARK_AFTER
     """Seconds: a durable sleep (``run.sleep``) at most this long sleeps in place; a longer
     one parks the task in ``waiting`` and frees the slot (``--park-after``)."""
+    on_asked: Callable[[], None] | None = None
+    """Called after a run's question was recorded with its park (the bridge posts it)."""
     parked: int = attrs.field(init=False, default=0)
     """Runs that parked themselves (their tasks went ``waiting``)."""
     leaderless: bool = attrs.field(init=False, default=False)
@@ -626,11 +629,13 @@ class PoolWorker:
                 self._lose(entry, exc)
                 raise
 
-        def parked(until: float, why: str) -> None:
+        def parked(until: float, why: str, asked: ParkedAsk | None = None) -> None:
             run.parked_until, run.parked_why = until, why
+            run.parked_ask = asked
 
         recorded = await self.store.steps(entry.claim.task.id)
-        return ChildSteps(recorded, record, parked, self.park_after)
+        asks = await self.store.asks(entry.claim.task.id)
+        return ChildSteps(recorded, record, parked, self.park_after, asks)
 
     async def _quarantine_death(self, entry: _Active, death: QuarantineDeath) -> None:
         """Record the child's death against its task, in the parent's transaction."""
@@ -862,8 +867,12 @@ class PoolWorker:
         assert entry.run.parked_until is not None
         entry.finishing = True
         why = entry.run.parked_why or "parked"
+        asked = entry.run.parked_ask
         try:
-            await self.store.park(entry.claim, entry.run.parked_until, why)
+            if asked is None:
+                await self.store.park(entry.claim, entry.run.parked_until, why)
+            else:  # the question and the park in one transaction (issue #36)
+                await self.store.ask(entry.claim, asked.name, asked.text, asked.until, why)
         except StaleLease as exc:
             self._lose(entry, exc)
             return
@@ -871,6 +880,8 @@ class PoolWorker:
         self.parked += 1
         if self.wakeups is not None:
             self.wakeups.parked(entry.run.parked_until)
+        if asked is not None and self.on_asked is not None:
+            self.on_asked()
         log.info("worker %s: task %s parked: %s", self.name, entry.claim.task.id, why)
 
     async def _release(self, entry: _Active) -> None:

@@ -55,6 +55,7 @@ from ._names import host_stem, lead_name, one_bridge_per_file, pool_stem, worker
 from ._outage import run_through_outages
 from ._pool_store import open_pool_store
 from ._process import run_until_signal, until_stopped
+from ._questions import QuestionPoster
 from ._settings import prepare_store_dir
 from ._store_wakeups import ResultsHint, WorkHint, relay_results, relay_work
 
@@ -109,6 +110,7 @@ class BridgeService:
     ingest: Ingest | None = attrs.field(default=None, init=False)
     delivery: Delivery | None = attrs.field(default=None, init=False)
     dead_notices: DeadNotices | None = attrs.field(default=None, init=False)
+    questions: QuestionPoster | None = attrs.field(default=None, init=False)
     gateway: GatewayClient | None = attrs.field(default=None, init=False)
     fatal: BaseException | None = attrs.field(default=None, init=False)
     running: bool = attrs.field(default=False, init=False)
@@ -238,6 +240,7 @@ class BridgeService:
                     on_delivered=self.wakeups.tasks_pending,
                 )
                 self.dead_notices = DeadNotices(store, gateway, wakeup=self.wakeups.dead)
+                self.questions = QuestionPoster(store, gateway, on_woken=self.wakeups.tasks_pending)
                 supervisor = await stack.enter_async_context(
                     open_supervisor(
                         name="bridge", strategy="one_for_one", max_restarts=10, period=30
@@ -424,6 +427,7 @@ class BridgeService:
         assert self.ingest is not None
         assert self.delivery is not None
         assert self.dead_notices is not None
+        assert self.questions is not None
         reconciler = Reconciler(
             store, on_dead=self.wakeups.tasks_dead, on_woken=self.wakeups.tasks_pending
         )
@@ -444,6 +448,7 @@ class BridgeService:
                 park_after=config.park_after,
                 wakeups=self.wakeups,
                 after_complete=self._result_stored,
+                on_asked=self._question_recorded,
                 on_progress=self.send_progress,
                 timings=self.timings,
                 quarantine=self.quarantine,
@@ -459,6 +464,7 @@ class BridgeService:
             ),
             self._spec("delivery", partial(self._deliver, self.delivery)),
             self._spec("dead-notices", until_stopped(self.dead_notices.run)),
+            self._spec("questions", until_stopped(self.questions.run)),
             self._spec("retention", until_stopped(partial(self._prune, store))),
             self._spec(
                 "heartbeat",
@@ -621,6 +627,11 @@ class BridgeService:
         """A worker stored a reply: delivery looks now rather than at its next idle tick."""
         if self.delivery is not None:
             self.delivery.nudge()
+
+    def _question_recorded(self) -> None:
+        """A worker recorded a question (issue #36): the poster looks now."""
+        if self.questions is not None:
+            self.questions.nudge()
 
     async def notify_stall(self, task_id: str, age_s: float) -> None:
         """The pool's stall callback: tell the gateway (raises if it could not be sent)."""

@@ -7,6 +7,7 @@ import attrs
 
 from ..._plumbing._converter import unstructure
 from ..._plumbing._logging import escape_controls
+from ..custody._asks import AskRecord
 from ..custody._records import JournalEntry, StepRecord
 from ..custody._rules import OPERATOR_PREFIX, CustodyState, TaskRecord
 
@@ -24,6 +25,8 @@ class TaskShow:
     schema_version: int = 1
     steps: tuple[StepRecord, ...] = ()
     """The steps its runs recorded (durable runs, issue #35), in record order."""
+    asks: tuple[AskRecord, ...] = ()
+    """The questions its runs asked the person (issue #36), in order."""
 
     def to_document(self) -> dict[str, object]:
         return unstructure(self)  # type: ignore[no-any-return]
@@ -39,6 +42,20 @@ def _bounded(text: str) -> str:
     more = len(text) - SHOWN_BODY_CHARS
     shown = escape_controls(text[:SHOWN_BODY_CHARS])
     return shown + (f"... ({more} more characters)" if more > 0 else "")
+
+
+def _ask_line(ask: AskRecord, now: float) -> str:
+    """One question: when, its name, what became of it, and the text."""
+    if ask.status == "answered":
+        outcome = f"answered by {ask.answer_id}: {_bounded(ask.answer or '')}"
+    elif ask.status == "open":
+        posted = "shown" if ask.posted else "not yet shown"
+        outcome = f"open ({posted}), times out {_at(ask.deadline, now)}"
+    else:
+        outcome = ask.status
+    return (
+        f"  {_at(ask.at, now):>14}  {ask.name} (seq {ask.seq}) {_bounded(ask.question)}: {outcome}"
+    )
 
 
 def render_show(show: TaskShow) -> str:
@@ -77,6 +94,9 @@ def render_show(show: TaskShow) -> str:
             f"  {_at(s.at, now):>14}  {s.name}  attempt {s.attempt}  {s.size} bytes"
             for s in show.steps
         )
+    if show.asks:
+        lines.append(f"asks: {len(show.asks)}")
+        lines.extend(_ask_line(a, now) for a in show.asks)
     lines.append("journal:" if show.journal else "journal: (none)")
     for e in show.journal:
         src = "ingested" if e.src is None else e.src.value

@@ -85,6 +85,8 @@ function render(message) {
     const text = document.createElement("div");
     text.className = "text";
     text.textContent = message.text;
+    const asks = document.createElement("div");
+    asks.className = "asks";  // the agent's questions before its reply
     const life = document.createElement("div");
     life.className = "life";
     life.hidden = true;
@@ -96,7 +98,7 @@ function render(message) {
     const meta = document.createElement("div");
     meta.className = "meta";
     meta.hidden = true;
-    item.append(from, text, life, stall, reply, meta);
+    item.append(from, text, asks, life, stall, reply, meta);
     $("messages").append(item);
   }
   if (message.created_at != null) {
@@ -117,6 +119,16 @@ function render(message) {
   } else {
     stall.hidden = true;
     stall.textContent = "";
+  }
+  const asks = part(item, "asks");
+  const questions = message.messages || [];
+  if (asks.childElementCount !== questions.length) {
+    asks.replaceChildren(...questions.map((m) => {
+      const question = document.createElement("div");
+      question.className = "question";
+      question.textContent = m.body;  // the person answers with their next message
+      return question;
+    }));
   }
   reply.dataset.status = message.status;
   const when = message.answered_at != null ? clock(message.answered_at) : "";

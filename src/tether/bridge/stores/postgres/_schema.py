@@ -307,6 +307,73 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (task_id, name)
     );
     """,
+    # issue #36 (questions to the person): the asks a run made, as in SQLite (see its step
+    # for issue #36): open while the task waits on it, then answered, timed out or
+    # unsupported; the turn outcome 'asked'; a reply stored after an answer sits under the
+    # answer (the newest user turn of the task or of a message that answered it)
+    """
+    ALTER TABLE {s}.turns
+        DROP CONSTRAINT turns_outcome_check,
+        ADD CONSTRAINT turns_outcome_check CHECK (outcome IN
+            ('received', 'shown', 'result', 'delivered', 'interrupted', 'asked'));
+    CREATE TABLE {s}.asks (
+        task_id     text NOT NULL REFERENCES {s}.tasks (id) ON DELETE CASCADE,
+        name        text NOT NULL CHECK (length(name) BETWEEN 1 AND 128),
+        seq         integer NOT NULL CHECK (seq >= 1),
+        room        text,
+        question    bytea NOT NULL,
+        status      text NOT NULL
+                    CHECK (status IN ('open', 'answered', 'timeout', 'unsupported')),
+        deadline    double precision NOT NULL,
+        at          double precision NOT NULL,
+        answer      bytea,
+        answer_id   text,
+        posted      boolean NOT NULL DEFAULT false,
+        PRIMARY KEY (task_id, name),
+        CHECK ((status = 'answered') = (answer_id IS NOT NULL))
+    );
+    CREATE INDEX asks_open ON {s}.asks (room, at) WHERE status = 'open';
+    CREATE INDEX asks_unposted ON {s}.asks (at) WHERE NOT posted;
+    CREATE OR REPLACE FUNCTION {s}.turns_note() RETURNS trigger LANGUAGE plpgsql AS $body$
+    DECLARE
+        n bigint;
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            INSERT INTO {s}.conversations AS c (room, next_seq) VALUES (NEW.room, 1)
+                ON CONFLICT (room) DO UPDATE SET next_seq = c.next_seq + 1
+                RETURNING c.next_seq INTO n;
+            INSERT INTO {s}.turns (room, seq, role, task_id, text, at, outcome)
+                VALUES (NEW.room, n, 'user', NEW.id, NEW.body, NEW.created_at, 'received');
+        ELSIF NEW.state = 'result' THEN
+            IF NOT NEW.no_send THEN
+                INSERT INTO {s}.turns AS u (room, seq, role, task_id, text, at, outcome)
+                    SELECT room, seq, 'assistant', NEW.id, NEW.result, NEW.updated_at, 'result'
+                    FROM {s}.turns WHERE room = NEW.room AND role = 'user'
+                        AND (task_id = NEW.id OR task_id IN
+                            (SELECT answer_id FROM {s}.asks WHERE task_id = NEW.id
+                                AND answer_id IS NOT NULL))
+                    ORDER BY seq DESC LIMIT 1
+                    ON CONFLICT (room, seq, role) DO UPDATE SET
+                        text = excluded.text, at = excluded.at, outcome = 'result';
+            ELSIF NEW.reason IS DISTINCT FROM OLD.reason
+                    AND NEW.reason LIKE 'superseded by %' THEN
+                UPDATE {s}.turns SET outcome = 'interrupted', at = NEW.updated_at
+                    WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                        AND outcome = 'shown';
+            ELSE
+                DELETE FROM {s}.turns
+                    WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                        AND outcome = 'shown';
+            END IF;
+        ELSIF NEW.state = 'delivered' AND NOT NEW.no_send THEN
+            UPDATE {s}.turns SET outcome = 'delivered', at = NEW.updated_at
+                WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                    AND outcome = 'result';
+        END IF;
+        RETURN NULL;
+    END
+    $body$;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -56,6 +56,7 @@ from ...custody._rules import (
     check_worker,
 )
 from ...custody._steps import over_task_limit
+from .._asks_frame import log_answers
 from .._common import (
     RANK_PRIORITY,
     Seen,
@@ -72,6 +73,7 @@ from .._frame import Moves, check_settings, lease_expiry
 from .._operator import CANCELLED_PREFIX
 from .._rooms_sql import SUPERSEDED_OWNER
 from .._steps_frame import StepsFrame
+from ._asks import PostgresAsks
 from ._connection import Conn as Conn
 from ._connection import (
     NoConnection,
@@ -96,7 +98,7 @@ log = logging.getLogger("tether.bridge.postgres")
 
 
 @attrs.define(eq=False)
-class PostgresStore(StepsFrame, PostgresConversations):
+class PostgresStore(StepsFrame, PostgresAsks, PostgresConversations):
     """Custody in a PostgreSQL schema. Open with ``await PostgresStore.open(dsn)``."""
 
     dsn_shown: str
@@ -335,9 +337,13 @@ class PostgresStore(StepsFrame, PostgresConversations):
                 if lock is not None:  # the rooms' conversations first, in order (issue #34)
                     conn.execute(lock, params)
                 inserted = {r[0] for r in conn.execute(sql, params).fetchall()}
+                fresh_rooms = _fresh_rooms(ids, rooms, inserted)
+                # an open ask's answer runs no run of its own (issue #36)
+                answered[:] = self._answers(conn, fresh_rooms, params["now"]) if fresh_rooms else []
                 moved: list[tuple[str, str]] = []
-                if replace and inserted:
-                    fresh = {**params, "ids": sorted(inserted)}
+                runs = inserted - {answer for _, answer in answered}
+                if replace and runs:
+                    fresh = {**params, "ids": sorted(runs)}
                     moved = [(r[0], r[1]) for r in conn.execute(supersede, fresh).fetchall()]
             first: list[bool] = []
             for id in ids:
@@ -345,7 +351,10 @@ class PostgresStore(StepsFrame, PostgresConversations):
                 inserted.discard(id)  # a duplicate later in the batch is a replay
             return first, moved
 
-        return await self._run(op, promise=True)  # the ack follows
+        answered: list[tuple[str, str]] = []
+        outcome = await self._run(op, promise=True)  # the ack follows
+        log_answers(answered)
+        return outcome
 
     async def _bodies(self, ids: Sequence[str]) -> Mapping[str, str]:
         sql = self._sql.bodies
@@ -908,7 +917,14 @@ class PostgresStore(StepsFrame, PostgresConversations):
     async def _wake_due(self, limit: int, now: float) -> list[str]:
         sql = self._steps_sql.wake_due
         params = {"now": now, "limit": limit, "chan": self._channel}
-        return await self._run(lambda conn: [r[0] for r in conn.execute(sql, params)])
+
+        def op(conn: Conn) -> list[str]:
+            with conn.transaction():
+                ids = [r[0] for r in conn.execute(sql, params)]
+                self._time_out(conn, ids, now)  # an ask past its deadline (issue #36)
+            return ids
+
+        return await self._run(op)
 
     async def waiting_runs(self) -> WaitingRuns:
         sql = self._steps_sql.waiting_runs
@@ -961,6 +977,10 @@ class PostgresStore(StepsFrame, PostgresConversations):
     def _s(self) -> str:
         return self._sql.s
 
+    @property
+    def _wake_channel(self) -> str:
+        return self._channel
+
     def _missed(self, conn: Conn, claim: Claim, now: float, verb: str) -> Exception:
         return stale_lease(_seen(conn, self._sql.cas_state, _fence(claim, now)), claim, now, verb)
 
@@ -1004,6 +1024,19 @@ SERVER_STARTED: Final = (
 """When the server last started (on its clock: compared only with itself) and how long ago."""
 _UTF8: Final = "utf-8"
 _ERRORS: Final = "surrogatepass"  # any Python str round-trips exactly, as in check_body
+
+
+def _fresh_rooms(
+    ids: Sequence[str], rooms: Sequence[str | None], inserted: set[str]
+) -> list[tuple[str, str]]:
+    """The new messages of rooms, ``(id, room)`` in arrival order (each id once)."""
+    seen: set[str] = set()
+    fresh: list[tuple[str, str]] = []
+    for id, room in zip(ids, rooms, strict=True):
+        if room is not None and id in inserted and id not in seen:
+            seen.add(id)
+            fresh.append((id, room))
+    return fresh
 
 
 def _encode(text: str) -> bytes:

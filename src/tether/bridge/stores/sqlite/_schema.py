@@ -340,6 +340,65 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     END;
     CREATE INDEX tasks_sleeping ON tasks (not_before) WHERE state = 'waiting'
     """,
+    # issue #36 (questions to the person): the asks a run made, each open while its task
+    # waits on it, then answered (the room's next message, taken at ingest), timed out or
+    # unsupported; the turn outcome 'asked' (the question, an assistant turn of its own seq:
+    # loosened in the stored table text as the durable-runs step does), and a reply stored
+    # after an answer sits under the answer (the newest user turn of the task or of a message
+    # that answered it). Asks are deleted with their task (retention)
+    """
+    PRAGMA writable_schema = ON;
+    UPDATE sqlite_schema SET sql = replace(sql,
+        '''delivered'', ''interrupted'')',
+        '''delivered'', ''interrupted'', ''asked'')')
+        WHERE type = 'table' AND name = 'turns';
+    SELECT CASE WHEN sql LIKE '%''interrupted'', ''asked'')%' THEN 1
+        ELSE abs(-9223372036854775807 - 1) END FROM sqlite_schema WHERE name = 'turns';
+    PRAGMA schema_version = {next_schema_cookie};
+    PRAGMA writable_schema = OFF;
+    CREATE TABLE asks (
+        task_id     TEXT NOT NULL,
+        name        TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 128),
+        seq         INTEGER NOT NULL CHECK (seq >= 1),
+        room        TEXT,
+        question    TEXT NOT NULL,
+        status      TEXT NOT NULL
+                    CHECK (status IN ('open', 'answered', 'timeout', 'unsupported')),
+        deadline    REAL NOT NULL,
+        at          REAL NOT NULL,
+        answer      TEXT,
+        answer_id   TEXT,
+        posted      INTEGER NOT NULL DEFAULT 0 CHECK (posted IN (0, 1)),
+        PRIMARY KEY (task_id, name),
+        CHECK ((status = 'answered') = (answer_id IS NOT NULL))
+    ) WITHOUT ROWID;
+    CREATE INDEX asks_open ON asks (room, at) WHERE status = 'open';
+    CREATE INDEX asks_unposted ON asks (at) WHERE posted = 0;
+    CREATE TRIGGER asks_prune AFTER DELETE ON tasks BEGIN
+        DELETE FROM asks WHERE task_id = OLD.id;
+    END;
+    DROP TRIGGER turns_reply;
+    CREATE TRIGGER turns_reply AFTER UPDATE OF state ON tasks
+    WHEN NEW.state = 'result' AND OLD.state IS NOT 'result' AND NEW.room IS NOT NULL BEGIN
+        INSERT INTO turns (room, seq, role, task_id, text, at, outcome)
+            SELECT room, seq, 'assistant', NEW.id, NEW.result, NEW.updated_at, 'result'
+            FROM turns WHERE NEW.no_send = 0 AND room = NEW.room AND role = 'user'
+                AND (task_id = NEW.id OR task_id IN
+                    (SELECT answer_id FROM asks WHERE task_id = NEW.id
+                        AND answer_id IS NOT NULL))
+            ORDER BY seq DESC LIMIT 1
+            ON CONFLICT (room, seq, role) DO UPDATE SET
+                text = excluded.text, at = excluded.at, outcome = 'result';
+        UPDATE turns SET outcome = 'interrupted', at = NEW.updated_at
+            WHERE NEW.no_send = 1 AND NEW.reason IS NOT OLD.reason
+                AND NEW.reason LIKE 'superseded by %'
+                AND task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                AND outcome = 'shown';
+        DELETE FROM turns
+            WHERE NEW.no_send = 1 AND task_id = NEW.id AND room = NEW.room
+                AND role = 'assistant' AND outcome = 'shown';
+    END
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -63,6 +63,7 @@ from ...custody._rules import (
     check_task_id,
     check_worker,
 )
+from .._asks_frame import log_answers
 from .._common import (
     RANK_PRIORITY,
     Seen,
@@ -79,9 +80,11 @@ from .._frame import Moves, check_settings, first_pairs, lease_expiry
 from .._operator import CANCELLED_PREFIX
 from .._rooms_sql import SUPERSEDED_OWNER
 from .._steps_frame import StepsFrame
+from . import _asks as asks_sql
 from . import _sql as sql
 from . import _steps as steps_sql
 from ._access import explain_open_failure
+from ._asks import SqliteAsks
 from ._connection import Synchronous as Synchronous
 from ._connection import connect_reader, connect_writer
 from ._conversations import SqliteConversations
@@ -93,7 +96,7 @@ T = TypeVar("T")
 
 
 @attrs.define(eq=False)
-class SqliteStore(StepsFrame, SqliteConversations):
+class SqliteStore(StepsFrame, SqliteAsks, SqliteConversations):
     """Custody in one SQLite file. Open with ``await SqliteStore.open(path)``."""
 
     path: Path
@@ -228,19 +231,35 @@ class SqliteStore(StepsFrame, SqliteConversations):
             rank = PRIORITY_RANK[task.priority]
             rows.append((task.id, task.body, task.room, rank, json_headers, now, now))
         superseded: list[tuple[str, str]] = []
+        answered: list[tuple[str, str]] = []
 
         def op(conn: sqlite3.Connection) -> list[bool]:
             superseded.clear()  # (a replayed job starts over)
-            new = [conn.execute(sql.INGEST, (*row, policy, row[0])).rowcount == 1 for row in rows]
+            answered.clear()
+            new = []
+            for row in rows:
+                fresh = conn.execute(sql.INGEST, (*row, policy, row[0])).rowcount == 1
+                new.append(fresh)
+                asker = (
+                    asks_sql.answer(conn, row[0], row[2], row[1], row[5])
+                    if fresh and row[2]
+                    else None
+                )
+                if asker is not None:  # an open ask's answer: no run of its own (issue #36)
+                    answered.append((asker, row[0]))
             if policy == "replace":  # per room, the newest new task supersedes the older ones
+                answers = {answer for _, answer in answered}
                 newest = {
-                    row[2]: row for row, fresh in zip(rows, new, strict=True) if fresh and row[2]
+                    row[2]: row
+                    for row, fresh in zip(rows, new, strict=True)
+                    if fresh and row[2] and row[0] not in answers
                 }
                 for room, row in newest.items():
                     superseded.extend(_supersede(conn, row[0], room, row[6]))
             return new
 
         new = await self._writer.run(op, promise=True)  # the ack follows
+        log_answers(answered)
         return new, superseded
 
     async def _bodies(self, ids: Sequence[str]) -> Mapping[str, str]:
@@ -753,7 +772,12 @@ class SqliteStore(StepsFrame, SqliteConversations):
         await self._writer.run(op)
 
     async def _wake_due(self, limit: int, now: float) -> list[str]:
-        return await self._writer.run(lambda conn: steps_sql.wake_due(conn, now, limit))
+        def op(conn: sqlite3.Connection) -> list[str]:
+            ids = steps_sql.wake_due(conn, now, limit)
+            asks_sql.time_out(conn, ids, now)  # an ask past its deadline (issue #36)
+            return ids
+
+        return await self._writer.run(op)
 
     async def waiting_runs(self) -> WaitingRuns:
         return await self._read(steps_sql.waiting_runs)

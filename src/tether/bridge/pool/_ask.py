@@ -1,0 +1,112 @@
+"""Ask the person (issue #36): ``answer = await run.ask(text, timeout=...)`` in a handler.
+
+The first run to reach an ask ends there (``Parked``): its worker records the question and
+parks the task in ``waiting`` in one fenced transaction, the bridge posts the question once it
+is durable, and the room's next message is the answer. The handler then runs again from the
+top (replay, as for ``run.sleep``): this ask returns the answer, or raises ``AskTimeout`` or
+``AskUnsupported``, the same in every later run. See docs/guide/asking.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+from ..custody._asks import ASK_PREFIX, AskRecord, check_ask_timeout, check_question
+from ..custody._steps import StepError, check_step_name
+
+if TYPE_CHECKING:
+    from ._run import Run
+
+
+class AskTimeout(Exception):
+    """No answer came before the ask's timeout (recorded: a later run of the task raises it
+    again at the same ask)."""
+
+
+class AskUnsupported(Exception):
+    """The question cannot reach the person: the gateway has no messages route (404), or the
+    run is not a worker's (a handler called by hand has nobody to ask)."""
+
+
+class _Asks(Protocol):
+    async def asks(self, id: str) -> Sequence[AskRecord]: ...
+
+
+@attrs.frozen
+class ParkedAsk:
+    """The question a run stopped at: what its worker records as it parks the task."""
+
+    name: str
+    text: str
+    until: float
+
+
+@attrs.define(eq=False)
+class Asking:
+    """A run's asks: how many it made, the task's recorded ones (read at the first), and the
+    one it parked at."""
+
+    made: int = 0
+    used: set[str] = attrs.field(factory=set)
+    recorded: dict[str, AskRecord] | None = None
+    parked: ParkedAsk | None = None
+
+    async def ask(self, run: Run, text: str, timeout: float, name: str | None) -> str:  # noqa: ASYNC109 - a durable deadline, not a cancel scope
+        check_question(text)
+        seconds = check_ask_timeout(timeout)
+        self.made += 1
+        key = f"{ASK_PREFIX}{self.made}" if name is None else check_step_name(name)
+        if key in self.used:
+            raise StepError(
+                f"ask {key!r} was asked twice in one run of task {run.task.id!r}: ask names are "
+                "unique per task"
+            )
+        self.used.add(key)
+        store = run.step_store
+        if store is None or not hasattr(store, "asks"):
+            raise AskUnsupported(
+                f"task {run.task.id!r}: only a worker's run can ask the person (this run is "
+                "detached: called outside a worker)"
+            )
+        if self.recorded is None:
+            found: Sequence[AskRecord] = await store.asks(run.task.id)
+            self.recorded = {record.name: record for record in found}
+        record = self.recorded.get(key)
+        if record is not None:
+            if record.status == "answered":
+                assert record.answer is not None
+                return record.answer
+            if record.status == "timeout":
+                raise AskTimeout(f"task {run.task.id!r}: no answer to ask {key!r} in time")
+            if record.status == "unsupported":
+                raise AskUnsupported(
+                    f"task {run.task.id!r}: the gateway cannot show questions (ask {key!r})"
+                )
+        # not asked yet, or asked and still open (the run that asked ended before its park)
+        until = run.now() + seconds if record is None else record.deadline
+        self.parked = ParkedAsk(key, text, until)
+        raise run.park_at(until, f"asked the person ({key}): {text[:120]}")
+
+
+def parked_fields(parked: ParkedAsk | None) -> dict[str, Any]:
+    """A parked quarantine child's ask as its ``parked`` frame carries it to the parent."""
+    return {} if parked is None else {"ask": attrs.asdict(parked)}
+
+
+def parked_from(message: Mapping[str, Any]) -> ParkedAsk | None:
+    """The parent's side of ``parked_fields``."""
+    fields = message.get("ask")
+    return None if not isinstance(fields, dict) else ParkedAsk(**fields)
+
+
+def asks_fields(records: Sequence[AskRecord]) -> list[dict[str, Any]]:
+    """Recorded asks as the ``task`` frame carries them to a quarantine child."""
+    return [attrs.asdict(record) for record in records]
+
+
+def asks_from(fields: Sequence[dict[str, Any]] | None) -> list[AskRecord]:
+    """The child's side of ``asks_fields``."""
+    return [AskRecord(**record) for record in fields or ()]
