@@ -455,7 +455,8 @@ async def test_a_store_from_before_flow_control_migrates_with_its_tasks(tmp_path
         conn.close()
     async with await SqliteStore.open(db) as store:
         claim = await store.claim("w1", leaderless=True)
-        assert claim is not None and claim.task.body == "from before"
+        assert claim is not None
+        assert claim.task.body == "from before"
         await store.set_limit(LimitSpec("k", concurrency=1))
         assert isinstance(await store.acquire_permit(claim, "k"), Granted)
         assert await store.acquire_permit(claim, "k") == Wait(None, "concurrency")
