@@ -45,7 +45,7 @@ async def test_the_bucket_spends_tokens_and_refills_at_its_rate_up_to_its_burst(
         assert got.tokens == pytest.approx(left)
     refused = await store.acquire_permit(claim, "openai", 3)
     assert _waits(refused) == (pytest.approx(1.0), "rate")  # 2 tokens short at 2 a second
-    [view] = await store.limits()
+    [view] = await store.limit_views()
     assert view.tokens == pytest.approx(1.0)
     assert (view.in_flight, view.waiters) == (2, 1)
     fake_clock.advance(1.0)
@@ -53,7 +53,7 @@ async def test_the_bucket_spends_tokens_and_refills_at_its_rate_up_to_its_burst(
     assert isinstance(got, Granted)
     assert got.tokens == pytest.approx(0.0)
     fake_clock.advance(100)  # never past the burst
-    [view] = await store.limits()
+    [view] = await store.limit_views()
     assert view.tokens == pytest.approx(4.0)
     assert view.waiters == 0  # served
     with pytest.raises(ValueError, match="can never be served"):
@@ -75,7 +75,7 @@ async def test_the_concurrency_cap_counts_permits_until_released(
     await store.release_permit(first.permit)
     await store.release_permit(first.permit)  # twice: nothing more
     assert isinstance(await store.acquire_permit(c, "gpu"), Granted)
-    [view] = await store.limits()
+    [view] = await store.limit_views()
     assert view.in_flight == 2
 
 
@@ -90,16 +90,16 @@ async def test_permits_are_freed_when_their_task_leaves_claimed(
         assert isinstance(await store.acquire_permit(claim, "k"), Granted)
     assert await store.acquire_permit(d, "k") == Wait(None, "concurrency")
     await store.complete(a, "done")
-    [view] = await store.limits()
+    [view] = await store.limit_views()
     assert view.in_flight == 2
     await store.cancel(["t1"], reason="operator")
-    [view] = await store.limits()
+    [view] = await store.limit_views()
     assert view.in_flight == 1
     await store.renew(d)
     fake_clock.advance(store.lease_s + 1)
     await store.renew(d)
     await store.expire_leases()  # c's holder died: its lease lapsed and is taken back
-    [view] = await store.limits()
+    [view] = await store.limit_views()
     assert view.in_flight == 0
     with pytest.raises(StaleLease, match="acquire a permit of 'k'"):
         await store.acquire_permit(c, "k")
@@ -115,11 +115,11 @@ async def test_a_pause_stops_the_key_for_everyone_until_it_ends(
     await store.pause_limit("openai", fake_clock.now + 30)
     await store.pause_limit("openai", fake_clock.now + 5)  # a shorter one keeps the longer
     assert _waits(await store.acquire_permit(a, "openai")) == (pytest.approx(30.0), "paused")
-    [view] = await store.limits()
+    [view] = await store.limit_views()
     assert view.paused_until == pytest.approx(fake_clock.now + 30)
     fake_clock.advance(30)
     assert isinstance(await store.acquire_permit(b, "openai"), Granted)
-    [view] = await store.limits()
+    [view] = await store.limit_views()
     assert view.paused_until is None
     # a key nobody declared is unlimited, and may be paused all the same
     assert await store.acquire_permit(a, "free") == Granted(None)
@@ -138,7 +138,7 @@ async def test_changing_a_limit_keeps_its_tokens_cut_to_the_new_burst(
     [claim] = await _claims(store, 1)
     await store.set_limit(LimitSpec("k", rate=1.0, burst=10))
     await store.set_limit(LimitSpec("k", rate=5.0, burst=4, concurrency=1))
-    [view] = await store.limits()
+    [view] = await store.limit_views()
     assert (view.spec.rate, view.spec.burst, view.spec.concurrency) == (5.0, 4.0, 1)
     assert view.tokens == pytest.approx(4.0)
     with pytest.raises(ValueError, match="limit key"):

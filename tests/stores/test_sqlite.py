@@ -461,7 +461,7 @@ async def test_a_store_from_before_flow_control_migrates_with_its_tasks(tmp_path
         assert isinstance(await store.acquire_permit(claim, "k"), Granted)
         assert await store.acquire_permit(claim, "k") == Wait(None, "concurrency")
         await store.complete(claim, "done")
-        assert [v.in_flight for v in await store.limits()] == [0]
+        assert [v.in_flight for v in await store.limit_views()] == [0]
     check = sqlite3.connect(db)
     try:
         assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)

@@ -239,7 +239,7 @@ class LimitStore(StoreClock, Protocol):
         already there is kept. A key with no declared limit is paused too."""
         ...
 
-    async def limits(self) -> Sequence[LimitView]:
+    async def limit_views(self) -> Sequence[LimitView]:
         """Every key's limit, its tokens now, permits in flight, pause and waiters. Reads
         only."""
         ...

@@ -216,7 +216,7 @@ def _outcome(message: dict[str, Any]) -> Reply:
         )
     kind, reason = message.get("type"), str(message.get("reason") or "failed")
     if kind == "retry":
-        raise Retry(reason, after=message.get("after"))
+        raise Retry(reason, after=message.get("after"), key=message.get("key"))
     if kind == "permanent":
         raise Permanent(reason)
     if kind == "agent":

@@ -127,7 +127,7 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             except Parked:
                 pipe.send("parked", until=run.parked_until, why=run.parked_why)
             except Retry as exc:
-                pipe.send("error", type="retry", reason=exc.reason, after=exc.after)
+                pipe.send("error", type="retry", reason=exc.reason, after=exc.after, key=exc.key)
             except Permanent as exc:
                 pipe.send("error", type="permanent", reason=exc.reason)
             except AgentError as exc:

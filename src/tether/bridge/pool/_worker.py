@@ -33,6 +33,7 @@ from ..custody._records import StepRecord, WorkerInfo
 from ..custody._roles import WorkerStore
 from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
+from . import _limits
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._completions import CompletionBatcher
 from ._conversation import conversing
@@ -578,6 +579,7 @@ class PoolWorker:
             lambda exc: self._lose(entry, exc),
             park_after=self.park_after,
             clock=self.store.clock,
+            limits=self.store,
         )
         with trio.CancelScope(deadline=entry.deadline) as timer:
             if task.room is not None:
@@ -799,6 +801,8 @@ class PoolWorker:
         entry.finishing = True
         permanent = isinstance(exc, Permanent)
         delay = 0.0 if permanent else self.retry_delay(exc, entry.claim.attempt)
+        if isinstance(exc, Retry) and exc.key is not None:
+            await self._pause_key(exc.key, delay)
         try:
             claim = entry.claim
             state = await until_stored(
@@ -853,6 +857,16 @@ class PoolWorker:
                 entry.claim.attempt,
                 exc_info=exc,
             )
+
+    async def _pause_key(self, key: str, seconds: float) -> None:
+        """``Retry(after=, key=)``: the key stops for everyone on the store (best effort: the
+        failure is stored whatever becomes of the pause)."""
+        try:
+            await self.store.pause_limit(key, self.store.clock() + seconds)
+        except Exception:
+            log.exception("worker %s: pausing limit %s failed", self.name, key)
+        else:
+            _limits.METRICS.pauses += 1
 
     async def _park(self, entry: _Active) -> None:
         """The run parked itself (a long durable sleep): claimed -> waiting, fenced; the slot

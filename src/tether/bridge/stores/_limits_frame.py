@@ -76,11 +76,11 @@ class LimitsFrame(StoreFrame):
     @abc.abstractmethod
     async def _pause_limit(self, key: str, until: float, now: float) -> None: ...
 
-    async def limits(self) -> Sequence[LimitView]:
-        return await self._limits(self.clock())
+    async def limit_views(self) -> Sequence[LimitView]:
+        return await self._limit_views(self.clock())
 
     @abc.abstractmethod
-    async def _limits(self, now: float) -> list[LimitView]: ...
+    async def _limit_views(self, now: float) -> list[LimitView]: ...
 
 
 def bucket_of(row: Sequence[Any]) -> Bucket:

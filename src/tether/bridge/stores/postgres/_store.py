@@ -985,7 +985,7 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresConversations):
         sql, params = self._limits_sql.pause, {"key": key, "until": until, "now": now}
         await self._run(lambda conn: conn.execute(sql, params))
 
-    async def _limits(self, now: float) -> list[LimitView]:
+    async def _limit_views(self, now: float) -> list[LimitView]:
         q = self._limits_sql
 
         def op(conn: Conn) -> list[LimitView]:

@@ -771,7 +771,7 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteConversations):
         params = {"key": key, "until": until, "now": now}
         await self._writer.run(lambda conn: conn.execute(limits_sql.PAUSE, params))
 
-    async def _limits(self, now: float) -> list[LimitView]:
+    async def _limit_views(self, now: float) -> list[LimitView]:
         return await self._read(lambda conn: limits_sql.views(conn, now))
 
 
