@@ -20,6 +20,9 @@ from tether.bridge import CustodyState, Retry, SqliteStore, Task, run_of
 from tether.bridge.custody import Reconciler
 from tether.bridge.custody._limits import LimitSpec
 from tether.bridge.pool import PoolWorker, RetryBackoff
+from tether.bridge.pool._limits import METRICS
+from tether.bridge.service._admin import bridge_observed
+from tether.observe import Metrics
 
 S = CustodyState
 
@@ -44,6 +47,7 @@ async def test_permits_hold_the_cap_and_the_rate_across_workers_and_spend_no_att
     await timed_store.set_limit(LimitSpec("openai", rate=2.0, burst=2, concurrency=3))
     starts: list[float] = []
     flight = [0, 0]  # now, most
+    granted, waits, timed = METRICS.granted, METRICS.waits, METRICS.wait.total
 
     async def handle(task: Task) -> str:
         async with run_of(task).limit("openai"):
@@ -77,6 +81,25 @@ async def test_permits_hold_the_cap_and_the_rate_across_workers_and_spend_no_att
         assert record.attempt == 1
     [view] = await timed_store.limit_views()
     assert view.in_flight == 0
+    # the process's flow control on /metrics: every permit given back, waits timed
+    assert (METRICS.in_flight, METRICS.granted - granted) == (0, 12)
+    assert METRICS.waits - waits == METRICS.wait.total - timed >= 1
+
+
+async def test_metrics_show_permits_in_flight_waits_and_pauses() -> None:
+    from tether import open_runtime
+
+    async with open_runtime() as runtime:
+        text = (await Metrics(bridge_observed(runtime)).render()).decode()
+    for name in (
+        "tether_permits_in_flight ",
+        "tether_permits_granted_total ",
+        "tether_permit_waits_total ",
+        "tether_permit_parks_total ",
+        "tether_limit_pauses_total ",
+        "tether_permit_wait_seconds_count ",
+    ):
+        assert name in text
 
 
 async def test_a_wait_past_park_after_parks_the_task_until_the_key_is_free(
