@@ -151,6 +151,12 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "(default: tether-data/bridge/admin-token)",
         Path,
     ),
+    "limits": (
+        "limits to declare in the store as the process starts (flow control): "
+        "'KEY rate=500/min burst=50 concurrency=20; KEY2 ...' (default: none; the store "
+        "keeps those declared before)",
+        str,
+    ),
     "health_window": (
         "/healthz fails when the gateway has not answered for this many seconds (default: 120)",
         float,

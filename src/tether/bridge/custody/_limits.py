@@ -85,6 +85,31 @@ class LimitSpec:
             object.__setattr__(self, "burst", float(max(1, math.ceil(self.rate))))
 
 
+def parse_limit(text: str) -> LimitSpec:
+    """``"openai:gpt-4o rate=500/min burst=50 concurrency=20"``: a key, then any of ``rate``,
+    ``burst`` (with a rate) and ``concurrency`` (at least one of rate and concurrency)."""
+    key, *fields = text.split()
+    given: dict[str, str] = {}
+    for field in fields:
+        name, eq, value = field.partition("=")
+        if not eq or name not in ("rate", "burst", "concurrency") or name in given:
+            raise ValueError(
+                f"limit {text!r}: {field!r} is not one of rate=N/min, burst=N, concurrency=N"
+            )
+        given[name] = value
+    if "rate" not in given and "concurrency" not in given:
+        raise ValueError(f"limit {text!r} needs rate= or concurrency= (or both)")
+    if "burst" in given and "rate" not in given:
+        raise ValueError(f"limit {text!r}: burst= sizes a rate's bucket, give rate= too")
+    try:
+        rate = parse_rate(given["rate"]) if "rate" in given else None
+        burst = float(given.get("burst", 0))
+        concurrency = int(given["concurrency"]) if "concurrency" in given else None
+    except ValueError as exc:
+        raise ValueError(f"limit {text!r}: {exc}") from None
+    return LimitSpec(key, rate, burst, concurrency)
+
+
 @attrs.frozen
 class Bucket:
     """A key's stored state: its spec, the tokens as of ``at``, permits in flight, and the
