@@ -97,6 +97,7 @@ STORE_ROLES = {
     "StallStore",
     "StateReader",
     "StepStore",
+    "LimitStore",
     "DeliveryStore",
     "DeadNoticeStore",
     "ReconcilerStore",
@@ -124,6 +125,10 @@ CUSTODY_RECORDS = {
     "ReconcileReport",
     "RoomView",
     "ConversationCounts",
+    "LimitSpec",
+    "LimitView",
+    "Granted",
+    "Wait",
 }
 PLANNER = {
     "plan_sweep",

@@ -19,6 +19,7 @@ exported by ``tether.bridge``.
 - ``_crashes``: crash expiries, suspects that run alone, poison tasks proven and dead-lettered.
 - ``_log``: one log line per committed transition, for every backend.
 - ``_steps``: the rules of a durable run's recorded steps (names, sizes, JSON values).
+- ``_limits``: flow control: a limit per key (token bucket, concurrency cap), its arithmetic.
 """
 
 from ._conversation import MAX_STATE_BYTES as MAX_STATE_BYTES
@@ -28,6 +29,11 @@ from ._conversation import RoomView as RoomView
 from ._conversation import StateConflict as StateConflict
 from ._conversation import StateTooLarge as StateTooLarge
 from ._conversation import Turn as Turn
+from ._limits import LIMIT_KEY_RULE as LIMIT_KEY_RULE
+from ._limits import Granted as Granted
+from ._limits import LimitSpec as LimitSpec
+from ._limits import LimitView as LimitView
+from ._limits import Wait as Wait
 from ._reconcile import Reconciler as Reconciler
 from ._reconcile import ReconcileReport as ReconcileReport
 from ._records import WORKER_ROLES as WORKER_ROLES
@@ -50,6 +56,7 @@ from ._roles import DeadNoticeStore as DeadNoticeStore
 from ._roles import DeliveryStore as DeliveryStore
 from ._roles import IngestStore as IngestStore
 from ._roles import InspectStore as InspectStore
+from ._roles import LimitStore as LimitStore
 from ._roles import LeadStore as LeadStore
 from ._roles import OperatorStore as OperatorStore
 from ._roles import PoolMemberStore as PoolMemberStore
