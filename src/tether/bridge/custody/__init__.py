@@ -56,8 +56,8 @@ from ._roles import DeadNoticeStore as DeadNoticeStore
 from ._roles import DeliveryStore as DeliveryStore
 from ._roles import IngestStore as IngestStore
 from ._roles import InspectStore as InspectStore
-from ._roles import LimitStore as LimitStore
 from ._roles import LeadStore as LeadStore
+from ._roles import LimitStore as LimitStore
 from ._roles import OperatorStore as OperatorStore
 from ._roles import PoolMemberStore as PoolMemberStore
 from ._roles import ReconcilerStore as ReconcilerStore
