@@ -44,6 +44,7 @@ SECONDS = 4.0
 PLENTY_N = 1000
 CONTENDED_N = 800
 PGQUEUER = "pgqueuer==0.18.10"
+START_AFTER = 8.0
 
 
 @contextlib.contextmanager
@@ -141,6 +142,7 @@ def tether_rate_child(dsn: str, schema: str, start: float, out: Path) -> None:
         grants: list[float] = []
         try:
             claims = await _claimed(store, 4)
+            late = time.time() > start
             await trio.sleep(max(0.0, start - time.time()))
 
             async def one(claim: Any) -> None:
@@ -155,7 +157,7 @@ def tether_rate_child(dsn: str, schema: str, start: float, out: Path) -> None:
                     nursery.start_soon(one, c)
         finally:
             await store.aclose()
-        await trio.Path(out).write_text(json.dumps(grants))
+        await trio.Path(out).write_text(json.dumps([late, grants]))
 
     trio.run(main)
 
@@ -177,12 +179,13 @@ def pgqueuer_child(dsn: str, start: float, out: Path) -> None:
         async def call(job: Any) -> None:
             ran.append(time.time())
 
+        late = time.time() > start
         await asyncio.sleep(max(0.0, start - time.time()))
         loop = asyncio.get_running_loop()
         loop.call_later(SECONDS, qm.shutdown.set)
         await qm.run(dequeue_timeout=timedelta(seconds=0.05))
         await conn.close()
-        await asyncio.to_thread(out.write_text, json.dumps(ran))
+        await asyncio.to_thread(out.write_text, json.dumps([late, ran]))
 
     asyncio.run(main())
 
@@ -207,13 +210,16 @@ def pgqueuer_setup(dsn: str, jobs: int) -> None:
 
 
 def rate_of(grants: list[float], start: float) -> float:
-    """Grants a second after the first second (the burst) to the end of the window."""
-    steady = sorted(t for t in grants if start + 1.0 <= t < start + SECONDS)
-    return (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 else 0.0
+    """Grants a second in the window both processes ran in, after its first second (the burst
+    and the start-up)."""
+    low, high = start + 1.0, start + SECONDS
+    return sum(1 for t in grants if low <= t < high) / (high - low)
 
 
 def two_processes(command: list[str], tail: list[str], folder: Path) -> tuple[float, list[float]]:
-    start = time.time() + 3.0  # both up and connected by then
+    """Both children wait until one start time (late enough for both to be up and connected
+    on a loaded machine); a child that was not ready by then fails the round."""
+    start = time.time() + START_AFTER
     outs = [folder / f"grants-{k}-{secrets.token_hex(3)}.json" for k in (1, 2)]
     children = [
         subprocess.Popen([*command, *tail, str(start), str(out)], env={**os.environ})
@@ -222,7 +228,12 @@ def two_processes(command: list[str], tail: list[str], folder: Path) -> tuple[fl
     for child in children:
         if child.wait(timeout=120) != 0:
             raise RuntimeError(f"a child failed: {command}")
-    grants = [t for out in outs for t in json.loads(out.read_text())]
+    grants: list[float] = []
+    for out in outs:
+        late, mine = json.loads(out.read_text())
+        if late:
+            raise RuntimeError(f"a child was not ready {START_AFTER:g} s after it started")
+        grants += mine
     return start, grants
 
 
