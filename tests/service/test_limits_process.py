@@ -158,7 +158,7 @@ async def _scenario(
 
     async def freed() -> bool:
         # the cap is 1: the dead holder's permit is free once none is held, or once another
-        # run holds it (the task again, a suspect now: in a quarantine child, see the guide)
+        # run holds it (the task again, a suspect now, in a quarantine child of the survivor)
         [view] = [v for v in await store.limit_views() if v.spec.key == "hold"]
         return view.in_flight == 0 or sum(kind == "hold" for kind, *_ in _events(log)) == 2
 

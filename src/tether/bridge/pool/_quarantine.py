@@ -33,6 +33,8 @@ from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quaranti
 from ..custody._records import StepRecord
 from ..custody._rules import StaleLease
 from ._agent import AgentError, Reply
+from ._quarantine_limits import ChildLimits
+from ._quarantine_limits import serve as serve_limits
 from ._quarantine_steps import steps_fields
 from ._quarantine_wire import (
     EXIT_BAD_START,
@@ -150,6 +152,11 @@ async def run_in_quarantine(
                     on_progress(message.get("status"), message.get("partial"))
                 elif kind == "step" and steps is not None:
                     await process.stdin.send_all(await _record(steps, message))
+                elif kind in ("permit", "release", "pause") and steps is not None:
+                    if steps.limits is not None:
+                        answer = await serve_limits(steps.limits, message)
+                        if answer is not None:
+                            await process.stdin.send_all(encode(**answer))
                 elif kind == "parked" and steps is not None:
                     steps.parked(float(message["until"]), str(message.get("why") or "parked"))
                     outcome = message
@@ -203,6 +210,8 @@ class ChildSteps:
     record: Callable[[str, str], Awaitable[StepRecord]]
     parked: Callable[[float, str], None]
     park_after: float
+    limits: ChildLimits | None = None
+    """Permits of limits taken for the run under the parent's claim (issue #38)."""
 
 
 def _outcome(message: dict[str, Any]) -> Reply:

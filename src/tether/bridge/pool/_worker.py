@@ -29,6 +29,7 @@ from ..custody._conversation import (
     StateConflict,
     check_window,
 )
+from ..custody._limits import Granted, Wait
 from ..custody._records import StepRecord, WorkerInfo
 from ..custody._roles import WorkerStore
 from ..custody._rooms import Superseded
@@ -42,6 +43,7 @@ from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._outage import STORE_UNREACHABLE, until_stored
 from ._progress import Progress, ProgressUpdate, reporting
 from ._quarantine import ChildSteps, Quarantine, QuarantineDeath, QuarantineStartError
+from ._quarantine_limits import ChildLimits
 from ._retry import Permanent, Retry, RetryBackoff
 from ._run import DEFAULT_PARK_AFTER, Run, check_park_after, running
 from ._stall import Notify, StallWatcher
@@ -631,8 +633,19 @@ class PoolWorker:
         def parked(until: float, why: str) -> None:
             run.parked_until, run.parked_why = until, why
 
+        async def acquire(key: str, weight: float) -> Granted | Wait:
+            try:
+                return await self.store.acquire_permit(entry.claim, key, weight)
+            except StaleLease as exc:
+                self._lose(entry, exc)
+                raise
+
+        async def pause(key: str, until: float) -> None:
+            await self.store.pause_limit(key, until)
+
+        limits = ChildLimits(acquire, self.store.release_permit, pause)
         recorded = await self.store.steps(entry.claim.task.id)
-        return ChildSteps(recorded, record, parked, self.park_after)
+        return ChildSteps(recorded, record, parked, self.park_after, limits)
 
     async def _quarantine_death(self, entry: _Active, death: QuarantineDeath) -> None:
         """Record the child's death against its task, in the parent's transaction."""
