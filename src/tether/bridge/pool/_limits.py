@@ -9,6 +9,7 @@ provider's 429 with ``Retry-After`` asks for. The bucket arithmetic is ``custody
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from types import TracebackType
@@ -25,6 +26,8 @@ from ._timings import Histogram
 
 if TYPE_CHECKING:
     from ._run import Run
+
+log = logging.getLogger("tether.bridge.limits")
 
 POLL_FIRST: Final = 0.01
 """Seconds before asking again for a permit held by others (no time is known): doubling..."""
@@ -70,7 +73,10 @@ class Permit:
         METRICS.in_flight -= 1
         if self._store is not None and self.id is not None:
             with trio.CancelScope(shield=True):  # a cancelled block still gives its permit back
-                await self._store.release_permit(self.id)
+                try:
+                    await self._store.release_permit(self.id)
+                except Exception:  # the block's own outcome wins: its task's end frees it
+                    log.warning("permit %d of %s not given back now", self.id, self.key)
 
 
 @attrs.define(eq=False)
