@@ -25,7 +25,11 @@ What it shows:
   ``tether.bridge.Retry`` with ``after`` read from ``Retry-After`` (``retry_after``: seconds
   or an HTTP date; capped at ``MAX_RETRY_AFTER``): the bridge puts the task back and nobody
   claims it before then. It still counts as an attempt (``--max-attempts`` bounds how long a
-  task waits for a provider that stays busy).
+  task waits for a provider that stays busy). The key ``chat:<model>`` is paused as long
+  for every bridge and worker on the store (``Retry(key=)``): the quota is spent for all.
+- **Flow control.** Each call holds a permit of ``chat:<model>`` (``run_of(task).limit``):
+  declare its rate and concurrency once (``tether store limits set chat:MODEL --rate
+  500/min --concurrency 20``) and every process on the store keeps to it.
 - **A hopeless request is dead at once.** Any other 4xx raises ``ChatRequestError``, a
   ``tether.bridge.Permanent``: dead-lettered now with the API's own words as the reason,
   without burning the remaining attempts on a request that cannot succeed.
@@ -66,6 +70,7 @@ from tether.bridge import (
     conversation_of,
     progress_of,
     read_token,
+    run_of,
 )
 
 Message = dict[str, str]
@@ -372,7 +377,15 @@ def factory(session: Session) -> None:
             *history_messages(conversation_of(task)),
             {"role": "user", "content": task.body},
         ]
-        return await chat(settings, messages, progress=progress)
+        key = f"chat:{settings.model}"  # declare it: tether store limits set chat:MODEL ...
+        async with run_of(task).limit(key):
+            try:
+                return await chat(settings, messages, progress=progress)
+            except ChatBusy as exc:
+                if exc.after is None or exc.key is not None:
+                    raise
+                # the server said when it takes work again: stop the key for every process
+                raise ChatBusy(str(exc), after=exc.after, key=key) from None
 
 
 INTERRUPTED: Final = " [interrupted by the user]"

@@ -101,6 +101,7 @@ STORE_ROLES = {
     "StepStore",
     "AskStore",
     "QuestionStore",
+    "LimitStore",
     "DeliveryStore",
     "DeadNoticeStore",
     "ReconcilerStore",
@@ -130,6 +131,10 @@ CUSTODY_RECORDS = {
     "ReconcileReport",
     "RoomView",
     "ConversationCounts",
+    "LimitSpec",
+    "LimitView",
+    "Granted",
+    "Wait",
 }
 PLANNER = {
     "plan_sweep",

@@ -251,6 +251,9 @@ async def test_as_a_bridge_agent_a_429_waits_out_retry_after_and_a_400_is_dead_a
             assert dead.reason is not None
             assert "refused the request (HTTP 400): model 'nope' does not exist" in dead.reason
             journal = await store.journal("t3")
+            # the 429 paused chat:test-model for every process on the store, as long
+            [paused] = await store.limit_views()
+            assert paused.spec.key == "chat:test-model"
     assert waiting.state is CustodyState.PENDING
     assert waiting.not_before is not None
     (failed,) = [

@@ -5,8 +5,9 @@
 - ``retry`` / ``permanent`` / ``boom``: raises ``Retry(after=7)`` / ``Permanent`` / ``KeyError``;
 - ``progress``: shows a status and a partial reply, then answers; ``print``: prints to stdout
   (which must not reach the pipe); ``sleep``: sleeps a minute; ``steps``: two durable
-  steps; ``nap``: a durable sleep of an hour (it parks); ``chat``: counts its room's history
-  and keeps a count in the room's state; anything else: an echo.
+  steps; ``limited``: holds a permit of ``openai`` and pauses it; ``nap``: a durable sleep of
+  an hour (it parks); ``chat``: counts its room's history and keeps a count in the room's
+  state; anything else: an echo.
 
 ``--agent pool.quarantine_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
@@ -30,6 +31,11 @@ async def handle(task: Task) -> str | Reply:
         a = await run.step("a", lambda: "fresh-a")
         b = await run.step("b", lambda: "fresh-b")
         return f"{a}+{b}"
+    if body == "limited":  # a permit asked of the parent, a pause told to it
+        limited = run_of(task).limit("openai", weight=3)
+        async with limited as permit:
+            await limited.pause(7)
+            return f"permit {permit.id}"
     if body == "nap":
         await run_of(task).sleep(3600)
         return "woke"

@@ -13,9 +13,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -23,6 +25,7 @@ from support.service import TESTS_DIR
 from support.waiting import wait_until
 from tether.bridge import Permanent, Reply, Retry, Task
 from tether.bridge.custody._conversation import Conversation, Turn
+from tether.bridge.custody._limits import Granted, Wait
 from tether.bridge.custody._records import StepRecord
 from tether.bridge.pool._quarantine import (
     ChildSteps,
@@ -33,6 +36,7 @@ from tether.bridge.pool._quarantine import (
     QuarantineStartError,
     run_in_quarantine,
 )
+from tether.bridge.pool._quarantine_limits import ChildLimits
 from tether.bridge.pool._quarantine_wire import EXIT_OUT_OF_MEMORY
 from tether.bridge.pool._run import Parked
 
@@ -137,6 +141,40 @@ async def test_a_quarantined_run_replays_and_records_its_steps_and_keeps_its_con
     assert "sleeping until" in why
     assert [name for name, _ in recorded if "sleep" in name] == ["~sleep:1"]  # its wake-up time
     assert outcomes["chat"] == Reply("history 1", state={"seen": 5})
+
+
+async def test_a_quarantined_run_takes_its_permits_through_its_parent() -> None:
+    """The child holds nothing of the store: a permit is asked of the parent, which takes it
+    under its claim and answers after a wait; the release and the pause are told to it
+    (issue #38)."""
+    asked: list[tuple[str, object]] = []
+    answers: list[Granted | Wait] = [Wait(0.01, "rate"), Granted(41, 2.0)]
+
+    async def acquire(key: str, weight: float) -> Granted | Wait:
+        asked.append(("acquire", (key, weight)))
+        return answers.pop(0)
+
+    async def release(permit: int) -> None:
+        asked.append(("release", permit))
+
+    async def pause(key: str, until: float) -> None:
+        asked.append(("pause", (key, round(until - time.time()))))
+
+    steps = ChildSteps((), _never_record, lambda until, why: None, 30.0)
+    steps = attrs.evolve(steps, limits=ChildLimits(acquire, release, pause))
+    with trio.fail_after(START_WITHIN):
+        reply = await run_in_quarantine(SPEC, Task("limited", "limited"), steps=steps)
+    assert reply == Reply("permit 41")
+    assert asked == [
+        ("acquire", ("openai", 3.0)),
+        ("acquire", ("openai", 3.0)),  # asked again after the wait the parent said
+        ("pause", ("openai", 7)),
+        ("release", 41),
+    ]
+
+
+async def _never_record(name: str, value: str) -> StepRecord:
+    raise AssertionError("no step here")
 
 
 async def test_a_memory_hog_is_stopped_in_its_child_by_the_quarantine_memory_limit() -> None:

@@ -162,3 +162,32 @@ def test_a_config_built_directly_refuses_a_capacity_below_concurrency() -> None:
     with pytest.raises(ConfigError, match=r"^capacity must be an integer >= concurrency \(4\)"):
         BridgeConfig(capacity=2)
     assert BridgeConfig(concurrency=2, capacity=2).capacity == 2
+
+
+def test_limits_come_from_toml_env_or_a_flag_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
+    from tether.bridge.custody._limits import LimitSpec
+
+    toml = tmp_path / "tether.toml"
+    toml.write_text(
+        '[bridge]\nlimits = ["openai:gpt-4o rate=500/min burst=50 concurrency=20", '
+        '"tenant:acme concurrency=3"]\n'
+    )
+    config = load_config(file=toml, environ={})
+    assert config.limits == (
+        LimitSpec("openai:gpt-4o", 500 / 60, 50, 20),
+        LimitSpec("tenant:acme", None, 0, 3),
+    )
+    env = {"TETHER_LIMITS": "search rate=2/s"}
+    assert load_config(environ=env).limits == (LimitSpec("search", 2.0, 2, None),)
+    flag = load_config(flags={"limits": "a concurrency=1; b rate=1/min"}, environ=env)
+    assert [spec.key for spec in flag.limits] == ["a", "b"]
+    for bad, message in [
+        ("k", "needs rate= or concurrency="),
+        ("k rate=1/fortnight", "must be N/s"),
+        ("k size=3", "'size=3' is not one of"),
+        ("k concurrency=1; k rate=1/s", "names a key twice"),
+    ]:
+        with pytest.raises(ConfigError, match="limits") as caught:
+            load_config(flags={"limits": bad}, environ={})
+        assert message in str(caught.value)
+        assert "(from --limits)" in str(caught.value)

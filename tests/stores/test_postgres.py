@@ -317,6 +317,9 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         "ADD CONSTRAINT tasks_state_check CHECK (state IN "
         "('pending', 'assigned', 'claimed', 'result', 'delivered', 'dead')); "
         f"DROP TABLE {s}.asks; "  # questions to the person (issue #36)
+        # flow control (issue #38)
+        f"DROP TABLE {s}.limits, {s}.permits, {s}.limit_waiters; "
+        f"DROP FUNCTION {s}.permits_free() CASCADE; "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)

@@ -401,7 +401,7 @@ async def test_an_sqlite_too_old_for_the_custody_sql_is_refused_clearly(
 async def test_a_store_from_before_durable_runs_migrates_with_its_tasks(tmp_path: Path) -> None:
     """Issue #35's migration loosens the state CHECK in place (no rebuild): a file at the
     version before it keeps its tasks, then parks and records steps."""
-    from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements
+    from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements, _with_cookie
 
     db = tmp_path / "custody.db"
     [before] = [n for n, step in enumerate(MIGRATIONS) if "CREATE TABLE steps" in step]
@@ -409,7 +409,7 @@ async def test_a_store_from_before_durable_runs_migrates_with_its_tasks(tmp_path
     try:
         for migration in MIGRATIONS[:before]:
             for statement in _statements(migration):
-                conn.execute(statement)
+                conn.execute(_with_cookie(conn, statement))
         conn.execute(f"PRAGMA user_version = {before}")
         conn.execute(
             "INSERT INTO tasks (id, body, priority, headers, state, attempt, created_at, "
@@ -425,6 +425,43 @@ async def test_a_store_from_before_durable_runs_migrates_with_its_tasks(tmp_path
         await store.park(claim, store.clock() + 60, "sleeping")
         assert await store.state("old") is CustodyState.WAITING
         assert [s.name for s in await store.steps("old")] == ["a"]
+    check = sqlite3.connect(db)
+    try:
+        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert check.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)
+    finally:
+        check.close()
+
+
+async def test_a_store_from_before_flow_control_migrates_with_its_tasks(tmp_path: Path) -> None:
+    """Issue #38's migration adds the limits, permits and waiters tables and the trigger that
+    frees a task's permits: a file at the version before it keeps its tasks, then limits them."""
+    from tether.bridge.custody._limits import Granted, LimitSpec, Wait
+    from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements, _with_cookie
+
+    db = tmp_path / "custody.db"
+    before = next(n for n, m in enumerate(MIGRATIONS) if "CREATE TABLE limits" in m)
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        for migration in MIGRATIONS[:before]:
+            for statement in _statements(migration):
+                conn.execute(_with_cookie(conn, statement))
+        conn.execute(f"PRAGMA user_version = {before}")
+        conn.execute(
+            "INSERT INTO tasks (id, body, priority, headers, state, attempt, created_at, "
+            "updated_at) VALUES ('old', 'from before', 1, '{}', 'pending', 1, 1, 2)"
+        )
+    finally:
+        conn.close()
+    async with await SqliteStore.open(db) as store:
+        claim = await store.claim("w1", leaderless=True)
+        assert claim is not None
+        assert claim.task.body == "from before"
+        await store.set_limit(LimitSpec("k", concurrency=1))
+        assert isinstance(await store.acquire_permit(claim, "k"), Granted)
+        assert await store.acquire_permit(claim, "k") == Wait(None, "concurrency")
+        await store.complete(claim, "done")
+        assert [v.in_flight for v in await store.limit_views()] == [0]
     check = sqlite3.connect(db)
     try:
         assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)

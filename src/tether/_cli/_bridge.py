@@ -151,6 +151,12 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "(default: tether-data/bridge/admin-token)",
         Path,
     ),
+    "limits": (
+        "limits to declare in the store as the process starts (flow control): "
+        "'KEY rate=500/min burst=50 concurrency=20; KEY2 ...' (default: none; the store "
+        "keeps those declared before)",
+        str,
+    ),
     "health_window": (
         "/healthz fails when the gateway has not answered for this many seconds (default: 120)",
         float,
@@ -212,6 +218,50 @@ def add_bridge_parsers(sub: Subparsers, epilog: str) -> None:
     show.add_argument("--json", action="store_true", help="print one JSON document")
     _add_operator_parsers(store_actions, epilog)
     _add_room_parsers(store_actions, epilog)
+    _add_limit_parsers(store_actions, epilog)
+
+
+LIMITS_EXITS = """exit codes of limits:
+  0  shown; declared
+  2  bad usage (a bad key, rate, burst or concurrency): nothing changed
+"""
+
+
+def _add_limit_parsers(store_actions: Subparsers, epilog: str) -> None:
+    limits = add_command(
+        store_actions,
+        "limits",
+        help="flow control: each key's rate, tokens left, permits in flight, pause, waiters",
+        description=(
+            "Show each key's limit as every bridge and worker on the store shares it: its rate "
+            "and burst (a token bucket), tokens left now, its concurrency cap and permits in "
+            "flight, how long it stays paused, and the runs waiting for a permit. Reads only. "
+            "`limits set KEY` declares (or changes) a key's limit."
+        ),
+        epilog=CONFIG_HELP + "\n" + LIMITS_EXITS + "\n" + epilog,
+    )
+    _store_options(limits)
+    limits.add_argument("--json", action="store_true", help="print one JSON document")
+    actions = limits.add_subparsers(dest="limits_command", required=False, metavar="[set]")
+    set_ = add_command(
+        actions,
+        "set",
+        help="declare or change a key's limit",
+        description=(
+            "Declare KEY's limit, kept in the store for everyone: --rate (N/s, N/min, N/hour), "
+            "--burst (tokens saved up; default one second's worth) and --concurrency (permits "
+            "held at once). A new key starts with a full bucket; a changed one keeps its "
+            "tokens (cut to the new burst), its permits and its pause."
+        ),
+        epilog=CONFIG_HELP + "\n" + LIMITS_EXITS + "\n" + epilog,
+    )
+    set_.add_argument("key", help="the key, e.g. openai:gpt-4o")
+    set_.add_argument("--rate", default=None, help="e.g. 500/min, 20/s (default: no rate)")
+    set_.add_argument("--burst", type=float, default=None, help="tokens saved up at most")
+    set_.add_argument(
+        "--concurrency", type=int, default=None, help="permits held at once (default: no cap)"
+    )
+    _store_options(set_)
 
 
 ROOM_EXITS = """exit codes of room and forget-room:
@@ -362,6 +412,8 @@ def run_store(args: argparse.Namespace) -> int:
         return trio.run(_operate, config, args)
     if args.store_command in ("room", "forget-room"):
         return trio.run(_room, config, args)
+    if args.store_command == "limits":
+        return trio.run(_limits, config, args)
     if args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
 
@@ -513,6 +565,39 @@ async def _room(config: BridgeConfig, args: argparse.Namespace) -> int:
         if showing:
             return await _store_room.show_room(store, room, min(args.limit, 10_000), args.json)
         return await _store_room.forget_room(store, room)
+    finally:
+        await store.aclose()
+
+
+async def _limits(config: BridgeConfig, args: argparse.Namespace) -> int:
+    from ..bridge.custody._limits import LimitSpec, parse_rate
+    from ..bridge.service import _store_limits
+    from ..bridge.service._config import ConfigError
+    from ..bridge.stores._open import open_store
+
+    setting = getattr(args, "limits_command", None) == "set"
+    spec = None
+    if setting:
+        if args.rate is None and args.concurrency is None:
+            raise ConfigError("limits set needs --rate or --concurrency (or both)")
+        if args.burst is not None and args.rate is None:
+            raise ConfigError("--burst sizes a rate's bucket: give --rate too")
+        try:
+            rate = None if args.rate is None else parse_rate(args.rate)
+            spec = LimitSpec(args.key, rate, args.burst or 0.0, args.concurrency)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    store = await open_store(
+        config.store,
+        must_exist=True,
+        read_only=not setting,  # showing changes nothing
+        password_file=config.store_password_file,
+        schema=config.store_schema,
+    )
+    try:
+        if spec is not None:
+            return await _store_limits.set_limit(store, spec)
+        return await _store_limits.show_limits(store, args.json)
     finally:
         await store.aclose()
 

@@ -62,6 +62,12 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "0 picks a free one (default: off)",
         int,
     ),
+    "limits": (
+        "limits to declare in the store as the process starts (flow control): "
+        "'KEY rate=500/min burst=50 concurrency=20; KEY2 ...' (default: none; the store "
+        "keeps those declared before)",
+        str,
+    ),
     "admin_token_file": (
         "bearer token of the admin endpoint, created 0600 if missing "
         "(default: tether-data/worker/admin-token)",

@@ -20,6 +20,7 @@ from ._health import HealthReport as HealthReport
 from ._health import check_health as check_health
 from ._metrics import Metrics as Metrics
 from ._observed import CounterSource as CounterSource
+from ._observed import GaugeSource as GaugeSource
 from ._observed import Observed as Observed
 from ._sections import CustodyReading as CustodyReading
 from ._sections import Histogram as Histogram

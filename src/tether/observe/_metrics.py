@@ -45,6 +45,8 @@ class _LiveCollector(Collector):
             yield CounterMetricFamily(
                 f"tether_{source.name}", source.documentation, value=source.read()
             )
+        for gauge in self.observed.gauges:
+            yield GaugeMetricFamily(f"tether_{gauge.name}", gauge.documentation, value=gauge.read())
 
     def _registry_metrics(
         self, registry: TaskRegistry

@@ -31,6 +31,16 @@ class CounterSource:
     read: Callable[[], float]
 
 
+@attrs.frozen
+class GaugeSource:
+    """A value some service keeps that goes up and down (e.g. permits in flight), read at
+    scrape time. ``name`` becomes the Prometheus gauge ``tether_<name>``."""
+
+    name: str
+    documentation: str
+    read: Callable[[], float]
+
+
 @attrs.define(eq=False)
 class Observed:
     """The live objects behind ``/healthz``, ``/metrics``, ``/tasks`` and ``/status``.
@@ -51,6 +61,8 @@ class Observed:
     gateway: Callable[[], ConnectionStatus] | None = None
     gateway_window: float = DEFAULT_GATEWAY_WINDOW
     counters: list[CounterSource] = attrs.field(factory=list)
+    gauges: list[GaugeSource] = attrs.field(factory=list)
+    """Extra gauges (the bridge adds its permits in flight)."""
     wall_clock: Callable[[], float] = time.time
     pool: PoolSource | None = None
     """This process's pool membership and the leader it sees (bridges, ``tether worker run``)."""
@@ -76,6 +88,7 @@ class Observed:
         gateway: Callable[[], ConnectionStatus] | None = None,
         gateway_window: float = DEFAULT_GATEWAY_WINDOW,
         counters: list[CounterSource] | None = None,
+        gauges: list[GaugeSource] | None = None,
         pool: PoolSource | None = None,
         timings: Histograms | None = None,
         routes: AdminRoutes | None = None,
@@ -88,6 +101,7 @@ class Observed:
             gateway=gateway,
             gateway_window=gateway_window,
             counters=list(counters or ()),
+            gauges=list(gauges or ()),
             pool=pool,
             timings=timings,
             routes=routes,

@@ -21,6 +21,7 @@ exported by ``tether.bridge``.
 - ``_steps``: the rules of a durable run's recorded steps (names, sizes, JSON values).
 - ``_asks``: a run's questions to the person (issue #36): the records, the roles a worker and
   the question poster use, the rules of a question.
+- ``_limits``: flow control: a limit per key (token bucket, concurrency cap), its arithmetic.
 """
 
 from ._asks import AskRecord as AskRecord
@@ -34,6 +35,11 @@ from ._conversation import RoomView as RoomView
 from ._conversation import StateConflict as StateConflict
 from ._conversation import StateTooLarge as StateTooLarge
 from ._conversation import Turn as Turn
+from ._limits import LIMIT_KEY_RULE as LIMIT_KEY_RULE
+from ._limits import Granted as Granted
+from ._limits import LimitSpec as LimitSpec
+from ._limits import LimitView as LimitView
+from ._limits import Wait as Wait
 from ._reconcile import Reconciler as Reconciler
 from ._reconcile import ReconcileReport as ReconcileReport
 from ._records import WORKER_ROLES as WORKER_ROLES
@@ -57,6 +63,7 @@ from ._roles import DeliveryStore as DeliveryStore
 from ._roles import IngestStore as IngestStore
 from ._roles import InspectStore as InspectStore
 from ._roles import LeadStore as LeadStore
+from ._roles import LimitStore as LimitStore
 from ._roles import OperatorStore as OperatorStore
 from ._roles import PoolMemberStore as PoolMemberStore
 from ._roles import ReconcilerStore as ReconcilerStore

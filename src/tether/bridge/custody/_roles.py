@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from ._asks import AskRecord, AskStore, QuestionStore
 from ._conversation import Conversation, ConversationCounts, RoomView
+from ._limits import Granted, LimitSpec, LimitView, Wait
 from ._records import (
     Decide,
     JournalEntry,
@@ -212,7 +213,42 @@ class StepStore(StoreClock, Protocol):
         ...
 
 
-class WorkerStore(PoolMemberStore, StallStore, ConversationStore, StepStore, AskStore, Protocol):
+class LimitStore(StoreClock, Protocol):
+    """Flow control (issue #38): limits per key shared by everyone on the store, permits that
+    are leases of their holder's claim, and pauses. See ``custody._limits``."""
+
+    async def set_limit(self, spec: LimitSpec) -> None:
+        """Declare (or change) ``spec.key``'s limit; a new bucket starts full, a changed one
+        keeps its tokens (cut to the new burst), its permits and its pause."""
+        ...
+
+    async def acquire_permit(self, claim: Claim, key: str, weight: float = 1.0) -> Granted | Wait:
+        """Take a permit of ``key`` for ``claim``'s run, spending ``weight`` tokens, under the
+        lease fence (``StaleLease`` if fenced out): ``Granted`` with the permit's id, or how
+        long to ``Wait`` (the run is then counted among the key's waiters). A key with no
+        declared limit grants at once (``Granted(None)``). The permit is held until
+        ``release_permit`` or until its task leaves ``claimed`` (a result, a failure, a park, a
+        cancel, a lapsed lease taken back), whichever comes first."""
+        ...
+
+    async def release_permit(self, permit: int) -> None:
+        """Give permit ``permit`` back (nothing if it was freed already)."""
+        ...
+
+    async def pause_limit(self, key: str, until: float) -> None:
+        """No permit of ``key`` for anyone before ``until`` (store clock); a later pause
+        already there is kept. A key with no declared limit is paused too."""
+        ...
+
+    async def limit_views(self) -> Sequence[LimitView]:
+        """Every key's limit, its tokens now, permits in flight, pause and waiters. Reads
+        only."""
+        ...
+
+
+class WorkerStore(
+    PoolMemberStore, StallStore, ConversationStore, StepStore, AskStore, LimitStore, Protocol
+):
     """What a worker needs: claim leases, renew them, and store each outcome (fenced); it also
     raises the stall notices of its own claims."""
 

@@ -37,6 +37,8 @@ from ..custody._records import StepRecord
 from ..custody._rules import StaleLease
 from ._agent import AgentError, Reply
 from ._ask import asks_fields, parked_from
+from ._quarantine_limits import ChildLimits
+from ._quarantine_limits import serve as serve_limits
 from ._quarantine_steps import steps_fields
 from ._quarantine_wire import (
     EXIT_BAD_START,
@@ -159,6 +161,11 @@ async def run_in_quarantine(
                     on_progress(message.get("status"), message.get("partial"))
                 elif kind == "step" and steps is not None:
                     await process.stdin.send_all(await _record(steps, message))
+                elif kind in ("permit", "release", "pause") and steps is not None:
+                    if steps.limits is not None:
+                        answer = await serve_limits(steps.limits, message)
+                        if answer is not None:
+                            await process.stdin.send_all(encode(**answer))
                 elif kind == "parked" and steps is not None:
                     why, asked = str(message.get("why") or "parked"), parked_from(message)
                     if asked is None:
@@ -219,6 +226,8 @@ class ChildSteps:
     park_after: float
     asks: Sequence[AskRecord] = ()
     """The task's recorded asks (issue #36): the child's run replays them."""
+    limits: ChildLimits | None = None
+    """Permits of limits taken for the run under the parent's claim (issue #38)."""
 
 
 def _outcome(message: dict[str, Any]) -> Reply:
@@ -232,7 +241,7 @@ def _outcome(message: dict[str, Any]) -> Reply:
         )
     kind, reason = message.get("type"), str(message.get("reason") or "failed")
     if kind == "retry":
-        raise Retry(reason, after=message.get("after"))
+        raise Retry(reason, after=message.get("after"), key=message.get("key"))
     if kind == "permanent":
         raise Permanent(reason)
     if kind == "agent":

@@ -25,13 +25,14 @@ from typing import Any, BinaryIO, Final, cast
 import trio
 
 from ..._session import open_session
-from ..custody._roles import StepStore
+from ..custody._roles import LimitStore, StepStore
 from ..custody._rules import Claim, Task
 from ._agent import AgentError, install_agent, load_agent, reply_of
 from ._ask import asks_from, parked_fields
 from ._asyncio import loop_for
 from ._conversation import conversing
 from ._progress import Progress, reporting
+from ._quarantine_limits import PipeLimits
 from ._quarantine_steps import PipeSteps, steps_from
 from ._quarantine_wire import (
     EXIT_BAD_START,
@@ -107,14 +108,16 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
         progress = Progress()
         steps = PipeSteps(pipe, steps_from(message.get("steps")), asks_from(message.get("asks")))
         claim = Claim(task, "quarantine", 1, 0.0, 0)  # the parent holds the real one and its fence
+        limits = PipeLimits(pipe)
         run = Run(
             task,
             cast("StepStore", steps),
             lambda: claim,
             park_after=float(message.get("park_after", math.inf)),
+            limits=cast("LimitStore", limits),
         )
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_parent, pipe, steps)
+            nursery.start_soon(_watch_parent, pipe, steps, limits)
             nursery.start_soon(_tell_progress, pipe, progress)
             try:
                 with (
@@ -128,7 +131,7 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             except Parked:
                 _send_parked(pipe, run)
             except Retry as exc:
-                pipe.send("error", type="retry", reason=exc.reason, after=exc.after)
+                pipe.send("error", type="retry", reason=exc.reason, after=exc.after, key=exc.key)
             except Permanent as exc:
                 pipe.send("error", type="permanent", reason=exc.reason)
             except AgentError as exc:
@@ -155,10 +158,12 @@ def _send_parked(pipe: _Pipe, run: Run) -> None:
     pipe.send("parked", until=run.parked_until, why=run.parked_why, **parked_fields(run.parked_ask))
 
 
-async def _watch_parent(pipe: _Pipe, steps: PipeSteps) -> None:
-    """The one reader of the pipe: the parent's answers to recorded steps, until EOF."""
+async def _watch_parent(pipe: _Pipe, steps: PipeSteps, limits: PipeLimits) -> None:
+    """The one reader of the pipe: the parent's answers to recorded steps and to permits,
+    until EOF."""
     while (message := await pipe.receive()) is not None:
         steps.answered(message)
+        limits.answered(message)
     os._exit(0)  # EOF: the parent is gone (or gave the run up); nobody waits for an answer
 
 

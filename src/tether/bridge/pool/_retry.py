@@ -14,6 +14,7 @@ from typing import Final
 import attrs
 
 from ..._backoff import Backoff
+from ..custody._limits import check_key
 
 DEFAULT_FIRST: Final = 2.0
 DEFAULT_CAP: Final = 300.0
@@ -90,17 +91,28 @@ class Retry(Exception):
     """Raise from an agent's task handler: this attempt failed, try again later.
 
     ``after``: seconds until the next attempt (a provider's ``Retry-After``); ``None``: the
-    bridge's backoff decides. It still counts as a failed attempt (``max_attempts`` bounds
-    how often a task comes back)."""
+    bridge's backoff decides. ``key``: a limit's key (``"openai:gpt-4o"``) that is paused for
+    everyone on the store as long (a 429 says the provider's quota is spent for all, not just
+    for this task). It still counts as a failed attempt (``max_attempts`` bounds how often a
+    task comes back)."""
 
-    def __init__(self, reason: str = "the agent asked for a retry", *, after: float | None = None):
+    def __init__(
+        self,
+        reason: str = "the agent asked for a retry",
+        *,
+        after: float | None = None,
+        key: str | None = None,
+    ):
         if not isinstance(reason, str) or not reason.strip():
             raise TypeError(f"Retry needs a non-empty str reason, got {reason!r}")
         if after is not None:
             after = _finite_seconds("Retry(after=)", after)
+        if key is not None:
+            key = check_key(key)
         super().__init__(reason)
         self.reason = reason
         self.after = after
+        self.key = key
 
 
 class Permanent(Exception):

@@ -18,14 +18,14 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import attrs
 import trio
 
 from ..._plumbing._when import iso_time
 from ..custody._records import StepRecord
-from ..custody._roles import StepStore
+from ..custody._roles import LimitStore, StepStore
 from ..custody._rules import Claim, StaleLease, Task
 from ..custody._steps import (
     SLEEP_PREFIX,
@@ -35,6 +35,7 @@ from ..custody._steps import (
     encode_step_value,
 )
 from ._ask import Asking, ParkedAsk
+from . import _limits
 
 DEFAULT_PARK_AFTER: Final = 30.0
 """Seconds: a durable sleep at most this long sleeps in place (the lease kept); a longer one
@@ -84,6 +85,8 @@ class Run:
     parked_why: str | None = attrs.field(init=False, default=None)
     """What the parked run waits for (its task's recorded reason while ``waiting``)."""
     _asking: Asking = attrs.field(init=False, factory=Asking)
+    limits: LimitStore | None = None
+    """Where the run's flow control is kept (issue #38; None: a detached run, no limits)."""
 
     @property
     def durable(self) -> bool:
@@ -173,6 +176,32 @@ class Run:
         """Mark the run parked until ``until`` waiting for ``why``: the exception to raise."""
         self.parked_until, self.parked_why = until, why
         return Parked(f"task {self.task.id!r} parked: {why}")
+    # -- flow control (issue #38): see pool._limits -------------------------------------------
+
+    def limit(self, key: str, weight: float = 1) -> _limits.Limited:
+        """``async with run.limit("openai:gpt-4o"):`` holds a permit of ``key`` (spending
+        ``weight`` tokens of its bucket) for the block; ``await run.limit(key).pause(30)``
+        stops the key for everyone on the store. See ``pool._limits``."""
+        return _limits.limit(self, key, weight)
+
+    async def acquire(self, key: str, weight: float = 1) -> _limits.Permit:
+        """Wait for a permit of ``key`` (as ``limit``), held until ``permit.release()`` or
+        the run's end."""
+        return await _limits.acquire(self, key, weight)
+
+    @property
+    def claim_of(self) -> Callable[[], Claim] | None:
+        """The run's current claim, read at each call (None outside a worker)."""
+        return self._claim
+
+    def lost(self, exc: StaleLease) -> None:
+        """The run lost its lease (the store said so): its worker cancels it."""
+        self._on_stale(exc)
+
+    def park(self, until: float, why: str) -> NoReturn:
+        """End the run parked until ``until`` (store clock): ``Parked``."""
+        self.parked_until, self.parked_why = until, why
+        raise Parked(f"task {self.task.id!r} parked: {why}")
 
     async def _step(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]

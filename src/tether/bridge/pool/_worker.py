@@ -29,10 +29,12 @@ from ..custody._conversation import (
     StateConflict,
     check_window,
 )
+from ..custody._limits import Granted, Wait
 from ..custody._records import StepRecord, WorkerInfo
 from ..custody._roles import WorkerStore
 from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
+from . import _limits
 from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._ask import ParkedAsk
 from ._completions import CompletionBatcher
@@ -42,6 +44,7 @@ from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._outage import STORE_UNREACHABLE, until_stored
 from ._progress import Progress, ProgressUpdate, reporting
 from ._quarantine import ChildSteps, Quarantine, QuarantineDeath, QuarantineStartError
+from ._quarantine_limits import ChildLimits
 from ._retry import Permanent, Retry, RetryBackoff
 from ._run import DEFAULT_PARK_AFTER, Run, check_park_after, running
 from ._stall import Notify, StallWatcher
@@ -581,6 +584,7 @@ class PoolWorker:
             lambda exc: self._lose(entry, exc),
             park_after=self.park_after,
             clock=self.store.clock,
+            limits=self.store,
         )
         with trio.CancelScope(deadline=entry.deadline) as timer:
             if task.room is not None:
@@ -633,9 +637,20 @@ class PoolWorker:
             run.parked_until, run.parked_why = until, why
             run.parked_ask = asked
 
+        async def acquire(key: str, weight: float) -> Granted | Wait:
+            try:
+                return await self.store.acquire_permit(entry.claim, key, weight)
+            except StaleLease as exc:
+                self._lose(entry, exc)
+                raise
+
+        async def pause(key: str, until: float) -> None:
+            await self.store.pause_limit(key, until)
+
+        limits = ChildLimits(acquire, self.store.release_permit, pause)
         recorded = await self.store.steps(entry.claim.task.id)
         asks = await self.store.asks(entry.claim.task.id)
-        return ChildSteps(recorded, record, parked, self.park_after, asks)
+        return ChildSteps(recorded, record, parked, self.park_after, asks, limits)
 
     async def _quarantine_death(self, entry: _Active, death: QuarantineDeath) -> None:
         """Record the child's death against its task, in the parent's transaction."""
@@ -804,6 +819,8 @@ class PoolWorker:
         entry.finishing = True
         permanent = isinstance(exc, Permanent)
         delay = 0.0 if permanent else self.retry_delay(exc, entry.claim.attempt)
+        if isinstance(exc, Retry) and exc.key is not None:
+            await self._pause_key(exc.key, delay)
         try:
             claim = entry.claim
             state = await until_stored(
@@ -858,6 +875,16 @@ class PoolWorker:
                 entry.claim.attempt,
                 exc_info=exc,
             )
+
+    async def _pause_key(self, key: str, seconds: float) -> None:
+        """``Retry(after=, key=)``: the key stops for everyone on the store (best effort: the
+        failure is stored whatever becomes of the pause)."""
+        try:
+            await self.store.pause_limit(key, self.store.clock() + seconds)
+        except Exception:
+            log.exception("worker %s: pausing limit %s failed", self.name, key)
+        else:
+            _limits.METRICS.pauses += 1
 
     async def _park(self, entry: _Active) -> None:
         """The run parked itself (a long durable sleep): claimed -> waiting, fenced; the slot

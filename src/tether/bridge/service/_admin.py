@@ -11,15 +11,18 @@ from collections.abc import Callable
 from functools import partial
 from typing import Protocol
 
+import attrs
+
 from ..._protocol._connection import ConnectionStatus
 from ..._runtime import Runtime
-from ...observe._observed import DEFAULT_GATEWAY_WINDOW, CounterSource, Observed
+from ...observe._observed import DEFAULT_GATEWAY_WINDOW, CounterSource, GaugeSource, Observed
 from ...observe._routes import AdminRoutes
 from ...observe._sections import CustodyReading
 from ..custody._roles import InspectStore, RoomStore
 from ..custody._rules import IN_CUSTODY, CustodyState
+from ..pool._limits import METRICS
 from ..pool._status import PoolStatus
-from ..pool._timings import Timings
+from ..pool._timings import Histogram, Timings
 
 log = logging.getLogger("tether.admin")
 
@@ -77,14 +80,55 @@ def bridge_observed(
     timings: Timings | None = None,
     routes: AdminRoutes | None = None,
 ) -> Observed:
-    """The admin endpoint's view of a bridge (or a ``tether worker run``) in ``runtime``."""
+    """The admin endpoint's view of a bridge (or a ``tether worker run``) in ``runtime``; the
+    process's flow control (``pool._limits.METRICS``) is always on it."""
     return Observed.of_runtime(
         runtime,
         custody=None if store is None else partial(read_custody, store),
         gateway=gateway,
         gateway_window=gateway_window,
-        counters=counters,
+        counters=[*(counters or ()), *limit_counters()],
+        gauges=[
+            GaugeSource(
+                "permits_in_flight",
+                "Permits of limits this process's runs hold now (flow control)",
+                lambda: METRICS.in_flight,
+            )
+        ],
         pool=pool,
-        timings=timings,
+        timings=_Histograms((*(() if timings is None else timings.histograms), METRICS.wait)),
         routes=routes,
     )
+
+
+@attrs.frozen
+class _Histograms:
+    """The bridge's timings and the process's permit waits, as ``/metrics`` reads them."""
+
+    parts: tuple[Histogram, ...]
+
+    @property
+    def histograms(self) -> tuple[Histogram, ...]:
+        return self.parts
+
+
+def limit_counters() -> list[CounterSource]:
+    """This process's flow control as counters (``pool._limits.METRICS``)."""
+    return [
+        CounterSource(
+            "permits_granted", "Permits of limits granted to runs", lambda: METRICS.granted
+        ),
+        CounterSource(
+            "permit_waits", "Permits a run had to wait for (at least once)", lambda: METRICS.waits
+        ),
+        CounterSource(
+            "permit_parks",
+            "Runs parked (state waiting) because a permit was too far off",
+            lambda: METRICS.parks,
+        ),
+        CounterSource(
+            "limit_pauses",
+            "Pauses of a limit's key asked by this process's runs (a 429, .pause)",
+            lambda: METRICS.pauses,
+        ),
+    ]

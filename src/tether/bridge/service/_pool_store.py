@@ -39,6 +39,8 @@ async def open_pool_store(
             schema=settings.store_schema,
         )
         stack.push_async_callback(store.aclose)
+    for spec in settings.limits:  # declared once, kept in the store for every process
+        await store.set_limit(spec)
     if check_names:
         await check_names_free(
             store,

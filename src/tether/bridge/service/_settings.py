@@ -17,6 +17,7 @@ from ..._plumbing._config_error import ConfigError
 from ..._plumbing._fs import ensure_private_dir
 from ..._plumbing._logging import LogFormat
 from ..custody._conversation import DEFAULT_HISTORY_TURNS, MAX_HISTORY_TURNS
+from ..custody._limits import LimitSpec, parse_limit
 from ._setting_values import (
     is_postgres_url,
     parse_bool,
@@ -100,6 +101,11 @@ class ProcessSettings:
     """The admin endpoint (health, metrics, task tree); None = off, 0 = a free port."""
     admin_host: str = "127.0.0.1"
     admin_token_file: Path = DEFAULT_DATA_DIR / "bridge" / "admin-token"
+    limits: tuple[LimitSpec, ...] = ()
+    """Limits this process declares in the store as it starts (flow control, issue #38):
+    ``"openai:gpt-4o rate=500/min burst=50 concurrency=20"``, several separated by ``;`` (a
+    list of such strings in TOML). The store keeps them for every process on it; ``tether
+    store limits set`` changes one without a restart."""
 
     def __attrs_post_init__(self) -> None:
         problem = capacity_problem(self.capacity, self.concurrency)
@@ -137,8 +143,25 @@ PROCESS_PARSERS: Final[Parsers] = {
     "admin_port": parse_optional_port,
     "admin_host": parse_host,
     "admin_token_file": parse_path,
+    "limits": lambda setting, value: parse_limits(value),
 }
 """How each of :class:`ProcessSettings`' fields is read from a file, the environment or a flag."""
+
+
+def parse_limits(value: object) -> tuple[LimitSpec, ...]:
+    """The ``limits`` setting: ``;``-separated specs (a flag, ``TETHER_LIMITS``) or a TOML list
+    of them; each key once."""
+    if isinstance(value, str):
+        texts = [part for part in value.split(";") if part.strip()]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        texts = list(value)
+    else:
+        raise ValueError("must be 'KEY rate=N/min burst=N concurrency=N; ...' or a list of those")
+    specs = tuple(parse_limit(text) for text in texts)
+    keys = [spec.key for spec in specs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("names a key twice")
+    return specs
 
 
 def settings_parsers(kind: type[ProcessSettings], own: Parsers) -> dict[str, Any]:

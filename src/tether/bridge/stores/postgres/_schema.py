@@ -374,6 +374,46 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     END
     $body$;
     """,
+    # (flow control, issue #38): a token bucket and a concurrency cap per key, the permits in
+    # flight (each a lease of its task's claim: a trigger frees them when the task leaves
+    # 'claimed', whatever moved it) and the runs waiting for one (until their wait is over)
+    """
+    CREATE TABLE {s}.limits (
+        key          text PRIMARY KEY CHECK (length(key) BETWEEN 1 AND 128),
+        rate         double precision CHECK (rate IS NULL OR rate > 0),
+        burst        double precision NOT NULL CHECK (burst >= 0),
+        concurrency  integer CHECK (concurrency IS NULL OR concurrency >= 1),
+        tokens       double precision NOT NULL,
+        at           double precision NOT NULL,
+        in_flight    integer NOT NULL DEFAULT 0 CHECK (in_flight >= 0),
+        paused_until double precision
+    );
+    CREATE TABLE {s}.permits (
+        id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        key         text NOT NULL,
+        task_id     text NOT NULL,
+        weight      double precision NOT NULL,
+        at          double precision NOT NULL
+    );
+    CREATE INDEX permits_task ON {s}.permits (task_id);
+    CREATE TABLE {s}.limit_waiters (
+        key         text NOT NULL,
+        task_id     text NOT NULL,
+        until       double precision NOT NULL,
+        PRIMARY KEY (key, task_id)
+    );
+    CREATE FUNCTION {s}.permits_free() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        WITH gone AS (DELETE FROM {s}.permits WHERE task_id = OLD.id RETURNING key),
+        n AS (SELECT key, count(*) AS n FROM gone GROUP BY key)
+        UPDATE {s}.limits l SET in_flight = greatest(l.in_flight - n.n, 0)
+            FROM n WHERE l.key = n.key;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER permits_free AFTER UPDATE OF state ON {s}.tasks FOR EACH ROW
+        WHEN (OLD.state = 'claimed' AND NEW.state <> 'claimed')
+        EXECUTE FUNCTION {s}.permits_free();
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -12,6 +12,7 @@ a database must keep their clocks synchronised (NTP) well within ``lease_s``.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -27,6 +28,7 @@ from ...custody._crashes import (
     process_prefix,
     quarantine_death_outcome,
 )
+from ...custody._limits import WAITER_GRACE, Granted, LimitSpec, LimitView, Wait, decide
 from ...custody._outage import StoreReach
 from ...custody._records import (
     Assignment,
@@ -70,6 +72,7 @@ from .._common import (
     unknown_task,
 )
 from .._frame import Moves, check_settings, lease_expiry
+from .._limits_frame import LimitsFrame, bucket_of, views_of
 from .._operator import CANCELLED_PREFIX
 from .._rooms_sql import SUPERSEDED_OWNER
 from .._steps_frame import StepsFrame
@@ -89,6 +92,7 @@ from ._connection import StoreTimeout as StoreTimeout
 from ._conversations import PostgresConversations, lock_rooms_sql
 from ._dsn import redact_dsn
 from ._durable import Durability, Promise, Synchronous
+from ._limits import LimitsSql
 from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
 from ._schema import check_schema
 from ._sql import Sql
@@ -98,7 +102,7 @@ log = logging.getLogger("tether.bridge.postgres")
 
 
 @attrs.define(eq=False)
-class PostgresStore(StepsFrame, PostgresAsks, PostgresConversations):
+class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations):
     """Custody in a PostgreSQL schema. Open with ``await PostgresStore.open(dsn)``."""
 
     dsn_shown: str
@@ -124,11 +128,13 @@ class PostgresStore(StepsFrame, PostgresAsks, PostgresConversations):
     _server_started: float | None = attrs.field(init=False, default=None)
     """When the server had last started as the store opened (``_restarted_at``)."""
     _steps_sql: StepsSql = attrs.field(init=False)
+    _limits_sql: LimitsSql = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self._limiters = trio.lowlevel.RunVar(f"tether-postgres-limiter-{id(self)}")
         self._sql = Sql(f'"{self.schema}"')
         self._steps_sql = StepsSql(f'"{self.schema}"')
+        self._limits_sql = LimitsSql(f'"{self.schema}"')
 
     @classmethod
     async def open(
@@ -947,6 +953,64 @@ class PostgresStore(StepsFrame, PostgresAsks, PostgresConversations):
         else:
             sql, params = self._steps_sql.forget_ids, {"ids": list(ids)}
         await self._run(lambda conn: conn.execute(sql, params))
+
+    # -- flow control (issue #38) -------------------------------------------------------------
+
+    async def _set_limit(self, spec: LimitSpec, now: float) -> None:
+        sql, params = self._limits_sql.set, {**attrs.asdict(spec), "now": now}
+        await self._run(lambda conn: conn.execute(sql, params))
+
+    async def _acquire_permit(
+        self, claim: Claim, key: str, weight: float, now: float
+    ) -> Granted | Wait:
+        params = _fence(claim, now)
+        params.update(key=key, weight=weight)
+        q, state_sql = self._limits_sql, self._sql.cas_state
+
+        def op(conn: Conn) -> Granted | Wait | Seen | None:
+            for _ in range(3):  # a grant between our two statements: ask again
+                row = conn.execute(q.acquire, params).fetchone()
+                assert row is not None
+                fenced, permit, tokens, rate = row
+                if not fenced:
+                    return _seen(conn, state_sql, params)
+                if permit is not None:
+                    return Granted(int(permit), math.inf if rate is None else float(tokens))
+                found = conn.execute(q.bucket, params).fetchone()
+                if found is None:
+                    return Granted(None)
+                outcome = decide(bucket_of(found), weight, now)
+                if isinstance(outcome, Wait):
+                    until = now + (outcome.seconds or 0.0) + WAITER_GRACE
+                    conn.execute(q.waiter, {**params, "until": until})
+                    return outcome
+            return Wait(0.0, "contended")
+
+        outcome = await self._run(op)
+        if isinstance(outcome, Granted | Wait):
+            return outcome
+        if outcome is None:
+            raise unknown_task(claim.task.id)
+        raise stale_lease(outcome, claim, now, f"acquire a permit of {key!r} for")
+
+    async def _release_permit(self, permit: int) -> None:
+        sql = self._limits_sql.release
+        await self._run(lambda conn: conn.execute(sql, {"permit": permit}))
+
+    async def _pause_limit(self, key: str, until: float, now: float) -> None:
+        sql, params = self._limits_sql.pause, {"key": key, "until": until, "now": now}
+        await self._run(lambda conn: conn.execute(sql, params))
+
+    async def _limit_views(self, now: float) -> list[LimitView]:
+        q = self._limits_sql
+
+        def op(conn: Conn) -> list[LimitView]:
+            with conn.transaction():
+                rows = conn.execute(q.all).fetchall()
+                waiting = {k: int(n) for k, n in conn.execute(q.waiters, {"now": now})}
+            return views_of(rows, waiting, now)
+
+        return await self._run(op)
 
     async def _suspects(self, limit: int) -> Suspects:
         sql = self._sql

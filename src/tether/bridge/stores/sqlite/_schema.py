@@ -399,6 +399,42 @@ MIGRATIONS: Final[tuple[str, ...]] = (
                 AND role = 'assistant' AND outcome = 'shown';
     END
     """,
+    # (flow control, issue #38): a token bucket and a concurrency cap per key, the permits in
+    # flight (each a lease of its task's claim: a trigger frees them when the task leaves
+    # 'claimed', whatever moved it) and the runs waiting for one (until their wait is over)
+    """
+    CREATE TABLE limits (
+        key          TEXT PRIMARY KEY NOT NULL CHECK (length(key) BETWEEN 1 AND 128),
+        rate         REAL CHECK (rate IS NULL OR rate > 0),
+        burst        REAL NOT NULL CHECK (burst >= 0),
+        concurrency  INTEGER CHECK (concurrency IS NULL OR concurrency >= 1),
+        tokens       REAL NOT NULL,
+        at           REAL NOT NULL,
+        in_flight    INTEGER NOT NULL DEFAULT 0 CHECK (in_flight >= 0),
+        paused_until REAL
+    ) WITHOUT ROWID;
+    CREATE TABLE permits (
+        id          INTEGER PRIMARY KEY,
+        key         TEXT NOT NULL,
+        task_id     TEXT NOT NULL,
+        weight      REAL NOT NULL,
+        at          REAL NOT NULL
+    );
+    CREATE INDEX permits_task ON permits (task_id);
+    CREATE TABLE limit_waiters (
+        key         TEXT NOT NULL,
+        task_id     TEXT NOT NULL,
+        until       REAL NOT NULL,
+        PRIMARY KEY (key, task_id)
+    ) WITHOUT ROWID;
+    CREATE TRIGGER permits_free AFTER UPDATE OF state ON tasks
+    WHEN OLD.state = 'claimed' AND NEW.state != 'claimed' BEGIN
+        UPDATE limits SET in_flight = max(in_flight - (SELECT count(*) FROM permits p
+            WHERE p.task_id = OLD.id AND p.key = limits.key), 0)
+            WHERE key IN (SELECT key FROM permits WHERE task_id = OLD.id);
+        DELETE FROM permits WHERE task_id = OLD.id;
+    END
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -34,6 +34,7 @@ from ...custody._crashes import (
     process_prefix,
     quarantine_death_outcome,
 )
+from ...custody._limits import Granted, LimitSpec, LimitView, Wait
 from ...custody._outage import StoreReach
 from ...custody._records import (
     Assignment,
@@ -77,10 +78,12 @@ from .._common import (
     unknown_task,
 )
 from .._frame import Moves, check_settings, first_pairs, lease_expiry
+from .._limits_frame import LimitsFrame
 from .._operator import CANCELLED_PREFIX
 from .._rooms_sql import SUPERSEDED_OWNER
 from .._steps_frame import StepsFrame
 from . import _asks as asks_sql
+from . import _limits as limits_sql
 from . import _sql as sql
 from . import _steps as steps_sql
 from ._access import explain_open_failure
@@ -96,7 +99,7 @@ T = TypeVar("T")
 
 
 @attrs.define(eq=False)
-class SqliteStore(StepsFrame, SqliteAsks, SqliteConversations):
+class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
     """Custody in one SQLite file. Open with ``await SqliteStore.open(path)``."""
 
     path: Path
@@ -788,6 +791,35 @@ class SqliteStore(StepsFrame, SqliteAsks, SqliteConversations):
         await self._writer.run(
             lambda conn: steps_sql.forget_dead_steps(conn, ids, text, limit, skip)
         )
+
+    # -- flow control (issue #38) -------------------------------------------------------------
+
+    async def _set_limit(self, spec: LimitSpec, now: float) -> None:
+        params = {**attrs.asdict(spec), "now": now}
+        await self._writer.run(lambda conn: conn.execute(limits_sql.SET, params))
+
+    async def _acquire_permit(
+        self, claim: Claim, key: str, weight: float, now: float
+    ) -> Granted | Wait:
+        params = {**sql.fence_params(claim, now), "key": key, "weight": weight}
+
+        def op(conn: sqlite3.Connection) -> Granted | Wait:
+            outcome = limits_sql.acquire(conn, params)
+            if outcome is None:
+                raise _stale(conn, claim, now, f"acquire a permit of {key!r} for")
+            return outcome
+
+        return await self._writer.run(op)
+
+    async def _release_permit(self, permit: int) -> None:
+        await self._writer.run(lambda conn: limits_sql.release(conn, permit))
+
+    async def _pause_limit(self, key: str, until: float, now: float) -> None:
+        params = {"key": key, "until": until, "now": now}
+        await self._writer.run(lambda conn: conn.execute(limits_sql.PAUSE, params))
+
+    async def _limit_views(self, now: float) -> list[LimitView]:
+        return await self._read(lambda conn: limits_sql.views(conn, now))
 
 
 # -- helpers (run in the writer's or the reader's thread) -----------------------------------------

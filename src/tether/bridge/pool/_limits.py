@@ -1,0 +1,163 @@
+"""Flow control in a handler (issue #38): ``async with run.limit("openai:gpt-4o"):`` waits for
+a permit of the key, shared by every process on the custody store, and holds it for the block.
+
+Waiting spends no attempt. A wait that would pass the run's ``park_after`` parks the task
+(``waiting``, the worker slot freed) and the handler runs again from the top once the wait is
+over. ``.pause(after)`` (or ``Retry(after=, key=)``) stops the key for everyone: what a
+provider's 429 with ``Retry-After`` asks for. The bucket arithmetic is ``custody._limits``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Final
+
+import attrs
+import trio
+
+from ..._plumbing._when import iso_time
+from ..custody._limits import Granted, Wait, check_key, check_pause, check_weight
+from ..custody._roles import LimitStore
+from ..custody._rules import Claim, StaleLease
+from ._timings import Histogram
+
+if TYPE_CHECKING:
+    from ._run import Run
+
+log = logging.getLogger("tether.bridge.limits")
+
+POLL_FIRST: Final = 0.01
+"""Seconds before asking again for a permit held by others (no time is known): doubling..."""
+POLL_CAP: Final = 0.2
+"""...up to this: how late a freed permit may be seen by a waiter, at worst."""
+PARK_AGAIN: Final = 1.0
+"""A parked waiter for a concurrency permit (no known wait) is due again this much later."""
+
+
+@attrs.define(eq=False)
+class LimitMetrics:
+    """This process's flow control, for the admin endpoint's ``/metrics``."""
+
+    in_flight: int = 0
+    granted: int = 0
+    waits: int = 0
+    """Acquires that had to wait (at least once)."""
+    parks: int = 0
+    pauses: int = 0
+    wait: Histogram = attrs.field(
+        factory=lambda: Histogram("permit_wait", "Seconds a run waited for a permit of a limit")
+    )
+
+
+METRICS: Final = LimitMetrics()
+"""The process's one set (every worker of the process adds to it)."""
+
+
+@attrs.define(eq=False)
+class Permit:
+    """A permit held by a run; ``release()`` gives it back (else its task leaving ``claimed``
+    does). ``id`` is None for a key without a declared limit and outside a worker."""
+
+    key: str
+    id: int | None
+    _store: LimitStore | None = None
+    released: bool = attrs.field(init=False, default=False)
+
+    async def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        METRICS.in_flight -= 1
+        if self._store is not None and self.id is not None:
+            with trio.CancelScope(shield=True):  # a cancelled block still gives its permit back
+                try:
+                    await self._store.release_permit(self.id)
+                except Exception:  # the block's own outcome wins: its task's end frees it
+                    log.warning("permit %d of %s not given back now", self.id, self.key)
+
+
+@attrs.define(eq=False)
+class Limited:
+    """What ``run.limit(key, weight)`` returns: an ``async with`` block holding a permit, and
+    ``pause(after)`` for the key."""
+
+    _run: Run
+    key: str
+    weight: float
+    permit: Permit | None = attrs.field(init=False, default=None)
+
+    async def __aenter__(self) -> Permit:
+        self.permit = await acquire(self._run, self.key, self.weight)
+        return self.permit
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.permit is not None:
+            await self.permit.release()
+
+    async def pause(self, after: float) -> None:
+        """Stop the key for everyone on the store for ``after`` seconds."""
+        await pause(self._run, self.key, after)
+
+
+def limit(run: Run, key: str, weight: float = 1) -> Limited:
+    return Limited(run, check_key(key), check_weight(weight))
+
+
+async def acquire(run: Run, key: str, weight: float = 1) -> Permit:
+    """Wait for a permit of ``key`` spending ``weight`` tokens (see the module)."""
+    key, weight = check_key(key), check_weight(weight)
+    store, claim = run.limits, run.claim_of
+    if store is None or claim is None:  # detached: nothing to share, no limit
+        METRICS.in_flight += 1
+        return Permit(key, None)
+    started = trio.current_time()
+    poll = POLL_FIRST
+    waited = False
+    while True:
+        outcome = await _ask(run, store, claim, key, weight)
+        if isinstance(outcome, Granted):
+            METRICS.granted += 1
+            METRICS.in_flight += 1
+            if waited:
+                METRICS.wait.observe(trio.current_time() - started)
+            return Permit(key, outcome.permit, store)
+        if not waited:
+            waited = True
+            METRICS.waits += 1
+        if outcome.seconds is None:
+            delay, poll = poll, min(poll * 2, POLL_CAP)
+        else:
+            delay = max(outcome.seconds, 0.001)
+        if trio.current_time() - started + delay > run.park_after:
+            METRICS.parks += 1
+            until = store.clock() + (delay if outcome.seconds is not None else PARK_AGAIN)
+            run.park(
+                until, f"waiting for a permit of {key} ({outcome.why}) until {iso_time(until)}"
+            )
+        await trio.sleep(delay)
+
+
+async def _ask(
+    run: Run, store: LimitStore, claim: Callable[[], Claim], key: str, weight: float
+) -> Granted | Wait:
+    try:
+        return await store.acquire_permit(claim(), key, weight)
+    except StaleLease as exc:
+        run.lost(exc)
+        raise
+
+
+async def pause(run: Run, key: str, after: float) -> None:
+    """Stop ``key`` for everyone on the store for ``after`` seconds (a detached run: nothing)."""
+    key, after = check_key(key), check_pause(after)
+    METRICS.pauses += 1
+    if run.limits is not None and math.isfinite(after):
+        await run.limits.pause_limit(key, run.limits.clock() + after)

@@ -1,0 +1,112 @@
+"""The store methods of flow control (issue #38), framed as ``_frame.StoreFrame`` frames the
+rest: check the arguments, run the backend's ``_name`` operation.
+
+A mixin of both backends' store classes, so limits read the same on SQLite and PostgreSQL and
+stay apart from the methods of other issues. The bucket arithmetic is ``custody._limits``.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..custody._limits import (
+    Bucket,
+    Granted,
+    LimitSpec,
+    LimitView,
+    Wait,
+    check_key,
+    check_weight,
+    tokens_at,
+)
+from ..custody._rules import Claim
+from ..custody._steps import check_wake_at
+from ._common import fence_args
+from ._frame import StoreFrame
+
+log = logging.getLogger("tether.bridge.limits")
+
+
+class LimitsFrame(StoreFrame):
+    """``StoreFrame`` with ``LimitStore``'s methods."""
+
+    async def set_limit(self, spec: LimitSpec) -> None:
+        if not isinstance(spec, LimitSpec):
+            raise TypeError(f"expected a LimitSpec, got {type(spec).__name__}")
+        await self._set_limit(spec, self.clock())
+        log.info(
+            "limit %s: rate %s/s, burst %g, concurrency %s",
+            spec.key,
+            "-" if spec.rate is None else f"{spec.rate:g}",
+            spec.burst,
+            "-" if spec.concurrency is None else spec.concurrency,
+        )
+
+    @abc.abstractmethod
+    async def _set_limit(self, spec: LimitSpec, now: float) -> None: ...
+
+    async def acquire_permit(self, claim: Claim, key: str, weight: float = 1.0) -> Granted | Wait:
+        fence_args(claim)
+        return await self._acquire_permit(claim, check_key(key), check_weight(weight), self.clock())
+
+    @abc.abstractmethod
+    async def _acquire_permit(
+        self, claim: Claim, key: str, weight: float, now: float
+    ) -> Granted | Wait:
+        """Under the fence, apply ``custody._limits.decide`` to ``key``'s bucket: on a grant
+        spend the tokens, count the permit in flight and insert it (its id returned); on a
+        wait record the waiter (until its wait is over). ``StaleLease`` if fenced out."""
+
+    async def release_permit(self, permit: int) -> None:
+        if isinstance(permit, bool) or not isinstance(permit, int):
+            raise TypeError(f"a permit is an int id, got {type(permit).__name__}")
+        await self._release_permit(permit)
+
+    @abc.abstractmethod
+    async def _release_permit(self, permit: int) -> None: ...
+
+    async def pause_limit(self, key: str, until: float) -> None:
+        key, until = check_key(key), check_wake_at(until)
+        await self._pause_limit(key, until, self.clock())
+        log.warning("limit %s paused for everyone on the store until %.3f", key, until)
+
+    @abc.abstractmethod
+    async def _pause_limit(self, key: str, until: float, now: float) -> None: ...
+
+    async def limit_views(self) -> Sequence[LimitView]:
+        return await self._limit_views(self.clock())
+
+    @abc.abstractmethod
+    async def _limit_views(self, now: float) -> list[LimitView]: ...
+
+
+def bucket_of(row: Sequence[Any]) -> Bucket:
+    """A ``limits`` row (``key, rate, burst, concurrency, tokens, at, in_flight,
+    paused_until``, both backends) as a ``Bucket``."""
+    key, rate, burst, concurrency, tokens, at, in_flight, paused_until = row
+    spec = LimitSpec(key, rate, burst, concurrency)
+    return Bucket(spec, tokens, at, in_flight, paused_until)
+
+
+def views_of(
+    rows: Iterable[Sequence[Any]], waiting: Mapping[str, int], now: float
+) -> list[LimitView]:
+    """What ``limits()`` shows of each row at ``now``: tokens refilled, a pause only while it
+    lasts, the waiters counted."""
+    out = []
+    for row in rows:
+        bucket = bucket_of(row)
+        paused = bucket.paused_until
+        out.append(
+            LimitView(
+                bucket.spec,
+                tokens_at(bucket, now),
+                bucket.in_flight,
+                paused if paused is not None and paused > now else None,
+                int(waiting.get(bucket.spec.key, 0)),
+            )
+        )
+    return out

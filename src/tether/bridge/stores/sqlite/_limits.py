@@ -1,0 +1,75 @@
+"""Flow control on SQLite (issue #38): limits, permits and waiters as writer jobs, each in the
+writer's group commit under the lease fence; the arithmetic is ``custody._limits.decide``.
+
+The writer holds the write lock for a whole job, so the bucket read, the decision and its
+writes of one acquire see the same rows as every other process's.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Final
+
+from ...custody._limits import WAITER_GRACE, Granted, LimitView, Wait, decide
+from .._limits_frame import bucket_of, views_of
+from ._sql import FENCE_NAMED
+
+COLS: Final = "key, rate, burst, concurrency, tokens, at, in_flight, paused_until"
+BUCKET: Final = f"SELECT {COLS} FROM limits WHERE key = ?"
+FENCED: Final = f"SELECT 1 FROM tasks WHERE {FENCE_NAMED}"
+SET: Final = (
+    "INSERT INTO limits (key, rate, burst, concurrency, tokens, at) "
+    "VALUES (:key, :rate, :burst, :concurrency, :burst, :now) "
+    "ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, burst = excluded.burst, "
+    "concurrency = excluded.concurrency, "
+    "tokens = CASE WHEN rate IS NULL THEN excluded.burst ELSE min(tokens, excluded.burst) END"
+)
+SPEND: Final = (
+    "UPDATE limits SET tokens = :tokens, at = max(at, :now), in_flight = in_flight + 1 "
+    "WHERE key = :key"
+)
+PERMIT: Final = "INSERT INTO permits (key, task_id, weight, at) VALUES (:key, :id, :weight, :now)"
+WAITER: Final = (
+    "INSERT INTO limit_waiters (key, task_id, until) VALUES (:key, :id, :until) "
+    "ON CONFLICT (key, task_id) DO UPDATE SET until = excluded.until"
+)
+SERVED: Final = "DELETE FROM limit_waiters WHERE key = :key AND task_id = :id"
+RELEASE: Final = "DELETE FROM permits WHERE id = ? RETURNING key"
+RELEASED: Final = "UPDATE limits SET in_flight = max(in_flight - 1, 0) WHERE key = ?"
+PAUSE: Final = (
+    "INSERT INTO limits (key, burst, tokens, at, paused_until) VALUES (:key, 0, 0, :now, :until) "
+    "ON CONFLICT (key) DO UPDATE SET paused_until = max(coalesce(paused_until, 0), :until)"
+)
+ALL: Final = f"SELECT {COLS} FROM limits ORDER BY key"
+WAITERS: Final = "SELECT key, count(*) FROM limit_waiters WHERE until > ? GROUP BY key"
+
+
+def acquire(conn: sqlite3.Connection, params: dict[str, Any]) -> Granted | Wait | None:
+    """One acquire (the writer's job); None if fenced out."""
+    if conn.execute(FENCED, params).fetchone() is None:
+        return None
+    row = conn.execute(BUCKET, (params["key"],)).fetchone()
+    if row is None:
+        return Granted(None)
+    now = params["now"]
+    outcome = decide(bucket_of(row), params["weight"], now)
+    if isinstance(outcome, Wait):
+        wait = outcome.seconds if outcome.seconds is not None else 0.0
+        conn.execute(WAITER, {**params, "until": now + wait + WAITER_GRACE})
+        return outcome
+    tokens = outcome.tokens if row[1] is not None else row[4]
+    conn.execute(SPEND, {**params, "tokens": tokens})
+    permit = conn.execute(PERMIT, params).lastrowid
+    conn.execute(SERVED, params)
+    return Granted(permit, outcome.tokens)
+
+
+def release(conn: sqlite3.Connection, permit: int) -> None:
+    row = conn.execute(RELEASE, (permit,)).fetchone()
+    if row is not None:
+        conn.execute(RELEASED, (row[0],))
+
+
+def views(conn: sqlite3.Connection, now: float) -> list[LimitView]:
+    waiting = dict(conn.execute(WAITERS, (now,)).fetchall())
+    return views_of(conn.execute(ALL).fetchall(), waiting, now)
