@@ -404,7 +404,7 @@ async def test_a_store_from_before_durable_runs_migrates_with_its_tasks(tmp_path
     from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements
 
     db = tmp_path / "custody.db"
-    before = len(MIGRATIONS) - 1
+    before = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE steps" in m)
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         for migration in MIGRATIONS[:before]:
