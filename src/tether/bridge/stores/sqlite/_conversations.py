@@ -47,10 +47,18 @@ ROOM_TURNS: Final = (
     "ORDER BY seq DESC, role ASC LIMIT ?"
 )
 SAVE_STATE: Final = (
-    "INSERT INTO conversations (room, state, version, state_bytes) VALUES (?, ?, 1, ?) "
-    "ON CONFLICT (room) DO UPDATE SET state = excluded.state, version = version + 1, "
-    "state_bytes = excluded.state_bytes RETURNING version"
+    "INSERT INTO conversations (room, state, version, state_bytes) "
+    "VALUES (:room, :state, 1, :size) ON CONFLICT (room) DO UPDATE SET "
+    "state = excluded.state, version = version + 1, state_bytes = excluded.state_bytes "
+    "WHERE version = :base RETURNING version"
 )
+"""The room's new state if its version is still ``:base``, 0 here (a room without a row is
+at 0), in one statement: no row back is a conflict."""
+SAVE_STATE_ON: Final = (
+    "UPDATE conversations SET state = :state, version = version + 1, state_bytes = :size "
+    "WHERE room = :room AND version = :base RETURNING version"
+)
+"""``SAVE_STATE`` for a base above 0 (a room without a row is at 0: no insert can match)."""
 SHOWN: Final = (
     "INSERT INTO turns (room, seq, role, task_id, text, at, outcome) "
     "SELECT u.room, u.seq, 'assistant', u.task_id, :text, :now, 'shown' FROM turns u "
@@ -129,21 +137,22 @@ class SqliteConversations(ConversationFrame):
         values = (body, int(no_send), now, id, claim.worker, claim.run)
         size = len(state.encode("utf-8", "surrogatepass"))
 
+        room = claim.task.room  # the task's room, as the store handed it out
+        save = {"room": room, "state": state, "size": size, "base": base}
+
         def op(conn: sqlite3.Connection) -> int:
             if conn.execute(sql.COMPLETE, values).rowcount != 1:
                 raise self._stale(conn, claim, now, "complete")
-            (room,) = conn.execute(TASK_ROOM, (id,)).fetchone()
             if room is None:
                 raise InvalidTask(f"task {id!r} has no room: a state is kept per room")
-            row = conn.execute(STATE, (room,)).fetchone()
-            current = 0 if row is None else int(row[1])
-            if current != base:  # raising undoes this job's complete too
+            saved = conn.execute(SAVE_STATE_ON if base else SAVE_STATE, save).fetchone()
+            if saved is None:  # raising undoes this job's complete too
+                row = conn.execute(STATE, (room,)).fetchone()
                 raise StateConflict(
-                    f"task {id!r}: room {room!r}'s state is at version {current}, the run "
-                    f"read version {base}"
+                    f"task {id!r}: room {room!r}'s state is at version "
+                    f"{0 if row is None else int(row[1])}, the run read version {base}"
                 )
-            (version,) = conn.execute(SAVE_STATE, (room, state, size)).fetchone()
-            return int(version)
+            return int(saved[0])
 
         return await self._write(op)
 
