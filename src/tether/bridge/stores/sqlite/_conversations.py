@@ -12,6 +12,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
+import attrs
+
 from ...custody._conversation import (
     HISTORY_OUTCOMES,
     Conversation,
@@ -111,24 +113,7 @@ class SqliteConversations(ConversationFrame):
         """Why ``claim``'s fence missed (``SqliteStore``'s reading of the row)."""
 
     async def _conversation(self, task_id: str, limit: int) -> Conversation:
-        def op(conn: sqlite3.Connection) -> Conversation:
-            at = conn.execute(TASK_TURN, (task_id,)).fetchone()
-            history: tuple[Turn, ...] = ()
-            if at is None:
-                row = conn.execute(TASK_ROOM, (task_id,)).fetchone()
-                if row is None or row[0] is None:
-                    return Conversation()
-                room = row[0]
-            else:
-                room = at[0]
-                rows = conn.execute(WINDOW, (room, at[1], limit)).fetchall() if limit else []
-                history = tuple(turn_from_row(r) for r in reversed(rows))
-            state = conn.execute(STATE, (room,)).fetchone()
-            if state is None:
-                return Conversation(history)
-            return Conversation(history, decode_state(state[0]), int(state[1]))
-
-        return await self._read(op)
+        return await self._read(lambda conn: read_conversation(conn, task_id, limit))
 
     async def _complete_with_state(
         self, claim: Claim, body: str, no_send: bool, state: str, base: int, now: float
@@ -205,3 +190,34 @@ class SqliteConversations(ConversationFrame):
             return ConversationCounts(int(rooms), int(turns), int(size))
 
         return await self._read(op)
+
+
+def read_conversation(conn: sqlite3.Connection, task_id: str, limit: int) -> Conversation:
+    """The conversation of ``task_id``'s run: the turns before its message (at most
+    ``limit``), its room's state and version; empty for a task in no room (or unknown)."""
+    at = conn.execute(TASK_TURN, (task_id,)).fetchone()
+    history: tuple[Turn, ...] = ()
+    if at is None:
+        row = conn.execute(TASK_ROOM, (task_id,)).fetchone()
+        if row is None or row[0] is None:
+            return Conversation()
+        room = row[0]
+    else:
+        room = at[0]
+        rows = conn.execute(WINDOW, (room, at[1], limit)).fetchall() if limit else []
+        history = tuple(turn_from_row(r) for r in reversed(rows))
+    state = conn.execute(STATE, (room,)).fetchone()
+    if state is None:
+        return Conversation(history)
+    return Conversation(history, decode_state(state[0]), int(state[1]))
+
+
+def with_conversations(conn: sqlite3.Connection, claims: list[Claim], limit: int) -> list[Claim]:
+    """``claims``, each of a task in a room carrying its conversation, read in the claim's
+    own transaction (``claim_many(history=limit)``): its run needs no read of its own."""
+    return [
+        claim
+        if claim.task.room is None
+        else attrs.evolve(claim, conversation=read_conversation(conn, claim.task.id, limit))
+        for claim in claims
+    ]
