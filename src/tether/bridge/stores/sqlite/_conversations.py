@@ -32,15 +32,19 @@ T = TypeVar("T")
 
 _SHOWN: Final = ", ".join(f"'{o}'" for o in sorted(HISTORY_OUTCOMES))
 TASK_TURN: Final = (
-    "SELECT room, seq FROM turns WHERE task_id = ? AND role = 'user' ORDER BY seq DESC LIMIT 1"
+    "SELECT room, max(seq) FROM turns WHERE task_id = ? AND role = 'user' HAVING count(*) > 0"
 )
+"""The room and number of a task's message (the newest, should a forgotten room have seen
+its id before); no row if it has none. An aggregate: no sorter for the one row."""
 WINDOW: Final = (
-    "SELECT role, text, task_id, at, outcome FROM turns "
+    "SELECT role, text, task_id, at, outcome, seq FROM turns "
     f"WHERE room = ? AND seq < ? AND outcome IN ({_SHOWN}) "
-    "ORDER BY seq DESC, role ASC LIMIT ?"
+    "ORDER BY seq DESC, role DESC LIMIT ?"
 )
-"""The newest ``limit`` turns before a message (a reply sorts after its message: 'assistant'
-comes first in the reversed order), walked backwards on the primary key: bounded."""
+"""The turns before a message, newest first in the index's own order (walked backwards on
+``turns_key``: bounded, no sorter). In time a reply comes after its message of the same
+``seq``, which this order reverses; read with ``limit + 1`` (``window``), those rows hold the
+newest ``limit`` turns in time order whatever the cut."""
 TASK_ROOM: Final = "SELECT room FROM tasks WHERE id = ?"
 STATE: Final = "SELECT state, version FROM conversations WHERE room = ?"
 ROOM: Final = "SELECT turns, state, version, state_bytes FROM conversations WHERE room = ?"
@@ -204,12 +208,24 @@ def read_conversation(conn: sqlite3.Connection, task_id: str, limit: int) -> Con
         room = row[0]
     else:
         room = at[0]
-        rows = conn.execute(WINDOW, (room, at[1], limit)).fetchall() if limit else []
-        history = tuple(turn_from_row(r) for r in reversed(rows))
+        history = window(conn, room, at[1], limit)
     state = conn.execute(STATE, (room,)).fetchone()
     if state is None:
         return Conversation(history)
     return Conversation(history, decode_state(state[0]), int(state[1]))
+
+
+def window(conn: sqlite3.Connection, room: str, seq: int, limit: int) -> tuple[Turn, ...]:
+    """The newest ``limit`` turns of ``room`` before its message ``seq``, oldest first."""
+    if not limit:
+        return ()
+    rows = conn.execute(WINDOW, (room, seq, limit + 1)).fetchall()
+    rows.sort(key=_newest_first)  # a reply before its message, as in time
+    return tuple(turn_from_row(r[:5]) for r in reversed(rows[:limit]))
+
+
+def _newest_first(row: tuple[Any, ...]) -> tuple[int, str]:
+    return -row[5], row[0]  # 'assistant' < 'user': the reply is the newer of a seq
 
 
 def with_conversations(conn: sqlite3.Connection, claims: list[Claim], limit: int) -> list[Claim]:
