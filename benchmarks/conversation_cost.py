@@ -21,10 +21,18 @@
    once (LangGraph's threads share the saver's connection under its lock; tether's lanes
    share group commits and syncs). Goal: tether's turn at least 2x faster.
 
+3. **On the whole bridge** (the goal's own words: the cost per message on the bridge): a
+   reference gateway in its own process and a ``BridgeService`` (4 workers x 4), ``--bridge-
+   messages`` posted first in 40 serial rooms that already hold ``--turns`` turns each:
+   ``no conversation`` (the noop agent, the triggers dropped, ``--history-turns 0``) against
+   ``history+state`` (an agent that reads ``conversation_of`` and returns a new state, the
+   history window ``--turns``). Messages per second and this process's CPU per message.
+
 Rounds interleave the sides on fresh files; medians and spreads (min..max) are printed.
 
     nice uv run python benchmarks/conversation_cost.py [--messages 400] [--lanes 16]
         [--turns 20] [--rounds 5] [--langgraph-turns 100] [--synchronous NORMAL]
+        [--bridge-messages 600]
 """
 
 from __future__ import annotations
@@ -39,9 +47,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 
-from tether.bridge import SqliteStore, Task
+from bridge_throughput import TOKEN, gateway_process, post_message
+from tether import Session
+from tether.bridge import (
+    BridgeConfig,
+    BridgeService,
+    Reply,
+    SqliteStore,
+    Task,
+    conversation_of,
+)
 from tether.bridge.stores.sqlite._connection import Synchronous
 
 
@@ -182,6 +200,79 @@ def langgraph_turns(db: Path, *, turns: int, n: int, lanes: int, synchronous: Sy
     return elapsed / (n * lanes)
 
 
+BRIDGE_ROOMS = 40
+"""The rooms of part 3 (``bridge_throughput.post_message``'s: ``i % 40``)."""
+
+
+def conversing_agent(session: Session) -> None:
+    """The ``history+state`` side's agent: reads its room's conversation and stores a new
+    state with its reply (``--agent conversation_cost:conversing_agent``)."""
+
+    @session.on("task")
+    async def reply(task: Task) -> Reply:
+        talk = conversation_of(task)
+        return Reply(f"ok after {len(talk.history)} turns", state={"n": talk.version + 1})
+
+
+async def bridge_path(
+    folder: Path, *, mode: str, messages: int, turns: int, synchronous: Synchronous
+) -> tuple[float, float]:
+    """(messages/s, CPU microseconds per message of this process) through the whole bridge:
+    a reference gateway in its own process, 4 workers x 4, ``messages`` posted first in
+    ``BRIDGE_ROOMS`` serial rooms that already hold ``turns`` turns each. ``no conversation``:
+    the noop agent on a store without the conversation triggers, ``--history-turns 0``;
+    ``history+state``: ``conversing_agent``, ``--history-turns turns``."""
+    async with (
+        gateway_process(folder) as (url, _pid),
+        httpx.AsyncClient(
+            base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+        ) as http,
+    ):
+        store = await SqliteStore.open(folder / "bridge.db", synchronous=synchronous)
+        try:
+            for k in range(BRIDGE_ROOMS):
+                await _prefill(store, f"room-{k}", turns, f"p{k}")
+            talk = mode == "history+state"
+            if not talk:
+                await store._write(_drop_triggers)
+            limiter = trio.CapacityLimiter(16)
+
+            async def submit(i: int) -> None:
+                async with limiter:
+                    await post_message(http, i)
+
+            async with trio.open_nursery() as submitters:
+                for i in range(messages):
+                    submitters.start_soon(submit, i)
+            config = BridgeConfig(
+                gateway=url,
+                token_file=folder / "token",
+                store=str(folder / "bridge.db"),
+                agent="conversation_cost:conversing_agent"
+                if talk
+                else "tether.agents.noop:factory",
+                workers=4,
+                concurrency=4,
+                poll_wait=5.0,
+                grace=2.0,
+                synchronous=synchronous,
+                history_turns=turns if talk else 0,
+                log_level="WARNING",
+            )
+            service = BridgeService(config, store=store)
+            async with trio.open_nursery() as bridge:
+                cpu, start = time.process_time(), time.perf_counter()
+                await bridge.start(service.run)
+                assert service.delivery is not None
+                while service.delivery.stats.delivered < messages:  # noqa: ASYNC110 - a counter
+                    await trio.sleep(0.005)  # in-process: no polling of the gateway
+                elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+                bridge.cancel_scope.cancel()
+        finally:
+            await store.aclose()
+    return messages / elapsed, cpu / messages * 1e6
+
+
 def _stats(values: list[float]) -> str:
     return (
         f"median {statistics.median(values):.1f} (min {min(values):.1f} .. max {max(values):.1f})"
@@ -196,6 +287,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--langgraph-turns", type=int, default=100)
     parser.add_argument("--synchronous", choices=("NORMAL", "FULL"), default="NORMAL")
+    parser.add_argument("--bridge-messages", type=int, default=600, help="0: skip part 3")
     args = parser.parse_args()
     sync: Synchronous = args.synchronous
     print(
@@ -214,6 +306,8 @@ def main() -> None:
     lg: dict[int, list[float]] = {w: [] for w in widths}
     rc: dict[int, list[float]] = {w: [] for w in widths}
     wh: dict[int, list[float]] = {w: [] for w in widths}
+    sides = ("no conversation", "history+state")
+    bridge: dict[str, list[tuple[float, float]]] = {m: [] for m in sides}
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
         for r in range(args.rounds):
             for m in modes:
@@ -255,6 +349,21 @@ def main() -> None:
                 )
                 rc[w].append(a * 1e6)
                 wh[w].append(b * 1e6)
+            for m in sides if args.bridge_messages else ():
+                folder = Path(tmp) / f"p3-{r}-{m.replace('+', '_').replace(' ', '_')}"
+                folder.mkdir()
+                bridge[m].append(
+                    trio.run(
+                        partial(
+                            bridge_path,
+                            folder,
+                            mode=m,
+                            messages=args.bridge_messages,
+                            turns=args.turns,
+                            synchronous=sync,
+                        )
+                    )
+                )
             print(f"round {r + 1}/{args.rounds} done", flush=True)
     print("\npart 1: messages/s through ingest -> claim -> complete -> delivered")
     for m in modes:
@@ -272,6 +381,25 @@ def main() -> None:
         whole = statistics.median(lg[w]) / statistics.median(wh[w])
         print(f"  tether read + commit: {ratio:.2f}x LangGraph's speed (goal >= 2x)")
         print(f"  tether whole turn: {whole:.2f}x LangGraph's speed")
+    if args.bridge_messages:
+        print(
+            f"\npart 3: the whole bridge (gateway process, 4 x 4 workers, {BRIDGE_ROOMS} serial "
+            f"rooms of {args.turns} turns, {args.bridge_messages} messages, synchronous={sync})"
+        )
+        for m in sides:
+            rates3 = [rate for rate, _ in bridge[m]]
+            cpus = [cpu for _, cpu in bridge[m]]
+            print(f"  {m:<16} msgs/s {_stats(rates3)}; CPU us/msg {_stats(cpus)}")
+        base_rate = statistics.median(rate for rate, _ in bridge["no conversation"])
+        base_cpu = statistics.median(cpu for _, cpu in bridge["no conversation"])
+        talk_rate = statistics.median(rate for rate, _ in bridge["history+state"])
+        talk_cpu = statistics.median(cpu for _, cpu in bridge["history+state"])
+        time_cost = (base_rate / talk_rate - 1) * 100
+        cpu_cost = (talk_cpu / base_cpu - 1) * 100
+        print(
+            f"  cost of history+state per message on the bridge: time {time_cost:+.1f}%, "
+            f"CPU {cpu_cost:+.1f}% (goal < 10%)"
+        )
 
 
 if __name__ == "__main__":
