@@ -4,8 +4,9 @@
 The worker has the room's conversation (the turns before the task's message, the room's
 state and its version: bounded reads) before it calls the handler, read in the claim's own
 transaction (``claim_many(history=n)``), so a sync handler in a thread reads it as an async
-one does; a run that runs again after a state conflict reads the current state anew. The handler returns ``Reply(body, state=...)`` to store a
-new state with its reply (``_agent``); the worker stores both in one transaction.
+one does; a run that runs again after a state conflict reads the current state anew. The
+handler returns ``Reply(body, state=...)`` to store a new state with its reply (``_agent``);
+the worker stores both in one transaction.
 """
 
 from __future__ import annotations
