@@ -1,28 +1,38 @@
-"""What a conversation costs (issue #34), in two parts, same disk, same durability (SQLite WAL
-with ``synchronous=FULL`` on every side):
+"""What a conversation costs (issue #34), in two parts, same disk, settings printed:
 
 1. **On the bridge's store path**: messages per second through ingest -> claim -> complete ->
    mark_delivered at ``--lanes`` concurrent lanes (one room each, as a pool's workers would
    run them; group commit shared), three ways, interleaved: ``no conversation`` (tasks of a
    room on a store whose conversation triggers are dropped: the path as it was before issue
    #34), ``turns`` (the triggers write the user and assistant turns; the handler reads
-   nothing), ``history+state`` (each run also reads its conversation, ``--turns`` turns of
-   history, and stores a new state with its reply: ``complete_with_state``). The cost is
-   ``history+state`` against ``no conversation``. Goal: under 10% at 20 turns.
+   nothing), ``history+state`` (each claim also carries its conversation, ``--turns`` turns
+   of history read in the claim's transaction as a worker asks for it, and the run stores a
+   new state with its reply: ``complete_with_state``). The cost is ``history+state`` against
+   ``no conversation``. Goal: under 10% at 20 turns. ``--synchronous`` (NORMAL, the store's
+   default, or FULL) applies to every side.
 2. **Against LangGraph's SqliteSaver** (``langgraph-checkpoint-sqlite``, the ``bench``
-   group), one thread, one conversation that already holds ``--turns`` turns: a LangGraph
-   turn is ``get_tuple`` (load the thread's latest checkpoint) + ``put`` (a checkpoint with
-   the messages so far plus the new user and assistant messages: one commit). tether's is
-   ``conversation`` (the bounded read) + ``complete_with_state`` (the assistant turn, the
-   state and the custody move: one commit); the whole turn (with the ingest and the claim
-   that custody makes anyway: two more commits) is printed too. Goal: tether's read + commit
-   at least 2x faster per turn.
+   group), each conversation already holding ``--turns`` turns, durable at the end of each
+   turn on both sides: a LangGraph turn is ``get_tuple`` + ``put`` (a checkpoint with the
+   messages so far plus the new user and assistant messages; ``setup()``'s WAL and SQLite's
+   default ``synchronous=FULL``: one synced commit); tether's is a claim carrying the
+   conversation + ``complete_with_state`` + the WAL sync delivery runs before it posts the
+   reply (``synchronous=NORMAL``, the default). The whole turn (with the ingest, itself a
+   promise, and the delivered mark) is printed too. One conversation, then ``--lanes`` at
+   once (LangGraph's threads share the saver's connection under its lock; tether's lanes
+   share group commits and syncs). Goal: tether's turn at least 2x faster.
 
-Rounds interleave the sides on fresh files; medians and spreads (min..max) are printed with
-the settings.
+3. **On the whole bridge** (the goal's own words: the cost per message on the bridge): a
+   reference gateway in its own process and a ``BridgeService`` (4 workers x 4), ``--bridge-
+   messages`` posted first in 40 serial rooms that already hold ``--turns`` turns each:
+   ``no conversation`` (the noop agent, the triggers dropped, ``--history-turns 0``) against
+   ``history+state`` (an agent that reads ``conversation_of`` and returns a new state, the
+   history window ``--turns``). Messages per second and this process's CPU per message.
+
+Rounds interleave the sides on fresh files; medians and spreads (min..max) are printed.
 
     nice uv run python benchmarks/conversation_cost.py [--messages 400] [--lanes 16]
-        [--turns 20] [--rounds 5] [--langgraph-turns 200]
+        [--turns 20] [--rounds 5] [--langgraph-turns 100] [--synchronous NORMAL]
+        [--bridge-messages 600]
 """
 
 from __future__ import annotations
@@ -32,13 +42,25 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 
-from tether.bridge import SqliteStore, Task
+from bridge_throughput import TOKEN, gateway_process, post_message
+from tether import Session
+from tether.bridge import (
+    BridgeConfig,
+    BridgeService,
+    Reply,
+    SqliteStore,
+    Task,
+    conversation_of,
+)
+from tether.bridge.stores.sqlite._connection import Synchronous
 
 
 async def _prefill(store: SqliteStore, room: str, turns: int, prefix: str) -> None:
@@ -51,9 +73,11 @@ async def _prefill(store: SqliteStore, room: str, turns: int, prefix: str) -> No
         await store.mark_delivered(claim.task.id)
 
 
-async def store_path(db: Path, *, mode: str, messages: int, lanes: int, turns: int) -> float:
+async def store_path(
+    db: Path, *, mode: str, messages: int, lanes: int, turns: int, synchronous: Synchronous
+) -> float:
     """Messages per second through the store path, ``lanes`` rooms at once."""
-    async with await SqliteStore.open(db, synchronous="FULL", lease_s=600) as store:
+    async with await SqliteStore.open(db, synchronous=synchronous, lease_s=600) as store:
         rooms = [f"room-{k}" for k in range(lanes)]
         for k, room in enumerate(rooms):
             await _prefill(store, room, turns, f"p{k}")
@@ -67,10 +91,12 @@ async def store_path(db: Path, *, mode: str, messages: int, lanes: int, turns: i
             for i in range(per_lane):
                 id = f"m{k}-{i}"
                 await store.ingest(Task(id, f"message {i} of lane {k} " * 4, room=room))
-                [claim] = await store.claim_many(worker, 1, leaderless=True)
+                history = turns if mode == "history+state" else None
+                [claim] = await store.claim_many(worker, 1, leaderless=True, history=history)
                 body = f"the reply to message {i} " * 8
                 if mode == "history+state":
-                    talk = await store.conversation(id, limit=turns)
+                    talk = claim.conversation  # read in the claim's transaction, as a worker
+                    assert talk is not None
                     assert len(talk.history) == turns
                     await store.complete_with_state(
                         claim, body, {**talk.state, "n": talk.version}, talk.version
@@ -92,67 +118,159 @@ def _drop_triggers(conn: sqlite3.Connection) -> None:
         conn.execute(f"DROP TRIGGER {name}")
 
 
-async def tether_turns(db: Path, *, turns: int, n: int) -> tuple[float, float]:
-    """Seconds per turn: (read + commit, the whole turn with ingest and claim)."""
-    async with await SqliteStore.open(db, synchronous="FULL", lease_s=600) as store:
-        await _prefill(store, "r", turns, "p")
-        read_commit = whole = 0.0
-        for i in range(n):
-            t0 = time.perf_counter()
-            await store.ingest(Task(f"t{i}", f"user message {i} " * 4, room="r"))
-            claim = await store.claim("w", leaderless=True)
-            assert claim is not None
-            t1 = time.perf_counter()
-            talk = await store.conversation(claim.task.id, limit=turns)
-            await store.complete_with_state(
-                claim, f"assistant reply {i} " * 8, {**talk.state, "n": i}, talk.version
-            )
-            t2 = time.perf_counter()
-            await store.mark_delivered(claim.task.id)
-            read_commit += t2 - t1
-            whole += t2 - t0
-    return read_commit / n, whole / n
+async def tether_turns(
+    db: Path, *, turns: int, n: int, lanes: int, synchronous: Synchronous
+) -> tuple[float, float]:
+    """Seconds per turn with ``lanes`` conversations at once: (claim with the conversation +
+    commit + the WAL sync before the reply's post, the whole turn with ingest and delivery).
+    Under NORMAL the sync is the barrier delivery runs before posting; under FULL every
+    commit syncs already."""
+    async with await SqliteStore.open(db, synchronous=synchronous, lease_s=600) as store:
+        for k in range(lanes):
+            await _prefill(store, f"r{k}", turns, f"p{k}")
+        spent = [0.0, 0.0]
+
+        async def lane(k: int) -> None:
+            for i in range(n):
+                t0 = time.perf_counter()
+                await store.ingest(Task(f"t{k}-{i}", f"user message {i} " * 4, room=f"r{k}"))
+                t1 = time.perf_counter()
+                [claim] = await store.claim_many(f"w{k}", 1, leaderless=True, history=turns)
+                talk = claim.conversation
+                assert talk is not None
+                await store.complete_with_state(
+                    claim, f"assistant reply {i} " * 8, {**talk.state, "n": i}, talk.version
+                )
+                if synchronous == "NORMAL":
+                    await store._writer.sync()  # the promise: the reply is posted after it
+                t2 = time.perf_counter()
+                await store.mark_delivered(claim.task.id)
+                spent[0] += t2 - t1
+                spent[1] += time.perf_counter() - t0
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for k in range(lanes):
+                nursery.start_soon(lane, k)
+        elapsed = time.perf_counter() - start
+    # per turn: the wall time of the run over the turns, split as the lanes spent it
+    whole = elapsed / (n * lanes)
+    return whole * spent[0] / spent[1], whole
 
 
-def langgraph_turns(db: Path, *, turns: int, n: int) -> float:
-    """Seconds per turn of LangGraph's SqliteSaver: load the latest checkpoint, save the next
-    one with the new user and assistant messages."""
+def langgraph_turns(db: Path, *, turns: int, n: int, lanes: int, synchronous: Synchronous) -> float:
+    """Seconds per turn of LangGraph's SqliteSaver with ``lanes`` threads (one conversation,
+    a thread id, each; the saver's one connection is shared under its lock, as documented):
+    load the latest checkpoint, save the next one with the new user and assistant messages."""
     from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     conn = sqlite3.connect(db, check_same_thread=False)
     saver = SqliteSaver(conn)
     saver.setup()  # WAL
-    conn.execute("PRAGMA synchronous=FULL")
-    config: Any = {"configurable": {"thread_id": "r", "checkpoint_ns": ""}}
-    checkpoint = empty_checkpoint()
-    messages: list[dict[str, str]] = []
-    step = 0
+    conn.execute(f"PRAGMA synchronous={synchronous}")
 
-    def turn(i: int) -> None:
-        nonlocal config, step
+    def conversation(k: int, count: int, first: int) -> None:
+        config: Any = {"configurable": {"thread_id": f"r{k}", "checkpoint_ns": ""}}
         loaded = saver.get_tuple(config)
-        base = loaded.checkpoint if loaded is not None else checkpoint
-        history = list(base["channel_values"].get("messages", []))
-        history += [
-            {"role": "user", "content": f"user message {i} " * 4},
-            {"role": "assistant", "content": f"assistant reply {i} " * 8},
-        ]
-        step += 1
-        nxt = empty_checkpoint()
-        nxt["channel_values"] = {"messages": history, "state": {"n": i}}
-        nxt["channel_versions"] = {"messages": step, "state": step}
-        config = saver.put(config, nxt, {"source": "loop", "step": step}, {"messages": step})
+        if loaded is not None:
+            config = loaded.config
+        for i in range(first, first + count):
+            loaded = saver.get_tuple(config)
+            base = loaded.checkpoint if loaded is not None else empty_checkpoint()
+            history = list(base["channel_values"].get("messages", []))
+            history += [
+                {"role": "user", "content": f"user message {i} " * 4},
+                {"role": "assistant", "content": f"assistant reply {i} " * 8},
+            ]
+            step = i + 1
+            nxt = empty_checkpoint()
+            nxt["channel_values"] = {"messages": history, "state": {"n": i}}
+            nxt["channel_versions"] = {"messages": step, "state": step}
+            config = saver.put(config, nxt, {"source": "loop", "step": step}, {"messages": step})
 
-    for i in range(turns // 2):
-        turn(-1 - i)
-    del messages
+    for k in range(lanes):
+        conversation(k, turns // 2, 0)
     start = time.perf_counter()
-    for i in range(n):
-        turn(i)
+    with ThreadPoolExecutor(lanes) as pool:
+        for done in [pool.submit(conversation, k, n, turns // 2) for k in range(lanes)]:
+            done.result()
     elapsed = time.perf_counter() - start
     conn.close()
-    return elapsed / n
+    return elapsed / (n * lanes)
+
+
+BRIDGE_ROOMS = 40
+"""The rooms of part 3 (``bridge_throughput.post_message``'s: ``i % 40``)."""
+
+
+def conversing_agent(session: Session) -> None:
+    """The ``history+state`` side's agent: reads its room's conversation and stores a new
+    state with its reply (``--agent conversation_cost:conversing_agent``)."""
+
+    @session.on("task")
+    async def reply(task: Task) -> Reply:
+        talk = conversation_of(task)
+        return Reply(f"ok after {len(talk.history)} turns", state={"n": talk.version + 1})
+
+
+async def bridge_path(
+    folder: Path, *, mode: str, messages: int, turns: int, synchronous: Synchronous
+) -> tuple[float, float]:
+    """(messages/s, CPU microseconds per message of this process) through the whole bridge:
+    a reference gateway in its own process, 4 workers x 4, ``messages`` posted first in
+    ``BRIDGE_ROOMS`` serial rooms that already hold ``turns`` turns each. ``no conversation``:
+    the noop agent on a store without the conversation triggers, ``--history-turns 0``;
+    ``history+state``: ``conversing_agent``, ``--history-turns turns``."""
+    async with (
+        gateway_process(folder) as (url, _pid),
+        httpx.AsyncClient(
+            base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+        ) as http,
+    ):
+        store = await SqliteStore.open(folder / "bridge.db", synchronous=synchronous)
+        try:
+            for k in range(BRIDGE_ROOMS):
+                await _prefill(store, f"room-{k}", turns, f"p{k}")
+            talk = mode == "history+state"
+            if not talk:
+                await store._write(_drop_triggers)
+            limiter = trio.CapacityLimiter(16)
+
+            async def submit(i: int) -> None:
+                async with limiter:
+                    await post_message(http, i)
+
+            async with trio.open_nursery() as submitters:
+                for i in range(messages):
+                    submitters.start_soon(submit, i)
+            config = BridgeConfig(
+                gateway=url,
+                token_file=folder / "token",
+                store=str(folder / "bridge.db"),
+                agent="conversation_cost:conversing_agent"
+                if talk
+                else "tether.agents.noop:factory",
+                workers=4,
+                concurrency=4,
+                poll_wait=5.0,
+                grace=2.0,
+                synchronous=synchronous,
+                history_turns=turns if talk else 0,
+                log_level="WARNING",
+            )
+            service = BridgeService(config, store=store)
+            async with trio.open_nursery() as bridge:
+                cpu, start = time.process_time(), time.perf_counter()
+                await bridge.start(service.run)
+                assert service.delivery is not None
+                while service.delivery.stats.delivered < messages:  # noqa: ASYNC110 - a counter
+                    await trio.sleep(0.005)  # in-process: no polling of the gateway
+                elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+                bridge.cancel_scope.cancel()
+        finally:
+            await store.aclose()
+    return messages / elapsed, cpu / messages * 1e6
 
 
 def _stats(values: list[float]) -> str:
@@ -167,19 +285,29 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=16)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--langgraph-turns", type=int, default=200)
+    parser.add_argument("--langgraph-turns", type=int, default=100)
+    parser.add_argument("--synchronous", choices=("NORMAL", "FULL"), default="NORMAL")
+    parser.add_argument("--bridge-messages", type=int, default=600, help="0: skip part 3")
     args = parser.parse_args()
+    sync: Synchronous = args.synchronous
     print(
-        f"settings: SQLite WAL synchronous=FULL everywhere; part 1: {args.messages} messages "
-        f"over {args.lanes} lanes (one room each), {args.turns} turns of history; part 2: "
-        f"{args.langgraph_turns} turns after {args.turns} turns, one thread; "
+        f"settings: SQLite {sqlite3.sqlite_version} WAL; part 1: tether synchronous={sync} "
+        f"(the store's default is NORMAL with a WAL sync at promises), {args.messages} "
+        f"messages over {args.lanes} lanes (one room each), {args.turns} turns of history; "
+        f"part 2, durable at the end of each turn on both sides: LangGraph SqliteSaver "
+        f"(setup(): WAL, synchronous=FULL, SQLite's default) vs tether synchronous=NORMAL + "
+        f"the WAL sync delivery runs before posting; {args.langgraph_turns} turns per "
+        f"conversation after {args.turns}, 1 and {args.lanes} conversations at once; "
         f"{args.rounds} interleaved rounds, fresh files each"
     )
     modes = ("no conversation", "turns", "history+state")
     rates: dict[str, list[float]] = {m: [] for m in modes}
-    lg: list[float] = []
-    rc: list[float] = []
-    wh: list[float] = []
+    widths = (1, args.lanes)
+    lg: dict[int, list[float]] = {w: [] for w in widths}
+    rc: dict[int, list[float]] = {w: [] for w in widths}
+    wh: dict[int, list[float]] = {w: [] for w in widths}
+    sides = ("no conversation", "history+state")
+    bridge: dict[str, list[tuple[float, float]]] = {m: [] for m in sides}
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
         for r in range(args.rounds):
             for m in modes:
@@ -193,14 +321,49 @@ def main() -> None:
                             messages=args.messages,
                             lanes=args.lanes,
                             turns=args.turns,
+                            synchronous=sync,
                         )
                     )
                 )
             n = args.langgraph_turns
-            lg.append(langgraph_turns(Path(tmp) / f"lg-{r}.db", turns=args.turns, n=n) * 1e6)
-            a, b = trio.run(partial(tether_turns, Path(tmp) / f"t-{r}.db", turns=args.turns, n=n))
-            rc.append(a * 1e6)
-            wh.append(b * 1e6)
+            for w in widths:
+                lg[w].append(
+                    langgraph_turns(
+                        Path(tmp) / f"lg-{r}-{w}.db",
+                        turns=args.turns,
+                        n=n,
+                        lanes=w,
+                        synchronous="FULL",
+                    )
+                    * 1e6
+                )
+                a, b = trio.run(
+                    partial(
+                        tether_turns,
+                        Path(tmp) / f"t-{r}-{w}.db",
+                        turns=args.turns,
+                        n=n,
+                        lanes=w,
+                        synchronous="NORMAL",
+                    )
+                )
+                rc[w].append(a * 1e6)
+                wh[w].append(b * 1e6)
+            for m in sides if args.bridge_messages else ():
+                folder = Path(tmp) / f"p3-{r}-{m.replace('+', '_').replace(' ', '_')}"
+                folder.mkdir()
+                bridge[m].append(
+                    trio.run(
+                        partial(
+                            bridge_path,
+                            folder,
+                            mode=m,
+                            messages=args.bridge_messages,
+                            turns=args.turns,
+                            synchronous=sync,
+                        )
+                    )
+                )
             print(f"round {r + 1}/{args.rounds} done", flush=True)
     print("\npart 1: messages/s through ingest -> claim -> complete -> delivered")
     for m in modes:
@@ -209,14 +372,34 @@ def main() -> None:
     for m in modes[1:]:
         cost = base / statistics.median(rates[m]) - 1
         print(f"  cost of {m} per message vs no conversation: {cost * 100:+.1f}% (goal < 10%)")
-    print(f"\npart 2: microseconds per chat turn at {args.turns}+ turns")
-    print(f"  langgraph SqliteSaver get_tuple + put   {_stats(lg)}")
-    print(f"  tether conversation + complete_with_state {_stats(rc)}")
-    print(f"  tether whole turn (ingest, claim, read, commit) {_stats(wh)}")
-    ratio = statistics.median(lg) / statistics.median(rc)
-    whole = statistics.median(lg) / statistics.median(wh)
-    print(f"  tether read + commit: {ratio:.2f}x LangGraph's speed (goal >= 2x)")
-    print(f"  tether whole turn: {whole:.2f}x LangGraph's speed")
+    for w in widths:
+        print(f"\npart 2: microseconds per chat turn at {args.turns}+ turns, {w} at once")
+        print(f"  langgraph SqliteSaver get_tuple + put     {_stats(lg[w])}")
+        print(f"  tether claim with conversation + commit + sync {_stats(rc[w])}")
+        print(f"  tether whole turn (+ ingest, delivered)   {_stats(wh[w])}")
+        ratio = statistics.median(lg[w]) / statistics.median(rc[w])
+        whole = statistics.median(lg[w]) / statistics.median(wh[w])
+        print(f"  tether read + commit: {ratio:.2f}x LangGraph's speed (goal >= 2x)")
+        print(f"  tether whole turn: {whole:.2f}x LangGraph's speed")
+    if args.bridge_messages:
+        print(
+            f"\npart 3: the whole bridge (gateway process, 4 x 4 workers, {BRIDGE_ROOMS} serial "
+            f"rooms of {args.turns} turns, {args.bridge_messages} messages, synchronous={sync})"
+        )
+        for m in sides:
+            rates3 = [rate for rate, _ in bridge[m]]
+            cpus = [cpu for _, cpu in bridge[m]]
+            print(f"  {m:<16} msgs/s {_stats(rates3)}; CPU us/msg {_stats(cpus)}")
+        base_rate = statistics.median(rate for rate, _ in bridge["no conversation"])
+        base_cpu = statistics.median(cpu for _, cpu in bridge["no conversation"])
+        talk_rate = statistics.median(rate for rate, _ in bridge["history+state"])
+        talk_cpu = statistics.median(cpu for _, cpu in bridge["history+state"])
+        time_cost = (base_rate / talk_rate - 1) * 100
+        cpu_cost = (talk_cpu / base_cpu - 1) * 100
+        print(
+            f"  cost of history+state per message on the bridge: time {time_cost:+.1f}%, "
+            f"CPU {cpu_cost:+.1f}% (goal < 10%)"
+        )
 
 
 if __name__ == "__main__":

@@ -246,3 +246,30 @@ async def test_forget_room_erases_its_history_state_and_finished_bodies(store: S
     await store.complete(await run(store), "after")
     await store.ingest(Task("c", "again", room="r"))
     assert said((await store.conversation("c")).history) == []  # b's turns went too
+
+
+async def test_a_claim_asked_for_history_carries_the_conversation_read_in_its_transaction(
+    store: Store,
+) -> None:
+    await store.ingest(Task("m1", "weather in Paris?", room="r"))
+    await store.complete_with_state(await run(store), "sunny", {"city": "Paris"}, 0)
+    await store.mark_delivered("m1")
+    await store.ingest_many(
+        [Task("m2", "and in Rome?", room="r"), Task("m3", "and in Oslo?", room="r")]
+    )
+    await store.ingest(Task("free", "no room"))
+    claims = await store.claim_many("w1", 3, leaderless=True, history=1)
+    by_id = {c.task.id: c for c in claims}
+    assert set(by_id) == {"m2", "m3", "free"}
+    assert by_id["free"].conversation is None
+    for id in ("m2", "m3"):
+        assert by_id[id].conversation == await store.conversation(id, limit=1)
+    m2 = by_id["m2"].conversation
+    assert m2 is not None
+    assert said(m2.history) == [("assistant", "sunny", "delivered")]
+    assert (m2.state, m2.version) == ({"city": "Paris"}, 1)
+    await store.ingest(Task("m4", "and in Lima?", room="r"))
+    plain = await run(store)
+    assert plain.conversation is None  # not asked for: nothing read
+    with pytest.raises(ValueError, match="history"):
+        await store.claim_many("w1", 1, history=-1)

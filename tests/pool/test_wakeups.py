@@ -179,11 +179,17 @@ class CountingStore:
     batches: list[int] = attrs.field(factory=list)
 
     async def claim_many(
-        self, worker: str, limit: int, *, leaderless: bool = False, quarantine: int | None = None
+        self,
+        worker: str,
+        limit: int,
+        *,
+        leaderless: bool = False,
+        quarantine: int | None = None,
+        history: int | None = None,
     ) -> Sequence[Claim]:
         self.batches.append(limit)
         return await self.inner.claim_many(
-            worker, limit, leaderless=leaderless, quarantine=quarantine
+            worker, limit, leaderless=leaderless, quarantine=quarantine, history=history
         )
 
     def __getattr__(self, name: str) -> Any:

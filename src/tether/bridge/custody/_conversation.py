@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import attrs
 
 from ._rules import CustodyConflict, InvalidTask, _room_validator
-
-TurnRole = Literal["user", "assistant"]
-TurnOutcome = Literal["received", "shown", "result", "delivered", "interrupted", "asked"]
-"""``received``: the person's message, in custody. An agent's reply: ``result`` (stored, not
-yet confirmed by the gateway), ``delivered`` (confirmed), ``interrupted`` (a newer message of
-the room superseded the run; the text is what it had shown). ``shown`` is a reply still being
-streamed (the text the gateway took so far): kept so a barge-in can record it, never part of
-a run's history. ``asked``: a question a run asked the person (issue #36), a turn of its own
-before the answer (the person's next message), the run's reply after it."""
+from ._turns import Conversation as Conversation
+from ._turns import Turn as Turn
+from ._turns import TurnOutcome as TurnOutcome
+from ._turns import TurnRole as TurnRole
 
 HISTORY_OUTCOMES: Final[frozenset[str]] = frozenset(
     {"received", "result", "delivered", "interrupted", "asked"}
@@ -39,28 +34,6 @@ DEFAULT_HISTORY_KEEP: Final = 500
 MAX_HISTORY_TURNS: Final = 10_000
 MAX_STATE_BYTES: Final = 1 << 20
 """A room's state, as UTF-8 JSON, is at most this (1 MiB)."""
-
-
-@attrs.frozen
-class Turn:
-    """One turn of a room's conversation, as the person saw it."""
-
-    role: TurnRole
-    text: str
-    task_id: str
-    at: float
-    """When (store clock): the message's ingest, or the reply's last move."""
-    outcome: TurnOutcome
-
-
-@attrs.frozen
-class Conversation:
-    """What a run reads of its room: the turns before its message, oldest first (at most the
-    window), the room's state and its version (0: never written)."""
-
-    history: tuple[Turn, ...] = ()
-    state: Mapping[str, Any] = attrs.field(factory=dict)
-    version: int = 0
 
 
 @attrs.frozen

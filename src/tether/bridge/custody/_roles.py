@@ -259,7 +259,13 @@ class WorkerStore(
         ...
 
     async def claim_many(
-        self, worker: str, limit: int, *, leaderless: bool = False, quarantine: int | None = None
+        self,
+        worker: str,
+        limit: int,
+        *,
+        leaderless: bool = False,
+        quarantine: int | None = None,
+        history: int | None = None,
     ) -> Sequence[Claim]:
         """Up to ``limit`` leases in ONE transaction, in the order ``limit`` calls of ``claim``
         would hand them out (own assignments by priority then age, then pending tasks only when
@@ -269,7 +275,12 @@ class WorkerStore(
         ``quarantine``: how many suspects (most crashed first) the caller may run now in
         quarantine processes (0: none now); they come first, marked ``Claim.suspect``, beside
         ordinary work. ``None``: the caller cannot quarantine, and a suspect runs alone in its
-        process (see ``custody._crashes``)."""
+        process (see ``custody._crashes``).
+
+        ``history``: each claimed task in a room also carries its conversation as
+        ``conversation(task_id, limit=history)`` would read it (``Claim.conversation``), read
+        in the claim's own transaction, so its run starts without another read. ``None``
+        (the default): no conversation is read."""
         ...
 
     async def renew(self, claim: Claim) -> Claim:

@@ -27,6 +27,7 @@ from ..._protocol._limits import check_headers as check_headers
 from ..._protocol._limits import check_task_id as check_task_id
 from ..._protocol._limits import check_text as check_text
 from ..._protocol._limits import check_worker as check_worker
+from ._turns import Conversation
 
 
 class CustodyState(enum.StrEnum):
@@ -240,6 +241,9 @@ class Claim:
     suspect: bool = False
     """A suspect's claim taken to run in quarantine (``claim_many(quarantine=n)``): the worker
     runs it in a quarantine child and reports the child's death with ``quarantine_death``."""
+    conversation: Conversation | None = attrs.field(default=None, eq=False, repr=False)
+    """The task's conversation, read in the claim's own transaction when the claim asked for
+    it (``claim_many(history=n)``) and the task is in a room; else None."""
 
 
 @attrs.frozen

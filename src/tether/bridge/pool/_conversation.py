@@ -1,11 +1,12 @@
 """Conversations, as a run sees them (issue #34): ``conversation_of(task)`` beside
 ``progress_of(task)``.
 
-The worker reads the room's conversation (the turns before the task's message, the room's
-state and its version: one bounded store read) just before it calls the handler, so a sync
-handler in a thread reads it as an async one does, and a run that ran again after a state
-conflict reads the current state. The handler returns ``Reply(body, state=...)`` to store a
-new state with its reply (``_agent``); the worker stores both in one transaction.
+The worker has the room's conversation (the turns before the task's message, the room's
+state and its version: bounded reads) before it calls the handler, read in the claim's own
+transaction (``claim_many(history=n)``), so a sync handler in a thread reads it as an async
+one does; a run that runs again after a state conflict reads the current state anew. The
+handler returns ``Reply(body, state=...)`` to store a new state with its reply (``_agent``);
+the worker stores both in one transaction.
 """
 
 from __future__ import annotations

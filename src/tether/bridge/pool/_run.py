@@ -34,8 +34,8 @@ from ..custody._steps import (
     decode_step_value,
     encode_step_value,
 )
-from ._ask import Asking, ParkedAsk
 from . import _limits
+from ._ask import Asking, ParkedAsk
 
 DEFAULT_PARK_AFTER: Final = 30.0
 """Seconds: a durable sleep at most this long sleeps in place (the lease kept); a longer one
@@ -176,6 +176,7 @@ class Run:
         """Mark the run parked until ``until`` waiting for ``why``: the exception to raise."""
         self.parked_until, self.parked_why = until, why
         return Parked(f"task {self.task.id!r} parked: {why}")
+
     # -- flow control (issue #38): see pool._limits -------------------------------------------
 
     def limit(self, key: str, weight: float = 1) -> _limits.Limited:

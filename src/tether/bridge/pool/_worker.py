@@ -445,7 +445,11 @@ class PoolWorker:
                 places = None if q is None else q.reserve(wanted)
                 try:
                     claims = await self.store.claim_many(
-                        self.name, wanted, leaderless=self.leaderless, quarantine=places
+                        self.name,
+                        wanted,
+                        leaderless=self.leaderless,
+                        quarantine=places,
+                        history=self.history_turns,
                     )
                 except BaseException as exc:
                     for _ in range(wanted):
@@ -587,7 +591,10 @@ class PoolWorker:
             limits=self.store,
         )
         with trio.CancelScope(deadline=entry.deadline) as timer:
-            if task.room is not None:
+            claimed = entry.claim.conversation if entry.reruns == 0 else None
+            if claimed is not None:
+                entry.conversation = claimed  # read in the claim's own transaction
+            elif task.room is not None:  # a rerun after a state conflict reads the current one
                 entry.conversation = await self.store.conversation(
                     task.id, limit=self.history_turns
                 )

@@ -15,6 +15,7 @@ from typing import Any, Self
 import attrs
 
 from ..custody import _log as _clog
+from ..custody._conversation import check_window
 from ..custody._crashes import (
     DEFAULT_MAX_QUARANTINE_DEATHS,
     Expired,
@@ -256,7 +257,13 @@ class StoreFrame(abc.ABC):
         return claims[0] if claims else None
 
     async def claim_many(
-        self, worker: str, limit: int, *, leaderless: bool = False, quarantine: int | None = None
+        self,
+        worker: str,
+        limit: int,
+        *,
+        leaderless: bool = False,
+        quarantine: int | None = None,
+        history: int | None = None,
     ) -> Sequence[Claim]:
         check_worker(worker)
         check_claim_limit(limit)
@@ -264,9 +271,13 @@ class StoreFrame(abc.ABC):
             isinstance(quarantine, bool) or not isinstance(quarantine, int) or quarantine < 0
         ):
             raise ValueError(f"quarantine must be None or an int >= 0, got {quarantine!r}")
+        if history is not None:
+            check_window(history, "history")
         now = self.clock()
         until = now + self.lease_s
-        claims = await self._claim_many(worker, limit, leaderless, now, until, quarantine)
+        claims = await self._claim_many(
+            worker, limit, leaderless, now, until, quarantine, history=history
+        )
         for claim in claims:
             _clog.moved(
                 claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
@@ -282,10 +293,14 @@ class StoreFrame(abc.ABC):
         now: float,
         until: float,
         quarantine: int | None,
+        *,
+        history: int | None = None,
     ) -> list[Claim]:
         """With ``quarantine`` a number: up to that many suspects first (``Claim.suspect``,
         marked quarantined in the store), then ordinary work for the rest of ``limit``;
-        ``None``: the rule of suspects running alone in their process."""
+        ``None``: the rule of suspects running alone in their process. With ``history`` a
+        number, each claimed task in a room carries its conversation (``Claim.conversation``,
+        at most ``history`` turns) read in the claim's own transaction."""
 
     async def renew(self, claim: Claim) -> Claim:
         fence_args(claim)

@@ -14,6 +14,8 @@ import abc
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
+import attrs
+
 from ...custody._conversation import (
     HISTORY_OUTCOMES,
     Conversation,
@@ -72,43 +74,7 @@ class PostgresConversations(ConversationFrame):
         """Its parameters."""
 
     async def _conversation(self, task_id: str, limit: int) -> Conversation:
-        s = self._s
-        window = (
-            f"SELECT role, text, task_id, at, outcome FROM {s}.turns "
-            f"WHERE room = %(room)s AND seq < %(seq)s AND outcome IN ({_OUTCOMES}) "
-            "ORDER BY seq DESC, role ASC LIMIT %(limit)s"
-        )
-
-        def op(conn: Conn) -> Conversation:
-            with conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                at = conn.execute(
-                    f"SELECT room, seq FROM {s}.turns WHERE task_id = %s AND role = 'user' "
-                    "ORDER BY seq DESC LIMIT 1",
-                    (task_id,),
-                ).fetchone()
-                history: tuple[Turn, ...] = ()
-                if at is None:
-                    row = conn.execute(
-                        f"SELECT room FROM {s}.tasks WHERE id = %s", (task_id,)
-                    ).fetchone()
-                    if row is None or row[0] is None:
-                        return Conversation()
-                    room = row[0]
-                else:
-                    room = at[0]
-                    if limit:
-                        params = {"room": room, "seq": at[1], "limit": limit}
-                        rows = conn.execute(window, params).fetchall()
-                        history = tuple(_turn(r) for r in reversed(rows))
-                state = conn.execute(
-                    f"SELECT state, version FROM {s}.conversations WHERE room = %s", (room,)
-                ).fetchone()
-            if state is None:
-                return Conversation(history)
-            return Conversation(history, decode_state(state[0]), int(state[1]))
-
-        return await self._run(op)
+        return await self._run(lambda conn: read_conversation(conn, self._s, task_id, limit))
 
     async def _complete_with_state(
         self, claim: Claim, body: str, no_send: bool, state: str, base: int, now: float
@@ -262,3 +228,49 @@ class PostgresConversations(ConversationFrame):
 def _turn(row: Any) -> Turn:
     role, text, task_id, at, outcome = row
     return Turn(role, bytes(text).decode("utf-8", "surrogatepass"), task_id, float(at), outcome)
+
+
+def read_conversation(conn: Conn, s: str, task_id: str, limit: int) -> Conversation:
+    """The conversation of ``task_id``'s run (the turns before its message, at most ``limit``,
+    its room's state and version) in one read-only snapshot; empty for a task in no room."""
+    window = (
+        f"SELECT role, text, task_id, at, outcome FROM {s}.turns "
+        f"WHERE room = %(room)s AND seq < %(seq)s AND outcome IN ({_OUTCOMES}) "
+        "ORDER BY seq DESC, role ASC LIMIT %(limit)s"
+    )
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        at = conn.execute(
+            f"SELECT room, seq FROM {s}.turns WHERE task_id = %s AND role = 'user' "
+            "ORDER BY seq DESC LIMIT 1",
+            (task_id,),
+        ).fetchone()
+        history: tuple[Turn, ...] = ()
+        if at is None:
+            row = conn.execute(f"SELECT room FROM {s}.tasks WHERE id = %s", (task_id,)).fetchone()
+            if row is None or row[0] is None:
+                return Conversation()
+            room = row[0]
+        else:
+            room = at[0]
+            if limit:
+                params = {"room": room, "seq": at[1], "limit": limit}
+                rows = conn.execute(window, params).fetchall()
+                history = tuple(_turn(r) for r in reversed(rows))
+        state = conn.execute(
+            f"SELECT state, version FROM {s}.conversations WHERE room = %s", (room,)
+        ).fetchone()
+    if state is None:
+        return Conversation(history)
+    return Conversation(history, decode_state(state[0]), int(state[1]))
+
+
+def with_conversations(conn: Conn, s: str, claims: list[Claim], limit: int) -> list[Claim]:
+    """``claims``, each of a task in a room carrying its conversation, read on the claim's
+    connection right after it (``claim_many(history=limit)``): no second pool checkout."""
+    return [
+        claim
+        if claim.task.room is None
+        else attrs.evolve(claim, conversation=read_conversation(conn, s, claim.task.id, limit))
+        for claim in claims
+    ]

@@ -89,7 +89,7 @@ from ._connection import (
 )
 from ._connection import StoreConnectionLost as StoreConnectionLost
 from ._connection import StoreTimeout as StoreTimeout
-from ._conversations import PostgresConversations, lock_rooms_sql
+from ._conversations import PostgresConversations, lock_rooms_sql, with_conversations
 from ._dsn import redact_dsn
 from ._durable import Durability, Promise, Synchronous
 from ._limits import LimitsSql
@@ -484,6 +484,8 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
         now: float,
         until: float,
         quarantine: int | None,
+        *,
+        history: int | None = None,
     ) -> list[Claim]:
         prefix = process_prefix(worker)
         params = {"worker": worker, "leaderless": leaderless, "limit": limit, "prefix": prefix}
@@ -543,7 +545,12 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
                     rows = conn.execute(sql.claim_many_among_suspects, params).fetchall()
             return [Claim(_task(row), worker, row[5], until, row[6]) for row in rows]
 
-        return await self._run(op)
+        def conversing(conn: Conn) -> list[Claim]:
+            # the conversations are read on the claim's connection (issue #34 perf)
+            claims = op(conn)
+            return claims if history is None else with_conversations(conn, self._s, claims, history)
+
+        return await self._run(conversing)
 
     async def _renew(self, claim: Claim, now: float, until: float) -> float:
         params = _fence(claim, now)

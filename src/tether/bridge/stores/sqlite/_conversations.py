@@ -12,6 +12,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
+import attrs
+
 from ...custody._conversation import (
     HISTORY_OUTCOMES,
     Conversation,
@@ -30,15 +32,19 @@ T = TypeVar("T")
 
 _SHOWN: Final = ", ".join(f"'{o}'" for o in sorted(HISTORY_OUTCOMES))
 TASK_TURN: Final = (
-    "SELECT room, seq FROM turns WHERE task_id = ? AND role = 'user' ORDER BY seq DESC LIMIT 1"
+    "SELECT room, max(seq) FROM turns WHERE task_id = ? AND role = 'user' HAVING count(*) > 0"
 )
+"""The room and number of a task's message (the newest, should a forgotten room have seen
+its id before); no row if it has none. An aggregate: no sorter for the one row."""
 WINDOW: Final = (
-    "SELECT role, text, task_id, at, outcome FROM turns "
+    "SELECT role, text, task_id, at, outcome, seq FROM turns "
     f"WHERE room = ? AND seq < ? AND outcome IN ({_SHOWN}) "
-    "ORDER BY seq DESC, role ASC LIMIT ?"
+    "ORDER BY seq DESC, role DESC LIMIT ?"
 )
-"""The newest ``limit`` turns before a message (a reply sorts after its message: 'assistant'
-comes first in the reversed order), walked backwards on the primary key: bounded."""
+"""The turns before a message, newest first in the index's own order (walked backwards on
+``turns_key``: bounded, no sorter). In time a reply comes after its message of the same
+``seq``, which this order reverses; read with ``limit + 1`` (``window``), those rows hold the
+newest ``limit`` turns in time order whatever the cut."""
 TASK_ROOM: Final = "SELECT room FROM tasks WHERE id = ?"
 STATE: Final = "SELECT state, version FROM conversations WHERE room = ?"
 ROOM: Final = "SELECT turns, state, version, state_bytes FROM conversations WHERE room = ?"
@@ -47,10 +53,18 @@ ROOM_TURNS: Final = (
     "ORDER BY seq DESC, role ASC LIMIT ?"
 )
 SAVE_STATE: Final = (
-    "INSERT INTO conversations (room, state, version, state_bytes) VALUES (?, ?, 1, ?) "
-    "ON CONFLICT (room) DO UPDATE SET state = excluded.state, version = version + 1, "
-    "state_bytes = excluded.state_bytes RETURNING version"
+    "INSERT INTO conversations (room, state, version, state_bytes) "
+    "VALUES (:room, :state, 1, :size) ON CONFLICT (room) DO UPDATE SET "
+    "state = excluded.state, version = version + 1, state_bytes = excluded.state_bytes "
+    "WHERE version = :base RETURNING version"
 )
+"""The room's new state if its version is still ``:base``, 0 here (a room without a row is
+at 0), in one statement: no row back is a conflict."""
+SAVE_STATE_ON: Final = (
+    "UPDATE conversations SET state = :state, version = version + 1, state_bytes = :size "
+    "WHERE room = :room AND version = :base RETURNING version"
+)
+"""``SAVE_STATE`` for a base above 0 (a room without a row is at 0: no insert can match)."""
 SHOWN: Final = (
     "INSERT INTO turns (room, seq, role, task_id, text, at, outcome) "
     "SELECT u.room, u.seq, 'assistant', u.task_id, :text, :now, 'shown' FROM turns u "
@@ -103,24 +117,7 @@ class SqliteConversations(ConversationFrame):
         """Why ``claim``'s fence missed (``SqliteStore``'s reading of the row)."""
 
     async def _conversation(self, task_id: str, limit: int) -> Conversation:
-        def op(conn: sqlite3.Connection) -> Conversation:
-            at = conn.execute(TASK_TURN, (task_id,)).fetchone()
-            history: tuple[Turn, ...] = ()
-            if at is None:
-                row = conn.execute(TASK_ROOM, (task_id,)).fetchone()
-                if row is None or row[0] is None:
-                    return Conversation()
-                room = row[0]
-            else:
-                room = at[0]
-                rows = conn.execute(WINDOW, (room, at[1], limit)).fetchall() if limit else []
-                history = tuple(turn_from_row(r) for r in reversed(rows))
-            state = conn.execute(STATE, (room,)).fetchone()
-            if state is None:
-                return Conversation(history)
-            return Conversation(history, decode_state(state[0]), int(state[1]))
-
-        return await self._read(op)
+        return await self._read(lambda conn: read_conversation(conn, task_id, limit))
 
     async def _complete_with_state(
         self, claim: Claim, body: str, no_send: bool, state: str, base: int, now: float
@@ -129,21 +126,22 @@ class SqliteConversations(ConversationFrame):
         values = (body, int(no_send), now, id, claim.worker, claim.run)
         size = len(state.encode("utf-8", "surrogatepass"))
 
+        room = claim.task.room  # the task's room, as the store handed it out
+        save = {"room": room, "state": state, "size": size, "base": base}
+
         def op(conn: sqlite3.Connection) -> int:
             if conn.execute(sql.COMPLETE, values).rowcount != 1:
                 raise self._stale(conn, claim, now, "complete")
-            (room,) = conn.execute(TASK_ROOM, (id,)).fetchone()
             if room is None:
                 raise InvalidTask(f"task {id!r} has no room: a state is kept per room")
-            row = conn.execute(STATE, (room,)).fetchone()
-            current = 0 if row is None else int(row[1])
-            if current != base:  # raising undoes this job's complete too
+            saved = conn.execute(SAVE_STATE_ON if base else SAVE_STATE, save).fetchone()
+            if saved is None:  # raising undoes this job's complete too
+                row = conn.execute(STATE, (room,)).fetchone()
                 raise StateConflict(
-                    f"task {id!r}: room {room!r}'s state is at version {current}, the run "
-                    f"read version {base}"
+                    f"task {id!r}: room {room!r}'s state is at version "
+                    f"{0 if row is None else int(row[1])}, the run read version {base}"
                 )
-            (version,) = conn.execute(SAVE_STATE, (room, state, size)).fetchone()
-            return int(version)
+            return int(saved[0])
 
         return await self._write(op)
 
@@ -196,3 +194,46 @@ class SqliteConversations(ConversationFrame):
             return ConversationCounts(int(rooms), int(turns), int(size))
 
         return await self._read(op)
+
+
+def read_conversation(conn: sqlite3.Connection, task_id: str, limit: int) -> Conversation:
+    """The conversation of ``task_id``'s run: the turns before its message (at most
+    ``limit``), its room's state and version; empty for a task in no room (or unknown)."""
+    at = conn.execute(TASK_TURN, (task_id,)).fetchone()
+    history: tuple[Turn, ...] = ()
+    if at is None:
+        row = conn.execute(TASK_ROOM, (task_id,)).fetchone()
+        if row is None or row[0] is None:
+            return Conversation()
+        room = row[0]
+    else:
+        room = at[0]
+        history = window(conn, room, at[1], limit)
+    state = conn.execute(STATE, (room,)).fetchone()
+    if state is None:
+        return Conversation(history)
+    return Conversation(history, decode_state(state[0]), int(state[1]))
+
+
+def window(conn: sqlite3.Connection, room: str, seq: int, limit: int) -> tuple[Turn, ...]:
+    """The newest ``limit`` turns of ``room`` before its message ``seq``, oldest first."""
+    if not limit:
+        return ()
+    rows = conn.execute(WINDOW, (room, seq, limit + 1)).fetchall()
+    rows.sort(key=_newest_first)  # a reply before its message, as in time
+    return tuple(turn_from_row(r[:5]) for r in reversed(rows[:limit]))
+
+
+def _newest_first(row: tuple[Any, ...]) -> tuple[int, str]:
+    return -row[5], row[0]  # 'assistant' < 'user': the reply is the newer of a seq
+
+
+def with_conversations(conn: sqlite3.Connection, claims: list[Claim], limit: int) -> list[Claim]:
+    """``claims``, each of a task in a room carrying its conversation, read in the claim's
+    own transaction (``claim_many(history=limit)``): its run needs no read of its own."""
+    return [
+        claim
+        if claim.task.room is None
+        else attrs.evolve(claim, conversation=read_conversation(conn, claim.task.id, limit))
+        for claim in claims
+    ]

@@ -90,7 +90,7 @@ from ._access import explain_open_failure
 from ._asks import SqliteAsks
 from ._connection import Synchronous as Synchronous
 from ._connection import connect_reader, connect_writer
-from ._conversations import SqliteConversations
+from ._conversations import SqliteConversations, with_conversations
 from ._durable import barrier_for
 from ._news import RESULT, WORK, StoreNews, news_path
 from ._ready import ready_pending
@@ -376,6 +376,8 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
         now: float,
         until: float,
         quarantine: int | None,
+        *,
+        history: int | None = None,
     ) -> list[Claim]:
         prefix = process_prefix(worker)
 
@@ -424,7 +426,12 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
                 _note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
             return [Claim(_task(r), worker, r[5], until, r[7]) for r in rows]
 
-        return await self._writer.run(op)
+        def conversing(conn: sqlite3.Connection) -> list[Claim]:
+            # the conversations are read in the claim's transaction (issue #34 perf)
+            claims = op(conn)
+            return claims if history is None else with_conversations(conn, claims, history)
+
+        return await self._writer.run(conversing)
 
     async def _renew(self, claim: Claim, now: float, until: float) -> float:
         fence = (claim.task.id, claim.worker, claim.run)
