@@ -78,9 +78,9 @@ class ProcessSettings:
     lead: bool = True
     """Run a pool lead (room affinity, balanced assignment). Without one, workers claim pending
     tasks directly: less latency, no affinity."""
-    lead_beat_interval: float = 0.5
-    """Seconds between a lead candidate's beats; a leader silent for two of them is replaced
-    by the oldest standby candidate (another process's lead)."""
+    lead_lease: float = 3.0
+    """Seconds a leader's beat holds the lead: a leader silent this long is replaced by the
+    oldest standby candidate (another process's lead). Candidates beat three times a lease."""
     sweep_interval: float = 0.05
     """Seconds between the pool lead's periodic sweeps. In-process wake-ups make it sweep as
     soon as tasks arrive or a slot frees; this is the fallback (work added by other processes)."""
@@ -125,7 +125,7 @@ PROCESS_PARSERS: Final[Parsers] = {
     "reconcile_interval": parse_seconds(0.01, 3600),
     "park_after": parse_seconds(0, 86_400),
     "lead": parse_bool,
-    "lead_beat_interval": parse_seconds(0.05, 60),
+    "lead_lease": parse_seconds(0.05, 60),
     "sweep_interval": parse_seconds(0.005, 60),
     "poll_interval": parse_seconds(0.005, 60),
     "grace": parse_seconds(0, 3600),
