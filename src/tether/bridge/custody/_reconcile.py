@@ -17,6 +17,7 @@ import trio
 
 from ..._core._stop import stop_requested, wait_stop_requested
 from ..._plumbing._converter import structure_versioned, unstructure
+from ..._plumbing._grid import on_grid
 from ._records import LeaseExpiry
 from ._roles import ReconcilerStore
 from ._rules import CustodyState
@@ -113,7 +114,7 @@ class Reconciler:
         await self.run_once()
         task_status.started()
         while True:
-            with trio.move_on_after(interval):
+            with trio.move_on_after(on_grid(interval)):  # with the process's other loops
                 await wait_stop_requested()
             if stop_requested():
                 return
