@@ -368,6 +368,13 @@ async def test_an_agent_module_that_cannot_load_is_exit_2_naming_file_and_line(
             "(did you mean --workers?)",
         ),
         (
+            ["bridge", "run", "--lead-beat-interval", "0.5"],
+            "usage: tether bridge run ",
+            "tether bridge run: error: unrecognized arguments: --lead-beat-interval 0.5 "
+            "(--lead-beat-interval is now --lead-lease (seconds a leader's lease lasts, 3 beats "
+            "each))",
+        ),
+        (
             ["demo", "--mesages", "3"],
             "usage: tether demo ",
             "tether demo: error: unrecognized arguments: --mesages 3 (did you mean --messages?)",

@@ -78,6 +78,10 @@ def test_a_bad_value_is_one_line_naming_setting_value_and_source(
     ("text", "message"),
     [
         ("[bridge]\nworkres = 3\n", "unknown setting 'workres' in [bridge]"),
+        (
+            "[bridge]\nlead_beat_interval = 0.5\n",
+            "setting 'lead_beat_interval' in [bridge] is now 'lead_lease'",
+        ),
         ("workers = 3\n", "settings go in a [bridge] table"),
         ("[bridge\n", "is not valid TOML"),
         ('[bridge]\nworkers = "3x"\n', "workers must be an integer from 1 to 256, got '3x'"),

@@ -235,3 +235,48 @@ def test_the_walk_gives_way_to_the_room_by_room_read_only_in_a_deep_backlog() ->
             assert (_ready._READY_ORDERED_BY_ROOM in db.statements) is by_room
     finally:
         db.close()
+
+
+def test_after_a_cut_walk_the_next_reads_go_room_by_room_at_once() -> None:
+    """Issue 39: in a deep backlog every read paid for a walk that was cut, then read room by
+    room. The next ``ROOM_BY_ROOM_READS`` reads skip the walk (same tasks); then it is tried
+    again, and a drained backlog walks."""
+    db = sqlite3.connect(":memory:", isolation_level=None, factory=RecordingConnection)
+    assert isinstance(db, RecordingConnection)
+    walks = {_ready._READY_BOTH, _ready._READY_ORDERED}
+    try:
+        migrate(db)
+        insert(db, backlog(200))
+        hint = _ready.WalkHint()
+        reads = []
+        for _ in range(_ready.ROOM_BY_ROOM_READS + 2):
+            db.statements.clear()
+            assert ready_pending(db, NOW, 16, hint=hint) == specified_ready(db, 16, [])
+            reads.append(bool(walks & set(db.statements)))
+        assert reads == [True] + [False] * _ready.ROOM_BY_ROOM_READS + [True]
+        insert(db, backlog(1))  # drained: the next walk that is tried ends in time
+        for _ in range(_ready.ROOM_BY_ROOM_READS + 1):
+            ready_pending(db, NOW, 16, hint=hint)
+        db.statements.clear()
+        assert ready_pending(db, NOW, 16, hint=hint) == specified_ready(db, 16, [])
+        assert walks & set(db.statements)
+        assert _ready._READY_ORDERED_BY_ROOM not in db.statements
+    finally:
+        db.close()
+
+
+def test_the_room_gate_reads_no_more_for_a_longer_history_of_delivered_replies() -> None:
+    """Issue 39: the gate's test for an earlier reply not yet delivered stopped matching its
+    partial index (``tasks_room_custody``) when durable runs added ``waiting`` to custody, and
+    scanned every earlier task of the table instead: a ready read of 40 rooms cost 15 times
+    more after 1,000 replies. Each room here has one pending task behind its history."""
+    params: dict[str, object] = {"now": NOW, "limit": 40, "skip": "[]"}
+    cost: dict[int, int] = {}
+    with store_db() as db:
+        for history in (5, 100):
+            rooms: list[str | None] = [f"room-{k:02}" for k in range(40)]
+            done = [(room, "serial", "delivered", 1, 0, 0) for room in rooms] * history
+            insert(db, done + [(room, "serial", "pending", 1, 0, 0) for room in rooms])
+            assert len(ready_pending(db, NOW, 40)) == 40
+            cost[history] = _steps(db, _ready._READY_ORDERED_BY_ROOM, params)
+    assert cost[100] < 1.5 * cost[5], cost

@@ -101,9 +101,9 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "live candidate workers claim pending tasks directly (default: true)",
         str,
     ),
-    "lead_beat_interval": (
-        "a lead candidate beats twice per interval; a leader silent for 1.5 is replaced by "
-        "another process's standby lead (default: 0.5)",
+    "lead_lease": (
+        "seconds a leader's beat holds the lead: a leader silent this long is replaced by "
+        "another process's standby lead; candidates beat three times a lease (default: 3)",
         float,
     ),
     "sweep_interval": ("seconds between the pool lead's assignment sweeps (default: 0.05)", float),

@@ -11,11 +11,17 @@ import argparse
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[CommandParser]"
 SettingsHelp: TypeAlias = Mapping[str, tuple[str, type[Any]]]
 """A setting's name -> (its help text, the type its flag parses to)."""
+
+
+RENAMED_FLAGS: Final = {
+    "--lead-beat-interval": "--lead-lease (seconds a leader's lease lasts, 3 beats each)"
+}
+"""Flags an earlier tether had, and what replaced them: an unknown flag says so."""
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -40,6 +46,8 @@ class CommandParser(argparse.ArgumentParser):
         for parser in self.siblings.choices.values() if self.siblings is not None else ():
             if flag in parser._option_string_actions:
                 return f" ({parser.prog} has {flag})"
+        if flag in RENAMED_FLAGS:
+            return f" ({flag} is now {RENAMED_FLAGS[flag]})"
         close = difflib.get_close_matches(flag, self._option_string_actions, n=1)
         return f" (did you mean {close[0]}?)" if close else ""
 

@@ -82,7 +82,7 @@ CONFIG_HELP = f"""configuration (later sources win):
 
 who leads: every bridge and worker process on a store stands as a lead candidate
 (unless --lead false); the oldest live one leads, the others stand by and take over
-1.5 --lead-beat-interval after its last beat (a candidate beats twice per interval).
+--lead-lease (3 s) after its last beat (a candidate beats three times a lease).
 """
 
 

@@ -21,6 +21,7 @@ from trio_util import wait_any
 
 from ..._core._stop import stop_requested, wait_stop_requested
 from ..._plumbing._converter import structure_versioned, unstructure
+from ..._plumbing._grid import on_grid
 from ._records import LeaseExpiry
 from ._roles import ReconcilerStore
 from ._rules import CustodyState
@@ -137,7 +138,8 @@ class Reconciler:
         while True:
             self._rethink = trio.Event()
             due = self._soonest - self.store.clock() + _JUST_AFTER
-            wait = min(next_pass - trio.current_time(), max(_MIN_GAP, due))
+            # the interval ends with the process's other loops (the grid); a wake-up on time
+            wait = min(on_grid(next_pass - trio.current_time()), max(_MIN_GAP, due))
             with trio.move_on_after(wait):
                 await wait_any(wait_stop_requested, self._rethink.wait)
             if stop_requested():

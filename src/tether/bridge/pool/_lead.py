@@ -16,6 +16,7 @@ import trio
 
 from ..._backoff import Backoff
 from ..._plumbing._converter import structure_versioned, unstructure
+from ..._plumbing._grid import on_grid
 from ..custody._records import PoolView, WorkerInfo
 from ..custody._roles import LeadStore
 from ..custody._rules import check_worker
@@ -202,12 +203,10 @@ def _merge_pages(earlier: PoolView, page: PoolView) -> PoolView:
     return attrs.evolve(page, pending=pending, rooms={**earlier.rooms, **page.rooms})
 
 
-LEAD_DEAD_AFTER_BEATS: Final = 1.5
-"""``lead_dead_after`` in beat intervals by default (see ``PoolLead.lead_dead_after``)."""
-BEATS_PER_INTERVAL: Final = 2
-"""A lead candidate's beats per ``beat_interval``: with ``LEAD_DEAD_AFTER_BEATS`` the
-failover takes at most 1.5 intervals to notice, with a whole interval of slack for a late beat
-(the slack of beating once per interval and waiting two)."""
+BEATS_PER_LEASE: Final = 3
+"""A lead candidate's beats per ``PoolLead.lease``: a leader's beat may come two beats late
+before a standby takes over. The beat rate buys only that slack; the failover time is the lease
+(issue 39: an idle process beats once a second, not four times)."""
 _JUST_AFTER: Final = 0.001
 """Seconds past a leader's deadline a standby looks again: past it, the leader counts as gone."""
 
@@ -246,17 +245,15 @@ class PoolLead:
     """Did the last full sweep read every ready pending task and assign them all?"""
     looks: int = attrs.field(init=False, default=0)
     """Sweeps that ended after a read that found nothing to do (``_look``; in ``sweeps`` too)."""
-    beat_interval: float = 0.5
-    """The unit of a failover: a lead candidate beats twice in it while ``run`` runs (leader
-    and standbys alike: a beat loop of its own, so a slow sweep never delays it), and a
-    standby replaces a crashed leader within it and a half (``lead_dead_after``), so the new
-    leader assigns within two of them (the goal of the pool guide)."""
-    lead_dead_after: float | None = None
-    """A silent leader counts as gone after this long (default ``1.5 * beat_interval``: three
-    half-interval beats, so a leader's beat may come a whole ``beat_interval`` late before a
-    standby takes over). Safety never depends on it: two leads sweeping at once (a leader that
-    was only slow) is correct, every move being a compare-and-set; and a slow leader that
-    beats again leads again (it has beaten the longest), the standby stands by."""
+    lease: float = 3.0
+    """Seconds a leader's beat holds the lead: a leader silent this long counts as gone, and
+    the oldest standby takes over then and sweeps at once, so a new leader assigns within a
+    lease of a crash (the goal of the pool guide). Every candidate beats ``BEATS_PER_LEASE``
+    times a lease while ``run`` runs (a beat loop of its own, so a slow sweep never delays it);
+    a standby reads the beats besides only as the leader's lease runs out. Safety never depends
+    on it: two leads sweeping at once (a leader that was only slow) is correct, every move
+    being a compare-and-set; and a slow leader that beats again leads again (it has beaten the
+    longest), the standby stands by."""
     leading: bool = attrs.field(init=False, default=False)
     """Is this candidate the pool's leader now (as of its last beat)? ``run`` sweeps only then."""
     leading_since: float | None = attrs.field(init=False, default=None)
@@ -300,14 +297,7 @@ class PoolLead:
         if self.wakeups is not None:
             self._doorbell = self.wakeups.lead
         check_seconds("dead_after", self.dead_after)
-        check_seconds("beat_interval", self.beat_interval)
-        if self.lead_dead_after is None:
-            self.lead_dead_after = LEAD_DEAD_AFTER_BEATS * self.beat_interval
-        elif check_seconds("lead_dead_after", self.lead_dead_after) <= self.beat_interval:
-            raise ValueError(
-                f"lead_dead_after ({self.lead_dead_after!r}) must be longer than beat_interval "
-                f"({self.beat_interval!r}), or a live leader looks dead between its beats"
-            )
+        check_seconds("lease", self.lease)
         check_seconds("stuck_after", self.stuck_after)
         check_seconds("max_skew", self.max_skew, allow_zero=True)
         if self.stuck_cap is None:
@@ -578,16 +568,15 @@ class PoolLead:
         This candidate's own beat just committed, so it counts as beaten now, however long the
         store's writer kept it waiting: a busy writer must not make a lone leader's own beat
         look dead ("standing by (leader is nobody)", then "now leading"). A beat landing more
-        than ``lead_dead_after`` after the last one means this candidate was cut off (the
-        store was out of reach): it holds back from taking the lead for ``lead_dead_after``,
+        than ``lease`` after the last one means this candidate was cut off (the
+        store was out of reach): it holds back from taking the lead for ``lease``,
         so others cut off with it beat again first, and the one that leads after an outage is
         not replaced tens of milliseconds later."""
-        assert self.lead_dead_after is not None
         members = await self.store.beat(self.name, "lead", 1 if self.leading else 0)
         now = self.now()
         last, self._own_beat_at = self._own_beat_at, now
-        if last is not None and now - last > self.lead_dead_after and not self.leading:
-            self._hold_until = now + self.lead_dead_after
+        if last is not None and now - last > self.lease and not self.leading:
+            self._hold_until = now + self.lease
         return [
             attrs.evolve(m, last_beat=max(m.last_beat, now)) if m.name == self.name else m
             for m in members
@@ -595,13 +584,12 @@ class PoolLead:
 
     def judge(self, members: Sequence[WorkerInfo], now: float) -> WorkerInfo | None:
         """Who leads, from the candidates' beats: the live lead candidate (beat within
-        ``lead_dead_after``) that has beaten the longest (earliest ``started_at``, then name).
+        ``lease``) that has beaten the longest (earliest ``started_at``, then name).
 
         Every candidate reads the same rows, so they agree; a newcomer never unseats a live
         leader, and a leader that stopped beating is replaced by the oldest standby. Sets
         ``leading`` (and ``leading_since``, ``takeovers``) for this candidate."""
-        assert self.lead_dead_after is not None
-        leader = elect(members, now, self.lead_dead_after, self.max_skew)
+        leader = elect(members, now, self.lease, self.max_skew)
         if (
             leader is not None
             and leader.name == self.name
@@ -609,7 +597,7 @@ class PoolLead:
             and now < self._hold_until
             and any(m.role == "lead" and m.name != self.name for m in members)
         ):
-            leader = None  # back from an outage: others get ``lead_dead_after`` to beat first
+            leader = None  # back from an outage: others get ``lease`` to beat first
         leading = leader is not None and leader.name == self.name
         if leading and not self.leading:
             self.leading_since = now
@@ -643,7 +631,7 @@ class PoolLead:
 
     def _see_workers(self, members: Sequence[WorkerInfo], now: float) -> None:
         """Note the live workers among ``members``: from every beat read, and from every sweep's
-        view (a leader beats only every ``beat_interval``, its sweeps are more recent)."""
+        view (a leader beats only every third of its ``lease``, its sweeps are more recent)."""
         self.workers_seen = tuple(
             sorted(
                 m.name
@@ -653,31 +641,27 @@ class PoolLead:
         )
 
     async def _beat_loop(self) -> None:
-        """Beat ``BEATS_PER_INTERVAL`` times a ``beat_interval``. Standbys also read the beats
-        every quarter interval (a read, not a commit: a soft-stopped leader removed its beat)
-        and at the moment the leader's last beat turns ``lead_dead_after`` old, so a crashed
-        leader is replaced then, not up to a quarter interval later."""
-        assert self.lead_dead_after is not None
-        look = self.beat_interval / 4
-        period = self.beat_interval / BEATS_PER_INTERVAL
+        """Beat ``BEATS_PER_LEASE`` times a ``lease``; each beat reads every candidate's back
+        (a soft-stopped leader removed its beat: a standby leads from its next beat on). A
+        standby reads the beats besides only at the moment the leader's last beat turns a
+        ``lease`` old, so a crashed leader is replaced then; a live leader has beaten again
+        meanwhile and the standby's own beats keep finding it (no polling in between)."""
+        period = self.lease / BEATS_PER_LEASE
         next_beat = -math.inf
         while True:
             now = trio.current_time()
             if now >= next_beat:
-                next_beat = now + period
+                next_beat = now + on_grid(period)
                 members = await self._beat()
-            elif self.leading:
-                await trio.sleep_until(next_beat)
-                continue
-            else:
+            else:  # the leader's lease ran out, or this candidate's hold did: judge again
                 members = list(await self.store.workers())
             leader = self.judge(members, self.now())
             now = trio.current_time()
-            wake = min(next_beat, now + look)
+            wake = next_beat
             if self._hold_until > self.now():  # judge again as the hold ends
                 wake = min(wake, now + (self._hold_until - self.now()) + _JUST_AFTER)
             if leader is not None and not self.leading:
-                silent = leader.last_beat + self.lead_dead_after - self.now()  # store clock
+                silent = leader.last_beat + self.lease - self.now()  # store clock
                 wake = min(wake, now + max(silent, 0.0) + _JUST_AFTER)
             await trio.sleep_until(wake)
 
@@ -699,7 +683,7 @@ class PoolLead:
         clock keep finding the pool idle (``_idle``), or less when a task waiting out its retry
         backoff falls due sooner (store clock)."""
         if quiet:
-            wait = self._idle.next_delay()
+            wait = on_grid(self._idle.next_delay())
         else:
             self._idle.reset()
             wait = self.sweep_interval
@@ -709,11 +693,11 @@ class PoolLead:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Stand as a lead candidate until stopped (ready after the first beat, and the first
-        sweep if this candidate leads): beat every ``beat_interval``; while the leader (see
+        sweep if this candidate leads): beat every third of the ``lease``; while the leader (see
         ``judge``), sweep every ``sweep_interval`` seconds, or sooner when rung.
 
         On a soft stop the lead removes its beat, so a standby takes over (or workers go
-        leaderless) at once instead of after ``lead_dead_after``.
+        leaderless) at its next beat instead of after a ``lease``.
         """
         self._stop = StopSignal()  # a new run (a supervisor restart) starts unstopped
         self._beat_at = -math.inf
@@ -735,7 +719,9 @@ class PoolLead:
                     quiet = self._found_pool_idle()
                 task_status.started()
                 while not self._stop.is_set():
-                    rung = await self._doorbell.wait(self._idle_wait(quiet))
+                    # a standby sleeps until rung: ``judge`` rings as it takes the lead
+                    wait = self._idle_wait(quiet) if self.leading else math.inf
+                    rung = await self._doorbell.wait(wait)
                     if not quiet:
                         # rung again soon after a sweep began: let more rings gather into one
                         with trio.move_on_at(started + self.min_sweep_gap):

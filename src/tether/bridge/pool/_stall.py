@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 import attrs
 import trio
 
+from ..._plumbing._grid import on_grid
 from ..custody._roles import StallStore
 from ._liveness import check_seconds
 from ._outage import STORE_UNREACHABLE
@@ -33,6 +35,18 @@ class StallPass:
     pruned: int = 0
 
 
+STALL_LATENESS: Final = 30
+"""A stall notice comes at most a thirtieth of ``stall_after`` late (see ``watch_interval``)."""
+MAX_WATCH_INTERVAL: Final = 10.0
+
+
+def watch_interval(stall_after: float) -> float:
+    """Seconds between a watcher's passes by default: a thirtieth of ``stall_after``, between
+    1 and ``MAX_WATCH_INTERVAL`` (a notice of a 5-minute stall may come 10 s late; an idle
+    bridge must not read and prune the store each second for it)."""
+    return min(MAX_WATCH_INTERVAL, max(1.0, stall_after / STALL_LATENESS))
+
+
 @attrs.define(eq=False)
 class StallWatcher:
     """Sends stall notices: ``await nursery.start(watcher.run)``, or ``await run_once()``."""
@@ -40,7 +54,8 @@ class StallWatcher:
     store: StallStore
     stall_after: float
     notify: Notify
-    interval: float = 1.0
+    interval: float | None = None
+    """Seconds between passes (default ``watch_interval(stall_after)``)."""
     batch: int = 100
     clock: Callable[[], float] | None = None
     worker: str | None = None
@@ -48,10 +63,14 @@ class StallWatcher:
     passes: int = attrs.field(init=False, default=0)
     sent: int = attrs.field(init=False, default=0)
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
+    _every: float = attrs.field(init=False, default=1.0)
 
     def __attrs_post_init__(self) -> None:
         check_seconds("stall_after", self.stall_after)
-        check_seconds("interval", self.interval)
+        if self.interval is None:
+            self._every = watch_interval(self.stall_after)
+        else:
+            self._every = check_seconds("interval", self.interval)
         if not callable(self.notify):
             raise TypeError(f"notify must be an async callable, got {self.notify!r}")
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
@@ -97,7 +116,7 @@ class StallWatcher:
             await self.run_once()
             task_status.started()
             while not self._stop.is_set():
-                with trio.move_on_after(self.interval):
+                with trio.move_on_after(on_grid(self._every)):
                     await self._stop.wait()
                 if not self._stop.is_set():
                     try:

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ..._backoff import Backoff
+from ..._plumbing._grid import on_grid
 from ..._plumbing._tracing import enabled as tracing_enabled
 from ..._plumbing._tracing import set_attributes
 from ..._plumbing._when import clock_time, duration
@@ -234,6 +235,8 @@ class PoolWorker:
     _interval: float = attrs.field(init=False, default=0.0)
     _stopping: bool = attrs.field(init=False, default=False)
     _doorbell: Wakeup = attrs.field(init=False, factory=Wakeup)
+    _run_begun: Wakeup = attrs.field(init=False, factory=Wakeup)
+    """Rung as a run begins: the progress publisher sleeps on it while no run is going."""
     _idle: Backoff = attrs.field(init=False)
     """The wait after a claim that found nothing: ``poll_interval`` doubling (``_idle``)."""
     _retry_due: float = attrs.field(init=False, default=math.inf)
@@ -483,7 +486,7 @@ class PoolWorker:
     def _idle_wait(self) -> float:
         """Seconds until the next claim unless rung: the backed-off poll, or less when a task
         this worker failed falls due for its next attempt sooner."""
-        wait = self._idle.next_delay()
+        wait = on_grid(self._idle.next_delay())
         now = trio.current_time()
         if self._retry_due <= now:
             self._retry_due = math.inf
@@ -529,6 +532,7 @@ class PoolWorker:
             # the store handed the task out again, so every older attempt here is fenced out
             self._lose(old, StaleLease(f"task {id!r} was claimed again as attempt {claim.attempt}"))
         self._active[entry] = None
+        self._run_begun.set()
         queue_waited(claim)
         try:
             with run_span(claim) as traced:
@@ -690,9 +694,12 @@ class PoolWorker:
     async def _publish_progress(self, send: OnProgress) -> None:
         """Every ``progress_interval``: one update for each run going at least that long whose
         reporter changed since its last update (the first says it is working), unless that
-        run's previous update is still on its way."""
+        run's previous update is still on its way. While no run is going it waits for one
+        to begin instead (an idle worker does not tick)."""
         async with trio.open_nursery() as sends:
             while True:
+                if not self._active:
+                    await self._run_begun.wait(math.inf)
                 await trio.sleep(self.progress_interval)
                 if self._progress_refused:
                     log.info("worker %s: the receiver takes no progress; not sending", self.name)
@@ -962,7 +969,7 @@ class PoolWorker:
 
     async def _heartbeat(self) -> None:
         while True:
-            await trio.sleep(self._interval)
+            await trio.sleep(on_grid(self._interval))  # with the process's other beats
             async with trio.open_nursery() as nursery:  # one writer batch
                 nursery.start_soon(self._skipped_in_an_outage, self._beat)
                 for entry in list(self._active):

@@ -12,6 +12,7 @@ import math
 import attrs
 import trio
 
+from ..._plumbing._grid import on_grid
 from ..client._client import GatewayClient, GatewayRequestError
 from ..custody._roles import DeadNoticeStore
 from ..custody._rules import TaskRecord
@@ -119,4 +120,4 @@ class DeadNotices:
             self.wakeup.clear()
             settled = await self.run_once()
             if settled < self.batch or not self.supported:
-                await self.wakeup.wait(self.interval)
+                await self.wakeup.wait(on_grid(self.interval))

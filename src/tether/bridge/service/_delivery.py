@@ -17,6 +17,7 @@ import trio
 
 from ..._backoff import Backoff
 from ..._plumbing._converter import unstructure
+from ..._plumbing._grid import on_grid
 from ..._plumbing._tracing import enabled as tracing_enabled
 from ..._plumbing._tracing import end_span, finished_span, start_span, traceparent_of
 from ..._protocol._messages import (
@@ -256,7 +257,7 @@ class Delivery:
                 if handled < self.batch and not stopping:
                     if handled:
                         self._idle.reset()
-                    with trio.move_on_after(self._idle.next_delay()):
+                    with trio.move_on_after(on_grid(self._idle.next_delay())):
                         await self._wake.wait()
                     if self._wake.is_set():
                         self._idle.reset()  # news: look again at the busy pace

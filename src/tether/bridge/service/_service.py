@@ -484,7 +484,7 @@ class BridgeService:
                 store,
                 name=lead_name(stem),
                 sweep_interval=config.sweep_interval,
-                beat_interval=config.lead_beat_interval,
+                lease=config.lead_lease,
                 wakeups=self.wakeups,
             )
             self.lead = lead

@@ -80,9 +80,9 @@ class ProcessSettings:
     lead: bool = True
     """Run a pool lead (room affinity, balanced assignment). Without one, workers claim pending
     tasks directly: less latency, no affinity."""
-    lead_beat_interval: float = 0.5
-    """Seconds between a lead candidate's beats; a leader silent for two of them is replaced
-    by the oldest standby candidate (another process's lead)."""
+    lead_lease: float = 3.0
+    """Seconds a leader's beat holds the lead: a leader silent this long is replaced by the
+    oldest standby candidate (another process's lead). Candidates beat three times a lease."""
     sweep_interval: float = 0.05
     """Seconds between the pool lead's periodic sweeps. In-process wake-ups make it sweep as
     soon as tasks arrive or a slot frees; this is the fallback (work added by other processes)."""
@@ -132,7 +132,7 @@ PROCESS_PARSERS: Final[Parsers] = {
     "reconcile_interval": parse_seconds(0.01, 3600),
     "park_after": parse_seconds(0, 86_400),
     "lead": parse_bool,
-    "lead_beat_interval": parse_seconds(0.05, 60),
+    "lead_lease": parse_seconds(0.05, 60),
     "sweep_interval": parse_seconds(0.005, 60),
     "poll_interval": parse_seconds(0.005, 60),
     "grace": parse_seconds(0, 3600),
@@ -247,6 +247,10 @@ def merge_settings(
     return values, raw
 
 
+RENAMED_SETTINGS: Final = {
+    "lead_beat_interval": "'lead_lease' (seconds a leader's lease lasts, 3 beats each)"
+}
+"""Settings an earlier tether had, and what replaced them: the error says so."""
 _TABLES: Final = {"bridge": "settings", "worker": "worker settings"}
 """The config file's tables: ``[bridge]`` (``tether bridge run``), ``[worker]`` (``tether worker
 run``), with how an error names what goes in each."""
@@ -272,6 +276,12 @@ def read_table(path: Path, table: str, settings: Sequence[str]) -> dict[str, Any
     if not isinstance(values, dict):
         raise ConfigError(f"config file {path}: {table!r} must be a table")
     unknown = sorted(set(values) - set(settings))
+    renamed = [key for key in unknown if key in RENAMED_SETTINGS]
+    if renamed:
+        raise ConfigError(
+            f"config file {path}: setting {renamed[0]!r} in [{table}] is now "
+            f"{RENAMED_SETTINGS[renamed[0]]}"
+        )
     if unknown:
         raise ConfigError(
             f"config file {path}: unknown setting {unknown[0]!r} in [{table}] "

@@ -210,7 +210,7 @@ class WorkerService:
                 store,
                 name=lead_name(self.pool_stem),
                 sweep_interval=config.sweep_interval,
-                beat_interval=config.lead_beat_interval,
+                lease=config.lead_lease,
                 wakeups=self.wakeups,
             )
             await supervisor.start_child(

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._common import IN_CUSTODY_SQL
-
+ROOM_CUSTODY_STATES: Final = "'assigned', 'claimed', 'pending', 'result'"
+"""The states of ``tasks_room_custody``'s predicate, word for word (both dialects' indexes):
+a condition must repeat them so SQLite's planner uses that index. Not ``IN_CUSTODY_SQL``: it
+gained ``waiting`` with durable runs, and the gate's reply test then scanned every earlier
+task of the table, delivered ones included (issue 39: 3.7 ms instead of 0.24 per ready read of
+40 rooms after 1,000 replies)."""
 SUPERSEDED_OWNER: Final = "superseded"
 """The owner a superseded task's no-send result records when no worker held it (the schema
 wants an owner on every result)."""
@@ -36,7 +40,7 @@ def room_gate(t: str, tasks: str, order: str, sendable: str) -> str:
         f"AND NOT EXISTS (SELECT 1 FROM {tasks} o WHERE o.room = {t}.room "
         "AND o.state = 'claimed') "
         f"AND NOT EXISTS (SELECT 1 FROM {tasks} o WHERE o.room = {t}.room "
-        f"AND o.state IN ({IN_CUSTODY_SQL}) AND o.state = 'result' AND {sendable} "
+        f"AND o.state IN ({ROOM_CUSTODY_STATES}) AND o.state = 'result' AND {sendable} "
         f"AND o.{order} < {t}.{order})))"
     )
 

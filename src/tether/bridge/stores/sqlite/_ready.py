@@ -10,12 +10,29 @@ import heapq
 import sqlite3
 from typing import Any, Final
 
+import attrs
+
 from ._sql import FREE, ORDERED, ROOM_GATE, merged
 
 READY_WALK_STEPS: Final = 5_000
 """SQLite virtual machine steps a ready read may spend walking the ordered rooms' queue (about
 130 tasks; what reading 40 rooms one by one costs) before it reads room by room instead."""
 _TICK: Final = 1_000
+ROOM_BY_ROOM_READS: Final = 16
+"""Ready reads of a connection that go room by room at once after a walk was cut: a deep
+backlog stays deep for many sweeps, and each cut walk cost as much as the read after it
+(issue 39: 45% of a ready read, the largest part of the lead's sweep, in 40 busy rooms). Then
+a walk is tried again, as the backlog may have drained. Either read gives the same tasks."""
+
+
+@attrs.define
+class WalkHint:
+    """A store's memory of its backlog's depth across ready reads (a hint: it decides only
+    how a read is made, never what it finds; its readers and writer share it unlocked)."""
+
+    by_room_left: int = 0
+    """How many more ready reads go room by room at once."""
+
 
 _QUEUE: Final = "room IS NOT NULL AND state IN ('assigned', 'pending')"
 """A task in its room's queue (``tasks_room_queue``'s predicate, word for word)."""
@@ -60,7 +77,13 @@ _READY_ORDERED_BY_ROOM: Final = (
 )
 
 
-def ready_pending(conn: sqlite3.Connection, now: float, limit: int, skip: str = "[]") -> list[int]:
+def ready_pending(
+    conn: sqlite3.Connection,
+    now: float,
+    limit: int,
+    skip: str = "[]",
+    hint: WalkHint | None = None,
+) -> list[int]:
     """The rowids of the first ``limit`` pending tasks that may run now (``_READY``), in queue
     order (priority, then age); ``skip``: a JSON list of rooms to leave out.
 
@@ -73,15 +96,21 @@ def ready_pending(conn: sqlite3.Connection, now: float, limit: int, skip: str = 
     both queues are walked in one read that stops past ``READY_WALK_STEPS`` (shallow rooms:
     it ends long before), and then the ordered queue is read room by room instead: each
     room's head, a seek per room (every ordered task the gate lets through is its room's
-    head), merged with the first free tasks.
+    head), merged with the first free tasks. Given the store's ``hint``, the next
+    ``ROOM_BY_ROOM_READS`` reads after a cut walk go room by room at once.
     """
     p = {"now": now, "limit": limit, "skip": skip}
     any_free, any_ordered = conn.execute(_ANY_PENDING).fetchone()
     if not any_ordered:
         return [rowid for _, rowid in conn.execute(_READY_FREE, p)]
-    walked = _walk(conn, _READY_BOTH if any_free else _READY_ORDERED, p)
-    if walked is not None:
-        return [rowid for _, rowid in walked]
+    if hint is not None and hint.by_room_left > 0:
+        hint.by_room_left -= 1
+    else:
+        walked = _walk(conn, _READY_BOTH if any_free else _READY_ORDERED, p)
+        if walked is not None:
+            return [rowid for _, rowid in walked]
+        if hint is not None:
+            hint.by_room_left = ROOM_BY_ROOM_READS
     free = conn.execute(_READY_FREE, p).fetchall() if any_free else []
     ordered = conn.execute(_READY_ORDERED_BY_ROOM, p).fetchall()
     return [rowid for _, rowid in heapq.merge(free, ordered)][:limit]

@@ -93,7 +93,7 @@ from ._connection import connect_reader, connect_writer
 from ._conversations import SqliteConversations, with_conversations
 from ._durable import barrier_for
 from ._news import RESULT, WORK, StoreNews, news_path
-from ._ready import ready_pending
+from ._ready import WalkHint, ready_pending
 
 T = TypeVar("T")
 
@@ -118,6 +118,8 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
     """Crashes while it ran alone that prove a task kills its process (``custody._crashes``)."""
     reach: StoreReach = attrs.field(init=False, factory=StoreReach)
     """A file in this process's reach is not lost to an outage; kept for the one rule."""
+    _walks: WalkHint = attrs.field(init=False, factory=WalkHint)
+    """How this store's ready reads go while its backlog is deep (``_ready``)."""
 
     @classmethod
     async def open(
@@ -318,7 +320,9 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
 
     async def _pool_view(self, at: float, pending_limit: int, skip: list[str]) -> PoolView:
         rooms = json.dumps(skip)
-        return await self._read(lambda conn: _pool_view(conn, at, pending_limit, rooms))
+        return await self._read(
+            lambda conn: _pool_view(conn, at, pending_limit, rooms, self._walks)
+        )
 
     async def plan_and_assign(
         self, decide: Decide, *, pending_limit: int = 1000
@@ -329,7 +333,7 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
         unique: list[tuple[str, str]] = []
 
         def op(conn: sqlite3.Connection) -> tuple[PoolView, list[bool] | None, set[str]]:
-            view = _pool_view(conn, now, pending_limit, "[]")
+            view = _pool_view(conn, now, pending_limit, "[]", self._walks)
             pairs = decide(view)
             if pairs is None:
                 return view, None, set()
@@ -414,7 +418,11 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
             assigned = (worker, until, now, worker, limit)
             rows = conn.execute(sql.CLAIM_ASSIGNED, assigned).fetchall() if mine else []
             taken = len(rows)
-            ready = ready_pending(conn, now, limit - taken) if taken < limit and leaderless else []
+            ready = (
+                ready_pending(conn, now, limit - taken, hint=self._walks)
+                if taken < limit and leaderless
+                else []
+            )
             if ready:
                 rows += conn.execute(
                     sql.claim_ready(len(ready)), (worker, until, now, *ready)
@@ -905,11 +913,13 @@ def _supersede(
     return [(r[0], newer) for r in rows]
 
 
-def _pool_view(conn: sqlite3.Connection, at: float, pending_limit: int, skip: str) -> PoolView:
+def _pool_view(
+    conn: sqlite3.Connection, at: float, pending_limit: int, skip: str, walks: WalkHint
+) -> PoolView:
     """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past)."""
     pending: list[Queued] = []
     rooms: dict[str, str] = {}
-    ready = json.dumps(ready_pending(conn, at, pending_limit, skip))
+    ready = json.dumps(ready_pending(conn, at, pending_limit, skip, walks))
     for id, room, rank, keeper in conn.execute(sql.VIEW_PENDING, (ready,)):
         pending.append(Queued(id, room, RANK_PRIORITY[rank]))
         if keeper is not None:
