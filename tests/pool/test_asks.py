@@ -9,31 +9,19 @@ same in every later run. Several asks of one run are told apart by position or n
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 import trio
 
+from support.pool_agents import agent
+from support.pool_agents import state_is as _is
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
-from tether import Session
 from tether.bridge import AskTimeout, AskUnsupported, CustodyState, SqliteStore, Task, run_of
 from tether.bridge.custody import Reconciler
 from tether.bridge.pool import PoolWorker
 
 S = CustodyState
-
-
-def agent(fn: Callable[[Task], Any]) -> Callable[[Session], None]:
-    def factory(session: Session) -> None:
-        session.add_handler("task", fn)
-
-    return factory
-
-
-async def _is(store: SqliteStore, id: str, state: S) -> bool:
-    return await store.state(id) is state
 
 
 async def test_an_ask_parks_its_task_and_the_rooms_next_message_answers_it(

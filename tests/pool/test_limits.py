@@ -8,14 +8,11 @@ key=)`` and ``.pause(after)`` stop the key for every worker on the store.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import trio
 
+from support.pool_agents import agent
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
-from tether import Session
 from tether.bridge import CustodyState, Retry, SqliteStore, Task, run_of
 from tether.bridge.custody import Reconciler
 from tether.bridge.custody._limits import LimitSpec
@@ -25,13 +22,6 @@ from tether.bridge.service._admin import bridge_observed
 from tether.observe import Metrics
 
 S = CustodyState
-
-
-def agent(fn: Callable[[Task], Any]) -> Callable[[Session], None]:
-    def factory(session: Session) -> None:
-        session.add_handler("task", fn)
-
-    return factory
 
 
 async def _all(store: SqliteStore, ids: list[str], state: S) -> bool:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import trio
 
+from support.pool_agents import agent
 from support.pool_fixtures import LEASE_S, StoreAwareClock
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.pool import PoolWorker
 
-from .test_worker import agent, running, state_is
+from .test_worker import running, state_is
 
 S = CustodyState
 BEAT = min(2.0, LEASE_S / 3)

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import trio
 
+from support.pool_agents import agent
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether import Session
@@ -15,7 +16,7 @@ from tether.agents import echo, slow_stream
 from tether.bridge import CustodyState, Progress, SqliteStore, Task, progress_of
 from tether.bridge.pool import PoolWorker, ProgressUpdate, reporting
 
-from .test_worker import agent, running, state_is
+from .test_worker import running, state_is
 
 S = CustodyState
 

@@ -9,32 +9,20 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 import trio
 
+from support.pool_agents import agent
+from support.pool_agents import state_is as _is
 from support.pool_fixtures import MAX_ATTEMPTS, StoreAwareClock
 from support.waiting import wait_until
-from tether import Session
 from tether.bridge import CustodyState, Permanent, Retry, SqliteStore, Task
 from tether.bridge.pool import PoolLead, PoolWorker, RetryBackoff
 from tether.bridge.pool._wakeup import PoolWakeups
 
 S = CustodyState
 POLL = 0.2
-
-
-def agent(fn: Callable[[Task], Any]) -> Callable[[Session], None]:
-    def factory(session: Session) -> None:
-        session.add_handler("task", fn)
-
-    return factory
-
-
-async def _is(store: SqliteStore, id: str, state: S) -> bool:
-    return await store.state(id) is state
 
 
 def test_the_backoff_doubles_from_first_to_its_cap_with_full_jitter() -> None:

@@ -18,6 +18,7 @@ from typing import Any, cast
 import pytest
 import trio
 
+from support.pool_agents import state_is as _is
 from support.pool_fixtures import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
 from support.waiting import wait_until
 from tether import Session
@@ -37,10 +38,6 @@ def agent(fn: Callable[[Task], Any], **attributes: Any) -> Callable[[Session], N
     for name, value in attributes.items():
         setattr(factory, name, value)
     return factory
-
-
-async def _is(store: SqliteStore, id: str, state: S) -> bool:
-    return await store.state(id) is state
 
 
 async def _failed_once(store: SqliteStore, id: str) -> bool:

@@ -17,25 +17,15 @@ from typing import Any
 import pytest
 import trio
 
+from support.pool_agents import agent
+from support.pool_agents import state_is as _is
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
-from tether import Session
 from tether.bridge import CustodyState, SqliteStore, StepError, Task, run_of
 from tether.bridge.custody import Reconciler
 from tether.bridge.pool import PoolWakeups, PoolWorker, RetryBackoff
 
 S = CustodyState
-
-
-def agent(fn: Callable[[Task], Any]) -> Callable[[Session], None]:
-    def factory(session: Session) -> None:
-        session.add_handler("task", fn)
-
-    return factory
-
-
-async def _is(store: SqliteStore, id: str, state: S) -> bool:
-    return await store.state(id) is state
 
 
 async def test_a_recorded_step_is_not_run_again_by_a_later_attempt(

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from support.clock import FakeClock
+from support.pool_agents import agent
 from support.pool_fixtures import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
 from support.waiting import wait_until
 from tether import Session
@@ -22,13 +23,6 @@ from tether.bridge.custody import Reconciler
 from tether.bridge.pool import AgentError, PoolWorker
 
 S = CustodyState
-
-
-def agent(fn: Callable[[Task], Any]) -> Callable[[Session], None]:
-    def factory(session: Session) -> None:
-        session.add_handler("task", fn)
-
-    return factory
 
 
 @asynccontextmanager
