@@ -14,10 +14,19 @@ from tether.gateway._store import Conflict, GatewayStore
 
 
 async def _hold_the_writer(store: GatewayStore, nursery: trio.Nursery) -> threading.Event:
-    """Park the store's writer thread on an event; returns it (set it to go on)."""
-    gate = threading.Event()
-    nursery.start_soon(store._writer.run, lambda _db: gate.wait())
-    await _queued(1)
+    """Park the store's writer thread on an event; returns it (set it to go on). Returns once
+    the thread runs the parking job, not merely once it is queued: a job queued before the
+    thread took it would join the same batch as the ones the test queues next."""
+    gate, entered = threading.Event(), threading.Event()
+
+    def park(_db: object) -> None:
+        entered.set()
+        gate.wait()
+
+    nursery.start_soon(store._writer.run, park)
+    with trio.fail_after(30):
+        while not entered.is_set():  # noqa: ASYNC110 (an event of another thread)
+            await trio.sleep(0.001)
     return gate
 
 
