@@ -18,8 +18,8 @@ from tether.bridge.stores.sqlite import _news
 from tether.bridge.stores.sqlite._news import news_path
 from tether.bridge.stores.sqlite._readonly import open_readonly
 
-HEARD_WITHIN = 10.0  # seconds: a look every 0.25 s, on a busy machine
-SILENT_FOR = 3 * _news.POLL_S
+HEARD_WITHIN = 10.0  # seconds: a look every 0.5 s at most, on a busy machine
+SILENT_FOR = 2 * _news.POLL_S
 
 
 async def test_work_and_results_of_one_process_wake_the_other_and_not_itself(
