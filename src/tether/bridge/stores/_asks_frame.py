@@ -18,6 +18,7 @@ from ..custody._rules import Claim, CustodyState, check_task_id
 from ..custody._steps import check_step_name, check_wake_at
 from ._common import check_limit, check_reason, fence_args
 from ._frame import StoreFrame
+from ._steps_frame import journal_parked
 
 
 class AsksFrame(StoreFrame):
@@ -37,14 +38,7 @@ class AsksFrame(StoreFrame):
         until = check_wake_at(until)
         reason = self._stored_text(check_reason(why))
         record = await self._ask(claim, name, text, until, reason, self.clock())
-        _clog.moved(
-            claim.task.id,
-            CustodyState.CLAIMED,
-            CustodyState.WAITING,
-            worker=claim.worker,
-            attempt=claim.attempt,
-            reason=f"{reason}; times out {iso_time(record.deadline)}",
-        )
+        journal_parked(claim, f"{reason}; times out {iso_time(record.deadline)}")
         return record
 
     @abc.abstractmethod

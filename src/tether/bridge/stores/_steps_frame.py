@@ -61,14 +61,7 @@ class StepsFrame(StoreFrame):
         until = check_wake_at(until)
         reason = self._stored_text(check_reason(why))
         await self._park(claim, until, reason, self.clock())
-        _clog.moved(
-            claim.task.id,
-            CustodyState.CLAIMED,
-            CustodyState.WAITING,
-            worker=claim.worker,
-            attempt=claim.attempt,
-            reason=f"{reason}; due {iso_time(until)}",
-        )
+        journal_parked(claim, f"{reason}; due {iso_time(until)}")
 
     @abc.abstractmethod
     async def _park(self, claim: Claim, until: float, why: str, now: float) -> None:
@@ -123,6 +116,19 @@ class StepsFrame(StoreFrame):
         begin with ``skip``, in the re-drive's order). A crash between this and the re-drive
         leaves a dead task without steps: what the operator asked for, and the re-drive can be
         repeated."""
+
+
+def journal_parked(claim: Claim, reason: str) -> None:
+    """Journal ``claimed -> waiting`` for ``claim``'s run (a durable sleep, a long wait for a
+    permit, or a question to the person)."""
+    _clog.moved(
+        claim.task.id,
+        CustodyState.CLAIMED,
+        CustodyState.WAITING,
+        worker=claim.worker,
+        attempt=claim.attempt,
+        reason=reason,
+    )
 
 
 def check_fresh(fresh: object) -> bool:
