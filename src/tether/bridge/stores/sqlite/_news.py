@@ -51,12 +51,13 @@ ROTATE_AT: Final = 1 << 18
 
 _TRIGGERS: Final = (
     "CREATE TEMP TRIGGER IF NOT EXISTS tether_news_new AFTER INSERT ON main.tasks "
-    "WHEN NEW.state IN ('pending', 'assigned') BEGIN SELECT tether_news('w'); END",
+    f"WHEN NEW.state IN ('pending', 'assigned') BEGIN SELECT tether_news('{WORK.decode()}'); END",
     "CREATE TEMP TRIGGER IF NOT EXISTS tether_news_moved AFTER UPDATE OF state ON main.tasks "
     "WHEN NEW.state IN ('pending', 'assigned') AND NEW.state IS NOT OLD.state "
-    "BEGIN SELECT tether_news('w'); END",
+    f"BEGIN SELECT tether_news('{WORK.decode()}'); END",
     "CREATE TEMP TRIGGER IF NOT EXISTS tether_news_result AFTER UPDATE OF state ON main.tasks "
-    "WHEN NEW.state = 'result' AND OLD.state IS NOT 'result' BEGIN SELECT tether_news('r'); END",
+    "WHEN NEW.state = 'result' AND OLD.state IS NOT 'result' "
+    f"BEGIN SELECT tether_news('{RESULT.decode()}'); END",
 )
 
 
