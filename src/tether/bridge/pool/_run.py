@@ -138,7 +138,9 @@ class Run:
         if self._store is None or left <= self.park_after:
             await trio.sleep(left)
             return
-        self.park(wake, f"sleeping until {iso_time(wake)} (step {name})")
+        self.parked_until = wake
+        self.parked_why = f"sleeping until {iso_time(wake)} (step {name})"
+        raise Parked(f"task {self.task.id!r} parked: {self.parked_why}")
 
     # -- asks (issue #36: the rules and the replay are pool._ask's) ----------------------------
 
@@ -199,7 +201,8 @@ class Run:
 
     def park(self, until: float, why: str) -> NoReturn:
         """End the run parked until ``until`` (store clock): ``Parked``."""
-        raise self.park_at(until, why)
+        self.parked_until, self.parked_why = until, why
+        raise Parked(f"task {self.task.id!r} parked: {why}")
 
     async def _step(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
