@@ -133,7 +133,11 @@ async def test_a_blocked_thread_is_abandoned_and_its_late_answer_stored_nowhere(
 
 
 class _StuckOutcomes:
-    """A store whose ``fail`` hangs until ``unblock`` (a commit stuck behind a lock)."""
+    """A store whose ``fail`` hangs until ``unblock`` (a commit stuck behind a lock).
+
+    The hung call is shielded, as a commit already in the database is: the worker cancels an
+    older attempt's run when it claims the task again, and that must not keep the late
+    outcome from reaching the store (where the fence refuses it)."""
 
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
@@ -144,12 +148,14 @@ class _StuckOutcomes:
         return getattr(self._store, name)
 
     async def fail(self, claim: Claim, reason: str, **options: Any) -> CustodyState:
-        await self.unblock.wait()
-        try:
-            return await self._store.fail(claim, reason, **options)
-        except Exception as exc:
-            self.refused.append(exc)
-            raise
+        with trio.CancelScope(shield=True):
+            await self.unblock.wait()
+            try:
+                state = await self._store.fail(claim, reason, **options)
+            except Exception as exc:
+                self.refused.append(exc)
+                raise
+        return state
 
 
 async def test_a_run_whose_outcome_hangs_past_timeout_and_grace_loses_its_lease(

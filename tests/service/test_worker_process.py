@@ -11,6 +11,7 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -114,8 +115,20 @@ async def _shared_pool_scenario(
         assert (await gateway.message(id))["reply"].startswith("echo: hello ")
 
     headers = {"authorization": "Bearer worker-admin-token"}
-    async with httpx.AsyncClient(timeout=10) as http:
-        pool = (await http.get(f"{url}/status", headers=headers)).json()["pool"]
+    pool: dict[str, Any] = {}
+
+    async def every_worker_seen() -> bool:
+        # the live workers are those of the beats the lead candidate read last (once a beat
+        # period): right after start that read may predate the process's own workers' first beat
+        nonlocal pool
+        async with httpx.AsyncClient(timeout=10) as http:
+            pool = (await http.get(f"{url}/status", headers=headers)).json()["pool"]
+        return len(pool["workers_seen"]) == 3
+
+    async def seen_so_far() -> str:
+        return f"pool status {pool}\nworker log:\n{worker_log.read_text()[-3000:]}"
+
+    await wait_until(every_worker_seen, within=30, step=0.1, explain=seen_so_far)
     assert pool["stem"] == "blue"
     assert pool["workers"] == ["blue-w1", "blue-w2"]
     assert pool["leader"] is not None
