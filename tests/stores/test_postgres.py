@@ -320,6 +320,9 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         # flow control (issue #38)
         f"DROP TABLE {s}.limits, {s}.permits, {s}.limit_waiters; "
         f"DROP FUNCTION {s}.permits_free() CASCADE; "
+        # fair shares (issue #38): the queue's index goes with the turn
+        f"ALTER TABLE {s}.tasks DROP COLUMN tenant, DROP COLUMN fair; DROP TABLE {s}.tenants; "
+        f"CREATE INDEX tasks_pending ON {s}.tasks (priority, seq) WHERE state = 'pending'; "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)

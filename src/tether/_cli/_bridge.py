@@ -219,6 +219,7 @@ def add_bridge_parsers(sub: Subparsers, epilog: str) -> None:
     _add_operator_parsers(store_actions, epilog)
     _add_room_parsers(store_actions, epilog)
     _add_limit_parsers(store_actions, epilog)
+    _add_tenant_parsers(store_actions, epilog)
 
 
 LIMITS_EXITS = """exit codes of limits:
@@ -261,6 +262,44 @@ def _add_limit_parsers(store_actions: Subparsers, epilog: str) -> None:
     set_.add_argument(
         "--concurrency", type=int, default=None, help="permits held at once (default: no cap)"
     )
+    _store_options(set_)
+
+
+TENANTS_EXITS = """exit codes of tenants:
+  0  shown; set
+  2  bad usage (a bad tenant name or weight): nothing changed
+"""
+
+
+def _add_tenant_parsers(store_actions: Subparsers, epilog: str) -> None:
+    tenants = add_command(
+        store_actions,
+        "tenants",
+        help="fair shares: the tenants taking turns in the queue, their weights and backlogs",
+        description=(
+            "Show the tenants that share the store's queue (a task names its tenant in its "
+            "'tenant' header, from the gateway's message): each one's weight and its tasks "
+            "pending now. Tenants take turns: one tenant's burst never starves another's "
+            "message. Reads only. `tenants set NAME --weight W` gives a tenant W turns to a "
+            "weight-1 tenant's one."
+        ),
+        epilog=CONFIG_HELP + "\n" + TENANTS_EXITS + "\n" + epilog,
+    )
+    _store_options(tenants)
+    tenants.add_argument("--json", action="store_true", help="print one JSON document")
+    actions = tenants.add_subparsers(dest="tenants_command", required=False, metavar="[set]")
+    set_ = add_command(
+        actions,
+        "set",
+        help="give a tenant a weight",
+        description=(
+            "Give TENANT a weight, kept in the store for everyone: its tasks taken in from now "
+            "on get WEIGHT turns to a weight-1 tenant's one (queued tasks keep their turns)."
+        ),
+        epilog=CONFIG_HELP + "\n" + TENANTS_EXITS + "\n" + epilog,
+    )
+    set_.add_argument("tenant", help="the tenant, e.g. acme")
+    set_.add_argument("--weight", type=float, required=True, help="its share, > 0 (default 1)")
     _store_options(set_)
 
 
@@ -414,6 +453,8 @@ def run_store(args: argparse.Namespace) -> int:
         return trio.run(_room, config, args)
     if args.store_command == "limits":
         return trio.run(_limits, config, args)
+    if args.store_command == "tenants":
+        return trio.run(_tenants, config, args)
     if args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
 
@@ -598,6 +639,34 @@ async def _limits(config: BridgeConfig, args: argparse.Namespace) -> int:
         if spec is not None:
             return await _store_limits.set_limit(store, spec)
         return await _store_limits.show_limits(store, args.json)
+    finally:
+        await store.aclose()
+
+
+async def _tenants(config: BridgeConfig, args: argparse.Namespace) -> int:
+    from ..bridge.custody._tenants import check_tenant, check_tenant_weight
+    from ..bridge.service import _store_tenants
+    from ..bridge.service._config import ConfigError
+    from ..bridge.stores._open import open_store
+
+    setting = getattr(args, "tenants_command", None) == "set"
+    if setting:
+        try:
+            check_tenant(args.tenant)
+            check_tenant_weight(args.weight)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    store = await open_store(
+        config.store,
+        must_exist=True,
+        read_only=not setting,  # showing changes nothing
+        password_file=config.store_password_file,
+        schema=config.store_schema,
+    )
+    try:
+        if setting:
+            return await _store_tenants.set_tenant_weight(store, args.tenant, args.weight)
+        return await _store_tenants.show_tenants(store, args.json)
     finally:
         await store.aclose()
 

@@ -28,6 +28,7 @@ from ._records import (
 )
 from ._rooms import RoomPolicy
 from ._rules import Claim, CustodyState, Result, Task, TaskRecord
+from ._tenants import TenantView
 
 
 class StoreClock(Protocol):
@@ -243,6 +244,16 @@ class LimitStore(StoreClock, Protocol):
     async def limit_views(self) -> Sequence[LimitView]:
         """Every key's limit, its tokens now, permits in flight, pause and waiters. Reads
         only."""
+        ...
+
+    async def set_tenant_weight(self, tenant: str, weight: float) -> None:
+        """Give ``tenant`` ``weight`` turns to a weight-1 tenant's one (``custody._tenants``),
+        for the tasks taken in from now on (queued ones keep their turns)."""
+        ...
+
+    async def tenant_views(self) -> Sequence[TenantView]:
+        """Every tenant with a weight set or a task pending: its weight and pending count.
+        Reads only."""
         ...
 
 

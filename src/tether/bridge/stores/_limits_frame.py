@@ -24,6 +24,7 @@ from ..custody._limits import (
 )
 from ..custody._rules import Claim
 from ..custody._steps import check_wake_at
+from ..custody._tenants import DEFAULT_WEIGHT, TenantView, check_tenant, check_tenant_weight
 from ._common import fence_args
 from ._frame import StoreFrame
 
@@ -81,6 +82,28 @@ class LimitsFrame(StoreFrame):
 
     @abc.abstractmethod
     async def _limit_views(self, now: float) -> list[LimitView]: ...
+
+    async def set_tenant_weight(self, tenant: str, weight: float) -> None:
+        tenant, weight = check_tenant(tenant), check_tenant_weight(weight)
+        await self._set_tenant_weight(tenant, weight)
+        log.info("tenant %s: weight %g", tenant, weight)
+
+    @abc.abstractmethod
+    async def _set_tenant_weight(self, tenant: str, weight: float) -> None: ...
+
+    async def tenant_views(self) -> Sequence[TenantView]:
+        return await self._tenant_views()
+
+    @abc.abstractmethod
+    async def _tenant_views(self) -> list[TenantView]: ...
+
+
+def tenant_views_of(rows: Iterable[Sequence[Any]]) -> list[TenantView]:
+    """``(tenant, weight or None, pending)`` rows (both backends) as views."""
+    return [
+        TenantView(tenant, DEFAULT_WEIGHT if weight is None else float(weight), int(pending))
+        for tenant, weight, pending in rows
+    ]
 
 
 def bucket_of(row: Sequence[Any]) -> Bucket:

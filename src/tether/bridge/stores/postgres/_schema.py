@@ -414,6 +414,21 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         WHEN (OLD.state = 'claimed' AND NEW.state <> 'claimed')
         EXECUTE FUNCTION {s}.permits_free();
     """,
+    # 14 -> 15 (issue #38, fair shares): a task's tenant and its turn among the tenants
+    # (``custody._tenants``), fixed at ingest; the queue is ordered by priority, turn, age;
+    # the tenants' own pending turns are read through their index at ingest
+    """
+    ALTER TABLE {s}.tasks ADD COLUMN tenant text,
+        ADD COLUMN fair double precision NOT NULL DEFAULT 0;
+    CREATE TABLE {s}.tenants (
+        tenant      text PRIMARY KEY,
+        weight      double precision NOT NULL CHECK (weight > 0)
+    );
+    DROP INDEX {s}.tasks_pending;
+    CREATE INDEX tasks_pending ON {s}.tasks (priority, fair, seq) WHERE state = 'pending';
+    CREATE INDEX tasks_tenant_turns ON {s}.tasks (tenant, priority, fair)
+        WHERE state = 'pending' AND tenant IS NOT NULL;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

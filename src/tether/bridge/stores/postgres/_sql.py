@@ -17,6 +17,10 @@ from .._operator import CANCELLABLE_SQL, REDRIVE_PRIORITY
 from .._rooms_sql import room_busy, room_gate
 
 TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
+QUEUE_ORDER: Final = "priority, fair, seq"
+"""The pending queue's order: priority, then turn among the tenants (``custody._tenants``),
+then age (``tasks_pending``); ``t.``-qualified where the query names its table ``t``."""
+QUEUE_ORDER_T: Final = "t.priority, t.fair, t.seq"
 RECORD_COLS: Final = (
     f"{TASK_COLS}, t.state, t.owner, t.attempt, t.lease_until, t.result, t.reason, "
     "t.created_at, t.updated_at, t.not_before, t.crash_count, t.crashes_alone, t.suspect, "
@@ -69,16 +73,49 @@ class Sql:
         return (
             f"WITH ins AS (INSERT INTO {self.s}.tasks AS t "
             "(id, body, room, priority, headers, state, attempt, created_at, updated_at, "
-            "room_policy) "
+            "room_policy, tenant, fair) "
             "SELECT id, body, room, priority, headers, 'pending', 1, %(now)s, %(now)s, "
-            "%(policy)s "
+            "%(policy)s, tenant, fair "
             "FROM unnest(%(ids)s::text[], %(bodies)s::bytea[], %(rooms)s::text[], "
-            "%(ranks)s::smallint[], %(headers)s::text[]) WITH ORDINALITY "
-            "AS v (id, body, room, priority, headers, ord) "
+            "%(ranks)s::smallint[], %(headers)s::text[], %(tenants)s::text[], "
+            "%(fairs)s::float8[]) WITH ORDINALITY "
+            "AS v (id, body, room, priority, headers, tenant, fair, ord) "
             f"WHERE NOT EXISTS (SELECT 1 FROM {self.s}.tombstones b WHERE b.id = v.id) "
             "ORDER BY ord "
             "ON CONFLICT (id) DO NOTHING RETURNING id) "
             "SELECT id, pg_notify(%(chan)s, 'pending')::text FROM ins"
+        )
+
+    @property
+    def turns(self) -> str:
+        """For each (tenant, priority) of an ingest: the queue's clock at that priority (its
+        earliest tenant turn pending), the tenant's last turn pending there, its weight
+        (``custody._tenants``)."""
+        return (
+            "SELECT v.tenant, v.rank, "
+            f"(SELECT fair FROM {self.s}.tasks WHERE state = 'pending' AND priority = v.rank "
+            "AND fair > 0 ORDER BY fair LIMIT 1), "
+            f"(SELECT max(fair) FROM {self.s}.tasks WHERE state = 'pending' "
+            "AND tenant IS NOT NULL AND tenant = v.tenant AND priority = v.rank), "
+            f"(SELECT weight FROM {self.s}.tenants WHERE tenant = v.tenant) "
+            "FROM unnest(%(tenants)s::text[], %(ranks)s::smallint[]) AS v (tenant, rank)"
+        )
+
+    @property
+    def set_tenant_weight(self) -> str:
+        return (
+            f"INSERT INTO {self.s}.tenants (tenant, weight) VALUES (%(tenant)s, %(weight)s) "
+            "ON CONFLICT (tenant) DO UPDATE SET weight = excluded.weight"
+        )
+
+    @property
+    def tenant_views(self) -> str:
+        return (
+            "SELECT tenant, max(weight), sum(pending) FROM ("
+            f"SELECT tenant, weight, 0 AS pending FROM {self.s}.tenants UNION ALL "
+            f"SELECT tenant, NULL, count(*) FROM {self.s}.tasks "
+            "WHERE state = 'pending' AND tenant IS NOT NULL GROUP BY tenant) x "
+            "GROUP BY tenant ORDER BY tenant"
         )
 
     @property
@@ -123,7 +160,7 @@ class Sql:
     def pending(self) -> str:
         return (
             f"SELECT {TASK_COLS} FROM {self.s}.tasks t WHERE t.state = 'pending' AND {DUE} "
-            "AND NOT t.suspect ORDER BY t.priority, t.seq LIMIT %(limit)s"
+            f"AND NOT t.suspect ORDER BY {QUEUE_ORDER_T} LIMIT %(limit)s"
         )
 
     @property
@@ -136,7 +173,7 @@ class Sql:
         return (
             f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
             f"AND {DUE} AND NOT t.suspect AND {self.room_gate} "
-            "ORDER BY t.priority, t.seq LIMIT %(limit)s"
+            f"ORDER BY {QUEUE_ORDER_T} LIMIT %(limit)s"
         )
 
     @property
@@ -146,7 +183,7 @@ class Sql:
             f"AND {DUE} AND NOT t.suspect "
             "AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) "
             f"AND {self.room_gate} "
-            "ORDER BY t.priority, t.seq LIMIT %(limit)s"
+            f"ORDER BY {QUEUE_ORDER_T} LIMIT %(limit)s"
         )
 
     @property
@@ -306,22 +343,23 @@ class Sql:
         return (
             f"WITH mine AS (SELECT id FROM {tasks} t WHERE state = 'assigned' "
             f"AND owner = %(worker)s AND NOT t.suspect AND {self.room_gate} {guard}"
-            "ORDER BY priority, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            f"ORDER BY {QUEUE_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             f"pool AS (SELECT id FROM {tasks} t WHERE %(leaderless)s AND state = 'pending' "
             f"AND {DUE} AND NOT t.suspect AND {self.room_gate} {guard}"
-            "ORDER BY priority, seq LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM mine)) "
+            f"ORDER BY {QUEUE_ORDER} LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM mine)) "
             "FOR UPDATE SKIP LOCKED), "
             "pick AS (SELECT id, 0 AS grp FROM mine UNION ALL SELECT id, 1 FROM pool), "
             f"u AS (UPDATE {tasks} t SET state = 'claimed', owner = %(worker)s, "
             "lease_until = %(until)s, run_no = t.run_no + 1, not_before = NULL, "
             "updated_at = %(now)s FROM pick WHERE t.id = pick.id "
             "AND t.state IN ('assigned', 'pending') "
-            f"RETURNING {TASK_COLS}, t.attempt, t.run_no, pick.grp, t.priority AS rank, t.seq), "
+            f"RETURNING {TASK_COLS}, t.attempt, t.run_no, pick.grp, t.priority AS rank, "
+            "t.fair AS turn, t.seq), "
             # one row per room (ON CONFLICT cannot touch a row twice)
             f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
             "SELECT DISTINCT room, %(worker)s, %(now)s FROM u WHERE room IS NOT NULL "
             "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at) "
-            "SELECT * FROM u ORDER BY grp, rank, seq"
+            "SELECT * FROM u ORDER BY grp, rank, turn, seq"
         )
 
     @property

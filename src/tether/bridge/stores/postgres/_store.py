@@ -58,6 +58,13 @@ from ...custody._rules import (
     check_worker,
 )
 from ...custody._steps import over_task_limit
+from ...custody._tenants import (
+    DEFAULT_WEIGHT,
+    NO_TURN,
+    TENANT_HEADER,
+    TenantView,
+    next_turn,
+)
 from .._asks_frame import log_answers
 from .._common import (
     RANK_PRIORITY,
@@ -72,7 +79,7 @@ from .._common import (
     unknown_task,
 )
 from .._frame import Moves, check_settings, lease_expiry
-from .._limits_frame import LimitsFrame, bucket_of, views_of
+from .._limits_frame import LimitsFrame, bucket_of, tenant_views_of, views_of
 from .._operator import CANCELLED_PREFIX
 from .._rooms_sql import SUPERSEDED_OWNER
 from .._steps_frame import StepsFrame
@@ -333,7 +340,9 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
         params.update(rooms=rooms, ranks=[PRIORITY_RANK[t.priority] for t in tasks])
         params.update(headers=list(headers), now=self.clock(), chan=self._channel, policy=policy)
         params.update(owner=SUPERSEDED_OWNER, prefix=SUPERSEDED_PREFIX)
-        sql, supersede = self._sql.ingest, self._sql.supersede
+        tenants = [task.headers.get(TENANT_HEADER) for task in tasks]
+        params.update(tenants=tenants, fairs=[NO_TURN] * len(tasks))
+        sql, supersede, turns = self._sql.ingest, self._sql.supersede, self._sql.turns
         replace = policy == "replace" and any(room is not None for room in rooms)
 
         lock = lock_rooms_sql(self._s) if any(room is not None for room in rooms) else None
@@ -342,6 +351,8 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
             with conn.transaction():  # replace: the new tasks and what they supersede at once
                 if lock is not None:  # the rooms' conversations first, in order (issue #34)
                     conn.execute(lock, params)
+                if any(tenant is not None for tenant in tenants):
+                    params["fairs"] = _turns(conn.execute(turns, params).fetchall(), params)
                 inserted = {r[0] for r in conn.execute(sql, params).fetchall()}
                 fresh_rooms = _fresh_rooms(ids, rooms, inserted)
                 # an open ask's answer runs no run of its own (issue #36)
@@ -361,6 +372,14 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
         outcome = await self._run(op, promise=True)  # the ack follows
         log_answers(answered)
         return outcome
+
+    async def _set_tenant_weight(self, tenant: str, weight: float) -> None:
+        sql, params = self._sql.set_tenant_weight, {"tenant": tenant, "weight": weight}
+        await self._run(lambda conn: conn.execute(sql, params))
+
+    async def _tenant_views(self) -> list[TenantView]:
+        sql = self._sql.tenant_views
+        return await self._run(lambda conn: tenant_views_of(conn.execute(sql).fetchall()))
 
     async def _bodies(self, ids: Sequence[str]) -> Mapping[str, str]:
         sql = self._sql.bodies
@@ -1143,3 +1162,22 @@ def _record(row: Sequence[Any]) -> TaskRecord:
 def _fence(claim: Claim, now: float) -> dict[str, Any]:
     """A claim's fence as parameters (checked by the frame)."""
     return {"id": claim.task.id, "worker": claim.worker, "run": claim.run, "now": now}
+
+
+def _turns(read: Sequence[Sequence[Any]], params: Mapping[str, Any]) -> list[float]:
+    """The turns of an ingest's tasks (``custody._tenants.next_turn``), in order, from the
+    ``turns`` read of each task's tenant and priority: a later task of the same tenant and
+    priority queues after the earlier ones of the batch."""
+    last: dict[tuple[str, int], float] = {}
+    out: list[float] = []
+    for (tenant, rank, clock, pending_last, weight), head in zip(
+        read, params["tenants"], strict=True
+    ):
+        if head is None:
+            out.append(NO_TURN)
+            continue
+        key = (tenant, rank)
+        turn = next_turn(clock, last.get(key, pending_last), weight or DEFAULT_WEIGHT)
+        last[key] = turn
+        out.append(turn)
+    return out

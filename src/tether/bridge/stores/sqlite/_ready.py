@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import attrs
 
-from ._sql import FREE, ORDERED, ROOM_GATE, merged
+from ._sql import FREE, ORDERED, QUEUE_ORDER, ROOM_GATE, merged
 
 READY_WALK_STEPS: Final = 5_000
 """SQLite virtual machine steps a ready read may spend walking the ordered rooms' queue (about
@@ -51,13 +51,13 @@ _ANY_PENDING: Final = (
 )
 """Is any free task pending, any of an ordered room (a probe of each queue's index)."""
 _READY_FREE: Final = (
-    f"SELECT priority, rowid FROM tasks WHERE {FREE} AND {_NOT_HELD} "
-    "ORDER BY priority, rowid LIMIT :limit"
+    f"SELECT {QUEUE_ORDER} FROM tasks WHERE {FREE} AND {_NOT_HELD} "
+    f"ORDER BY {QUEUE_ORDER} LIMIT :limit"
 )
 """The first free tasks ready: no room's order holds them, so the walk stops at ``limit``."""
 _READY_ORDERED: Final = (
-    f"SELECT priority, rowid FROM tasks t WHERE {ORDERED} AND {_READY} "
-    "ORDER BY priority, rowid LIMIT :limit"
+    f"SELECT {QUEUE_ORDER} FROM tasks t WHERE {ORDERED} AND {_READY} "
+    f"ORDER BY {QUEUE_ORDER} LIMIT :limit"
 )
 """The ordered rooms' queue walked in order (``tasks_pending_ordered``) until ``limit`` pass."""
 _READY_BOTH: Final = merged(_READY_FREE, _READY_ORDERED, ":limit")
@@ -69,11 +69,11 @@ _READY_ORDERED_BY_ROOM: Final = (
     "UNION ALL "
     f"SELECT (SELECT min(room) FROM tasks WHERE room > queued.room AND {_QUEUE}) "
     "FROM queued WHERE queued.room IS NOT NULL) "
-    "SELECT priority, rowid FROM tasks t WHERE rowid IN ("
+    f"SELECT {QUEUE_ORDER} FROM tasks t WHERE rowid IN ("
     # ... and its head: the only one of its messages an ordered room may let run
     f"SELECT (SELECT min(rowid) FROM tasks WHERE room = queued.room AND {_QUEUE}) "
     "FROM queued WHERE queued.room IS NOT NULL) "
-    f"AND room_policy <> 'concurrent' AND {_READY} ORDER BY priority, rowid LIMIT :limit"
+    f"AND room_policy <> 'concurrent' AND {_READY} ORDER BY {QUEUE_ORDER} LIMIT :limit"
 )
 
 
@@ -85,7 +85,7 @@ def ready_pending(
     hint: WalkHint | None = None,
 ) -> list[int]:
     """The rowids of the first ``limit`` pending tasks that may run now (``_READY``), in queue
-    order (priority, then age); ``skip``: a JSON list of rooms to leave out.
+    order (priority, turn, age: ``_sql.QUEUE_ORDER``); ``skip``: a JSON list of rooms to leave out.
 
     The pending queue is two (two partial indexes, migration 10): the free tasks, which no
     room's order holds back, and those of ordered rooms (``serial``, ``replace``). A free task
@@ -102,18 +102,18 @@ def ready_pending(
     p = {"now": now, "limit": limit, "skip": skip}
     any_free, any_ordered = conn.execute(_ANY_PENDING).fetchone()
     if not any_ordered:
-        return [rowid for _, rowid in conn.execute(_READY_FREE, p)]
+        return [rowid for *_, rowid in conn.execute(_READY_FREE, p)]
     if hint is not None and hint.by_room_left > 0:
         hint.by_room_left -= 1
     else:
         walked = _walk(conn, _READY_BOTH if any_free else _READY_ORDERED, p)
         if walked is not None:
-            return [rowid for _, rowid in walked]
+            return [rowid for *_, rowid in walked]
         if hint is not None:
             hint.by_room_left = ROOM_BY_ROOM_READS
     free = conn.execute(_READY_FREE, p).fetchall() if any_free else []
     ordered = conn.execute(_READY_ORDERED_BY_ROOM, p).fetchall()
-    return [rowid for _, rowid in heapq.merge(free, ordered)][:limit]
+    return [rowid for *_, rowid in heapq.merge(free, ordered)][:limit]
 
 
 def _walk(conn: sqlite3.Connection, sql: str, p: dict[str, Any]) -> list[Any] | None:

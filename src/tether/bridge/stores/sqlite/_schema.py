@@ -468,6 +468,26 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         UPDATE conversations SET turns = max(turns - 1, 0) WHERE room = OLD.room;
     END
     """,
+    # 16 -> 17 (issue #38, fair shares): a task's tenant and its turn among the tenants
+    # (``custody._tenants``), fixed at ingest; the queue is ordered by priority, turn, age, so
+    # the two pending queues' indexes gain the turn; the tenants' own pending turns are read
+    # through their index at ingest; tenants' weights are kept beside the limits
+    """
+    ALTER TABLE tasks ADD COLUMN tenant TEXT;
+    ALTER TABLE tasks ADD COLUMN fair REAL NOT NULL DEFAULT 0;
+    CREATE TABLE tenants (
+        tenant      TEXT PRIMARY KEY,
+        weight      REAL NOT NULL CHECK (weight > 0)
+    ) WITHOUT ROWID;
+    DROP INDEX tasks_pending_free;
+    DROP INDEX tasks_pending_ordered;
+    CREATE INDEX tasks_pending_free ON tasks (priority, fair)
+        WHERE state = 'pending' AND (room IS NULL OR room_policy = 'concurrent');
+    CREATE INDEX tasks_pending_ordered ON tasks (priority, fair)
+        WHERE state = 'pending' AND room IS NOT NULL AND room_policy <> 'concurrent';
+    CREATE INDEX tasks_tenant_turns ON tasks (tenant, priority, fair)
+        WHERE state = 'pending' AND tenant IS NOT NULL
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -49,19 +49,27 @@ ORDERED: Final = "state = 'pending' AND room IS NOT NULL AND room_policy <> 'con
 """A pending task of an ordered room (``tasks_pending_ordered``'s predicate, word for word)."""
 
 
+QUEUE_ORDER: Final = "priority, fair, rowid"
+"""The pending queue's order: priority, then turn among the tenants (``custody._tenants``),
+then age; ``t.``-qualified where the query names its table ``t``."""
+QUEUE_ORDER_T: Final = "t.priority, t.fair, t.rowid"
+
+
 def merged(first: str, second: str, limit: str) -> str:
-    """The first ``limit`` rows of two queries of ``(priority, rowid)``, each in that order,
-    merged in that order (each query walks its own index and stops at its own limit)."""
-    return f"SELECT * FROM ({first}) UNION ALL SELECT * FROM ({second}) ORDER BY 1, 2 LIMIT {limit}"
+    """The first ``limit`` rows of two queries of ``(priority, fair, rowid)``, each in that
+    order, merged in that order (each query walks its own index and stops at its own limit)."""
+    return (
+        f"SELECT * FROM ({first}) UNION ALL SELECT * FROM ({second}) ORDER BY 1, 2, 3 LIMIT {limit}"
+    )
 
 
 def pending_in_order(limit: str, where: str = "") -> str:
     """A query of the rowids of the first ``limit`` (an SQL expression) pending tasks that
-    also meet ``where`` (``AND ...`` on the task's columns), by priority then age: the two
+    also meet ``where`` (``AND ...`` on the task's columns), in queue order: the two
     pending queues, each walked in its own index, merged."""
     free, ordered = (
-        f"SELECT priority, rowid FROM tasks WHERE {queue} {where} "
-        f"ORDER BY priority, rowid LIMIT {limit}"
+        f"SELECT {QUEUE_ORDER} FROM tasks WHERE {queue} {where} "
+        f"ORDER BY {QUEUE_ORDER} LIMIT {limit}"
         for queue in (FREE, ORDERED)
     )
     return f"SELECT rowid FROM ({merged(free, ordered, limit)})"
@@ -70,16 +78,40 @@ def pending_in_order(limit: str, where: str = "") -> str:
 PENDING: Final = (
     f"SELECT {TASK_COLS} FROM tasks WHERE rowid IN ("
     + pending_in_order(":limit", "AND (not_before IS NULL OR not_before <= :now) AND suspect = 0")
-    + ") ORDER BY priority, rowid"
+    + f") ORDER BY {QUEUE_ORDER}"
 )
 
 # -- ingest and retention -----------------------------------------------------------------------
 
 INGEST: Final = (
     f"INSERT INTO tasks ({TASK_COLS}, state, attempt, created_at, "
-    "updated_at, room_policy) SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ? "
+    "updated_at, room_policy, tenant, fair) SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ?, ?, ? "
     "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
     "ON CONFLICT (id) DO NOTHING"
+)
+QUEUE_CLOCK: Final = (
+    "SELECT min(f) FROM ("
+    f"SELECT (SELECT fair FROM tasks WHERE {FREE} AND priority = :priority AND fair > 0 "
+    "ORDER BY fair LIMIT 1) AS f UNION ALL "
+    f"SELECT (SELECT fair FROM tasks WHERE {ORDERED} AND priority = :priority AND fair > 0 "
+    "ORDER BY fair LIMIT 1))"
+)
+"""The earliest tenant turn pending at a priority (a seek in each pending queue's index)."""
+TENANT_LAST_TURN: Final = (
+    "SELECT max(fair) FROM tasks WHERE state = 'pending' AND tenant IS NOT NULL "
+    "AND tenant = :tenant AND priority = :priority"
+)
+"""A tenant's last turn pending at a priority (``tasks_tenant_turns``)."""
+TENANT_WEIGHT: Final = "SELECT weight FROM tenants WHERE tenant = ?"
+SET_TENANT_WEIGHT: Final = (
+    "INSERT INTO tenants (tenant, weight) VALUES (?, ?) "
+    "ON CONFLICT (tenant) DO UPDATE SET weight = excluded.weight"
+)
+TENANT_VIEWS: Final = (
+    "SELECT tenant, max(weight), sum(pending) FROM ("
+    "SELECT tenant, weight, 0 AS pending FROM tenants UNION ALL "
+    "SELECT tenant, NULL, count(*) FROM tasks WHERE state = 'pending' AND tenant IS NOT NULL "
+    "GROUP BY tenant) GROUP BY tenant ORDER BY tenant"
 )
 SUPERSEDE: Final = (
     "UPDATE tasks SET state = 'result', result = '', no_send = 1, "
@@ -131,7 +163,7 @@ RETURN_ASSIGNMENTS: Final = (
 VIEW_PENDING: Final = (
     "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
     "LEFT JOIN rooms r ON r.room = t.room "
-    f"WHERE t.rowid IN {IDS} ORDER BY t.priority, t.rowid"
+    f"WHERE t.rowid IN {IDS} ORDER BY {QUEUE_ORDER_T}"
 )
 VIEW_ASSIGNED: Final = (
     "SELECT id, owner, room, updated_at FROM tasks "
@@ -160,8 +192,8 @@ CLAIM_ASSIGNED: Final = (
     "updated_at = ? WHERE rowid IN (SELECT t.rowid FROM tasks t "
     "WHERE t.state = 'assigned' AND t.owner = ? AND t.suspect = 0 "
     f"AND {ROOM_GATE} "
-    "ORDER BY t.priority, t.rowid LIMIT ?) "
-    f"RETURNING {TASK_COLS}, attempt, rowid, run_no"
+    f"ORDER BY {QUEUE_ORDER_T} LIMIT ?) "
+    f"RETURNING {TASK_COLS}, attempt, rowid, run_no, fair"
 )
 
 
@@ -171,7 +203,7 @@ def claim_ready(count: int) -> str:
         "UPDATE tasks SET state = 'claimed', owner = ?, lease_until = ?, run_no = run_no + 1, "
         "not_before = NULL, updated_at = ? "
         f"WHERE rowid IN ({', '.join('?' * count)}) "
-        f"RETURNING {TASK_COLS}, attempt, rowid, run_no"
+        f"RETURNING {TASK_COLS}, attempt, rowid, run_no, fair"
     )
 
 

@@ -64,6 +64,13 @@ from ...custody._rules import (
     check_task_id,
     check_worker,
 )
+from ...custody._tenants import (
+    DEFAULT_WEIGHT,
+    NO_TURN,
+    TENANT_HEADER,
+    TenantView,
+    next_turn,
+)
 from .._asks_frame import log_answers
 from .._common import (
     RANK_PRIORITY,
@@ -78,7 +85,7 @@ from .._common import (
     unknown_task,
 )
 from .._frame import Moves, check_settings, first_pairs, lease_expiry
-from .._limits_frame import LimitsFrame
+from .._limits_frame import LimitsFrame, tenant_views_of
 from .._operator import CANCELLED_PREFIX
 from .._rooms_sql import SUPERSEDED_OWNER
 from .._steps_frame import StepsFrame
@@ -235,6 +242,7 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
             now = self.clock()
             rank = PRIORITY_RANK[task.priority]
             rows.append((task.id, task.body, task.room, rank, json_headers, now, now))
+        tenants = [task.headers.get(TENANT_HEADER) for task in tasks]
         superseded: list[tuple[str, str]] = []
         answered: list[tuple[str, str]] = []
 
@@ -242,8 +250,10 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
             superseded.clear()  # (a replayed job starts over)
             answered.clear()
             new = []
-            for row in rows:
-                fresh = conn.execute(sql.INGEST, (*row, policy, row[0])).rowcount == 1
+            for row, tenant in zip(rows, tenants, strict=True):
+                turn = NO_TURN if tenant is None else _next_turn(conn, tenant, row[3])
+                values = (*row, policy, tenant, turn, row[0])
+                fresh = conn.execute(sql.INGEST, values).rowcount == 1
                 new.append(fresh)
                 asker = (
                     asks_sql.answer(conn, row[0], row[2], row[1], row[5])
@@ -428,8 +438,8 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
                     sql.claim_ready(len(ready)), (worker, until, now, *ready)
                 ).fetchall()
             if len(rows) > 1:  # RETURNING order is unspecified: queue order, assignments first
-                rows[:taken] = sorted(rows[:taken], key=lambda r: (r[3], r[6]))
-                rows[taken:] = sorted(rows[taken:], key=lambda r: (r[3], r[6]))
+                rows[:taken] = sorted(rows[:taken], key=_queue_place)
+                rows[taken:] = sorted(rows[taken:], key=_queue_place)
             for room in {r[2] for r in rows if r[2] is not None}:
                 _note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
             return [Claim(_task(r), worker, r[5], until, r[7]) for r in rows]
@@ -836,6 +846,12 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
     async def _limit_views(self, now: float) -> list[LimitView]:
         return await self._read(lambda conn: limits_sql.views(conn, now))
 
+    async def _set_tenant_weight(self, tenant: str, weight: float) -> None:
+        await self._writer.run(lambda conn: conn.execute(sql.SET_TENANT_WEIGHT, (tenant, weight)))
+
+    async def _tenant_views(self) -> list[TenantView]:
+        return await self._read(lambda conn: tenant_views_of(conn.execute(sql.TENANT_VIEWS)))
+
 
 # -- helpers (run in the writer's or the reader's thread) -----------------------------------------
 
@@ -966,6 +982,21 @@ def _assign_one(conn: sqlite3.Connection, id: str, worker: str, now: float) -> b
 
 def _note_room(conn: sqlite3.Connection, room: str, worker: str, now: float) -> None:
     conn.execute(sql.NOTE_ROOM, (room, worker, now))
+
+
+def _queue_place(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A claimed row's place in the queue (``sql.QUEUE_ORDER``): rank, turn, rowid."""
+    return (row[3], row[8], row[6])
+
+
+def _next_turn(conn: sqlite3.Connection, tenant: str, rank: int) -> float:
+    """A new task's turn among the tenants (``custody._tenants.next_turn``), read in the
+    ingest's transaction: a later task of the same ingest sees the earlier ones' turns."""
+    p = {"tenant": tenant, "priority": rank}
+    (clock,) = conn.execute(sql.QUEUE_CLOCK, p).fetchone()
+    (last,) = conn.execute(sql.TENANT_LAST_TURN, p).fetchone()
+    weight = conn.execute(sql.TENANT_WEIGHT, (tenant,)).fetchone()
+    return next_turn(clock, last, DEFAULT_WEIGHT if weight is None else weight[0])
 
 
 def _workers(conn: sqlite3.Connection) -> list[WorkerInfo]:

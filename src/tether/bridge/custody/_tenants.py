@@ -1,0 +1,72 @@
+"""Fair shares (issue #38): the tenants of a store take turns in its queue, so one tenant's
+burst cannot starve another's single message.
+
+A task names its tenant in its ``tenant`` header (the gateway task's ``tenant``). The queue is
+ordered by priority, then *turn*, then age; a task's turn is fixed when it is taken into
+custody, by start-time fair queueing: the tenant's next turn is one step (``1 / weight``) past
+the later of its own last turn still pending and the queue's *clock*, the earliest turn
+pending among tenants' tasks of that priority. A tenant with a backlog thus queues each new
+task behind its own, while a tenant that sends one message after a quiet spell starts at the
+clock: its message runs within one turn of every busy tenant, whatever their backlogs. With
+weights, a tenant of weight 3 takes three turns to another's one.
+
+The turn is computed once, at ingest, in the ingest's transaction, so claims and the lead's
+sweeps read the queue in one index order (no per-read interleaving); concurrent ingests on
+PostgreSQL may give two tasks of one tenant the same turn (then age orders them). A task
+without a tenant has turn 0: it is nobody's share and queues by priority and age ahead of
+tenants' turns (a deployment that names tenants names them for every message). A retried or
+returned task keeps its turn, as it keeps its age.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Final
+
+import attrs
+
+from ..._protocol._limits import InvalidTask
+
+TENANT_HEADER: Final = "tenant"
+"""The task header naming its tenant (``Task.headers``)."""
+TENANT_RULE: Final = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"
+"""A tenant's name: a label, as the gateway's rooms (at most 128 characters)."""
+_TENANT_RE: Final = re.compile(TENANT_RULE)
+DEFAULT_WEIGHT: Final = 1.0
+"""A tenant's weight until an operator sets one (``tether store tenants set``)."""
+NO_TURN: Final = 0.0
+"""The turn of a task without a tenant."""
+
+
+def check_tenant(tenant: object) -> str:
+    """``tenant`` if it is a valid tenant name, else ``InvalidTask`` naming it."""
+    if not isinstance(tenant, str) or _TENANT_RE.fullmatch(tenant) is None:
+        raise InvalidTask(f"tenant {tenant!r:.140} must match {TENANT_RULE} (e.g. 'acme')")
+    return tenant
+
+
+def check_tenant_weight(weight: object) -> float:
+    """A tenant's weight is a finite number > 0 (its share beside a tenant of weight 1)."""
+    if isinstance(weight, bool) or not isinstance(weight, int | float):
+        raise TypeError(f"a tenant's weight must be a number, got {type(weight).__name__}")
+    if not 0 < weight < math.inf:
+        raise ValueError(f"a tenant's weight must be finite and > 0, got {weight!r}")
+    return float(weight)
+
+
+def next_turn(clock: float | None, last: float | None, weight: float) -> float:
+    """The turn of a tenant's new task: one step of ``1 / weight`` past the later of the
+    queue's clock (the earliest tenant turn pending at its priority; None: none pending) and
+    the tenant's own last pending turn (None: none pending)."""
+    return max(clock or NO_TURN, last or NO_TURN) + 1.0 / weight
+
+
+@attrs.frozen
+class TenantView:
+    """A tenant as ``tether store tenants`` shows it."""
+
+    tenant: str
+    weight: float
+    pending: int
+    """Its tasks pending now (waiting for a worker)."""
