@@ -60,6 +60,10 @@ class GatewayTask:
     orders the pool lead's assignments; any other value has the task rejected. ``trace``
     (optional, added to v1) is the message's W3C ``traceparent``: the bridge continues that
     trace in every span of the task (one that is not a valid traceparent is ignored).
+    ``tenant`` (optional, added to v1: an older gateway leaves it out) names whose task it is,
+    a label like a room (``check_label``): the bridge stores it as the custody task's
+    ``tenant`` header, and the store serves tenants in turn; one that is not a valid label
+    has the task rejected.
     """
 
     id: str
@@ -70,6 +74,7 @@ class GatewayTask:
     delivery: int = 1
     priority: str = "normal"
     trace: str | None = None
+    tenant: str | None = None
 
 
 @attrs.frozen

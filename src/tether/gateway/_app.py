@@ -21,7 +21,8 @@ POST    /v1/tasks/<id>/messages     worker  ``{"seq","body"}``: a message to the
 POST    /v1/heartbeat               worker  ``{"client","protocol_version":1,"inflight"}``
 POST    /v1/leases/release          worker  ``{"client"}``: queue again its unacked leases
 GET     /v1/stats                   worker  task counts, duplicates absorbed, clients
-POST    /v1/messages                user    ``{"room","text","sender"?,"id"?,"priority"?}`` → id
+POST    /v1/messages                user    ``{"room","text","sender"?,"id"?,"priority"?,
+                                            "tenant"?}`` → id
 GET     /v1/messages?room=R&limit=N user    a room's recent messages with their replies
 GET     /v1/messages/<id>?wait=N    user    status and reply; waits ≤ N s for the reply
         &seen=REV                           ... or, with ``seen``, for any change of the view
@@ -468,6 +469,7 @@ class GatewayApp:
                     message.id,
                     message.priority,
                     traceparent_of(submitted),
+                    message.tenant,
                 )
             )
             set_attributes(
@@ -577,6 +579,6 @@ async def _conflicts(call: Awaitable[Any]) -> Any:
 
 
 def _without_nones(task: dict[str, Any]) -> dict[str, Any]:
-    """A task for the wire without its unset optional fields (``trace``): a bridge that
-    predates one never sees it."""
+    """A task for the wire without its unset optional fields (``trace``, ``tenant``): a bridge
+    that predates one never sees it."""
     return {key: value for key, value in task.items() if value is not None}

@@ -95,7 +95,7 @@ _TASK_COLUMNS = (
     "(SELECT at FROM notices n WHERE n.id = tasks.id AND n.kind = 'stall'), "
     "(SELECT age_s FROM notices n WHERE n.id = tasks.id AND n.kind = 'stall'), trace, "
     "(SELECT json_group_array(json_object('seq', m.seq, 'body', m.body, 'at', m.at)) "
-    "FROM messages m WHERE m.id = tasks.id)"
+    "FROM messages m WHERE m.id = tasks.id), tenant"
 )
 PRIORITIES = ("urgent", "normal", "low")
 _PRIORITY_ORDER = "CASE priority WHEN 'urgent' THEN 0 WHEN 'low' THEN 2 ELSE 1 END"
@@ -136,6 +136,8 @@ class StoredTask:
     messages_json: str = "[]"
     """The worker side's messages to the person before the reply (an ask's questions), as a
     JSON array of ``{"seq","body","at"}`` in seq order."""
+    tenant: str | None = None
+    """Whose message it is (a label), if the submission named one."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -240,13 +242,17 @@ class GatewayStore:
         task_id: str | None,
         priority: str = "normal",
         trace: str | None = None,
+        tenant: str | None = None,
     ) -> tuple[StoredTask, bool]:
         """Store a new message as a queued task; returns it and whether it is new.
 
-        Re-submitting the same id with the same content is a no-op (safe retries); the same
-        id with other content is a ``Conflict`` (HTTP 409).
+        Re-submitting the same id with the same content (room, sender, text, priority and
+        tenant) is a no-op (safe retries); the same id with other content is a ``Conflict``
+        (HTTP 409).
         """
-        return await self._run(self._submit, room, sender, body, now, task_id, priority, trace)
+        return await self._run(
+            self._submit, room, sender, body, now, task_id, priority, trace, tenant
+        )
 
     def _submit(
         self,
@@ -257,24 +263,22 @@ class GatewayStore:
         task_id: str | None,
         priority: str = "normal",
         trace: str | None = None,
+        tenant: str | None = None,
     ) -> tuple[StoredTask, bool]:
         if task_id is not None:
             existing = self._get(task_id)
             if existing is not None:
-                if (existing.room, existing.sender, existing.body, existing.priority) != (
-                    room,
-                    sender,
-                    body,
-                    priority,
-                ):
+                stored = (existing.room, existing.sender, existing.body, existing.priority)
+                if (*stored, existing.tenant) != (room, sender, body, priority, tenant):
                     raise Conflict(f"task id {task_id!r} exists with different content")
                 return existing, False
         else:
             task_id = new_task_id(now)
         self._db.execute(
-            "INSERT INTO tasks (id, room, sender, body, created_at, state, priority, trace)"
-            " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
-            (task_id, room, sender, body, now, priority, trace),
+            "INSERT INTO tasks"
+            " (id, room, sender, body, created_at, state, priority, trace, tenant)"
+            " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?)",
+            (task_id, room, sender, body, now, priority, trace, tenant),
         )
         created = self._get(task_id)
         assert created is not None
@@ -703,6 +707,7 @@ def _connect(path: Path) -> sqlite3.Connection:
             _add_leased_to(db)
             _add_priority(db)
             _add_trace(db)
+            _add_tenant(db)
     except sqlite3.DatabaseError as exc:
         db.close()
         raise StoreError(f"cannot use {path} as the gateway database: {exc}") from None
@@ -747,3 +752,11 @@ def _add_trace(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
     if "trace" not in columns:
         db.execute("ALTER TABLE tasks ADD COLUMN trace TEXT")
+
+
+def _add_tenant(db: sqlite3.Connection) -> None:
+    """Give a database made before tenants its ``tenant`` column (additive, like ``trace``:
+    an older task has none, and is served as no tenant's)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
+    if "tenant" not in columns:
+        db.execute("ALTER TABLE tasks ADD COLUMN tenant TEXT")

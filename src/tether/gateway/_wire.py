@@ -19,7 +19,8 @@ MAX_TEXT_CHARS = 32_000
 class MessageRequest:
     """``POST /v1/messages``. ``id`` (optional) makes a retried submission idempotent;
     ``priority`` (``urgent``, ``normal``, ``low``) orders the hand-out and the pool's
-    assignments."""
+    assignments; ``tenant`` (optional, a label) names whose message it is, so the bridge's
+    store can serve tenants in turn."""
 
     room: str
     text: str
@@ -28,6 +29,7 @@ class MessageRequest:
     priority: str = "normal"
     trace: str | None = None
     """The sender's W3C ``traceparent``, if it traces: the gateway's submit span is its child."""
+    tenant: str | None = None
 
 
 @attrs.frozen
@@ -70,6 +72,8 @@ class MessageView:
     """The worker side's messages to the person before the reply, in order: an agent's
     questions (``POST /v1/tasks/<id>/messages``, additive to v1); the person answers one by
     sending the room's next message."""
+    tenant: str | None = None
+    """Whose message it is, as submitted (None: no tenant)."""
 
 
 @attrs.frozen
@@ -95,6 +99,8 @@ def parse_message(data: Any) -> MessageRequest:
         raise ValueError("text contains a NUL character")
     if message.priority not in PRIORITIES:
         raise ValueError(f"priority must be one of urgent, normal, low; got {message.priority!r}")
+    if message.tenant is not None:
+        check_label(message.tenant, "tenant")
     if message.trace is not None and not is_traceparent(message.trace):
         raise ValueError(
             "trace must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>), "
@@ -136,6 +142,7 @@ def message_view(task: StoredTask, live: LiveProgress | None = None) -> MessageV
         stalled_s=task.stall_age_s,
         rev=rev,
         messages=messages,
+        tenant=task.tenant,
     )
 
 
@@ -149,4 +156,5 @@ def task_for_worker(task: StoredTask) -> GatewayTask:
         delivery=task.deliveries,
         priority=task.priority,
         trace=task.trace,
+        tenant=task.tenant,
     )

@@ -24,6 +24,7 @@ from ..._protocol._limits import InvalidTaskId as InvalidTaskId
 from ..._protocol._limits import InvalidWorkerName as InvalidWorkerName
 from ..._protocol._limits import check_body as check_body
 from ..._protocol._limits import check_headers as check_headers
+from ..._protocol._limits import check_label
 from ..._protocol._limits import check_task_id as check_task_id
 from ..._protocol._limits import check_text as check_text
 from ..._protocol._limits import check_worker as check_worker
@@ -209,6 +210,17 @@ def _headers_validator(_inst: Any, _attr: Any, value: Any) -> None:
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
         raise InvalidTask(f"headers must be a dict of str to str; got {value!r:.80}")
+    tenant = value.get(TENANT_HEADER)
+    if tenant is not None:
+        try:
+            check_label(tenant, TENANT_HEADER)
+        except ValueError as exc:
+            raise InvalidTask(str(exc)) from None
+
+
+TENANT_HEADER: Final = "tenant"
+"""The header naming a task's tenant (whose task it is; the store serves tenants in turn): a
+label like a room name, set by ingest from the gateway task's ``tenant``."""
 
 
 @attrs.frozen
@@ -220,6 +232,12 @@ class Task:
     room: str | None = attrs.field(default=None, validator=_room_validator)
     priority: str = attrs.field(default="normal", validator=_priority_validator)
     headers: dict[str, str] = attrs.field(factory=dict, validator=_headers_validator)
+
+    @property
+    def tenant(self) -> str | None:
+        """Whose task this is (its ``tenant`` header), or None: the store serves tenants in
+        turn so one tenant's burst cannot starve another's message."""
+        return self.headers.get(TENANT_HEADER)
 
 
 @attrs.frozen

@@ -20,7 +20,7 @@ from ..._protocol._messages import GatewayTask
 from ..client._client import GatewayClient, GatewayError, GatewayRequestError
 from ..custody._roles import IngestStore
 from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
-from ..custody._rules import InvalidTask, Task
+from ..custody._rules import TENANT_HEADER, InvalidTask, Task
 from ..pool._timings import Timings
 from ..pool._tracing import TaskTrace
 from ..pool._wakeup import PoolWakeups
@@ -74,9 +74,12 @@ def to_custody_task(task: GatewayTask, trace: TaskTrace | None = None) -> Task:
     """The custody record of a polled task (raises ``InvalidTask`` naming what is wrong).
 
     The sender and the gateway's hand-out count travel as headers, so an agent can see them;
-    so do the task's trace and when it was taken in, if it is traced (``TaskTrace``).
+    so does the tenant, if the task has one (the store reads it there to serve tenants in
+    turn), and the task's trace and when it was taken in, if it is traced (``TaskTrace``).
     """
     headers = {"sender": task.sender, "delivery": str(task.delivery)}
+    if task.tenant is not None:
+        headers[TENANT_HEADER] = task.tenant
     if trace is not None:
         headers.update(trace.headers)
     return Task(

@@ -214,6 +214,8 @@ async function send(event) {
       text,
       priority: $("priority").value,
     };
+    const tenant = $("tenant").value.trim();
+    if (tenant) body.tenant = tenant;  // whose message: the store serves tenants in turn
     const created = await api("POST", "/v1/messages", body);
     render({ id: created.id, sender: body.sender, text, status: created.status });
     $("text").value = "";
@@ -235,6 +237,9 @@ function start() {
     history.replaceState(null, "", location.pathname + location.search);
   }
   $("token").value = token();
+  // ?tenant=acme prefills the tenant (a demo opens one tab per tenant)
+  const tenant = new URLSearchParams(location.search).get("tenant");
+  if (tenant) $("tenant").value = tenant;
   $("settings").addEventListener("submit", (event) => {
     event.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
