@@ -24,10 +24,10 @@ from ..._protocol._limits import InvalidTaskId as InvalidTaskId
 from ..._protocol._limits import InvalidWorkerName as InvalidWorkerName
 from ..._protocol._limits import check_body as check_body
 from ..._protocol._limits import check_headers as check_headers
-from ..._protocol._limits import check_label
 from ..._protocol._limits import check_task_id as check_task_id
 from ..._protocol._limits import check_text as check_text
 from ..._protocol._limits import check_worker as check_worker
+from ._tenants import TENANT_HEADER, check_tenant
 from ._turns import Conversation
 
 
@@ -212,15 +212,7 @@ def _headers_validator(_inst: Any, _attr: Any, value: Any) -> None:
         raise InvalidTask(f"headers must be a dict of str to str; got {value!r:.80}")
     tenant = value.get(TENANT_HEADER)
     if tenant is not None:
-        try:
-            check_label(tenant, TENANT_HEADER)
-        except ValueError as exc:
-            raise InvalidTask(str(exc)) from None
-
-
-TENANT_HEADER: Final = "tenant"
-"""The header naming a task's tenant (whose task it is; the store serves tenants in turn): a
-label like a room name, set by ingest from the gateway task's ``tenant``."""
+        check_tenant(tenant)
 
 
 @attrs.frozen

@@ -21,18 +21,15 @@ returned task keeps its turn, as it keeps its age.
 from __future__ import annotations
 
 import math
-import re
 from typing import Final
 
 import attrs
 
-from ..._protocol._limits import InvalidTask
+from ..._protocol._limits import InvalidTask, check_label
 
 TENANT_HEADER: Final = "tenant"
-"""The task header naming its tenant (``Task.headers``)."""
-TENANT_RULE: Final = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"
-"""A tenant's name: a label, as the gateway's rooms (at most 128 characters)."""
-_TENANT_RE: Final = re.compile(TENANT_RULE)
+"""The header naming a task's tenant (``Task.tenant``): a label like a gateway room's name, set
+by ingest from the gateway task's ``tenant``."""
 DEFAULT_WEIGHT: Final = 1.0
 """A tenant's weight until an operator sets one (``tether store tenants set``)."""
 NO_TURN: Final = 0.0
@@ -40,10 +37,13 @@ NO_TURN: Final = 0.0
 
 
 def check_tenant(tenant: object) -> str:
-    """``tenant`` if it is a valid tenant name, else ``InvalidTask`` naming it."""
-    if not isinstance(tenant, str) or _TENANT_RE.fullmatch(tenant) is None:
-        raise InvalidTask(f"tenant {tenant!r:.140} must match {TENANT_RULE} (e.g. 'acme')")
-    return tenant
+    """``tenant`` if it is a valid tenant name (a label), else ``InvalidTask`` naming it."""
+    if not isinstance(tenant, str):
+        raise InvalidTask(f"tenant must be a str, got {type(tenant).__name__}")
+    try:
+        return check_label(tenant, TENANT_HEADER)
+    except ValueError as exc:
+        raise InvalidTask(str(exc)) from None
 
 
 def check_tenant_weight(weight: object) -> float:

@@ -20,7 +20,8 @@ from ..._protocol._messages import GatewayTask
 from ..client._client import GatewayClient, GatewayError, GatewayRequestError
 from ..custody._roles import IngestStore
 from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
-from ..custody._rules import TENANT_HEADER, InvalidTask, Task
+from ..custody._rules import InvalidTask, Task
+from ..custody._tenants import TENANT_HEADER
 from ..pool._timings import Timings
 from ..pool._tracing import TaskTrace
 from ..pool._wakeup import PoolWakeups

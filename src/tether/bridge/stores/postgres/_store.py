@@ -61,7 +61,6 @@ from ...custody._steps import over_task_limit
 from ...custody._tenants import (
     DEFAULT_WEIGHT,
     NO_TURN,
-    TENANT_HEADER,
     TenantView,
     next_turn,
 )
@@ -340,7 +339,7 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
         params.update(rooms=rooms, ranks=[PRIORITY_RANK[t.priority] for t in tasks])
         params.update(headers=list(headers), now=self.clock(), chan=self._channel, policy=policy)
         params.update(owner=SUPERSEDED_OWNER, prefix=SUPERSEDED_PREFIX)
-        tenants = [task.headers.get(TENANT_HEADER) for task in tasks]
+        tenants = [task.tenant for task in tasks]
         params.update(tenants=tenants, fairs=[NO_TURN] * len(tasks))
         sql, supersede, turns = self._sql.ingest, self._sql.supersede, self._sql.turns
         replace = policy == "replace" and any(room is not None for room in rooms)

@@ -67,7 +67,6 @@ from ...custody._rules import (
 from ...custody._tenants import (
     DEFAULT_WEIGHT,
     NO_TURN,
-    TENANT_HEADER,
     TenantView,
     next_turn,
 )
@@ -242,7 +241,7 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
             now = self.clock()
             rank = PRIORITY_RANK[task.priority]
             rows.append((task.id, task.body, task.room, rank, json_headers, now, now))
-        tenants = [task.headers.get(TENANT_HEADER) for task in tasks]
+        tenants = [task.tenant for task in tasks]
         superseded: list[tuple[str, str]] = []
         answered: list[tuple[str, str]] = []
 
