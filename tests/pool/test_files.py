@@ -202,3 +202,44 @@ def test_an_outbox_write_cut_short_by_a_kill_is_cleaned_up_at_the_next_start(
             )
         finally:
             alive.kill()
+
+
+async def test_a_worker_archives_what_a_process_killed_after_storing_a_result_left(
+    tmp_path: Path,
+) -> None:
+    """A process killed between storing a task's result and archiving its files leaves them in
+    ``outbox/`` and ``results/``, and no run of that task comes again to archive them: the next
+    worker on the exchange archives them as it starts. A task still in custody keeps its files
+    (its next run reads the result file already there)."""
+    root = tmp_path / "exchange"
+    FileExchange(root)
+    store = await SqliteStore.open(tmp_path / "custody.db", lease_s=5.0)
+    try:
+        await store.ingest_many([Task("done", "a"), Task("open", "b", priority="low")])
+        [claim] = await store.claim_many("killed", 1, leaderless=True)
+        await store.complete(claim, "A")  # stored; the kill came before the archive
+        for id in ("done", "open", "pruned"):
+            (root / "outbox" / f"{id}.txt").write_text(f"task: {id}\n\nbody")
+        (root / "results" / "done.txt").write_text("A")
+        (root / "results" / "pruned.txt").write_text("gone from the store")
+        worker = file_exchange_worker(
+            store, "files", root, result_poll_interval=0.02, stop_grace=0.0
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+
+            async def open_claimed() -> bool:
+                return await store.state("open") is S.CLAIMED
+
+            await wait_until(open_claimed, within=20)
+            worker.request_stop()
+        assert sorted(os.listdir(root / "archive")) == [
+            "done.result.txt",
+            "done.task.txt",
+            "pruned.result.txt",
+            "pruned.task.txt",
+        ]
+        assert os.listdir(root / "outbox") == ["open.txt"]
+        assert [n for n in os.listdir(root / "results") if not n.startswith(".")] == []
+    finally:
+        await store.aclose()

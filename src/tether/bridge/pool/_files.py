@@ -28,7 +28,7 @@ from ..._plumbing._atomic_file import remove_stale_tmp_at, write_atomic_at
 from ..._plumbing._fs import ensure_private_dir
 from ..._session import Session
 from ..custody._roles import Store
-from ..custody._rules import Task
+from ..custody._rules import CustodyState, Task
 from ._agent import TASK_EVENT, AgentError, Reply
 from ._conversation import conversation_of
 from ._liveness import check_seconds
@@ -140,6 +140,8 @@ def parse_result(text: str, task_id: str) -> Reply:
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _FOLDERS: Final = ("outbox", "results", "archive", "refused")
+_FINISHED: Final = frozenset({CustodyState.RESULT, CustodyState.DELIVERED, CustodyState.DEAD, None})
+"""A task's state (None: gone from the store) once no run of it will read its files again."""
 MAX_RESULT_FILE_BYTES: Final = 16 << 20
 """The largest result file read (the custody store bounds the reply again)."""
 
@@ -232,6 +234,35 @@ class FileExchange:
         """Move both files of ``task`` to ``archive/`` (the outbox file first, so a program that
         answers every outbox file without a result never sees a half-archived pair)."""
         await trio.to_thread.run_sync(self._archive, task.id)
+
+    async def archive_finished(self, store: Store) -> list[str]:
+        """Archive the files of every task in ``outbox/`` or ``results/`` that is no longer in
+        a worker's hands (its result stored, delivered, dead, or gone from the store): what a
+        process killed between storing a result and archiving its files left behind. A task
+        still in custody keeps its files (its next run reads the result file already there).
+        Returns the ids archived."""
+        ids = await trio.to_thread.run_sync(self._ids_in_exchange)
+        done = []
+        for id in sorted(ids):
+            if await store.state(id) in _FINISHED:
+                await trio.to_thread.run_sync(self._archive, id)
+                done.append(id)
+        if done:
+            log.info(
+                "archived the files of %d finished task(s) left by a killed process", len(done)
+            )
+        return done
+
+    def _ids_in_exchange(self) -> set[str]:
+        ids: set[str] = set()
+        for folder in ("outbox", "results"):
+            with self._folder(folder) as fd:
+                ids.update(
+                    name.removesuffix(".txt")
+                    for name in os.listdir(fd)
+                    if name.endswith(".txt") and not name.startswith(".")
+                )
+        return ids
 
     @contextmanager
     def _folder(self, name: str) -> Iterator[int]:
@@ -391,4 +422,10 @@ def file_exchange_worker(
     options go to ``PoolWorker`` (``concurrency`` is how many tasks may wait at once).
     """
     exchange = FileExchange(Path(root), poll_interval=result_poll_interval)
-    return PoolWorker(store, name, exchange.factory, after_complete=exchange.archive, **options)
+
+    async def settle() -> None:
+        await exchange.archive_finished(store)
+
+    return PoolWorker(
+        store, name, exchange.factory, after_complete=exchange.archive, on_start=settle, **options
+    )

@@ -178,6 +178,10 @@ class PoolWorker:
     clock: Callable[[], float] | None = None
     after_complete: Callable[[Task], Awaitable[None]] | None = None
     """Called after a task's result is durably stored (the file exchange archives its files)."""
+    on_start: Callable[[], Awaitable[None]] | None = None
+    """Called as the worker starts, before its first claim: what a killed process left after
+    a stored result and before ``after_complete`` is settled then (the file exchange archives
+    the files of tasks that are done)."""
     on_stall: Notify | None = None
     """If given, the worker watches its own claims and calls ``on_stall(task_id, age)`` once
     per task older than ``stall_after`` (see ``StallWatcher``; a raise is retried)."""
@@ -341,6 +345,8 @@ class PoolWorker:
             if tracing_enabled():
                 session.wrap_handlers(TASK_EVENT, traced_handler)
             await self._recover_claims()  # before the first beat (custody._crashes)
+            if self.on_start is not None:
+                await self.on_start()
             await self._beat()
             try:
                 async with trio.open_nursery() as nursery:
