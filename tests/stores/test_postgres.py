@@ -242,7 +242,8 @@ async def test_open_store_selects_the_backend_and_takes_the_password_from_a_file
 def _kill_backends(dsn: str, schema: str) -> int:
     rows = _sql(
         dsn,
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+        # each backend is gone (its notice sent, its socket closed) when this returns
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = %s",
         (f"tether-{schema}",),
     )
     return len(rows)
