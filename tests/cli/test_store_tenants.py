@@ -15,15 +15,8 @@ from tether.bridge import SqliteStore, Task
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "custody.db"
-
-    async def make() -> None:
-        async with await SqliteStore.open(path):
-            pass
-
-    trio.run(make)
-    return path
+def db(new_store: Path) -> Path:
+    return new_store
 
 
 def test_tenants_set_weighs_the_turns_and_tenants_shows_them_reading_only(

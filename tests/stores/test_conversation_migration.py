@@ -4,21 +4,14 @@ messages after it start their room's conversation."""
 
 from __future__ import annotations
 
-import secrets
-import sqlite3
 from pathlib import Path
 
-import psycopg
-
-from tether.bridge import PostgresStore, SqliteStore, Task
+from support.migrations import postgres_from, postgres_step, sqlite_from, sqlite_step
+from tether.bridge import Task
 from tether.bridge.custody import Store
-from tether.bridge.stores.postgres import _schema as pg_schema
-from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements
 
-SQLITE_STEP = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE conversations" in m)
-PG_STEP = next(
-    i for i, m in enumerate(pg_schema.MIGRATIONS) if "CREATE TABLE {s}.conversations" in m
-)
+SQLITE_STEP = sqlite_step("CREATE TABLE conversations")
+PG_STEP = postgres_step("CREATE TABLE {s}.conversations")
 """The conversations migration's place in each list (found by its content: later issues
 append theirs after it)."""
 
@@ -40,47 +33,17 @@ async def _runs_on(store: Store) -> None:
     assert [t.text for t in view.turns] == ["after the upgrade", "ok"]
 
 
+OLD_TASK = (
+    "INSERT INTO {s}tasks (id, body, room, priority, headers, state, attempt, created_at, "
+    "updated_at, room_policy) VALUES ('old', 'b', 'r', 1, '{{}}', 'pending', 1, 1, 1, 'serial')"
+)
+
+
 async def test_a_sqlite_file_of_the_previous_version_is_migrated(tmp_path: Path) -> None:
-    db = tmp_path / "custody.db"
-    conn = sqlite3.connect(db, isolation_level=None)
-    for version in range(SQLITE_STEP):
-        for statement in _statements(MIGRATIONS[version]):
-            conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {SQLITE_STEP}")
-    conn.execute(
-        "INSERT INTO tasks (id, body, room, priority, headers, state, attempt, created_at, "
-        "updated_at, room_policy) VALUES ('old', 'b', 'r', 1, '{}', 'pending', 1, 1, 1, 'serial')"
-    )
-    conn.close()
-    store = await SqliteStore.open(db)
-    try:
+    async with sqlite_from(tmp_path / "custody.db", SQLITE_STEP, OLD_TASK) as store:
         await _runs_on(store)
-    finally:
-        await store.aclose()
 
 
 async def test_a_postgres_schema_of_the_previous_version_is_migrated(postgres_dsn: str) -> None:
-    schema = f"s_{secrets.token_hex(5)}"
-    s = f'"{schema}"'
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {s}")
-        conn.execute(
-            f"CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
-            "applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        last = PG_STEP
-        for version in range(last):
-            conn.execute(pg_schema.MIGRATIONS[version].format(s=s).encode())
-            conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version + 1,))
-        conn.execute(
-            f"INSERT INTO {s}.tasks (id, body, room, priority, headers, state, attempt, "
-            "created_at, updated_at, room_policy) "
-            "VALUES ('old', 'b', 'r', 1, '{}', 'pending', 1, 1, 1, 'serial')"
-        )
-    store = await PostgresStore.open(postgres_dsn, schema=schema)
-    try:
+    async with postgres_from(postgres_dsn, PG_STEP, OLD_TASK) as store:
         await _runs_on(store)
-    finally:
-        await store.aclose()
-        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {s} CASCADE")
