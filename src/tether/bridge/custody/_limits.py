@@ -40,13 +40,18 @@ def check_key(key: object) -> str:
     return key
 
 
+def check_positive(value: object, what: str) -> float:
+    """``value`` as a float if it is a finite number > 0, else an error naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number, got {type(value).__name__}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{what} must be finite and > 0, got {value!r}")
+    return float(value)
+
+
 def check_weight(weight: object) -> float:
     """A weight is a finite number > 0 (tokens one acquire spends)."""
-    if isinstance(weight, bool) or not isinstance(weight, int | float):
-        raise TypeError(f"a permit's weight must be a number, got {type(weight).__name__}")
-    if not 0 < weight < math.inf:
-        raise ValueError(f"a permit's weight must be finite and > 0, got {weight!r}")
-    return float(weight)
+    return check_positive(weight, "a permit's weight")
 
 
 def parse_rate(text: str) -> float:

@@ -20,12 +20,12 @@ returned task keeps its turn, as it keeps its age.
 
 from __future__ import annotations
 
-import math
 from typing import Final
 
 import attrs
 
 from ..._protocol._limits import InvalidTask, check_label
+from ._limits import check_positive
 
 TENANT_HEADER: Final = "tenant"
 """The header naming a task's tenant (``Task.tenant``): a label like a gateway room's name, set
@@ -48,11 +48,7 @@ def check_tenant(tenant: object) -> str:
 
 def check_tenant_weight(weight: object) -> float:
     """A tenant's weight is a finite number > 0 (its share beside a tenant of weight 1)."""
-    if isinstance(weight, bool) or not isinstance(weight, int | float):
-        raise TypeError(f"a tenant's weight must be a number, got {type(weight).__name__}")
-    if not 0 < weight < math.inf:
-        raise ValueError(f"a tenant's weight must be finite and > 0, got {weight!r}")
-    return float(weight)
+    return check_positive(weight, "a tenant's weight")
 
 
 def next_turn(clock: float | None, last: float | None, weight: float) -> float:
