@@ -9,8 +9,10 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..bridge.service._config import (
     DEFAULT_AGENT,
@@ -20,6 +22,9 @@ from ..bridge.service._config import (
 )
 from ..bridge.service._settings import env_name
 from ._parsers import Subparsers, add_command, add_group, add_settings
+
+if TYPE_CHECKING:
+    from ..bridge.custody._roles import Store
 
 EXIT_AUTH = 3
 
@@ -440,7 +445,6 @@ def run_store(args: argparse.Namespace) -> int:
     from .._plumbing._redact import redact_url
     from ..bridge.service._config import ConfigError, load_config
     from ..bridge.service._store_status import render_status, store_status
-    from ..bridge.stores._open import open_store
 
     config = load_config(
         file=args.config, flags=_flags(args, ("store", "store_password_file", "store_schema"))
@@ -459,16 +463,8 @@ def run_store(args: argparse.Namespace) -> int:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
 
     async def status() -> int:
-        store = await open_store(
-            config.store,
-            read_only=True,
-            password_file=config.store_password_file,
-            schema=config.store_schema,
-        )
-        try:
+        async with _opened(config, read_only=True, must_exist=False) as store:
             snapshot = await store_status(store, limit=args.limit)
-        finally:
-            await store.aclose()
         if args.json:
             print(json.dumps(snapshot.to_document(), indent=2))
         else:
@@ -478,18 +474,33 @@ def run_store(args: argparse.Namespace) -> int:
     return trio.run(status)
 
 
-async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
-    from ..bridge.custody._rules import InvalidTaskId
-    from ..bridge.service._store_show import TaskShow, render_show
+@asynccontextmanager
+async def _opened(
+    config: BridgeConfig, *, read_only: bool, must_exist: bool = True
+) -> AsyncIterator[Store]:
+    """The store ``config`` names, for one store verb, closed after: ``read_only`` for a verb
+    that only reads (it changes nothing, not even the schema); ``must_exist`` refuses a path
+    that is not already a tether store."""
     from ..bridge.stores._open import open_store
 
     store = await open_store(
         config.store,
-        read_only=True,
+        must_exist=must_exist,
+        read_only=read_only,
         password_file=config.store_password_file,
         schema=config.store_schema,
     )
     try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
+    from ..bridge.custody._rules import InvalidTaskId
+    from ..bridge.service._store_show import TaskShow, render_show
+
+    async with _opened(config, read_only=True, must_exist=False) as store:
         try:
             record = await store.get(id)
         except InvalidTaskId as exc:
@@ -505,8 +516,6 @@ async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
             steps=tuple(await store.steps(id)),
             asks=tuple(await store.asks(id)),
         )
-    finally:
-        await store.aclose()
     print(json.dumps(show.to_document(), indent=2) if as_json else render_show(show))
     return 0
 
@@ -548,20 +557,12 @@ def _check_operator_args(args: argparse.Namespace) -> None:
 async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
     from ..bridge.custody._rules import CustodyState
     from ..bridge.service import _store_ops
-    from ..bridge.stores._open import open_store
 
     _check_operator_args(args)
     # each move is printed (and journalled): the custody log's own line for it would only
     # repeat it on stderr through logging's last-resort handler
     logging.getLogger("tether.custody").addHandler(logging.NullHandler())
-    store = await open_store(
-        config.store,
-        must_exist=True,  # refuses a file that is not already a tether store
-        read_only=args.store_command == "list",  # and an inspection changes nothing
-        password_file=config.store_password_file,
-        schema=config.store_schema,
-    )
-    try:
+    async with _opened(config, read_only=args.store_command == "list") as store:
         if args.store_command == "list":
             state = CustodyState(args.state)
             return await _store_ops.list_tasks(store, state, args.limit, args.json)
@@ -576,8 +577,6 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
                 fresh=args.fresh,
             )
         return await _store_ops.retry(store, args.ids, args.reason, fresh=args.fresh)
-    finally:
-        await store.aclose()
 
 
 async def _room(config: BridgeConfig, args: argparse.Namespace) -> int:
@@ -585,7 +584,6 @@ async def _room(config: BridgeConfig, args: argparse.Namespace) -> int:
     from ..bridge.custody._rules import InvalidTask
     from ..bridge.service import _store_room
     from ..bridge.service._config import ConfigError
-    from ..bridge.stores._open import open_store
 
     try:
         room = check_room(args.room)
@@ -595,26 +593,16 @@ async def _room(config: BridgeConfig, args: argparse.Namespace) -> int:
     if showing and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     logging.getLogger("tether.custody").addHandler(logging.NullHandler())
-    store = await open_store(
-        config.store,
-        must_exist=True,
-        read_only=showing,
-        password_file=config.store_password_file,
-        schema=config.store_schema,
-    )
-    try:
+    async with _opened(config, read_only=showing) as store:
         if showing:
             return await _store_room.show_room(store, room, min(args.limit, 10_000), args.json)
         return await _store_room.forget_room(store, room)
-    finally:
-        await store.aclose()
 
 
 async def _limits(config: BridgeConfig, args: argparse.Namespace) -> int:
     from ..bridge.custody._limits import LimitSpec, parse_rate
     from ..bridge.service import _store_limits
     from ..bridge.service._config import ConfigError
-    from ..bridge.stores._open import open_store
 
     setting = getattr(args, "limits_command", None) == "set"
     spec = None
@@ -628,26 +616,16 @@ async def _limits(config: BridgeConfig, args: argparse.Namespace) -> int:
             spec = LimitSpec(args.key, rate, args.burst or 0.0, args.concurrency)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    store = await open_store(
-        config.store,
-        must_exist=True,
-        read_only=not setting,  # showing changes nothing
-        password_file=config.store_password_file,
-        schema=config.store_schema,
-    )
-    try:
+    async with _opened(config, read_only=not setting) as store:
         if spec is not None:
             return await _store_limits.set_limit(store, spec)
         return await _store_limits.show_limits(store, args.json)
-    finally:
-        await store.aclose()
 
 
 async def _tenants(config: BridgeConfig, args: argparse.Namespace) -> int:
     from ..bridge.custody._tenants import check_tenant, check_tenant_weight
     from ..bridge.service import _store_tenants
     from ..bridge.service._config import ConfigError
-    from ..bridge.stores._open import open_store
 
     setting = getattr(args, "tenants_command", None) == "set"
     if setting:
@@ -656,19 +634,10 @@ async def _tenants(config: BridgeConfig, args: argparse.Namespace) -> int:
             check_tenant_weight(args.weight)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    store = await open_store(
-        config.store,
-        must_exist=True,
-        read_only=not setting,  # showing changes nothing
-        password_file=config.store_password_file,
-        schema=config.store_schema,
-    )
-    try:
+    async with _opened(config, read_only=not setting) as store:
         if setting:
             return await _store_tenants.set_tenant_weight(store, args.tenant, args.weight)
         return await _store_tenants.show_tenants(store, args.json)
-    finally:
-        await store.aclose()
 
 
 def run_bridge(args: argparse.Namespace) -> int:
