@@ -89,20 +89,21 @@ INGEST: Final = (
     "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
-QUEUE_CLOCK: Final = (
-    "SELECT min(f) FROM ("
+TURN_INPUTS: Final = (
+    # the queue's clock: the earliest tenant turn pending at the priority (a seek in each
+    # pending queue's index) ...
+    "SELECT (SELECT min(f) FROM ("
     f"SELECT (SELECT fair FROM tasks WHERE {FREE} AND priority = :priority AND fair > 0 "
     "ORDER BY fair LIMIT 1) AS f UNION ALL "
     f"SELECT (SELECT fair FROM tasks WHERE {ORDERED} AND priority = :priority AND fair > 0 "
-    "ORDER BY fair LIMIT 1))"
+    "ORDER BY fair LIMIT 1))), "
+    # ... the tenant's last turn pending there (``tasks_tenant_turns``), and its weight
+    "(SELECT max(fair) FROM tasks WHERE state = 'pending' AND tenant IS NOT NULL "
+    "AND tenant = :tenant AND priority = :priority), "
+    "(SELECT weight FROM tenants WHERE tenant = :tenant)"
 )
-"""The earliest tenant turn pending at a priority (a seek in each pending queue's index)."""
-TENANT_LAST_TURN: Final = (
-    "SELECT max(fair) FROM tasks WHERE state = 'pending' AND tenant IS NOT NULL "
-    "AND tenant = :tenant AND priority = :priority"
-)
-"""A tenant's last turn pending at a priority (``tasks_tenant_turns``)."""
-TENANT_WEIGHT: Final = "SELECT weight FROM tenants WHERE tenant = ?"
+"""What a tenant's new task's turn is made of (``custody._tenants.next_turn``), in one read:
+PostgreSQL's ``Sql.turns`` reads the same for a whole ingest."""
 SET_TENANT_WEIGHT: Final = (
     "INSERT INTO tenants (tenant, weight) VALUES (?, ?) "
     "ON CONFLICT (tenant) DO UPDATE SET weight = excluded.weight"

@@ -991,11 +991,10 @@ def _queue_place(row: tuple[Any, ...]) -> tuple[Any, ...]:
 def _next_turn(conn: sqlite3.Connection, tenant: str, rank: int) -> float:
     """A new task's turn among the tenants (``custody._tenants.next_turn``), read in the
     ingest's transaction: a later task of the same ingest sees the earlier ones' turns."""
-    p = {"tenant": tenant, "priority": rank}
-    (clock,) = conn.execute(sql.QUEUE_CLOCK, p).fetchone()
-    (last,) = conn.execute(sql.TENANT_LAST_TURN, p).fetchone()
-    weight = conn.execute(sql.TENANT_WEIGHT, (tenant,)).fetchone()
-    return next_turn(clock, last, DEFAULT_WEIGHT if weight is None else weight[0])
+    clock, last, weight = conn.execute(
+        sql.TURN_INPUTS, {"tenant": tenant, "priority": rank}
+    ).fetchone()
+    return next_turn(clock, last, DEFAULT_WEIGHT if weight is None else weight)
 
 
 def _workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
