@@ -33,9 +33,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from peers_postgres import server
 
 RATE = 100.0
 BURST = 10.0
@@ -45,18 +46,6 @@ PLENTY_N = 1000
 CONTENDED_N = 800
 PGQUEUER = "pgqueuer==0.18.10"
 START_AFTER = 8.0
-
-
-@contextlib.contextmanager
-def server() -> Iterator[str]:
-    given = os.environ.get("TETHER_BENCH_PG_DSN")
-    if given:
-        yield given
-        return
-    from tether.bridge.stores.postgres._throwaway import throwaway_postgres
-
-    with throwaway_postgres(fsync=True) as pg:
-        yield pg.dsn
 
 
 async def _claimed(store: Any, n: int = 1) -> list[Any]:
