@@ -385,15 +385,21 @@ class Sql:
         # ``complete`` for many claims in one statement: the fences ride in as parallel arrays
         # (one row each, fences distinct) and each row is fenced on its own; the fences that
         # moved come back. pg_notify per moved row: PostgreSQL folds identical notifications of one
-        # transaction into one, sent only if it commits.
+        # transaction into one, sent only if it commits. The rooms' conversation rows are taken
+        # first, in the rooms' order (``lk``, before the AFTER triggers that count each room's
+        # turns under its row): two batches sharing rooms would otherwise lock them in their
+        # batches' orders, a deadlock (as ingest's ``lock_rooms_sql`` avoids)
         return (
             "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(workers)s::text[], "
             "%(runs)s::integer[], %(bodies)s::bytea[]) AS v(id, worker, run, body)), "
+            f"lk AS (SELECT c.room FROM {self.s}.conversations c WHERE c.room IN "
+            f"(SELECT t.room FROM {self.s}.tasks t JOIN v ON t.id = v.id "
+            "WHERE t.room IS NOT NULL) ORDER BY c.room FOR UPDATE OF c), "
             f"u AS (UPDATE {self.s}.tasks t SET state = 'result', result = v.body, "
             "no_send = %(no_send)s, lease_until = NULL, suspect = false, updated_at = %(now)s "
             "FROM v "
             "WHERE t.id = v.id AND t.state = 'claimed' AND t.owner = v.worker "
-            "AND t.run_no = v.run "
+            "AND t.run_no = v.run AND (SELECT count(*) FROM lk) >= 0 "
             "RETURNING t.id, v.worker, v.run) "
             "SELECT u.id, u.worker, u.run, pg_notify(%(chan)s, %(payload)s)::text FROM u"
         )
