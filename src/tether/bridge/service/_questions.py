@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from ..._backoff import Backoff
+from ..._plumbing._grid import on_grid
 from ..client._client import (
     GatewayClient,
     GatewayProtocolError,
@@ -100,7 +101,7 @@ class QuestionPoster:
             if await self.run_once():
                 self._idle.reset()
                 continue
-            with trio.move_on_after(self._idle.next_delay()):
+            with trio.move_on_after(on_grid(self._idle.next_delay())):
                 await wake.wait()
             if wake.is_set():
                 self._idle.reset()

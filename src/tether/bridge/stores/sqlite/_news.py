@@ -36,12 +36,11 @@ WORK: Final = b"w"
 RESULT: Final = b"r"
 _RECORD: Final = 4
 """Bytes per record: the kind, then the writing process's three-byte tag."""
-POLL_S: Final = 2 * GRID
+POLL_S: Final = GRID
 """Seconds between a waiter's looks at the file, at most: how late news from another process
-is seen. Each look is an ``fstat`` and at most a short ``pread``, on every other point of the
+is seen. Each look is an ``fstat`` and at most a short ``pread``, on the points of the
 process's idle grid (``_plumbing._grid``), so it shares its wake of the run loop with the other
-idle loops; a bridge's two relays then cost about 0.1% of a core while idle (a look at every
-point measured 0.2%, ten looks a second of their own 0.15% each)."""
+idle loops (looks of their own, ten a second, measured 0.15% of a core each)."""
 BUSY_POLL_S: Final = 0.02
 """Seconds between looks for ``BUSY_FOR`` seconds after news came: under load from another
 process, each hop between the processes waits tens of milliseconds, not half a second."""
@@ -127,7 +126,7 @@ class StoreNews:
                 if trio.current_time() - self._heard.get(kind, -math.inf) < BUSY_FOR:
                     await trio.sleep(BUSY_POLL_S)  # news came lately: more is likely soon
                 else:
-                    await trio.sleep(to_next_point() + GRID)  # idle: every other grid point
+                    await trio.sleep(to_next_point())  # idle: on the grid's points
             self._heard[kind] = trio.current_time()
             return True
         return False
