@@ -15,10 +15,9 @@ from typing import Final
 
 from ..._backoff import Backoff
 
-IDLE_MAXIMUM: Final = 4.0
-"""Seconds an idle poll waits at most: how late news that rings no doorbell is seen. News that
-rings one (in-process rings, PostgreSQL ``NOTIFY``, SQLite's news file) is seen at once or
-within half a second, so this bounds only a lost hint."""
+IDLE_MAXIMUM: Final = 2.0
+"""Seconds an idle poll waits at most: how late news that rings no doorbell is seen (a suspect
+free to run alone once its process drained rings none)."""
 
 
 def idle_backoff(interval: float, maximum: float = IDLE_MAXIMUM) -> Backoff:
