@@ -1,0 +1,91 @@
+"""PostgreSQL's batch claim and completion find their rows by key, however long the table.
+
+Issue 39: ``claim_many`` joined its picked rows to the table, and for a LIMIT it cannot fold
+the planner guesses a tenth of the table: it hashed the whole table to update ten rows, a
+cost that grew with every task the table held (25 ms a claim at 50,000 rows). These tests
+read the plans PostgreSQL makes for the store's own statements over a table of 2,000 tasks,
+as each call plans them (bound values) and as a prepared statement's generic plan (what a
+pooled session runs after a few calls), and refuse any sequential scan of the tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import psycopg
+from psycopg import sql as pgsql
+
+from tether.bridge import PostgresStore, Task
+
+DEPTH = 2_000
+"""Enough rows that a sequential scan is what the old claim's plan chose (it did from here)."""
+
+
+def _nodes(plan: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
+
+
+def _scans_of_tasks(plan_json: Any) -> list[str]:
+    """The sequential scans of the tasks table anywhere in an EXPLAIN (FORMAT JSON) plan."""
+    return [
+        f"{n['Node Type']} on {n['Relation Name']}"
+        for n in _nodes(plan_json[0]["Plan"])
+        if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "tasks"
+    ]
+
+
+def _generic(conn: psycopg.Connection[Any], query: str, params: Mapping[str, Any]) -> Any:
+    """The generic plan of ``query`` prepared with ``$n`` placeholders (a pooled session's)."""
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", query)))
+    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", query)
+    name = f"p_{secrets.token_hex(4)}"
+    conn.execute(f"PREPARE {name} AS {numbered}")
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    args = pgsql.SQL(", ").join(pgsql.Literal(params[n]) for n in names)
+    explain = pgsql.SQL("EXPLAIN (FORMAT JSON) EXECUTE {} ({})")
+    row = conn.execute(explain.format(pgsql.Identifier(name), args)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _plans(dsn: str, query: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        custom = conn.execute(f"EXPLAIN (FORMAT JSON) {query}", params).fetchone()
+        assert custom is not None
+        plan = custom[0]
+        return {"bound": plan, "generic": _generic(conn, query, params)}
+
+
+async def test_batch_claims_and_completions_never_scan_the_whole_table(postgres_dsn: str) -> None:
+    schema = f"s_{secrets.token_hex(5)}"
+    store = await PostgresStore.open(postgres_dsn, schema=schema)
+    try:
+        for start in range(0, DEPTH, 500):
+            await store.ingest_many([Task(f"t{i}", "{}") for i in range(start, start + 500)])
+        claims = await store.claim_many("w1", 10, leaderless=True)
+        assert len(claims) == 10
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(f'ANALYZE "{schema}".tasks')
+        now = time.time()
+        claim = {"worker": "w2", "leaderless": True, "limit": 10, "prefix": None}
+        claim.update(now=now, until=now + 60, quarantined=False)
+        complete: dict[str, Any] = {"ids": [c.task.id for c in claims], "no_send": False}
+        complete.update(workers=["w1"] * 10, runs=[c.run for c in claims], now=now)
+        complete.update(bodies=[b""] * 10, chan="c", payload="result")
+        sql = store._sql
+        for name, query, params in (
+            ("claim_many", sql.claim_many, claim),
+            ("claim_many_among_suspects", sql.claim_many_among_suspects, claim),
+            ("complete_many", sql.complete_many, complete),
+        ):
+            for kind, plan in _plans(postgres_dsn, query, params).items():
+                assert _scans_of_tasks(plan) == [], f"{name} ({kind}):\n{json.dumps(plan)}"
+    finally:
+        await store.aclose()
