@@ -1,16 +1,18 @@
-"""PostgresStore beside PostgreSQL job queues: 2,000 no-op jobs drained by 8 concurrent workers.
+"""PostgresStore beside PostgreSQL job queues: 10,000 no-op jobs drained by 8 concurrent workers.
 
 Every side gets a fresh database on the same server (a throwaway one started for this run with
 ``fsync`` and ``synchronous_commit`` on, or ``TETHER_BENCH_PG_DSN``), the jobs are enqueued
 before the clock starts, and the clock stops when the last job is durably done:
 
 - **tether, one by one**: 8 Trio tasks, each ``claim`` -> ``complete`` per job (two commits).
-- **tether, batched**: 8 Trio tasks, each ``claim_many(10)`` -> ``complete_many`` (two commits
-  per 10 jobs, every completion still fenced on its own lease).
-- **tether, batched, FULL**: the same with every commit synchronous (``--synchronous full``).
-  The two above run tether's default, durable at promises: claims and completions promise
-  nothing outside (the ingest, whose ack follows, and delivery's read wait for the flush), so
-  they commit with ``synchronous_commit = off``.
+- **tether, batched 10** and **batched 100**: 8 Trio tasks, each ``claim_many(n)`` ->
+  ``complete_many`` (two commits per n jobs, every claim a fenced lease, every completion
+  fenced on its own lease, every move journaled). The batch is tether's setting as
+  ``batch_size`` is pgqueuer's: batched 100 is the mirror of pgqueuer at 100.
+- **tether, batched 100, FULL**: the same with every commit synchronous (``--synchronous
+  full``). The two above run tether's default, durable at promises: claims and completions
+  promise nothing outside (the ingest, whose ack follows, and delivery's read wait for the
+  flush), so they commit with ``synchronous_commit = off``.
 - **pgqueuer**: at its fastest found here: the asyncpg driver (its docs' recommendation), one
   ``QueueManager``, ``batch_size=100``, a short ``dequeue_timeout`` (0.01 s), drain mode, and
   no ``concurrency_limit`` on the entrypoint (the jobs are no-ops: with ``concurrency_limit=8``
@@ -20,11 +22,17 @@ before the clock starts, and the clock stops when the last job is durably done:
 - **procrastinate**: its recommended worker, one ``run_worker_async`` with ``concurrency=8``,
   ``wait=False`` (stops when empty).
 
-Rounds rotate the order; medians, spreads and the per-round ratio tether (batched) / pgqueuer
-(at its best) are printed. Bar (issue 39): >= 4x. Peers come from the optional ``bench`` group
+What pgqueuer does per job, for reading the ratio: one statement claims a batch (and logs the
+picks); completions wait in a buffer in memory (up to ``batch_size`` of them or 0.1 s) and one
+statement then deletes the jobs and logs them, fenced by nothing (a worker whose job was taken
+over still deletes it); a crash loses the buffered completions, whose jobs run again after the
+heartbeat timeout. No result is kept.
+
+Rounds rotate the order; medians, spreads and the per-round ratios tether / pgqueuer (at its
+best) are printed. Bar (issue 39): >= 4x. Peers come from the optional ``bench`` group
 (``uv sync --group bench``); a missing one is skipped with a line saying so.
 
-    uv run python benchmarks/peers_postgres.py [--jobs 2000] [--rounds 5]
+    uv run python benchmarks/peers_postgres.py [--jobs 10000] [--rounds 3] [--only a,b]
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from tether.bridge.stores.postgres._throwaway import NoPostgres, throwaway_postg
 
 WORKERS = 8
 BATCH = 10
+"""pgqueuer's batch in its earlier setup (8 managers, psycopg)."""
 PGQUEUER_BATCH = 100
 
 
@@ -70,7 +79,9 @@ def fresh_database(dsn: str) -> str:
     return psycopg.conninfo.make_conninfo(dsn, dbname=name)
 
 
-def tether_side(dsn: str, jobs: int, *, batched: bool, mode: Any = "NORMAL") -> float:
+def tether_side(
+    dsn: str, jobs: int, *, batched: bool, mode: Any = "NORMAL", batch: int = BATCH
+) -> float:
     async def main() -> float:
         store = await PostgresStore.open(dsn, synchronous=mode)
         try:
@@ -82,7 +93,7 @@ def tether_side(dsn: str, jobs: int, *, batched: bool, mode: Any = "NORMAL") -> 
             async def worker(name: str) -> None:
                 while True:
                     if batched:
-                        claims = await store.claim_many(name, BATCH, leaderless=True)
+                        claims = await store.claim_many(name, batch, leaderless=True)
                         if not claims:
                             return
                         done = await store.complete_many([(c, "") for c in claims])
@@ -213,18 +224,30 @@ def procrastinate_side(dsn: str, jobs: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated sides to run (default: all; procrastinate, at ~140/s here, "
+        "takes 70 s a round of 10,000 jobs)",
+    )
     args = parser.parse_args()
+    big = PGQUEUER_BATCH
     sides: dict[str, Callable[[str, int], float]] = {
         "tether one by one": lambda dsn, n: tether_side(dsn, n, batched=False),
-        "tether batched": lambda dsn, n: tether_side(dsn, n, batched=True),
-        "tether batched FULL": lambda dsn, n: tether_side(dsn, n, batched=True, mode="FULL"),
+        f"tether batched {BATCH}": lambda dsn, n: tether_side(dsn, n, batched=True),
+        f"tether batched {big}": lambda dsn, n: tether_side(dsn, n, batched=True, batch=big),
+        f"tether batched {big} FULL": lambda dsn, n: tether_side(
+            dsn, n, batched=True, batch=big, mode="FULL"
+        ),
     }
+    ratio_of = [f"tether batched {BATCH}", f"tether batched {big}", f"tether batched {big} FULL"]
     print(
-        f"tether: synchronous=NORMAL (durable at promises) unless FULL; pgqueuer: asyncpg, one "
+        f"tether: {WORKERS} workers, claim_many(n) -> complete_many, synchronous=NORMAL (durable "
+        f"at promises) unless FULL; pgqueuer: asyncpg, one "
         f"QueueManager, no concurrency_limit, batch_size={PGQUEUER_BATCH}, "
-        f"dequeue_timeout=0.01 s; "
+        f"dequeue_timeout=0.01 s, drain mode, server synchronous_commit on; "
         f"pgqueuer 8x psycopg: {WORKERS} managers, batch_size={BATCH}, dequeue_timeout 30 s; "
         f"procrastinate: run_worker_async(concurrency={WORKERS}, wait=False)"
     )
@@ -237,39 +260,43 @@ def main() -> None:
             print(f"skipped {name}: not installed (uv sync --group bench)")
         else:
             sides[name] = side
+    if args.only:
+        wanted = [name.strip() for name in args.only.split(",")]
+        unknown = [name for name in wanted if name not in sides]
+        if unknown:
+            parser.error(f"--only: no side named {unknown[0]!r}; the sides: {', '.join(sides)}")
+        sides = {name: side for name, side in sides.items() if name in wanted}
+        ratio_of = [name for name in ratio_of if name in sides]
     try:
         with server() as dsn:
             rates: dict[str, list[float]] = {name: [] for name in sides}
-            ratios: list[float] = []
-            full_ratios: list[float] = []
+            ratios: dict[str, list[float]] = {name: [] for name in ratio_of}
             order = list(sides)
             for r in range(args.rounds):
                 this: dict[str, float] = {}
                 for name in order[r % len(order) :] + order[: r % len(order)]:
                     this[name] = args.jobs / sides[name](fresh_database(dsn), args.jobs)
                     rates[name].append(this[name])
+                shown = "  ".join(f"{k} {v:,.0f}/s" for k, v in this.items())
                 if "pgqueuer" in this:
-                    ratios.append(this["tether batched"] / this["pgqueuer"])
-                    full_ratios.append(this["tether batched FULL"] / this["pgqueuer"])
-                print(
-                    f"round {r + 1}: " + "  ".join(f"{k} {v:,.0f}/s" for k, v in this.items()),
-                    flush=True,
-                )
+                    for name in ratio_of:
+                        ratios[name].append(this[name] / this["pgqueuer"])
+                    shown += "  ratios to pgqueuer: " + " ".join(
+                        f"{ratios[name][-1]:.2f}x" for name in ratio_of
+                    )
+                print(f"round {r + 1}: {shown}", flush=True)
     except NoPostgres as exc:
         print(f"skipped: {exc}; set TETHER_BENCH_PG_DSN to use a running server")
         return
     print(f"\n{args.jobs} no-op jobs, {WORKERS} workers, medians of {args.rounds} rounds:")
     for name, v in rates.items():
         print(f"  {name}: {statistics.median(v):,.0f}/s [{min(v):,.0f}-{max(v):,.0f}]")
-    if ratios:
-        print(
-            f"  tether batched / pgqueuer: median {statistics.median(ratios):.2f}x "
-            f"[{min(ratios):.2f}-{max(ratios):.2f}] (bar 4x)"
-        )
-        print(
-            f"  tether batched FULL / pgqueuer: median {statistics.median(full_ratios):.2f}x "
-            f"[{min(full_ratios):.2f}-{max(full_ratios):.2f}]"
-        )
+    for name, v in ratios.items():
+        if v:
+            print(
+                f"  {name} / pgqueuer: median {statistics.median(v):.2f}x "
+                f"[{min(v):.2f}-{max(v):.2f}] (bar 4x)"
+            )
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ from ._durable import Durability, Promise, Synchronous
 from ._limits import LimitsSql
 from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
 from ._schema import check_schema
-from ._sql import Sql
+from ._sql import QUEUE_WALK, Sql
 from ._steps import StepsSql
 
 log = logging.getLogger("tether.bridge.postgres")
@@ -517,6 +517,7 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
             # statement each (each passes its room's gate), then ordinary work beside them
             suspects: list[Claim] = []
             with conn.transaction():
+                conn.execute(QUEUE_WALK)
                 for _ in range(min(quarantine, limit)):
                     rows = conn.execute(sql.claim_suspect, {**params, "quarantined": True})
                     got = [Claim(_task(r), worker, r[5], until, r[6], suspect=True) for r in rows]
@@ -533,15 +534,20 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
             if quarantine is not None:
                 return quarantined(conn, quarantine)
             # a suspect runs alone (custody._crashes). With no suspect in play (the usual
-            # case) a claim is one statement, which claims nothing once one is. Otherwise every
+            # case) a claim is one statement (after ``QUEUE_WALK``, in its round trip), which
+            # claims nothing once one is. Otherwise every
             # claim of a process holds its advisory lock, shared; a claim that may take a
             # suspect holds it exclusively and the pool's suspect lock too, so no other suspect
             # claim, and no locked claim of its process, commits between its checks and its
             # claim
-            rows = conn.execute(sql.claim_many, params).fetchall()
+            with conn.pipeline(), conn.transaction():  # one round trip
+                conn.execute(QUEUE_WALK)
+                claimed = conn.execute(sql.claim_many, params)
+            rows = claimed.fetchall()
             if rows or not _one(conn.execute(sql.suspects_in_play).fetchone()):
                 return [Claim(_task(row), worker, row[5], until, row[6]) for row in rows]
             with conn.transaction():
+                conn.execute(QUEUE_WALK)
                 may_take = bool(_one(conn.execute(sql.suspects_unclaimed).fetchone()))
                 if may_take:
                     conn.execute(sql.lock, process_key)
