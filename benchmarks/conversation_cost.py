@@ -82,10 +82,21 @@ async def _prefill(store: SqliteStore, room: str, turns: int, prefix: str) -> No
 
 
 async def store_path(
-    db: Path, *, mode: str, messages: int, lanes: int, turns: int, synchronous: Synchronous
+    db: Path,
+    *,
+    mode: str,
+    messages: int,
+    lanes: int,
+    turns: int,
+    synchronous: Synchronous,
+    pages: list[float] | None = None,
 ) -> float:
-    """Messages per second through the store path, ``lanes`` rooms at once."""
+    """Messages per second through the store path, ``lanes`` rooms at once. With ``pages``
+    (an untimed run) the WAL is never checkpointed and the pages the messages wrote to it,
+    per message, are appended to ``pages``: the write cost that no machine's speed blurs."""
     async with await SqliteStore.open(db, synchronous=synchronous, lease_s=600) as store:
+        if pages is not None:
+            await store._write(lambda conn: conn.execute("PRAGMA wal_autocheckpoint = 0"))
         rooms = [f"room-{k}" for k in range(lanes)]
         for k, room in enumerate(rooms):
             await _prefill(store, room, turns, f"p{k}")
@@ -115,11 +126,17 @@ async def store_path(
                     await store._writer.sync()  # delivery's barrier: the reply is posted after it
                 await store.mark_delivered(id)
 
+        wal = db.with_name(db.name + "-wal")
+        written = wal.stat().st_size
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for k in range(lanes):
                 nursery.start_soon(lane, k)
         elapsed = time.perf_counter() - start
+        if pages is not None:
+            (size,) = await store._write(lambda conn: conn.execute("PRAGMA page_size").fetchone())
+            frame = size + 24  # each WAL frame: a 24-byte header and the page
+            pages.append((wal.stat().st_size - written) / frame / (per_lane * lanes))
     return per_lane * lanes / elapsed
 
 
@@ -366,7 +383,22 @@ def main() -> None:
     sides = ("no conversation", "history+state")
     bridge: dict[str, list[tuple[float, float]]] = {m: [] for m in sides}
     lg_parts, t_parts = _parts(), _parts()
+    pages: dict[tuple[str, int], list[float]] = {(m, w): [] for m in modes for w in widths}
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
+        for (m, w), found in pages.items():  # untimed: the pages each message writes
+            db = Path(tmp) / f"pages-{w}-{m.replace('+', '_').replace(' ', '_')}.db"
+            trio.run(
+                partial(
+                    store_path,
+                    db,
+                    mode=m,
+                    messages=16 * w,
+                    lanes=w,
+                    turns=args.turns,
+                    synchronous=sync,
+                    pages=found,
+                )
+            )
         for r in range(args.rounds):
             for m in modes:
                 db = Path(tmp) / f"p1-{r}-{m.replace('+', '_')}.db"
@@ -428,6 +460,9 @@ def main() -> None:
     print("\npart 1: messages/s through ingest -> claim -> complete -> delivered")
     for m in modes:
         print(f"  {m:<16} {_stats(rates[m])}")
+    for w in widths:
+        written = ", ".join(f"{m} {pages[m, w][0]:.1f}" for m in modes)
+        print(f"  WAL pages written per message, {w} at once: {written}")
     for m in modes[1:]:  # each round's own ratio: the sides ran back to back in it
         costs = [(b / t - 1) * 100 for b, t in zip(rates["no conversation"], rates[m], strict=True)]
         print(f"  cost of {m} per message vs no conversation, %: {_stats(costs)} (goal < 10)")
