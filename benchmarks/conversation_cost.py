@@ -1,25 +1,32 @@
-"""What a conversation costs (issue #34), in two parts, same disk, settings printed:
+"""What a conversation costs (issue #34), in three parts, same disk, settings printed:
 
 1. **On the bridge's store path**: messages per second through ingest -> claim -> complete ->
-   mark_delivered at ``--lanes`` concurrent lanes (one room each, as a pool's workers would
-   run them; group commit shared), three ways, interleaved: ``no conversation`` (tasks of a
-   room on a store whose conversation triggers are dropped: the path as it was before issue
-   #34), ``turns`` (the triggers write the user and assistant turns; the handler reads
-   nothing), ``history+state`` (each claim also carries its conversation, ``--turns`` turns
-   of history read in the claim's transaction as a worker asks for it, and the run stores a
-   new state with its reply: ``complete_with_state``). The cost is ``history+state`` against
-   ``no conversation``. Goal: under 10% at 20 turns. ``--synchronous`` (NORMAL, the store's
-   default, or FULL) applies to every side.
+   (under NORMAL, the WAL sync delivery runs before it posts the reply) -> mark_delivered,
+   tether as a user gets it (durable at promises), at ``--lanes`` concurrent lanes (one room
+   each, as a pool's workers would run them; group commit shared), three ways, interleaved:
+   ``no conversation`` (tasks of a room on a store whose conversation triggers are dropped: the
+   path as it was before issue #34), ``turns`` (the triggers write the user and assistant
+   turns; the handler reads nothing), ``history+state`` (each claim also carries its
+   conversation, ``--turns`` turns of history read in the claim's transaction as a worker asks
+   for it, and the run stores a new state with its reply: ``complete_with_state``). The cost is
+   ``history+state`` against ``no conversation``. Goal: under 10% at 20 turns.
+   ``--synchronous`` (NORMAL, the store's default, or FULL) applies to every side. The cost is
+   printed per round (the sides ran back to back in it), median and spread.
 2. **Against LangGraph's SqliteSaver** (``langgraph-checkpoint-sqlite``, the ``bench``
    group), each conversation already holding ``--turns`` turns, durable at the end of each
    turn on both sides: a LangGraph turn is ``get_tuple`` + ``put`` (a checkpoint with the
    messages so far plus the new user and assistant messages; ``setup()``'s WAL and SQLite's
-   default ``synchronous=FULL``: one synced commit); tether's is a claim carrying the
+   default ``synchronous=FULL``, read back from the connection: one synced commit; one ``put``
+   per turn is what a graph run with ``durability="exit"`` writes, LangGraph's fewest);
+   tether's is a claim carrying the
    conversation + ``complete_with_state`` + the WAL sync delivery runs before it posts the
    reply (``synchronous=NORMAL``, the default). The whole turn (with the ingest, itself a
    promise, and the delivered mark) is printed too. One conversation, then ``--lanes`` at
    once (LangGraph's threads share the saver's connection under its lock; tether's lanes
-   share group commits and syncs). Goal: tether's turn at least 2x faster.
+   share group commits and syncs). Goal: tether's turn at least 2x faster (the ratio of
+   each round, median and spread). For one conversation each call is timed too, beside an
+   empty writer job (the thread round trip) and a bare WAL fsync, with the commits and
+   syncs per turn: where a turn's time goes.
 
 3. **On the whole bridge** (the goal's own words: the cost per message on the bridge): a
    reference gateway in its own process and a ``BridgeService`` (4 workers x 4), ``--bridge-
@@ -42,6 +49,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -74,10 +82,21 @@ async def _prefill(store: SqliteStore, room: str, turns: int, prefix: str) -> No
 
 
 async def store_path(
-    db: Path, *, mode: str, messages: int, lanes: int, turns: int, synchronous: Synchronous
+    db: Path,
+    *,
+    mode: str,
+    messages: int,
+    lanes: int,
+    turns: int,
+    synchronous: Synchronous,
+    pages: list[float] | None = None,
 ) -> float:
-    """Messages per second through the store path, ``lanes`` rooms at once."""
+    """Messages per second through the store path, ``lanes`` rooms at once. With ``pages``
+    (an untimed run) the WAL is never checkpointed and the pages the messages wrote to it,
+    per message, are appended to ``pages``: the write cost that no machine's speed blurs."""
     async with await SqliteStore.open(db, synchronous=synchronous, lease_s=600) as store:
+        if pages is not None:
+            await store._write(lambda conn: conn.execute("PRAGMA wal_autocheckpoint = 0"))
         rooms = [f"room-{k}" for k in range(lanes)]
         for k, room in enumerate(rooms):
             await _prefill(store, room, turns, f"p{k}")
@@ -103,13 +122,21 @@ async def store_path(
                     )
                 else:
                     await store.complete(claim, body)
+                if synchronous == "NORMAL":
+                    await store._writer.sync()  # delivery's barrier: the reply is posted after it
                 await store.mark_delivered(id)
 
+        wal = db.with_name(db.name + "-wal")
+        written = wal.stat().st_size
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for k in range(lanes):
                 nursery.start_soon(lane, k)
         elapsed = time.perf_counter() - start
+        if pages is not None:
+            (size,) = await store._write(lambda conn: conn.execute("PRAGMA page_size").fetchone())
+            frame = size + 24  # each WAL frame: a 24-byte header and the page
+            pages.append((wal.stat().st_size - written) / frame / (per_lane * lanes))
     return per_lane * lanes / elapsed
 
 
@@ -118,13 +145,26 @@ def _drop_triggers(conn: sqlite3.Connection) -> None:
         conn.execute(f"DROP TRIGGER {name}")
 
 
+def _nothing(_conn: sqlite3.Connection) -> None:
+    return None
+
+
+Parts = dict[str, list[float]]
+"""Seconds each call of a turn took (the one-conversation breakdown), by what it was."""
+
+
+def _parts() -> Parts:
+    return defaultdict(list)
+
+
 async def tether_turns(
-    db: Path, *, turns: int, n: int, lanes: int, synchronous: Synchronous
+    db: Path, *, turns: int, n: int, lanes: int, synchronous: Synchronous, parts: Parts
 ) -> tuple[float, float]:
     """Seconds per turn with ``lanes`` conversations at once: (claim with the conversation +
     commit + the WAL sync before the reply's post, the whole turn with ingest and delivery).
     Under NORMAL the sync is the barrier delivery runs before posting; under FULL every
-    commit syncs already."""
+    commit syncs already. ``parts`` gets each call's seconds, an empty writer job's and the
+    bare WAL fsync's."""
     async with await SqliteStore.open(db, synchronous=synchronous, lease_s=600) as store:
         for k in range(lanes):
             await _prefill(store, f"r{k}", turns, f"p{k}")
@@ -136,32 +176,53 @@ async def tether_turns(
                 await store.ingest(Task(f"t{k}-{i}", f"user message {i} " * 4, room=f"r{k}"))
                 t1 = time.perf_counter()
                 [claim] = await store.claim_many(f"w{k}", 1, leaderless=True, history=turns)
+                ta = time.perf_counter()
                 talk = claim.conversation
                 assert talk is not None
                 await store.complete_with_state(
                     claim, f"assistant reply {i} " * 8, {**talk.state, "n": i}, talk.version
                 )
+                tb = time.perf_counter()
                 if synchronous == "NORMAL":
                     await store._writer.sync()  # the promise: the reply is posted after it
                 t2 = time.perf_counter()
                 await store.mark_delivered(claim.task.id)
                 spent[0] += t2 - t1
                 spent[1] += time.perf_counter() - t0
+                parts["claim + conversation"].append(ta - t1)
+                parts["complete_with_state"].append(tb - ta)
+                parts["sync (hop + WAL fsync)"].append(t2 - tb)
 
+        commits, barriers = store.commits, store._writer.barriers
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for k in range(lanes):
                 nursery.start_soon(lane, k)
         elapsed = time.perf_counter() - start
+        parts["commits per turn"].append((store.commits - commits) / (n * lanes))
+        parts["WAL fsyncs per turn"].append((store._writer.barriers - barriers) / (n * lanes))
+        for _ in range(50):  # the bare round trip to the writer thread, and the bare barrier
+            t0 = time.perf_counter()
+            await store._writer.run(_nothing, readonly=True)
+            parts["empty writer job (hop)"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            assert store._writer.barrier is not None or synchronous != "NORMAL"
+            if store._writer.barrier is not None:
+                store._writer.barrier()
+                parts["WAL fsync alone (in this thread)"].append(time.perf_counter() - t0)
     # per turn: the wall time of the run over the turns, split as the lanes spent it
     whole = elapsed / (n * lanes)
     return whole * spent[0] / spent[1], whole
 
 
-def langgraph_turns(db: Path, *, turns: int, n: int, lanes: int, synchronous: Synchronous) -> float:
+def langgraph_turns(
+    db: Path, *, turns: int, n: int, lanes: int, synchronous: Synchronous, parts: Parts
+) -> float:
     """Seconds per turn of LangGraph's SqliteSaver with ``lanes`` threads (one conversation,
     a thread id, each; the saver's one connection is shared under its lock, as documented):
-    load the latest checkpoint, save the next one with the new user and assistant messages."""
+    load the latest checkpoint, save the next one with the new user and assistant messages
+    (one ``put`` per turn, as a graph run with ``durability="exit"`` makes: LangGraph's
+    fewest writes per turn). ``parts`` gets each call's seconds and the settings read back."""
     from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -169,6 +230,10 @@ def langgraph_turns(db: Path, *, turns: int, n: int, lanes: int, synchronous: Sy
     saver = SqliteSaver(conn)
     saver.setup()  # WAL
     conn.execute(f"PRAGMA synchronous={synchronous}")
+    (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+    (level,) = conn.execute("PRAGMA synchronous").fetchone()
+    assert mode == "wal"
+    assert level == {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}[synchronous]
 
     def conversation(k: int, count: int, first: int) -> None:
         config: Any = {"configurable": {"thread_id": f"r{k}", "checkpoint_ns": ""}}
@@ -176,7 +241,9 @@ def langgraph_turns(db: Path, *, turns: int, n: int, lanes: int, synchronous: Sy
         if loaded is not None:
             config = loaded.config
         for i in range(first, first + count):
+            t0 = time.perf_counter()
             loaded = saver.get_tuple(config)
+            t1 = time.perf_counter()
             base = loaded.checkpoint if loaded is not None else empty_checkpoint()
             history = list(base["channel_values"].get("messages", []))
             history += [
@@ -187,10 +254,17 @@ def langgraph_turns(db: Path, *, turns: int, n: int, lanes: int, synchronous: Sy
             nxt = empty_checkpoint()
             nxt["channel_values"] = {"messages": history, "state": {"n": i}}
             nxt["channel_versions"] = {"messages": step, "state": step}
+            t2 = time.perf_counter()
             config = saver.put(config, nxt, {"source": "loop", "step": step}, {"messages": step})
+            if timed:
+                parts["get_tuple"].append(t1 - t0)
+                parts["build the checkpoint"].append(t2 - t1)
+                parts["put (commit + fsync)"].append(time.perf_counter() - t2)
 
+    timed = False
     for k in range(lanes):
         conversation(k, turns // 2, 0)
+    timed = True
     start = time.perf_counter()
     with ThreadPoolExecutor(lanes) as pool:
         for done in [pool.submit(conversation, k, n, turns // 2) for k in range(lanes)]:
@@ -273,10 +347,9 @@ async def bridge_path(
     return messages / elapsed, cpu / messages * 1e6
 
 
-def _stats(values: list[float]) -> str:
-    return (
-        f"median {statistics.median(values):.1f} (min {min(values):.1f} .. max {max(values):.1f})"
-    )
+def _stats(values: list[float], digits: int = 1) -> str:
+    mid, low, high = statistics.median(values), min(values), max(values)
+    return f"median {mid:.{digits}f} (min {low:.{digits}f} .. max {high:.{digits}f})"
 
 
 def main() -> None:
@@ -292,7 +365,8 @@ def main() -> None:
     sync: Synchronous = args.synchronous
     print(
         f"settings: SQLite {sqlite3.sqlite_version} WAL; part 1: tether synchronous={sync} "
-        f"(the store's default is NORMAL with a WAL sync at promises), {args.messages} "
+        f"(the store's default is NORMAL: durable at promises, a WAL sync before the ingest's "
+        f"ack and before the reply's post; FULL: every commit synced), {args.messages} "
         f"messages over {args.lanes} lanes (one room each), {args.turns} turns of history; "
         f"part 2, durable at the end of each turn on both sides: LangGraph SqliteSaver "
         f"(setup(): WAL, synchronous=FULL, SQLite's default) vs tether synchronous=NORMAL + "
@@ -308,7 +382,23 @@ def main() -> None:
     wh: dict[int, list[float]] = {w: [] for w in widths}
     sides = ("no conversation", "history+state")
     bridge: dict[str, list[tuple[float, float]]] = {m: [] for m in sides}
+    lg_parts, t_parts = _parts(), _parts()
+    pages: dict[tuple[str, int], list[float]] = {(m, w): [] for m in modes for w in widths}
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
+        for (m, w), found in pages.items():  # untimed: the pages each message writes
+            db = Path(tmp) / f"pages-{w}-{m.replace('+', '_').replace(' ', '_')}.db"
+            trio.run(
+                partial(
+                    store_path,
+                    db,
+                    mode=m,
+                    messages=16 * w,
+                    lanes=w,
+                    turns=args.turns,
+                    synchronous=sync,
+                    pages=found,
+                )
+            )
         for r in range(args.rounds):
             for m in modes:
                 db = Path(tmp) / f"p1-{r}-{m.replace('+', '_')}.db"
@@ -334,6 +424,7 @@ def main() -> None:
                         n=n,
                         lanes=w,
                         synchronous="FULL",
+                        parts=lg_parts if w == 1 else _parts(),
                     )
                     * 1e6
                 )
@@ -345,6 +436,7 @@ def main() -> None:
                         n=n,
                         lanes=w,
                         synchronous="NORMAL",
+                        parts=t_parts if w == 1 else _parts(),
                     )
                 )
                 rc[w].append(a * 1e6)
@@ -368,19 +460,33 @@ def main() -> None:
     print("\npart 1: messages/s through ingest -> claim -> complete -> delivered")
     for m in modes:
         print(f"  {m:<16} {_stats(rates[m])}")
-    base = statistics.median(rates["no conversation"])
-    for m in modes[1:]:
-        cost = base / statistics.median(rates[m]) - 1
-        print(f"  cost of {m} per message vs no conversation: {cost * 100:+.1f}% (goal < 10%)")
+    for w in widths:
+        written = ", ".join(f"{m} {pages[m, w][0]:.1f}" for m in modes)
+        print(f"  WAL pages written per message, {w} at once: {written}")
+    for m in modes[1:]:  # each round's own ratio: the sides ran back to back in it
+        costs = [(b / t - 1) * 100 for b, t in zip(rates["no conversation"], rates[m], strict=True)]
+        print(f"  cost of {m} per message vs no conversation, %: {_stats(costs)} (goal < 10)")
     for w in widths:
         print(f"\npart 2: microseconds per chat turn at {args.turns}+ turns, {w} at once")
         print(f"  langgraph SqliteSaver get_tuple + put     {_stats(lg[w])}")
         print(f"  tether claim with conversation + commit + sync {_stats(rc[w])}")
         print(f"  tether whole turn (+ ingest, delivered)   {_stats(wh[w])}")
-        ratio = statistics.median(lg[w]) / statistics.median(rc[w])
-        whole = statistics.median(lg[w]) / statistics.median(wh[w])
-        print(f"  tether read + commit: {ratio:.2f}x LangGraph's speed (goal >= 2x)")
-        print(f"  tether whole turn: {whole:.2f}x LangGraph's speed")
+        ratios = [a / b for a, b in zip(lg[w], rc[w], strict=True)]
+        wholes = [a / b for a, b in zip(lg[w], wh[w], strict=True)]
+        print(f"  tether read + commit, x LangGraph's speed: {_stats(ratios, 2)} (goal >= 2)")
+        print(f"  tether whole turn, x LangGraph's speed: {_stats(wholes, 2)}")
+    print("\npart 2's one conversation, microseconds per call (all rounds' calls):")
+    for side, parts in (("langgraph", lg_parts), ("tether", t_parts)):
+        for what, seconds in parts.items():
+            if what.endswith("per turn"):
+                print(f"  {side:<9} {what:<34} {statistics.median(seconds):.2f}")
+                continue
+            us = [x * 1e6 for x in seconds]
+            p10, p90 = statistics.quantiles(us, n=10)[0], statistics.quantiles(us, n=10)[-1]
+            print(
+                f"  {side:<9} {what:<34} median {statistics.median(us):7.1f} "
+                f"(p10 {p10:.1f} .. p90 {p90:.1f})"
+            )
     if args.bridge_messages:
         print(
             f"\npart 3: the whole bridge (gateway process, 4 x 4 workers, {BRIDGE_ROOMS} serial "
