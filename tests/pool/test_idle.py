@@ -18,7 +18,7 @@ from support.waiting import wait_until
 from tether.agents import echo
 from tether.bridge import CustodyState, GatewayClient, SqliteStore, Task, write_token
 from tether.bridge.pool import PoolLead, PoolWorker
-from tether.bridge.pool._idle import IDLE_MAXIMUM
+from tether.bridge.pool._idle import IDLE_MAXIMUM, QUIET_WORKER_MAXIMUM, worker_idle_maximum
 from tether.bridge.pool._wakeup import PoolWakeups
 from tether.bridge.service._delivery import Delivery
 
@@ -75,6 +75,61 @@ async def test_an_idle_lead_and_worker_back_off_and_a_ring_wakes_them_at_once(
         await trio.sleep(1.0)  # news: back at the busy pace for a while
         assert len(claims) - looked >= 3
         nursery.cancel_scope.cancel()
+
+
+def _claims_of(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[float]]:
+    """The virtual times of each worker's calls of ``SqliteStore.claim_many``, by worker."""
+    calls: dict[str, list[float]] = {}
+    real = SqliteStore.claim_many
+
+    async def counted(self: SqliteStore, worker: str, *args: Any, **kwargs: Any) -> Any:
+        calls.setdefault(worker, []).append(trio.current_time())
+        return await real(self, worker, *args, **kwargs)
+
+    monkeypatch.setattr(SqliteStore, "claim_many", counted)
+    return calls
+
+
+async def test_one_worker_of_a_process_keeps_the_idle_pace_and_a_ring_wakes_the_others_at_once(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process's first worker looks every ``IDLE_MAXIMUM``, so a suspect free to run alone
+    (which rings nobody) is still claimed that soon; its other workers back off further, and
+    what concerns them rings them."""
+    claims = _claims_of(monkeypatch)
+    wakeups = PoolWakeups()
+    workers = [
+        PoolWorker(
+            timed_store,
+            f"w{i}",
+            echo.factory,
+            poll_interval=BUSY,
+            idle_maximum=worker_idle_maximum(i),
+            heartbeat_interval=1.0,
+            wakeups=wakeups,
+        )
+        for i in range(3)
+    ]
+    async with trio.open_nursery() as nursery:
+        for worker in workers:
+            await nursery.start(worker.run)
+        await trio.sleep(IDLE)
+        first, *others = (claims[w.name] for w in workers)
+        assert IDLE_MAXIMUM / 2 < first[-1] - first[-2] <= IDLE_MAXIMUM
+        assert len(first) > IDLE / IDLE_MAXIMUM  # it kept the pace
+        for quiet in others:
+            assert QUIET_WORKER_MAXIMUM / 2 < quiet[-1] - quiet[-2] <= QUIET_WORKER_MAXIMUM
+            assert len(quiet) <= 8 + IDLE / (0.8 * QUIET_WORKER_MAXIMUM)
+        looked, begun = len(claims["w2"]), trio.current_time()
+        wakeups.tasks_assigned(["w2"])  # what the lead does after assigning to w2
+        await wait_until(lambda: _more(claims["w2"], looked), within=BUSY, step=0.001)
+        assert trio.current_time() - begun < BUSY
+        nursery.cancel_scope.cancel()
+
+
+def test_only_a_process_s_first_worker_keeps_the_idle_maximum() -> None:
+    assert worker_idle_maximum(0) == IDLE_MAXIMUM
+    assert worker_idle_maximum(1) == worker_idle_maximum(7) == QUIET_WORKER_MAXIMUM > IDLE_MAXIMUM
 
 
 async def test_idle_delivery_backs_off_and_a_nudge_wakes_it_at_once(

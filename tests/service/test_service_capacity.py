@@ -11,6 +11,7 @@ from support.gateway import RunningGateway
 from support.service import answered_count, submit_many
 from support.waiting import wait_until
 from tether.bridge import BridgeConfig, BridgeService, SqliteStore
+from tether.bridge.pool._idle import IDLE_MAXIMUM, QUIET_WORKER_MAXIMUM
 
 
 @pytest.mark.parametrize(
@@ -42,4 +43,7 @@ async def test_every_worker_beats_the_configured_capacity(
             workers = [w for w in await store.workers() if w.role == "worker"]
             assert len(workers) == 3
             assert {w.capacity for w in workers} == {beaten}
+            # one worker per process keeps the idle pace; the others are rung (pool._idle)
+            maxima = [w.idle_maximum for w in service.workers]
+            assert maxima == [IDLE_MAXIMUM, QUIET_WORKER_MAXIMUM, QUIET_WORKER_MAXIMUM]
             nursery.cancel_scope.cancel()

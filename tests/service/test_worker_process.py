@@ -28,7 +28,8 @@ from support.service import (
 )
 from support.waiting import wait_until
 from tether._cli._main import main
-from tether.bridge import write_token
+from tether.bridge import SqliteStore, WorkerConfig, WorkerService, write_token
+from tether.bridge.pool._idle import IDLE_MAXIMUM, QUIET_WORKER_MAXIMUM
 
 WORKER_COMMAND = [sys.executable, "-m", "tether", "worker", "run"]
 
@@ -229,3 +230,15 @@ async def _running_stem(status: Path, pid: int) -> str:
 
     await wait_until(written, within=90, step=0.05)
     return found[-1]
+
+
+async def test_only_the_first_worker_of_a_worker_process_keeps_the_idle_pace(
+    tmp_path: Path,
+) -> None:
+    """As in a bridge (``pool._idle``): its other workers are rung by the store's news."""
+    echo = "tether.agents.echo:factory"
+    config = WorkerConfig(store=str(tmp_path / "c.db"), workers=3, agent=echo)
+    async with await SqliteStore.open(tmp_path / "c.db") as store:
+        workers = WorkerService(config)._build_workers(store)
+    quiet = QUIET_WORKER_MAXIMUM
+    assert [w.idle_maximum for w in workers] == [IDLE_MAXIMUM, quiet, quiet]

@@ -40,7 +40,7 @@ from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
 from ._ask import ParkedAsk
 from ._completions import CompletionBatcher
 from ._conversation import conversing
-from ._idle import idle_backoff
+from ._idle import IDLE_MAXIMUM, idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
 from ._outage import STORE_UNREACHABLE, until_stored
 from ._progress import Progress, ProgressUpdate, reporting
@@ -163,7 +163,10 @@ class PoolWorker:
     """Seconds between beats and lease renewals (default: a third of the lease, at most 2 s)."""
     poll_interval: float = 0.2
     """Seconds to wait after finding nothing to claim (the fallback when no wake-up comes);
-    doubling while claims keep finding nothing, up to ``pool._idle.IDLE_MAXIMUM``."""
+    doubling while claims keep finding nothing, up to ``idle_maximum``."""
+    idle_maximum: float = IDLE_MAXIMUM
+    """The longest wait between claims that find nothing: how late news that rings no doorbell
+    is seen. A process's workers after its first wait longer (``pool._idle``)."""
     wakeups: PoolWakeups | None = None
     """The pool's switchboard: rung when work is assigned to this worker; the worker rings it
     when it frees a slot (so the lead refills it). ``None``: polling only."""
@@ -271,7 +274,8 @@ class PoolWorker:
         ):
             raise ValueError(f"capacity must be an int >= concurrency ({c}), got {self.capacity!r}")
         check_seconds("poll_interval", self.poll_interval)
-        self._idle = idle_backoff(self.poll_interval)
+        check_seconds("idle_maximum", self.idle_maximum)
+        self._idle = idle_backoff(self.poll_interval, self.idle_maximum)
         check_window(self.history_turns, "history_turns")
         if self.wakeups is not None:
             self._doorbell = self.wakeups.worker(self.name)

@@ -39,6 +39,7 @@ from ..custody._rooms import RoomPolicy
 from ..custody._rules import IN_CUSTODY, Task
 from ..pool._agent import AgentFactory, AgentLoadError, agent_room_policy, load_agent
 from ..pool._asyncio import loop_for
+from ..pool._idle import worker_idle_maximum
 from ..pool._lead import PoolLead
 from ..pool._progress import ProgressUpdate
 from ..pool._quarantine import Quarantine, QuarantineSpec
@@ -441,6 +442,7 @@ class BridgeService:
                 concurrency=config.concurrency,
                 capacity=config.capacity,
                 poll_interval=config.poll_interval,
+                idle_maximum=worker_idle_maximum(index),
                 stop_grace=config.grace,
                 retry_backoff=config.retry_backoff,
                 run_timeout=config.run_timeout,
@@ -453,7 +455,7 @@ class BridgeService:
                 timings=self.timings,
                 quarantine=self.quarantine,
             )
-            for name in worker_names(stem, config.workers)
+            for index, name in enumerate(worker_names(stem, config.workers))
         ]
         self.workers = workers
         stall = StallWatcher(store, stall_after=config.stall_after, notify=self.notify_stall)

@@ -35,6 +35,7 @@ from ..custody._roles import Store
 from ..pool._agent import AgentFactory, load_agent
 from ..pool._asyncio import loop_for
 from ..pool._files import file_exchange_worker
+from ..pool._idle import worker_idle_maximum
 from ..pool._lead import PoolLead
 from ..pool._status import PoolStatus, pool_status
 from ..pool._wakeup import PoolWakeups
@@ -187,9 +188,17 @@ class WorkerService:
             options["park_after"] = config.park_after
         names = worker_names(self.pool_stem, config.workers)
         if config.exchange is not None:
-            return [file_exchange_worker(store, name, config.exchange, **options) for name in names]
+            return [
+                file_exchange_worker(
+                    store, name, config.exchange, idle_maximum=worker_idle_maximum(i), **options
+                )
+                for i, name in enumerate(names)
+            ]
         factory = self.factory if self.factory is not None else load_agent(config.agent_spec)
-        return [PoolWorker(store, name, factory, **options) for name in names]
+        return [
+            PoolWorker(store, name, factory, idle_maximum=worker_idle_maximum(i), **options)
+            for i, name in enumerate(names)
+        ]
 
     async def _start_children(self, supervisor: Supervisor, store: Store) -> None:
         config = self.config
