@@ -5,17 +5,13 @@ entries, in order, and free the permits their runs held."""
 
 from __future__ import annotations
 
-from support.migrations import postgres_from, postgres_step
+from support.migrations import old_pending_rows, postgres_from, postgres_step
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import Granted, LimitSpec
 
 STEP = postgres_step("journal_moves")
 """The migration's place in the list (found by its content: later issues append theirs)."""
-OLD_TASKS = [
-    "INSERT INTO {s}tasks (id, body, priority, headers, state, attempt, created_at, "
-    f"updated_at) VALUES ('old{i}', 'hi', 1, '{{{{}}}}', 'pending', 1, 1, 1)"
-    for i in range(3)
-]
+OLD_TASKS = old_pending_rows(3)
 
 
 async def test_a_postgres_schema_of_the_previous_version_is_migrated(postgres_dsn: str) -> None:

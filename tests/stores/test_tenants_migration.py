@@ -6,18 +6,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from support.migrations import postgres_from, postgres_step, sqlite_from, sqlite_step
+from support.migrations import (
+    old_pending_rows,
+    postgres_from,
+    postgres_step,
+    sqlite_from,
+    sqlite_step,
+)
 from tether.bridge import Task
 from tether.bridge.custody import Store
 
 SQLITE_STEP = sqlite_step("CREATE TABLE tenants")
 PG_STEP = postgres_step("CREATE TABLE {s}.tenants")
 """The migration's place in each list (found by its content)."""
-OLD_TASKS = [
-    "INSERT INTO {s}tasks (id, body, priority, headers, state, attempt, created_at, "
-    f"updated_at) VALUES ('old{i}', 'hi', 1, '{{{{}}}}', 'pending', 1, 1, 1)"
-    for i in range(3)
-]
+OLD_TASKS = old_pending_rows(3)
 
 
 async def _queues_on(store: Store) -> None:

@@ -17,6 +17,16 @@ from tether.bridge.stores.postgres import _schema as pg_schema
 from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements, _with_cookie
 
 
+def old_pending_rows(count: int) -> list[str]:
+    """Rows for ``sqlite_from``/``postgres_from``: ``count`` pending tasks ``old0``, ``old1``...
+    of no room, written as a store of an older version held them."""
+    return [
+        "INSERT INTO {s}tasks (id, body, priority, headers, state, attempt, created_at, "
+        f"updated_at) VALUES ('old{i}', 'hi', 1, '{{{{}}}}', 'pending', 1, 1, 1)"
+        for i in range(count)
+    ]
+
+
 def sqlite_step(marker: str) -> int:
     """The step of the SQLite migration whose text holds ``marker``."""
     return next(i for i, m in enumerate(MIGRATIONS) if marker in m)
