@@ -184,19 +184,16 @@ class WorkerService:
             "stop_grace": config.grace,
             "wakeups": self.wakeups,
         }
-        if config.exchange is None:
-            options["park_after"] = config.park_after
-        names = worker_names(self.pool_stem, config.workers)
+        build: Callable[..., PoolWorker]
         if config.exchange is not None:
-            return [
-                file_exchange_worker(
-                    store, name, config.exchange, idle_maximum=worker_idle_maximum(i), **options
-                )
-                for i, name in enumerate(names)
-            ]
-        factory = self.factory if self.factory is not None else load_agent(config.agent_spec)
+            build = partial(file_exchange_worker, store, root=config.exchange)
+        else:
+            options["park_after"] = config.park_after
+            factory = self.factory if self.factory is not None else load_agent(config.agent_spec)
+            build = partial(PoolWorker, store, factory=factory)
+        names = worker_names(self.pool_stem, config.workers)
         return [
-            PoolWorker(store, name, factory, idle_maximum=worker_idle_maximum(i), **options)
+            build(name=name, idle_maximum=worker_idle_maximum(i), **options)
             for i, name in enumerate(names)
         ]
 
