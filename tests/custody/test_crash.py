@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from support.migrations import assert_sqlite_intact
 from tether.bridge import CustodyState, SqliteStore
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -95,10 +95,6 @@ async def test_every_returned_ingest_survives_sigkill(tmp_path: Path) -> None:
             assert counts[CustodyState.DELIVERED] == counts[CustodyState.DEAD] == 0
         finally:
             await store.aclose()
-        conn = sqlite3.connect(db)
-        try:
-            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        finally:
-            conn.close()
+        assert_sqlite_intact(db)
     assert len(all_ingested) > ROUNDS * 10, f"too little work to be a test: {len(all_ingested)}"
     assert all_completed, "no completion ever returned before a kill"

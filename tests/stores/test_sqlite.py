@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 from support.clock import FakeClock
+from support.migrations import sqlite_from, sqlite_step
 from tether.bridge import CustodyState, SchemaTooNew, SqliteStore, Task
 from tether.bridge.custody import CustodyConflict
 from tether.bridge.custody._rules import MAX_BODY_BYTES
@@ -398,26 +399,19 @@ async def test_an_sqlite_too_old_for_the_custody_sql_is_refused_clearly(
         await SqliteStore.open(tmp_path / "old.db")
 
 
+OLD = (
+    "INSERT INTO {s}tasks (id, body, priority, headers, state, attempt, created_at, "
+    "updated_at) VALUES ('old', 'from before', 1, '{{}}', 'pending', 1, 1, 2)"
+)
+"""A pending task of no room, as a store of an older version held it."""
+
+
 async def test_a_store_from_before_durable_runs_migrates_with_its_tasks(tmp_path: Path) -> None:
     """Issue #35's migration loosens the state CHECK in place (no rebuild): a file at the
     version before it keeps its tasks, then parks and records steps."""
-    from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements, _with_cookie
-
-    db = tmp_path / "custody.db"
-    [before] = [n for n, step in enumerate(MIGRATIONS) if "CREATE TABLE steps" in step]
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
-        for migration in MIGRATIONS[:before]:
-            for statement in _statements(migration):
-                conn.execute(_with_cookie(conn, statement))
-        conn.execute(f"PRAGMA user_version = {before}")
-        conn.execute(
-            "INSERT INTO tasks (id, body, priority, headers, state, attempt, created_at, "
-            "updated_at) VALUES ('old', 'from before', 1, '{}', 'pending', 1, 1, 2)"
-        )
-    finally:
-        conn.close()
-    async with await SqliteStore.open(db) as store:
+    async with sqlite_from(
+        tmp_path / "custody.db", sqlite_step("CREATE TABLE steps"), OLD
+    ) as store:
         claim = await store.claim("w1", leaderless=True)
         assert claim is not None
         assert claim.task.body == "from before"
@@ -425,35 +419,16 @@ async def test_a_store_from_before_durable_runs_migrates_with_its_tasks(tmp_path
         await store.park(claim, store.clock() + 60, "sleeping")
         assert await store.state("old") is CustodyState.WAITING
         assert [s.name for s in await store.steps("old")] == ["a"]
-    check = sqlite3.connect(db)
-    try:
-        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert check.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)
-    finally:
-        check.close()
 
 
 async def test_a_store_from_before_flow_control_migrates_with_its_tasks(tmp_path: Path) -> None:
     """Issue #38's migration adds the limits, permits and waiters tables and the trigger that
     frees a task's permits: a file at the version before it keeps its tasks, then limits them."""
     from tether.bridge.custody._limits import Granted, LimitSpec, Wait
-    from tether.bridge.stores.sqlite._schema import MIGRATIONS, _statements, _with_cookie
 
-    db = tmp_path / "custody.db"
-    before = next(n for n, m in enumerate(MIGRATIONS) if "CREATE TABLE limits" in m)
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
-        for migration in MIGRATIONS[:before]:
-            for statement in _statements(migration):
-                conn.execute(_with_cookie(conn, statement))
-        conn.execute(f"PRAGMA user_version = {before}")
-        conn.execute(
-            "INSERT INTO tasks (id, body, priority, headers, state, attempt, created_at, "
-            "updated_at) VALUES ('old', 'from before', 1, '{}', 'pending', 1, 1, 2)"
-        )
-    finally:
-        conn.close()
-    async with await SqliteStore.open(db) as store:
+    async with sqlite_from(
+        tmp_path / "custody.db", sqlite_step("CREATE TABLE limits"), OLD
+    ) as store:
         claim = await store.claim("w1", leaderless=True)
         assert claim is not None
         assert claim.task.body == "from before"
@@ -462,9 +437,3 @@ async def test_a_store_from_before_flow_control_migrates_with_its_tasks(tmp_path
         assert await store.acquire_permit(claim, "k") == Wait(None, "concurrency")
         await store.complete(claim, "done")
         assert [v.in_flight for v in await store.limit_views()] == [0]
-    check = sqlite3.connect(db)
-    try:
-        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert check.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)
-    finally:
-        check.close()

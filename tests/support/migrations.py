@@ -41,7 +41,7 @@ def postgres_step(marker: str) -> int:
 async def sqlite_from(db: Path, step: int, *rows: str) -> AsyncIterator[SqliteStore]:
     """The store opened (so migrated) on a file made at schema version ``step`` holding
     ``rows`` (statements; ``{s}`` before a table's name is the schema, empty here); the file
-    must pass SQLite's integrity check after."""
+    must pass SQLite's integrity check after, at the latest version."""
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         for version in range(step):
@@ -57,9 +57,17 @@ async def sqlite_from(db: Path, step: int, *rows: str) -> AsyncIterator[SqliteSt
         yield store
     finally:
         await store.aclose()
+    assert_sqlite_intact(db, version=len(MIGRATIONS))
+
+
+def assert_sqlite_intact(db: Path, *, version: int | None = None) -> None:
+    """The file at ``db`` passes SQLite's own integrity check (after a migration, a kill), at
+    schema ``version`` if given."""
     check = sqlite3.connect(db)
     try:
         assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        if version is not None:
+            assert check.execute("PRAGMA user_version").fetchone() == (version,)
     finally:
         check.close()
 
