@@ -34,3 +34,20 @@ def test_redact_url_keeps_where_and_drops_every_secret(given: str, shown: str) -
 def test_redact_dsn_is_the_same_redaction() -> None:
     dsn = "postgresql://u:pw-Secret1@h:5/db"
     assert redact_dsn(dsn) == redact_url(dsn) == "postgresql://u@h:5/db"
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        (
+            "postgresql://tether@10.0.0.1:5432,10.0.0.2:5433/chat?target_session_attrs=read-write",
+            "postgresql://tether@10.0.0.1:5432,10.0.0.2:5433/chat",
+        ),
+        ("postgresql://tether:pw@db1,db2/chat", "postgresql://tether@db1,db2/chat"),
+        ("host=db1,db2 port=5432 dbname=chat", "postgresql://db1:5432,db2:5432/chat"),
+        ("host=db1,db2 port=1,2,3 dbname=chat", "postgresql://db1,db2:1,2,3/chat"),
+    ],
+)
+def test_a_multi_host_dsn_names_each_host_with_its_port(given: str, shown: str) -> None:
+    """Issue #45: the log showed ``tether@127.0.0.1,127.0.0.1:59047,55539``."""
+    assert redact_dsn(given) == shown

@@ -149,3 +149,32 @@ def test_store_status_on_an_older_postgres_schema_says_so_in_one_line(
     assert err.startswith(f"tether: error: schema '{older}' holds a tether custody store of ")
     assert err.count("\n") == 1
     assert _version(postgres_dsn, older) == 5
+
+
+def test_read_only_verbs_work_on_a_dsn_that_must_find_the_primary(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``target_session_attrs=read-write`` (a multi-host DSN that must find the primary,
+    issue #45) checks the session as it connects: a read-only verb's session is made
+    read-only after that, not as a startup option the check would refuse."""
+    schema = f"rw_{secrets.token_hex(4)}"
+
+    async def fill() -> None:
+        async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
+            await store.ingest(Task("t1", "hello"))
+
+    trio.run(fill)
+    url = _url(postgres_dsn, monkeypatch) + "?target_session_attrs=read-write"
+    assert main(["store", "status", "--store", url, "--store-schema", schema]) == 0
+    assert "pending" in capsys.readouterr().out
+    assert (
+        main(["store", "list", "--state", "pending", "--store", url, "--store-schema", schema]) == 0
+    )
+    assert "t1" in capsys.readouterr().out
+
+    async def refused() -> None:
+        async with await PostgresStore.open(url, schema=schema, read_only=True) as store:
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                await store.ingest(Task("t2", "no"))
+
+    trio.run(refused)

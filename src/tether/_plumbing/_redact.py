@@ -55,14 +55,25 @@ def redact_dsn(dsn: str) -> str:
     parts = parse_dsn(dsn)
     if parts is None:
         return "postgresql://<unparsable DSN>"
-    host = str(parts.get("host") or parts.get("hostaddr") or "localhost")
-    port = parts.get("port")
     user = parts.get("user")
     where = f"{user}@" if user else ""
-    where += f"[{host}]" if ":" in host and "," not in host else host
-    if port:
-        where += f":{port}"
+    where += ",".join(_host_ports(parts))
     return f"postgresql://{where}/{parts.get('dbname') or ''}"
+
+
+def _host_ports(parts: dict[str, Any]) -> list[str]:
+    """``host:port`` for each server of a (multi-host) DSN, as a URL names them: libpq pairs
+    a list of hosts with one port for all or with a list of as many."""
+    hosts = str(parts.get("host") or parts.get("hostaddr") or "localhost").split(",")
+    ports = str(parts.get("port") or "").split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    elif len(ports) != len(hosts):  # libpq refuses it; show what was given
+        return [f"{','.join(hosts)}:{','.join(ports)}"]
+    return [
+        (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
+        for host, port in zip(hosts, ports, strict=True)
+    ]
 
 
 def redact_url(value: str) -> str:

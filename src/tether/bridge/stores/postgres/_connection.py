@@ -73,12 +73,32 @@ def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+READ_ONLY_SESSION: Final = b"SET default_transaction_read_only = on"
+"""Run on each connection of a store opened to be inspected: the server refuses its writes.
+
+Set once the connection is made, never as a startup option: libpq's
+``target_session_attrs=read-write`` (a multi-host DSN that must find the primary) reads the
+session's ``default_transaction_read_only`` as it connects, and would refuse the primary
+itself."""
+
+
+def connect_failure(exc: BaseException) -> str:
+    """Why a connection could not be made, naming every host tried: psycopg's message for a
+    multi-host DSN leads with the last host's failure and lists them all below it."""
+    text = str(exc).strip()
+    each = [
+        line.split(": connection failed: ", 1)[-1].strip()
+        for line in text.splitlines()
+        if line.startswith("- host:")
+    ]
+    return "; ".join(each) if each else first_line(exc)
+
+
 def connection_kwargs(
-    schema: str, connect_timeout_s: float, password: str | None, *, read_only: bool = False
+    schema: str, connect_timeout_s: float, password: str | None
 ) -> dict[str, Any]:
     """What every connection of the store is opened with (autocommit: one statement, one
-    commit; the application name shows the schema in ``pg_stat_activity``; ``read_only``: the
-    server refuses every write of the session)."""
+    commit; the application name shows the schema in ``pg_stat_activity``)."""
     kwargs: dict[str, Any] = {
         "autocommit": True,
         "connect_timeout": max(1, round(connect_timeout_s)),
@@ -86,8 +106,6 @@ def connection_kwargs(
     }
     if password is not None:
         kwargs["password"] = password
-    if read_only:
-        kwargs["options"] = "-c default_transaction_read_only=on"
     return kwargs
 
 
@@ -99,11 +117,15 @@ def connector(
     *,
     read_only: bool = False,
 ) -> Callable[[], Conn]:
-    """A function that opens one more connection like the pool's (the listener uses it)."""
-    kwargs = connection_kwargs(schema, connect_timeout_s, password, read_only=read_only)
+    """A function that opens one more connection like the pool's (the listener uses it;
+    ``read_only``: the server refuses every write of the session)."""
+    kwargs = connection_kwargs(schema, connect_timeout_s, password)
 
     def connect() -> Conn:
-        return psycopg.connect(dsn, **kwargs)
+        conn = psycopg.connect(dsn, **kwargs)
+        if read_only:
+            conn.execute(READ_ONLY_SESSION)
+        return conn
 
     return connect
 
@@ -175,21 +197,24 @@ def open_pool(
         f"SET lock_timeout = {round(lock_timeout_s * 1000)}; "
         f"SET statement_timeout = {round(statement_timeout_s * 1000)}"
     )
+    if read_only:
+        limits += f"; {READ_ONLY_SESSION.decode()}"
 
     def configure(conn: Conn) -> None:
         conn.execute(limits.encode())
 
-    kwargs = connection_kwargs(schema, connect_timeout_s, password, read_only=read_only)
+    kwargs = connection_kwargs(schema, connect_timeout_s, password)
     idle = IdleCheck()
     try:
         with psycopg.connect(dsn, **kwargs) as conn:
             if read_only:
+                conn.execute(READ_ONLY_SESSION)
                 check_current(conn, schema)
             else:
                 migrate(conn, schema, create=create)
     except psycopg.OperationalError as exc:
         raise ConnectionError(
-            f"cannot connect to PostgreSQL at {shown}: {first_line(exc)}"
+            f"cannot connect to PostgreSQL at {shown}: {connect_failure(exc)}"
         ) from None
     pool: ConnectionPool[Conn] = ConnectionPool(
         dsn,
@@ -210,7 +235,7 @@ def open_pool(
         pool.close()
         if isinstance(exc, psycopg.OperationalError):
             raise ConnectionError(
-                f"cannot open a connection pool to PostgreSQL at {shown}: {first_line(exc)}"
+                f"cannot open a connection pool to PostgreSQL at {shown}: {connect_failure(exc)}"
             ) from None
         raise
     return pool
