@@ -366,6 +366,35 @@ async def test_a_fenced_out_worker_stops_the_run_and_stores_nothing(
     assert (rec.state, rec.reason) == (S.DEAD, "operator gave up")
 
 
+async def test_a_task_gone_from_the_store_is_a_lost_lease_and_the_other_runs_go_on(
+    timed_store: SqliteStore,
+    mock_clock: StoreAwareClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failover to a standby that never had a task (issue #45) leaves its holder a claim on
+    nothing: the same news as a lost lease, not a crash of the worker and its other runs."""
+    gate = trio.Event()
+
+    async def held(task: Task) -> str:
+        await gate.wait()
+        return f"done {task.id}"
+
+    await timed_store.ingest_many([Task("gone", "x"), Task("kept", "y")])
+    worker = PoolWorker(timed_store, "w1", agent(held))
+    async with running(worker):
+        await wait_until(lambda: state_is(timed_store, "gone", S.CLAIMED))
+        await wait_until(lambda: state_is(timed_store, "kept", S.CLAIMED))
+        await timed_store._writer.run(
+            lambda conn: conn.execute("DELETE FROM tasks WHERE id = 'gone'")
+        )
+        gate.set()
+        await wait_until(lambda: state_is(timed_store, "kept", S.RESULT))
+    assert (worker.lost, worker.completed) == (1, 1)
+    assert await timed_store.get("gone") is None
+    [lost] = [r.getMessage() for r in caplog.records if "'gone'" in r.getMessage()]
+    assert "no such task in the store" in lost
+
+
 async def test_an_agent_without_a_task_handler_is_refused(
     timed_store: SqliteStore, mock_clock: StoreAwareClock
 ) -> None:

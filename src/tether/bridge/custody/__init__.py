@@ -95,6 +95,7 @@ from ._rules import Priority as Priority
 from ._rules import Result as Result
 from ._rules import StaleLease as StaleLease
 from ._rules import Task as Task
+from ._rules import TaskGone as TaskGone
 from ._rules import TaskRecord as TaskRecord
 from ._rules import UnknownTask as UnknownTask
 from ._rules import in_custody as in_custody

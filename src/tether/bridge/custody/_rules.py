@@ -311,6 +311,13 @@ class UnknownTask(LookupError):
     """No task with this id was ever ingested."""
 
 
+class TaskGone(StaleLease, UnknownTask):
+    """A claim fenced out because its task is no longer in the store at all: an operator
+    forgot it, or a failover promoted a standby that never had it. To the claim's holder this
+    is the news a lost lease brings (stop, change nothing), so it is a ``StaleLease``; to
+    anyone who asks for the task by id it is an ``UnknownTask``."""
+
+
 def check_retry_after(value: object) -> float:
     """A retry delay: finite seconds >= 0 (0: the task may run again at once)."""
     if (

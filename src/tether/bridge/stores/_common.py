@@ -27,6 +27,7 @@ from ..custody._rules import (
     CustodyState,
     StaleLease,
     Task,
+    TaskGone,
     TaskRecord,
     UnknownTask,
     check_body,
@@ -151,10 +152,10 @@ def owner_note(owner: str | None, attempt: int) -> str:
 
 
 def stale_lease(seen: Seen | None, claim: Claim, now: float, verb: str) -> Exception:
-    """The error for a fenced-out claim: ``UnknownTask`` if the task is gone, else a
+    """The error for a fenced-out claim: ``TaskGone`` if the task is gone, else a
     ``StaleLease`` saying whether the lease expired or someone else holds the task."""
     if seen is None:
-        return UnknownTask(f"cannot {verb} task {claim.task.id!r}: no such task")
+        return task_gone(claim.task.id, verb)
     who = f"worker {claim.worker!r} (attempt {claim.attempt})"
     if (
         seen.state is CustodyState.CLAIMED
@@ -232,3 +233,8 @@ def journal_entry(row: Sequence[Any]) -> JournalEntry:
 
 def unknown_task(id: str) -> UnknownTask:
     return UnknownTask(f"no task {id!r} in the store")
+
+
+def task_gone(id: str, verb: str) -> TaskGone:
+    """The error for a claim whose task is no longer in the store (``custody.TaskGone``)."""
+    return TaskGone(f"cannot {verb} task {id!r}: no such task in the store")
