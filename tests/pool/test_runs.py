@@ -110,6 +110,39 @@ async def test_a_step_that_cannot_be_recorded_fails_the_run_naming_it(
     assert message in (record.reason or "")
 
 
+async def test_a_step_whose_record_meets_an_outage_is_recorded_once_the_store_answers(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The effect has happened: a lost connection (a failover, issue #45) delays the record
+    and never fails the run, so the step is not run again by a retry."""
+    effects: list[str] = []
+    real = timed_store.record_step
+    failures = [ConnectionError("lost the connection"), TimeoutError("not confirmed")]
+
+    async def flaky(*args: Any) -> Any:
+        if failures:
+            raise failures.pop(0)
+        return await real(*args)
+
+    monkeypatch.setattr(timed_store, "record_step", flaky)
+
+    async def handle(task: Task) -> str:
+        ref = await run_of(task).step("book", lambda: effects.append("booked") or "ref-1")
+        return f"booked {ref}"
+
+    worker = PoolWorker(timed_store, "w1", agent(handle), poll_interval=0.2)
+    await timed_store.ingest(Task("t", "go"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        await wait_until(lambda: _is(timed_store, "t", S.RESULT))
+        worker.request_stop()
+    assert effects == ["booked"]
+    assert failures == []
+    record = await timed_store.get("t")
+    assert record is not None
+    assert (record.attempt, record.result) == (1, "booked ref-1")
+
+
 async def test_a_long_sleep_parks_the_task_and_frees_the_worker_for_other_messages(
     timed_store: SqliteStore, mock_clock: StoreAwareClock
 ) -> None:

@@ -1,5 +1,6 @@
 """PostgreSQL durable at promises: what runs without waiting for the flush, and which calls
-wait for it (the barrier: a synchronous commit with an xid)."""
+wait for it (the barrier: a synchronous commit of a transaction that wrote a WAL record).
+``test_postgres_promises.py`` proves that the barrier waits for the synchronous standbys."""
 
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ async def test_only_promises_wait_for_the_flush(postgres_dsn: str) -> None:
         await store.mark_delivered(result.task.id)
         await store.cancel(["t2"], "an operator's move")  # the operator is answered
         assert barriers.barriers == 3
+        await store.ingest(Task("t3", "c"))
+        claim = await store.claim("w0", leaderless=True)
+        assert claim is not None
+        await store.record_step(claim, "book", '"ref-1"')  # its effect has left already
+        assert barriers.barriers == 5
         assert await _setting(store) == "off"  # the barrier's SET LOCAL ended with it
 
 

@@ -46,6 +46,17 @@ async def test_only_promises_sync_the_wal(tmp_path: Path) -> None:
         assert len(synced) == 3
 
 
+async def test_a_step_record_is_synced_before_the_step_returns(tmp_path: Path) -> None:
+    async with await SqliteStore.open(tmp_path / "c.db") as store:
+        await store.ingest(Task("t1", "a"))
+        synced = await _counting(store)
+        claim = await store.claim("w0", leaderless=True)
+        assert claim is not None
+        assert len(synced) == 0
+        await store.record_step(claim, "book", '"ref-1"')  # its effect has left already
+        assert len(synced) == 1
+
+
 async def test_a_promise_is_not_made_when_the_sync_fails(tmp_path: Path) -> None:
     async with await SqliteStore.open(tmp_path / "c.db") as store:
 

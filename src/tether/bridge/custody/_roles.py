@@ -204,7 +204,8 @@ class StepStore(StoreClock, Protocol):
         nothing and a run that took over never sees a zombie's record appear after its own.
         If ``name`` is recorded already, that record is kept and returned (the first wins).
         ``StepError`` for a bad name, a value over ``MAX_STEP_BYTES``, or one that would take
-        the task's steps past ``MAX_TASK_STEP_BYTES``. Returns the record stored."""
+        the task's steps past ``MAX_TASK_STEP_BYTES``. Returns the record stored, once it is
+        durable (a promise: the step's effect has already left the process)."""
         ...
 
     async def park(self, claim: Claim, until: float, why: str) -> None:

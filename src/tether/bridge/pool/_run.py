@@ -36,10 +36,13 @@ from ..custody._steps import (
 )
 from . import _limits
 from ._ask import Asking, ParkedAsk
+from ._outage import until_stored
 
 DEFAULT_PARK_AFTER: Final = 30.0
 """Seconds: a durable sleep at most this long sleeps in place (the lease kept); a longer one
 parks the task in ``waiting`` (``--park-after``)."""
+STORE_RETRY_S: Final = 1.0
+"""Seconds between tries of a step's record (or its read) while the store is unreachable."""
 
 
 class Parked(Exception):
@@ -223,8 +226,13 @@ class Run:
         text, _ = encode_step_value(name, value)
         if self._store is None or self._claim is None:
             return decode_step_value(text)
-        try:
-            record = await self._store.record_step(self._claim(), name, text)
+        store, claim = self._store, self._claim
+        try:  # the effect has happened: an outage delays its record, never fails the run
+            record = await until_stored(
+                lambda: store.record_step(claim(), name, text),
+                what=f"recording step {name!r} of task {self.task.id}",
+                pause=STORE_RETRY_S,
+            )
         except StaleLease as exc:
             self._on_stale(exc)
             raise
@@ -236,7 +244,16 @@ class Run:
         if self._recorded is None:
             async with self._loading:
                 if self._recorded is None:
-                    found = [] if self._store is None else await self._store.steps(self.task.id)
+                    store, id = self._store, self.task.id
+                    found = (
+                        []
+                        if store is None
+                        else await until_stored(
+                            lambda: store.steps(id),
+                            what=f"reading the steps of task {id}",
+                            pause=STORE_RETRY_S,
+                        )
+                    )
                     self._recorded = {record.name: record for record in found}
         return self._recorded
 

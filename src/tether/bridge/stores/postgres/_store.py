@@ -75,6 +75,7 @@ from .._common import (
     record_from_row,
     stale_lease,
     task_from_row,
+    task_gone,
     unknown_task,
 )
 from .._frame import Moves, check_settings, lease_expiry
@@ -103,6 +104,7 @@ from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
 from ._schema import check_schema
 from ._sql import QUEUE_WALK, Sql
 from ._steps import StepsSql
+from ._watchdog import Watchdog
 
 log = logging.getLogger("tether.bridge.postgres")
 
@@ -220,7 +222,7 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
             Listener(connect, channel, notify),
             channel,
             max_crashes_alone,
-            Durability("FULL" if read_only else synchronous),
+            Durability("FULL" if read_only else synchronous, Watchdog(statement_timeout_s)),
         )
         await store._run(lambda conn: store._restarted_at(conn, clock()))  # the baseline
         return store
@@ -234,6 +236,7 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
         def close() -> None:
             self._listener.stop()
             self._pool.close()
+            self.durability.watchdog.close()
 
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(close)
@@ -937,11 +940,11 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
                 return StepRecord(*old)
             raise over_task_limit(name, int(total), size)
 
-        outcome = await self._run(op)
+        outcome = await self._run(op, promise=True)  # the step's effect has left already
         if isinstance(outcome, StepRecord):
             return outcome
         if outcome is None:
-            raise unknown_task(claim.task.id)
+            raise task_gone(claim.task.id, f"record step {name!r} of")
         raise stale_lease(outcome, claim, now, f"record step {name!r} of")
 
     async def _park(self, claim: Claim, until: float, why: str, now: float) -> None:
@@ -1021,7 +1024,7 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
         if isinstance(outcome, Granted | Wait):
             return outcome
         if outcome is None:
-            raise unknown_task(claim.task.id)
+            raise task_gone(claim.task.id, f"acquire a permit of {key!r} for")
         raise stale_lease(outcome, claim, now, f"acquire a permit of {key!r} for")
 
     async def _release_permit(self, permit: int) -> None:
@@ -1105,8 +1108,9 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
             if row is not None and row[0] is not None:
                 return row[0], None
             seen = _seen(conn, state_sql, params)
-            if seen is None:
-                raise unknown_task(params["id"])
+            if seen is None:  # a fenced move's task is gone: its holder's lease is lost
+                fenced = "run" in params
+                raise task_gone(params["id"], "move") if fenced else unknown_task(params["id"])
             return None, seen
 
         return await self._run(op, promise=promise)

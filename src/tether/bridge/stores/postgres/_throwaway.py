@@ -58,6 +58,8 @@ class Throwaway:
     run_as: str | None
     options: str = ""
     """The server's start options (``resume`` starts it with them again)."""
+    paused: bool = False
+    """Stopped by ``pause`` (``stop`` then only deletes the files)."""
 
     @property
     def dsn(self) -> str:
@@ -74,15 +76,18 @@ class Throwaway:
     def pause(self, mode: str = "fast") -> None:
         """Stop the server but keep its files (``resume`` starts it again): an outage."""
         self._run("pg_ctl", "-D", str(self.root / "data"), "-m", mode, "-w", "stop")
+        self.paused = True
 
     def resume(self) -> None:
         """Start the server ``pause`` stopped; returns once it accepts connections."""
         data, log = str(self.root / "data"), str(self.root / "log")
         self._run("pg_ctl", "-D", data, "-l", log, "-w", "-o", self.options, "start")
+        self.paused = False
 
     def stop(self) -> None:
         try:
-            self._run("pg_ctl", "-D", str(self.root / "data"), "-m", "immediate", "-w", "stop")
+            if not self.paused:
+                self._run("pg_ctl", "-D", str(self.root / "data"), "-m", "immediate", "-w", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -787,7 +787,7 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
                 raise _stale(conn, claim, now, f"record step {name!r} of")
             return record
 
-        return await self._writer.run(op)
+        return await self._writer.run(op, promise=True)  # the step's effect has left already
 
     async def _park(self, claim: Claim, until: float, why: str, now: float) -> None:
         params = {**sql.fence_params(claim, now), "until": until, "why": why}
