@@ -5,9 +5,11 @@ custody (``ingest``, ``claim``), three ``run.step`` calls of a no-op, then ``com
 DBOS unit is a ``@DBOS.workflow`` of three no-op ``@DBOS.step`` calls. Each step's wall time
 is measured around the call; steps per second count the three steps of every unit over the
 whole loop (so each side pays its unit's own start and end too). Same store kind and
-durability: SQLite files (WAL; tether ``synchronous=FULL``, DBOS its default) or one
-PostgreSQL server (``--pg DSN``; synchronous commit on both). Rounds interleave the sides (a
-fresh file or schema each); medians and spreads printed.
+durability per step: SQLite files (WAL; tether at its default ``synchronous=NORMAL``, where a
+step's record is a promise, synced before ``run.step`` returns; DBOS its default) or one
+PostgreSQL server (``--pg DSN``; tether's barrier after each record, a synchronous commit
+per step on DBOS). Rounds interleave the sides (a fresh file or schema each); medians and
+spreads printed.
 
     uv run --group bench python benchmarks/durable_steps.py [--workflows 300] [--rounds 3]
         [--pg postgresql://user:pw@host:port/db]
