@@ -654,10 +654,11 @@ def run_bridge(args: argparse.Namespace) -> int:
     from ..bridge.service._service import (
         BridgeService,  # after the config: a typo is reported at once
     )
-    from ._startup import admin_announcer, check_token_file, load_checked_agent
+    from ._startup import admin_announcer, check_store_file, check_token_file, load_checked_agent
 
     factory = load_checked_agent(config.agent)
     check_token_file(config.token_file)  # before the banner, the data directory and the store
+    check_store_file(config)
     configure_logging(config.log_level, config.log_format)
     prepare_store_dir(config)
     with one_bridge_per_file(config.store):  # refused in one line, before the banner
