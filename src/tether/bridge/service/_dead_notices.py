@@ -15,15 +15,16 @@ import trio
 from ..._plumbing._grid import on_grid
 from ..client._client import GatewayClient, GatewayRequestError
 from ..custody._roles import DeadNoticeStore
-from ..custody._rules import TaskRecord
 from ..pool._wakeup import Wakeup
 
 log = logging.getLogger("tether.bridge.dead_notices")
 
 
-def notice_reason(record: TaskRecord) -> str:
-    """What the gateway (and so the user) is told about a dead task."""
-    return f"the bridge gave up on this message: {record.reason or 'no reason recorded'}"
+def notice_reason(task_id: str) -> str:
+    """What the gateway (and so the person) is told about a dead task: a plain sentence and a
+    reference to quote. Why it died is operator detail; it stays in the store (``tether store
+    show``), this module's log line and the operator page."""
+    return f"something went wrong and this message was not answered (reference {task_id})"
 
 
 @attrs.define
@@ -70,7 +71,7 @@ class DeadNotices:
             for record in dead:
                 task_id = record.task.id
                 try:
-                    told = await self.gateway.reject(task_id, notice_reason(record))
+                    told = await self.gateway.reject(task_id, notice_reason(task_id))
                 except GatewayRequestError as exc:
                     log.warning(
                         "the gateway refused the notice that task %s is dead (%s); "
