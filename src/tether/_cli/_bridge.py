@@ -334,11 +334,14 @@ def _add_room_parsers(store_actions: Subparsers, epilog: str) -> None:
     forget = add_command(
         store_actions,
         "forget-room",
-        help="erase a room's history, state and its finished tasks' bodies (privacy)",
+        help="erase custody's copy of a room: history, state, finished tasks' bodies (privacy)",
         description=(
             "Erase a room's conversation: its turns, its state, and the stored bodies (message "
             "and reply) of its finished (delivered or dead) tasks, in one transaction; each "
-            "such task's journal records it as the operator's. Tasks still in custody run on."
+            "such task's journal records it as the operator's. Tasks still in custody run on. "
+            "It erases custody's copy, not the gateway's own copy of the room's messages and "
+            "replies: the reference gateway keeps serving them (it has no route to erase a "
+            "room yet), so erase them there by the gateway's own means."
         ),
         epilog=CONFIG_HELP + "\n" + ROOM_EXITS + "\n" + epilog,
     )
@@ -581,14 +584,17 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
 
 async def _room(config: BridgeConfig, args: argparse.Namespace) -> int:
     from ..bridge.custody._conversation import check_room
-    from ..bridge.custody._rules import InvalidTask
+    from ..bridge.custody._rules import MAX_ROOM_CHARS, InvalidTask
     from ..bridge.service import _store_room
     from ..bridge.service._config import ConfigError
 
     try:
         room = check_room(args.room)
-    except InvalidTask as exc:
-        raise ConfigError(str(exc)) from None
+    except InvalidTask:  # in the CLI's words: its argument, not the library's None and str
+        raise ConfigError(
+            f"ROOM must be a room name of 1 to {MAX_ROOM_CHARS} characters of valid text "
+            f"without NUL, got {args.room!r:.80}"
+        ) from None
     showing = args.store_command == "room"
     if showing and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
