@@ -12,7 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..bridge.service._config import (
     DEFAULT_AGENT,
@@ -21,7 +21,7 @@ from ..bridge.service._config import (
     BridgeConfig,
 )
 from ..bridge.service._settings import env_name
-from ._parsers import Subparsers, add_command, add_group, add_settings
+from ._parsers import SettingsHelp, Subparsers, add_command, add_group, add_settings
 
 if TYPE_CHECKING:
     from ..bridge.custody._roles import Store
@@ -68,8 +68,9 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "client_name": ("name this bridge gives the gateway (default: tether-bridge)", str),
     "pool_name": (
         "stem of this process's pool names (<stem>-w1.., <stem>-lead), kept across restarts; "
-        "a second live process under it is refused (default: <client-name>-<host>-<random>, "
-        "unique per process)",
+        "a second live process under it is refused (default: <client-name>-<host> on a SQLite "
+        "store, one bridge per file; <client-name>-<host>-<random> on PostgreSQL, unique per "
+        "process)",
         str,
     ),
     "poll_wait": ("long-poll wait in seconds (default: 30)", float),
@@ -357,9 +358,20 @@ OPERATOR_EXITS = """exit codes of retry and cancel:
 """
 
 
+_STORE_VERB_HELP: Final[SettingsHelp] = {
+    **_HELP,
+    "store": (
+        "custody store: a SQLite file or a postgresql:// URL (default: "
+        "tether-data/bridge/custody.db); it must exist: a bridge creates it on its first start",
+        str,
+    ),
+}
+"""A store verb opens the store a bridge made; it never creates one (a typo would)."""
+
+
 def _store_options(parser: argparse.ArgumentParser) -> None:
     """Where the store is, for every ``store`` action: a path/URL and how to log in."""
-    add_settings(parser, _HELP, ("store", "store_password_file", "store_schema"))
+    add_settings(parser, _STORE_VERB_HELP, ("store", "store_password_file", "store_schema"))
 
 
 def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
