@@ -56,3 +56,20 @@ def test_the_bridge_help_names_the_fixed_pool_names_of_a_sqlite_store(
         "<client-name>-<host>-<random> on PostgreSQL, unique per process)"
     )
     assert "".join(expected.split()) in shown
+
+
+@pytest.mark.parametrize(("host", "shown"), [("127.0.0.1", "127.0.0.1"), ("::1", "[::1]")])
+def test_the_bridge_prints_the_operator_pages_address_at_start(
+    capsys: pytest.CaptureFixture[str], host: str, shown: str
+) -> None:
+    """Issue 47.9: the bridge said where its admin endpoint listens, never where its page is."""
+    from tether._cli._startup import admin_announcer
+
+    admin_announcer("tether bridge", host, Path("tether-data/bridge/admin-token"))(8766)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"tether bridge: admin endpoint http://{shown}:8766 (token in "
+        "tether-data/bridge/admin-token)",
+        f"tether bridge: operator page http://{shown}:8766/ops (paste the admin token, or open "
+        f"http://{shown}:8766/ops#token=<the admin token>)",
+    ]

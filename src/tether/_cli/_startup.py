@@ -1,7 +1,8 @@
 """What ``tether bridge run`` and ``tether worker run`` do before their service starts: refuse an
 agent they cannot run, a gateway token file the bridge cannot use and a ``--store`` file that is
 no tether store (each exit 2, before anything is printed or created), find the agent's module in
-the working directory as ``python -m`` does, then say where the admin endpoint listens."""
+the working directory as ``python -m`` does, then say where the admin endpoint and the operator
+page listen."""
 
 from __future__ import annotations
 
@@ -83,12 +84,16 @@ def check_store_file(settings: ProcessSettings) -> None:
 
 
 def admin_announcer(program: str, host: str, token_file: Path) -> Callable[[int], None]:
-    """A callback printing the admin endpoint's URL once it listens (its port may be 0)."""
+    """A callback printing the admin endpoint's URL once it listens (its port may be 0), and
+    the operator page's: the token itself is never printed, only how a link carries it."""
 
     def announce(port: int) -> None:
         shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{port}"
         print(
-            f"{program}: admin endpoint http://{shown}:{port} (token in {token_file})",
+            f"{program}: admin endpoint {url} (token in {token_file})\n"
+            f"{program}: operator page {url}/ops (paste the admin token, or open "
+            f"{url}/ops#token=<the admin token>)",
             file=sys.stderr,
             flush=True,
         )

@@ -115,13 +115,36 @@ function drawStore(view) {
   const flight = status.oldest_in_flight.filter((e) => e.state !== "result");
   syncRows($("flight-rows"), flight, (e) => e.id,
     (e) => [e.id, e.state, e.owner || "", age(e.age_s), runWords(e)], "cancel");
-  // issue 38: limits, when the view carries them
-  $("limits").hidden = !Array.isArray(view.limits);
-  if (Array.isArray(view.limits)) {
-    plainRows($("limit-rows"), view.limits.map((l) => [l.key, JSON.stringify(l)]));
-  }
+  drawLimits(view.limits || []);
+  drawTenants(view.tenants || []);
   plainRows($("member-rows"), view.members.map((m) => [
     m.name, m.role, m.capacity, `${age(m.beat_age_s)} ago`, age(m.up_s),
+  ]));
+}
+
+// issue 38: a key's rate, cap, permits held, runs waiting for one, and its pause
+function drawLimits(limits) {
+  const limited = (l) => l.rate_per_s != null;
+  plainRows($("limit-rows"), limits.map((l) => [
+    l.key,
+    limited(l) ? `${+l.rate_per_s.toPrecision(3)}/s` : "-",
+    limited(l) ? l.burst : "-",
+    l.tokens == null ? "-" : l.tokens.toFixed(1),
+    l.concurrency == null ? "-" : l.concurrency,
+    l.in_flight,
+    l.waiters,
+    l.paused_for_s != null && l.paused_for_s > 0 ? `for ${age(l.paused_for_s)}` : "-",
+  ]));
+}
+
+// issue 39: a tenant's weight, and its share of the turns while it and others have work pending
+function drawTenants(tenants) {
+  const busy = tenants.filter((t) => t.pending > 0).reduce((sum, t) => sum + t.weight, 0);
+  plainRows($("tenant-rows"), tenants.map((t) => [
+    t.tenant,
+    t.weight,
+    t.pending > 0 && busy > 0 ? `${Math.round((100 * t.weight) / busy)}%` : "-",
+    t.pending,
   ]));
 }
 
@@ -199,7 +222,12 @@ async function refresh() {
   timer = setTimeout(refresh, next);
 }
 
+const CANCEL_QUESTION = "It becomes a dead letter at once: a run in progress is stopped and the " +
+  "person is told no reply is coming. Retry on its dead letter brings it back.";
+
 async function operatorMove(move, id, button) {
+  // a cancel ends someone's message: ask first (a retry only brings one back)
+  if (move === "cancel" && !window.confirm(`Cancel task ${id}? ${CANCEL_QUESTION}`)) return;
   button.disabled = true;
   try {
     const done = await api("POST", `/ops/api/tasks/${encodeURIComponent(id)}/${move}`, {});
