@@ -268,3 +268,13 @@ async def test_a_flaky_gateway_is_retried_with_backoff_until_it_confirms(
         assert nominal * 0.8 - 1e-9 <= gap <= nominal + 1e-9
     assert await store.unreported_dead_count() == 0
     assert notices.stats.reported == 1
+
+
+def test_the_person_is_told_in_plain_words_whether_an_operator_cancelled_it() -> None:
+    """Issue 47.5: the sentence a person reads never carries the store's reason (jargon, an
+    operator's note such as "spam"), only whether an operator cancelled the message."""
+    failed = notice_reason("m1", "quarantine: killed its quarantine process 2 times")
+    assert failed == "something went wrong and this message was not answered (reference m1)"
+    cancelled = notice_reason("m2", "operator: cancelled: spam")
+    assert cancelled == "an operator cancelled this message; it was not answered (reference m2)"
+    assert notice_reason("m3") == notice_reason("m3", None)
