@@ -59,7 +59,15 @@ def test_bad_configuration_is_exit_2_and_one_line(
     assert err.count("\n") == 1
 
 
-async def test_a_missing_token_file_is_exit_3_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("problem", ["missing", "mode 0644"])
+async def test_a_token_file_the_bridge_cannot_use_is_exit_2_in_one_line(
+    tmp_path: Path, problem: str
+) -> None:
+    """Bad configuration (2), not "the gateway refused the token" (3): no gateway was asked."""
+    token = tmp_path / "token"
+    if problem == "mode 0644":
+        token.write_text("a-token\n")
+        token.chmod(0o644)
     result = await trio.run_process(
         [
             sys.executable,
@@ -70,7 +78,7 @@ async def test_a_missing_token_file_is_exit_3_in_one_line(tmp_path: Path) -> Non
             "--gateway",
             "http://127.0.0.1:9",
             "--token-file",
-            str(tmp_path / "missing-token"),
+            str(token),
             "--store",
             str(tmp_path / "data" / "custody.db"),
         ],
@@ -79,11 +87,12 @@ async def test_a_missing_token_file_is_exit_3_in_one_line(tmp_path: Path) -> Non
         check=False,
     )
     err = result.stderr.decode()
-    assert result.returncode == 3, err
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("tether: error: cannot use the gateway token")
-    assert "missing-token does not exist" in last
-    assert "Traceback" not in err
+    assert result.returncode == 2, err
+    assert err.count("\n") == 1, err
+    assert err.startswith("tether: error: cannot use the gateway token")
+    expected = "does not exist" if problem == "missing" else "accessible by group or others"
+    assert expected in err
+    assert not (tmp_path / "data").exists()
 
 
 def test_the_readme_demo_crashes_a_bridge_midway_and_loses_nothing(tmp_path: Path) -> None:

@@ -249,11 +249,12 @@ def test_a_writing_verb_migrates_an_older_tether_store_as_before(
 def test_a_bridge_that_cannot_start_leaves_no_store_and_prints_no_banner(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No token file: the one error line, and the folder as it was (no tether-data/)."""
+    """No token file: the one error line, and the folder as it was (no tether-data/); a token
+    file the bridge cannot use is bad configuration (exit 2), not the gateway's refusal (3)."""
     monkeypatch.chdir(tmp_path)
     for name in [k for k in os.environ if k.startswith("TETHER_")]:
         monkeypatch.delenv(name)
-    assert main(["bridge", "run"]) == 3
+    assert main(["bridge", "run"]) == 2
     err = capsys.readouterr().err
     assert err == (
         "tether: error: cannot use the gateway token: token file "
@@ -264,10 +265,11 @@ def test_a_bridge_that_cannot_start_leaves_no_store_and_prints_no_banner(
 
 @pytest.mark.parametrize("kind", ["hosts-copy", "foreign-sqlite"])
 def test_a_bridge_refuses_a_store_file_that_is_not_a_tether_store(
-    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Not only the store verbs: a bridge pointed at another program's file leaves it as it was
     (it chmodded it, and created its tables inside another program's database)."""
+    monkeypatch.chdir(tmp_path)  # the echo agent is not "from the working directory"
     path, found = NOT_A_STORE[kind](tmp_path)
     path.chmod(0o644)
     token = tmp_path / "token"
@@ -275,5 +277,19 @@ def test_a_bridge_refuses_a_store_file_that_is_not_a_tether_store(
     before = _folder(tmp_path)
     argv = ["bridge", "run", "--token-file", str(token), "--store", str(path)]
     assert main([*argv, "--gateway", "http://127.0.0.1:9"]) == 2
-    assert capsys.readouterr().err.endswith(f"tether: error: {path} {found}\n")
+    # checked before the banner and the first log line: one error reads as one line
+    assert capsys.readouterr().err == f"tether: error: {path} {found}\n"
+    assert _folder(tmp_path) == before
+
+
+@pytest.mark.parametrize("kind", ["hosts-copy", "foreign-sqlite"])
+def test_a_worker_process_refuses_a_store_file_that_is_not_a_tether_store_in_one_line(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path, found = NOT_A_STORE[kind](tmp_path)
+    path.chmod(0o644)
+    before = _folder(tmp_path)
+    assert main(["worker", "run", "--store", str(path)]) == 2
+    assert capsys.readouterr().err == f"tether: error: {path} {found}\n"
     assert _folder(tmp_path) == before

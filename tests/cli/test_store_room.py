@@ -71,3 +71,33 @@ def test_forget_room_erases_history_state_and_finished_bodies(
     shown = json.loads(capsys.readouterr().out)
     assert "1234" not in json.dumps(shown)
     assert shown["journal"][-1]["actor"] == "operator"
+
+
+def test_forget_room_says_plainly_what_it_did_not_erase(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 47.8: the reference gateway still serves every message and reply of the room
+    (``GET /v1/messages/ID``); until it has a route to erase them, the verb says so."""
+    assert main(["store", "forget-room", "r", "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "NOT erased: the gateway's own copy of the room's messages and replies" in out
+    with pytest.raises(SystemExit):
+        main(["store", "forget-room", "--help"])
+    assert "not the gateway's own copy" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("verb", ["room", "forget-room"])
+@pytest.mark.parametrize("name", ["", "x" * 300, "a\x00b"])
+def test_a_bad_room_name_is_refused_in_the_clis_words(
+    db: Path, capsys: pytest.CaptureFixture[str], verb: str, name: str
+) -> None:
+    """``forget-room ''`` answered "room must be None or a non-empty str": the library's
+    words. The CLI names its own argument, and nothing changed."""
+    before = db.read_bytes()
+    assert main(["store", verb, name, "--store", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tether: error: ROOM must be a room name of 1 to 256 characters")
+    assert "None" not in err
+    assert " str" not in err
+    assert err.count("\n") == 1
+    assert db.read_bytes() == before

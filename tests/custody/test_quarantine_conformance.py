@@ -70,8 +70,8 @@ async def test_a_quarantine_death_is_a_crash_and_the_second_one_is_the_proof(
             assert state is S.PENDING
             assert (record.state, record.suspect, record.attempt) == (S.PENDING, True, 3)
             assert record.reason == (
-                f"quarantine: {SIGKILL} on attempt 2: death 1 of 2, not a failed attempt; it "
-                "runs in quarantine again as attempt 3"
+                f"quarantine: {SIGKILL} in run 2: death 1 of 2, not a failed attempt; it "
+                "runs in quarantine again"
             )
         else:
             assert state is S.DEAD

@@ -214,3 +214,31 @@ async def test_steps_are_pruned_with_their_task(store: Store, fake_clock: FakeCl
     fake_clock.advance(10)
     assert await store.prune_delivered(fake_clock.now) == 1
     assert await store.steps("t1") == []
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["complete", "complete_many"])
+async def test_a_completed_run_keeps_no_stale_reason_and_its_journal_keeps_the_history(
+    store: Store, fake_clock: FakeClock, many: bool
+) -> None:
+    """Issue 47.5: a task that asked the person and then replied still read "asked the person
+    (~ask:1)" in ``store list/show`` after delivery. The reason says why a task is where it is;
+    a result says nothing more, and the journal keeps the parked reason."""
+    claim = await _claimed(store, "t1")
+    await store.park(claim, fake_clock.now + 60, "asked the person (~ask:1): which date?")
+    fake_clock.advance(60)
+    assert await store.wake_due() == ["t1"]
+    again = await store.claim("w2", leaderless=True)
+    assert again is not None
+    if many:
+        assert await store.complete_many([(again, "booked")]) == [True]
+    else:
+        await store.complete(again, "booked")
+    done = await store.get("t1")
+    assert done is not None
+    assert (done.state, done.reason) == (S.RESULT, None)
+    await store.mark_delivered("t1")
+    delivered = await store.get("t1")
+    assert delivered is not None
+    assert (delivered.state, delivered.reason) == (S.DELIVERED, None)
+    reasons = [e.reason for e in await store.journal("t1")]
+    assert "asked the person (~ask:1): which date?" in reasons

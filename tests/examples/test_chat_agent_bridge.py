@@ -20,6 +20,7 @@ from support.gateway import RunningGateway
 from support.service import BRIDGE_COMMAND, bridge_env
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, write_token
+from tether.bridge.service._dead_notices import notice_reason
 
 from ._fake_model import KEY, FakeModel, fake_model
 
@@ -171,9 +172,10 @@ async def test_tokens_show_as_progress_a_429_waits_retry_after_a_400_is_dead(
     assert claimed.at >= failed.at + 1.0 - 1e-6, (failed.at, claimed.at)
     assert model.seen["busy once"] == 2
 
-    assert "HTTP 400" in closed["reason"]
-    assert "model 'nope' does not exist" in closed["reason"]
+    assert closed["reason"] == notice_reason(bad)  # the person reads plain words (issue 47.5)
     assert dead is not None
+    assert "HTTP 400" in (dead.reason or "")  # the operator reads the detail
+    assert "model 'nope' does not exist" in (dead.reason or "")
     assert dead.state is CustodyState.DEAD
     assert dead.attempt == 1  # Permanent: dead at once, no attempts burnt
     assert model.seen["bad"] == 1
@@ -199,9 +201,10 @@ async def test_a_hung_model_ends_at_the_run_time_limit_then_is_dead(
             ]
             async with await SqliteStore.open(path) as store:
                 records = [await store.get(task_id) for task_id in (slow, stall)]
-    for view in views:
-        assert "ChatTimeout: no reply from the model within 1s" in view["reason"]
+    for view, task_id in zip(views, (slow, stall), strict=True):
+        assert view["reason"] == notice_reason(task_id)
     for record in records:
         assert record is not None
+        assert "ChatTimeout: no reply from the model within 1s" in (record.reason or "")
         assert (record.state, record.attempt) == (CustodyState.DEAD, 2)
     assert (model.seen["slow"], model.seen["stall"]) == (2, 2)

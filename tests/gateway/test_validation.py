@@ -265,3 +265,18 @@ async def test_rejects_close_known_tasks_with_the_reason_and_name_unknown_ids(
         assert bad.status_code == 400
     message = await gw.message(task_id)
     assert (message["status"], message["reason"]) == ("closed", "no room for it")
+
+
+def test_the_guide_documents_the_text_limit_of_a_message() -> None:
+    """Issue 47.11: ``POST /v1/messages`` refuses text over 32,000 characters (a 400 naming
+    its length), and the guide's row of the endpoint said nothing of it."""
+    from pathlib import Path
+
+    from tether.gateway._wire import MAX_TEXT_CHARS, parse_message
+
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guide" / "gateway.md"
+    lines = guide.read_text().splitlines()
+    (row,) = [line for line in lines if line.startswith("| `POST /v1/messages` |")]
+    assert f"at most {MAX_TEXT_CHARS:,} characters" in row
+    with pytest.raises(ValueError, match=f"the limit is {MAX_TEXT_CHARS}"):
+        parse_message({"room": "r", "text": "x" * (MAX_TEXT_CHARS + 1)})

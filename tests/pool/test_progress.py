@@ -238,3 +238,36 @@ async def test_a_sync_handler_reports_progress_too(timed_store: SqliteStore) -> 
 
 async def _has_update(updates: list[ProgressUpdate], status: str) -> bool:
     return any(u.status == status for u in updates)
+
+
+@pytest.mark.parametrize("reports", [False, True], ids=["silent agent", "reporting agent"])
+async def test_a_dropped_update_is_named_for_what_it_was(
+    timed_store: SqliteStore,
+    mock_clock: StoreAwareClock,
+    caplog: pytest.LogCaptureFixture,
+    reports: bool,
+) -> None:
+    """Issue 47.11: an agent that sends no progress read "a progress update of task c14 was
+    dropped": the update was the worker's own "still working" notice, and the line says so."""
+
+    async def receiver(update: ProgressUpdate) -> bool:
+        raise ConnectionResetError("Connection reset by peer")
+
+    async def thinker(task: Task) -> str:
+        if reports:
+            progress_of(task).status("searching")
+        await trio.sleep(2.0)
+        return "done"
+
+    worker = PoolWorker(timed_store, "w1", agent(thinker), on_progress=receiver)
+    await timed_store.ingest(Task("t1", "q"))
+    async with running(worker):
+        await wait_until(lambda: state_is(timed_store, "t1", S.RESULT))
+    (line,) = [r.getMessage() for r in caplog.records if "did not reach" in r.getMessage()]
+    if reports:
+        assert "the agent's progress update of task t1 did not reach the gateway" in line
+    else:
+        assert "the worker's 'still working' notice of task t1" in line
+        assert "the agent sends no progress of its own" in line
+        assert "progress update" not in line
+    assert "Connection reset by peer" in line

@@ -23,6 +23,7 @@ import trio
 from support.gateway import RunningGateway
 from support.service import BridgeProcess, answered_count, store_status, submit_many
 from support.waiting import wait_until
+from tether.bridge.service._dead_notices import notice_reason
 
 pytestmark = pytest.mark.slow
 
@@ -66,14 +67,16 @@ async def test_a_poison_task_is_proven_and_dead_lettered_and_every_other_message
     # the poison task: dead, with the proof; its user was told
     message = await gateway.message(ids[poison])
     assert message["status"] == "closed"
-    assert (
-        "quarantine: killed its quarantine process 2 times (last: its quarantine process was "
-        "killed by SIGKILL)"
-    ) in message["reason"]
+    # issue 47.5: the person reads a plain sentence; the proof stays with the operators
+    assert message["reason"] == notice_reason(ids[poison])
     status = await store_status(store)
     assert status["counts"]["dead"] == 1
     [dead] = status["dead_letters"]
     assert dead["id"] == ids[poison]
+    assert (
+        "quarantine: killed its quarantine process 2 times (last: its quarantine process was "
+        "killed by SIGKILL)"
+    ) in dead["reason"]
     # one crash of the bridge in a crowd, then two deaths of its quarantine process
     assert (dead["crash_count"], dead["crashes_alone"], dead["quarantine_deaths"]) == (3, 0, 2)
     assert dead["last_quarantine_death"] == "its quarantine process was killed by SIGKILL"
@@ -227,13 +230,15 @@ async def test_late_and_other_poisons_beside_a_crowd_of_innocents(
         "segv poison": "killed by SIGSEGV",
         "exit poison": "exited with code 3",
     }
+    status = await store_status(tmp_path / "bridge" / "custody.db")
+    reasons = {d["id"]: d["reason"] for d in status["dead_letters"]}
     for i, body in poisons.items():
         message = await gateway.message(ids[i])
         assert message["status"] == "closed"
-        assert f"its quarantine process was {proofs[body]}" in message["reason"] or (
-            f"its quarantine process {proofs[body]}" in message["reason"]
-        ), message["reason"]
-    status = await store_status(tmp_path / "bridge" / "custody.db")
+        assert message["reason"] == notice_reason(ids[i])  # plain words (issue 47.5)
+        assert f"its quarantine process was {proofs[body]}" in reasons[ids[i]] or (
+            f"its quarantine process {proofs[body]}" in reasons[ids[i]]
+        ), reasons[ids[i]]
     assert status["counts"]["dead"] == len(poisons)
     assert status["counts"]["delivered"] == len(ids) - len(poisons)
     for i in random.Random(5).sample([i for i in range(len(ids)) if i not in poisons], 30):

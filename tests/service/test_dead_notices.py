@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,10 +31,11 @@ from tether.bridge import (
     render_status,
     store_status,
 )
-from tether.bridge.service._dead_notices import DeadNotices
+from tether.bridge.service._dead_notices import DeadNotices, notice_reason
 from tether.bridge.service._ingest import Ingest
 
 ADMIN_TOKEN = "dead-notice-admin-token"
+DOOM = "the agent failed 3 times: RuntimeError: boom"
 
 
 async def _take(
@@ -67,9 +69,11 @@ async def test_an_agent_that_always_crashes_gets_its_user_a_closed_message_with_
             while (message := await gateway.message(crash_id, wait=5))["status"] != "closed":
                 pass
         assert message["reply"] is None
-        assert "the bridge gave up on this message" in message["reason"]
-        assert "AgentCrash" in message["reason"]
-        assert "cannot handle 'crash, please'" in message["reason"]
+        # issue 47.5: the person reads a plain sentence with a reference, no operator jargon;
+        # the detail stays in the store (below), the bridge's log and the operator page
+        assert message["reason"] == (
+            f"something went wrong and this message was not answered (reference {crash_id})"
+        )
         assert (await gateway.message(fine_id, wait=5))["reply"] == "echo: fine, thanks"
 
         dead_notices = service.dead_notices
@@ -111,12 +115,17 @@ async def test_an_agent_that_always_crashes_gets_its_user_a_closed_message_with_
 
 
 async def test_a_task_that_dies_while_the_gateway_is_down_is_reported_once_it_is_back(
-    gateway: RunningGateway, token_file: Path, store: SqliteStore, nursery: trio.Nursery
+    gateway: RunningGateway,
+    token_file: Path,
+    store: SqliteStore,
+    nursery: trio.Nursery,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, "tether.bridge.dead_notices")
     async with gateway_client(gateway.url, token_file) as client:
         task_id = await _take(gateway, store, client, "doomed")
         await gateway.stop()
-        await store.dead_letter(task_id, "the agent failed 3 times: RuntimeError: boom")
+        await store.dead_letter(task_id, DOOM)
         notices = DeadNotices(store, client, interval=60.0)
         nursery.start_soon(notices.run)
         notices.wakeup.set()
@@ -131,7 +140,10 @@ async def test_a_task_that_dies_while_the_gateway_is_down_is_reported_once_it_is
         await wait_until(reported)
         message = await gateway.message(task_id)
         assert message["status"] == "closed"
-        assert message["reason"].endswith("RuntimeError: boom")
+        assert message["reason"] == notice_reason(task_id)
+        assert "boom" not in message["reason"]
+        told = [r.getMessage() for r in caplog.records if r.name == "tether.bridge.dead_notices"]
+        assert f"told the gateway that task {task_id} is dead: {DOOM}" in told  # the detail
         assert notices.stats.reported == 1
         assert client.reject_supported
         nursery.cancel_scope.cancel()
@@ -173,7 +185,7 @@ async def test_a_crash_between_report_and_mark_reports_again_and_the_gateway_abs
         assert await again.unreported_dead_count() == 0
         assert await notices.run_once() == 0  # confirmed once: never reported again
     assert (await gateway.stats())["rejected"] == 1  # the repeat was a no-op at the gateway
-    assert (await gateway.message(task_id))["reason"].endswith("RuntimeError: boom")
+    assert (await gateway.message(task_id))["reason"] == notice_reason(task_id)
 
 
 async def test_a_dead_task_the_gateway_does_not_know_is_settled_not_retried(
@@ -237,7 +249,7 @@ async def test_a_flaky_gateway_is_retried_with_backoff_until_it_confirms(
         times.append(trio.current_time())
         if len(times) <= 3:
             return httpx.Response(503, json={"error": "overloaded"})
-        assert json.loads(request.content)["reason"].endswith("RuntimeError: boom")
+        assert json.loads(request.content)["reason"] == notice_reason("t1")
         return httpx.Response(200, json={"id": "t1", "status": "closed"})
 
     async with gateway_client(
@@ -256,3 +268,13 @@ async def test_a_flaky_gateway_is_retried_with_backoff_until_it_confirms(
         assert nominal * 0.8 - 1e-9 <= gap <= nominal + 1e-9
     assert await store.unreported_dead_count() == 0
     assert notices.stats.reported == 1
+
+
+def test_the_person_is_told_in_plain_words_whether_an_operator_cancelled_it() -> None:
+    """Issue 47.5: the sentence a person reads never carries the store's reason (jargon, an
+    operator's note such as "spam"), only whether an operator cancelled the message."""
+    failed = notice_reason("m1", "quarantine: killed its quarantine process 2 times")
+    assert failed == "something went wrong and this message was not answered (reference m1)"
+    cancelled = notice_reason("m2", "operator: cancelled: spam")
+    assert cancelled == "an operator cancelled this message; it was not answered (reference m2)"
+    assert notice_reason("m3") == notice_reason("m3", None)

@@ -52,7 +52,7 @@ def test_show_lists_the_steps_and_what_a_waiting_task_waits_for(
     assert [s["name"] for s in doc["steps"]] == ["lookup", "~sleep:1"]
     assert main(["store", "status", "--store", str(path)]) == 0
     status = capsys.readouterr().out
-    assert "parked runs waiting to wake: 1, next in 60.0m" in status
+    assert "parked runs waiting to wake: 1, the next is due in 60.0m" in status
     assert main(["store", "list", "--state", "waiting", "--store", str(path)]) == 0
     assert "sleeper" in capsys.readouterr().out
 

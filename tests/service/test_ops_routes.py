@@ -200,3 +200,43 @@ async def test_a_store_that_hangs_gets_a_503_within_the_bound_and_one_call_per_q
             return await store.state("d1") is S.PENDING
 
         await wait_until(landed, within=10)
+
+
+async def _limited_and_shared(store: SqliteStore) -> None:
+    """A key capped at 2 with both permits held, one run waiting and the key paused; two
+    tenants, one with a weight, each with pending work."""
+    from tether.bridge import Task
+    from tether.bridge.custody import LimitSpec
+    from tether.bridge.custody._tenants import TENANT_HEADER
+
+    await store.set_limit(LimitSpec("openai:gpt-4o", rate=500 / 60, burst=50, concurrency=2))
+    for id in ("a", "b", "c"):
+        await store.ingest(Task(id, "x"))
+    claims = await store.claim_many("w1", 3, leaderless=True)
+    for claim in claims:
+        await store.acquire_permit(claim, "openai:gpt-4o", 10)
+    await store.pause_limit("openai:gpt-4o", store.clock() + 600)
+    await store.set_tenant_weight("acme", 3)
+    for id, tenant in (("t1", "acme"), ("t2", "acme"), ("t3", "globex")):
+        await store.ingest(Task(id, "y", headers={TENANT_HEADER: tenant}))
+
+
+async def test_the_store_view_carries_the_limits_and_the_tenants_shares(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """Issue 47.9: the page had no limits or tenants section; its view carries what
+    ``tether store limits --json`` and ``tether store tenants --json`` print."""
+    await _limited_and_shared(store)
+    async with running_admin(tmp_path, partial(OpsRoutes, store), store=store) as admin:
+        view = (await admin.get("/ops/api/store")).json()
+    (limit,) = view["limits"]
+    assert limit["key"] == "openai:gpt-4o"
+    assert (limit["concurrency"], limit["in_flight"], limit["waiters"], limit["burst"]) == (
+        2,
+        2,
+        1,
+        50,
+    )
+    assert 590 < limit["paused_for_s"] <= 600
+    tenants = {t["tenant"]: (t["weight"], t["pending"]) for t in view["tenants"]}
+    assert tenants == {"acme": (3, 2), "globex": (1, 1)}

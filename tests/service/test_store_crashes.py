@@ -32,11 +32,11 @@ def test_status_lists_the_suspects_with_their_crash_counts(
     out = capsys.readouterr().out.splitlines()
     at = out.index(
         "suspects (in flight when a worker process died; each runs in a quarantine process, "
-        "or alone): 2"
+        "or alone in its process where none can start): 2"
     )
     assert sorted(out[at + 1 : at + 3]) == [
-        "  also  pending  crashes 1 (0 alone)  attempt 2",
-        "  hit  pending  crashes 1 (0 alone)  attempt 2",
+        "  also  pending  crashes 1 (0 alone)  run 2 (1 crash, not a failed attempt)",
+        "  hit  pending  crashes 1 (0 alone)  run 2 (1 crash, not a failed attempt)",
     ]
     assert main(["store", "status", "--store", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -56,11 +56,11 @@ def test_show_says_how_often_the_task_lost_its_worker_process(
     trio.run(_crashed, path)
     assert main(["store", "show", "hit", "--store", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "task hit: pending, attempt 2"
+    assert out[0] == "task hit: pending, run 2 (1 crash, not a failed attempt)"
     assert (
-        "  crashes     1 (0 while running alone), a suspect: it runs in quarantine (or alone)"
-        in out
-    )
+        "  crashes     1 (0 while running alone), a suspect: it runs in a quarantine process, "
+        "or alone in its process where none can start"
+    ) in out
     journal = out[out.index("journal:") + 1 :]
     last = journal[-1].split(" ago  ", 1)[1]
     assert last.startswith(
@@ -99,15 +99,17 @@ def test_status_and_show_list_quarantine_deaths_with_their_signals(
     assert main(["store", "status", "--store", str(path)]) == 0
     out = capsys.readouterr().out
     assert (
-        "  hit  pending  crashes 2 (0 alone)  attempt 3  quarantine deaths 1 (last: its "
+        "  hit  pending  crashes 2 (0 alone)  run 3 (2 crashes, not failed attempts)  "
+        "quarantine deaths 1 (last: its "
         "quarantine process was killed by SIGSEGV)"
     ) in out
     assert (
-        "attempt 3: quarantine: killed its quarantine process 2 times (last: its quarantine "
-        "process was killed by SIGKILL); max_quarantine_deaths 2 reached"
+        "run 3 (3 crashes, not failed attempts): quarantine: killed its quarantine process 2 "
+        "times (last: its quarantine process was killed by SIGKILL); max_quarantine_deaths 2 "
+        "reached"
     ) in out
     assert main(["store", "show", "dead", "--store", str(path)]) == 0
     shown = capsys.readouterr().out.splitlines()
     at = shown.index("  quarantine  2 death(s) of its quarantine process")
-    assert "killed by SIGKILL on attempt 2: death 1 of 2" in shown[at + 1]
+    assert "killed by SIGKILL in run 2: death 1 of 2" in shown[at + 1]
     assert "killed its quarantine process 2 times" in shown[at + 2]

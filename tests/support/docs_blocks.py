@@ -6,7 +6,9 @@ found here are exactly the blocks the site shows. Each fenced block is one of:
 - ``python``: executed. The blocks of one page run in order in one namespace (a page tells
   one story), each compiled under its page and line so a traceback points into the page.
   A block may ``trio.run(main)`` as a user would, or ``await`` at top level (run with
-  ``trio.run`` too).
+  ``trio.run`` too). A block whose first line is a comment naming a file (``# myagent.py``)
+  is also saved under that name in the working directory, so a later block imports it as the
+  reader's own file would be (``from myagent import factory``).
 - ``toml`` / ``json``: parsed (a settings or protocol sample must at least be well formed).
 - ``console``: a shell transcript; ``text``: a layout or sample output. Not run.
 - ``{directive}``: MyST directives (``toctree``, ``eval-rst``), which Sphinx checks.
@@ -20,6 +22,9 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import os
+import re
+import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +35,8 @@ import trio
 from markdown_it import MarkdownIt
 
 NOT_RUN = frozenset({"console", "text"})
+SAVED_AS = re.compile(r"# ([A-Za-z_][A-Za-z0-9_]*\.py)\n")
+"""The first line of a block the reader saves as a file (``# myagent.py``)."""
 PARSED: dict[str, Callable[[str], object]] = {"toml": tomllib.loads, "json": json.loads}
 
 
@@ -64,6 +71,18 @@ def blocks(page: Path) -> list[Block]:
 
 def check_page(page: Path) -> int:
     """Run or parse every block of ``page``; returns how many Python blocks ran."""
+    saved: list[str] = []
+    here = os.getcwd()
+    sys.path.insert(0, here)
+    try:
+        return _check_blocks(page, saved)
+    finally:
+        sys.path.remove(here)
+        for module in saved:  # another page may save a file of the same name
+            sys.modules.pop(module, None)
+
+
+def _check_blocks(page: Path, saved: list[str]) -> int:
     namespace: dict[str, Any] = {"__name__": "__docs__"}
     ran = 0
     for block in blocks(page):
@@ -81,6 +100,10 @@ def check_page(page: Path) -> int:
                 "mark it python (run by the tests), console (a shell transcript) or text "
                 "(a layout or sample output)"
             )
+        named = SAVED_AS.match(block.code)
+        if named is not None:
+            Path(named.group(1)).write_text(block.code, encoding="utf-8")
+            saved.append(named.group(1).removesuffix(".py"))
         run_python(block, namespace)
         ran += 1
     return ran

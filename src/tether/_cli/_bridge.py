@@ -12,7 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..bridge.service._config import (
     DEFAULT_AGENT,
@@ -21,7 +21,7 @@ from ..bridge.service._config import (
     BridgeConfig,
 )
 from ..bridge.service._settings import env_name
-from ._parsers import Subparsers, add_command, add_group, add_settings
+from ._parsers import SettingsHelp, Subparsers, add_command, add_group, add_settings
 
 if TYPE_CHECKING:
     from ..bridge.custody._roles import Store
@@ -68,8 +68,9 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "client_name": ("name this bridge gives the gateway (default: tether-bridge)", str),
     "pool_name": (
         "stem of this process's pool names (<stem>-w1.., <stem>-lead), kept across restarts; "
-        "a second live process under it is refused (default: <client-name>-<host>-<random>, "
-        "unique per process)",
+        "a second live process under it is refused (default: <client-name>-<host> on a SQLite "
+        "store, one bridge per file; <client-name>-<host>-<random> on PostgreSQL, unique per "
+        "process)",
         str,
     ),
     "poll_wait": ("long-poll wait in seconds (default: 30)", float),
@@ -334,11 +335,14 @@ def _add_room_parsers(store_actions: Subparsers, epilog: str) -> None:
     forget = add_command(
         store_actions,
         "forget-room",
-        help="erase a room's history, state and its finished tasks' bodies (privacy)",
+        help="erase custody's copy of a room: history, state, finished tasks' bodies (privacy)",
         description=(
             "Erase a room's conversation: its turns, its state, and the stored bodies (message "
             "and reply) of its finished (delivered or dead) tasks, in one transaction; each "
-            "such task's journal records it as the operator's. Tasks still in custody run on."
+            "such task's journal records it as the operator's. Tasks still in custody run on. "
+            "It erases custody's copy, not the gateway's own copy of the room's messages and "
+            "replies: the reference gateway keeps serving them (it has no route to erase a "
+            "room yet), so erase them there by the gateway's own means."
         ),
         epilog=CONFIG_HELP + "\n" + ROOM_EXITS + "\n" + epilog,
     )
@@ -354,9 +358,20 @@ OPERATOR_EXITS = """exit codes of retry and cancel:
 """
 
 
+_STORE_VERB_HELP: Final[SettingsHelp] = {
+    **_HELP,
+    "store": (
+        "custody store: a SQLite file or a postgresql:// URL (default: "
+        "tether-data/bridge/custody.db); it must exist: a bridge creates it on its first start",
+        str,
+    ),
+}
+"""A store verb opens the store a bridge made; it never creates one (a typo would)."""
+
+
 def _store_options(parser: argparse.ArgumentParser) -> None:
     """Where the store is, for every ``store`` action: a path/URL and how to log in."""
-    add_settings(parser, _HELP, ("store", "store_password_file", "store_schema"))
+    add_settings(parser, _STORE_VERB_HELP, ("store", "store_password_file", "store_schema"))
 
 
 def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
@@ -581,14 +596,17 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
 
 async def _room(config: BridgeConfig, args: argparse.Namespace) -> int:
     from ..bridge.custody._conversation import check_room
-    from ..bridge.custody._rules import InvalidTask
+    from ..bridge.custody._rules import MAX_ROOM_CHARS, InvalidTask
     from ..bridge.service import _store_room
     from ..bridge.service._config import ConfigError
 
     try:
         room = check_room(args.room)
-    except InvalidTask as exc:
-        raise ConfigError(str(exc)) from None
+    except InvalidTask:  # in the CLI's words: its argument, not the library's None and str
+        raise ConfigError(
+            f"ROOM must be a room name of 1 to {MAX_ROOM_CHARS} characters of valid text "
+            f"without NUL, got {args.room!r:.80}"
+        ) from None
     showing = args.store_command == "room"
     if showing and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
@@ -654,10 +672,11 @@ def run_bridge(args: argparse.Namespace) -> int:
     from ..bridge.service._service import (
         BridgeService,  # after the config: a typo is reported at once
     )
-    from ._startup import admin_announcer, check_token_file, load_checked_agent
+    from ._startup import admin_announcer, check_store_file, check_token_file, load_checked_agent
 
     factory = load_checked_agent(config.agent)
     check_token_file(config.token_file)  # before the banner, the data directory and the store
+    check_store_file(config)
     configure_logging(config.log_level, config.log_format)
     prepare_store_dir(config)
     with one_bridge_per_file(config.store):  # refused in one line, before the banner

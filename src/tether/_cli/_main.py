@@ -28,7 +28,7 @@ EXIT_CODES = (EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_AUTH, EXIT_INTERRUPTED, EXIT
 EPILOG = f"""exit codes:
   0  success (also after a graceful stop on SIGINT/SIGTERM)
   1  a runtime error (one line on stderr says what)
-  2  bad usage or bad configuration
+  2  bad usage or bad configuration (also a token file missing or too open)
   {EXIT_AUTH}  the gateway refused the token (after re-reading the token file)
   {EXIT_INTERRUPTED}  stopped at once by a second SIGINT/SIGTERM or Ctrl+C (nothing acknowledged
        is lost: the next run takes up the tasks in hand)

@@ -1,7 +1,8 @@
 """What ``tether bridge run`` and ``tether worker run`` do before their service starts: refuse an
-agent they cannot run (exit 2) and a gateway token file the bridge cannot use before anything is
-created, find the agent's module in the working directory as ``python -m`` does, then say where
-the admin endpoint listens."""
+agent they cannot run, a gateway token file the bridge cannot use and a ``--store`` file that is
+no tether store (each exit 2, before anything is printed or created), find the agent's module in
+the working directory as ``python -m`` does, then say where the admin endpoint and the operator
+page listen."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pathlib import Path
 import trio
 
 from .._plumbing._token_file import TokenFileError, read_token
-from ..bridge.client._client import GatewayAuthError
 from ..bridge.pool._agent import AgentFactory, AgentLoadError, check_agent, load_agent
 from ..bridge.service._config import ConfigError
+from ..bridge.service._settings import ProcessSettings
 
 
 def load_checked_agent(spec: str) -> AgentFactory:
@@ -56,21 +57,43 @@ def _say_if_found_in(folder: str, module_name: str) -> None:
 
 
 def check_token_file(path: Path) -> None:
-    """Refuse a gateway token file the bridge could not use, as its client would (exit 3),
-    before anything is printed or created: a failed start leaves no empty store behind."""
+    """Refuse a gateway token file the bridge could not use (missing, empty, too open): bad
+    configuration (exit 2), not the gateway's refusal (3), and before anything is printed or
+    created, so a failed start leaves no empty store behind."""
     try:
         read_token(path)
     except TokenFileError as exc:
-        raise GatewayAuthError(f"cannot use the gateway token: {exc}") from None
+        raise ConfigError(f"cannot use the gateway token: {exc}") from None
+
+
+def check_store_file(settings: ProcessSettings) -> None:
+    """Refuse a ``--store`` file that is not a tether store before the banner and the first log
+    line: check first, then announce, so the one error reads as one line (the open checks again)."""
+    from ..bridge.stores.sqlite._readonly import NotAStore, check_store
+
+    if settings.store_is_url:
+        return  # a PostgreSQL schema is checked by its open, which needs the server
+    path = Path(settings.store)
+    if path.is_dir():
+        raise ConfigError(f"store {path} is a directory; give the path of a SQLite file")
+    if path.is_file() and path.stat().st_size > 0:
+        try:
+            check_store(path)
+        except NotAStore as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def admin_announcer(program: str, host: str, token_file: Path) -> Callable[[int], None]:
-    """A callback printing the admin endpoint's URL once it listens (its port may be 0)."""
+    """A callback printing the admin endpoint's URL once it listens (its port may be 0), and
+    the operator page's: the token itself is never printed, only how a link carries it."""
 
     def announce(port: int) -> None:
         shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{port}"
         print(
-            f"{program}: admin endpoint http://{shown}:{port} (token in {token_file})",
+            f"{program}: admin endpoint {url} (token in {token_file})\n"
+            f"{program}: operator page {url}/ops (paste the admin token, or open "
+            f"{url}/ops#token=<the admin token>)",
             file=sys.stderr,
             flush=True,
         )

@@ -120,8 +120,9 @@ def run_worker(args: argparse.Namespace) -> int:
     flags = {name: getattr(args, name) for name in WORKER_SETTINGS if hasattr(args, name)}
     config = load_worker_config(file=args.config, flags=flags)
     from ..bridge.service._worker_service import WorkerService
-    from ._startup import admin_announcer, load_checked_agent
+    from ._startup import admin_announcer, check_store_file, load_checked_agent
 
+    check_store_file(config)  # before the agent's lines, the banner and the first log line
     factory = None if config.exchange is not None else load_checked_agent(config.agent_spec)
     configure_logging(config.log_level, config.log_format)
     prepare_store_dir(config)

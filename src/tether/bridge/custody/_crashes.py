@@ -22,6 +22,21 @@ DEFAULT_MAX_CRASHES_ALONE: Final = 2
 """Crashes of its process while it ran alone that prove a task kills its process."""
 
 _PROCESS_NAME: Final = re.compile(r"^(.+-w)[0-9]+$")
+SUSPECTS_RUN: Final = "in a quarantine process, or alone in its process where none can start"
+"""Where a suspect runs, in words for people (the worker decides: ``pool._quarantine``)."""
+
+
+def run_words(attempt: int, crash_count: int) -> str:
+    """A task's run counter in words: ``attempt`` counts runs, and a run lost to a crash is
+    no failed attempt, so after a crash the counter is shown as the run it is."""
+    if not crash_count:
+        return f"attempt {attempt}"
+    crashes = (
+        "1 crash, not a failed attempt"
+        if crash_count == 1
+        else (f"{crash_count} crashes, not failed attempts")
+    )
+    return f"run {attempt} ({crashes})"
 
 
 def silent_after(lease_s: float) -> float:
@@ -128,7 +143,7 @@ def expiry_outcome(
                 True,
                 f"{lost} while it ran in a quarantine process: its worker's process died, not "
                 f"its own, which blames nobody (crash {crashes}, not a failed attempt); still a "
-                f"suspect, it runs in quarantine again as attempt {e.attempt + 1}",
+                "suspect, it runs in quarantine again",
             )
         if e.suspect:
             alone = e.crashes_alone + 1
@@ -150,7 +165,7 @@ def expiry_outcome(
                 True,
                 True,
                 f"{lost} while it ran alone: crash {alone} of {max_crashes_alone} alone, not a "
-                f"failed attempt; it runs alone again as attempt {e.attempt + 1}",
+                f"failed attempt; still a suspect, it runs apart from other tasks again",
             )
         return ExpiryOutcome(
             CustodyState.PENDING,
@@ -159,8 +174,8 @@ def expiry_outcome(
             e.crashes_alone,
             True,
             True,
-            f"{lost}: crash {crashes}, not a failed attempt; a suspect now, it runs alone as "
-            f"attempt {e.attempt + 1}",
+            f"{lost}: crash {crashes}, not a failed attempt; a suspect now, it runs next apart "
+            f"from other tasks ({SUSPECTS_RUN})",
         )
     if failures(e.attempt, e.crash_count) >= max_attempts:
         return ExpiryOutcome(
@@ -208,6 +223,6 @@ def quarantine_death_outcome(
         )
     return (
         CustodyState.PENDING,
-        f"quarantine: {death} on attempt {attempt}: death {now} of {max_deaths}, not a failed "
-        f"attempt; it runs in quarantine again as attempt {attempt + 1}",
+        f"quarantine: {death} in run {attempt}: death {now} of {max_deaths}, not a failed "
+        "attempt; it runs in quarantine again",
     )

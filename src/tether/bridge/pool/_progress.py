@@ -30,6 +30,22 @@ class ProgressUpdate:
     status: str | None = None
     partial: str | None = None
 
+    def dropped(self, problem: str) -> str:
+        """A line saying this update did not reach its receiver, named for what it was: the
+        worker sends a "still working" notice for any long run, so an author whose agent
+        reports nothing is not told about "a progress update" they never sent."""
+        if self.seq == 0 and self.status is None and self.partial is None:
+            what = (
+                f"the worker's 'still working' notice of task {self.id} (the agent sends no "
+                "progress of its own; the worker tells the gateway a long run is going)"
+            )
+        else:
+            what = f"the agent's progress update of task {self.id}"
+        return (
+            f"{what} did not reach the gateway ({problem}); progress is best effort, the run "
+            "goes on"
+        )
+
 
 @attrs.define(eq=False)
 class Progress:

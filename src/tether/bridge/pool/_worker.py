@@ -180,7 +180,9 @@ class PoolWorker:
     cancels first, the claims are released all the same."""
     clock: Callable[[], float] | None = None
     after_complete: Callable[[Task], Awaitable[None]] | None = None
-    """Called after a task's result is durably stored (the file exchange archives its files)."""
+    """Called after a task's result is committed (the file exchange archives its files): it
+    survives a process crash; under ``synchronous=NORMAL`` a power loss before the store's next
+    durable promise (delivery's read of the results) may still lose it, and the task runs again."""
     on_start: Callable[[], Awaitable[None]] | None = None
     """Called as the worker starts, before its first claim: what a killed process left after
     a stored result and before ``after_complete`` is settled then (the file exchange archives
@@ -767,14 +769,7 @@ class PoolWorker:
     def _progress_trouble(self, update: ProgressUpdate, problem: str) -> None:
         level = logging.DEBUG if self._progress_warned else logging.WARNING
         self._progress_warned = True
-        log.log(
-            level,
-            "worker %s: a progress update of task %s was dropped (%s); progress is best "
-            "effort, the run goes on",
-            self.name,
-            update.id,
-            problem,
-        )
+        log.log(level, "worker %s: %s", self.name, update.dropped(problem))
 
     async def _complete(self, entry: _Active, reply: Reply) -> bool:
         """Store the reply (with the room's new state, if any); ``False`` if the state was

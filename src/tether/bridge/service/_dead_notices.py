@@ -15,15 +15,20 @@ import trio
 from ..._plumbing._grid import on_grid
 from ..client._client import GatewayClient, GatewayRequestError
 from ..custody._roles import DeadNoticeStore
-from ..custody._rules import TaskRecord
 from ..pool._wakeup import Wakeup
+from ..stores._operator import CANCELLED_PREFIX
 
 log = logging.getLogger("tether.bridge.dead_notices")
 
 
-def notice_reason(record: TaskRecord) -> str:
-    """What the gateway (and so the user) is told about a dead task."""
-    return f"the bridge gave up on this message: {record.reason or 'no reason recorded'}"
+def notice_reason(task_id: str, reason: str | None = None) -> str:
+    """What the gateway (and so the person) is told about a dead task: a plain sentence and a
+    reference to quote, that an operator cancelled it if one did (``reason``: the store's).
+    Why it died, and the operator's own words, are operator detail; they stay in the store
+    (``tether store show``), this module's log line and the operator page."""
+    if reason is not None and reason.startswith(CANCELLED_PREFIX):
+        return f"an operator cancelled this message; it was not answered (reference {task_id})"
+    return f"something went wrong and this message was not answered (reference {task_id})"
 
 
 @attrs.define
@@ -70,7 +75,7 @@ class DeadNotices:
             for record in dead:
                 task_id = record.task.id
                 try:
-                    told = await self.gateway.reject(task_id, notice_reason(record))
+                    told = await self.gateway.reject(task_id, notice_reason(task_id, record.reason))
                 except GatewayRequestError as exc:
                     log.warning(
                         "the gateway refused the notice that task %s is dead (%s); "

@@ -5,7 +5,8 @@ task's timeline (what ``tether store show`` reads) and the operator's two moves 
 
 Sections of later issues fill themselves: whatever ``StoreStatus`` and ``TaskShow`` grow (the
 quarantine deaths of issue 37, the steps and turns of issues 35 and 36) reaches the page in
-their documents, and the page draws them when they are there.
+their documents, and the page draws them when they are there. The limits and the tenants'
+shares are the documents ``tether store limits --json`` and ``tether store tenants --json`` print.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..._plumbing._converter import unstructure
 from ..custody._records import OperatorOutcome
 from ..custody._roles import Store
 from ..custody._rules import IN_CUSTODY, CustodyState, TaskRecord
+from . import _store_limits, _store_tenants
 from ._store_show import TaskShow
 from ._store_status import StatusEntry, StoreStatus, store_status
 
@@ -107,7 +109,11 @@ async def ops_view(store: Store) -> dict[str, object]:
         Member(w.name, w.role, w.capacity, _age(now, w.last_beat), _age(now, w.started_at))
         for w in await store.workers()
     )
-    return unstructure(OpsView(status, oldest, waiting, members))  # type: ignore[no-any-return]
+    view: dict[str, object] = unstructure(OpsView(status, oldest, waiting, members))
+    # what `tether store limits --json` and `tether store tenants --json` print (issue 47.9)
+    view["limits"] = _store_limits.document(await store.limit_views(), now)["limits"]
+    view["tenants"] = _store_tenants.document(await store.tenant_views())["tenants"]
+    return view
 
 
 async def task_timeline(store: Store, id: str) -> dict[str, object] | None:

@@ -68,7 +68,8 @@ class ProcessSettings:
     client_name: str = "tether-bridge"
     pool_name: str | None = None
     """The stem of this process's pool names (``<stem>-w1``, ``<stem>-lead``), verbatim; a
-    second live process under it is refused. None: ``<client_name>-<host>-<random>``, unique."""
+    second live process under it is refused. None: ``<client_name>-<host>-<random>``, unique
+    (a bridge on a SQLite file: ``<client_name>-<host>``, one bridge per file)."""
     lease_s: float = 60.0
     max_attempts: int = 5
     reconcile_interval: float = 5.0

@@ -17,6 +17,11 @@ from ..custody._roles import Store
 
 SCHEMA_VERSION = 1
 """Of the ``--json`` document."""
+NOT_ERASED = (
+    "NOT erased: the gateway's own copy of the room's messages and replies (the reference "
+    "gateway keeps serving them and has no route to erase a room yet): erase them there too"
+)
+"""What ``forget-room`` leaves, said plainly until the gateway can be asked to forget."""
 
 
 def room_document(view: RoomView) -> dict[str, Any]:
@@ -65,4 +70,5 @@ async def forget_room(store: Store, room: str) -> int:
         f"{tasks} finished task(s) blanked (journalled as the operator's; "
         f"{time.monotonic() - started:.2f}s)"
     )
+    print(NOT_ERASED)
     return 0

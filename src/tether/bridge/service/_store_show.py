@@ -8,6 +8,7 @@ import attrs
 from ..._plumbing._converter import unstructure
 from ..._plumbing._logging import escape_controls
 from ..custody._asks import AskRecord
+from ..custody._crashes import SUSPECTS_RUN, run_words
 from ..custody._records import JournalEntry, StepRecord
 from ..custody._rules import OPERATOR_PREFIX, CustodyState, TaskRecord
 
@@ -61,7 +62,7 @@ def _ask_line(ask: AskRecord, now: float) -> str:
 def render_show(show: TaskShow) -> str:
     """The record, then the journal as one line per move."""
     r, now = show.record, show.now
-    lines = [f"task {r.task.id}: {r.state.value}, attempt {r.attempt}"]
+    lines = [f"task {r.task.id}: {r.state.value}, {run_words(r.attempt, r.crash_count)}"]
     lines.append(f"  message     {_bounded(r.task.body)}")
     if r.owner is not None:
         lines.append(f"  owner       {r.owner}")
@@ -73,7 +74,7 @@ def render_show(show: TaskShow) -> str:
     elif r.not_before is not None:
         lines.append(f"  next try    {_at(r.not_before, now)}")
     if r.crash_count:
-        suspect = ", a suspect: it runs in quarantine (or alone)" if r.suspect else ""
+        suspect = f", a suspect: it runs {SUSPECTS_RUN}" if r.suspect else ""
         lines.append(
             f"  crashes     {r.crash_count} ({r.crashes_alone} while running alone){suspect}"
         )

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import attrs
 
 from ..._plumbing._converter import unstructure
+from ..custody._crashes import SUSPECTS_RUN, run_words
 from ..custody._roles import InspectStore
 from ..custody._rules import IN_CUSTODY, CustodyState, TaskRecord
 
@@ -130,6 +131,11 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def _due(seconds: float) -> str:
+    """When the next one is due: an overdue one (clamped to 0) is due now, not "in 0.0s"."""
+    return "due now (the reconciler wakes it)" if seconds <= 0 else f"due in {_age(seconds)}"
+
+
 def render_status(status: StoreStatus, where: str) -> str:
     """The status as a few aligned lines of text."""
     lines = [f"custody store {where}"]
@@ -137,23 +143,21 @@ def render_status(status: StoreStatus, where: str) -> str:
         lines.append(f"  {state:<10} {count:>8}")
     lines.append(f"  {'in custody':<10} {status.in_custody:>8}")
     if status.waiting_retries:
-        due = (
-            ""
-            if status.next_retry_in_s is None
-            else f", next due in {_age(status.next_retry_in_s)}"
-        )
+        due = "" if status.next_retry_in_s is None else f", next {_due(status.next_retry_in_s)}"
         lines.append(f"waiting for a retry: {status.waiting_retries} pending{due}")
     if status.sleeping:
-        wake = "" if status.next_wake_in_s is None else f", next in {_age(status.next_wake_in_s)}"
+        wake = (
+            "" if status.next_wake_in_s is None else f", the next is {_due(status.next_wake_in_s)}"
+        )
         lines.append(f"parked runs waiting to wake: {status.sleeping}{wake}")
     if status.suspects:
         lines.append(
-            "suspects (in flight when a worker process died; each runs in a quarantine process, "
-            f"or alone): {status.suspects}"
+            f"suspects (in flight when a worker process died; each runs {SUSPECTS_RUN}): "
+            f"{status.suspects}"
         )
         lines.extend(
             f"  {e.id}  {e.state.value}  crashes {e.crash_count} "
-            f"({e.crashes_alone} alone)  attempt {e.attempt}"
+            f"({e.crashes_alone} alone)  {run_words(e.attempt, e.crash_count)}"
             + (
                 f"  quarantine deaths {e.quarantine_deaths} (last: {e.last_quarantine_death})"
                 if e.quarantine_deaths
@@ -181,12 +185,13 @@ def _rows(entries: Sequence[StatusEntry], *, dead: bool) -> list[str]:
     rows = []
     for e in entries:
         if dead:
-            rows.append(f"  {e.id}  {_age(e.age_s)} ago  attempt {e.attempt}: {e.reason}")
+            rows.append(
+                f"  {e.id}  {_age(e.age_s)} ago  {run_words(e.attempt, e.crash_count)}: {e.reason}"
+            )
         else:
             owner = f" by {e.owner}" if e.owner else ""
-            crashes = f"  crashes {e.crash_count}" if e.crash_count else ""
             rows.append(
-                f"  {e.id}  {e.state.value}{owner}  age {_age(e.age_s)}  attempt {e.attempt}"
-                f"{crashes}"
+                f"  {e.id}  {e.state.value}{owner}  age {_age(e.age_s)}  "
+                f"{run_words(e.attempt, e.crash_count)}"
             )
     return rows

@@ -118,7 +118,10 @@ async def open_store(
     if await path.is_dir():
         raise StoreConfigError(f"store {target} is a directory; give the path of a SQLite file")
     if (must_exist or read_only) and not await path.is_file():
-        raise StoreConfigError(f"no custody store at {target} (is --store right?)")
+        raise StoreConfigError(
+            f"no custody store at {target} (is --store right? a bridge creates the store on "
+            "its first start: run `tether bridge run` once)"
+        )
     try:
         if read_only:
             return await open_readonly(Path(target), **common)

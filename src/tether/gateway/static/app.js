@@ -3,6 +3,9 @@
 // A message that ends without a reply shows a plain sentence and its id to quote; the reason
 // (often an exception's text) stays with the operators: the gateway's log, the API's
 // `reason` field, the bridge's store.
+// An agent that asks takes turns of its own: each question, then its reply, are items of the
+// list placed by time, so the conversation reads message, question, the person's answer (the
+// room's next message, which gets no reply of its own), reply.
 "use strict";
 // $, token, notice and api come from base.js (loaded first).
 
@@ -72,6 +75,69 @@ function tickLife(life) {
   life.textContent = `working since ${clock(since)} (${elapsed(since)})${attempt}${status}`;
 }
 
+// The item that shows a message's reply: the message's own, or, once its agent asked, an item
+// of its own placed after the person's answers (its parts move there).
+function replyBox(item, message) {
+  if (!(message.messages || []).length && !item.dataset.asked) return item;
+  item.dataset.asked = "1";
+  let box = document.querySelector(`li[data-reply-of="${CSS.escape(message.id)}"]`);
+  if (!box) {
+    box = document.createElement("li");
+    box.className = "message agent";
+    box.dataset.replyOf = message.id;
+    for (const cls of ["life", "stall", "reply", "meta"]) box.append(part(item, cls));
+    $("messages").append(box);
+  }
+  box.dataset.at = String(message.answered_at ?? Infinity);  // pending: after everything
+  return box;
+}
+
+function showQuestions(message) {
+  for (const m of message.messages || []) {
+    const key = `${message.id}~${m.seq}`;
+    if (document.querySelector(`li[data-question-of="${CSS.escape(key)}"]`)) continue;
+    const li = document.createElement("li");
+    li.className = "message agent";
+    li.dataset.questionOf = key;
+    li.dataset.asker = message.id;
+    li.dataset.at = String(m.at);
+    const question = document.createElement("div");
+    question.className = "question";
+    question.textContent = m.body;  // the person answers with their next message
+    li.append(question);
+    $("messages").append(li);
+  }
+}
+
+// Put the items in time order, then say what each asking agent waits for: a question the room's
+// next message has not answered yet waits for the person; that message is the answer, and
+// shows no reply of its own (its close is the agent taking it, not a failure).
+function arrange() {
+  const list = $("messages");
+  const items = [...list.children];
+  const sorted = [...items].sort((a, b) => Number(a.dataset.at) - Number(b.dataset.at));
+  if (sorted.some((li, i) => li !== items[i])) list.replaceChildren(...sorted);
+  const waiting = new Set();
+  let asked = null;
+  for (const li of sorted) {
+    if (li.dataset.questionOf) {
+      asked = li.dataset.asker;
+      waiting.add(asked);
+    } else if (!li.dataset.replyOf) {
+      li.classList.toggle("answer", asked !== null && li.dataset.plainClose === "1");
+      if (asked !== null) waiting.delete(asked);
+      asked = null;
+    }
+  }
+  for (const box of list.querySelectorAll("li[data-reply-of]")) {
+    const reply = part(box, "reply");
+    if (!(reply.dataset.status in PENDING)) continue;  // working, streaming or done: as shown
+    reply.textContent = waiting.has(box.dataset.replyOf)
+      ? "waiting for your answer to the question above…"
+      : "your answer is with the agent…";
+  }
+}
+
 function render(message) {
   let item = document.querySelector(`li[data-id="${CSS.escape(message.id)}"]`);
   const follow = !item || nearNewest();
@@ -85,8 +151,6 @@ function render(message) {
     const text = document.createElement("div");
     text.className = "text";
     text.textContent = message.text;
-    const asks = document.createElement("div");
-    asks.className = "asks";  // the agent's questions before its reply
     const life = document.createElement("div");
     life.className = "life";
     life.hidden = true;
@@ -98,17 +162,23 @@ function render(message) {
     const meta = document.createElement("div");
     meta.className = "meta";
     meta.hidden = true;
-    item.append(from, text, asks, life, stall, reply, meta);
+    item.append(from, text, life, stall, reply, meta);
+    item.dataset.at = String(Date.now() / 1000);  // until the gateway's time is known
     $("messages").append(item);
   }
   if (message.created_at != null) {
     part(item, "from").textContent = label(message.sender, clock(message.created_at));
+    item.dataset.at = String(message.created_at);
   }
   const done = message.status === "answered" || message.status === "closed";
-  const life = part(item, "life");
-  const stall = part(item, "stall");
-  const reply = part(item, "reply");
-  const meta = part(item, "meta");
+  const plain = message.status === "closed" && !message.reason && message.reply == null;
+  item.dataset.plainClose = plain ? "1" : "";
+  showQuestions(message);
+  const box = replyBox(item, message);
+  const life = part(box, "life");
+  const stall = part(box, "stall");
+  const reply = part(box, "reply");
+  const meta = part(box, "meta");
   life.dataset.attempt = String(message.attempt || 1);
   showLife(life, done ? {} : message);
   if (!done && message.stalled_s != null) {
@@ -119,16 +189,6 @@ function render(message) {
   } else {
     stall.hidden = true;
     stall.textContent = "";
-  }
-  const asks = part(item, "asks");
-  const questions = message.messages || [];
-  if (asks.childElementCount !== questions.length) {
-    asks.replaceChildren(...questions.map((m) => {
-      const question = document.createElement("div");
-      question.className = "question";
-      question.textContent = m.body;  // the person answers with their next message
-      return question;
-    }));
   }
   reply.dataset.status = message.status;
   const when = message.answered_at != null ? clock(message.answered_at) : "";
@@ -152,6 +212,7 @@ function render(message) {
   } else {
     reply.textContent = PENDING[message.status] || message.status;
   }
+  arrange();
   if (follow) showNewest();
   return done;
 }

@@ -17,6 +17,18 @@ function age(seconds) {
   return `${(s / 3600).toFixed(1)} h`;
 }
 
+// a run lost to a crash is no failed attempt: after one, the counter is shown as the run it is
+function runWords(e) {
+  if (!e.crash_count) return `attempt ${e.attempt}`;
+  const crashes = e.crash_count === 1 ? "1 crash, not a failed attempt" : `${e.crash_count} crashes, not failed attempts`;
+  return `run ${e.attempt} (${crashes})`;
+}
+
+// an overdue one (the store clamps it to 0) is due now, not "in 0.0 s"
+function due(seconds) {
+  return seconds <= 0 ? "due now" : `due in ${age(seconds)}`;
+}
+
 function idButton(id) {
   const b = document.createElement("button");
   b.type = "button";
@@ -83,14 +95,14 @@ function drawStore(view) {
     return [state, count, oldest ? oldest.id : "", oldest ? age(oldest.age_s) : ""];
   }));
   $("retries").textContent = status.waiting_retries
-    ? `${status.waiting_retries} pending task(s) wait out a retry backoff; the next is due in ${age(status.next_retry_in_s)}`
+    ? `${status.waiting_retries} pending task(s) wait out a retry backoff; the next is ${due(status.next_retry_in_s)}`
     : "";
   const told = status.dead_unreported ? `, ${status.dead_unreported} not yet reported to the gateway` : "";
   $("dead-count").textContent = `${status.counts.dead || 0} in the store${told}; newest first`;
   syncRows($("dead-rows"), status.dead_letters, (e) => e.id,
-    (e) => [e.id, `${age(e.age_s)} ago`, e.attempt, e.reason || ""], "retry");
+    (e) => [e.id, `${age(e.age_s)} ago`, runWords(e), e.reason || ""], "retry");
   syncRows($("suspect-rows"), status.suspect_tasks, (e) => e.id,
-    (e) => [e.id, e.state, `${e.crash_count} (${e.crashes_alone} alone)`, e.attempt], "cancel");
+    (e) => [e.id, e.state, `${e.crash_count} (${e.crashes_alone} alone)`, runWords(e)], "cancel");
   // issue 37: quarantine deaths, when the status carries them
   const deaths = status.quarantine_deaths;
   $("quarantine").hidden = !Array.isArray(deaths);
@@ -99,17 +111,40 @@ function drawStore(view) {
       (e) => [e.id, age(e.age_s), e.attempt, e.reason || ""], "retry");
   }
   syncRows($("waiting-rows"), view.waiting, (e) => e.id,
-    (e) => [e.id, e.room || "", e.waits_for || "", e.due_in_s == null ? "" : `in ${age(e.due_in_s)}`], "cancel");
+    (e) => [e.id, e.room || "", e.waits_for || "", e.due_in_s == null ? "" : due(e.due_in_s)], "cancel");
   const flight = status.oldest_in_flight.filter((e) => e.state !== "result");
   syncRows($("flight-rows"), flight, (e) => e.id,
-    (e) => [e.id, e.state, e.owner || "", age(e.age_s), e.attempt], "cancel");
-  // issue 38: limits, when the view carries them
-  $("limits").hidden = !Array.isArray(view.limits);
-  if (Array.isArray(view.limits)) {
-    plainRows($("limit-rows"), view.limits.map((l) => [l.key, JSON.stringify(l)]));
-  }
+    (e) => [e.id, e.state, e.owner || "", age(e.age_s), runWords(e)], "cancel");
+  drawLimits(view.limits || []);
+  drawTenants(view.tenants || []);
   plainRows($("member-rows"), view.members.map((m) => [
     m.name, m.role, m.capacity, `${age(m.beat_age_s)} ago`, age(m.up_s),
+  ]));
+}
+
+// issue 38: a key's rate, cap, permits held, runs waiting for one, and its pause
+function drawLimits(limits) {
+  const limited = (l) => l.rate_per_s != null;
+  plainRows($("limit-rows"), limits.map((l) => [
+    l.key,
+    limited(l) ? `${+l.rate_per_s.toPrecision(3)}/s` : "-",
+    limited(l) ? l.burst : "-",
+    l.tokens == null ? "-" : l.tokens.toFixed(1),
+    l.concurrency == null ? "-" : l.concurrency,
+    l.in_flight,
+    l.waiters,
+    l.paused_for_s != null && l.paused_for_s > 0 ? `for ${age(l.paused_for_s)}` : "-",
+  ]));
+}
+
+// issue 39: a tenant's weight, and its share of the turns while it and others have work pending
+function drawTenants(tenants) {
+  const busy = tenants.filter((t) => t.pending > 0).reduce((sum, t) => sum + t.weight, 0);
+  plainRows($("tenant-rows"), tenants.map((t) => [
+    t.tenant,
+    t.weight,
+    t.pending > 0 && busy > 0 ? `${Math.round((100 * t.weight) / busy)}%` : "-",
+    t.pending,
   ]));
 }
 
@@ -130,7 +165,7 @@ function drawStatus(status) {
 
 function drawTask(doc) {
   const r = doc.record;
-  const lines = [`${r.task.id}: ${r.state}, attempt ${r.attempt}`];
+  const lines = [`${r.task.id}: ${r.state}, ${runWords(r)}`];
   if (r.owner) lines.push(`owner ${r.owner}`);
   if (r.reason) lines.push(`reason ${r.reason}`);
   lines.push(`room ${r.task.room || "-"}, ingested ${age(doc.now - r.created_at)} ago`);
@@ -187,7 +222,12 @@ async function refresh() {
   timer = setTimeout(refresh, next);
 }
 
+const CANCEL_QUESTION = "It becomes a dead letter at once: a run in progress is stopped and the " +
+  "person is told no reply is coming. Retry on its dead letter brings it back.";
+
 async function operatorMove(move, id, button) {
+  // a cancel ends someone's message: ask first (a retry only brings one back)
+  if (move === "cancel" && !window.confirm(`Cancel task ${id}? ${CANCEL_QUESTION}`)) return;
   button.disabled = true;
   try {
     const done = await api("POST", `/ops/api/tasks/${encodeURIComponent(id)}/${move}`, {});

@@ -388,8 +388,8 @@ class Sql:
     def complete(self) -> str:
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'result', result = %(body)s, "
-            f"no_send = %(no_send)s, lease_until = NULL, suspect = false, updated_at = %(now)s "
-            f"WHERE {FENCE}",
+            f"no_send = %(no_send)s, lease_until = NULL, suspect = false, reason = NULL, "
+            f"updated_at = %(now)s WHERE {FENCE}",
             "1",
             notify=True,
         )
@@ -410,8 +410,8 @@ class Sql:
             f"(SELECT t.room FROM {self.s}.tasks t WHERE t.id = ANY(%(ids)s::text[]) "
             "AND t.room IS NOT NULL) ORDER BY c.room FOR UPDATE OF c), "
             f"u AS (UPDATE {self.s}.tasks t SET state = 'result', result = v.body, "
-            "no_send = %(no_send)s, lease_until = NULL, suspect = false, updated_at = %(now)s "
-            "FROM v "
+            "no_send = %(no_send)s, lease_until = NULL, suspect = false, reason = NULL, "
+            "updated_at = %(now)s FROM v "
             "WHERE t.id = v.id AND t.state = 'claimed' AND t.owner = v.worker "
             "AND t.run_no = v.run AND (SELECT count(*) FROM lk) >= 0 "
             "RETURNING t.id, v.worker, v.run) "

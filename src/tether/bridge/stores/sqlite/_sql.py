@@ -212,9 +212,9 @@ RENEW: Final = (
     "UPDATE tasks SET lease_until = max(lease_until, ?), updated_at = ? "
     f"WHERE {FENCE} RETURNING lease_until"
 )
-COMPLETE: Final = (
+COMPLETE: Final = (  # a result clears the reason (the journal keeps it): none goes stale
     "UPDATE tasks SET state = 'result', result = ?, no_send = ?, lease_until = NULL, "
-    f"suspect = 0, updated_at = ? WHERE {FENCE}"
+    f"suspect = 0, reason = NULL, updated_at = ? WHERE {FENCE}"
 )
 FENCED_CRASH_COUNT: Final = f"SELECT crash_count FROM tasks WHERE {FENCE_NAMED}"
 _FAILED: Final = f", suspect = 0, reason = :reason, updated_at = :now WHERE {FENCE_NAMED}"
