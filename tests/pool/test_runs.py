@@ -126,8 +126,12 @@ async def test_a_step_whose_record_meets_an_outage_is_recorded_once_the_store_an
 
     monkeypatch.setattr(timed_store, "record_step", flaky)
 
+    def book() -> str:
+        effects.append("booked")
+        return "ref-1"
+
     async def handle(task: Task) -> str:
-        ref = await run_of(task).step("book", lambda: effects.append("booked") or "ref-1")
+        ref = await run_of(task).step("book", book)
         return f"booked {ref}"
 
     worker = PoolWorker(timed_store, "w1", agent(handle), poll_interval=0.2)
