@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from ._asks import AskRecord, AskStore, QuestionStore
 from ._conversation import Conversation, ConversationCounts, RoomView
+from ._ingest_bell import IngestBell
 from ._limits import Granted, LimitSpec, LimitView, Wait
 from ._records import (
     Decide,
@@ -45,6 +46,10 @@ class StoreClock(Protocol):
 class IngestStore(StoreClock, Protocol):
     """What ingest needs: take the gateway's tasks into custody (then, and only then, it acks)."""
 
+    ingested: IngestBell
+    """Rung after an ingest of this process stored a new task: the pools of this process on
+    this store object listen (``custody._ingest_bell``)."""
+
     async def ingest(self, task: Task, *, room_policy: RoomPolicy = ...) -> bool:
         """Store ``task`` as pending. ``False`` for a replay: nothing changes, in any state,
         and also for an id whose delivered row was pruned while its tombstone is kept."""
@@ -56,8 +61,8 @@ class IngestStore(StoreClock, Protocol):
         """Ingest a gateway batch in one transaction (one commit, then ack them all).
 
         Every task is validated first: one invalid task refuses the batch and stores nothing.
-        Each new task keeps ``room_policy`` (default ``concurrent``; the bridge passes its
-        configured policy, ``serial`` by default): claims and the lead's view honour it (see
+        Each new task keeps ``room_policy`` (default ``serial``, as the bridge's; the bridge
+        passes its configured policy): claims and the lead's view honour it (see
         ``custody._rooms``). Under ``replace`` a new task of a room supersedes, in the same
         transaction, the older tasks of its room still pending, assigned or claimed.
         """

@@ -24,6 +24,7 @@ from ..custody._crashes import (
     check_max_quarantine_deaths,
     expiry_outcome,
 )
+from ..custody._ingest_bell import IngestBell
 from ..custody._outage import StoreReach, expiry_cutoff
 from ..custody._records import (
     WORKER_ROLES,
@@ -36,7 +37,12 @@ from ..custody._records import (
     WorkerInfo,
     WorkerRole,
 )
-from ..custody._rooms import RoomPolicy, check_room_policy, superseded_reason
+from ..custody._rooms import (
+    DEFAULT_ROOM_POLICY,
+    RoomPolicy,
+    check_room_policy,
+    superseded_reason,
+)
 from ..custody._rules import (
     Claim,
     CustodyState,
@@ -84,6 +90,8 @@ class StoreFrame(abc.ABC):
     max_crashes_alone: int
     reach: StoreReach
     """Whether this process reaches the store, and since when (``custody._outage``)."""
+    ingested: IngestBell
+    """Rung after an ingest of this process stored a new task (``custody._ingest_bell``)."""
 
     @abc.abstractmethod
     async def aclose(self) -> None: ...
@@ -122,12 +130,12 @@ class StoreFrame(abc.ABC):
 
     # -- ingest -------------------------------------------------------------------------------
 
-    async def ingest(self, task: Task, *, room_policy: RoomPolicy = "concurrent") -> bool:
+    async def ingest(self, task: Task, *, room_policy: RoomPolicy = DEFAULT_ROOM_POLICY) -> bool:
         [new] = await self.ingest_many([task], room_policy=room_policy)
         return new
 
     async def ingest_many(
-        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = "concurrent"
+        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = DEFAULT_ROOM_POLICY
     ) -> list[bool]:
         policy = check_room_policy(room_policy)
         headers = [ingest_headers(task, self.max_body_bytes) for task in tasks]  # all or none
@@ -137,6 +145,8 @@ class StoreFrame(abc.ABC):
         _clog.ingested((task.id for task in tasks), new)
         for id, by in superseded:
             _clog.moved(id, None, CustodyState.RESULT, reason=superseded_reason(by))
+        if any(new):
+            self.ingested.ring()
         return new
 
     @abc.abstractmethod

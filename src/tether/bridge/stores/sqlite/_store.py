@@ -34,6 +34,7 @@ from ...custody._crashes import (
     process_prefix,
     quarantine_death_outcome,
 )
+from ...custody._ingest_bell import IngestBell
 from ...custody._limits import Granted, LimitSpec, LimitView, Wait
 from ...custody._outage import StoreReach
 from ...custody._records import (
@@ -124,6 +125,7 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
     """Crashes while it ran alone that prove a task kills its process (``custody._crashes``)."""
     reach: StoreReach = attrs.field(init=False, factory=StoreReach)
     """A file in this process's reach is not lost to an outage; kept for the one rule."""
+    ingested: IngestBell = attrs.field(init=False, factory=IngestBell)
     _walks: WalkHint = attrs.field(init=False, factory=WalkHint)
     """How this store's ready reads go while its backlog is deep (``_ready``)."""
 
