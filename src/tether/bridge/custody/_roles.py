@@ -238,7 +238,9 @@ class LimitStore(StoreClock, Protocol):
         ...
 
     async def release_permit(self, permit: int) -> None:
-        """Give permit ``permit`` back (nothing if it was freed already)."""
+        """Give permit ``permit`` back (nothing if it was freed already); the run parked
+        longest for a permit of its key (``waiting``, its waiter recorded) is pending again
+        in the same transaction."""
         ...
 
     async def pause_limit(self, key: str, until: float) -> None:

@@ -35,8 +35,10 @@ POLL_FIRST: Final = 0.01
 """Seconds before asking again for a permit held by others (no time is known): doubling..."""
 POLL_CAP: Final = 0.2
 """...up to this: how late a freed permit may be seen by a waiter, at worst."""
-PARK_AGAIN: Final = 1.0
-"""A parked waiter for a concurrency permit (no known wait) is due again this much later."""
+PARK_AGAIN: Final = 60.0
+"""A parked waiter for a concurrency permit (no known wait) is woken when a holder gives a
+permit of its key back (``release_permit``); at the latest it is due again this much later
+(a holder whose run ended without giving it back frees it as its task leaves ``claimed``)."""
 
 
 @attrs.define(eq=False)
@@ -142,6 +144,7 @@ async def acquire(run: Run, key: str, weight: float = 1) -> Permit:
                 traced.until(store.clock() + delay)
             if trio.current_time() - started + delay > run.park_after:
                 METRICS.parks += 1
+                METRICS.wait.observe(trio.current_time() - started)  # a wait, counted once
                 until = store.clock() + (delay if outcome.seconds is not None else PARK_AGAIN)
                 run.park(
                     until, f"waiting for a permit of {key} ({outcome.why}) until {iso_time(until)}"

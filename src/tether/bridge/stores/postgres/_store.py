@@ -1026,9 +1026,10 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
             raise unknown_task(claim.task.id)
         raise stale_lease(outcome, claim, now, f"acquire a permit of {key!r} for")
 
-    async def _release_permit(self, permit: int) -> None:
+    async def _release_permit(self, permit: int, now: float) -> list[tuple[str, str]]:
         sql = self._limits_sql.release
-        await self._run(lambda conn: conn.execute(sql, {"permit": permit}))
+        params = {"permit": permit, "now": now, "chan": self._channel}
+        return await self._run(lambda conn: [(i, k) for i, k, _ in conn.execute(sql, params)])
 
     async def _pause_limit(self, key: str, until: float, now: float) -> None:
         sql, params = self._limits_sql.pause, {"key": key, "until": until, "now": now}

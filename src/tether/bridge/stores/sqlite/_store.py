@@ -837,8 +837,8 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
 
         return await self._writer.run(op)
 
-    async def _release_permit(self, permit: int) -> None:
-        await self._writer.run(lambda conn: limits_sql.release(conn, permit))
+    async def _release_permit(self, permit: int, now: float) -> list[tuple[str, str]]:
+        return await self._writer.run(lambda conn: limits_sql.release(conn, permit, now))
 
     async def _pause_limit(self, key: str, until: float, now: float) -> None:
         params = {"key": key, "until": until, "now": now}
