@@ -382,6 +382,14 @@ class LeadStore(PoolMemberStore, Protocol):
         """
         ...
 
+    async def return_outranked(self, ahead: str, *, limit: int = ...) -> Sequence[str]:
+        """Assigned tasks (not claimed) that pending task ``ahead`` outranks in queue order
+        -> pending, at most ``limit`` (the worst placed of them); their ids. The lead gives back
+        what it assigned ahead of a worker's free slots when a task with a better place
+        (another tenant's turn, a higher priority) finds every worker full. Nothing for an
+        ``ahead`` that is not pending."""
+        ...
+
     async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
         """Assign each ``(id, worker)`` in one transaction: ``True`` where the task was pending
         and due and is now assigned, ``False`` where it had moved on or is waiting out a retry

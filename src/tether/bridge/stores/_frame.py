@@ -206,6 +206,16 @@ class StoreFrame(abc.ABC):
     @abc.abstractmethod
     async def _unassign(self, id: str, worker: str, now: float) -> bool: ...
 
+    async def return_outranked(self, ahead: str, *, limit: int = 100) -> Sequence[str]:
+        ids = await self._return_outranked(check_task_id(ahead), check_limit(limit), self.clock())
+        for id in ids:
+            _clog.moved(id, CustodyState.ASSIGNED, CustodyState.PENDING, reason=f"behind {ahead}")
+        return ids
+
+    @abc.abstractmethod
+    async def _return_outranked(self, ahead: str, limit: int, now: float) -> list[str]:
+        """``stores._outranked``: the ids given back (the worst placed ``limit``)."""
+
     async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
         checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
         if not checked:

@@ -65,6 +65,7 @@ from ...custody._tenants import (
     TenantView,
     next_turn,
 )
+from .. import _outranked as outranked
 from .._asks_frame import log_answers
 from .._common import (
     RANK_PRIORITY,
@@ -419,6 +420,11 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
                 f"cannot assign task {id!r} to {worker!r}: it is {before.state.value}"
                 f"{before.owner_note}, not pending"
             )
+
+    async def _return_outranked(self, ahead: str, limit: int, now: float) -> list[str]:
+        sql = outranked.postgres(self._sql.s)
+        params = {"ahead": ahead, "limit": limit, "now": now, "chan": self._channel}
+        return await self._run(lambda conn: [r[0] for r in conn.execute(sql, params)])
 
     async def _unassign(self, id: str, worker: str, now: float) -> bool:
         params = {"id": id, "worker": worker, "now": now, "chan": self._channel}

@@ -71,6 +71,7 @@ from ...custody._tenants import (
     TenantView,
     next_turn,
 )
+from .. import _outranked as outranked
 from .._asks_frame import log_answers
 from .._common import (
     RANK_PRIORITY,
@@ -310,6 +311,10 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
             return [_task(r) for r in conn.execute(sql.PENDING, {"now": now, "limit": limit})]
 
         return await self._read(op)
+
+    async def _return_outranked(self, ahead: str, limit: int, now: float) -> list[str]:
+        params = {"ahead": ahead, "limit": limit, "now": now}
+        return await self._writer.run(lambda c: [r[0] for r in c.execute(outranked.SQLITE, params)])
 
     async def _unassign(self, id: str, worker: str, now: float) -> bool:
         def op(conn: sqlite3.Connection) -> bool:
