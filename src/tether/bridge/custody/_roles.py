@@ -11,7 +11,6 @@ from typing import Protocol, runtime_checkable
 
 from ._asks import AskRecord, AskStore, QuestionStore
 from ._conversation import Conversation, ConversationCounts, RoomView
-from ._ingest_bell import IngestBell
 from ._limits import Granted, LimitSpec, LimitView, Wait
 from ._records import (
     Decide,
@@ -30,6 +29,7 @@ from ._records import (
 from ._rooms import RoomPolicy
 from ._rules import Claim, CustodyState, Result, Task, TaskRecord
 from ._tenants import TenantView
+from ._work_bell import WorkBell
 
 
 class StoreClock(Protocol):
@@ -46,9 +46,10 @@ class StoreClock(Protocol):
 class IngestStore(StoreClock, Protocol):
     """What ingest needs: take the gateway's tasks into custody (then, and only then, it acks)."""
 
-    ingested: IngestBell
-    """Rung after an ingest of this process stored a new task: the pools of this process on
-    this store object listen (``custody._ingest_bell``)."""
+    work_bell: WorkBell
+    """Rung when a call of this process made pending work (an ingest stored a new task, a
+    permit given back woke its waiter): the pools of this process on this store object
+    listen (``custody._work_bell``)."""
 
     async def ingest(self, task: Task, *, room_policy: RoomPolicy = ...) -> bool:
         """Store ``task`` as pending. ``False`` for a replay: nothing changes, in any state,

@@ -44,7 +44,7 @@ async def open_pool_store(
         )
         stack.push_async_callback(store.aclose)
     if wakeups is not None:
-        stack.enter_context(store.ingested.listening(wakeups.tasks_pending))
+        stack.enter_context(store.work_bell.listening(wakeups.tasks_pending))
     for spec in settings.limits:  # declared once, kept in the store for every process
         await store.set_limit(spec)
     if check_names:

@@ -24,7 +24,6 @@ from ..custody._crashes import (
     check_max_quarantine_deaths,
     expiry_outcome,
 )
-from ..custody._ingest_bell import IngestBell
 from ..custody._outage import StoreReach, expiry_cutoff
 from ..custody._records import (
     WORKER_ROLES,
@@ -56,6 +55,7 @@ from ..custody._rules import (
     check_task_id,
     check_worker,
 )
+from ..custody._work_bell import WorkBell
 from ._common import (
     check_limit,
     check_permanent,
@@ -90,8 +90,9 @@ class StoreFrame(abc.ABC):
     max_crashes_alone: int
     reach: StoreReach
     """Whether this process reaches the store, and since when (``custody._outage``)."""
-    ingested: IngestBell
-    """Rung after an ingest of this process stored a new task (``custody._ingest_bell``)."""
+    work_bell: WorkBell
+    """Rung when this process's own call made work for a pool: an ingest stored a new task,
+    a permit given back woke its waiter (``custody._work_bell``)."""
 
     @abc.abstractmethod
     async def aclose(self) -> None: ...
@@ -146,7 +147,7 @@ class StoreFrame(abc.ABC):
         for id, by in superseded:
             _clog.moved(id, None, CustodyState.RESULT, reason=superseded_reason(by))
         if any(new):
-            self.ingested.ring()
+            self.work_bell.ring()
         return new
 
     @abc.abstractmethod

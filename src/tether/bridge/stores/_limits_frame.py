@@ -70,7 +70,7 @@ class LimitsFrame(StoreFrame):
             reason = f"a permit of {key} came free"
             _clog.moved(id, CustodyState.WAITING, CustodyState.PENDING, reason=reason)
         if woken:
-            self.ingested.ring()  # work for this process's pool (others hear the store's news)
+            self.work_bell.ring()  # work for this process's pool (others hear the store's news)
 
     @abc.abstractmethod
     async def _release_permit(self, permit: int, now: float) -> list[tuple[str, str]]:

@@ -28,7 +28,6 @@ from ...custody._crashes import (
     process_prefix,
     quarantine_death_outcome,
 )
-from ...custody._ingest_bell import IngestBell
 from ...custody._limits import WAITER_GRACE, Granted, LimitSpec, LimitView, Wait, decide
 from ...custody._outage import StoreReach
 from ...custody._records import (
@@ -65,6 +64,7 @@ from ...custody._tenants import (
     TenantView,
     next_turn,
 )
+from ...custody._work_bell import WorkBell
 from .. import _outranked as outranked
 from .._asks_frame import log_answers
 from .._common import (
@@ -133,7 +133,7 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
     _sql: Sql = attrs.field(init=False)
     reach: StoreReach = attrs.field(init=False, factory=StoreReach)
     """Whether this process reaches the server, and since when (``custody._outage``)."""
-    ingested: IngestBell = attrs.field(init=False, factory=IngestBell)
+    work_bell: WorkBell = attrs.field(init=False, factory=WorkBell)
     _server_started: float | None = attrs.field(init=False, default=None)
     """When the server had last started as the store opened (``_restarted_at``)."""
     _steps_sql: StepsSql = attrs.field(init=False)

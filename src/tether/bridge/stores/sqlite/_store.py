@@ -34,7 +34,6 @@ from ...custody._crashes import (
     process_prefix,
     quarantine_death_outcome,
 )
-from ...custody._ingest_bell import IngestBell
 from ...custody._limits import Granted, LimitSpec, LimitView, Wait
 from ...custody._outage import StoreReach
 from ...custody._records import (
@@ -71,6 +70,7 @@ from ...custody._tenants import (
     TenantView,
     next_turn,
 )
+from ...custody._work_bell import WorkBell
 from .. import _outranked as outranked
 from .._asks_frame import log_answers
 from .._common import (
@@ -126,7 +126,7 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
     """Crashes while it ran alone that prove a task kills its process (``custody._crashes``)."""
     reach: StoreReach = attrs.field(init=False, factory=StoreReach)
     """A file in this process's reach is not lost to an outage; kept for the one rule."""
-    ingested: IngestBell = attrs.field(init=False, factory=IngestBell)
+    work_bell: WorkBell = attrs.field(init=False, factory=WorkBell)
     _walks: WalkHint = attrs.field(init=False, factory=WalkHint)
     """How this store's ready reads go while its backlog is deep (``_ready``)."""
 
