@@ -174,7 +174,9 @@ async def store_rate(folder: Path, mode: Any) -> Round:
         async def lane(k: int) -> None:
             worker = f"w{k}"
             for i in ids:
-                await store.ingest_many([Task(f"t{i}", f"message {i}", room=f"room-{i % 40}")])
+                await store.ingest_many(
+                    [Task(f"t{i}", f"message {i}", room=f"room-{i % 40}")], room_policy="concurrent"
+                )
                 claim = await store.claim(worker, leaderless=True)
                 assert claim is not None
                 await store.complete(claim, f"reply to {claim.task.body}")

@@ -74,7 +74,9 @@ from tether.bridge.stores.sqlite._connection import Synchronous
 async def _prefill(store: SqliteStore, room: str, turns: int, prefix: str) -> None:
     """``turns`` turns of history in ``room`` (half messages, half replies) and a state."""
     for i in range(turns // 2):
-        await store.ingest(Task(f"{prefix}-h{i}", f"earlier message {i} " * 4, room=room))
+        await store.ingest(
+            Task(f"{prefix}-h{i}", f"earlier message {i} " * 4, room=room), room_policy="concurrent"
+        )
         claim = await store.claim(f"pre-{prefix}"[:60], leaderless=True)
         assert claim is not None
         await store.complete_with_state(claim, f"earlier reply {i} " * 8, {"n": i}, i)
@@ -109,7 +111,9 @@ async def store_path(
             worker = f"w{k}"
             for i in range(per_lane):
                 id = f"m{k}-{i}"
-                await store.ingest(Task(id, f"message {i} of lane {k} " * 4, room=room))
+                await store.ingest(
+                    Task(id, f"message {i} of lane {k} " * 4, room=room), room_policy="concurrent"
+                )
                 history = turns if mode == "history+state" else None
                 [claim] = await store.claim_many(worker, 1, leaderless=True, history=history)
                 body = f"the reply to message {i} " * 8
@@ -173,7 +177,10 @@ async def tether_turns(
         async def lane(k: int) -> None:
             for i in range(n):
                 t0 = time.perf_counter()
-                await store.ingest(Task(f"t{k}-{i}", f"user message {i} " * 4, room=f"r{k}"))
+                await store.ingest(
+                    Task(f"t{k}-{i}", f"user message {i} " * 4, room=f"r{k}"),
+                    room_policy="concurrent",
+                )
                 t1 = time.perf_counter()
                 [claim] = await store.claim_many(f"w{k}", 1, leaderless=True, history=turns)
                 ta = time.perf_counter()

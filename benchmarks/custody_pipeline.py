@@ -48,7 +48,9 @@ async def pipeline(db: Path, n: int, max_batch: int) -> float:
         async def lane(k: int) -> None:
             worker = f"w{k % WORKERS}"
             for i in ids:
-                await store.ingest(Task(f"t{i}", f"message {i}", room=f"room-{i % 50}"))
+                await store.ingest(
+                    Task(f"t{i}", f"message {i}", room=f"room-{i % 50}"), room_policy="concurrent"
+                )
                 await store.assign(f"t{i}", worker)
                 # every claim of this worker follows one of its assignments, so there is one
                 claim = await store.claim(worker)

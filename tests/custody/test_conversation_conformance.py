@@ -63,11 +63,13 @@ async def test_turns_follow_custody_and_a_run_sees_the_turns_before_its_message(
 async def test_a_reply_stored_after_a_newer_message_sits_under_its_own_message(
     store: Store,
 ) -> None:
-    await store.ingest_many([Task("a", "one", room="r"), Task("b", "two", room="r")])
+    await store.ingest_many(
+        [Task("a", "one", room="r"), Task("b", "two", room="r")], room_policy="concurrent"
+    )
     claims = {c.task.id: c for c in await store.claim_many("w1", 2, leaderless=True)}
     await store.complete(claims["b"], "re two")
     await store.complete(claims["a"], "re one")
-    await store.ingest(Task("c", "three", room="r"))
+    await store.ingest(Task("c", "three", room="r"), room_policy="concurrent")
     history = (await store.conversation("c")).history
     assert said(history) == [
         ("user", "one", "received"),
@@ -78,13 +80,15 @@ async def test_a_reply_stored_after_a_newer_message_sits_under_its_own_message(
 
 
 async def test_a_no_send_result_a_failure_and_a_dead_task_write_no_reply(store: Store) -> None:
-    await store.ingest_many([Task(f"m{i}", f"q{i}", room="r") for i in range(3)])
+    await store.ingest_many(
+        [Task(f"m{i}", f"q{i}", room="r") for i in range(3)], room_policy="concurrent"
+    )
     claims = {c.task.id: c for c in await store.claim_many("w1", 3, leaderless=True)}
     await store.complete(claims["m0"], "", no_send=True)
     await store.fail(claims["m1"], "boom", permanent=True)
     await store.record_shown(claims["m2"], "half a")
     await store.fail(claims["m2"], "boom")
-    await store.ingest(Task("m3", "q3", room="r"))
+    await store.ingest(Task("m3", "q3", room="r"), room_policy="concurrent")
     assert said((await store.conversation("m3")).history) == [
         ("user", "q0", "received"),
         ("user", "q1", "received"),
@@ -119,7 +123,9 @@ async def test_a_barge_in_on_a_run_that_showed_nothing_records_no_reply(store: S
 
 
 async def test_a_streaming_reply_is_not_history_until_it_is_stored(store: Store) -> None:
-    await store.ingest_many([Task("a", "one", room="r"), Task("b", "two", room="r")])
+    await store.ingest_many(
+        [Task("a", "one", room="r"), Task("b", "two", room="r")], room_policy="concurrent"
+    )
     claims = {c.task.id: c for c in await store.claim_many("w1", 2, leaderless=True)}
     await store.record_shown(claims["a"], "re o")
     assert said((await store.conversation("b")).history) == [("user", "one", "received")]
@@ -147,7 +153,9 @@ async def test_state_is_stored_with_the_result_and_versioned(store: Store) -> No
 
 
 async def test_a_stale_state_is_refused_and_nothing_is_written(store: Store) -> None:
-    await store.ingest_many([Task("a", "one", room="r"), Task("b", "two", room="r")])
+    await store.ingest_many(
+        [Task("a", "one", room="r"), Task("b", "two", room="r")], room_policy="concurrent"
+    )
     claims = {c.task.id: c for c in await store.claim_many("w1", 2, leaderless=True)}
     assert await store.complete_with_state(claims["a"], "A", {"n": 1}, 0) == 1
     with pytest.raises(StateConflict):
@@ -162,7 +170,7 @@ async def test_a_stale_state_is_refused_and_nothing_is_written(store: Store) -> 
 
 
 async def test_a_fenced_out_run_changes_no_state(store: Store, fake_clock: FakeClock) -> None:
-    await store.ingest(Task("a", "one", room="r"))
+    await store.ingest(Task("a", "one", room="r"), room_policy="concurrent")
     claim = await run(store)
     fake_clock.advance(store.lease_s + 1)
     await store.expire_leases()
@@ -175,7 +183,9 @@ async def test_a_fenced_out_run_changes_no_state(store: Store, fake_clock: FakeC
 
 
 async def test_a_state_must_be_a_json_object_within_the_limit(store: Store) -> None:
-    await store.ingest_many([Task("a", "one", room="r"), Task("n", "no room")])
+    await store.ingest_many(
+        [Task("a", "one", room="r"), Task("n", "no room")], room_policy="concurrent"
+    )
     claims = {c.task.id: c for c in await store.claim_many("w1", 2, leaderless=True)}
     with pytest.raises(StateTooLarge, match="over the"):
         await store.complete_with_state(claims["a"], "x", {"b": "x" * MAX_STATE_BYTES}, 0)
@@ -192,10 +202,10 @@ async def test_a_state_must_be_a_json_object_within_the_limit(store: Store) -> N
 
 async def test_the_window_holds_the_newest_turns_and_reads_a_bounded_range(store: Store) -> None:
     for i in range(12):
-        await store.ingest(Task(f"m{i:02}", f"q{i}", room="r"))
+        await store.ingest(Task(f"m{i:02}", f"q{i}", room="r"), room_policy="concurrent")
         claim = await run(store)
         await store.complete(claim, f"a{i}")
-    await store.ingest(Task("last", "q", room="r"))
+    await store.ingest(Task("last", "q", room="r"), room_policy="concurrent")
     history = (await store.conversation("last", limit=5)).history
     assert [t.text for t in history] == ["a9", "q10", "a10", "q11", "a11"]
     assert (await store.conversation("last", limit=0)).history == ()
@@ -209,7 +219,7 @@ async def test_the_window_holds_the_newest_turns_and_reads_a_bounded_range(store
 async def test_retention_keeps_the_newest_turns_of_each_room(store: Store) -> None:
     for room in ("r", "s"):
         for i in range(4):
-            await store.ingest(Task(f"{room}{i}", f"q{i}", room=room))
+            await store.ingest(Task(f"{room}{i}", f"q{i}", room=room), room_policy="concurrent")
             await store.complete(await run(store), f"a{i}")
     assert await store.prune_turns(keep=3) == 10
     view = await store.room("r")
@@ -222,12 +232,14 @@ async def test_retention_keeps_the_newest_turns_of_each_room(store: Store) -> No
 
 
 async def test_forget_room_erases_its_history_state_and_finished_bodies(store: Store) -> None:
-    await store.ingest_many([Task("a", "secret", room="r"), Task("o", "other", room="q")])
+    await store.ingest_many(
+        [Task("a", "secret", room="r"), Task("o", "other", room="q")], room_policy="concurrent"
+    )
     claims = {c.task.id: c for c in await store.claim_many("w1", 2, leaderless=True)}
     await store.complete_with_state(claims["a"], "noted", {"pin": "1234"}, 0)
     await store.complete(claims["o"], "fine")
     await store.mark_delivered_many(["a", "o"])
-    await store.ingest(Task("b", "still going", room="r"))
+    await store.ingest(Task("b", "still going", room="r"), room_policy="concurrent")
     assert await store.forget_room("r") == (3, 1)
     assert await store.room("r") is None
     record = await store.get("a")
@@ -244,20 +256,21 @@ async def test_forget_room_erases_its_history_state_and_finished_bodies(store: S
     assert other is not None
     assert len(other.turns) == 2
     await store.complete(await run(store), "after")
-    await store.ingest(Task("c", "again", room="r"))
+    await store.ingest(Task("c", "again", room="r"), room_policy="concurrent")
     assert said((await store.conversation("c")).history) == []  # b's turns went too
 
 
 async def test_a_claim_asked_for_history_carries_the_conversation_read_in_its_transaction(
     store: Store,
 ) -> None:
-    await store.ingest(Task("m1", "weather in Paris?", room="r"))
+    await store.ingest(Task("m1", "weather in Paris?", room="r"), room_policy="concurrent")
     await store.complete_with_state(await run(store), "sunny", {"city": "Paris"}, 0)
     await store.mark_delivered("m1")
     await store.ingest_many(
-        [Task("m2", "and in Rome?", room="r"), Task("m3", "and in Oslo?", room="r")]
+        [Task("m2", "and in Rome?", room="r"), Task("m3", "and in Oslo?", room="r")],
+        room_policy="concurrent",
     )
-    await store.ingest(Task("free", "no room"))
+    await store.ingest(Task("free", "no room"), room_policy="concurrent")
     claims = await store.claim_many("w1", 3, leaderless=True, history=1)
     by_id = {c.task.id: c for c in claims}
     assert set(by_id) == {"m2", "m3", "free"}
@@ -268,7 +281,7 @@ async def test_a_claim_asked_for_history_carries_the_conversation_read_in_its_tr
     assert m2 is not None
     assert said(m2.history) == [("assistant", "sunny", "delivered")]
     assert (m2.state, m2.version) == ({"city": "Paris"}, 1)
-    await store.ingest(Task("m4", "and in Lima?", room="r"))
+    await store.ingest(Task("m4", "and in Lima?", room="r"), room_policy="concurrent")
     plain = await run(store)
     assert plain.conversation is None  # not asked for: nothing read
     with pytest.raises(ValueError, match="history"):

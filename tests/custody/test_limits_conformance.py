@@ -107,6 +107,37 @@ async def test_permits_are_freed_when_their_task_leaves_claimed(
     assert isinstance(got, Granted)
 
 
+async def test_a_released_permit_wakes_the_run_parked_longest_for_its_key(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """Issue #47, item 3: a run parked for a permit is pending again, in the release's own
+    transaction, when a holder gives one back: one waiter per permit, the longest parked
+    first; a waiter of another key, or a run parked for something else, stays parked."""
+    holder, first, second, other = await _claims(store, 4)
+    await store.set_limit(LimitSpec("k", concurrency=1))
+    await store.set_limit(LimitSpec("j", concurrency=1))
+    got = await store.acquire_permit(holder, "k")
+    assert isinstance(got, Granted)
+    assert got.permit is not None
+    assert await store.acquire_permit(first, "k") == Wait(None, "concurrency")
+    fake_clock.advance(0.5)
+    assert await store.acquire_permit(second, "k") == Wait(None, "concurrency")
+    assert isinstance(await store.acquire_permit(other, "j"), Granted)
+    far = fake_clock.now + 3600
+    await store.park(first, far, "waiting for a permit of k (concurrency)")
+    await store.park(second, far, "waiting for a permit of k (concurrency)")
+    await store.release_permit(got.permit)
+    assert await store.state("t1") is S.PENDING
+    assert await store.state("t2") is S.WAITING
+    record = await store.get("t1")
+    assert record is not None
+    assert record.attempt == 1
+    [claim] = await store.claim_many("w1", 5, leaderless=True)  # due now, not at its park's end
+    assert claim.task.id == "t1"
+    journal = [(e.src, e.dst) for e in await store.journal("t1")]
+    assert journal[-3:] == [(S.CLAIMED, S.WAITING), (S.WAITING, S.PENDING), (S.PENDING, S.CLAIMED)]
+
+
 async def test_a_pause_stops_the_key_for_everyone_until_it_ends(
     store: Store, fake_clock: FakeClock
 ) -> None:

@@ -157,7 +157,8 @@ class CustodyMachine(RuleBasedStateMachine):
 
     @rule(id=st.sampled_from(IDS), priority=st.sampled_from(sorted(RANK)))
     def ingest(self, id: str, priority: str) -> None:
-        new = _run(self.store.ingest, Task(id, f"body {id}", priority=priority, room=ROOM))
+        task = Task(id, f"body {id}", priority=priority, room=ROOM)
+        new = _run(partial(self.store.ingest, room_policy="concurrent"), task)
         assert new == (id not in self.model)
         if new:
             self.model[id] = Model(seq=len(self.model), priority=priority)

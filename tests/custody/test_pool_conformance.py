@@ -59,8 +59,8 @@ async def test_bad_beats_are_refused(store: Store, args: Any, error: type[Except
 
 
 async def test_assign_many_moves_only_pending_tasks_and_notes_the_room(store: Store) -> None:
-    await store.ingest(Task("a", "x", room="r1"))
-    await store.ingest(Task("b", "x", room="r2"))
+    await store.ingest(Task("a", "x", room="r1"), room_policy="concurrent")
+    await store.ingest(Task("b", "x", room="r2"), room_policy="concurrent")
     await drive_to(store, "c", S.CLAIMED)
     assert await store.assign_many([("a", "w1"), ("c", "w1"), ("b", "w2"), ("zz", "w1")]) == [
         True,
@@ -76,27 +76,31 @@ async def test_assign_many_moves_only_pending_tasks_and_notes_the_room(store: St
     assert rec.owner != "w1"
     assert await store.assign_many([]) == []
     # room affinity: pending tasks of those rooms show who last took the room
-    await store.ingest(Task("a2", "x", room="r1"))
-    await store.ingest(Task("n2", "x", room="new"))
+    await store.ingest(Task("a2", "x", room="r1"), room_policy="concurrent")
+    await store.ingest(Task("n2", "x", room="new"), room_policy="concurrent")
     view = await store.pool_view()
     assert view.rooms == {"r1": "w1"}
 
 
 async def test_a_claim_moves_room_affinity_to_the_claiming_worker(store: Store) -> None:
-    await store.ingest(Task("a", "x", room="r1"))
+    await store.ingest(Task("a", "x", room="r1"), room_policy="concurrent")
     assert await store.claim("w9", leaderless=True) is not None
-    await store.ingest(Task("b", "x", room="r1"))
+    await store.ingest(Task("b", "x", room="r1"), room_policy="concurrent")
     assert (await store.pool_view()).rooms == {"r1": "w9"}
 
 
 async def test_claim_many_moves_room_affinity_to_the_claiming_worker(store: Store) -> None:
-    await store.ingest_many([Task("a", "x", room="r1"), Task("b", "x", room="r2")])
+    await store.ingest_many(
+        [Task("a", "x", room="r1"), Task("b", "x", room="r2")], room_policy="concurrent"
+    )
     await store.assign_many([("a", "w1"), ("b", "w1")])
     assert len(await store.claim_many("w9", 2, leaderless=True)) == 0  # not w9's
-    await store.ingest(Task("c", "x", room="r1"))
+    await store.ingest(Task("c", "x", room="r1"), room_policy="concurrent")
     assert [c.task.id for c in await store.claim_many("w9", 2, leaderless=True)] == ["c"]
     assert [c.task.id for c in await store.claim_many("w1", 2)] == ["a", "b"]
-    await store.ingest_many([Task("d", "x", room="r1"), Task("e", "x", room="r2")])
+    await store.ingest_many(
+        [Task("d", "x", room="r1"), Task("e", "x", room="r2")], room_policy="concurrent"
+    )
     assert (await store.pool_view()).rooms == {"r1": "w1", "r2": "w1"}
 
 
@@ -121,7 +125,7 @@ async def test_pool_view_is_one_consistent_picture(store: Store, fake_clock: Fak
     await store.beat("w1", "worker", 3)
     await store.ingest(Task("low", "x", priority="low"))
     await store.ingest(Task("urgent", "x", priority="urgent"))
-    await store.ingest(Task("as", "x", room="r"))
+    await store.ingest(Task("as", "x", room="r"), room_policy="concurrent")
     await store.ingest(Task("cl", "x"))
     t0 = fake_clock.now
     await store.assign_many([("as", "w1"), ("cl", "w2")])
@@ -284,11 +288,11 @@ async def test_a_worker_that_reclaims_after_its_lease_expired_is_fenced_by_attem
 
 
 async def test_pool_view_can_skip_the_pending_tasks_of_given_rooms(store: Store) -> None:
-    await store.ingest(Task("a1", "x", room="a"))
-    await store.ingest(Task("b1", "x", room="b"))
+    await store.ingest(Task("a1", "x", room="a"), room_policy="concurrent")
+    await store.ingest(Task("b1", "x", room="b"), room_policy="concurrent")
     await store.ingest(Task("n1", "x"))
-    await store.ingest(Task("a2", "x", room="a"))
-    await store.ingest(Task("c1", "x", room="c"))
+    await store.ingest(Task("a2", "x", room="a"), room_policy="concurrent")
+    await store.ingest(Task("c1", "x", room="c"), room_policy="concurrent")
     assert await store.claim("wa", leaderless=True) is not None  # a1: room "a" is wa's now
     view = await store.pool_view(skip_rooms=["a", "c"])
     assert [t.id for t in view.pending] == ["b1", "n1"]
@@ -307,7 +311,9 @@ async def test_pool_view_can_skip_the_pending_tasks_of_given_rooms(store: Store)
 async def test_plan_and_assign_assigns_what_the_decision_names_from_the_view_it_saw(
     store: Store,
 ) -> None:
-    await store.ingest_many([Task("a", "x", room="r1"), Task("b", "x"), Task("c", "x")])
+    await store.ingest_many(
+        [Task("a", "x", room="r1"), Task("b", "x"), Task("c", "x")], room_policy="concurrent"
+    )
     await store.beat("w1", "worker", 4)
     seen: list[tuple[str, ...]] = []
 
@@ -326,7 +332,7 @@ async def test_plan_and_assign_assigns_what_the_decision_names_from_the_view_it_
         (S.ASSIGNED, "w1"),
     ]
     assert (await store.pool_view()).rooms == {}  # r1 has no pending task left to show
-    await store.ingest(Task("d", "x", room="r1"))
+    await store.ingest(Task("d", "x", room="r1"), room_policy="concurrent")
     assert (await store.pool_view()).rooms == {"r1": "w1"}
 
 

@@ -85,8 +85,9 @@ async def test_an_assignment_of_a_room_still_running_is_not_claimed(store: Store
     assert nxt.task.id == "m1"
 
 
-async def test_concurrent_rooms_and_the_default_keep_the_old_behaviour(store: Store) -> None:
-    await store.ingest_many([Task(f"m{i}", "x", room="r") for i in range(3)])
+async def test_a_concurrent_room_runs_its_tasks_at_once(store: Store) -> None:
+    tasks = [Task(f"m{i}", "x", room="r") for i in range(3)]
+    await store.ingest_many(tasks, room_policy="concurrent")
     claims = await store.claim_many("w1", 10, leaderless=True)
     assert [c.task.id for c in claims] == ["m0", "m1", "m2"]
     assert (await store.pool_view()).busy_rooms == frozenset({"r"})
@@ -169,3 +170,15 @@ async def test_the_order_survives_a_reopen(
         assert again.task.id == "m0"
     finally:
         await store.aclose()
+
+
+async def test_a_room_is_serial_unless_ingest_is_told_otherwise_as_in_the_bridge(
+    store: Store,
+) -> None:
+    """``ingest`` and ``ingest_many`` default to the bridge's room policy (``serial``): a
+    program that ingests by itself gets the order a bridge would give (issue #47, item 12)."""
+    await store.ingest(Task("m0", "x", room="r"))
+    await store.ingest_many([Task("m1", "x", room="r")])
+    await store.ingest(Task("c0", "x", room="c"), room_policy="concurrent")
+    await store.ingest(Task("c1", "x", room="c"), room_policy="concurrent")
+    assert sorted(await pending_ids(store)) == ["c0", "c1", "m0"]

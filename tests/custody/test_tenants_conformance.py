@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.bridge import Task
+from tether.bridge import CustodyState, Task
 from tether.bridge.custody import Store
 from tether.bridge.custody._tenants import TenantView
 
@@ -105,3 +105,25 @@ async def test_bad_tenants_and_weights_are_refused_naming_them(store: Store) -> 
     with pytest.raises(TypeError, match="weight must be a number"):
         await store.set_tenant_weight("a", "2")  # type: ignore[arg-type]
     assert await store.tenant_views() == []
+
+
+async def test_assignments_a_newer_task_outranks_go_back_to_pending_the_worst_first(
+    store: Store,
+) -> None:
+    """Issue #47, item 2: what a lead assigned ahead of a worker's free slots does not keep
+    its place against a task with a better turn that came later."""
+    for i in range(5):
+        await store.ingest(_of("acme", f"a{i}"))
+    [running] = await store.claim_many("w1", 1, leaderless=True)
+    assert running.task.id == "a0"
+    assert await store.assign_many([(f"a{i}", "w1") for i in (1, 2, 3, 4)]) == [True] * 4
+    await store.ingest(_of("globex", "g0"))
+    assert await _view_order(store) == ["g0"]
+    assert sorted(await store.return_outranked("g0", limit=2)) == ["a3", "a4"]  # the worst two
+    assert await _view_order(store) == ["g0", "a3", "a4"]
+    assert [await store.state(f"a{i}") for i in (1, 2)] == [CustodyState.ASSIGNED] * 2
+    assert await store.return_outranked("a3") == []  # a1 and a2 come before it
+    assert await store.return_outranked("a1") == []  # not pending: nothing
+    record = await store.get("a4")
+    assert record is not None
+    assert (record.attempt, record.owner) == (1, None)  # a return spends nothing

@@ -72,7 +72,10 @@ async def test_the_shell_example_answers_every_task_once_through_kills_mid_write
     processes: list[trio.Process] = []
     try:
         for i in range(TASKS):
-            await store.ingest(Task(f"x-{i}", f"message {i}\nsecond line", room=f"r{i % 3}"))
+            await store.ingest(
+                Task(f"x-{i}", f"message {i}\nsecond line", room=f"r{i % 3}"),
+                room_policy="concurrent",
+            )
         worker = await _start_worker(db, exchange, log, status)
         processes.append(worker)
         shell = await _start_shell(exchange)

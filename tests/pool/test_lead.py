@@ -85,13 +85,13 @@ async def test_affinity_is_kept_and_moves_when_its_worker_dies(
     await store.beat("wa", "worker", 5)
     await store.beat("wb", "worker", 5)
     the_lead = lead(store)
-    await store.ingest(Task("r1", "x", room="room"))
+    await store.ingest(Task("r1", "x", room="room"), room_policy="concurrent")
     (first,) = (await the_lead.sweep_once()).assigned
     keeper = first.worker
     other = "wb" if keeper == "wa" else "wa"
     # the keeper is now more loaded than the other worker, yet the room's tasks follow it
     for i in range(3):
-        await store.ingest(Task(f"r1-{i}", "x", room="room"))
+        await store.ingest(Task(f"r1-{i}", "x", room="room"), room_policy="concurrent")
     report = await the_lead.sweep_once()
     assert {(a.worker, a.why) for a in report.assigned} == {(keeper, "affinity")}
     # the keeper dies: its assignments go back to pending (not to the other worker) ...
@@ -105,7 +105,7 @@ async def test_affinity_is_kept_and_moves_when_its_worker_dies(
     # ... and the next sweep gives the room to the live worker, which keeps it from then on
     report = await the_lead.sweep_once()
     assert {a.worker for a in report.assigned} == {other}
-    await store.ingest(Task("r1-later", "x", room="room"))
+    await store.ingest(Task("r1-later", "x", room="room"), room_policy="concurrent")
     (later,) = (await the_lead.sweep_once()).assigned
     assert (later.worker, later.why) == (other, "affinity")
 
@@ -114,9 +114,9 @@ async def test_a_full_keeper_makes_its_room_wait(store: SqliteStore) -> None:
     await store.beat("wa", "worker", 1)
     await store.beat("wb", "worker", 1)
     the_lead = lead(store)
-    await store.ingest(Task("a", "x", room="r"))
+    await store.ingest(Task("a", "x", room="r"), room_policy="concurrent")
     (first,) = (await the_lead.sweep_once()).assigned
-    await store.ingest(Task("b", "x", room="r"))
+    await store.ingest(Task("b", "x", room="r"), room_policy="concurrent")
     report = await the_lead.sweep_once()
     assert report.assigned == ()
     assert report.waiting == 1
@@ -292,12 +292,14 @@ async def test_a_busy_room_at_the_head_of_the_queue_does_not_starve_idle_workers
     pages past that room, so the other worker still gets the tasks anyone may take."""
     await store.beat("wa", "worker", 4)
     await store.beat("wb", "worker", 4)
-    await store.ingest(Task("first", "x", room="busy"))
+    await store.ingest(Task("first", "x", room="busy"), room_policy="concurrent")
     await store.assign("first", "wa")  # wa keeps the room "busy"
     for i in range(3):
         await store.ingest(Task(f"pre{i}", "x"))
         await store.assign(f"pre{i}", "wa")  # and is full
-    await store.ingest_many([Task(f"r{i:03}", "x", room="busy") for i in range(100)])
+    await store.ingest_many(
+        [Task(f"r{i:03}", "x", room="busy") for i in range(100)], room_policy="concurrent"
+    )
     await store.ingest_many([Task(f"o{i}", "x") for i in range(6)])  # anyone may take these
     report = await lead(store, pending_limit=10).sweep_once()
     assert sorted((a.id, a.worker) for a in report.assigned) == [(f"o{i}", "wb") for i in range(4)]
@@ -313,14 +315,18 @@ async def test_paging_past_rooms_its_own_plan_filled_keeps_what_each_page_assign
     once every room had been paged past, and a restarted bridge stalled)."""
     for worker, room in (("wa", "A"), ("wb", "B")):
         await store.beat(worker, "worker", 2)
-        await store.ingest(Task(f"seed-{room}", "x", room=room))
+        await store.ingest(Task(f"seed-{room}", "x", room=room), room_policy="concurrent")
         await store.assign(f"seed-{room}", worker)  # the worker keeps the room ...
         claim = await store.claim(worker)
         assert claim is not None
         await store.complete(claim, "done")  # ... and holds nothing now
     await store.beat("wc", "worker", 2)
-    await store.ingest_many([Task(f"a{i}", "x", room="A") for i in range(4)])
-    await store.ingest_many([Task(f"b{i}", "x", room="B") for i in range(4)])
+    await store.ingest_many(
+        [Task(f"a{i}", "x", room="A") for i in range(4)], room_policy="concurrent"
+    )
+    await store.ingest_many(
+        [Task(f"b{i}", "x", room="B") for i in range(4)], room_policy="concurrent"
+    )
     await store.ingest_many([Task(f"f{i}", "x") for i in range(2)])
     report = await lead(store, pending_limit=4).sweep_once()
     assert sorted((a.id, a.worker) for a in report.assigned) == [

@@ -36,8 +36,9 @@ async def test_a_lead_and_two_workers_answer_everything_keeping_rooms_together(
         for w in workers:
             await nursery.start(w.run)
         for task in tasks:  # arriving over time, each after the last was answered: no keeper
-            await timed_store.ingest(task)  # is ever busy, so no room has a reason to move
-            await trio.sleep(0.5)  # (affinity is a preference: a saturated keeper's room moves)
+            await timed_store.ingest(task, room_policy="concurrent")  # is ever busy, so no
+            await trio.sleep(0.5)  # room has a reason to move (affinity is a preference: a
+            # saturated keeper's room moves)
         await wait_until(lambda: _all(timed_store, S.RESULT, len(tasks)))
         assert not any(w.leaderless for w in workers)
         for w in workers:

@@ -29,6 +29,7 @@ from ._records import (
 from ._rooms import RoomPolicy
 from ._rules import Claim, CustodyState, Result, Task, TaskRecord
 from ._tenants import TenantView
+from ._work_bell import WorkBell
 
 
 class StoreClock(Protocol):
@@ -45,6 +46,11 @@ class StoreClock(Protocol):
 class IngestStore(StoreClock, Protocol):
     """What ingest needs: take the gateway's tasks into custody (then, and only then, it acks)."""
 
+    work_bell: WorkBell
+    """Rung when a call of this process made pending work (an ingest stored a new task, a
+    permit given back woke its waiter): the pools of this process on this store object
+    listen (``custody._work_bell``)."""
+
     async def ingest(self, task: Task, *, room_policy: RoomPolicy = ...) -> bool:
         """Store ``task`` as pending. ``False`` for a replay: nothing changes, in any state,
         and also for an id whose delivered row was pruned while its tombstone is kept."""
@@ -56,8 +62,8 @@ class IngestStore(StoreClock, Protocol):
         """Ingest a gateway batch in one transaction (one commit, then ack them all).
 
         Every task is validated first: one invalid task refuses the batch and stores nothing.
-        Each new task keeps ``room_policy`` (default ``concurrent``; the bridge passes its
-        configured policy, ``serial`` by default): claims and the lead's view honour it (see
+        Each new task keeps ``room_policy`` (default ``serial``, as the bridge's; the bridge
+        passes its configured policy): claims and the lead's view honour it (see
         ``custody._rooms``). Under ``replace`` a new task of a room supersedes, in the same
         transaction, the older tasks of its room still pending, assigned or claimed.
         """
@@ -234,7 +240,9 @@ class LimitStore(StoreClock, Protocol):
         ...
 
     async def release_permit(self, permit: int) -> None:
-        """Give permit ``permit`` back (nothing if it was freed already)."""
+        """Give permit ``permit`` back (nothing if it was freed already); the run parked
+        longest for a permit of its key (``waiting``, its waiter recorded) is pending again
+        in the same transaction."""
         ...
 
     async def pause_limit(self, key: str, until: float) -> None:
@@ -374,6 +382,14 @@ class LeadStore(PoolMemberStore, Protocol):
 
         ``False`` if the task is no longer assigned to ``worker`` (it was claimed meanwhile).
         """
+        ...
+
+    async def return_outranked(self, ahead: str, *, limit: int = ...) -> Sequence[str]:
+        """Assigned tasks (not claimed) that pending task ``ahead`` outranks in queue order
+        -> pending, at most ``limit`` (the worst placed of them); their ids. The lead gives back
+        what it assigned ahead of a worker's free slots when a task with a better place
+        (another tenant's turn, a higher priority) finds every worker full. Nothing for an
+        ``ahead`` that is not pending."""
         ...
 
     async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:

@@ -80,6 +80,9 @@ class SweepPlan:
     """Rooms with a task left waiting because the room's live keeper is full."""
     spare: int = 0
     """Free capacity left on the live workers after this plan."""
+    first_waiting: str | None = None
+    """The first pending task left waiting because every worker was full (not for its room's
+    keeper): assignments it outranks go back to pending (``return_outranked``)."""
 
 
 @attrs.frozen
@@ -147,6 +150,7 @@ def plan_sweep(
     names = sorted(live)
     assign: list[Assigned] = []
     waiting = 0
+    first_waiting: str | None = None
     blocked: set[str] = set()
     in_flight = set(view.busy_rooms) | {a.room for a in view.assigned if a.room is not None}
     for task in view.pending:
@@ -172,6 +176,7 @@ def plan_sweep(
             # free worker: the room moves (affinity is a preference, not a prison)
         if not free:
             waiting += 1
+            first_waiting = first_waiting or task.id
             continue
         least = min(load[n] for n in free)
         tied = [n for n in free if load[n] == least]
@@ -191,6 +196,7 @@ def plan_sweep(
         last_pick=last_pick,
         blocked_rooms=tuple(sorted(blocked)),
         spare=sum(max(0, cap[n] - load[n]) for n in live),
+        first_waiting=first_waiting,
     )
 
 
@@ -243,6 +249,8 @@ class PoolLead:
     _window: int = attrs.field(init=False, default=0)
     _drained: bool = attrs.field(init=False, default=False)
     """Did the last full sweep read every ready pending task and assign them all?"""
+    _asked_outranked: str | None = attrs.field(init=False, default=None)
+    """The waiting task the last sweep gave assignments back for (``_return_outranked``)."""
     looks: int = attrs.field(init=False, default=0)
     """Sweeps that ended after a read that found nothing to do (``_look``; in ``sweeps`` too)."""
     lease: float = 3.0
@@ -370,6 +378,8 @@ class PoolLead:
             returned = await self._return(view, plan, now)
             if plan.assign:
                 done = await self.store.assign_many([(a.id, a.worker) for a in plan.assign])
+        if await self._return_outranked(view, plan):
+            self._doorbell.set()  # the tasks given back are assigned in queue order now
         self._last_pick = plan.last_pick
         self._next_due = view.next_due
         self._see_workers(view.workers, view.at)
@@ -561,6 +571,16 @@ class PoolLead:
             for r in plan.stuck:
                 nursery.start_soon(stuck, r)
         return tuple(sorted(returned, key=lambda r: r.id))
+
+    async def _return_outranked(self, view: PoolView, plan: SweepPlan) -> bool:
+        """Give back assignments made ahead of free slots that the first task left waiting
+        outranks (a later tenant's turn, a higher priority), so they keep no place ahead of
+        it; asked once per task at the head of the waiting (nothing new to ask otherwise)."""
+        first, asked = plan.first_waiting, self._asked_outranked
+        self._asked_outranked = first
+        if first is None or first == asked or not view.assigned:
+            return False
+        return bool(await self.store.return_outranked(first, limit=plan.waiting))
 
     async def _beat(self) -> list[WorkerInfo]:
         """Beat (claiming the lead while leading: capacity 1) and return the members.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from contextlib import ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
@@ -23,6 +24,7 @@ from ..custody._limits import Granted, Wait, check_key, check_pause, check_weigh
 from ..custody._roles import LimitStore
 from ..custody._rules import Claim, StaleLease
 from ._timings import Histogram
+from ._tracing import WaitTrace
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -33,8 +35,10 @@ POLL_FIRST: Final = 0.01
 """Seconds before asking again for a permit held by others (no time is known): doubling..."""
 POLL_CAP: Final = 0.2
 """...up to this: how late a freed permit may be seen by a waiter, at worst."""
-PARK_AGAIN: Final = 1.0
-"""A parked waiter for a concurrency permit (no known wait) is due again this much later."""
+PARK_AGAIN: Final = 60.0
+"""A parked waiter for a concurrency permit (no known wait) is woken when a holder gives a
+permit of its key back (``release_permit``); at the latest it is due again this much later
+(a holder whose run ended without giving it back frees it as its task leaves ``claimed``)."""
 
 
 @attrs.define(eq=False)
@@ -120,29 +124,32 @@ async def acquire(run: Run, key: str, weight: float = 1) -> Permit:
         return Permit(key, None)
     started = trio.current_time()
     poll = POLL_FIRST
-    waited = False
-    while True:
-        outcome = await _ask(run, store, claim, key, weight)
-        if isinstance(outcome, Granted):
-            METRICS.granted += 1
-            METRICS.in_flight += 1
-            if waited:
-                METRICS.wait.observe(trio.current_time() - started)
-            return Permit(key, outcome.permit, store)
-        if not waited:
-            waited = True
-            METRICS.waits += 1
-        if outcome.seconds is None:
-            delay, poll = poll, min(poll * 2, POLL_CAP)
-        else:
-            delay = max(outcome.seconds, 0.001)
-        if trio.current_time() - started + delay > run.park_after:
-            METRICS.parks += 1
-            until = store.clock() + (delay if outcome.seconds is not None else PARK_AGAIN)
-            run.park(
-                until, f"waiting for a permit of {key} ({outcome.why}) until {iso_time(until)}"
-            )
-        await trio.sleep(delay)
+    with ExitStack() as waiting:  # a wait span from the first refusal to the grant or park
+        traced: WaitTrace | None = None
+        while True:
+            outcome = await _ask(run, store, claim, key, weight)
+            if isinstance(outcome, Granted):
+                METRICS.granted += 1
+                METRICS.in_flight += 1
+                if traced is not None:
+                    METRICS.wait.observe(trio.current_time() - started)
+                return Permit(key, outcome.permit, store)
+            if traced is None:
+                METRICS.waits += 1
+                traced = waiting.enter_context(run.waiting("permit", {"tether.wait.key": key}))
+            if outcome.seconds is None:
+                delay, poll = poll, min(poll * 2, POLL_CAP)
+            else:
+                delay = max(outcome.seconds, 0.001)
+                traced.until(store.clock() + delay)
+            if trio.current_time() - started + delay > run.park_after:
+                METRICS.parks += 1
+                METRICS.wait.observe(trio.current_time() - started)  # a wait, counted once
+                until = store.clock() + (delay if outcome.seconds is not None else PARK_AGAIN)
+                run.park(
+                    until, f"waiting for a permit of {key} ({outcome.why}) until {iso_time(until)}"
+                )
+            await trio.sleep(delay)
 
 
 async def _ask(

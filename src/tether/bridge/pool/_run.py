@@ -23,6 +23,7 @@ from typing import Any, Final, NoReturn
 import attrs
 import trio
 
+from ..._plumbing._tracing import Attributes, set_attributes
 from ..._plumbing._when import iso_time
 from ..custody._records import StepRecord
 from ..custody._roles import LimitStore, StepStore
@@ -37,6 +38,7 @@ from ..custody._steps import (
 from . import _limits
 from ._ask import Asking, ParkedAsk
 from ._outage import until_stored
+from ._tracing import WaitTrace, step_span, wait_span
 
 DEFAULT_PARK_AFTER: Final = 30.0
 """Seconds: a durable sleep at most this long sleeps in place (the lease kept); a longer one
@@ -119,7 +121,11 @@ class Run:
         attempt); ``Retry``/``Permanent`` keep their meaning. ``StepError`` for a bad or
         repeated name or a result that is not JSON or too large; ``StaleLease`` (the run is
         cancelled) if the run lost its lease before the record committed."""
-        return await self._step(check_step_name(name), fn, args, kwargs)
+        name = check_step_name(name)
+        with step_span(self.task, name) as traced:
+            value, outcome = await self._step(name, fn, args, kwargs)
+            set_attributes(traced, {"tether.outcome": outcome})
+        return value
 
     async def sleep(self, seconds: float) -> None:
         """Sleep ``seconds`` durably: the wake-up time is recorded as a step, so a resumed run
@@ -134,16 +140,29 @@ class Run:
             raise ValueError(f"run.sleep needs finite seconds >= 0, got {seconds!r}")
         self._sleeps += 1
         name = f"{SLEEP_PREFIX}{self._sleeps}"
-        wake = float(await self._step(name, lambda: self._clock() + seconds, (), {}))
-        left = wake - self._clock()
-        if left <= 0:
-            return
-        if self._store is None or left <= self.park_after:
-            await trio.sleep(left)
-            return
-        self.parked_until = wake
-        self.parked_why = f"sleeping until {iso_time(wake)} (step {name})"
-        raise Parked(f"task {self.task.id!r} parked: {self.parked_why}")
+        with self.waiting("sleep") as traced:
+            wake = float((await self._step(name, lambda: self._clock() + seconds, (), {}))[0])
+            traced.until(wake)
+            left = wake - self._clock()
+            if left <= 0:
+                return
+            if self._store is None or left <= self.park_after:
+                await trio.sleep(left)
+                return
+            raise self.park_at(wake, f"sleeping until {iso_time(wake)} (step {name})")
+
+    @contextmanager
+    def waiting(self, kind: str, attributes: Attributes | None = None) -> Iterator[WaitTrace]:
+        """The block is a wait of kind ``kind`` (its ``tether.wait`` span): parked if the run
+        parks in it (with its wake-up time), else returned or the exception leaving it."""
+        with wait_span(self.task, kind, attributes) as traced:
+            try:
+                yield traced
+            except Parked:
+                if self.parked_until is not None:
+                    traced.until(self.parked_until)
+                traced.end("parked")
+                raise
 
     # -- asks (issue #36: the rules and the replay are pool._ask's) ----------------------------
 
@@ -156,7 +175,8 @@ class Run:
         with no answer; ``AskUnsupported`` if the gateway cannot show questions. Each is
         recorded: every later run of the task gets the same. Asks are told apart by their
         position in the run, or by ``name`` (a step name)."""
-        return await self._asking.ask(self, text, timeout, name)
+        with self.waiting("ask"):
+            return await self._asking.ask(self, text, timeout, name)
 
     @property
     def parked_ask(self) -> ParkedAsk | None:
@@ -209,7 +229,9 @@ class Run:
 
     async def _step(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
+    ) -> tuple[Any, str]:
+        """The step's value, and whether it was ``recorded`` now, ``replayed`` from an earlier
+        run's record or ``not recorded`` (a detached run)."""
         if name in self._used:
             raise StepError(
                 f"step {name!r} ran twice in one run of task {self.task.id!r}: step names are "
@@ -218,14 +240,14 @@ class Run:
         self._used.add(name)
         recorded = await self._records()
         if name in recorded:
-            return decode_step_value(recorded[name].value)
+            return decode_step_value(recorded[name].value), "replayed"
         self._ran_fresh = True
         value = fn(*args, **kwargs)
         if inspect.isawaitable(value):
             value = await value
         text, _ = encode_step_value(name, value)
         if self._store is None or self._claim is None:
-            return decode_step_value(text)
+            return decode_step_value(text), "not recorded"
         store, claim = self._store, self._claim
         try:  # the effect has happened: an outage delays its record, never fails the run
             record = await until_stored(
@@ -237,7 +259,7 @@ class Run:
             self._on_stale(exc)
             raise
         recorded[name] = record
-        return decode_step_value(record.value)
+        return decode_step_value(record.value), "recorded"
 
     async def _records(self) -> dict[str, StepRecord]:
         """The task's recorded steps, read once per run (at its first step)."""

@@ -18,6 +18,7 @@ import attrs
 
 from ..._plumbing._tracing import (
     TRACEPARENT_HEADER,
+    Attributes,
     end_span,
     finished_span,
     is_traceparent,
@@ -25,6 +26,7 @@ from ..._plumbing._tracing import (
     start_span,
     traceparent_of,
 )
+from ..._plumbing._when import iso_time
 from ..._session_runs import is_async
 from ..custody._rules import Claim, Task
 
@@ -147,14 +149,53 @@ def traced_handler(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 @contextmanager
-def step_span(name: str) -> Iterator[Any]:
-    """A step of the current run (``run.step``), nested under its run span."""
-    with span("tether.step", attributes={"tether.step": name}) as current:
+def step_span(task: Task, name: str) -> Iterator[Any]:
+    """A step of the current run (``run.step``), nested under its run span (current: the
+    step's own outside calls nest under it). The caller says ``tether.outcome``: recorded,
+    replayed or not recorded (a detached run)."""
+    attributes = {**task_attributes(task), "tether.step": name}
+    with span("tether.step", attributes=attributes) as current:
         yield current
+
+
+@attrs.define(eq=False)
+class WaitTrace:
+    """The span of one wait of a run (``run.sleep``, a permit, ``run.ask``): begun when the
+    wait begins, ended with how it ended (returned, parked, or the exception it raised) and
+    its due time (``tether.wait.until``) once known. Nothing nests in a wait: not current."""
+
+    begun: Any
+    outcome: str | None = None
+    due: float | None = None
+
+    def until(self, epoch: float) -> None:
+        """The wait is due at ``epoch`` (the store's clock)."""
+        self.due = epoch
+
+    def end(self, outcome: str) -> None:
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        ended: dict[str, str] = {"tether.outcome": outcome}
+        if self.due is not None:
+            ended["tether.wait.until"] = iso_time(self.due)
+        end_span(self.begun, ended)
 
 
 @contextmanager
-def wait_span(kind: str) -> Iterator[Any]:
-    """A wait of the current run (``run.sleep``, ``run.ask``) until it parks the task."""
-    with span("tether.wait", attributes={"tether.wait": kind}) as current:
-        yield current
+def wait_span(task: Task, kind: str, attributes: Attributes | None = None) -> Iterator[WaitTrace]:
+    """A wait of the current run, kind ``kind``, nested under its run span: ended returned
+    when the block ends, with the exception's name if one leaves it, unless the block ended it
+    first (``WaitTrace.end``: parked)."""
+    begun = start_span(
+        "tether.wait",
+        traceparent=None,
+        attributes={**task_attributes(task), "tether.wait": kind, **(attributes or {})},
+    )
+    traced = WaitTrace(begun)
+    try:
+        yield traced
+    except BaseException as exc:
+        traced.end(f"raised {type(exc).__name__}")
+        raise
+    traced.end("returned")

@@ -568,19 +568,20 @@ class PoolWorker:
                                 return False
                             except Exception as exc:
                                 answered()
-                                if self.timings is not None:
-                                    self.timings.ran(trio.current_time() - entry.started)
-                                if _parked(entry):
+                                if _parked(entry):  # a wait, not a run's time
                                     await self._park(entry)
                                 else:
+                                    if self.timings is not None:
+                                        self.timings.ran(trio.current_time() - entry.started)
                                     await self._fail(entry, exc)
                             else:
                                 answered()
-                                self._timed_run(trio.current_time() - entry.started)
                                 if _parked(entry):
                                     await self._park(entry)
-                                elif not await self._complete(entry, reply):
-                                    continue
+                                else:
+                                    self._timed_run(trio.current_time() - entry.started)
+                                    if not await self._complete(entry, reply):
+                                        continue
                             break
                 finally:
                     set_attributes(traced, {"tether.outcome": entry.outcome})

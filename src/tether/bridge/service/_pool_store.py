@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack
 from typing import Final
 
 from ..custody._roles import Store
+from ..pool._wakeup import PoolWakeups
 from ..stores._open import open_store
 from ._names import CHOSE_ANOTHER, check_names_free
 from ._settings import ProcessSettings
@@ -25,10 +26,13 @@ async def open_pool_store(
     *,
     check_names: bool,
     remedy: str = CHOSE_ANOTHER,
+    wakeups: PoolWakeups | None = None,
 ) -> Store:
     """``store`` if given, else the store ``settings`` name, opened and closed with ``stack``;
     with ``check_names`` (a name that was chosen, not generated anew), refuse to join under
-    ``names`` while a live process beats under them (``NameInUse``)."""
+    ``names`` while a live process beats under them (``NameInUse``). An ingest of this process
+    on the store rings ``wakeups`` (the process's pool) until ``stack`` closes, so a program
+    that ingests by itself wakes the pool it embeds."""
     if store is None:
         store = await open_store(
             settings.store,
@@ -39,6 +43,8 @@ async def open_pool_store(
             schema=settings.store_schema,
         )
         stack.push_async_callback(store.aclose)
+    if wakeups is not None:
+        stack.enter_context(store.work_bell.listening(wakeups.tasks_pending))
     for spec in settings.limits:  # declared once, kept in the store for every process
         await store.set_limit(spec)
     if check_names:

@@ -209,6 +209,7 @@ class BridgeService:
                     self.store,
                     self.pool_names,
                     check_names=config.pool_name is not None,
+                    wakeups=self.wakeups,
                 )
                 log.info("pool names: %s-w1..w%d", self.pool_stem, config.workers)
                 options: dict[str, Any] = {

@@ -139,6 +139,7 @@ class WorkerService:
                 if not self.stem_from_status_file
                 else f"it was kept in the status file {config.status_file}: give this process "
                 "another --status-file",
+                wakeups=self.wakeups,
             )
             self.workers = self._build_workers(store)
             supervisor = await stack.enter_async_context(

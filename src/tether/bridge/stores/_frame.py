@@ -36,7 +36,12 @@ from ..custody._records import (
     WorkerInfo,
     WorkerRole,
 )
-from ..custody._rooms import RoomPolicy, check_room_policy, superseded_reason
+from ..custody._rooms import (
+    DEFAULT_ROOM_POLICY,
+    RoomPolicy,
+    check_room_policy,
+    superseded_reason,
+)
 from ..custody._rules import (
     Claim,
     CustodyState,
@@ -50,6 +55,7 @@ from ..custody._rules import (
     check_task_id,
     check_worker,
 )
+from ..custody._work_bell import WorkBell
 from ._common import (
     check_limit,
     check_permanent,
@@ -84,6 +90,9 @@ class StoreFrame(abc.ABC):
     max_crashes_alone: int
     reach: StoreReach
     """Whether this process reaches the store, and since when (``custody._outage``)."""
+    work_bell: WorkBell
+    """Rung when this process's own call made work for a pool: an ingest stored a new task,
+    a permit given back woke its waiter (``custody._work_bell``)."""
 
     @abc.abstractmethod
     async def aclose(self) -> None: ...
@@ -122,12 +131,12 @@ class StoreFrame(abc.ABC):
 
     # -- ingest -------------------------------------------------------------------------------
 
-    async def ingest(self, task: Task, *, room_policy: RoomPolicy = "concurrent") -> bool:
+    async def ingest(self, task: Task, *, room_policy: RoomPolicy = DEFAULT_ROOM_POLICY) -> bool:
         [new] = await self.ingest_many([task], room_policy=room_policy)
         return new
 
     async def ingest_many(
-        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = "concurrent"
+        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = DEFAULT_ROOM_POLICY
     ) -> list[bool]:
         policy = check_room_policy(room_policy)
         headers = [ingest_headers(task, self.max_body_bytes) for task in tasks]  # all or none
@@ -137,6 +146,8 @@ class StoreFrame(abc.ABC):
         _clog.ingested((task.id for task in tasks), new)
         for id, by in superseded:
             _clog.moved(id, None, CustodyState.RESULT, reason=superseded_reason(by))
+        if any(new):
+            self.work_bell.ring()
         return new
 
     @abc.abstractmethod
@@ -195,6 +206,16 @@ class StoreFrame(abc.ABC):
 
     @abc.abstractmethod
     async def _unassign(self, id: str, worker: str, now: float) -> bool: ...
+
+    async def return_outranked(self, ahead: str, *, limit: int = 100) -> Sequence[str]:
+        ids = await self._return_outranked(check_task_id(ahead), check_limit(limit), self.clock())
+        for id in ids:
+            _clog.moved(id, CustodyState.ASSIGNED, CustodyState.PENDING, reason=f"behind {ahead}")
+        return ids
+
+    @abc.abstractmethod
+    async def _return_outranked(self, ahead: str, limit: int, now: float) -> list[str]:
+        """``stores._outranked``: the ids given back (the worst placed ``limit``)."""
 
     async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
         checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]

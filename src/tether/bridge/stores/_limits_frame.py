@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..custody import _log as _clog
 from ..custody._limits import (
     Bucket,
     Granted,
@@ -22,7 +23,7 @@ from ..custody._limits import (
     check_weight,
     tokens_at,
 )
-from ..custody._rules import Claim
+from ..custody._rules import Claim, CustodyState
 from ..custody._steps import check_wake_at
 from ..custody._tenants import DEFAULT_WEIGHT, TenantView, check_tenant, check_tenant_weight
 from ._common import fence_args
@@ -64,10 +65,17 @@ class LimitsFrame(StoreFrame):
     async def release_permit(self, permit: int) -> None:
         if isinstance(permit, bool) or not isinstance(permit, int):
             raise TypeError(f"a permit is an int id, got {type(permit).__name__}")
-        await self._release_permit(permit)
+        woken = await self._release_permit(permit, self.clock())
+        for id, key in woken:
+            reason = f"a permit of {key} came free"
+            _clog.moved(id, CustodyState.WAITING, CustodyState.PENDING, reason=reason)
+        if woken:
+            self.work_bell.ring()  # work for this process's pool (others hear the store's news)
 
     @abc.abstractmethod
-    async def _release_permit(self, permit: int) -> None: ...
+    async def _release_permit(self, permit: int, now: float) -> list[tuple[str, str]]:
+        """Give ``permit`` back (nothing if it was freed already) and make the run parked
+        longest for a permit of its key pending again: ``(id, key)`` of the run woken."""
 
     async def pause_limit(self, key: str, until: float) -> None:
         key, until = check_key(key), check_wake_at(until)

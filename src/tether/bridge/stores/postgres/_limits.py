@@ -73,10 +73,20 @@ class LimitsSql:
 
     @property
     def release(self) -> str:
+        """Give a permit back and wake the run parked longest for its key: ``(id, key)`` of
+        the run woken, if any (``NOTIFY``: work for the pool)."""
+        s = self.s
         return (
-            f"WITH d AS (DELETE FROM {self.s}.permits WHERE id = %(permit)s RETURNING key) "
-            f"UPDATE {self.s}.limits l SET in_flight = greatest(l.in_flight - 1, 0) "
-            "FROM d WHERE l.key = d.key"
+            f"WITH d AS (DELETE FROM {s}.permits WHERE id = %(permit)s RETURNING key), "
+            f"r AS (UPDATE {s}.limits l SET in_flight = greatest(l.in_flight - 1, 0) "
+            "FROM d WHERE l.key = d.key RETURNING l.key), "
+            f"w AS (SELECT t.id, d.key FROM d JOIN {s}.limit_waiters w ON w.key = d.key "
+            f"JOIN {s}.tasks t ON t.id = w.task_id WHERE t.state = 'waiting' "
+            "ORDER BY w.until, w.task_id LIMIT 1 FOR UPDATE OF t SKIP LOCKED), "
+            f"u AS (UPDATE {s}.tasks t SET state = 'pending', not_before = NULL, "
+            "updated_at = %(now)s FROM w WHERE t.id = w.id AND t.state = 'waiting' "
+            "RETURNING t.id, w.key) "
+            "SELECT id, key, pg_notify(%(chan)s, 'pending')::text FROM u"
         )
 
     @property

@@ -64,6 +64,8 @@ from ...custody._tenants import (
     TenantView,
     next_turn,
 )
+from ...custody._work_bell import WorkBell
+from .. import _outranked as outranked
 from .._asks_frame import log_answers
 from .._common import (
     RANK_PRIORITY,
@@ -133,6 +135,7 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
     _sql: Sql = attrs.field(init=False)
     reach: StoreReach = attrs.field(init=False, factory=StoreReach)
     """Whether this process reaches the server, and since when (``custody._outage``)."""
+    work_bell: WorkBell = attrs.field(init=False, factory=WorkBell)
     _server_started: float | None = attrs.field(init=False, default=None)
     """When the server had last started as the store opened (``_restarted_at``)."""
     _steps_sql: StepsSql = attrs.field(init=False)
@@ -420,6 +423,11 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
                 f"cannot assign task {id!r} to {worker!r}: it is {before.state.value}"
                 f"{before.owner_note}, not pending"
             )
+
+    async def _return_outranked(self, ahead: str, limit: int, now: float) -> list[str]:
+        sql = outranked.postgres(self._sql.s)
+        params = {"ahead": ahead, "limit": limit, "now": now, "chan": self._channel}
+        return await self._run(lambda conn: [r[0] for r in conn.execute(sql, params)])
 
     async def _unassign(self, id: str, worker: str, now: float) -> bool:
         params = {"id": id, "worker": worker, "now": now, "chan": self._channel}
@@ -1027,9 +1035,10 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
             raise task_gone(claim.task.id, f"acquire a permit of {key!r} for")
         raise stale_lease(outcome, claim, now, f"acquire a permit of {key!r} for")
 
-    async def _release_permit(self, permit: int) -> None:
+    async def _release_permit(self, permit: int, now: float) -> list[tuple[str, str]]:
         sql = self._limits_sql.release
-        await self._run(lambda conn: conn.execute(sql, {"permit": permit}))
+        params = {"permit": permit, "now": now, "chan": self._channel}
+        return await self._run(lambda conn: [(i, k) for i, k, _ in conn.execute(sql, params)])
 
     async def _pause_limit(self, key: str, until: float, now: float) -> None:
         sql, params = self._limits_sql.pause, {"key": key, "until": until, "now": now}

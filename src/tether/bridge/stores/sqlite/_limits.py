@@ -40,6 +40,13 @@ PAUSE: Final = (
     "INSERT INTO limits (key, burst, tokens, at, paused_until) VALUES (:key, 0, 0, :now, :until) "
     "ON CONFLICT (key) DO UPDATE SET paused_until = max(coalesce(paused_until, 0), :until)"
 )
+WAKE_WAITER: Final = (
+    "UPDATE tasks SET state = 'pending', not_before = NULL, updated_at = :now WHERE id = ("
+    "SELECT w.task_id FROM limit_waiters w JOIN tasks t ON t.id = w.task_id "
+    "WHERE w.key = :key AND t.state = 'waiting' ORDER BY w.until, w.task_id LIMIT 1) "
+    "AND state = 'waiting' RETURNING id"
+)
+"""The run parked longest for a permit of ``key`` made pending again: a permit came free."""
 ALL: Final = f"SELECT {COLS} FROM limits ORDER BY key"
 WAITERS: Final = "SELECT key, count(*) FROM limit_waiters WHERE until > ? GROUP BY key"
 
@@ -64,10 +71,15 @@ def acquire(conn: sqlite3.Connection, params: dict[str, Any]) -> Granted | Wait 
     return Granted(permit, outcome.tokens)
 
 
-def release(conn: sqlite3.Connection, permit: int) -> None:
+def release(conn: sqlite3.Connection, permit: int, now: float) -> list[tuple[str, str]]:
+    """Give ``permit`` back and wake the run parked longest for its key: ``(id, key)`` of
+    the run woken, if any."""
     row = conn.execute(RELEASE, (permit,)).fetchone()
-    if row is not None:
-        conn.execute(RELEASED, (row[0],))
+    if row is None:
+        return []
+    conn.execute(RELEASED, (row[0],))
+    woken = conn.execute(WAKE_WAITER, {"key": row[0], "now": now}).fetchall()
+    return [(id, row[0]) for (id,) in woken]
 
 
 def views(conn: sqlite3.Connection, now: float) -> list[LimitView]:

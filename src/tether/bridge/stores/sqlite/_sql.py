@@ -89,17 +89,23 @@ INGEST: Final = (
     "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
+_ASSIGNED_TURNS: Final = "FROM tasks WHERE state = 'assigned' AND priority = :priority"
+"""Tasks a lead handed to a worker ahead of its free slots still wait for their turn
+(issue #47, item 2): the few assigned rows, read through ``tasks_assigned``."""
 TURN_INPUTS: Final = (
-    # the queue's clock: the earliest tenant turn pending at the priority (a seek in each
-    # pending queue's index) ...
+    # the queue's clock: the earliest tenant turn waiting at the priority (a seek in each
+    # pending queue's index, and the assigned rows) ...
     "SELECT (SELECT min(f) FROM ("
     f"SELECT (SELECT fair FROM tasks WHERE {FREE} AND priority = :priority AND fair > 0 "
     "ORDER BY fair LIMIT 1) AS f UNION ALL "
     f"SELECT (SELECT fair FROM tasks WHERE {ORDERED} AND priority = :priority AND fair > 0 "
-    "ORDER BY fair LIMIT 1))), "
-    # ... the tenant's last turn pending there (``tasks_tenant_turns``), and its weight
-    "(SELECT max(fair) FROM tasks WHERE state = 'pending' AND tenant IS NOT NULL "
-    "AND tenant = :tenant AND priority = :priority), "
+    "ORDER BY fair LIMIT 1) UNION ALL "
+    f"SELECT (SELECT min(fair) {_ASSIGNED_TURNS} AND fair > 0))), "
+    # ... the tenant's last turn waiting there (``tasks_tenant_turns``), and its weight
+    "(SELECT max(m) FROM ("
+    "SELECT (SELECT max(fair) FROM tasks WHERE state = 'pending' AND tenant IS NOT NULL "
+    "AND tenant = :tenant AND priority = :priority) AS m UNION ALL "
+    f"SELECT (SELECT max(fair) {_ASSIGNED_TURNS} AND tenant = :tenant))), "
     "(SELECT weight FROM tenants WHERE tenant = :tenant)"
 )
 """What a tenant's new task's turn is made of (``custody._tenants.next_turn``), in one read:

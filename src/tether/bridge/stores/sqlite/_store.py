@@ -70,6 +70,8 @@ from ...custody._tenants import (
     TenantView,
     next_turn,
 )
+from ...custody._work_bell import WorkBell
+from .. import _outranked as outranked
 from .._asks_frame import log_answers
 from .._common import (
     RANK_PRIORITY,
@@ -124,6 +126,7 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
     """Crashes while it ran alone that prove a task kills its process (``custody._crashes``)."""
     reach: StoreReach = attrs.field(init=False, factory=StoreReach)
     """A file in this process's reach is not lost to an outage; kept for the one rule."""
+    work_bell: WorkBell = attrs.field(init=False, factory=WorkBell)
     _walks: WalkHint = attrs.field(init=False, factory=WalkHint)
     """How this store's ready reads go while its backlog is deep (``_ready``)."""
 
@@ -308,6 +311,10 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
             return [_task(r) for r in conn.execute(sql.PENDING, {"now": now, "limit": limit})]
 
         return await self._read(op)
+
+    async def _return_outranked(self, ahead: str, limit: int, now: float) -> list[str]:
+        params = {"ahead": ahead, "limit": limit, "now": now}
+        return await self._writer.run(lambda c: [r[0] for r in c.execute(outranked.SQLITE, params)])
 
     async def _unassign(self, id: str, worker: str, now: float) -> bool:
         def op(conn: sqlite3.Connection) -> bool:
@@ -835,8 +842,8 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
 
         return await self._writer.run(op)
 
-    async def _release_permit(self, permit: int) -> None:
-        await self._writer.run(lambda conn: limits_sql.release(conn, permit))
+    async def _release_permit(self, permit: int, now: float) -> list[tuple[str, str]]:
+        return await self._writer.run(lambda conn: limits_sql.release(conn, permit, now))
 
     async def _pause_limit(self, key: str, until: float, now: float) -> None:
         params = {"key": key, "until": until, "now": now}
