@@ -179,7 +179,9 @@ class BridgeService:
             f", {config.quarantine_memory} MiB each" if config.quarantine_memory else "",
         )
         return Quarantine(
-            QuarantineSpec(config.agent, memory=config.quarantine_memory * 2**20),
+            QuarantineSpec(
+                config.agent, memory=config.quarantine_memory * 2**20, env=config.quarantine_env
+            ),
             processes=config.quarantine_processes,
             max_deaths=config.max_quarantine_deaths,
         )
