@@ -104,6 +104,13 @@ function render(message) {
   if (message.created_at != null) {
     part(item, "from").textContent = label(message.sender, clock(message.created_at));
   }
+  if (message.text != null) part(item, "text").textContent = message.text;
+  // a room's history cuts long messages; the whole one is a click away
+  const whole = part(item, "whole", "button");
+  whole.type = "button";
+  whole.textContent = "Show the whole message";
+  whole.hidden = !message.truncated;
+  whole.onclick = () => showWhole(message.id);
   const done = message.status === "answered" || message.status === "closed";
   const life = part(item, "life");
   const stall = part(item, "stall");
@@ -154,6 +161,14 @@ function render(message) {
   }
   if (follow) showNewest();
   return done;
+}
+
+async function showWhole(id) {
+  try {
+    render(await api("GET", `/v1/messages/${encodeURIComponent(id)}`));
+  } catch (error) {
+    notice(`Cannot show message ${id}: ${error.message}`);
+  }
 }
 
 async function watch(id, rev = "-") {
