@@ -172,11 +172,14 @@ class BridgeService:
             return None
         log.info(
             "bridge: suspects run in quarantine processes (agent %s, at most %d at once, dead "
-            "after %d deaths%s)",
+            "after %d deaths%s; environment: the base variables%s)",
             config.agent,
             config.quarantine_processes,
             config.max_quarantine_deaths,
             f", {config.quarantine_memory} MiB each" if config.quarantine_memory else "",
+            f" and {', '.join(config.quarantine_env)}"
+            if config.quarantine_env
+            else " only: quarantine_env names what the agent reads",
         )
         return Quarantine(
             QuarantineSpec(
