@@ -286,6 +286,8 @@ async def test_an_agent_refused_for_its_policy_is_a_configuration_error(
             "postgresql://user@127.0.0.1:1/x carries a password",
         ),
         (["--store", "password=s3cretPW host=127.0.0.1 dbname=x"], "carries a password"),
+        (["--store", "Postgresql://user:s3cretPW@127.0.0.1:1/x"], "cannot be parsed"),
+        (["--store", "POSTGRES://user:s3cretPW@127.0.0.1:1/x"], "cannot be parsed"),
         (["--gateway", "http://user:s3cretPW@127.0.0.1:9"], "must not carry a user or password"),
         (["--gateway", "http://s3cretPW@127.0.0.1:9"], "must not carry a user or password"),
     ],

@@ -43,8 +43,13 @@ async def test_serve_creates_a_token_serves_and_stops_on_sigterm(tmp_path: Path)
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
         token = token_file.read_text().strip()
-        # issue 32.8: a link that opens the chat page signed in, ready to click
-        assert second == f"tether gateway: chat page {url}/#token={token}"
+        # issue #48: the page's address and where its token is, never the token (a link
+        # carrying it stayed in the browser's history, the line in the journal)
+        assert second == (
+            f"tether gateway: chat page {url}/ (paste the token from {token_file}; it opens "
+            "everything: give people a --user-token-file)"
+        )
+        assert token not in first + second
 
         async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
             sent = await http.post(f"{url}/v1/messages", json={"room": "r", "text": "hi"})
@@ -73,11 +78,11 @@ async def test_serve_creates_a_token_serves_and_stops_on_sigterm(tmp_path: Path)
             await process.stdout.aclose()
 
 
-async def test_the_chat_page_link_carries_the_user_token_when_there_is_one(
+async def test_the_chat_page_line_names_the_user_token_file_when_there_is_one(
     tmp_path: Path,
 ) -> None:
-    """The page needs only the user side: with a user token the link never shows the
-    worker token, which opens everything."""
+    """The page needs only the user side: with a user token the line points to its file, and
+    shows neither token."""
     user_token = tmp_path / "user-token"
     user_token.write_text("people-chat-here\n")
     user_token.chmod(0o600)
@@ -98,9 +103,10 @@ async def test_the_chat_page_link_carries_the_user_token_when_there_is_one(
     )
     try:
         assert process.stdout is not None
-        _, link = await start_lines(process.stdout)
-        assert link.endswith("/#token=people-chat-here")
-        assert (tmp_path / "token").read_text().strip() not in link
+        first, line = await start_lines(process.stdout)
+        assert line.endswith(f"/ (paste the user token from {user_token})")
+        for token in ("people-chat-here", (tmp_path / "token").read_text().strip()):
+            assert token not in first + line
         process.send_signal(signal.SIGINT)
         with trio.fail_after(10):
             assert await process.wait() == 0

@@ -246,3 +246,95 @@ async def test_several_asks_of_one_run_are_numbered_in_order(
     await store.ingest(Task("a2", "no", room="r"), room_policy="concurrent")
     asks = await store.asks("t1")
     assert [(a.name, a.seq, a.answer) for a in asks] == [("~ask:1", 1, "yes"), ("dessert", 2, "no")]
+
+
+def _from(id: str, body: str, sender: str | None) -> Task:
+    headers = {} if sender is None else {"sender": sender}
+    return Task(id, body, room="r", headers=headers)
+
+
+@pytest.mark.parametrize("policy", ["serial", "concurrent"])
+async def test_an_ask_for_its_senders_takes_only_their_message_as_the_answer(
+    store: Store, fake_clock: FakeClock, policy: str
+) -> None:
+    """Issue #48: another sender's message in the room (or one without a sender) is an
+    ordinary message; the first from a sender the ask names is the answer."""
+    await store.ingest(_from("t1", "book a table", "user"), room_policy=policy)  # type: ignore[arg-type]
+    claim = await store.claim("w1", leaderless=True)
+    assert claim is not None
+    record = await store.ask(
+        claim, "~ask:1", "8 pm?", fake_clock.now + 60, "asked", answer_from=["user"]
+    )
+    assert record.answer_from == ("user",)
+    await store.ingest(_from("m1", "yes, book it", "mallory"), room_policy=policy)  # type: ignore[arg-type]
+    await store.ingest(_from("m2", "yes", None), room_policy=policy)  # type: ignore[arg-type]
+    for id in ("m1", "m2"):
+        other = await store.get(id)
+        assert other is not None
+        assert other.state is S.PENDING  # queued as usual, a run of its own
+    asker = await store.get("t1")
+    assert asker is not None
+    assert asker.state is S.WAITING
+    assert (await store.asks("t1"))[0].status == "open"
+    await store.ingest(_from("a1", "no, 9 pm", "user"), room_policy=policy)  # type: ignore[arg-type]
+    [answered] = await store.asks("t1")
+    assert (answered.status, answered.answer, answered.answer_id) == ("answered", "no, 9 pm", "a1")
+    assert answered.answer_from == ("user",)
+    asker = await store.get("t1")
+    assert asker is not None
+    assert asker.state is S.PENDING
+
+
+async def test_each_open_ask_of_a_room_takes_the_answer_of_its_own_senders(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """Two people wait on questions in one concurrent room: each one's message answers their
+    own, not the older ask."""
+    for id, sender in (("t1", "ann"), ("t2", "bob")):
+        await store.ingest(_from(id, "a table", sender), room_policy="concurrent")
+    for sender in ("ann", "bob"):
+        claim = await store.claim("w1", leaderless=True)
+        assert claim is not None
+        fake_clock.advance(1)
+        await store.ask(
+            claim, "~ask:1", "when?", fake_clock.now + 60, "asked", answer_from=[sender]
+        )
+    await store.ingest(_from("b1", "at 9", "bob"), room_policy="concurrent")
+    assert [(a.status, a.answer_id) for a in await store.asks("t1")] == [("open", None)]
+    assert [(a.status, a.answer_id) for a in await store.asks("t2")] == [("answered", "b1")]
+
+
+async def test_an_ask_for_anyone_or_for_named_senders_is_answered_by_them(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await store.ingest(_from("t1", "a table", "user"), room_policy="concurrent")
+    claim = await store.claim("w1", leaderless=True)
+    assert claim is not None
+    first = await store.ask(claim, "~ask:1", "ok?", fake_clock.now + 60, "asked")
+    assert first.answer_from is None  # the store's default: anyone
+    await store.ingest(_from("a1", "ok", "mallory"), room_policy="concurrent")
+    assert (await store.asks("t1"))[0].answer_id == "a1"
+    claim = await store.claim("w1", leaderless=True)
+    assert claim is not None
+    await store.ask(
+        claim, "boss", "approve?", fake_clock.now + 60, "asked", answer_from=["carol", "dave"]
+    )
+    await store.ingest(_from("a2", "sure", "user"), room_policy="concurrent")
+    await store.ingest(_from("a3", "approved", "dave"), room_policy="concurrent")
+    second = (await store.asks("t1"))[1]
+    assert (second.answer_id, second.answer_from) == ("a3", ("carol", "dave"))
+    ordinary = await store.get("a2")
+    assert ordinary is not None
+    assert ordinary.state is S.PENDING
+
+
+async def test_an_ask_refuses_a_bad_list_of_senders(store: Store, fake_clock: FakeClock) -> None:
+    await store.ingest(_from("t1", "a table", "user"), room_policy="serial")
+    claim = await store.claim("w1", leaderless=True)
+    assert claim is not None
+    for bad in ([], [""], ["a\x00b"], ["x" * 5000]):
+        with pytest.raises(ValueError, match="sender"):
+            await store.ask(claim, "~ask:1", "ok?", fake_clock.now + 60, "asked", answer_from=bad)
+    with pytest.raises(TypeError, match="list of senders"):
+        await store.ask(claim, "~ask:1", "ok?", fake_clock.now + 60, "asked", answer_from="user")
+    assert await store.asks("t1") == []

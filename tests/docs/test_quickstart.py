@@ -173,7 +173,11 @@ def test_the_quickstart_runs_as_written_from_a_folder_of_its_own(
     where, link = first_lines(gateway.stdout, 2)
     url = where.split()[2].rstrip("/")
     token = (project / "tether-data" / "gateway" / "token").read_text().strip()
-    assert link == f"tether gateway: chat page {url}/#token={token}"
+    assert link == (
+        f"tether gateway: chat page {url}/ (paste the token from tether-data/gateway/token; "
+        "it opens everything: give people a --user-token-file)"
+    )
+    assert token not in where + link
 
     bridge_log = tmp_path / "bridge.log"
     with open(bridge_log, "w") as log:

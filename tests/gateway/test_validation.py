@@ -43,6 +43,15 @@ BAD_REQUESTS = [
         400,
         "not a valid task id",
     ),
+    # issue #48: the last of two keys won ({"room": "a", "room": "b"} landed in b)
+    (
+        "POST",
+        "/v1/messages",
+        b'{"room": "a", "text": "hi", "room": "b"}',
+        JSON,
+        400,
+        "'room' twice",
+    ),
     ("POST", "/v1/messages", b"room=r&text=hi", {}, 415, "application/json"),
     ("PUT", "/v1/messages", _raw({"room": "r", "text": "hi"}), JSON, 405, "use GET or POST"),
     ("GET", "/v1/messages", b"", {}, 400, "'room' is required"),

@@ -22,6 +22,8 @@ from tether._plumbing._json import JsonRefused, check_values, loads_strict
         ("[" * 100_000 + "]" * 100_000, "nested deeper than 32 levels"),
         ('{"a b": {"c": NaN}}', "$.'a b'.c: NaN"),
         ("{", "not valid JSON"),
+        ('{"room": "a", "room": "b"}', "an object has the key 'room' twice"),
+        ('[{"a": {"b": 1, "c": 2, "b": 3}}]', "the key 'b' twice"),
         (b"\xff", "not UTF-8"),
     ],
 )

@@ -7,7 +7,8 @@
   (which must not reach the pipe); ``sleep``: sleeps a minute; ``steps``: two durable
   steps; ``limited``: holds a permit of ``openai`` and pauses it; ``nap``: a durable sleep of
   an hour (it parks); ``chat``: counts its room's history and keeps a count in the room's
-  state; anything else: an echo.
+  state; ``environ``: the environment a tool it starts sees (``env``'s output); anything
+  else: an echo.
 
 ``--agent pool.quarantine_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
@@ -69,6 +70,9 @@ async def handle(task: Task) -> str | Reply:
         print("noise on stdout " * 100)
     elif body == "sleep":
         await trio.sleep(60)
+    elif body == "environ":
+        done = await trio.run_process(["env"], capture_stdout=True)
+        return done.stdout.decode()
     return f"echo: {body}"
 
 

@@ -138,3 +138,35 @@ async def test_a_symlinked_folder_is_refused_and_nothing_goes_outside(tmp_path: 
         await exchange.archive(Task("t2", "hello"))
     assert os.listdir(elsewhere) == []
     assert sorted(os.listdir(exchange.outbox)) == ["t2.txt"]
+
+
+async def test_files_not_named_for_a_task_are_left_alone_and_reported_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue #48: one such file in ``outbox/`` or ``results/`` made every start of an exchange
+    worker fail (its name read as a task id). They are skipped, named in a warning (escaped),
+    and the finished task's files beside them are archived as before."""
+    from tether.bridge import SqliteStore
+
+    exchange = _exchange(tmp_path)
+    bad = ["a..b", "x y", "-dash", "n" * 250, "line\nbreak", ".."]
+    store = await SqliteStore.open(tmp_path / "custody.db")
+    try:
+        await store.ingest(Task("done", "a"))
+        claim = await store.claim("w1", leaderless=True)
+        assert claim is not None
+        await store.complete(claim, "A")
+        for folder in ("outbox", "results"):
+            for name in ["done", *bad]:
+                (exchange.root / folder / f"{name}.txt").write_text("x")
+        with caplog.at_level(logging.WARNING, logger="tether.bridge.pool.files"):
+            assert await exchange.archive_finished(store) == ["done"]
+            assert await exchange.archive_finished(store) == []  # a second start too
+    finally:
+        await store.aclose()
+    for folder in ("outbox", "results"):
+        assert sorted(os.listdir(exchange.root / folder)) == sorted(f"{n}.txt" for n in bad)
+    assert sorted(os.listdir(exchange.root / "archive")) == ["done.result.txt", "done.task.txt"]
+    [first, *_] = [r.getMessage() for r in caplog.records if "not a task's file" in r.getMessage()]
+    assert "'line\\nbreak.txt'" in first
+    assert "\n" not in first

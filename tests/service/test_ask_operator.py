@@ -16,11 +16,14 @@ from tether.bridge import CustodyState, SqliteStore, Task
 
 async def _asking(path: Path) -> None:
     async with await SqliteStore.open(path) as store:
-        await store.ingest(Task("booker", "a table for 4", room="r"), room_policy="serial")
+        booker = Task("booker", "a table for 4", room="r", headers={"sender": "ann"})
+        await store.ingest(booker, room_policy="serial")
         claim = await store.claim("w1", leaderless=True)
         assert claim is not None
         why = "asked the person (~ask:1): 8 pm, book it?"
-        await store.ask(claim, "~ask:1", "8 pm, book it?", store.clock() + 3600, why)
+        await store.ask(
+            claim, "~ask:1", "8 pm, book it?", store.clock() + 3600, why, answer_from=["ann"]
+        )
 
 
 async def _next_message_runs(path: Path) -> None:
@@ -46,9 +49,12 @@ def test_an_operator_sees_a_waiting_ask_and_cancelling_it_frees_the_room(
     assert ask.split(" ago  ", 1)[1].startswith(
         "~ask:1 (seq 1) 8 pm, book it?: open (not yet shown), times out in "
     )
+    assert ask.endswith(", from ann")  # who may answer (issue #48)
     assert main(["store", "show", "booker", "--store", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [(a["name"], a["status"]) for a in doc["asks"]] == [("~ask:1", "open")]
+    assert [(a["name"], a["status"], a["answer_from"]) for a in doc["asks"]] == [
+        ("~ask:1", "open", ["ann"])
+    ]
     assert main(["store", "cancel", "booker", "--store", str(path), "--reason", "gone"]) == 0
     capsys.readouterr()
     trio.run(_next_message_runs, path)

@@ -16,7 +16,7 @@ from support.custody import drive_to
 from support.observe import ADMIN_TOKEN, running_admin
 from support.waiting import wait_until
 from tether import Runtime
-from tether.bridge import CustodyState, SqliteStore
+from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody import Store
 from tether.bridge.service._ops_routes import OpsRoutes
 
@@ -240,3 +240,21 @@ async def test_the_store_view_carries_the_limits_and_the_tenants_shares(
     assert 590 < limit["paused_for_s"] <= 600
     tenants = {t["tenant"]: (t["weight"], t["pending"]) for t in view["tenants"]}
     assert tenants == {"acme": (3, 2), "globex": (1, 1)}
+
+
+async def test_a_tasks_timeline_carries_its_steps_and_asks_as_store_show_does(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """Issue #48: the page's Steps section was always empty (the timeline was built without
+    the task's steps and asks, which ``tether store show`` lists)."""
+    await store.ingest(Task("t1", "a table for 4", room="r"), room_policy="serial")
+    claim = await store.claim("w1", leaderless=True)
+    assert claim is not None
+    await store.record_step(claim, "search", '"T-4"')
+    await store.ask(claim, "~ask:1", "8 pm, book it?", store.clock() + 600, "asked")
+    async with running_admin(tmp_path, partial(OpsRoutes, store), store=store) as admin:
+        timeline = (await admin.get("/ops/api/tasks/t1")).json()
+    [step] = timeline["steps"]
+    assert (step["name"], step["attempt"], step["size"]) == ("search", 1, 5)
+    [ask] = timeline["asks"]
+    assert (ask["name"], ask["question"], ask["status"]) == ("~ask:1", "8 pm, book it?", "open")

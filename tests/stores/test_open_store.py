@@ -59,6 +59,43 @@ async def test_a_password_in_the_url_is_refused_without_showing_it(url: str) -> 
     assert "db.example" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "Postgresql://u:hunter2-secret@db.example/chat",
+        "POSTGRES://u:hunter2-secret@db.example/chat",
+        "postgresql://u:hunter2%zz-secret@db.example/chat",
+        "postgresql://u:hunter2-secret@[::1/chat",
+        "host=db.example dbname=chat password='hunter2-secret",
+    ],
+)
+async def test_a_postgres_dsn_that_cannot_be_parsed_is_refused_without_showing_it(
+    url: str,
+) -> None:
+    """Issue #48: such a DSN slipped past the password check (which parses it) and libpq's
+    error printed it whole, password and all."""
+    with pytest.raises(StoreConfigError, match="cannot be parsed") as info:
+        await open_store(url)
+    assert "hunter2" not in str(info.value)
+
+
+async def test_an_error_from_the_postgres_driver_never_shows_the_dsn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever the driver raises while opening, its text passes through ``redact_dsn``."""
+    from tether.bridge.stores._open import StoreOpenError
+    from tether.bridge.stores.postgres._store import PostgresStore
+
+    async def fails(dsn: str, **options: object) -> None:
+        raise RuntimeError(f'connection to "{dsn}" failed: no such host')
+
+    monkeypatch.setattr(PostgresStore, "open", fails)
+    with pytest.raises(StoreOpenError, match="no such host") as info:
+        await open_store("postgresql://u@db.example/chat?sslpassword=hunter2-secret")
+    assert "hunter2" not in str(info.value)
+    assert "postgresql://u@db.example/chat" in str(info.value)
+
+
 async def test_settings_for_the_other_backend_are_refused(tmp_path: Path) -> None:
     pwfile = tmp_path / "pw"
     pwfile.write_text("x\n")

@@ -38,7 +38,14 @@ def bridge_env() -> dict[str, str]:
     """The child's environment: no stray TETHER_* settings; tests/ importable for agents."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH")]))
+    env["TETHER_QUARANTINE_ENV"] = AGENTS_READ  # in a quarantine child too (issue #48)
     return env
+
+
+AGENTS_READ = (
+    "CONVERSATION_AGENT_LOG LIMITS_AGENT_LOG STEPS_AGENT_LOG OUTAGE_RUNS_FILE TETHER_TEST_HOLD"
+)
+"""The variables the tests' agents read (their logs, a hold): what ``quarantine_env`` names."""
 
 
 STARTED: list[trio.Process] = []

@@ -139,6 +139,11 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "MiB of address space a quarantine process may use; 0: no limit (default: 0)",
         int,
     ),
+    "quarantine_env": (
+        "environment variables a quarantine process gets beyond the base ones (PATH, HOME, "
+        "LANG, LC_*, PYTHON*, ...): names or PREFIX_*, comma-separated (default: none)",
+        str,
+    ),
     "synchronous": (
         "durability: NORMAL (default: synced before each promise: an ack, a reply, an answer),"
         " FULL (every commit synced) or EXTRA",

@@ -118,7 +118,6 @@ async def _serve_until_signal(settings: GatewaySettings) -> None:
     import trio
 
     from .._core._util import open_nursery_unwrapped
-    from .._plumbing._token_file import read_token
     from ..gateway._server import serve
 
     async def until_signal() -> None:
@@ -134,5 +133,15 @@ async def _serve_until_signal(settings: GatewaySettings) -> None:
             f"database {settings.db}); Ctrl+C stops",
             flush=True,
         )
-        page_token = read_token(settings.user_token_file or settings.token_file)
-        print(f"tether gateway: chat page http://{host}:{port}/#token={page_token}", flush=True)
+        print(f"tether gateway: chat page http://{host}:{port}/ ({_paste(settings)})", flush=True)
+
+
+def _paste(settings: GatewaySettings) -> str:
+    """Where the chat page's token is, never the token: a link that carried it stayed in the
+    browser's history and session files, and this line in the journal (issue #48)."""
+    if settings.user_token_file is not None:
+        return f"paste the user token from {settings.user_token_file}"
+    return (
+        f"paste the token from {settings.token_file}; it opens everything: give people a "
+        "--user-token-file"
+    )

@@ -22,6 +22,7 @@ import hypercorn.trio
 import trio
 
 from .._plumbing._json import JsonRefused, loads_strict
+from ._loopback import warn_off_loopback
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -280,7 +281,8 @@ async def start_hypercorn(
 ) -> tuple[int, str, trio.Event]:
     """Serve ``app`` in ``nursery``; returns once it listens: the bound port, the bind and
     the event that shuts it down. A failure to bind is a ``ListenError`` naming ``what`` and
-    the address (the OS's "address already in use" names neither)."""
+    the address (the OS's "address already in use" names neither). Bound beyond loopback, it
+    warns once that it serves plain HTTP (issue #48)."""
     stop = trio.Event()
     try:
         try:
@@ -296,7 +298,10 @@ async def start_hypercorn(
             why += " (another process holds the port)"
         where = ", ".join(config.bind)
         raise ListenError(exc.errno, f"{what} cannot listen on {where}: {why}") from None
-    return int(binds[0].rsplit(":", 1)[1]), binds[0], stop
+    port = int(binds[0].rsplit(":", 1)[1])
+    host = config.bind[0].rsplit(":", 1)[0]
+    warn_off_loopback(what, host, f"{host}:{port}")
+    return port, binds[0], stop
 
 
 def _close_sockets_left_open(exc: BaseException) -> None:

@@ -43,18 +43,34 @@ def _parse_int(text: str) -> int | _Wide:
     return _Wide(digits) if digits > 20 else int(text)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different: with a key twice, parties disagree on the
+    value (Python's ``json`` keeps the last, others the first), so it is refused."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise JsonRefused(f"an object has the key {key[:40]!r} twice")
+            seen.add(key)
+    return obj
+
+
 def loads_strict(data: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     """Parse ``data`` (UTF-8 if bytes) as strict JSON, or raise ``JsonRefused``.
 
-    Refused: invalid JSON, invalid UTF-8, nesting deeper than ``max_depth``, integers outside
-    the signed 64-bit range, ``NaN``/``Infinity`` and numbers that overflow a float.
+    Refused: invalid JSON, invalid UTF-8, an object with a key twice, nesting deeper than
+    ``max_depth``, integers outside the signed 64-bit range, ``NaN``/``Infinity`` and numbers
+    that overflow a float.
     """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError:
         raise JsonRefused("not UTF-8") from None
     try:
-        doc = json.loads(text, parse_int=_parse_int, parse_constant=_Constant)
+        doc = json.loads(
+            text, parse_int=_parse_int, parse_constant=_Constant, object_pairs_hook=_unique_keys
+        )
     except json.JSONDecodeError as exc:
         raise JsonRefused(f"not valid JSON: {exc}") from None
     except RecursionError:

@@ -17,7 +17,7 @@ _CONNINFO_RE: Final = re.compile(
     r"|connect_timeout|application_name)\s*="
 )
 _CONNINFO_PAIR: Final = re.compile(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S*)")
-_SECRET_KEY: Final = re.compile(r"(?i)pass|pwd|token|secret|key|auth|sig|credential")
+SECRET_KEY: Final = re.compile(r"(?i)pass|pwd|token|secret|key|auth|sig|credential")
 
 
 def is_conninfo(value: str) -> bool:
@@ -100,6 +100,6 @@ def redact_url(value: str) -> str:
     if url.query:
         pairs = parse_qsl(url.query, keep_blank_values=True)
         shown += "?" + "&".join(
-            f"{quote(k)}={REDACTED if _SECRET_KEY.search(k) else quote(v)}" for k, v in pairs
+            f"{quote(k)}={REDACTED if SECRET_KEY.search(k) else quote(v)}" for k, v in pairs
         )
     return shown

@@ -23,7 +23,8 @@ POST    /v1/leases/release          worker  ``{"client"}``: queue again its unac
 GET     /v1/stats                   worker  task counts, duplicates absorbed, clients
 POST    /v1/messages                user    ``{"room","text","sender"?,"id"?,"priority"?,
                                             "tenant"?}`` → id
-GET     /v1/messages?room=R&limit=N user    a room's recent messages with their replies
+GET     /v1/messages?room=R&limit=N user    a room's recent messages with their replies, cut
+        &before=ID                          to a bounded page (``_history``); older: before
 GET     /v1/messages/<id>?wait=N    user    status and reply; waits ≤ N s for the reply
         &seen=REV                           ... or, with ``seen``, for any change of the view
 ======  ==========================  ======  ==============================================
@@ -85,6 +86,7 @@ from .._protocol._messages import (
     parse_result_batch,
 )
 from .._protocol._progress import parse_progress
+from ._history import SHOWN_CHARS, HistoryRow, UnknownBefore
 from ._progress import ProgressBoard
 from ._store import FINAL_STATES, Conflict, GatewayStore, ItemOutcome, StoredTask
 from ._wire import MessageView, message_view, parse_message, task_for_worker
@@ -487,9 +489,24 @@ class GatewayApp:
             raise HttpError(400, "query parameter 'room' is required")
         _valid(check_label, room, "room")
         limit = query_count(request.query, "limit", 50, self.limits.max_history)
-        history = await self.store.room_history(room, limit)
-        views = [unstructure(self._view(task)) for task in history]
-        await send_json(send, 200, {"messages": views})
+        before = request.query.get("before")
+        if before is not None:
+            _valid(check_task_id, before, "before")
+        try:
+            page = await self.store.room_page(room, limit, before)
+        except UnknownBefore as exc:
+            raise HttpError(400, str(exc)) from None
+        views = [unstructure(self._page_view(row)) for row in page.rows]
+        await send_json(send, 200, {"messages": views, "more": page.more})
+
+    def _page_view(self, row: HistoryRow) -> MessageView:
+        """A message as a history page shows it: cut (its partial reply too), and marked."""
+        view = self._view(StoredTask(*row.fields))  # type: ignore[arg-type]
+        partial = view.partial
+        cut = row.cut or (partial is not None and len(partial) > SHOWN_CHARS)
+        if partial is not None:
+            partial = partial[:SHOWN_CHARS]
+        return attrs.evolve(view, partial=partial, truncated=cut)
 
     def _view(self, task: StoredTask) -> MessageView:
         if task.state in FINAL_STATES:

@@ -21,6 +21,7 @@ import trio
 from .._plumbing._fs import create_private_file, ensure_private_dir, restrict_file
 from .._plumbing._sqlite_temp import keep_temp_in_memory
 from .._plumbing._sqlite_writer import SqliteWriter
+from ._history import HistoryPage, read_page
 
 T = TypeVar("T")
 
@@ -315,16 +316,10 @@ class GatewayStore:
         assert task is not None
         return task, added == 0
 
-    async def room_history(self, room: str, limit: int) -> list[StoredTask]:
-        """The room's last ``limit`` messages, oldest first."""
-        return await self._run(self._room_history, room, limit)
-
-    def _room_history(self, room: str, limit: int) -> list[StoredTask]:
-        rows = self._db.execute(
-            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE room = ? ORDER BY rowid DESC LIMIT ?",
-            (room, limit),
-        ).fetchall()
-        return [StoredTask(*row) for row in reversed(rows)]
+    async def room_page(self, room: str, limit: int, before: str | None = None) -> HistoryPage:
+        """The room's last ``limit`` messages (before message ``before``), oldest first, cut
+        to a bounded page (``_history``); ``UnknownBefore`` if ``before`` is not the room's."""
+        return await self._run(read_page, self._db, room, limit, before)
 
     # -- the worker side ---------------------------------------------------------------
 

@@ -74,6 +74,9 @@ class MessageView:
     sending the room's next message."""
     tenant: str | None = None
     """Whose message it is, as submitted (None: no tenant)."""
+    truncated: bool = False
+    """In a room's history page: its text, reply, partial reply or questions were cut
+    (``_history.SHOWN_CHARS``); ``GET /v1/messages/<id>`` has them whole (issue #48)."""
 
 
 @attrs.frozen

@@ -1,8 +1,9 @@
 """Questions to the person (issue #36): a run asks, its task waits in ``waiting`` with no worker
-and no attempt, and the room's next message is the answer.
+and no attempt, and the room's next message from one of the ask's senders is the answer.
 
 An ask is a row beside its task: ``open`` while the task waits on it, then ``answered`` (the
-room's next message, taken at ingest), ``timeout`` (its wake-up came first) or
+room's next message from a sender it names, or from anyone: issue #48; taken at ingest),
+``timeout`` (its wake-up came first) or
 ``unsupported`` (the gateway has no messages route). The first of these to commit wins; a
 replay of the run reads the outcome and returns it (or raises it) again. What is checked here
 is checked before anything touches a store, alike on both backends.
@@ -30,6 +31,16 @@ ANSWERS_PREFIX: Final = "answers the question of "
 gateway, answered by the asking task)."""
 ANSWER_OWNER: Final = "answer"
 """The owner an answering message's no-send result records (no worker ever held it)."""
+SENDER_HEADER: Final = "sender"
+"""The header that names who sent a message (the bridge sets it at ingest)."""
+MAX_ANSWER_FROM: Final = 64
+"""Most senders one ask may name."""
+MAX_SENDER_CHARS: Final = 4096
+"""The longest sender (a header value's limit, ``_protocol._limits.MAX_HEADER_VALUE_CHARS``)."""
+
+
+def senders_of(value: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
 
 
 @attrs.frozen
@@ -50,6 +61,8 @@ class AskRecord:
     """The id of the room's message that answered it."""
     posted: bool = False
     """Has the gateway confirmed the question (``POST /v1/tasks/<id>/messages``)?"""
+    answer_from: tuple[str, ...] | None = attrs.field(default=None, converter=senders_of)
+    """Whose message answers it (their ``sender``), or None: anyone's."""
 
 
 @attrs.frozen
@@ -69,9 +82,19 @@ class AskStore(Protocol):
         """``id``'s asks in the order they were asked (empty for an unknown task). Reads only."""
         ...
 
-    async def ask(self, claim: Claim, name: str, text: str, until: float, why: str) -> AskRecord:
+    async def ask(
+        self,
+        claim: Claim,
+        name: str,
+        text: str,
+        until: float,
+        why: str,
+        *,
+        answer_from: Sequence[str] | None = None,
+    ) -> AskRecord:
         """Record the question ``name`` of ``claim``'s task (kept if already recorded: the
-        first wins, with its deadline) with its assistant turn (outcome ``asked``) if the task
+        first wins, with its deadline and senders; ``answer_from`` names the senders whose
+        message answers it, None for anyone) with its assistant turn (outcome ``asked``) if the task
         is in a room, and park the task (claimed -> waiting, due at the ask's deadline, the
         lease released, no attempt spent), all under the lease fence in one transaction; the
         record stored. ``StaleLease`` if fenced out."""
@@ -118,6 +141,30 @@ def check_ask_timeout(timeout: object) -> float:
     ):
         raise ValueError(f"run.ask needs a finite timeout in seconds > 0, got {timeout!r}")
     return float(timeout)
+
+
+def check_answer_from(senders: object) -> tuple[str, ...] | None:
+    """``senders``: None (anyone), or a non-empty list of senders (non-empty text without NUL,
+    at most ``MAX_SENDER_CHARS`` each, at most ``MAX_ANSWER_FROM`` of them)."""
+    if senders is None:
+        return None
+    if isinstance(senders, str) or not isinstance(senders, Sequence):
+        raise TypeError(f"an ask's senders are a list of senders, got {senders!r:.80}")
+    if not 0 < len(senders) <= MAX_ANSWER_FROM:
+        raise ValueError(
+            f"an ask names 1 to {MAX_ANSWER_FROM} senders (or anyone), got {len(senders)}"
+        )
+    for sender in senders:
+        if (
+            not isinstance(sender, str)
+            or not 0 < len(sender) <= MAX_SENDER_CHARS
+            or "\x00" in sender
+        ):
+            raise ValueError(
+                f"an ask's sender must be 1-{MAX_SENDER_CHARS} characters without NUL, got "
+                f"{sender!r:.80}"
+            )
+    return tuple(dict.fromkeys(senders))
 
 
 def answers_reason(task_id: str) -> str:

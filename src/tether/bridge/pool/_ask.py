@@ -2,7 +2,8 @@
 
 The first run to reach an ask ends there (``Parked``): its worker records the question and
 parks the task in ``waiting`` in one fenced transaction, the bridge posts the question once it
-is durable, and the room's next message is the answer. The handler then runs again from the
+is durable, and the room's next message from the asking message's sender is the answer (or
+from the senders the ask names, or anyone's: issue #48). The handler then runs again from the
 top (replay, as for ``run.sleep``): this ask returns the answer, or raises ``AskTimeout`` or
 ``AskUnsupported``, the same in every later run. See docs/guide/asking.md.
 """
@@ -14,7 +15,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from ..custody._asks import ASK_PREFIX, AskRecord, check_ask_timeout, check_question
+from ..custody._asks import (
+    ASK_PREFIX,
+    SENDER_HEADER,
+    AskRecord,
+    AskStore,
+    check_answer_from,
+    check_ask_timeout,
+    check_question,
+    senders_of,
+)
+from ..custody._rules import Claim
 from ..custody._steps import StepError, check_step_name
 
 if TYPE_CHECKING:
@@ -42,6 +53,27 @@ class ParkedAsk:
     name: str
     text: str
     until: float
+    answer_from: tuple[str, ...] | None = attrs.field(default=None, converter=senders_of)
+    """Whose message answers it (None: anyone's)."""
+
+    async def record(self, store: AskStore, claim: Claim, why: str) -> AskRecord:
+        """Record this question and park ``claim``'s task on it (one fenced transaction)."""
+        return await store.ask(
+            claim, self.name, self.text, self.until, why, answer_from=self.answer_from
+        )
+
+
+def answer_from(
+    task_headers: Mapping[str, str], from_anyone: bool, from_senders: Sequence[str] | None
+) -> tuple[str, ...] | None:
+    """Who may answer an ask: the senders named, anyone, or by default the asking message's
+    own sender (a task with no sender, as a schedule's, takes anyone's answer)."""
+    if from_anyone and from_senders is not None:
+        raise ValueError("run.ask takes from_anyone or from_senders, not both")
+    if from_senders is not None:
+        return check_answer_from(from_senders)
+    sender = task_headers.get(SENDER_HEADER)
+    return None if from_anyone or sender is None else (sender,)
 
 
 @attrs.define(eq=False)
@@ -54,7 +86,14 @@ class Asking:
     recorded: dict[str, AskRecord] | None = None
     parked: ParkedAsk | None = None
 
-    async def ask(self, run: Run, text: str, timeout: float, name: str | None) -> str:  # noqa: ASYNC109 - a durable deadline, not a cancel scope
+    async def ask(
+        self,
+        run: Run,
+        text: str,
+        timeout: float,  # noqa: ASYNC109 - a durable deadline, not a cancel scope
+        name: str | None,
+        senders: tuple[str, ...] | None,
+    ) -> str:
         check_question(text)
         seconds = check_ask_timeout(timeout)
         self.made += 1
@@ -87,7 +126,7 @@ class Asking:
                 )
         # not asked yet, or asked and still open (the run that asked ended before its park)
         until = run.now() + seconds if record is None else record.deadline
-        self.parked = ParkedAsk(key, text, until)
+        self.parked = ParkedAsk(key, text, until, senders)
         raise run.park_at(until, f"asked the person ({key}): {text[:120]}")
 
 

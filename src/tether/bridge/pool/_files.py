@@ -28,7 +28,7 @@ from ..._plumbing._atomic_file import remove_stale_tmp_at, write_atomic_at
 from ..._plumbing._fs import ensure_private_dir
 from ..._session import Session
 from ..custody._roles import Store
-from ..custody._rules import CustodyState, Task
+from ..custody._rules import CustodyState, InvalidTaskId, Task, check_task_id
 from ._agent import TASK_EVENT, AgentError, Reply
 from ._conversation import conversation_of
 from ._liveness import check_seconds
@@ -140,6 +140,8 @@ def parse_result(text: str, task_id: str) -> Reply:
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _FOLDERS: Final = ("outbox", "results", "archive", "refused")
+_SHOWN_STRANGERS: Final = 10
+"""Names a start's warning shows of the files that are not a task's (the rest counted)."""
 _FINISHED: Final = frozenset({CustodyState.RESULT, CustodyState.DELIVERED, CustodyState.DEAD, None})
 """A task's state (None: gone from the store) once no run of it will read its files again."""
 MAX_RESULT_FILE_BYTES: Final = 16 << 20
@@ -240,8 +242,20 @@ class FileExchange:
         a worker's hands (its result stored, delivered, dead, or gone from the store): what a
         process killed between storing a result and archiving its files left behind. A task
         still in custody keeps its files (its next run reads the result file already there).
-        Returns the ids archived."""
-        ids = await trio.to_thread.run_sync(self._ids_in_exchange)
+        Returns the ids archived. A file whose name is not a task id (an outside program's
+        or a person's) is left where it is and named in a warning (issue #48: one stopped
+        every start)."""
+        ids, strangers = await trio.to_thread.run_sync(self._ids_in_exchange)
+        if strangers:
+            shown = ", ".join(f"{name!r:.80}" for name in sorted(strangers)[:_SHOWN_STRANGERS])
+            more = len(strangers) - _SHOWN_STRANGERS
+            log.warning(
+                "left %d file(s) in outbox/ or results/ alone: not a task's file (a task id "
+                "then .txt): %s%s",
+                len(strangers),
+                shown,
+                f" and {more} more" if more > 0 else "",
+            )
         done = []
         for id in sorted(ids):
             if await store.state(id) in _FINISHED:
@@ -253,16 +267,21 @@ class FileExchange:
             )
         return done
 
-    def _ids_in_exchange(self) -> set[str]:
+    def _ids_in_exchange(self) -> tuple[set[str], set[str]]:
+        """The task ids named by ``*.txt`` files in ``outbox/`` and ``results/``, and the
+        names of the other ``*.txt`` files there (not a task id)."""
         ids: set[str] = set()
+        strangers: set[str] = set()
         for folder in ("outbox", "results"):
             with self._folder(folder) as fd:
-                ids.update(
-                    name.removesuffix(".txt")
-                    for name in os.listdir(fd)
-                    if name.endswith(".txt") and not name.startswith(".")
-                )
-        return ids
+                for name in os.listdir(fd):
+                    if not name.endswith(".txt") or name.startswith("."):
+                        continue
+                    try:
+                        ids.add(check_task_id(name.removesuffix(".txt")))
+                    except InvalidTaskId:
+                        strangers.add(name)
+        return ids, strangers
 
     @contextmanager
     def _folder(self, name: str) -> Iterator[int]:

@@ -37,6 +37,7 @@ from ..custody._records import StepRecord
 from ..custody._rules import StaleLease
 from ._agent import AgentError, Reply
 from ._ask import asks_fields, parked_from
+from ._quarantine_env import check_env_names, child_environ
 from ._quarantine_limits import ChildLimits
 from ._quarantine_limits import serve as serve_limits
 from ._quarantine_steps import steps_fields
@@ -107,11 +108,13 @@ def death_reason(returncode: int, memory_limit: int = 0) -> str:
 
 @attrs.frozen
 class QuarantineSpec:
-    """How a worker starts its quarantine children: the agent spec and the memory limit
-    (bytes of address space, ``RLIMIT_AS``; 0: none)."""
+    """How a worker starts its quarantine children: the agent spec, the memory limit (bytes
+    of address space, ``RLIMIT_AS``; 0: none) and the environment variables the agent reads
+    beyond the base ones (names, or prefixes ending ``*``: ``_quarantine_env``)."""
 
     agent: str
     memory: int = 0
+    env: tuple[str, ...] = attrs.field(default=(), converter=check_env_names)
 
 
 async def run_in_quarantine(
@@ -126,7 +129,12 @@ async def run_in_quarantine(
     """Run ``task`` (a ``Task``) in a new quarantine child and return its reply (see the
     module docstring for what it raises)."""
     argv = [sys.executable, "-m", CHILD_MODULE, spec.agent, str(os.getpid()), str(spec.memory)]
-    process = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    process = await trio.lowlevel.open_process(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=child_environ(os.environ, spec.env),  # no secret of the worker's (issue #48)
+    )
     assert process.stdin is not None
     assert process.stdout is not None
     if on_started is not None:

@@ -16,7 +16,7 @@ import hashlib
 import inspect
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, NoReturn
 
@@ -36,7 +36,7 @@ from ..custody._steps import (
     encode_step_value,
 )
 from . import _limits
-from ._ask import Asking, ParkedAsk
+from ._ask import Asking, ParkedAsk, answer_from
 from ._outage import until_stored
 from ._tracing import WaitTrace, step_span, wait_span
 
@@ -166,17 +166,28 @@ class Run:
 
     # -- asks (issue #36: the rules and the replay are pool._ask's) ----------------------------
 
-    async def ask(self, text: str, *, timeout: float, name: str | None = None) -> str:  # noqa: ASYNC109
-        """Ask the person ``text`` and return their answer: the room's next message. The
-        run ends here (``Parked``) and its task waits in ``waiting`` (no worker slot, no
-        attempt spent); once the question is durably recorded the bridge posts it to the
-        room, and the answer makes the task pending again: the handler runs again from the
-        top and this ask returns the answer. ``AskTimeout`` once ``timeout`` seconds passed
-        with no answer; ``AskUnsupported`` if the gateway cannot show questions. Each is
-        recorded: every later run of the task gets the same. Asks are told apart by their
-        position in the run, or by ``name`` (a step name)."""
+    async def ask(
+        self,
+        text: str,
+        *,
+        timeout: float,  # noqa: ASYNC109
+        name: str | None = None,
+        from_anyone: bool = False,
+        from_senders: Sequence[str] | None = None,
+    ) -> str:
+        """Ask the person ``text`` and return their answer: the room's next message from the
+        asking message's sender (other senders' messages queue as ordinary ones), or from
+        anyone (``from_anyone=True``), or from one of ``from_senders``. The run ends here
+        (``Parked``) and its task waits in ``waiting`` (no worker slot, no attempt spent);
+        once the question is durably recorded the bridge posts it to the room, and the answer
+        makes the task pending again: the handler runs again from the top and this ask
+        returns the answer. ``AskTimeout`` once ``timeout`` seconds passed with no answer;
+        ``AskUnsupported`` if the gateway cannot show questions. Each is recorded: every
+        later run of the task gets the same. Asks are told apart by their position in the
+        run, or by ``name`` (a step name)."""
+        senders = answer_from(self.task.headers, from_anyone, from_senders)
         with self.waiting("ask"):
-            return await self._asking.ask(self, text, timeout, name)
+            return await self._asking.ask(self, text, timeout, name, senders)
 
     @property
     def parked_ask(self) -> ParkedAsk | None:

@@ -919,7 +919,7 @@ class PoolWorker:
             if asked is None:
                 await self.store.park(entry.claim, entry.run.parked_until, why)
             else:  # the question and the park in one transaction (issue #36)
-                await self.store.ask(entry.claim, asked.name, asked.text, asked.until, why)
+                await asked.record(self.store, entry.claim, why)
         except StaleLease as exc:
             self._lose(entry, exc)
             return

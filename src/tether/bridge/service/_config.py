@@ -16,6 +16,7 @@ from ..custody._rooms import DEFAULT_ROOM_POLICY, ROOM_POLICIES, RoomPolicy
 from ..pool._retry import RetryBackoff
 from ._setting_values import (
     parse_agent,
+    parse_env_names,
     parse_int,
     parse_lower_choice,
     parse_optional_seconds,
@@ -81,6 +82,9 @@ class BridgeConfig(ProcessSettings):
     """Deaths of its quarantine child while it ran the task that make a task dead."""
     quarantine_memory: int = 0
     """MiB of address space a quarantine child may use (``RLIMIT_AS``); 0: no limit."""
+    quarantine_env: tuple[str, ...] = ()
+    """Environment variables a quarantine child gets beyond the base ones (names, or
+    prefixes ending ``*``): what the agent reads, e.g. its API key's variable."""
 
 
 _PARSERS: Final = settings_parsers(
@@ -102,6 +106,7 @@ _PARSERS: Final = settings_parsers(
         "quarantine_processes": parse_int(1, 64),
         "max_quarantine_deaths": parse_int(1, 100),
         "quarantine_memory": parse_int(0, 1 << 30),
+        "quarantine_env": parse_env_names,
     },
 )
 SETTINGS: Final = tuple(_PARSERS)

@@ -117,11 +117,14 @@ async def ops_view(store: Store) -> dict[str, object]:
 
 
 async def task_timeline(store: Store, id: str) -> dict[str, object] | None:
-    """``tether store show``'s document for ``id`` (None: no such task)."""
+    """``tether store show``'s document for ``id``, steps and asks included (None: no such
+    task)."""
     record = await store.get(id)
     if record is None:
         return None
-    return TaskShow(record, tuple(await store.journal(id)), store.clock()).to_document()
+    journal, steps, asks = await store.journal(id), await store.steps(id), await store.asks(id)
+    show = TaskShow(record, tuple(journal), store.clock(), steps=tuple(steps), asks=tuple(asks))
+    return show.to_document()
 
 
 async def operator_move(store: Store, move: str, id: str, reason: str | None) -> OperatorOutcome:

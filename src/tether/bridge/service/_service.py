@@ -172,14 +172,19 @@ class BridgeService:
             return None
         log.info(
             "bridge: suspects run in quarantine processes (agent %s, at most %d at once, dead "
-            "after %d deaths%s)",
+            "after %d deaths%s; environment: the base variables%s)",
             config.agent,
             config.quarantine_processes,
             config.max_quarantine_deaths,
             f", {config.quarantine_memory} MiB each" if config.quarantine_memory else "",
+            f" and {', '.join(config.quarantine_env)}"
+            if config.quarantine_env
+            else " only: quarantine_env names what the agent reads",
         )
         return Quarantine(
-            QuarantineSpec(config.agent, memory=config.quarantine_memory * 2**20),
+            QuarantineSpec(
+                config.agent, memory=config.quarantine_memory * 2**20, env=config.quarantine_env
+            ),
             processes=config.quarantine_processes,
             max_deaths=config.max_quarantine_deaths,
         )

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._plumbing._redact import redact_url
+from ..pool._quarantine_env import check_env_names
 from ..pool._retry import RetryBackoff
 from ..stores.postgres._dsn import check_schema, is_postgres_dsn
 
@@ -112,6 +113,15 @@ def parse_store(name: str, value: Any) -> str:
     if "://" in text and not is_postgres_url(text):
         raise ValueError("must be a file path or a postgresql:// URL")
     return text
+
+
+def parse_env_names(name: str, value: Any) -> tuple[str, ...]:
+    """Environment variable names (or prefixes ending ``*``): a TOML list, or one string
+    separated by commas or spaces (a flag, ``TETHER_QUARANTINE_ENV``); empty: none."""
+    items = value.replace(",", " ").split() if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ValueError("must be environment variable names (a list, or one string)")
+    return check_env_names(items)
 
 
 def parse_schema(name: str, value: Any) -> str:

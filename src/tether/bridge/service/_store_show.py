@@ -51,7 +51,8 @@ def _ask_line(ask: AskRecord, now: float) -> str:
         outcome = f"answered by {ask.answer_id}: {_bounded(ask.answer or '')}"
     elif ask.status == "open":
         posted = "shown" if ask.posted else "not yet shown"
-        outcome = f"open ({posted}), times out {_at(ask.deadline, now)}"
+        who = "anyone" if ask.answer_from is None else " or ".join(ask.answer_from)
+        outcome = f"open ({posted}), times out {_at(ask.deadline, now)}, from {_bounded(who)}"
     else:
         outcome = ask.status
     return (

@@ -3,7 +3,8 @@ frames the rest: check the arguments, run the backend's ``_name`` operation, log
 
 A mixin of both backends' store classes, so asks read the same on SQLite and PostgreSQL and
 stay apart from the methods of other issues. The answer itself is taken at ingest (each
-backend's ``_ingest_many`` calls its ``_answer`` on every new message of a room).
+backend's ``_ingest_many`` calls its ``_answer`` on every new message of a room): the room's
+oldest open ask that the message's sender may answer (issue #48).
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from collections.abc import Iterable, Sequence
 
 from ..._plumbing._when import iso_time
 from ..custody import _log as _clog
-from ..custody._asks import AskRecord, Question, answers_reason, check_question
+from ..custody._asks import (
+    AskRecord,
+    Question,
+    answers_reason,
+    check_answer_from,
+    check_question,
+)
 from ..custody._rules import Claim, CustodyState, check_task_id
 from ..custody._steps import check_step_name, check_wake_at
 from ._common import check_limit, check_reason, fence_args
@@ -31,22 +38,40 @@ class AsksFrame(StoreFrame):
     async def _asks(self, id: str) -> list[AskRecord]:
         """``id``'s asks by their ``seq``."""
 
-    async def ask(self, claim: Claim, name: str, text: str, until: float, why: str) -> AskRecord:
+    async def ask(
+        self,
+        claim: Claim,
+        name: str,
+        text: str,
+        until: float,
+        why: str,
+        *,
+        answer_from: Sequence[str] | None = None,
+    ) -> AskRecord:
         fence_args(claim)
         check_step_name(name, own=True)
         check_question(text)
         until = check_wake_at(until)
+        senders = check_answer_from(answer_from)
         reason = self._stored_text(check_reason(why))
-        record = await self._ask(claim, name, text, until, reason, self.clock())
+        record = await self._ask(claim, name, text, until, reason, self.clock(), senders)
         journal_parked(claim, f"{reason}; times out {iso_time(record.deadline)}")
         return record
 
     @abc.abstractmethod
     async def _ask(
-        self, claim: Claim, name: str, text: str, until: float, why: str, now: float
+        self,
+        claim: Claim,
+        name: str,
+        text: str,
+        until: float,
+        why: str,
+        now: float,
+        answer_from: tuple[str, ...] | None,
     ) -> AskRecord:
-        """Record the ask (the first record of ``name`` wins) and its turn, and park the task
-        until the recorded deadline, under the fence; ``StaleLease`` if fenced out."""
+        """Record the ask (the first record of ``name`` wins) with the senders who may answer
+        it (None: anyone) and its turn, and park the task until the recorded deadline, under
+        the fence; ``StaleLease`` if fenced out."""
 
     async def unposted_questions(self, *, limit: int = 64) -> Sequence[Question]:
         return await self._unposted_questions(check_limit(limit))

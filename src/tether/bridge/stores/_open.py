@@ -21,7 +21,13 @@ import trio
 from ..._plumbing._config_error import ConfigError
 from ..._plumbing._fs import read_private_file
 from ..custody._roles import Store
-from .postgres._dsn import dsn_has_password, is_postgres_dsn, redact_dsn
+from .postgres._dsn import (
+    dsn_has_password,
+    is_postgres_dsn,
+    redact_dsn,
+    scrub_dsn,
+    unparsable_reason,
+)
 from .sqlite._store import Synchronous
 
 log = logging.getLogger("tether.bridge.store")
@@ -31,6 +37,11 @@ class StoreConfigError(ConfigError):
     """The store setting (path, URL, password file, schema) is unusable; says which and why.
 
     A ``ConfigError``, so the CLI reports it in one line and exits 2 like any bad setting."""
+
+
+class StoreOpenError(RuntimeError):
+    """Opening a PostgreSQL store failed with an error whose text showed the DSN: the same
+    error with the DSN redacted (the original is not chained, so no traceback shows it)."""
 
 
 def read_password_file(path: Path) -> str:
@@ -76,6 +87,9 @@ async def open_store(
     if not target:
         raise StoreConfigError("the store setting is empty: give a file path or postgresql:// URL")
     if isinstance(url_or_path, str) and is_postgres_dsn(target):
+        unparsable = unparsable_reason(target)
+        if unparsable is not None:
+            raise StoreConfigError(unparsable)
         shown = redact_dsn(target)
         try:
             from .postgres._schema import NoSuchStore
@@ -102,7 +116,12 @@ async def open_store(
                 **options,
             )
         except (ValueError, NoSuchStore) as exc:
-            raise StoreConfigError(str(exc)) from None
+            raise StoreConfigError(scrub_dsn(str(exc), target)) from None
+        except Exception as exc:  # every error passes through redact_dsn (issue #48)
+            scrubbed = scrub_dsn(str(exc), target)
+            if scrubbed != str(exc):
+                raise StoreOpenError(f"the store {shown} did not open: {scrubbed}") from None
+            raise
         log.info("custody store: PostgreSQL %s, schema %s", shown, schema)
         return store
     if password_file is not None:

@@ -170,6 +170,13 @@ function render(message) {
     part(item, "from").textContent = label(message.sender, clock(message.created_at));
     item.dataset.at = String(message.created_at);
   }
+  if (message.text != null) part(item, "text").textContent = message.text;
+  // a room's history cuts long messages; the whole one is a click away
+  const whole = part(item, "whole", "button");
+  whole.type = "button";
+  whole.textContent = "Show the whole message";
+  whole.hidden = !message.truncated;
+  whole.onclick = () => showWhole(message.id);
   const done = message.status === "answered" || message.status === "closed";
   const plain = message.status === "closed" && !message.reason && message.reply == null;
   item.dataset.plainClose = plain ? "1" : "";
@@ -215,6 +222,14 @@ function render(message) {
   arrange();
   if (follow) showNewest();
   return done;
+}
+
+async function showWhole(id) {
+  try {
+    render(await api("GET", `/v1/messages/${encodeURIComponent(id)}`));
+  } catch (error) {
+    notice(`Cannot show message ${id}: ${error.message}`);
+  }
 }
 
 async function watch(id, rev = "-") {

@@ -179,16 +179,27 @@ function drawTask(doc) {
     !e.worker ? e.actor : e.actor === "worker" ? `worker ${e.worker}` : `${e.actor} (worker ${e.worker})`,
     e.reason || "",
   ]));
-  // issues 35 and 36: steps and turns, when the document carries them
-  for (const [part, rows] of [["steps", doc.steps], ["turns", doc.turns]]) {
-    $(part).hidden = !Array.isArray(rows);
-    if (!Array.isArray(rows)) continue;
-    $(part === "steps" ? "step-rows" : "turn-rows").replaceChildren(...rows.map((row) => {
+  // the steps and asks of its runs (as `tether store show` lists them; values stay in its --json)
+  const parts = [
+    ["steps", "step-rows", doc.steps, (s) =>
+      `${s.name} · attempt ${s.attempt} · ${s.size} bytes · recorded ${age(doc.now - s.at)} ago`],
+    ["asks", "ask-rows", doc.asks, (a) => `${a.name}: ${a.question.slice(0, 200)} · ${askOutcome(a)}`],
+  ];
+  for (const [part, list, rows, line] of parts) {
+    $(part).hidden = !Array.isArray(rows) || rows.length === 0;
+    $(list).replaceChildren(...(Array.isArray(rows) ? rows : []).map((row) => {
       const li = document.createElement("li");
-      li.textContent = JSON.stringify(row);
+      li.textContent = line(row);
       return li;
     }));
   }
+}
+
+function askOutcome(a) {
+  if (a.status === "answered") return `answered by ${a.answer_id}: ${(a.answer || "").slice(0, 200)}`;
+  if (a.status !== "open") return a.status;
+  const who = a.answer_from == null ? "anyone" : a.answer_from.join(" or ");
+  return `open (${a.posted ? "shown" : "not yet shown"}), from ${who}`;
 }
 
 // One reading at a time: a refresh asked for while one is out runs right after it, so a

@@ -4,7 +4,7 @@ show.
 
 An ask takes its room's conversation row first (as ingest does), then its task's: an ingest
 into the room waits for the ask's commit and then sees it open, so the room's next message
-is its answer; the order of the two locks is ingest's, so the two never deadlock.
+from its senders is its answer; the order of the two locks is ingest's, so the two never deadlock.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 _UTF8: Final = "utf-8"
 _ERRORS: Final = "surrogatepass"
-_COLS: Final = "name, seq, question, status, deadline, at, answer, answer_id, posted"
+_COLS: Final = "name, seq, question, status, deadline, at, answer, answer_id, posted, answer_from"
 
 
 def _text(data: bytes | None) -> str | None:
@@ -33,10 +33,12 @@ def _text(data: bytes | None) -> str | None:
 
 
 def ask_of(row: Sequence[Any]) -> AskRecord:
-    name, seq, question, status, deadline, at, answer, answer_id, posted = row
+    name, seq, question, status, deadline, at, answer, answer_id, posted, senders = row
     text = _text(question)
     assert text is not None
-    return AskRecord(name, seq, text, status, deadline, at, _text(answer), answer_id, posted)
+    return AskRecord(
+        name, seq, text, status, deadline, at, _text(answer), answer_id, posted, senders
+    )
 
 
 class PostgresAsks(AsksFrame):
@@ -63,11 +65,19 @@ class PostgresAsks(AsksFrame):
         return await self._run(lambda c: [ask_of(r) for r in c.execute(sql, {"id": id})])
 
     async def _ask(
-        self, claim: Claim, name: str, text: str, until: float, why: str, now: float
+        self,
+        claim: Claim,
+        name: str,
+        text: str,
+        until: float,
+        why: str,
+        now: float,
+        answer_from: tuple[str, ...] | None,
     ) -> AskRecord:
         s, room = self._s, claim.task.room
         params: dict[str, Any] = {"id": claim.task.id, "worker": claim.worker, "run": claim.run}
         params.update(now=now, name=name, room=room, text=text.encode(_UTF8, _ERRORS), why=why)
+        params["answer_from"] = None if answer_from is None else list(answer_from)
         lock = (
             f"INSERT INTO {s}.conversations AS c (room) VALUES (%(room)s) "
             "ON CONFLICT (room) DO UPDATE SET next_seq = c.next_seq"
@@ -75,9 +85,10 @@ class PostgresAsks(AsksFrame):
         old_sql = f"SELECT {_COLS} FROM {s}.asks WHERE task_id = %(id)s AND name = %(name)s"
         park = StepsSql(s).park
         insert = (
-            f"INSERT INTO {s}.asks (task_id, name, seq, room, question, status, deadline, at) "
-            "SELECT %(id)s, %(name)s, coalesce(max(seq), 0) + 1, %(room)s, %(text)s, 'open', "
-            f"%(until)s, %(now)s FROM {s}.asks WHERE task_id = %(id)s RETURNING {_COLS}"
+            f"INSERT INTO {s}.asks (task_id, name, seq, room, question, status, deadline, at, "
+            "answer_from) SELECT %(id)s, %(name)s, coalesce(max(seq), 0) + 1, %(room)s, "
+            "%(text)s, 'open', %(until)s, %(now)s, %(answer_from)s::text[] "
+            f"FROM {s}.asks WHERE task_id = %(id)s RETURNING {_COLS}"
         )
         turn = (
             f"WITH n AS (UPDATE {s}.conversations SET next_seq = next_seq + 1 "
@@ -106,15 +117,18 @@ class PostgresAsks(AsksFrame):
 
     def _answer_sql(self) -> str:
         """Ingest's part, for one new message ``%(answer)s`` of ``%(room)s``: if an ask of the
-        room is open (its task waiting on it), the ask answered, its task pending and the
+        room is open for the message's sender (the oldest, its task waiting on it), the ask
+        answered, its task pending and the
         message a no-send result; the asking task's id, or no row."""
         s = self._s
         return (
             f"WITH a AS (SELECT a.task_id, a.name FROM {s}.asks a "
             f"JOIN {s}.tasks w ON w.id = a.task_id AND w.state = 'waiting' "
             "AND w.not_before = a.deadline "  # parked by this ask, not by a later sleep
-            "WHERE a.room = %(room)s AND a.status = 'open' ORDER BY a.at, a.task_id LIMIT 1 "
-            "FOR UPDATE OF a, w), "
+            "WHERE a.room = %(room)s AND a.status = 'open' AND (a.answer_from IS NULL OR "
+            f"(SELECT headers::json ->> 'sender' FROM {s}.tasks WHERE id = %(answer)s) "
+            "= ANY(a.answer_from)) "  # issue #48: only the senders it names, or anyone
+            "ORDER BY a.at, a.task_id LIMIT 1 FOR UPDATE OF a, w), "
             f"ans AS (UPDATE {s}.asks x SET status = 'answered', answer_id = %(answer)s, "
             f"answer = (SELECT body FROM {s}.tasks WHERE id = %(answer)s) FROM a "
             "WHERE x.task_id = a.task_id AND x.name = a.name RETURNING x.task_id), "

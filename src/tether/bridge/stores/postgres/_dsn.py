@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from ...._plumbing._redact import POSTGRES_SCHEMES, is_conninfo, parse_dsn
+from ...._plumbing._redact import POSTGRES_SCHEMES, REDACTED, SECRET_KEY, is_conninfo, parse_dsn
 from ...._plumbing._redact import redact_dsn as redact_dsn
 
 URL_SCHEMES: Final = POSTGRES_SCHEMES
@@ -29,6 +29,32 @@ def dsn_has_password(dsn: str) -> bool:
     """Does the DSN itself carry a password (which would show in ``ps`` and shell history)?"""
     parts = parse_dsn(dsn)
     return bool(parts and parts.get("password"))
+
+
+def unparsable_reason(dsn: str) -> str | None:
+    """Why ``dsn``, which looks like PostgreSQL's, cannot be parsed (never quoting it: a
+    password in it cannot be told apart), or None if it can. Such a DSN would slip past the
+    password check, and libpq's error would print it whole (issue #48)."""
+    if parse_dsn(dsn) is not None:
+        return None
+    scheme = dsn.split("://", 1)[0] if "://" in dsn else ""
+    hint = (
+        "its scheme must be postgresql:// or postgres://, in lower case"
+        if scheme and f"{scheme.lower()}://" in URL_SCHEMES and scheme != scheme.lower()
+        else "a URL postgresql://user@host:port/dbname (user and password percent-encoded) "
+        "or key=value pairs (host=... dbname=...)"
+    )
+    return f"the store setting looks like a PostgreSQL DSN but cannot be parsed: {hint}"
+
+
+def scrub_dsn(text: str, dsn: str) -> str:
+    """``text`` (an error's) with ``dsn`` shown as ``redact_dsn`` shows it and every secret
+    value the DSN holds (``password``, ``sslpassword``, ...) redacted."""
+    text = text.replace(dsn, redact_dsn(dsn))
+    for key, value in (parse_dsn(dsn) or {}).items():
+        if value and SECRET_KEY.search(key) and len(str(value)) >= 3:
+            text = text.replace(str(value), REDACTED)
+    return text
 
 
 SCHEMA_RULE: Final = "[a-z_][a-z0-9_]{0,47}"

@@ -479,6 +479,11 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         REFERENCING OLD TABLE AS ended_old NEW TABLE AS ended_new
         FOR EACH STATEMENT EXECUTE FUNCTION {s}.permits_free();
     """,
+    # 16 -> 17 (issue #48, who may answer): the senders whose message answers an ask (the
+    # ``sender`` header's values), NULL for anyone's (every ask before this one)
+    """
+    ALTER TABLE {s}.asks ADD COLUMN answer_from text[];
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

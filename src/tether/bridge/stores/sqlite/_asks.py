@@ -8,6 +8,7 @@ message as the answer) or runs before it (and the message is an ordinary one).
 from __future__ import annotations
 
 import abc
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
@@ -20,13 +21,13 @@ from ._steps import PARK
 
 T = TypeVar("T")
 
-_COLS: Final = "name, seq, question, status, deadline, at, answer, answer_id, posted"
+_COLS: Final = "name, seq, question, status, deadline, at, answer, answer_id, posted, answer_from"
 ASKS: Final = f"SELECT {_COLS} FROM asks WHERE task_id = ? ORDER BY seq"
 ASK: Final = f"SELECT {_COLS} FROM asks WHERE task_id = :id AND name = :name"
 ASK_INSERT: Final = (
-    "INSERT INTO asks (task_id, name, seq, room, question, status, deadline, at) "
+    "INSERT INTO asks (task_id, name, seq, room, question, status, deadline, at, answer_from) "
     "SELECT :id, :name, coalesce((SELECT max(seq) FROM asks WHERE task_id = :id), 0) + 1, "
-    ":room, :text, 'open', :until, :now"
+    ":room, :text, 'open', :until, :now, :answer_from"
 )
 ASKED_SEQ: Final = (
     "INSERT INTO conversations (room, next_seq) VALUES (:room, 1) "
@@ -40,10 +41,15 @@ ASKED_TURN: Final = (
 OPEN_ASK: Final = (
     "SELECT a.task_id, a.name FROM asks a INDEXED BY asks_open "
     "JOIN tasks w ON w.id = a.task_id AND w.state = 'waiting' AND w.not_before = a.deadline "
-    "WHERE a.room = ? AND a.status = 'open' ORDER BY a.at, a.task_id LIMIT 1"
+    "WHERE a.room = :room AND a.status = 'open' AND (a.answer_from IS NULL OR EXISTS ("
+    "SELECT 1 FROM json_each(a.answer_from) f, tasks m "
+    "WHERE m.id = :answer AND f.value = json_extract(m.headers, '$.sender'))) "
+    "ORDER BY a.at, a.task_id LIMIT 1"
 )
-"""The room's open ask whose task waits on it: parked by this ask, until its deadline (a
-cancelled asker's ask, or one its re-driven run left for a durable sleep, takes nothing)."""
+"""The room's oldest open ask that message ``:answer`` may answer (its sender is one the ask
+names, or the ask takes anyone's) whose task waits on it: parked by this ask, until its
+deadline (a cancelled asker's ask, or one its re-driven run left for a durable sleep, takes
+nothing)."""
 ANSWER: Final = (
     "UPDATE asks SET status = 'answered', answer = :body, answer_id = :answer "
     "WHERE task_id = :asker AND name = :name AND status = 'open'"
@@ -71,15 +77,18 @@ UNSUPPORTED: Final = (
 
 
 def ask_of(row: Sequence[Any]) -> AskRecord:
-    name, seq, question, status, deadline, at, answer, answer_id, posted = row
-    return AskRecord(name, seq, question, status, deadline, at, answer, answer_id, bool(posted))
+    name, seq, question, status, deadline, at, answer, answer_id, posted, senders = row
+    answer_from = None if senders is None else json.loads(senders)
+    return AskRecord(
+        name, seq, question, status, deadline, at, answer, answer_id, bool(posted), answer_from
+    )
 
 
 def answer(conn: sqlite3.Connection, id: str, room: str, body: str, now: float) -> str | None:
-    """Ingest's part (the new message ``id`` of ``room``): if an ask of the room is open, its
-    answer is this message: the ask answered, its task pending (no attempt spent), this
-    message closed as a no-send result. The asking task's id, or None."""
-    row = conn.execute(OPEN_ASK, (room,)).fetchone()
+    """Ingest's part (the new message ``id`` of ``room``): if an ask of the room is open for
+    this message's sender, its answer is this message: the ask answered, its task pending (no
+    attempt spent), this message closed as a no-send result. The asking task's id, or None."""
+    row = conn.execute(OPEN_ASK, {"room": room, "answer": id}).fetchone()
     if row is None:
         return None
     asker, name = row
@@ -115,10 +124,18 @@ class SqliteAsks(AsksFrame):
         return await self._read(lambda c: [ask_of(r) for r in c.execute(ASKS, (id,))])
 
     async def _ask(
-        self, claim: Claim, name: str, text: str, until: float, why: str, now: float
+        self,
+        claim: Claim,
+        name: str,
+        text: str,
+        until: float,
+        why: str,
+        now: float,
+        answer_from: tuple[str, ...] | None,
     ) -> AskRecord:
         room = claim.task.room
         params = {**sql.fence_params(claim, now), "name": name, "text": text, "room": room}
+        params["answer_from"] = None if answer_from is None else json.dumps(answer_from)
 
         def op(conn: sqlite3.Connection) -> AskRecord:
             old = conn.execute(ASK, params).fetchone()

@@ -488,6 +488,11 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_tenant_turns ON tasks (tenant, priority, fair)
         WHERE state = 'pending' AND tenant IS NOT NULL
     """,
+    # 17 -> 18 (issue #48, who may answer): the senders whose message answers an ask (a JSON
+    # list of the ``sender`` header's values), NULL for anyone's (every ask before this one)
+    """
+    ALTER TABLE asks ADD COLUMN answer_from TEXT
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
