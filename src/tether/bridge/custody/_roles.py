@@ -179,8 +179,10 @@ class RoomStore(Protocol):
         ...
 
     async def prune_turns(self, *, keep: int = ..., limit: int = ...) -> int:
-        """Delete the oldest turns of up to ``limit`` rooms holding more than ``keep``, so
-        each keeps its ``keep`` newest; returns how many were deleted."""
+        """Delete at most ``limit`` turns, the oldest of rooms holding more than ``keep``, so
+        that repeated calls leave each its ``keep`` newest; returns how many were deleted (fewer
+        than ``limit``: none is left over). A slice costs time linear in ``limit``, whatever
+        ``keep`` is: retention calls it until done and never holds the writer long."""
         ...
 
     async def conversation_counts(self) -> ConversationCounts:

@@ -114,7 +114,8 @@ class ConversationFrame(abc.ABC):
 
     @abc.abstractmethod
     async def _prune_turns(self, keep: int, limit: int) -> int:
-        """Delete the oldest turns of up to ``limit`` rooms holding more than ``keep``."""
+        """Delete at most ``limit`` turns, the oldest of rooms holding more than ``keep``: a
+        bounded slice, so retention never holds the writer long (issue #56)."""
 
     async def conversation_counts(self) -> ConversationCounts:
         return await self._conversation_counts()
