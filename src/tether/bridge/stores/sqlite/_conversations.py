@@ -98,9 +98,8 @@ PRUNE_OLDEST: Final = (
 by key; linear in the rows removed, whatever ``keep`` is (issue #56: the statement before
 re-walked the ``keep`` newest turns for every row). In time a message ('user') comes before
 its reply ('assistant') of the same ``seq``: oldest first is ``seq ASC, role DESC``."""
-COUNTS: Final = (
-    "SELECT count(*), coalesce(sum(turns), 0), coalesce(sum(state_bytes), 0) FROM conversations"
-)
+COUNTS: Final = "SELECT rooms, turns, state_bytes FROM conversation_totals"
+"""Kept by triggers on ``conversations`` (issue #56): one row at any number of rooms."""
 
 
 class SqliteConversations(ConversationFrame):
