@@ -489,6 +489,7 @@ class BridgeService:
                 sweep_interval=config.sweep_interval,
                 lease=config.lead_lease,
                 wakeups=self.wakeups,
+                timings=self.timings,
             )
             self.lead = lead
             specs.insert(4, self._spec("lead", lead.run))
