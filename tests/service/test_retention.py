@@ -34,15 +34,16 @@ async def test_a_pass_prunes_everything_due_in_slices_no_larger_than_a_slice(
         def recorded(name: str) -> Any:
             real = getattr(store, name)
 
-            async def prune(*args: Any, limit: int, **kwargs: Any) -> int:
-                n: int = await real(*args, limit=limit, **kwargs)
-                assert n <= limit
+            async def prune(*args: Any, **kwargs: Any) -> int:
+                n: int = await real(*args, **kwargs)
+                bound: int = kwargs["pages"] if name == "reclaim_space" else kwargs["limit"]
+                assert n <= bound
                 removed.setdefault(name, []).append(n)
                 return n
 
             return prune
 
-        for name in ("prune_delivered", "prune_tombstones", "prune_turns"):
+        for name in ("prune_delivered", "prune_tombstones", "prune_turns", "reclaim_space"):
             monkeypatch.setattr(store, name, recorded(name))
         done = await retention_pass(
             store, retention=50.0, tombstone_retention=10_000.0, history_keep=1
@@ -50,6 +51,7 @@ async def test_a_pass_prunes_everything_due_in_slices_no_larger_than_a_slice(
         assert removed["prune_delivered"] == [4, 4, 2]
         assert removed["prune_tombstones"] == [0]
         assert removed["prune_turns"] == [6, 6, 6, 0]  # 20 turns in 2 rooms, each keeps 1
-        assert (done.tasks, done.tombstones, done.turns, done.slices) == (10, 0, 18, 8)
+        assert (done.tasks, done.tombstones, done.turns) == (10, 0, 18)
+        assert done.slices == 8 + len(removed["reclaim_space"])
         assert await store.state("t0") is None
         assert (await store.conversation_counts()).turns == 2

@@ -500,6 +500,13 @@ class RetentionStore(Protocol):
         gateway's replay window. Returns how many were deleted."""
         ...
 
+    async def reclaim_space(self, *, pages: int = ...) -> int:
+        """Give up to ``pages`` of the store's free pages (left by pruning) back to the file
+        system, in one short writer job: SQLite's incremental vacuum (issue #56). PostgreSQL's
+        autovacuum keeps its own free space for reuse: 0 there. Returns the pages given back
+        (fewer than ``pages``: none is left)."""
+        ...
+
 
 class InspectStore(StoreClock, StateReader, Protocol):
     """What an operator (``tether store status``, the admin endpoint) reads."""

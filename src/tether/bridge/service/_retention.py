@@ -24,6 +24,8 @@ TASKS_PER_SLICE = 200
 tombstone (about 20 rows' work)."""
 TOMBSTONES_PER_SLICE = 2000
 TURNS_PER_SLICE = 1000
+PAGES_PER_SLICE = 256
+"""Free pages a SQLite file gives back per writer job (1 MiB at 4 KiB pages)."""
 
 
 @attrs.frozen
@@ -33,6 +35,8 @@ class RetentionPass:
     tasks: int = 0
     tombstones: int = 0
     turns: int = 0
+    pages: int = 0
+    """Free pages given back to the file system (SQLite)."""
     slices: int = 0
 
 
@@ -52,7 +56,8 @@ async def retention_pass(
     store: Store, *, retention: float, tombstone_retention: float, history_keep: int
 ) -> RetentionPass:
     """Prune delivered tasks past ``retention``, tombstones past ``tombstone_retention`` and
-    each room's turns past ``history_keep``, a slice per writer job."""
+    each room's turns past ``history_keep``, then give the free pages back, a slice per
+    writer job."""
     now = store.clock()
     tasks, a = await in_slices(
         lambda n: store.prune_delivered(now - retention, limit=n), TASKS_PER_SLICE
@@ -70,4 +75,7 @@ async def retention_pass(
     )
     if turns:
         log.info("pruned %d conversation turn(s) past --history-keep", turns)
-    return RetentionPass(tasks, tombstones, turns, a + b + c)
+    pages, d = await in_slices(lambda n: store.reclaim_space(pages=n), PAGES_PER_SLICE)
+    if pages:
+        log.info("gave %d free page(s) back to the file system", pages)
+    return RetentionPass(tasks, tombstones, turns, pages, a + b + c + d)
