@@ -24,6 +24,7 @@ async def test_a_pass_prunes_everything_due_in_slices_no_larger_than_a_slice(
     clock = FakeClock(1000.0)
     async with await SqliteStore.open(tmp_path / "c.db", clock=clock) as store:
         await store.ingest_many([Task(f"t{i}", f"q{i}", room=f"r{i % 2}") for i in range(10)])
+        await store.beat("w1", "worker", 10)
         claims = await store.claim_many("w1", 10, leaderless=True)
         for claim in claims:
             await store.complete(claim, "a")
@@ -43,7 +44,14 @@ async def test_a_pass_prunes_everything_due_in_slices_no_larger_than_a_slice(
 
             return prune
 
-        for name in ("prune_delivered", "prune_tombstones", "prune_turns", "reclaim_space"):
+        names = (
+            "prune_delivered",
+            "prune_tombstones",
+            "prune_turns",
+            "prune_rooms",
+            "prune_workers",
+        )
+        for name in (*names, "reclaim_space"):
             monkeypatch.setattr(store, name, recorded(name))
         done = await retention_pass(
             store, retention=50.0, tombstone_retention=10_000.0, history_keep=1
@@ -52,6 +60,9 @@ async def test_a_pass_prunes_everything_due_in_slices_no_larger_than_a_slice(
         assert removed["prune_tombstones"] == [0]
         assert removed["prune_turns"] == [6, 6, 6, 0]  # 20 turns in 2 rooms, each keeps 1
         assert (done.tasks, done.tombstones, done.turns) == (10, 0, 18)
-        assert done.slices == 8 + len(removed["reclaim_space"])
+        assert removed["prune_rooms"] == [2]  # the rooms' affinities, noted at their claims
+        assert done.rooms == 2
+        assert removed["prune_workers"] == [1]  # w1's last beat, 100 s ago
+        assert done.slices == 10 + len(removed["reclaim_space"])
         assert await store.state("t0") is None
         assert (await store.conversation_counts()).turns == 2

@@ -185,6 +185,13 @@ class RoomStore(Protocol):
         ``keep`` is: retention calls it until done and never holds the writer long."""
         ...
 
+    async def prune_rooms(self, before: float, *, limit: int = ...) -> int:
+        """Delete at most ``limit`` rooms' worker affinities last noted before ``before``
+        (store clock): a preference for the worker that ran the room last, stale after the
+        retention period (issue #56: a row per room ever seen, kept for ever). Conversations
+        are not touched. Returns how many were deleted."""
+        ...
+
     async def conversation_counts(self) -> ConversationCounts:
         """Rooms with a conversation, turns kept, bytes of state: what the metrics show."""
         ...
@@ -498,6 +505,13 @@ class RetentionStore(Protocol):
         """Delete up to ``limit`` tombstones of tasks delivered before ``before`` (store clock);
         from then on such an id is ingested as a new task. Keep this retention longer than the
         gateway's replay window. Returns how many were deleted."""
+        ...
+
+    async def prune_workers(self, before: float, *, limit: int = ...) -> int:
+        """Delete at most ``limit`` pool members whose last beat is before ``before`` (store
+        clock): a member that crashed leaves its row (names are unique per process, so none
+        beats under it again). Long dead by then: the lead returned its tasks within seconds.
+        Returns how many were deleted."""
         ...
 
     async def reclaim_space(self, *, pages: int = ...) -> int:

@@ -24,6 +24,8 @@ TASKS_PER_SLICE = 200
 tombstone (about 20 rows' work)."""
 TOMBSTONES_PER_SLICE = 2000
 TURNS_PER_SLICE = 1000
+ROOMS_PER_SLICE = 2000
+"""Room affinities, or pool members, per writer job."""
 PAGES_PER_SLICE = 256
 """Free pages a SQLite file gives back per writer job (1 MiB at 4 KiB pages)."""
 
@@ -35,6 +37,10 @@ class RetentionPass:
     tasks: int = 0
     tombstones: int = 0
     turns: int = 0
+    rooms: int = 0
+    """Room affinities past the retention period."""
+    workers: int = 0
+    """Pool members whose last beat is older than the retention period."""
     pages: int = 0
     """Free pages given back to the file system (SQLite)."""
     slices: int = 0
@@ -75,7 +81,13 @@ async def retention_pass(
     )
     if turns:
         log.info("pruned %d conversation turn(s) past --history-keep", turns)
+    rooms, e = await in_slices(
+        lambda n: store.prune_rooms(now - retention, limit=n), ROOMS_PER_SLICE
+    )
+    workers, f = await in_slices(
+        lambda n: store.prune_workers(now - retention, limit=n), ROOMS_PER_SLICE
+    )
     pages, d = await in_slices(lambda n: store.reclaim_space(pages=n), PAGES_PER_SLICE)
     if pages:
         log.info("gave %d free page(s) back to the file system", pages)
-    return RetentionPass(tasks, tombstones, turns, pages, a + b + c + d)
+    return RetentionPass(tasks, tombstones, turns, rooms, workers, pages, a + b + c + d + e + f)

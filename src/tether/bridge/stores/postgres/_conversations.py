@@ -216,6 +216,18 @@ class PostgresConversations(ConversationFrame):
 
         return await self._run(op)
 
+    async def _prune_rooms(self, before: float, limit: int) -> int:
+        s = self._s
+        return await self._run(
+            lambda conn: (
+                conn.execute(
+                    f"DELETE FROM {s}.rooms WHERE room IN (SELECT room FROM {s}.rooms "
+                    "WHERE at < %s LIMIT %s)",
+                    (before, limit),
+                ).rowcount
+            )
+        )
+
     async def _conversation_counts(self) -> ConversationCounts:
         s = self._s
 

@@ -99,6 +99,7 @@ from ._connection import StoreTimeout as StoreTimeout
 from ._conversations import PostgresConversations, lock_rooms_sql, with_conversations
 from ._dsn import redact_dsn
 from ._durable import Durability, Promise, Synchronous
+from ._housekeeping import PostgresHousekeeping
 from ._limits import LimitsSql
 from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
 from ._schema import check_schema
@@ -110,7 +111,9 @@ log = logging.getLogger("tether.bridge.postgres")
 
 
 @attrs.define(eq=False)
-class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations):
+class PostgresStore(
+    LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations, PostgresHousekeeping
+):
     """Custody in a PostgreSQL schema. Open with ``await PostgresStore.open(dsn)``."""
 
     dsn_shown: str

@@ -98,6 +98,8 @@ PRUNE_OLDEST: Final = (
 by key; linear in the rows removed, whatever ``keep`` is (issue #56: the statement before
 re-walked the ``keep`` newest turns for every row). In time a message ('user') comes before
 its reply ('assistant') of the same ``seq``: oldest first is ``seq ASC, role DESC``."""
+PRUNE_ROOMS: Final = "DELETE FROM rooms WHERE room IN (SELECT room FROM rooms WHERE at < ? LIMIT ?)"
+"""Stale affinities: a walk of the rooms' rows (one per room ever run), a slice at a time."""
 COUNTS: Final = "SELECT rooms, turns, state_bytes FROM conversation_totals"
 """Kept by triggers on ``conversations`` (issue #56): one row at any number of rooms."""
 
@@ -185,6 +187,9 @@ class SqliteConversations(ConversationFrame):
             return deleted
 
         return await self._write(op)
+
+    async def _prune_rooms(self, before: float, limit: int) -> int:
+        return await self._write(lambda conn: conn.execute(PRUNE_ROOMS, (before, limit)).rowcount)
 
     async def _conversation_counts(self) -> ConversationCounts:
         def op(conn: sqlite3.Connection) -> ConversationCounts:

@@ -25,6 +25,11 @@ WAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 """Bytes the WAL file keeps after a checkpoint resets it (``journal_size_limit``)."""
 
 
+PRUNE_WORKERS: Final = (
+    "DELETE FROM workers WHERE name IN (SELECT name FROM workers WHERE last_beat < ? LIMIT ?)"
+)
+
+
 def make_space_settings(conn: sqlite3.Connection) -> None:
     """Before the migration makes the tables: a new file vacuums incrementally (a no-op on a
     file that has tables); and the WAL's size limit."""
@@ -38,7 +43,8 @@ def vacuums_incrementally(conn: sqlite3.Connection) -> bool:
 
 
 class SqliteSpace(StoreFrame):
-    """``reclaim_space`` on SqliteStore's writer. Mixed into ``SqliteStore``."""
+    """``reclaim_space`` and ``prune_workers`` on SqliteStore's writer. Mixed into
+    ``SqliteStore``."""
 
     @abc.abstractmethod
     async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
@@ -57,3 +63,6 @@ class SqliteSpace(StoreFrame):
             return int(free) - int(left)
 
         return await self._write(op)
+
+    async def _prune_workers(self, before: float, limit: int) -> int:
+        return await self._write(lambda conn: conn.execute(PRUNE_WORKERS, (before, limit)).rowcount)
