@@ -19,11 +19,11 @@ from ..custody._roles import Store
 
 log = logging.getLogger("tether.bridge.retention")
 
-TASKS_PER_SLICE = 200
+TASKS_PER_SLICE = 100
 """Delivered tasks per writer job: each takes its journal, steps and asks with it and leaves a
 tombstone (about 20 rows' work)."""
 TOMBSTONES_PER_SLICE = 2000
-TURNS_PER_SLICE = 1000
+TURNS_PER_SLICE = 250
 ROOMS_PER_SLICE = 2000
 """Room affinities, or pool members, per writer job."""
 PAGES_PER_SLICE = 256
