@@ -31,7 +31,7 @@ def lazy_exports(
     def __getattr__(name: str) -> object:
         module_name = where().get(name)
         if module_name is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            return _submodule(package, name)
         value = getattr(importlib.import_module(module_name), name)
         globals_of(package)[name] = value  # the next read is a plain attribute
         return value
@@ -40,6 +40,17 @@ def lazy_exports(
         return sorted(set(globals_of(package)) | set(where()))
 
     return __getattr__, __dir__
+
+
+def _submodule(package: str, name: str) -> object:
+    """``package.name`` as an attribute, as when the package imported it eagerly (code that
+    reads ``tether.bridge.pool`` after ``import tether.bridge`` keeps working)."""
+    try:
+        return importlib.import_module(f"{package}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{package}.{name}":
+            raise
+    raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
 
 def globals_of(package: str) -> dict[str, object]:
