@@ -166,10 +166,11 @@ PUBLIC = {
 
 
 def public_names(module: ModuleType) -> set[str]:
+    """A tier's names, loaded or not yet (a tier loads its names on first use, issue #56)."""
     return {
         name
-        for name, value in vars(module).items()
-        if not name.startswith("_") and not isinstance(value, ModuleType)
+        for name in dir(module)
+        if not name.startswith("_") and not isinstance(getattr(module, name), ModuleType)
     }
 
 

@@ -286,3 +286,37 @@ async def test_a_claim_asked_for_history_carries_the_conversation_read_in_its_tr
     assert plain.conversation is None  # not asked for: nothing read
     with pytest.raises(ValueError, match="history"):
         await store.claim_many("w1", 1, history=-1)
+
+
+async def test_retention_removes_a_bounded_slice_per_call_the_oldest_first(store: Store) -> None:
+    # issue #56: one call is one writer job; it removes at most ``limit`` turns, and calls
+    # until one removes fewer leave each room its ``keep`` newest
+    await store.ingest_many(
+        [Task(f"{room}{i}", f"q{i}", room=room) for room in "rst" for i in range(8)]
+    )
+    assert await store.prune_turns(keep=3, limit=4) == 4
+    views = [await store.room(room) for room in "rst"]
+    held = sorted([t.text for t in v.turns] for v in views if v is not None)
+    assert held == [
+        [f"q{i}" for i in range(8)],
+        [f"q{i}" for i in range(8)],
+        ["q4", "q5", "q6", "q7"],
+    ]
+    slices = [await store.prune_turns(keep=3, limit=4) for _ in range(4)]
+    assert slices == [4, 4, 3, 0]
+    for room in "rst":
+        view = await store.room(room)
+        assert view is not None
+        assert [t.text for t in view.turns] == ["q5", "q6", "q7"]
+    counts = await store.conversation_counts()
+    assert (counts.rooms, counts.turns) == (3, 9)
+
+
+async def test_retention_with_keep_0_empties_rooms_a_slice_at_a_time(store: Store) -> None:
+    await store.ingest_many([Task(f"r{i}", f"q{i}", room="r") for i in range(5)])
+    assert await store.prune_turns(keep=0, limit=2) == 2
+    assert await store.prune_turns(keep=0, limit=2) == 2
+    assert await store.prune_turns(keep=0, limit=2) == 1
+    view = await store.room("r")
+    assert view is not None
+    assert view.turns == ()

@@ -351,3 +351,39 @@ async def test_plan_and_assign_refuses_a_bad_worker_name_and_assigns_nothing(sto
     with pytest.raises(InvalidWorkerName):
         await store.plan_and_assign(lambda view: [("a", "w1"), ("b", "no spaces")])
     assert await owners(store, "a", "b") == [(S.PENDING, None), (S.PENDING, None)]
+
+
+async def test_room_affinities_past_retention_are_pruned_a_slice_at_a_time(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    # issue #56: an affinity row per room ever run, kept for ever before
+    await store.ingest_many([Task(f"o{i}", "x", room=f"old{i}") for i in range(3)])
+    assert len(await store.claim_many("w1", 3, leaderless=True)) == 3
+    fake_clock.now += 100
+    await store.ingest(Task("n", "x", room="new"))
+    assert await store.claim("w2", leaderless=True) is not None
+    await store.ingest_many([Task(f"p{i}", "x", room=f"old{i}") for i in range(3)])
+    await store.ingest(Task("m", "x", room="new"))
+    assert len((await store.pool_view()).rooms) == 4
+    before = fake_clock.now - 50
+    assert await store.prune_rooms(before, limit=2) == 2
+    assert await store.prune_rooms(before, limit=2) == 1
+    assert await store.prune_rooms(before, limit=2) == 0
+    assert (await store.pool_view()).rooms == {"new": "w2"}
+    with pytest.raises(ValueError, match="limit"):
+        await store.prune_rooms(before, limit=0)
+
+
+async def test_members_silent_past_retention_are_pruned(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    # issue #56: a crashed member's row stayed for ever (names are unique per process)
+    for name in ("gone-1", "gone-2", "gone-3"):
+        await store.beat(name, "worker", 4)
+    fake_clock.now += 100
+    await store.beat("alive", "worker", 4)
+    before = fake_clock.now - 50
+    assert await store.prune_workers(before, limit=2) == 2
+    assert await store.prune_workers(before, limit=2) == 1
+    assert await store.prune_workers(before, limit=2) == 0
+    assert [w.name for w in await store.workers()] == ["alive"]

@@ -44,7 +44,12 @@ async def test_each_task_is_timed_once_from_intake_to_delivery(
     for name in ("queue_wait", "run_time", "delivery"):
         assert metrics[(f"tether_{name}_seconds_count", ())] == len(ids), name
         assert 0 <= metrics[(f"tether_{name}_seconds_sum", ())] < 20 * len(ids)
+    # issue #56: where the lead spends its time
+    assert metrics[("tether_lead_sweep_seconds_count", ())] >= 1
+    assert 0 < metrics[("tether_lead_sweep_seconds_sum", ())] < 20
     views = {t["name"]: t for t in status["timings"]}
+    assert views["lead_sweep"]["count"] >= 1
+    assert views["lead_sweep"]["p50_s"] <= views["lead_sweep"]["p99_s"]
     assert views["run_time"]["count"] == len(ids)
     assert views["delivery"]["p50_s"] <= views["delivery"]["p99_s"]
     assert status["oldest_s"] == {}  # nothing left in custody

@@ -109,6 +109,7 @@ async def test_a_dead_letter_retried_from_the_page_is_answered(
     assert (seen["images"], seen["title"]) == (0, "tether operator")
     assert seen["health"] == "healthy"
     assert "Leader: tether-bridge-" in seen["pool"]
+    assert "Lead sweeps here: p50 " in seen["pool"]  # issue #56
     assert seen["notice"] == f"task {task_id!r} re-driven: dead -> pending"
     journal = seen["journal"].splitlines()
     assert any("dead → pending" in line and "operator" in line for line in journal), journal

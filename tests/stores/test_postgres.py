@@ -325,6 +325,9 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         # fair shares (issue #38): the queue's index goes with the turn
         f"ALTER TABLE {s}.tasks DROP COLUMN tenant, DROP COLUMN fair; DROP TABLE {s}.tenants; "
         f"CREATE INDEX tasks_pending ON {s}.tasks (priority, seq) WHERE state = 'pending'; "
+        # counts kept by the moves (issue #56)
+        f"DROP TABLE {s}.task_counts, {s}.task_count_moves; "
+        f"DROP FUNCTION {s}.task_counts_in() CASCADE; DROP FUNCTION {s}.task_counts_out() CASCADE; "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)

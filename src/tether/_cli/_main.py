@@ -8,6 +8,7 @@ import select
 import sys
 from collections.abc import Iterator, Sequence
 
+from .._plumbing._config_error import ConfigError
 from ._bridge import EXIT_AUTH, add_bridge_parsers, run_bridge, run_store
 from ._ctrl_c import answer_ctrl_c
 from ._gateway import add_gateway_parser, run_gateway
@@ -80,9 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..bridge.client._client import GatewayAuthError
-    from ..bridge.service._config import ConfigError
-
     answer_ctrl_c()  # again: main() may be called without importing tether._cli first
     args = build_parser().parse_args(argv)
     try:
@@ -93,10 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tether: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except GatewayAuthError as exc:
-        print(f"tether: error: {exc}", file=sys.stderr)
-        return EXIT_AUTH
     except Exception as exc:  # the CLI's contract: one clear line, never a traceback
+        if _refused_token(exc):
+            print(f"tether: error: {exc}", file=sys.stderr)
+            return EXIT_AUTH
         if any(isinstance(e, BrokenPipeError) for e in _leaves(exc)) and _stdout_closed():
             _quiet_stdout()
             return EXIT_PIPE
@@ -130,6 +128,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "status":
         return run_status(args)
     return EXIT_USAGE
+
+
+def _refused_token(exc: Exception) -> bool:
+    """True for the gateway client's GatewayAuthError. Read from the loaded module, not
+    imported: a verb that never loaded the client (httpx: a third of a second) cannot have
+    raised it, and ``tether --help`` should not pay for it (issue #56)."""
+    client = sys.modules.get("tether.bridge.client._client")
+    return client is not None and isinstance(exc, client.GatewayAuthError)
 
 
 def _stdout_closed() -> bool:

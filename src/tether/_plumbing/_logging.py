@@ -13,14 +13,14 @@ import re
 import sys
 import threading
 from datetime import UTC, datetime
-from typing import Any, Literal, TextIO, get_args
+from typing import Any, TextIO
 
 import trio
 
 from .._core._owner import current_owner
+from ._log_format import LOG_FORMATS as LOG_FORMATS
+from ._log_format import LogFormat as LogFormat
 
-LogFormat = Literal["text", "json"]
-LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 REDACTED = "[redacted]"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

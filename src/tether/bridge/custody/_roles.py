@@ -185,8 +185,17 @@ class RoomStore(Protocol):
         ...
 
     async def prune_turns(self, *, keep: int = ..., limit: int = ...) -> int:
-        """Delete the oldest turns of up to ``limit`` rooms holding more than ``keep``, so
-        each keeps its ``keep`` newest; returns how many were deleted."""
+        """Delete at most ``limit`` turns, the oldest of rooms holding more than ``keep``, so
+        that repeated calls leave each its ``keep`` newest; returns how many were deleted (fewer
+        than ``limit``: none is left over). A slice costs time linear in ``limit``, whatever
+        ``keep`` is: retention calls it until done and never holds the writer long."""
+        ...
+
+    async def prune_rooms(self, before: float, *, limit: int = ...) -> int:
+        """Delete at most ``limit`` rooms' worker affinities last noted before ``before``
+        (store clock): a preference for the worker that ran the room last, stale after the
+        retention period (issue #56: a row per room ever seen, kept for ever). Conversations
+        are not touched. Returns how many were deleted."""
         ...
 
     async def conversation_counts(self) -> ConversationCounts:
@@ -512,6 +521,20 @@ class RetentionStore(Protocol):
         """Delete up to ``limit`` tombstones of tasks delivered before ``before`` (store clock);
         from then on such an id is ingested as a new task. Keep this retention longer than the
         gateway's replay window. Returns how many were deleted."""
+        ...
+
+    async def prune_workers(self, before: float, *, limit: int = ...) -> int:
+        """Delete at most ``limit`` pool members whose last beat is before ``before`` (store
+        clock): a member that crashed leaves its row (names are unique per process, so none
+        beats under it again). Long dead by then: the lead returned its tasks within seconds.
+        Returns how many were deleted."""
+        ...
+
+    async def reclaim_space(self, *, pages: int = ...) -> int:
+        """Give up to ``pages`` of the store's free pages (left by pruning) back to the file
+        system, in one short writer job: SQLite's incremental vacuum (issue #56). PostgreSQL's
+        autovacuum keeps its own free space for reuse: 0 there. Returns the pages given back
+        (fewer than ``pages``: none is left)."""
         ...
 
 

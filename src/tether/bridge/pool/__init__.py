@@ -17,49 +17,57 @@ exported by ``tether.bridge``.
   written for asyncio (``asyncio_agent``, ``trio_side``). ``_wakeup``: "look now".
 """
 
-from ..custody._conversation import Conversation as Conversation
-from ..custody._conversation import Turn as Turn
-from ..custody._steps import StepError as StepError
-from ._agent import AgentError as AgentError
-from ._agent import AgentFactory as AgentFactory
-from ._agent import AgentLoadError as AgentLoadError
-from ._agent import EmptyReply as EmptyReply
-from ._agent import Reply as Reply
-from ._agent import load_agent as load_agent
-from ._ask import AskTimeout as AskTimeout
-from ._ask import AskUnsupported as AskUnsupported
-from ._asyncio import asyncio_agent as asyncio_agent
-from ._asyncio import trio_side as trio_side
-from ._conversation import conversation_of as conversation_of
-from ._conversation import conversing as conversing
-from ._files import FileExchange as FileExchange
-from ._files import HeaderRefused as HeaderRefused
-from ._files import ResultRefused as ResultRefused
-from ._files import file_exchange_worker as file_exchange_worker
-from ._lead import Assigned as Assigned
-from ._lead import Deferred as Deferred
-from ._lead import PoolLead as PoolLead
-from ._lead import Returned as Returned
-from ._lead import SweepReport as SweepReport
-from ._lead import elect as elect
-from ._lead import plan_sweep as plan_sweep
-from ._liveness import is_alive as is_alive
-from ._liveness import live_lead as live_lead
-from ._progress import Progress as Progress
-from ._progress import ProgressUpdate as ProgressUpdate
-from ._progress import progress_of as progress_of
-from ._progress import reporting as reporting
-from ._retry import Permanent as Permanent
-from ._retry import Retry as Retry
-from ._retry import RetryBackoff as RetryBackoff
-from ._run import Parked as Parked
-from ._run import Run as Run
-from ._run import run_of as run_of
-from ._stall import StallPass as StallPass
-from ._stall import StallWatcher as StallWatcher
-from ._status import PoolStatus as PoolStatus
-from ._timings import Histogram as Histogram
-from ._timings import Timings as Timings
-from ._wakeup import PoolWakeups as PoolWakeups
-from ._wakeup import Wakeup as Wakeup
-from ._worker import PoolWorker as PoolWorker
+import typing as _typing
+
+from ..._core._lazy import lazy_exports as _lazy_exports
+
+if _typing.TYPE_CHECKING:
+    from ..custody._conversation import Conversation as Conversation
+    from ..custody._conversation import Turn as Turn
+    from ..custody._steps import StepError as StepError
+    from ._agent import AgentError as AgentError
+    from ._agent import AgentFactory as AgentFactory
+    from ._agent import AgentLoadError as AgentLoadError
+    from ._agent import EmptyReply as EmptyReply
+    from ._agent import Reply as Reply
+    from ._agent import load_agent as load_agent
+    from ._ask import AskTimeout as AskTimeout
+    from ._ask import AskUnsupported as AskUnsupported
+    from ._asyncio import asyncio_agent as asyncio_agent
+    from ._asyncio import trio_side as trio_side
+    from ._conversation import conversation_of as conversation_of
+    from ._conversation import conversing as conversing
+    from ._files import FileExchange as FileExchange
+    from ._files import HeaderRefused as HeaderRefused
+    from ._files import ResultRefused as ResultRefused
+    from ._files import file_exchange_worker as file_exchange_worker
+    from ._lead import Assigned as Assigned
+    from ._lead import Deferred as Deferred
+    from ._lead import PoolLead as PoolLead
+    from ._lead import Returned as Returned
+    from ._lead import SweepReport as SweepReport
+    from ._lead import elect as elect
+    from ._lead import plan_sweep as plan_sweep
+    from ._liveness import is_alive as is_alive
+    from ._liveness import live_lead as live_lead
+    from ._progress import Progress as Progress
+    from ._progress import ProgressUpdate as ProgressUpdate
+    from ._progress import progress_of as progress_of
+    from ._progress import reporting as reporting
+    from ._retry import Permanent as Permanent
+    from ._retry import Retry as Retry
+    from ._retry import RetryBackoff as RetryBackoff
+    from ._run import Parked as Parked
+    from ._run import Run as Run
+    from ._run import run_of as run_of
+    from ._stall import StallPass as StallPass
+    from ._stall import StallWatcher as StallWatcher
+    from ._status import PoolStatus as PoolStatus
+    from ._timings import Histogram as Histogram
+    from ._timings import Timings as Timings
+    from ._wakeup import PoolWakeups as PoolWakeups
+    from ._wakeup import Wakeup as Wakeup
+    from ._worker import PoolWorker as PoolWorker
+else:
+    # loaded on first use, as tether.bridge's names (issue #56)
+    __getattr__, __dir__ = _lazy_exports(__name__, __file__)

@@ -23,6 +23,7 @@ from ..custody._rules import check_worker
 from ._idle import idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive
 from ._stop import StopSignal
+from ._timings import Timings
 from ._wakeup import PoolWakeups, Wakeup
 
 log = logging.getLogger("tether.bridge.pool.lead")
@@ -243,6 +244,8 @@ class PoolLead:
     wakeups: PoolWakeups | None = None
     """The pool's switchboard: the lead sweeps when it rings and rings the workers it assigns
     to. ``None``: a sweep every ``sweep_interval`` only."""
+    timings: Timings | None = None
+    """Where each sweep's time goes (``Timings.lead_sweep``: ``/metrics`` and the status)."""
     sweeps: int = attrs.field(init=False, default=0)
     last_report: SweepReport | None = attrs.field(init=False, default=None)
     _last_pick: str | None = attrs.field(init=False, default=None)
@@ -327,6 +330,12 @@ class PoolLead:
     def request_stop(self) -> None:
         """Soft stop: finish the sweep in hand, then leave (and drop the lead's beat)."""
         self._stop.set()
+
+    async def _timed_sweep(self) -> None:
+        began = trio.current_time()
+        await self.sweep_once()
+        if self.timings is not None:
+            self.timings.lead_sweep.observe(trio.current_time() - began)
 
     async def sweep_once(self) -> SweepReport:
         """Beat (when due), read the pool, return dead and stuck assignments, assign pending tasks.
@@ -735,7 +744,7 @@ class PoolLead:
                 started = trio.current_time()
                 quiet = False  # did the last sweep run on the clock and find the pool idle?
                 if self.leading:
-                    await self.sweep_once()
+                    await self._timed_sweep()
                     quiet = self._found_pool_idle()
                 task_status.started()
                 while not self._stop.is_set():
@@ -751,7 +760,7 @@ class PoolLead:
                     if not self.leading:
                         continue
                     started = trio.current_time()
-                    await self.sweep_once()
+                    await self._timed_sweep()
                     quiet = not rung and self._found_pool_idle()
                 nursery.cancel_scope.cancel()
         finally:

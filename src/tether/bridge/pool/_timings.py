@@ -1,7 +1,8 @@
-"""Timings: how long tasks wait, run and take to deliver, as this process saw them.
+"""Timings: how long tasks wait, run and take to deliver, as this process saw them, and how
+long its lead's sweeps take.
 
-Three histograms, each from two moments of one task kept in a bounded map. See docs/guide/design.md,
-"Timings".
+Three histograms, each from two moments of one task kept in a bounded map, and the lead's sweep
+time (issue #56: where the lead spends its time). See docs/guide/design.md, "Timings".
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ BUCKETS: Final = (
     3600.0,
 )
 """Upper bounds in seconds (plus ``+Inf``): from a quick echo to an agent working an hour."""
+
+SWEEP_BUCKETS: Final = (0.0005, 0.001, 0.0025, *BUCKETS[:11])
+"""A sweep takes milliseconds; one of seconds is the store holding the lead up."""
 
 RECENT: Final = 1024
 """Observations kept per histogram for the quantiles ``tether status`` prints."""
@@ -101,12 +105,19 @@ class Timings:
             "delivery", "Seconds from a reply being stored to the gateway confirming it"
         )
     )
+    lead_sweep: Histogram = attrs.field(
+        factory=lambda: Histogram(
+            "lead_sweep",
+            "Seconds one sweep of this process's pool lead took (read, plan, assign)",
+            SWEEP_BUCKETS,
+        )
+    )
     _taken: OrderedDict[str, float] = attrs.field(init=False, factory=OrderedDict)
     _stored: OrderedDict[str, float] = attrs.field(init=False, factory=OrderedDict)
 
     @property
     def histograms(self) -> tuple[Histogram, ...]:
-        return (self.queue_wait, self.run_time, self.delivery)
+        return (self.queue_wait, self.run_time, self.delivery, self.lead_sweep)
 
     def taken_in(self, ids: Iterable[str], at: float) -> None:
         """Ingest committed these new tasks at ``at`` (the store's clock)."""

@@ -57,6 +57,7 @@ from ._outage import run_through_outages
 from ._pool_store import open_pool_store
 from ._process import run_until_signal, until_stopped
 from ._questions import QuestionPoster
+from ._retention import retention_pass
 from ._settings import prepare_store_dir
 from ._store_wakeups import ResultsHint, WorkHint, relay_results, relay_work
 
@@ -494,6 +495,7 @@ class BridgeService:
                 sweep_interval=config.sweep_interval,
                 lease=config.lead_lease,
                 wakeups=self.wakeups,
+                timings=self.timings,
             )
             self.lead = lead
             specs.insert(4, self._spec("lead", lead.run))
@@ -609,27 +611,21 @@ class BridgeService:
     async def _prune(
         self, store: Store, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Delete delivered tasks older than ``retention``, a chunk at a time (dead ones stay).
+        """Delete delivered tasks older than ``retention`` (dead ones stay), tombstones and
+        turns past their limits, each in slices of a few milliseconds (``_retention``).
 
         Each pruned id leaves a tombstone so a late gateway replay is still a no-op; tombstones
         go after ``tombstone_retention``.
         """
         task_status.started()
         while True:
-            now = store.clock()
-            pruned = await store.prune_delivered(now - self.config.retention, limit=1000)
-            if pruned:
-                log.info("pruned %d delivered task(s) past the retention period", pruned)
-            forgotten = await store.prune_tombstones(
-                now - self.config.tombstone_retention, limit=1000
+            await retention_pass(
+                store,
+                retention=self.config.retention,
+                tombstone_retention=self.config.tombstone_retention,
+                history_keep=self.config.history_keep,
             )
-            if forgotten:
-                log.info("forgot %d tombstone(s) past the tombstone retention", forgotten)
-            turns = await store.prune_turns(keep=self.config.history_keep, limit=100)
-            if turns:
-                log.info("pruned %d conversation turn(s) past --history-keep", turns)
-            if pruned < 1000 and forgotten < 1000:
-                await trio.sleep(60.0)
+            await trio.sleep(60.0)
 
     async def _result_stored(self, task: Task) -> None:
         """A worker stored a reply: delivery looks now rather than at its next idle tick."""

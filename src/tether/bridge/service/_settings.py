@@ -15,7 +15,7 @@ import attrs
 
 from ..._plumbing._config_error import ConfigError
 from ..._plumbing._fs import ensure_private_dir
-from ..._plumbing._logging import LogFormat
+from ..._plumbing._log_format import LogFormat
 from ..custody._conversation import DEFAULT_HISTORY_TURNS, MAX_HISTORY_TURNS
 from ..custody._limits import LimitSpec, parse_limit
 from ._setting_values import (

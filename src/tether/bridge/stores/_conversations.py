@@ -114,7 +114,15 @@ class ConversationFrame(abc.ABC):
 
     @abc.abstractmethod
     async def _prune_turns(self, keep: int, limit: int) -> int:
-        """Delete the oldest turns of up to ``limit`` rooms holding more than ``keep``."""
+        """Delete at most ``limit`` turns, the oldest of rooms holding more than ``keep``: a
+        bounded slice, so retention never holds the writer long (issue #56)."""
+
+    async def prune_rooms(self, before: float, *, limit: int = 1000) -> int:
+        return await self._prune_rooms(before, check_limit(limit))
+
+    @abc.abstractmethod
+    async def _prune_rooms(self, before: float, limit: int) -> int:
+        """Delete at most ``limit`` room affinities noted before ``before``."""
 
     async def conversation_counts(self) -> ConversationCounts:
         return await self._conversation_counts()

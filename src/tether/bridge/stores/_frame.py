@@ -178,6 +178,18 @@ class StoreFrame(abc.ABC):
     @abc.abstractmethod
     async def _prune_tombstones(self, before: float, limit: int) -> int: ...
 
+    async def prune_workers(self, before: float, *, limit: int = 1000) -> int:
+        return await self._prune_workers(before, check_limit(limit))
+
+    @abc.abstractmethod
+    async def _prune_workers(self, before: float, limit: int) -> int: ...
+
+    async def reclaim_space(self, *, pages: int = 1024) -> int:
+        return await self._reclaim_space(check_limit(pages, "pages"))
+
+    async def _reclaim_space(self, pages: int) -> int:
+        return 0  # a server that keeps its free space for reuse itself (PostgreSQL)
+
     # -- lead ---------------------------------------------------------------------------------
 
     async def pending(self, *, limit: int = 100) -> Sequence[Task]:

@@ -160,7 +160,15 @@ function drawStatus(status) {
     : `${pool.leader} (beating since ${pool.leader_beating_since})`;
   $("pool-summary").textContent =
     `this process: ${pool.stem}, ${pool.workers.length} worker(s), ${role}. Leader: ${leader}. ` +
-    `Live workers in the pool: ${pool.workers_seen.join(", ") || "none"}.`;
+    `Live workers in the pool: ${pool.workers_seen.join(", ") || "none"}.` + sweepTimes(status);
+}
+
+// issue 56: where the lead spends its time (this process's sweeps, when it has led)
+function sweepTimes(status) {
+  const sweep = (status.timings || []).find((t) => t.name === "lead_sweep");
+  if (!sweep || !sweep.count) return "";
+  const ms = (s) => `${(s * 1000).toFixed(1)} ms`;
+  return ` Lead sweeps here: p50 ${ms(sweep.p50_s)}, p99 ${ms(sweep.p99_s)} (${sweep.count} sweeps).`;
 }
 
 function drawTask(doc) {

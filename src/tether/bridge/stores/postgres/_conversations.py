@@ -193,23 +193,40 @@ class PostgresConversations(ConversationFrame):
         def op(conn: Conn) -> int:
             deleted = 0
             with conn.transaction():
+                # the room's counter says how many are over, without reading a turn; its row
+                # lock keeps two pruners off one room (each would take the same oldest turns
+                # from its own count and leave fewer than ``keep``)
                 rooms = conn.execute(
-                    f"SELECT room FROM {s}.conversations WHERE turns > %s LIMIT %s",
-                    (keep, limit),
+                    f"SELECT room, turns - %(keep)s FROM {s}.conversations "
+                    "WHERE turns > %(keep)s LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
+                    {"keep": keep, "limit": limit},
                 ).fetchall()
-                for (room,) in rooms:
+                for room, over in rooms:
+                    # the room's oldest turns, walked on its key from the start: linear in the
+                    # rows removed whatever ``keep`` is (issue #56)
                     deleted += conn.execute(
-                        f"DELETE FROM {s}.turns x USING (SELECT seq, role FROM {s}.turns "
-                        "WHERE room = %(room)s ORDER BY seq DESC, role ASC LIMIT 1 "
-                        "OFFSET %(last)s) k WHERE x.room = %(room)s "
-                        "AND (x.seq < k.seq OR (x.seq = k.seq AND x.role > k.role))"
-                        if keep
-                        else f"DELETE FROM {s}.turns WHERE room = %(room)s",
-                        {"room": room, "last": keep - 1},
+                        f"DELETE FROM {s}.turns WHERE (room, seq, role) IN (SELECT room, seq, "
+                        f"role FROM {s}.turns WHERE room = %s ORDER BY seq ASC, role DESC "
+                        "LIMIT %s)",
+                        (room, min(over, limit - deleted)),
                     ).rowcount
+                    if deleted >= limit:
+                        break
             return deleted
 
         return await self._run(op)
+
+    async def _prune_rooms(self, before: float, limit: int) -> int:
+        s = self._s
+        return await self._run(
+            lambda conn: (
+                conn.execute(
+                    f"DELETE FROM {s}.rooms WHERE room IN (SELECT room FROM {s}.rooms "
+                    "WHERE at < %s LIMIT %s)",
+                    (before, limit),
+                ).rowcount
+            )
+        )
 
     async def _conversation_counts(self) -> ConversationCounts:
         s = self._s

@@ -479,7 +479,75 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         REFERENCING OLD TABLE AS ended_old NEW TABLE AS ended_new
         FOR EACH STATEMENT EXECUTE FUNCTION {s}.permits_free();
     """,
-    # 16 -> 17 (issue #48, who may answer): the senders whose message answers an ask (the
+    # 16 -> 17 (issue #56): counts that cost the same at any size. The admin endpoint read
+    # ``count(*) ... GROUP BY state`` every second, a walk of every row kept. A counter row
+    # per state would serialize every bridge's transactions on it, so each statement that
+    # moves tasks appends its net moves per state (insert only: nobody waits) and a writable
+    # reader folds them into ``task_counts`` as it reads; a count is the base plus the
+    # moves not yet folded. The update's are written by ``journal_moves`` (the trigger each
+    # update of tasks already runs once), its text that of migration 15 plus that insert
+    """
+    CREATE TABLE {s}.task_counts (
+        state       text PRIMARY KEY,
+        n           bigint NOT NULL
+    );
+    CREATE TABLE {s}.task_count_moves (
+        state       text NOT NULL,
+        n           bigint NOT NULL
+    );
+    INSERT INTO {s}.task_counts (state, n)
+        SELECT v.state, (SELECT count(*) FROM {s}.tasks t WHERE t.state = v.state)
+        FROM unnest(ARRAY['pending', 'assigned', 'claimed', 'result', 'delivered', 'waiting',
+            'dead']) AS v(state);
+    CREATE FUNCTION {s}.task_counts_in() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO {s}.task_count_moves (state, n)
+            SELECT state, count(*) FROM counted_new GROUP BY state;
+        RETURN NULL;
+    END $$;
+    CREATE FUNCTION {s}.task_counts_out() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO {s}.task_count_moves (state, n)
+            SELECT state, -count(*) FROM counted_old GROUP BY state;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER task_counts_in AFTER INSERT ON {s}.tasks
+        REFERENCING NEW TABLE AS counted_new
+        FOR EACH STATEMENT EXECUTE FUNCTION {s}.task_counts_in();
+    CREATE TRIGGER task_counts_out AFTER DELETE ON {s}.tasks
+        REFERENCING OLD TABLE AS counted_old
+        FOR EACH STATEMENT EXECUTE FUNCTION {s}.task_counts_out();
+    CREATE OR REPLACE FUNCTION {s}.journal_moves() RETURNS trigger LANGUAGE plpgsql AS $body$
+    BEGIN
+        INSERT INTO {s}.journal (id, at, src, dst, worker, attempt, reason, actor)
+        SELECT n.id, n.updated_at, o.state, n.state, coalesce(n.owner, o.owner), o.attempt,
+            CASE WHEN n.reason IS DISTINCT FROM o.reason THEN n.reason END,
+            CASE
+                WHEN n.reason IS DISTINCT FROM o.reason
+                    AND n.reason LIKE 'operator:%' THEN 'operator'
+                WHEN n.state = 'assigned'
+                    OR (o.state = 'assigned' AND n.state = 'pending') THEN 'lead'
+                WHEN o.state = 'claimed' AND n.reason IS DISTINCT FROM o.reason
+                    AND n.reason LIKE 'lease of worker %' THEN 'reconciler'
+                WHEN n.state = 'claimed' OR o.state = 'claimed' THEN 'worker'
+                ELSE 'bridge'
+            END
+        FROM moved_new n JOIN moved_old o ON o.id = n.id
+        WHERE n.state IS DISTINCT FROM o.state
+        ORDER BY n.seq;
+        INSERT INTO {s}.task_count_moves (state, n)
+        SELECT state, sum(n) FROM (
+            SELECT n.state, 1 AS n FROM moved_new n JOIN moved_old o ON o.id = n.id
+                WHERE n.state IS DISTINCT FROM o.state
+            UNION ALL
+            SELECT o.state, -1 FROM moved_new n JOIN moved_old o ON o.id = n.id
+                WHERE n.state IS DISTINCT FROM o.state) m
+        GROUP BY state HAVING sum(n) <> 0;
+        RETURN NULL;
+    END
+    $body$;
+    """,
+    # 17 -> 18 (issue #48, who may answer): the senders whose message answers an ask (the
     # ``sender`` header's values), NULL for anyone's (every ask before this one)
     """
     ALTER TABLE {s}.asks ADD COLUMN answer_from text[];

@@ -663,7 +663,23 @@ class Sql:
 
     @property
     def counts(self) -> str:
-        return f"SELECT state, count(*) FROM {self.s}.tasks GROUP BY state"
+        """The base counts plus the moves not yet folded (migration 16 -> 17): rows in
+        proportion to the statements since the last fold, not to the tasks kept."""
+        return (
+            f"SELECT state, sum(n)::bigint FROM (SELECT state, n FROM {self.s}.task_counts "
+            f"UNION ALL SELECT state, n FROM {self.s}.task_count_moves) c GROUP BY state"
+        )
+
+    @property
+    def fold_counts(self) -> str:
+        """The moves so far into the base, in one statement (a concurrent fold takes the
+        others: a moved row is deleted once)."""
+        return (
+            f"WITH moved AS (DELETE FROM {self.s}.task_count_moves RETURNING state, n), "
+            "summed AS (SELECT state, sum(n) AS n FROM moved GROUP BY state) "
+            f"UPDATE {self.s}.task_counts c SET n = c.n + summed.n FROM summed "
+            "WHERE c.state = summed.state"
+        )
 
     @property
     def in_flight(self) -> str:

@@ -101,6 +101,7 @@ from ._connection import StoreTimeout as StoreTimeout
 from ._conversations import PostgresConversations, lock_rooms_sql, with_conversations
 from ._dsn import redact_dsn
 from ._durable import Durability, Promise, Synchronous
+from ._housekeeping import PostgresHousekeeping
 from ._limits import LimitsSql
 from ._listen import PENDING, RESULT, Listener, assigned_payload, wants_work
 from ._schema import check_schema
@@ -112,7 +113,9 @@ log = logging.getLogger("tether.bridge.postgres")
 
 
 @attrs.define(eq=False)
-class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations):
+class PostgresStore(
+    LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations, PostgresHousekeeping
+):
     """Custody in a PostgreSQL schema. Open with ``await PostgresStore.open(dsn)``."""
 
     dsn_shown: str
@@ -131,6 +134,8 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
     """Crashes while it ran alone that prove a task kills its process (``custody._crashes``)."""
     durability: Durability = attrs.field(factory=Durability)
     """What waits for the WAL flush: promises (NORMAL, the default) or every commit (FULL)."""
+    read_only: bool = attrs.field(default=False, kw_only=True)
+    """Opened to inspect: ``counts`` reads without folding (issue #56)."""
     _closed: bool = attrs.field(init=False, default=False)
     _sql: Sql = attrs.field(init=False)
     reach: StoreReach = attrs.field(init=False, factory=StoreReach)
@@ -226,6 +231,7 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
             channel,
             max_crashes_alone,
             Durability("FULL" if read_only else synchronous, Watchdog(statement_timeout_s)),
+            read_only=read_only,
         )
         await store._run(lambda conn: store._restarted_at(conn, clock()))  # the baseline
         return store
@@ -858,10 +864,12 @@ class PostgresStore(LimitsFrame, StepsFrame, PostgresAsks, PostgresConversations
         return await self._run(lambda conn: [_record(r) for r in conn.execute(sql, params)])
 
     async def counts(self) -> Mapping[CustodyState, int]:
-        sql = self._sql.counts
+        sql, fold = self._sql.counts, None if self.read_only else self._sql.fold_counts
 
         def op(conn: Conn) -> dict[CustodyState, int]:
             counts = dict.fromkeys(CustodyState, 0)
+            if fold is not None:
+                conn.execute(fold)
             for state, n in conn.execute(sql):
                 counts[CustodyState(state)] = n
             return counts

@@ -7,6 +7,7 @@ The writer's connection creates, tightens and migrates the file; the reader's on
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 from typing import Final, Literal
@@ -14,6 +15,9 @@ from typing import Final, Literal
 from ...._plumbing._fs import create_private_file, ensure_private_dir, restrict_file
 from ...._plumbing._sqlite_temp import keep_temp_in_memory
 from ._schema import migrate
+from ._space import make_space_settings, vacuums_incrementally
+
+log = logging.getLogger("tether.bridge.sqlite")
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -39,10 +43,17 @@ def connect_writer(
     conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
     try:
         keep_temp_in_memory(conn)
+        make_space_settings(conn)  # before the WAL and the tables: a new file's auto_vacuum
         (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("PRAGMA cache_size = -32768")  # KiB: keeps a 100k-task working set hot
         migrate(conn)
+        if not vacuums_incrementally(conn):
+            log.info(
+                "%s was made without incremental vacuum: pruned space is reused but the file "
+                "never shrinks (see 'Disk' in the bridge guide to switch it once)",
+                path,
+            )
     except BaseException:
         conn.close()
         raise

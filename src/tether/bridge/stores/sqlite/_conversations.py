@@ -87,18 +87,21 @@ JOURNAL_FORGOTTEN: Final = (
     "VALUES (?, coalesce((SELECT max(seq) FROM journal WHERE id = ?), 0) + 1, ?, ?, ?, NULL, "
     "?, ?, 'operator')"
 )
-OVERFULL: Final = "SELECT room FROM conversations WHERE turns > ? LIMIT ?"
-PRUNE_ROOM: Final = (
-    "DELETE FROM turns WHERE room = :room AND EXISTS (SELECT 1 FROM (SELECT seq, role "
-    "FROM turns WHERE room = :room ORDER BY seq DESC, role ASC LIMIT 1 OFFSET :last) k "
-    "WHERE turns.seq < k.seq OR (turns.seq = k.seq AND turns.role > k.role))"
+OVERFULL: Final = "SELECT room, turns - ? FROM conversations WHERE turns > ? LIMIT ?"
+"""Rooms holding more than ``keep`` turns, and how many over: the room's counter (kept by the
+turn triggers in the moves' own transactions) says it without reading a turn."""
+PRUNE_OLDEST: Final = (
+    "DELETE FROM turns WHERE (room, seq, role) IN (SELECT room, seq, role FROM turns "
+    "WHERE room = ? ORDER BY seq ASC, role DESC LIMIT ?)"
 )
-"""Every turn older than the room's ``keep``-th newest (``:last`` = keep - 1). In time a
-message ('user') comes before its reply ('assistant') of the same ``seq``: newest first is
-``seq DESC, role ASC``, and older than ``k`` is a lower seq, or k's seq and a later role."""
-COUNTS: Final = (
-    "SELECT count(*), coalesce(sum(turns), 0), coalesce(sum(state_bytes), 0) FROM conversations"
-)
+"""The room's ``n`` oldest turns: a walk of ``n`` rows from the start of its key, each deleted
+by key; linear in the rows removed, whatever ``keep`` is (issue #56: the statement before
+re-walked the ``keep`` newest turns for every row). In time a message ('user') comes before
+its reply ('assistant') of the same ``seq``: oldest first is ``seq ASC, role DESC``."""
+PRUNE_ROOMS: Final = "DELETE FROM rooms WHERE room IN (SELECT room FROM rooms WHERE at < ? LIMIT ?)"
+"""Stale affinities: a walk of the rooms' rows (one per room ever run), a slice at a time."""
+COUNTS: Final = "SELECT rooms, turns, state_bytes FROM conversation_totals"
+"""Kept by triggers on ``conversations`` (issue #56): one row at any number of rooms."""
 
 
 class SqliteConversations(ConversationFrame):
@@ -176,17 +179,17 @@ class SqliteConversations(ConversationFrame):
 
     async def _prune_turns(self, keep: int, limit: int) -> int:
         def op(conn: sqlite3.Connection) -> int:
-            rooms = [r for (r,) in conn.execute(OVERFULL, (keep, limit)).fetchall()]
             deleted = 0
-            for room in rooms:
-                if keep == 0:
-                    deleted += conn.execute("DELETE FROM turns WHERE room = ?", (room,)).rowcount
-                else:
-                    params = {"room": room, "last": keep - 1}
-                    deleted += conn.execute(PRUNE_ROOM, params).rowcount
+            for room, over in conn.execute(OVERFULL, (keep, keep, limit)).fetchall():
+                deleted += conn.execute(PRUNE_OLDEST, (room, min(over, limit - deleted))).rowcount
+                if deleted >= limit:
+                    break
             return deleted
 
         return await self._write(op)
+
+    async def _prune_rooms(self, before: float, limit: int) -> int:
+        return await self._write(lambda conn: conn.execute(PRUNE_ROOMS, (before, limit)).rowcount)
 
     async def _conversation_counts(self) -> ConversationCounts:
         def op(conn: sqlite3.Connection) -> ConversationCounts:

@@ -368,7 +368,8 @@ CANCEL: Final = (
 # -- reads ----------------------------------------------------------------------------------------
 
 GET: Final = f"SELECT {RECORD_COLS} FROM tasks WHERE id = ?"
-COUNTS: Final = "SELECT state, count(*) FROM tasks GROUP BY state"
+COUNTS: Final = "SELECT state, n FROM task_counts"
+"""Kept by triggers in the moves' own transactions (issue #56): 7 rows at any size."""
 IN_FLIGHT: Final = f"SELECT id FROM tasks WHERE state IN ({IN_CUSTODY_SQL}) ORDER BY rowid"
 RECORDS_OLDEST: Final = (
     f"SELECT {RECORD_COLS} FROM tasks WHERE state = ? ORDER BY rowid ASC LIMIT ?"

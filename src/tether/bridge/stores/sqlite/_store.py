@@ -102,12 +102,13 @@ from ._conversations import SqliteConversations, with_conversations
 from ._durable import barrier_for
 from ._news import RESULT, WORK, StoreNews, news_path
 from ._ready import WalkHint, ready_pending
+from ._space import SqliteSpace
 
 T = TypeVar("T")
 
 
 @attrs.define(eq=False)
-class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations):
+class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations, SqliteSpace):
     """Custody in one SQLite file. Open with ``await SqliteStore.open(path)``."""
 
     path: Path
