@@ -12,7 +12,14 @@ import pytest
 from support.clock import FakeClock
 from support.custody import LEASE_S, Backend, drive_to
 from tether.bridge import CustodyState, Task
-from tether.bridge.custody import InvalidWorkerName, PoolView, Reconciler, StaleLease, Store
+from tether.bridge.custody import (
+    InvalidWorkerName,
+    PoolView,
+    Reconciler,
+    RoomPolicy,
+    StaleLease,
+    Store,
+)
 
 S = CustodyState
 
@@ -356,14 +363,16 @@ async def test_plan_and_assign_refuses_a_bad_worker_name_and_assigns_nothing(sto
 async def test_room_affinities_past_retention_are_pruned_a_slice_at_a_time(
     store: Store, fake_clock: FakeClock
 ) -> None:
-    # issue #56: an affinity row per room ever run, kept for ever before
-    await store.ingest_many([Task(f"o{i}", "x", room=f"old{i}") for i in range(3)])
+    # issue #56: an affinity row per room ever run, kept for ever before (concurrent rooms:
+    # a serial room in flight shows as busy, not by its affinity)
+    c: RoomPolicy = "concurrent"
+    await store.ingest_many([Task(f"o{i}", "x", room=f"old{i}") for i in range(3)], room_policy=c)
     assert len(await store.claim_many("w1", 3, leaderless=True)) == 3
     fake_clock.now += 100
-    await store.ingest(Task("n", "x", room="new"))
+    await store.ingest(Task("n", "x", room="new"), room_policy=c)
     assert await store.claim("w2", leaderless=True) is not None
-    await store.ingest_many([Task(f"p{i}", "x", room=f"old{i}") for i in range(3)])
-    await store.ingest(Task("m", "x", room="new"))
+    await store.ingest_many([Task(f"p{i}", "x", room=f"old{i}") for i in range(3)], room_policy=c)
+    await store.ingest(Task("m", "x", room="new"), room_policy=c)
     assert len((await store.pool_view()).rooms) == 4
     before = fake_clock.now - 50
     assert await store.prune_rooms(before, limit=2) == 2

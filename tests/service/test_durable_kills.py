@@ -14,11 +14,10 @@ killed in turn and restarted), with the same claims.
 
 from __future__ import annotations
 
-import json
 import random
 import signal
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pytest
 import trio
@@ -27,6 +26,7 @@ from psycopg.conninfo import conninfo_to_dict
 from support.custody_fixtures import postgres_dsn as postgres_dsn
 from support.gateway import RunningGateway
 from support.service import BridgeProcess, answered_count, submit_many
+from support.step_effects import effect_lines, recorded_steps_hold
 from support.waiting import wait_until
 from tether.bridge import PostgresStore, SqliteStore
 from tether.bridge.custody import Store
@@ -36,13 +36,6 @@ pytestmark = pytest.mark.slow
 AGENT = "service.steps_agent:factory"
 MESSAGES, KILLS = 30, 3
 OPTIONS = ["--lease-s", "2", "--room-policy", "concurrent", "--concurrency", "2", "--grace", "2"]
-STEPS = ("one", "two", "three")
-
-
-def _lines(log: Path) -> list[list[str]]:
-    if not log.exists():
-        return []
-    return [line.split() for line in log.read_text().splitlines() if line.strip()]
 
 
 async def _kill_matrix(
@@ -71,10 +64,10 @@ async def _kill_matrix(
     kills = 0
     with trio.fail_after(120):
         for k in range(KILLS):
-            seen = len(_lines(effects))
+            seen = len(effect_lines(effects))
 
             async def working(before: int = seen) -> bool:
-                return len(_lines(effects)) > before
+                return len(effect_lines(effects)) > before
 
             await wait_until(working, within=60, step=0.02)  # a bridge runs steps now
             await trio.sleep(rng.uniform(0.05, 0.4))  # ... inside a step or between two
@@ -102,19 +95,7 @@ async def _check(
     assert stats["tasks"]["answered"] == len(ids)
     for id, text in zip(ids, texts, strict=True):
         assert (await gateway.message(id))["reply"] == f"done: {text}"
-    nonces: dict[tuple[str, str], list[str]] = {}
-    for task_id, step, nonce, _pid in _lines(effects):
-        nonces.setdefault((task_id, step), []).append(nonce)
-    repeats = 0
-    for id in ids:
-        steps = await store.steps(id)
-        assert [s.name for s in steps] == list(STEPS)
-        for record in steps:
-            lines = nonces[(id, record.name)]
-            recorded: Any = json.loads(record.value)
-            assert lines[-1] == recorded, (id, record.name, lines, recorded)
-            repeats += len(lines) - 1
-    return repeats
+    return await recorded_steps_hold(store, ids, effects)
 
 
 async def test_sigkills_inside_and_between_steps_never_repeat_a_recorded_step_sqlite(

@@ -17,7 +17,6 @@ at once and the standby promoted, as a managed PostgreSQL fails over. Then:
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -28,6 +27,7 @@ import trio
 from support.gateway import RunningGateway
 from support.replica import Replicated, primary_with_standby
 from support.service import BridgeProcess, answered_count, bridge_env, submit_many
+from support.step_effects import effect_lines, recorded_steps_hold
 from support.waiting import wait_until
 from tether.bridge import PostgresStore
 from tether.bridge.stores.postgres._throwaway import NoPostgres
@@ -36,7 +36,6 @@ pytestmark = pytest.mark.slow
 
 AGENT = "service.steps_agent:factory"
 MESSAGES = 40
-STEPS = ("one", "two", "three")
 WORKER_COMMAND = [sys.executable, "-m", "tether", "worker", "run"]
 OPTIONS = ["--lease-s", "3", "--room-policy", "concurrent", "--grace", "2"]
 
@@ -48,12 +47,6 @@ def replicated() -> Any:
             yield pair
     except NoPostgres as exc:
         pytest.skip(f"needs PostgreSQL server binaries: {exc}")
-
-
-def _effects(log: Path) -> list[list[str]]:
-    if not log.exists():
-        return []
-    return [line.split() for line in log.read_text().splitlines() if line.strip()]
 
 
 async def _worker_run(pair: Replicated, log: Path) -> trio.Process:
@@ -94,7 +87,7 @@ async def test_a_failover_mid_run_loses_nothing_acknowledged_and_repeats_no_reco
         with trio.fail_after(150):
 
             async def mid_run() -> bool:
-                return len(_effects(effects)) >= MESSAGES  # about a third of the steps
+                return len(effect_lines(effects)) >= MESSAGES  # about a third of the steps
 
             await wait_until(mid_run, within=60, step=0.02)
             await trio.to_thread.run_sync(replicated.fail_over)
@@ -117,19 +110,8 @@ async def test_a_failover_mid_run_loses_nothing_acknowledged_and_repeats_no_reco
     assert stats["tasks"]["answered"] == MESSAGES
     for id, text in zip(ids, texts, strict=True):
         assert (await gateway.message(id))["reply"] == f"done: {text}"
-    nonces: dict[tuple[str, str], list[str]] = {}
-    for task_id, step, nonce, _pid in _effects(effects):
-        nonces.setdefault((task_id, step), []).append(nonce)
-    repeats = 0
     async with await PostgresStore.open(replicated.standby_dsn, create=False) as store:
-        for id in ids:
-            steps = await store.steps(id)
-            assert [s.name for s in steps] == list(STEPS)
-            for record in steps:
-                lines = nonces[(id, record.name)]
-                recorded: Any = json.loads(record.value)
-                assert lines[-1] == recorded, (id, record.name, lines, recorded)
-                repeats += len(lines) - 1
+        repeats = await recorded_steps_hold(store, ids, effects)
     for log in (bridge_log, worker_log):
         text = log.read_text(errors="replace")
         met = ("unreachable", "lost the connection", "LISTEN connection lost")

@@ -23,7 +23,8 @@ async def test_a_pass_prunes_everything_due_in_slices_no_larger_than_a_slice(
     monkeypatch.setattr(_retention, "TURNS_PER_SLICE", 6)
     clock = FakeClock(1000.0)
     async with await SqliteStore.open(tmp_path / "c.db", clock=clock) as store:
-        await store.ingest_many([Task(f"t{i}", f"q{i}", room=f"r{i % 2}") for i in range(10)])
+        tasks = [Task(f"t{i}", f"q{i}", room=f"r{i % 2}") for i in range(10)]
+        await store.ingest_many(tasks, room_policy="concurrent")  # all ten claimed at once
         await store.beat("w1", "worker", 10)
         claims = await store.claim_many("w1", 10, leaderless=True)
         for claim in claims:

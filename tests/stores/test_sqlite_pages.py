@@ -77,9 +77,11 @@ async def test_migration_9_keeps_every_journal_entry_in_order(tmp_path: Path) ->
         assert version == (SCHEMA_VERSION,)
 
 
-async def test_a_lone_job_writes_at_most_13_pages_in_its_three_commits(tmp_path: Path) -> None:
+async def test_a_lone_job_writes_at_most_16_pages_in_its_three_commits(tmp_path: Path) -> None:
     # before migration 9: 5 + 6 + 6 = 17 (tasks, its id index, the queue indexes it leaves and
-    # enters, the stall scan's index, the journal and its index); now one page per tree touched
+    # enters, the stall scan's index, the journal and its index); then one page per tree
+    # touched, 13; since migration 19 (issue #56) each commit also writes the one page of
+    # ``task_counts``, the counts that cost the same at any table size: 15 measured
     db = tmp_path / "c.db"
     wal = tmp_path / "c.db-wal"
     async with await SqliteStore.open(db) as store:
@@ -97,4 +99,4 @@ async def test_a_lone_job_writes_at_most_13_pages_in_its_three_commits(tmp_path:
             claim = await store.claim("w1", leaderless=True)
             assert claim is not None
             await store.complete(claim, "ok")
-        assert (frames() - start) / jobs <= 13.5  # a page split now and then
+        assert (frames() - start) / jobs <= 16.5  # a page split now and then
