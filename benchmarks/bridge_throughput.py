@@ -150,10 +150,11 @@ async def gateway_process(folder: Path) -> AsyncIterator[tuple[str, int]]:
                 await proc.stdout.aclose()
 
 
-async def post_message(http: httpx.AsyncClient, i: int) -> None:
-    """Submit message ``i`` (room ``i % 40``) under the id ``m-<i>``, so a retry is idempotent:
-    on a loaded machine the gateway may close a kept-alive connection as a request goes out."""
-    message = {"id": f"m-{i}", "room": f"room-{i % 40}", "text": f"message {i}"}
+async def post_message(http: httpx.AsyncClient, i: int, rooms: int = 40) -> None:
+    """Submit message ``i`` (room ``i % rooms``) under the id ``m-<i>``, so a retry is
+    idempotent: on a loaded machine the gateway may close a kept-alive connection as a request
+    goes out."""
+    message = {"id": f"m-{i}", "room": f"room-{i % rooms}", "text": f"message {i}"}
     for attempt in range(5):
         try:
             response = await http.post("/v1/messages", json=message)
@@ -164,6 +165,19 @@ async def post_message(http: httpx.AsyncClient, i: int) -> None:
             continue
         response.raise_for_status()
         return
+
+
+async def submit_all(http: httpx.AsyncClient, messages: int, rooms: int = 40) -> None:
+    """``post_message`` for messages 0 to ``messages - 1``, 16 requests at a time."""
+    limiter = trio.CapacityLimiter(16)
+
+    async def submit(i: int) -> None:
+        async with limiter:
+            await post_message(http, i, rooms)
+
+    async with trio.open_nursery() as submitters:
+        for i in range(messages):
+            submitters.start_soon(submit, i)
 
 
 async def store_rate(folder: Path, mode: Any) -> Round:
@@ -216,15 +230,7 @@ async def bridge_rate(folder: Path, mode: Any, *, lead: bool) -> Round:
             base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
         ) as http,
     ):
-        limiter = trio.CapacityLimiter(16)
-
-        async def submit(i: int) -> None:
-            async with limiter:
-                await post_message(http, i)
-
-        async with trio.open_nursery() as submitters:
-            for i in range(MESSAGES):
-                submitters.start_soon(submit, i)
+        await submit_all(http, MESSAGES)
 
         config = BridgeConfig(
             gateway=url,

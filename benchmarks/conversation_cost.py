@@ -58,7 +58,7 @@ from typing import Any
 import httpx
 import trio
 
-from bridge_throughput import TOKEN, gateway_process, post_message
+from bridge_throughput import TOKEN, gateway_process, submit_all
 from tether import Session
 from tether.bridge import (
     BridgeConfig,
@@ -282,7 +282,7 @@ def langgraph_turns(
 
 
 BRIDGE_ROOMS = 40
-"""The rooms of part 3 (``bridge_throughput.post_message``'s: ``i % 40``)."""
+"""The rooms of part 3 (``bridge_throughput.submit_all``'s: ``i % 40``)."""
 
 
 def conversing_agent(session: Session) -> None:
@@ -316,15 +316,7 @@ async def bridge_path(
             talk = mode == "history+state"
             if not talk:
                 await store._write(_drop_triggers)
-            limiter = trio.CapacityLimiter(16)
-
-            async def submit(i: int) -> None:
-                async with limiter:
-                    await post_message(http, i)
-
-            async with trio.open_nursery() as submitters:
-                for i in range(messages):
-                    submitters.start_soon(submit, i)
+            await submit_all(http, messages)
             config = BridgeConfig(
                 gateway=url,
                 token_file=folder / "token",

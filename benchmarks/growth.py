@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import trio
 
-from bridge_throughput import TOKEN, gateway_process
+from bridge_throughput import TOKEN, gateway_process, submit_all
 from tether import ChildSpec, open_runtime
 from tether._plumbing import _sqlite_writer
 from tether.bridge import BridgeConfig, BridgeService, SqliteStore, write_token
@@ -111,16 +111,7 @@ async def one_size(folder: Path, messages: int, opts: argparse.Namespace) -> dic
             base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
         ) as http,
     ):
-        limiter = trio.CapacityLimiter(16)
-
-        async def submit(i: int) -> None:
-            async with limiter:
-                message = {"id": f"m-{i}", "room": f"room-{i % opts.rooms}", "text": f"m {i}"}
-                (await http.post("/v1/messages", json=message)).raise_for_status()
-
-        async with trio.open_nursery() as submitters:
-            for i in range(messages):
-                submitters.start_soon(submit, i)
+        await submit_all(http, messages, opts.rooms)
         db = folder / "bridge.db"
         config = BridgeConfig(
             gateway=url,
