@@ -27,6 +27,7 @@ the barrier. ``FULL`` and ``EXTRA`` otherwise make every commit of the store syn
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable
@@ -48,6 +49,7 @@ LEVELS: Final = ("off", "local", "remote_write", "on", "remote_apply")
 """``synchronous_commit``'s levels, weakest first."""
 
 
+@functools.cache
 def barrier_sql(level: str) -> bytes:
     """One simple-protocol round trip: a WAL record, so the commit waits at ``level``."""
     return (
@@ -98,8 +100,7 @@ class Durability:
     _sessions: weakref.WeakSet[Conn] = attrs.field(init=False, factory=weakref.WeakSet)
     """Sessions set up already (``synchronous_commit = off`` under NORMAL, the notice hook)."""
     _server_level: str | None = attrs.field(init=False, default=None)
-    _barrier: bytes | None = attrs.field(init=False, default=None)
-    """The barrier's statement, once the server's own level is known."""
+    """How a promise's commit waits on this server, once read (``_level``)."""
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     _warned: int = attrs.field(init=False, default=0)
     """Commits whose wait for the standbys was given up, counted over every session."""
@@ -139,12 +140,11 @@ class Durability:
     def barrier(self, conn: Conn) -> None:
         """Wait until every commit so far is flushed and confirmed by the synchronous standbys;
         raise ``PromiseUnconfirmed`` if the wait was given up."""
-        if self._barrier is None:
-            self._barrier = barrier_sql(self._level(conn))
+        statement = barrier_sql(self._level(conn))
         covers = self._warned  # the commits warned about so far all precede this barrier's
         mine = getattr(self._here, "warned", 0)
         with self.watchdog.limit(conn):
-            conn.execute(self._barrier)
+            conn.execute(statement)
         self.barriers += 1
         if getattr(self._here, "warned", 0) != mine:
             raise PromiseUnconfirmed(

@@ -46,8 +46,6 @@ class Watchdog:
     _cond: threading.Condition = attrs.field(init=False, factory=threading.Condition)
     _thread: threading.Thread | None = attrs.field(init=False, default=None)
     _closed: bool = attrs.field(init=False, default=False)
-    cancelled: int = attrs.field(init=False, default=0)
-    """Waits cancelled so far."""
 
     def close(self) -> None:
         """Stop the thread (what it watches has ended: the store's pool is closed)."""
@@ -94,7 +92,6 @@ class Watchdog:
                     self._cancel(watch.conn)
 
     def _cancel(self, conn: Conn) -> None:
-        self.cancelled += 1
         try:
             conn.cancel_safe(timeout=CANCEL_WAIT_S)
         except (psycopg.Error, OSError) as exc:  # the call fails on its own connection then
