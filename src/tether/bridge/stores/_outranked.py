@@ -21,7 +21,9 @@ SQLITE: Final = (
 
 
 def postgres(s: str) -> str:
-    """The same for PostgreSQL schema ``s`` (quoted), waking idle workers (``NOTIFY``)."""
+    """The same for PostgreSQL schema ``s`` (quoted), waking idle workers (``NOTIFY``); the
+    rows are updated by key, as every batch statement finds them (a join to the picked rows
+    made the planner guess their number and hash the whole table)."""
     return (
         f"WITH h AS (SELECT priority, fair, seq FROM {s}.tasks "
         "WHERE id = %(ahead)s AND state = 'pending'), "
@@ -30,6 +32,6 @@ def postgres(s: str) -> str:
         "ORDER BY t.priority DESC, t.fair DESC, t.seq DESC LIMIT %(limit)s "
         "FOR UPDATE OF t SKIP LOCKED), "
         f"u AS (UPDATE {s}.tasks t SET state = 'pending', owner = NULL, updated_at = %(now)s "
-        "FROM o WHERE t.id = o.id AND t.state = 'assigned' RETURNING t.id) "
+        "WHERE t.id = ANY(ARRAY(SELECT id FROM o)) AND t.state = 'assigned' RETURNING t.id) "
         "SELECT id, pg_notify(%(chan)s, 'pending')::text FROM u"
     )
