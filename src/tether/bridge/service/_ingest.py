@@ -18,6 +18,7 @@ from ..._expected import ExpectedFailure
 from ..._plumbing._tracing import enabled as tracing_enabled
 from ..._protocol._messages import GatewayTask
 from ..client._client import GatewayClient, GatewayError, GatewayRequestError
+from ..custody._asks import SENDER_HEADER
 from ..custody._roles import IngestStore
 from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
 from ..custody._rules import InvalidTask, Task
@@ -78,7 +79,7 @@ def to_custody_task(task: GatewayTask, trace: TaskTrace | None = None) -> Task:
     so does the tenant, if the task has one (the store reads it there to serve tenants in
     turn), and the task's trace and when it was taken in, if it is traced (``TaskTrace``).
     """
-    headers = {"sender": task.sender, "delivery": str(task.delivery)}
+    headers = {SENDER_HEADER: task.sender, "delivery": str(task.delivery)}
     if task.tenant is not None:
         headers[TENANT_HEADER] = task.tenant
     if trace is not None:
