@@ -29,16 +29,12 @@ from typing import Any
 import trio
 
 from tether.bridge import SqliteStore, Task
-from tether.bridge.custody import Claim, Store
-from tether.bridge.pool._run import Run
+from tether.bridge.custody import Store
+from tether.bridge.runs import run_for
 
 
 def _noop() -> int:
     return 1
-
-
-def _held(claim: Claim) -> Callable[[], Claim]:
-    return lambda: claim
 
 
 async def _tether_lane(store: Store, workflows: int) -> tuple[float, list[float]]:
@@ -48,7 +44,7 @@ async def _tether_lane(store: Store, workflows: int) -> tuple[float, list[float]
         await store.ingest(Task(f"t{n}", "x"))
         claim = await store.claim("w1", leaderless=True)
         assert claim is not None
-        run = Run(claim.task, store, _held(claim), clock=store.clock)
+        run = run_for(claim, store)
         for step in ("a", "b", "c"):
             t0 = time.perf_counter()
             await run.step(step, _noop)

@@ -124,7 +124,8 @@ def tether_rate_child(dsn: str, schema: str, start: float, out: Path) -> None:
     """One process of the rate side: 4 runs acquiring ``rate`` until ``start + SECONDS``."""
     import trio
 
-    from tether.bridge import PostgresStore, Run
+    from tether.bridge import PostgresStore
+    from tether.bridge.runs import run_for
 
     async def main() -> None:
         store = await PostgresStore.open(dsn, schema=schema)
@@ -135,7 +136,7 @@ def tether_rate_child(dsn: str, schema: str, start: float, out: Path) -> None:
             await trio.sleep(max(0.0, start - time.time()))
 
             async def one(claim: Any) -> None:
-                run = Run(claim.task, store, lambda: claim, limits=store)
+                run = run_for(claim, store)
                 while time.time() < start + SECONDS:
                     permit = await run.acquire("rate")
                     grants.append(time.time())

@@ -13,7 +13,7 @@ from support.observe import running_admin
 from tether._cli._main import main
 from tether.bridge import SqliteStore, Task
 from tether.bridge.pool import Timings
-from tether.bridge.pool._timings import MAX_TRACKED, Histogram
+from tether.bridge.runs._timings import MAX_TRACKED, Histogram
 
 from .test_admin_metrics import parse
 

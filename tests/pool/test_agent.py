@@ -13,7 +13,8 @@ from tether import open_session
 from tether.agents import echo, flaky, noop
 from tether.bridge import AgentLoadError, Reply, Task, load_agent
 from tether.bridge.pool import EmptyReply
-from tether.bridge.pool._agent import AgentError, agent_room_policy, install_agent, reply_of
+from tether.bridge.pool._agent import agent_room_policy, install_agent
+from tether.bridge.runs._reply import AgentError, reply_of
 
 not_callable = 42
 

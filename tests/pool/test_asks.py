@@ -22,7 +22,8 @@ from tether.bridge import AskTimeout, AskUnsupported, CustodyState, SqliteStore,
 from tether.bridge.custody import Reconciler
 from tether.bridge.custody._asks import AskRecord
 from tether.bridge.pool import PoolWorker
-from tether.bridge.pool._ask import ParkedAsk, asks_fields, asks_from, parked_fields, parked_from
+from tether.bridge.runs._asks import asks_fields, asks_from, parked_fields, parked_from
+from tether.bridge.runs._journal import ParkedAsk
 
 S = CustodyState
 

@@ -15,8 +15,11 @@ from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether import open_session
 from tether.bridge import CustodyState, Reply, SqliteStore, Task, asyncio_agent, trio_side
-from tether.bridge.pool import PoolWorker, Progress, RetryBackoff, progress_of, reporting
+from tether.bridge.custody import Conversation
+from tether.bridge.pool import PoolWorker, Progress, RetryBackoff, progress_of
 from tether.bridge.pool._asyncio import loop_for
+from tether.bridge.runs import Run
+from tether.bridge.runs._current import Current, entering
 
 S = CustodyState
 
@@ -126,17 +129,18 @@ async def test_progress_and_trio_side_calls_work_from_the_asyncio_side() -> None
     task = Task("t", "x")
     async with open_session("asyncio-agent") as session:
         asyncio_agent(handle)(session)
+        session.wrap_handlers("task", entering)  # as a worker does
         progress = Progress()
-        with reporting(task, progress):
-            async with trio.open_nursery() as nursery:
-                results: list[object] = []
+        async with trio.open_nursery() as nursery:
+            results: list[object] = []
 
-                async def call() -> None:
-                    results.extend(await session.call("task", task))
+            async def call() -> None:
+                current = Current(Run(task), Conversation(), progress)
+                results.extend(await session.call("task", current))
 
-                nursery.start_soon(call)
-                await wait_until(holds(lambda: bool(shown)))
-                release.set()
+            nursery.start_soon(call)
+            await wait_until(holds(lambda: bool(shown)))
+            release.set()
     assert shown == ["Once upon"]
     assert progress.snapshot()[1] == "thinking"
     assert results == [Reply("Once upon A TIME")]

@@ -17,7 +17,7 @@ from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody import Claim, StaleLease
 from tether.bridge.custody._rules import InvalidTask
 from tether.bridge.pool import PoolWorker
-from tether.bridge.pool._completions import CompletionBatcher
+from tether.bridge.runs._completions import CompletionBatcher
 
 S = CustodyState
 SLOW = 60.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 
 from tether.bridge import CustodyState, SqliteStore, Task
-from tether.bridge.pool._completions import CompletionBatcher
+from tether.bridge.runs._completions import CompletionBatcher
 
 from .test_completion_batching import RecordingStore
 

@@ -17,7 +17,7 @@ from tether.bridge import CustodyState, Retry, SqliteStore, Task, run_of
 from tether.bridge.custody import Reconciler
 from tether.bridge.custody._limits import LimitSpec
 from tether.bridge.pool import PoolWorker, RetryBackoff
-from tether.bridge.pool._limits import METRICS
+from tether.bridge.runs._permits import METRICS
 from tether.bridge.service._admin import bridge_observed
 from tether.observe import Metrics
 

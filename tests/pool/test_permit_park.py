@@ -14,8 +14,8 @@ from tether.bridge import CustodyState, SqliteStore, Task, run_of
 from tether.bridge.custody import Reconciler
 from tether.bridge.custody._limits import LimitSpec
 from tether.bridge.pool import PoolWorker
-from tether.bridge.pool._limits import METRICS
-from tether.bridge.pool._timings import Timings
+from tether.bridge.runs._permits import METRICS
+from tether.bridge.runs._timings import Timings
 
 S = CustodyState
 

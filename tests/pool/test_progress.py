@@ -14,7 +14,10 @@ from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo, slow_stream
 from tether.bridge import CustodyState, Progress, SqliteStore, Task, progress_of
-from tether.bridge.pool import PoolWorker, ProgressUpdate, reporting
+from tether.bridge.custody import Conversation
+from tether.bridge.pool import PoolWorker, ProgressUpdate
+from tether.bridge.runs import Run
+from tether.bridge.runs._current import Current, entered
 
 from .test_worker import running, state_is
 
@@ -181,7 +184,7 @@ def test_outside_a_run_progress_of_gives_a_detached_reporter_and_reporting_binds
     detached = progress_of(task)
     detached.status("nobody hears this")  # records, sends nothing, never raises
     mine = Progress()
-    with reporting(task, mine):
+    with entered(Current(Run(task), Conversation(), mine)):
         assert progress_of(task) is mine
         assert progress_of(Task("t1", "q")) is not mine  # an equal task of another run
         progress_of(task).stream("a")

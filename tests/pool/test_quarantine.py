@@ -38,7 +38,7 @@ from tether.bridge.pool._quarantine import (
 )
 from tether.bridge.pool._quarantine_limits import ChildLimits
 from tether.bridge.pool._quarantine_wire import EXIT_OUT_OF_MEMORY
-from tether.bridge.pool._run import Parked
+from tether.bridge.runs import Parked
 
 pytestmark = pytest.mark.slow
 

@@ -64,10 +64,7 @@ async def test_steps_and_waits_are_spans_inside_their_runs_span(
             pass
         async with run.limit("k"):
             pass
-        try:
-            await run.sleep(600)
-        finally:
-            parked_until.append(run.parked_until or 0.0)
+        await run.sleep(600)
         return "unreachable"
 
     worker = PoolWorker(
@@ -78,6 +75,10 @@ async def test_steps_and_waits_are_spans_inside_their_runs_span(
         await nursery.start(worker.run)
         await wait_until(lambda: _is(timed_store, "t", S.WAITING), within=60)
         worker.request_stop()
+    parked = await timed_store.get("t")
+    assert parked is not None
+    assert parked.not_before is not None
+    parked_until.append(parked.not_before)
     spans = recorded_spans.get_finished_spans()
     first, second = _named(spans, "tether.run")
     steps = _named(spans, "tether.step")
@@ -107,10 +108,7 @@ async def test_an_ask_is_a_wait_span_with_its_deadline(
 
     async def handle(task: Task) -> str:
         run = run_of(task)
-        try:
-            return await run.ask("which table?", timeout=3600)
-        finally:
-            deadline.append(run.parked_until or 0.0)
+        return await run.ask("which table?", timeout=3600)
 
     worker = PoolWorker(timed_store, "w1", agent(handle), poll_interval=0.2)
     await timed_store.ingest(Task("t", "book", room="r"), room_policy="serial")
@@ -118,6 +116,10 @@ async def test_an_ask_is_a_wait_span_with_its_deadline(
         await nursery.start(worker.run)
         await wait_until(lambda: _is(timed_store, "t", S.WAITING))
         worker.request_stop()
+    parked = await timed_store.get("t")
+    assert parked is not None
+    assert parked.not_before is not None
+    deadline.append(parked.not_before)  # the ask's deadline: when the task is due again
     spans = recorded_spans.get_finished_spans()
     (run,) = _named(spans, "tether.run")
     (wait,) = _named(spans, "tether.wait")

@@ -16,8 +16,8 @@ from tether.agents import echo
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody import Claim
 from tether.bridge.pool import PoolLead, PoolWorker, SweepReport
-from tether.bridge.pool._retry import RetryBackoff
 from tether.bridge.pool._wakeup import PoolWakeups, Wakeup
+from tether.bridge.runs._retry import RetryBackoff
 
 S = CustodyState
 SLOW = 60.0

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tether.bridge.custody import StepStore
+from tether.bridge.custody import JournalStore
 
 STEPS = ("one", "two", "three")
 
@@ -25,7 +25,7 @@ def effect_lines(log: Path) -> list[list[str]]:
     return [line.split() for line in log.read_text().splitlines() if line.strip()]
 
 
-async def recorded_steps_hold(store: StepStore, ids: Sequence[str], log: Path) -> int:
+async def recorded_steps_hold(store: JournalStore, ids: Sequence[str], log: Path) -> int:
     """Every task recorded every step and none ran after its record; the number of repeats."""
     nonces: dict[tuple[str, str], list[str]] = {}
     for task_id, step, nonce, _pid in effect_lines(log):

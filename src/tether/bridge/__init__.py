@@ -49,20 +49,20 @@ if _typing.TYPE_CHECKING:
     from .custody import in_custody as in_custody
     from .pool import AgentFactory as AgentFactory
     from .pool import AgentLoadError as AgentLoadError
-    from .pool import AskTimeout as AskTimeout
-    from .pool import AskUnsupported as AskUnsupported
-    from .pool import Permanent as Permanent
-    from .pool import Progress as Progress
-    from .pool import Reply as Reply
-    from .pool import Retry as Retry
-    from .pool import Run as Run
-    from .pool import StepError as StepError
     from .pool import asyncio_agent as asyncio_agent
-    from .pool import conversation_of as conversation_of
     from .pool import load_agent as load_agent
-    from .pool import progress_of as progress_of
-    from .pool import run_of as run_of
     from .pool import trio_side as trio_side
+    from .runs import AskTimeout as AskTimeout
+    from .runs import AskUnsupported as AskUnsupported
+    from .runs import Permanent as Permanent
+    from .runs import Progress as Progress
+    from .runs import Reply as Reply
+    from .runs import Retry as Retry
+    from .runs import Run as Run
+    from .runs import StepError as StepError
+    from .runs import conversation_of as conversation_of
+    from .runs import progress_of as progress_of
+    from .runs import run_of as run_of
     from .service._config import BridgeConfig as BridgeConfig
     from .service._config import load_config as load_config
     from .service._service import BridgeService as BridgeService

@@ -30,7 +30,6 @@ from ..._core._lazy import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
     from ._asks import AskRecord as AskRecord
-    from ._asks import AskStore as AskStore
     from ._asks import Question as Question
     from ._asks import QuestionStore as QuestionStore
     from ._conversation import MAX_STATE_BYTES as MAX_STATE_BYTES
@@ -67,16 +66,19 @@ if _typing.TYPE_CHECKING:
     from ._roles import DeliveryStore as DeliveryStore
     from ._roles import IngestStore as IngestStore
     from ._roles import InspectStore as InspectStore
+    from ._roles import JournalStore as JournalStore
     from ._roles import LeadStore as LeadStore
     from ._roles import LimitStore as LimitStore
+    from ._roles import NewsStore as NewsStore
     from ._roles import OperatorStore as OperatorStore
+    from ._roles import PermitStore as PermitStore
     from ._roles import PoolMemberStore as PoolMemberStore
     from ._roles import ReconcilerStore as ReconcilerStore
     from ._roles import RetentionStore as RetentionStore
     from ._roles import RoomStore as RoomStore
+    from ._roles import RunStore as RunStore
     from ._roles import StallStore as StallStore
     from ._roles import StateReader as StateReader
-    from ._roles import StepStore as StepStore
     from ._roles import Store as Store
     from ._roles import StoreClock as StoreClock
     from ._roles import WorkerStore as WorkerStore

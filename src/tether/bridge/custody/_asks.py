@@ -17,8 +17,6 @@ from typing import Final, Literal, Protocol
 
 import attrs
 
-from ._rules import Claim
-
 AskStatus = Literal["open", "answered", "timeout", "unsupported"]
 ASK_STATUSES: Final[tuple[AskStatus, ...]] = ("open", "answered", "timeout", "unsupported")
 
@@ -73,32 +71,6 @@ class Question:
     name: str
     seq: int
     text: str
-
-
-class AskStore(Protocol):
-    """What a run's asks need from the store (a worker's store implements it)."""
-
-    async def asks(self, id: str) -> Sequence[AskRecord]:
-        """``id``'s asks in the order they were asked (empty for an unknown task). Reads only."""
-        ...
-
-    async def ask(
-        self,
-        claim: Claim,
-        name: str,
-        text: str,
-        until: float,
-        why: str,
-        *,
-        answer_from: Sequence[str] | None = None,
-    ) -> AskRecord:
-        """Record the question ``name`` of ``claim``'s task (kept if already recorded: the
-        first wins, with its deadline and senders; ``answer_from`` names the senders whose
-        message answers it, None for anyone) with its assistant turn (outcome ``asked``) if the task
-        is in a room, and park the task (claimed -> waiting, due at the ask's deadline, the
-        lease released, no attempt spent), all under the lease fence in one transaction; the
-        record stored. ``StaleLease`` if fenced out."""
-        ...
 
 
 class QuestionStore(Protocol):

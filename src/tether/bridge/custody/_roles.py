@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from ._asks import AskRecord, AskStore, QuestionStore
+from ._asks import AskRecord, QuestionStore
 from ._conversation import Conversation, ConversationCounts, RoomView
 from ._limits import Granted, LimitSpec, LimitView, Wait
 from ._records import (
@@ -203,41 +203,9 @@ class RoomStore(Protocol):
         ...
 
 
-class StepStore(StoreClock, Protocol):
-    """What a durable run needs (issue #35): its task's recorded steps, a fenced record of a
-    new one, and a park (a durable sleep that frees the worker)."""
-
-    async def steps(self, id: str) -> Sequence[StepRecord]:
-        """``id``'s recorded steps in the order they were recorded (empty for an unknown or
-        pruned task). Reads only."""
-        ...
-
-    async def record_step(self, claim: Claim, name: str, value: str) -> StepRecord:
-        """Record step ``name`` of ``claim``'s task with ``value`` (JSON text), under the
-        lease fence (id, claimed, owner, attempt, live lease) in the same statement or
-        transaction: ``StaleLease`` if fenced out, so a run whose lease is gone records
-        nothing and a run that took over never sees a zombie's record appear after its own.
-        If ``name`` is recorded already, that record is kept and returned (the first wins).
-        ``StepError`` for a bad name, a value over ``MAX_STEP_BYTES``, or one that would take
-        the task's steps past ``MAX_TASK_STEP_BYTES``. Returns the record stored, once it is
-        durable (a promise: the step's effect has already left the process)."""
-        ...
-
-    async def park(self, claim: Claim, until: float, why: str) -> None:
-        """claimed -> waiting under the fence: the lease released (owner cleared), no attempt
-        spent; due again at ``until`` (store clock, kept as ``not_before``); ``why`` (what it
-        waits for) is its recorded reason. ``StaleLease`` if fenced out."""
-        ...
-
-
-class LimitStore(StoreClock, Protocol):
-    """Flow control (issue #38): limits per key shared by everyone on the store, permits that
-    are leases of their holder's claim, and pauses. See ``custody._limits``."""
-
-    async def set_limit(self, spec: LimitSpec) -> None:
-        """Declare (or change) ``spec.key``'s limit; a new bucket starts full, a changed one
-        keeps its tokens (cut to the new burst), its permits and its pause."""
-        ...
+class PermitStore(Protocol):
+    """What a run's permits need (issue #38): take one of a key under the claim's fence, give it
+    back, pause the key. See ``custody._limits``."""
 
     async def acquire_permit(self, claim: Claim, key: str, weight: float = 1.0) -> Granted | Wait:
         """Take a permit of ``key`` for ``claim``'s run, spending ``weight`` tokens, under the
@@ -259,6 +227,17 @@ class LimitStore(StoreClock, Protocol):
         already there is kept. A key with no declared limit is paused too."""
         ...
 
+
+class LimitStore(PermitStore, StoreClock, Protocol):
+    """Flow control (issue #38): limits per key shared by everyone on the store, permits that
+    are leases of their holder's claim, and pauses; what an operator declares and reads. See
+    ``custody._limits``."""
+
+    async def set_limit(self, spec: LimitSpec) -> None:
+        """Declare (or change) ``spec.key``'s limit; a new bucket starts full, a changed one
+        keeps its tokens (cut to the new burst), its permits and its pause."""
+        ...
+
     async def limit_views(self) -> Sequence[LimitView]:
         """Every key's limit, its tokens now, permits in flight, pause and waiters. Reads
         only."""
@@ -275,45 +254,65 @@ class LimitStore(StoreClock, Protocol):
         ...
 
 
-class WorkerStore(
-    PoolMemberStore, StallStore, ConversationStore, StepStore, AskStore, LimitStore, Protocol
-):
-    """What a worker needs: claim leases, renew them, and store each outcome (fenced); it also
-    raises the stall notices of its own claims."""
+class Clocked(Protocol):
+    """Has the store's clock (due times are on it)."""
 
-    async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
-        """The worker's next lease: its own assignments first (by priority, then age); pending
-        tasks only when ``leaderless``, and only those that are due (never one waiting out a
-        retry backoff). ``None`` if nothing is there."""
+    clock: Callable[[], float]
+
+
+class JournalStore(PermitStore, Clocked, Protocol):
+    """What a run records while it runs (``runs._journal``): its steps, read and recorded, its
+    asks, read, and its permits, each fenced by its claim. Both stores implement it, and so
+    does a quarantine child's pipe to its parent (which records under its own claim)."""
+
+    async def steps(self, id: str) -> Sequence[StepRecord]:
+        """``id``'s recorded steps in the order they were recorded (empty for an unknown or
+        pruned task). Reads only."""
         ...
 
-    async def claim_many(
+    async def record_step(self, claim: Claim, name: str, value: str) -> StepRecord:
+        """Record step ``name`` of ``claim``'s task with ``value`` (JSON text), under the
+        lease fence (id, claimed, owner, attempt, live lease) in the same statement or
+        transaction: ``StaleLease`` if fenced out, so a run whose lease is gone records
+        nothing and a run that took over never sees a zombie's record appear after its own.
+        If ``name`` is recorded already, that record is kept and returned (the first wins).
+        ``StepError`` for a bad name, a value over ``MAX_STEP_BYTES``, or one that would take
+        the task's steps past ``MAX_TASK_STEP_BYTES``. Returns the record stored, once it is
+        durable (a promise: the step's effect has already left the process)."""
+        ...
+
+    async def asks(self, id: str) -> Sequence[AskRecord]:
+        """``id``'s asks in the order they were asked (empty for an unknown task). Reads only."""
+        ...
+
+
+class RunStore(JournalStore, ConversationStore, StoreClock, Protocol):
+    """Everything a run does to the store (``bridge.runs``): its journal, its room's
+    conversation, and its outcome (complete, fail, park, ask, release), each fenced by its
+    claim."""
+
+    async def park(self, claim: Claim, until: float, why: str) -> None:
+        """claimed -> waiting under the fence: the lease released (owner cleared), no attempt
+        spent; due again at ``until`` (store clock, kept as ``not_before``); ``why`` (what it
+        waits for) is its recorded reason. ``StaleLease`` if fenced out."""
+        ...
+
+    async def ask(
         self,
-        worker: str,
-        limit: int,
+        claim: Claim,
+        name: str,
+        text: str,
+        until: float,
+        why: str,
         *,
-        leaderless: bool = False,
-        quarantine: int | None = None,
-        history: int | None = None,
-    ) -> Sequence[Claim]:
-        """Up to ``limit`` leases in ONE transaction, in the order ``limit`` calls of ``claim``
-        would hand them out (own assignments by priority then age, then pending tasks only when
-        ``leaderless``); each is fenced on its own like a ``claim``'s. Empty if nothing is
-        there; ``ValueError`` unless ``limit`` is an int from 1 to ``MAX_CLAIM_BATCH``.
-
-        ``quarantine``: how many suspects (most crashed first) the caller may run now in
-        quarantine processes (0: none now); they come first, marked ``Claim.suspect``, beside
-        ordinary work. ``None``: the caller cannot quarantine, and a suspect runs alone in its
-        process (see ``custody._crashes``).
-
-        ``history``: each claimed task in a room also carries its conversation as
-        ``conversation(task_id, limit=history)`` would read it (``Claim.conversation``), read
-        in the claim's own transaction, so its run starts without another read. ``None``
-        (the default): no conversation is read."""
-        ...
-
-    async def renew(self, claim: Claim) -> Claim:
-        """Extend a live lease by ``lease_s`` from now; ``StaleLease`` if fenced out."""
+        answer_from: Sequence[str] | None = None,
+    ) -> AskRecord:
+        """Record the question ``name`` of ``claim``'s task (kept if already recorded: the
+        first wins, with its deadline and senders; ``answer_from`` names the senders whose
+        message answers it, None for anyone) with its assistant turn (outcome ``asked``) if the task
+        is in a room, and park the task (claimed -> waiting, due at the ask's deadline, the
+        lease released, no attempt spent), all under the lease fence in one transaction; the
+        record stored. ``StaleLease`` if fenced out."""
         ...
 
     async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
@@ -361,6 +360,47 @@ class WorkerStore(
     async def release(self, claim: Claim) -> None:
         """claimed -> pending with the SAME attempt: the worker gives work back unfinished
         (a soft stop), which is not a failure. ``StaleLease`` if fenced out."""
+        ...
+
+
+class WorkerStore(PoolMemberStore, StallStore, RunStore, Protocol):
+    """What a worker needs: claim leases, renew them and beat; it hands each claim to a run
+    (``bridge.runs``), which stores the run's outcome through ``RunStore``. It also raises the
+    stall notices of its own claims."""
+
+    async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
+        """The worker's next lease: its own assignments first (by priority, then age); pending
+        tasks only when ``leaderless``, and only those that are due (never one waiting out a
+        retry backoff). ``None`` if nothing is there."""
+        ...
+
+    async def claim_many(
+        self,
+        worker: str,
+        limit: int,
+        *,
+        leaderless: bool = False,
+        quarantine: int | None = None,
+        history: int | None = None,
+    ) -> Sequence[Claim]:
+        """Up to ``limit`` leases in ONE transaction, in the order ``limit`` calls of ``claim``
+        would hand them out (own assignments by priority then age, then pending tasks only when
+        ``leaderless``); each is fenced on its own like a ``claim``'s. Empty if nothing is
+        there; ``ValueError`` unless ``limit`` is an int from 1 to ``MAX_CLAIM_BATCH``.
+
+        ``quarantine``: how many suspects (most crashed first) the caller may run now in
+        quarantine processes (0: none now); they come first, marked ``Claim.suspect``, beside
+        ordinary work. ``None``: the caller cannot quarantine, and a suspect runs alone in its
+        process (see ``custody._crashes``).
+
+        ``history``: each claimed task in a room also carries its conversation as
+        ``conversation(task_id, limit=history)`` would read it (``Claim.conversation``), read
+        in the claim's own transaction, so its run starts without another read. ``None``
+        (the default): no conversation is read."""
+        ...
+
+    async def renew(self, claim: Claim) -> Claim:
+        """Extend a live lease by ``lease_s`` from now; ``StaleLease`` if fenced out."""
         ...
 
     async def recover_claims(self, worker: str) -> Sequence[LeaseExpiry]:
@@ -637,6 +677,20 @@ class OperatorStore(StoreClock, Protocol):
         ...
 
 
+class NewsStore(Protocol):
+    """News from the other processes on the store: hints that work or a result may be there
+    (PostgreSQL ``NOTIFY``, SQLite's news file). Each loop's own look stays the truth."""
+
+    async def wait_for_work(self, seconds: float, *, worker: str | None = None) -> bool:
+        """Sleep until new pending work (or an assignment to ``worker``) may exist, at most
+        ``seconds``; True if news came."""
+        ...
+
+    async def wait_for_results(self, seconds: float) -> bool:
+        """Sleep until another process may have stored a result, at most ``seconds``."""
+        ...
+
+
 @runtime_checkable
 class Store(
     IngestStore,
@@ -651,6 +705,8 @@ class Store(
     OperatorStore,
     RoomStore,
     QuestionStore,
+    LimitStore,
+    NewsStore,
     Protocol,
 ):
     """A transactional custody store: every role at once. A backend implements this; each caller

@@ -20,7 +20,8 @@ from typing import Any, Final, ParamSpec, TypeVar
 from ..._session import Session
 from ..custody._rooms import RoomPolicy
 from ..custody._rules import Task
-from ._agent import TASK_EVENT, AgentFactory, Reply
+from ..runs._reply import Reply
+from ._agent import TASK_EVENT, AgentFactory
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -29,8 +29,9 @@ from ..._plumbing._fs import ensure_private_dir
 from ..._session import Session
 from ..custody._roles import Store
 from ..custody._rules import CustodyState, InvalidTaskId, Task, check_task_id
-from ._agent import TASK_EVENT, AgentError, Reply
-from ._conversation import conversation_of
+from ..runs._current import conversation_of
+from ..runs._reply import AgentError, Reply
+from ._agent import TASK_EVENT
 from ._liveness import check_seconds
 from ._worker import PoolWorker
 

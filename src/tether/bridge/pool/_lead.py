@@ -20,10 +20,10 @@ from ..._plumbing._grid import on_grid
 from ..custody._records import PoolView, WorkerInfo
 from ..custody._roles import LeadStore
 from ..custody._rules import check_worker
+from ..runs._timings import Timings
 from ._idle import idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive
 from ._stop import StopSignal
-from ._timings import Timings
 from ._wakeup import PoolWakeups, Wakeup
 
 log = logging.getLogger("tether.bridge.pool.lead")

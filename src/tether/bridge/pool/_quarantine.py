@@ -33,10 +33,14 @@ from ..._backoff import Backoff
 from ..custody._asks import AskRecord
 from ..custody._conversation import Conversation
 from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quarantine_deaths
+from ..custody._limits import Granted
+from ..custody._limits import Wait as PermitWait
 from ..custody._records import StepRecord
 from ..custody._rules import StaleLease
-from ._agent import AgentError, Reply
-from ._ask import asks_fields, parked_from
+from ..runs._asks import asks_fields, parked_from
+from ..runs._journal import Journal, Parked, ParkedAsk
+from ..runs._reply import AgentError, Reply
+from ..runs._retry import Permanent, Retry
 from ._quarantine_env import check_env_names, child_environ
 from ._quarantine_limits import ChildLimits
 from ._quarantine_limits import serve as serve_limits
@@ -49,8 +53,6 @@ from ._quarantine_wire import (
     conversation_fields,
     encode,
 )
-from ._retry import Permanent, Retry
-from ._run import Parked
 
 CHILD_MODULE: Final = "tether.bridge.pool._quarantine_child"
 DEFAULT_QUARANTINE_PROCESSES: Final = 2
@@ -236,6 +238,28 @@ class ChildSteps:
     """The task's recorded asks (issue #36): the child's run replays them."""
     limits: ChildLimits | None = None
     """Permits of limits taken for the run under the parent's claim (issue #38)."""
+
+
+async def child_steps(journal: Journal) -> ChildSteps:
+    """What a quarantined run's journal needs from this process: the task's records read
+    here, new ones recorded here under this process's claim (the child holds nothing of the
+    store), and its park recorded in ``journal`` (its ``ClaimedRun`` stores it)."""
+    store, id = journal.store, journal.task.id
+    assert store is not None
+
+    async def record(name: str, value: str) -> StepRecord:
+        return await journal.fenced(lambda store, claim: store.record_step(claim, name, value))
+
+    def parked(until: float, why: str, asked: ParkedAsk | None = None) -> None:
+        journal.park(until, why, asked)
+
+    async def acquire(key: str, weight: float) -> Granted | PermitWait:
+        return await journal.fenced(lambda store, claim: store.acquire_permit(claim, key, weight))
+
+    limits = ChildLimits(acquire, store.release_permit, store.pause_limit)
+    return ChildSteps(
+        await store.steps(id), record, parked, journal.park_after, await store.asks(id), limits
+    )
 
 
 def _outcome(message: dict[str, Any]) -> Reply:

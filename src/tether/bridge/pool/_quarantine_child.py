@@ -20,18 +20,22 @@ import os
 import resource
 import signal
 import sys
-from typing import Any, BinaryIO, Final, cast
+from typing import Any, BinaryIO, Final
 
 import trio
 
 from ..._session import open_session
-from ..custody._roles import LimitStore, StepStore
 from ..custody._rules import Claim, Task
-from ._agent import AgentError, install_agent, load_agent, reply_of
-from ._ask import asks_from, parked_fields
+from ..runs._asks import asks_from, parked_fields
+from ..runs._current import Current, entering
+from ..runs._journal import Fence, Journal, Park, Parked
+from ..runs._progress import Progress
+from ..runs._reply import AgentError, reply_of
+from ..runs._retry import Permanent, Retry
+from ..runs._run import Run
+from ._agent import TASK_EVENT, install_agent, load_agent
 from ._asyncio import loop_for
-from ._conversation import conversing
-from ._progress import Progress, reporting
+from ._quarantine_journal import PipeJournal
 from ._quarantine_limits import PipeLimits
 from ._quarantine_steps import PipeSteps, steps_from
 from ._quarantine_wire import (
@@ -42,8 +46,6 @@ from ._quarantine_wire import (
     conversation_from,
     encode,
 )
-from ._retry import Permanent, Retry
-from ._run import Parked, Run, running
 
 _PR_SET_PDEATHSIG: Final = 1
 PROGRESS_POLL_S: Final = 0.2
@@ -92,6 +94,7 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
     factory = load_agent(spec)
     async with loop_for(factory), open_session("quarantine") as session:
         install_agent(session, factory)
+        session.wrap_handlers(TASK_EVENT, entering)
         pipe.send("ready", protocol=PROTOCOL, pid=os.getpid())
         message = await pipe.receive()
         while message is not None and message["kind"] != "task":
@@ -108,28 +111,28 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
         progress = Progress()
         steps = PipeSteps(pipe, steps_from(message.get("steps")), asks_from(message.get("asks")))
         claim = Claim(task, "quarantine", 1, 0.0, 0)  # the parent holds the real one and its fence
-        limits = PipeLimits(pipe)
-        run = Run(
+        store = PipeJournal(steps, PipeLimits(pipe))
+        journal = Journal(
             task,
-            cast("StepStore", steps),
-            lambda: claim,
+            store,
+            Fence(lambda: claim),
             park_after=float(message.get("park_after", math.inf)),
-            limits=cast("LimitStore", limits),
+            clock=store.clock,
         )
+        conversation = conversation_from(message.get("conversation"))
+        current = Current(Run(task, journal), conversation, progress)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_parent, pipe, steps, limits)
+            nursery.start_soon(_watch_parent, pipe, store)
             nursery.start_soon(_tell_progress, pipe, progress)
             try:
-                with (
-                    reporting(task, progress),
-                    conversing(task, conversation_from(message.get("conversation"))),
-                    running(task, run),
-                ):
-                    reply = reply_of(await session.call("task", task), task.id)
+                reply = reply_of(await session.call(TASK_EVENT, current), task.id)
             except MemoryError:
                 os._exit(EXIT_OUT_OF_MEMORY)
-            except Parked:
-                _send_parked(pipe, run)
+            except Parked as exc:
+                if journal.parked is None:  # raised by hand: not a park the run asked for
+                    pipe.send("error", type="failure", reason=f"Parked: {exc}")
+                else:
+                    _send_parked(pipe, journal.parked)
             except Retry as exc:
                 pipe.send("error", type="retry", reason=exc.reason, after=exc.after, key=exc.key)
             except Permanent as exc:
@@ -137,13 +140,13 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             except AgentError as exc:
                 pipe.send("error", type="agent", reason=str(exc))
             except Exception as exc:
-                if run.parked_until is not None:  # parked, whatever it raised after
-                    _send_parked(pipe, run)
+                if journal.parked is not None:  # parked, whatever it raised after
+                    _send_parked(pipe, journal.parked)
                 else:
                     pipe.send("error", type="failure", reason=f"{type(exc).__name__}: {exc}")
             else:
-                if run.parked_until is not None:  # parked, whatever it returned after
-                    _send_parked(pipe, run)
+                if journal.parked is not None:  # parked, whatever it returned after
+                    _send_parked(pipe, journal.parked)
                     nursery.cancel_scope.cancel()
                     return 0
                 _send_progress(pipe, progress, -1)
@@ -153,17 +156,16 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
     return 0
 
 
-def _send_parked(pipe: _Pipe, run: Run) -> None:
+def _send_parked(pipe: _Pipe, park: Park) -> None:
     """Tell the parent the run parked (and at which question, if it asked: issue #36)."""
-    pipe.send("parked", until=run.parked_until, why=run.parked_why, **parked_fields(run.parked_ask))
+    pipe.send("parked", until=park.until, why=park.why, **parked_fields(park.ask))
 
 
-async def _watch_parent(pipe: _Pipe, steps: PipeSteps, limits: PipeLimits) -> None:
+async def _watch_parent(pipe: _Pipe, store: PipeJournal) -> None:
     """The one reader of the pipe: the parent's answers to recorded steps and to permits,
     until EOF."""
     while (message := await pipe.receive()) is not None:
-        steps.answered(message)
-        limits.answered(message)
+        store.answered(message)
     os._exit(0)  # EOF: the parent is gone (or gave the run up); nobody waits for an answer
 
 

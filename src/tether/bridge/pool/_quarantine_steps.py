@@ -38,8 +38,8 @@ def steps_from(fields: Sequence[dict[str, Any]] | None) -> list[StepRecord]:
 
 @attrs.define(eq=False)
 class PipeSteps:
-    """The ``StepStore`` a quarantine child's ``Run`` uses: reads what the parent sent,
-    records by asking the parent. Parks are the parent's (it moves the task to ``waiting``)."""
+    """A quarantine child's steps and asks: reads what the parent sent, records by asking the
+    parent. Parks are the parent's (it moves the task to ``waiting``)."""
 
     _pipe: _Sends
     _recorded: list[StepRecord]
@@ -68,9 +68,6 @@ class PipeSteps:
         return StepRecord(
             message["name"], message["value"], message["at"], message["attempt"], message["size"]
         )
-
-    async def park(self, claim: Claim, until: float, why: str) -> None:
-        raise AssertionError("a quarantine child never parks: its parent does")
 
     def answered(self, message: dict[str, Any]) -> None:
         """A frame from the parent: the answer to a step this child asked to record."""

@@ -15,8 +15,8 @@ import trio
 
 from ..._plumbing._grid import on_grid
 from ..custody._roles import StallStore
+from ..runs._outage import STORE_UNREACHABLE
 from ._liveness import check_seconds
-from ._outage import STORE_UNREACHABLE
 from ._stop import StopSignal
 
 log = logging.getLogger("tether.bridge.pool.stall")

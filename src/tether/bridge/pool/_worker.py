@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import time
-import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
@@ -19,39 +17,30 @@ import trio
 
 from ..._backoff import Backoff
 from ..._plumbing._grid import on_grid
-from ..._plumbing._tracing import enabled as tracing_enabled
-from ..._plumbing._tracing import set_attributes
 from ..._plumbing._when import clock_time, duration
 from ..._session import Session, open_session
 from ..._session_types import HandlerCancelled, HandlerDropped, QueueFull
-from ..custody._conversation import (
-    DEFAULT_HISTORY_TURNS,
-    Conversation,
-    StateConflict,
-    check_window,
-)
-from ..custody._limits import Granted, Wait
-from ..custody._records import StepRecord, WorkerInfo
+from ..custody._conversation import DEFAULT_HISTORY_TURNS, check_window
+from ..custody._records import WorkerInfo
 from ..custody._roles import WorkerStore
-from ..custody._rooms import Superseded
-from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task, check_worker
-from . import _limits
-from ._agent import TASK_EVENT, AgentFactory, Reply, install_agent, reply_of
-from ._ask import ParkedAsk
-from ._completions import CompletionBatcher
-from ._conversation import conversing
+from ..custody._rules import Claim, StaleLease, Task, check_worker
+from ..runs._claimed import RELEASE_TIMEOUT, ClaimedRun, NotRun, Runner, RunnerDied
+from ..runs._completions import CompletionBatcher
+from ..runs._current import entering
+from ..runs._host import RunHost
+from ..runs._journal import DEFAULT_PARK_AFTER, check_park_after
+from ..runs._outage import STORE_UNREACHABLE
+from ..runs._reply import Reply, reply_of
+from ..runs._retry import RetryBackoff
+from ..runs._run import Run
+from ..runs._timings import Timings
+from ._agent import TASK_EVENT, AgentFactory, install_agent
 from ._idle import IDLE_MAXIMUM, idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
-from ._outage import STORE_UNREACHABLE, until_stored
-from ._progress import Progress, ProgressUpdate, reporting
-from ._quarantine import ChildSteps, Quarantine, QuarantineDeath, QuarantineStartError
-from ._quarantine_limits import ChildLimits
-from ._retry import Permanent, Retry, RetryBackoff
-from ._run import DEFAULT_PARK_AFTER, Run, check_park_after, running
+from ._publish import OnProgress, ProgressPublisher
+from ._quarantine import Quarantine, QuarantineDeath, QuarantineStartError, child_steps
 from ._stall import Notify, StallWatcher
 from ._stop import StopSignal
-from ._timings import Timings
-from ._tracing import queue_waited, run_span, traced_handler
 from ._wakeup import PoolWakeups, Wakeup
 
 log = logging.getLogger("tether.bridge.pool.worker")
@@ -69,39 +58,19 @@ def _ids(claims: Sequence[Claim]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-RELEASE_TIMEOUT: Final = 5.0
-"""Seconds a worker spends giving its claims back when it is cancelled (shielded)."""
-
 PREFETCH_S: Final = 0.1
 """Seconds of work an adaptive worker keeps assigned and waiting (``asked_capacity``)."""
 
 RUN_AVERAGE_WEIGHT: Final = 0.2
 """How much one run moves the average run time (an exponential moving average)."""
 
-PROGRESS_SEND_TIMEOUT: Final = 5.0
-"""Seconds one progress update may take to send before it is dropped."""
-
-OnProgress = Callable[[ProgressUpdate], Awaitable[bool]]
-"""Sends one progress update; False when the receiver cannot take any (stop sending)."""
-
 NOT_RUN: Final = (QueueFull, HandlerDropped, HandlerCancelled)
 """What ``session.call`` raises when the session refused or cancelled the run: not a failure
 of the task, so its claim is released without burning an attempt."""
 
 
-TRACED_TASKS: Final = 10_000
-
-
-def failure_reason(exc: BaseException) -> str:
-    """The last line of ``exc``'s traceback (``"ValueError: boom"``): what a dead task shows.
-
-    Lone surrogates are escaped (``\\ud800``) so the store can always record it."""
-    line = traceback.format_exception_only(type(exc), exc)[-1].strip() or type(exc).__name__
-    return line.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-class RunTimedOut(Exception):
-    """A run took longer than its timeout and was cancelled (a failed attempt)."""
+_JUST_AFTER: Final = 0.001
+"""Seconds past a retry's due time to look (the store compares ``not_before <= now``)."""
 
 
 def agent_run_timeout(factory: AgentFactory, default: float | None) -> float | None:
@@ -113,38 +82,6 @@ def agent_run_timeout(factory: AgentFactory, default: float | None) -> float | N
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"run_timeout must be None or seconds > 0, got {value!r}")
     return float(value)
-
-
-_JUST_AFTER = 0.001
-"""Seconds past a retry's due time to look (the store compares ``not_before <= now``)."""
-
-
-@attrs.define(eq=False)
-class _Active:
-    claim: Claim
-    deadline: float = math.inf
-    """When the run times out (Trio clock); past it plus ``stop_grace`` the lease is let go."""
-    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    lost: bool = False
-    finishing: bool = False
-    """The run is storing its outcome: a renew racing with it must not count as lost."""
-    settled: bool = False
-    started: float = 0.0
-    """``trio.current_time()`` when the run began (its progress says how long it has gone)."""
-    progress: Progress | None = None
-    sent: int = -1
-    """The reporter's version last sent (-1: nothing yet, not even "working")."""
-    sending: bool = False
-    outcome: str = "cancelled"
-    """How the run ended, for its span: completed, failed, released, lost, superseded."""
-    conversation: Conversation | None = None
-    """What the run read of its room (None: the task has no room)."""
-    shown: str = ""
-    """The partial reply last recorded as shown (``record_shown``)."""
-    reruns: int = 0
-    """Runs again after a state conflict (``StateConflict``: not failed attempts)."""
-    run: Run | None = None
-    """The run's durable handle (``run_of``): its steps, and whether it parked itself."""
 
 
 @attrs.define(eq=False)
@@ -203,41 +140,28 @@ class PoolWorker:
     """Leases no longer renewed because their run outlived its timeout plus ``stop_grace``."""
     on_progress: OnProgress | None = None
     """If given, each run gets a progress reporter and its updates are sent through this
-    (coalesced, rate-bounded, best effort: see ``_progress``)."""
+    (coalesced, rate-bounded, best effort: see ``_publish``)."""
     progress_interval: float = 0.5
     """Seconds between two progress updates of one run (and before its first)."""
     quarantine: Quarantine | None = None
     """Its process's quarantine (shared by its workers): suspects are claimed beside ordinary
     work and run in quarantine children. ``None`` (an agent that cannot start in a child): a
     suspect runs alone in the process (see ``custody._crashes``)."""
-    quarantine_deaths: int = attrs.field(init=False, default=0)
-    """Deaths of this worker's quarantine children it recorded against their tasks."""
     timings: Timings | None = None
     """If given, the worker records queue waits, run times and stored replies in it."""
-    completed: int = attrs.field(init=False, default=0)
-    failed: int = attrs.field(init=False, default=0)
-    released: int = attrs.field(init=False, default=0)
-    lost: int = attrs.field(init=False, default=0)
-    """Claims the worker lost to fencing (its lease expired and someone else holds the task)."""
-    superseded: int = attrs.field(init=False, default=0)
-    """Runs stopped because a newer message of their room superseded the task (``replace``)."""
     supersede_grace: float | None = None
     """Seconds a superseded run may still take before it is cancelled (its reply is discarded
     either way: the store already holds the task's no-send result). Default ``stop_grace``,
     the soft-stop grace; 0 cancels at once."""
     history_turns: int = DEFAULT_HISTORY_TURNS
     """Turns of its room's conversation a run reads at most (``conversation_of``)."""
-    state_conflicts: int = attrs.field(init=False, default=0)
-    """Runs run again because another run of their room stored a state first."""
     park_after: float = DEFAULT_PARK_AFTER
     """Seconds: a durable sleep (``run.sleep``) at most this long sleeps in place; a longer
     one parks the task in ``waiting`` and frees the slot (``--park-after``)."""
     on_asked: Callable[[], None] | None = None
     """Called after a run's question was recorded with its park (the bridge posts it)."""
-    parked: int = attrs.field(init=False, default=0)
-    """Runs that parked themselves (their tasks went ``waiting``)."""
     leaderless: bool = attrs.field(init=False, default=False)
-    _active: dict[_Active, None] = attrs.field(init=False, factory=dict)
+    _active: dict[ClaimedRun, None] = attrs.field(init=False, factory=dict)
     """The runs in hand, keyed by entry: the same task id may come back as a new attempt while
     its stale run is still unwinding."""
     _stop: StopSignal = attrs.field(init=False, factory=StopSignal)
@@ -248,22 +172,14 @@ class PoolWorker:
     """Rung as a run begins: the progress publisher sleeps on it while no run is going."""
     _idle: Backoff = attrs.field(init=False)
     """The wait after a claim that found nothing: ``poll_interval`` doubling (``_idle``)."""
-    _retry_due: float = attrs.field(init=False, default=math.inf)
-    """When (Trio's clock) the earliest task this worker failed falls due again."""
     _run_seconds: float | None = attrs.field(init=False, default=None)
     _timeout: float | None = attrs.field(init=False, default=None)
-    _progress_refused: bool = attrs.field(init=False, default=False)
-    _progress_warned: bool = attrs.field(init=False, default=False)
-    completions: CompletionBatcher = attrs.field(init=False)
-    _traced: dict[str, None] = attrs.field(factory=dict, init=False)
-    """Tasks whose agent traceback this worker logged (oldest first, ``TRACED_TASKS`` at
-    most): a task failing again logs one line, its traceback at DEBUG."""
-    """Stores the replies of runs that answer together with one ``complete_many``."""
+    _host: RunHost = attrs.field(init=False)
+    """What the worker lends its runs (``runs._host``): the store, the outcome counts."""
 
     def __attrs_post_init__(self) -> None:
         check_worker(self.name)
         check_park_after(self.park_after)
-        self.completions = CompletionBatcher(self.store)
         if not callable(self.factory):
             raise TypeError(f"factory must be callable, got {self.factory!r}")
         c = self.concurrency
@@ -298,6 +214,73 @@ class PoolWorker:
                     f"heartbeat_interval ({self._interval!r}) must be shorter than the store's "
                     f"lease ({self.store.lease_s!r}), or leases expire between renewals"
                 )
+
+        self._host = RunHost(
+            self.store,
+            self.name,
+            CompletionBatcher(self.store),
+            store_retry=self._interval,
+            park_after=self.park_after,
+            history_turns=self.history_turns,
+            stop_grace=self.stop_grace,
+            supersede_grace=self.supersede_grace,
+            retry_backoff=self.retry_backoff,
+            rng=self.rng,
+            timings=self.timings,
+            rings=self.wakeups,
+            after_complete=self.after_complete,
+            on_asked=self.on_asked,
+            on_answered=self._timed_run,
+            clock=self.clock,
+        )
+
+    # -- how its runs ended (``runs._host.RunCounts``) -----------------------------------------
+
+    @property
+    def completions(self) -> CompletionBatcher:
+        """Stores the replies of runs that answer together with one ``complete_many``."""
+        return self._host.completions
+
+    @property
+    def completed(self) -> int:
+        return self._host.counts.completed
+
+    @property
+    def failed(self) -> int:
+        return self._host.counts.failed
+
+    @property
+    def released(self) -> int:
+        return self._host.counts.released
+
+    @property
+    def lost(self) -> int:
+        """Claims the worker lost to fencing (its lease expired and someone else holds it)."""
+        return self._host.counts.lost
+
+    @property
+    def superseded(self) -> int:
+        """Runs stopped because a newer message of their room superseded the task."""
+        return self._host.counts.superseded
+
+    @property
+    def parked(self) -> int:
+        """Runs that parked themselves (their tasks went ``waiting``)."""
+        return self._host.counts.parked
+
+    @property
+    def state_conflicts(self) -> int:
+        """Runs run again because another run of their room stored a state first."""
+        return self._host.counts.state_conflicts
+
+    @property
+    def quarantine_deaths(self) -> int:
+        """Deaths of this worker's quarantine children it recorded against their tasks."""
+        return self._host.counts.quarantine_deaths
+
+    def retry_delay(self, exc: BaseException, attempt: int) -> float:
+        """Seconds before the next attempt after ``exc`` failed attempt ``attempt``."""
+        return self._host.retry_delay(exc, attempt)
 
     @property
     def asked_capacity(self) -> int:
@@ -348,8 +331,7 @@ class PoolWorker:
         self._stopping = False
         async with open_session(f"worker-{self.name}") as session:
             install_agent(session, self.factory)
-            if tracing_enabled():
-                session.wrap_handlers(TASK_EVENT, traced_handler)
+            session.wrap_handlers(TASK_EVENT, entering)
             await self._recover_claims()  # before the first beat (custody._crashes)
             if self.on_start is not None:
                 await self.on_start()
@@ -372,11 +354,14 @@ class PoolWorker:
                         )
                         nursery.start_soon(watcher.run, name=f"{self._label}::stall")
                     if self.on_progress is not None:
-                        nursery.start_soon(
-                            self._publish_progress,
+                        publisher = ProgressPublisher(
+                            self.name,
                             self.on_progress,
-                            name=f"{self._label}::progress",
+                            self.progress_interval,
+                            self.runs,
+                            self._run_begun,
                         )
+                        nursery.start_soon(publisher.run, name=f"{self._label}::progress")
                     async with trio.open_nursery() as work:
                         task_status.started()
                         await self._claim_until_stopped(session, work)
@@ -500,10 +485,10 @@ class PoolWorker:
         this worker failed falls due for its next attempt sooner."""
         wait = on_grid(self._idle.next_delay())
         now = trio.current_time()
-        if self._retry_due <= now:
-            self._retry_due = math.inf
+        if self._host.retry_due <= now:
+            self._host.retry_due = math.inf
             return wait
-        return min(wait, self._retry_due - now + _JUST_AFTER)
+        return min(wait, self._host.retry_due - now + _JUST_AFTER)
 
     async def _run_claim(self, session: Session, claim: Claim, slots: trio.Semaphore) -> None:
         freed = False
@@ -528,112 +513,45 @@ class PoolWorker:
     async def _run_entry(
         self, session: Session, claim: Claim, answered: Callable[[], None] = lambda: None
     ) -> bool:
-        """Run one claim to its stored outcome; ``False`` if the session did not run it.
-
-        ``answered()`` is called once the agent has answered (or crashed), before the outcome
-        is stored: the slot is free for the next claim then, so the worker's next
-        ``claim_many`` is queued while this outcome commits instead of after it (the two
-        overlap, or share a group commit), rather than costing one commit after the other."""
+        """Hand ``claim`` to its run (``runs.ClaimedRun``), which stores its outcome;
+        ``False`` if the session did not run it."""
+        claimed = ClaimedRun(claim, self._host, self._timeout)
         id = claim.task.id
-        started = trio.current_time()
-        deadline = math.inf if self._timeout is None else started + self._timeout
-        entry = _Active(claim, deadline=deadline, started=started)
-        if self.timings is not None:
-            self.timings.claimed(id, self.now())
         for old in [a for a in self._active if a.claim.task.id == id]:
             # the store handed the task out again, so every older attempt here is fenced out
-            self._lose(old, StaleLease(f"task {id!r} was claimed again as attempt {claim.attempt}"))
-        self._active[entry] = None
+            old.lose(StaleLease(f"task {id!r} was claimed again as attempt {claim.attempt}"))
+        self._active[claimed] = None
         self._run_begun.set()
-        queue_waited(claim)
         try:
-            with run_span(claim) as traced:
-                try:
-                    with entry.scope:
-                        while True:  # once, or again at once after a state conflict
-                            try:
-                                reply = await self._call(session, entry)
-                            except NOT_RUN as exc:
-                                log.info("worker %s: task %s was not run: %s", self.name, id, exc)
-                                await self._release(entry)
-                                return False
-                            except QuarantineDeath as death:
-                                answered()
-                                await self._quarantine_death(entry, death)
-                            except QuarantineStartError as exc:
-                                log.error(  # noqa: TRY400 - the message says it all
-                                    "worker %s: task %s was not run: %s", self.name, id, exc
-                                )
-                                await self._release(entry)
-                                return False
-                            except Exception as exc:
-                                answered()
-                                if _parked(entry):  # a wait, not a run's time
-                                    await self._park(entry)
-                                else:
-                                    if self.timings is not None:
-                                        self.timings.ran(trio.current_time() - entry.started)
-                                    await self._fail(entry, exc)
-                            else:
-                                answered()
-                                if _parked(entry):
-                                    await self._park(entry)
-                                else:
-                                    self._timed_run(trio.current_time() - entry.started)
-                                    if not await self._complete(entry, reply):
-                                        continue
-                            break
-                finally:
-                    set_attributes(traced, {"tether.outcome": entry.outcome})
-        except trio.Cancelled:
-            with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
-                await self._release(entry)
-            raise
+            return await claimed.run(self._runner(session, claim), answered)
         finally:
-            del self._active[entry]
-        return True
+            del self._active[claimed]
 
-    async def _call(self, session: Session, entry: _Active) -> Reply:
-        """The agent's reply to the claim's task, with a progress reporter if progress is sent;
-        ``RunTimedOut`` once its deadline passed (the run is cancelled: a sync handler's thread
-        is abandoned by the session)."""
-        task = entry.claim.task
-        entry.run = Run(
-            task,
-            self.store,
-            lambda: entry.claim,
-            lambda exc: self._lose(entry, exc),
-            park_after=self.park_after,
-            clock=self.store.clock,
-            limits=self.store,
-        )
-        with trio.CancelScope(deadline=entry.deadline) as timer:
-            claimed = entry.claim.conversation if entry.reruns == 0 else None
-            if claimed is not None:
-                entry.conversation = claimed  # read in the claim's own transaction
-            elif task.room is not None:  # a rerun after a state conflict reads the current one
-                entry.conversation = await self.store.conversation(
-                    task.id, limit=self.history_turns
-                )
-            if entry.claim.suspect and self.quarantine is not None:
-                return await self._call_quarantined(self.quarantine, entry)
-            with conversing(task, entry.conversation or Conversation()), running(task, entry.run):
-                if self.on_progress is None:
-                    return reply_of(await session.call(TASK_EVENT, task), task.id)
-                entry.progress = Progress()
-                with reporting(task, entry.progress):
-                    return reply_of(await session.call(TASK_EVENT, task), task.id)
-        assert timer.cancelled_caught
-        raise RunTimedOut(f"timed out after {self._timeout:g} s")
+    def _runner(self, session: Session, claim: Claim) -> Runner:
+        """How ``claim``'s handler is called: in a quarantine child for a suspect (if this
+        process quarantines), else in the worker's session."""
+        quarantine = self.quarantine
+        if claim.suspect and quarantine is not None:
 
-    async def _call_quarantined(self, quarantine: Quarantine, entry: _Active) -> Reply:
-        """A suspect's run in a quarantine child; its progress mirrored into the entry's."""
-        steps = await self._child_steps(entry)
-        if self.on_progress is None:
-            return await quarantine.run(
-                entry.claim.task, conversation=entry.conversation, steps=steps
-            )
-        progress = entry.progress = Progress()
+            async def quarantined(claimed: ClaimedRun, run: Run) -> Reply:
+                return await self._run_quarantined(quarantine, claimed)
+
+            return quarantined
+
+        async def in_session(claimed: ClaimedRun, run: Run) -> Reply:
+            try:
+                results = await session.call(TASK_EVENT, claimed.current(run))
+            except NOT_RUN as exc:
+                raise NotRun(str(exc)) from exc
+            return reply_of(results, claimed.task.id)
+
+        return in_session
+
+    async def _run_quarantined(self, quarantine: Quarantine, claimed: ClaimedRun) -> Reply:
+        """A suspect's run in a quarantine child; its progress mirrored into the run's."""
+        assert claimed.journal is not None
+        steps = await child_steps(claimed.journal)
+        progress = claimed.progress
 
         def shown(status: str | None, partial: str | None) -> None:
             if status is not None:
@@ -642,336 +560,21 @@ class PoolWorker:
             if partial:
                 progress.stream(partial)
 
-        return await quarantine.run(entry.claim.task, shown, entry.conversation, steps)
-
-    async def _child_steps(self, entry: _Active) -> ChildSteps:
-        """A quarantined run's steps: replayed from the store, recorded by this process under
-        its claim's fence (the child holds nothing of the store), parked here."""
-        run = entry.run
-        assert run is not None
-
-        async def record(name: str, value: str) -> StepRecord:
-            try:
-                return await self.store.record_step(entry.claim, name, value)
-            except StaleLease as exc:
-                self._lose(entry, exc)
-                raise
-
-        def parked(until: float, why: str, asked: ParkedAsk | None = None) -> None:
-            run.parked_until, run.parked_why = until, why
-            run.parked_ask = asked
-
-        async def acquire(key: str, weight: float) -> Granted | Wait:
-            try:
-                return await self.store.acquire_permit(entry.claim, key, weight)
-            except StaleLease as exc:
-                self._lose(entry, exc)
-                raise
-
-        async def pause(key: str, until: float) -> None:
-            await self.store.pause_limit(key, until)
-
-        limits = ChildLimits(acquire, self.store.release_permit, pause)
-        recorded = await self.store.steps(entry.claim.task.id)
-        asks = await self.store.asks(entry.claim.task.id)
-        return ChildSteps(recorded, record, parked, self.park_after, asks, limits)
-
-    async def _quarantine_death(self, entry: _Active, death: QuarantineDeath) -> None:
-        """Record the child's death against its task, in the parent's transaction."""
-        assert self.quarantine is not None
-        entry.finishing = True
         try:
-            state = await self.store.quarantine_death(
-                entry.claim, str(death), max_deaths=self.quarantine.max_deaths
+            return await quarantine.run(
+                claimed.task,
+                None if self.on_progress is None else shown,
+                claimed.conversation,
+                steps,
             )
-        except StaleLease as stale:
-            self._lose(entry, stale)
-            return
-        entry.settled = True
-        self.quarantine_deaths += 1
-        if self.wakeups is not None:
-            if state is CustodyState.DEAD:
-                self.wakeups.tasks_dead()
-            else:
-                self.wakeups.tasks_pending()
-        log.log(
-            logging.ERROR if state is CustodyState.DEAD else logging.WARNING,
-            "worker %s: task %s attempt %d: %s; now %s",
-            self.name,
-            entry.claim.task.id,
-            entry.claim.attempt,
-            death,
-            state.value,
-        )
+        except QuarantineDeath as death:
+            raise RunnerDied(str(death), max_deaths=quarantine.max_deaths) from death
+        except QuarantineStartError as exc:
+            raise NotRun(str(exc), level=logging.ERROR) from exc
 
-    async def _publish_progress(self, send: OnProgress) -> None:
-        """Every ``progress_interval``: one update for each run going at least that long whose
-        reporter changed since its last update (the first says it is working), unless that
-        run's previous update is still on its way. While no run is going it waits for one
-        to begin instead (an idle worker does not tick)."""
-        async with trio.open_nursery() as sends:
-            while True:
-                if not self._active:
-                    await self._run_begun.wait(math.inf)
-                await trio.sleep(self.progress_interval)
-                if self._progress_refused:
-                    log.info("worker %s: the receiver takes no progress; not sending", self.name)
-                    sends.cancel_scope.cancel()
-                    return
-                now = trio.current_time()
-                for entry in list(self._active):
-                    progress = entry.progress
-                    if (
-                        progress is None
-                        or entry.sending
-                        or entry.lost
-                        or entry.finishing
-                        or progress.version == entry.sent
-                        or now - entry.started < self.progress_interval
-                    ):
-                        continue
-                    version, status, partial = progress.snapshot()
-                    update = ProgressUpdate(
-                        id=entry.claim.task.id,
-                        attempt=entry.claim.attempt,
-                        seq=version,
-                        running_s=round(now - entry.started, 3),
-                        worker=self.name,
-                        status=status,
-                        partial=partial,
-                    )
-                    entry.sent, entry.sending = version, True
-                    sends.start_soon(self._send_progress, send, entry, update)
-
-    async def _send_progress(
-        self, send: OnProgress, entry: _Active, update: ProgressUpdate
-    ) -> None:
-        try:
-            with trio.move_on_after(PROGRESS_SEND_TIMEOUT) as timer:
-                if not await send(update):
-                    self._progress_refused = True
-                elif update.partial and entry.claim.task.room is not None:
-                    await self._record_shown(entry, update.partial)
-            if timer.cancelled_caught:
-                self._progress_trouble(update, "timed out")
-        except Exception as exc:
-            self._progress_trouble(update, repr(exc))
-        finally:
-            entry.sending = False
-
-    async def _record_shown(self, entry: _Active, partial: str) -> None:
-        """The gateway took ``partial``: record it as the text the person has seen, so a
-        barge-in keeps it as the interrupted reply (fenced; best effort like progress)."""
-        if partial == entry.shown or entry.finishing or entry.lost:
-            return
-        if await self.store.record_shown(entry.claim, partial):
-            entry.shown = partial
-
-    def _progress_trouble(self, update: ProgressUpdate, problem: str) -> None:
-        level = logging.DEBUG if self._progress_warned else logging.WARNING
-        self._progress_warned = True
-        log.log(level, "worker %s: %s", self.name, update.dropped(problem))
-
-    async def _complete(self, entry: _Active, reply: Reply) -> bool:
-        """Store the reply (with the room's new state, if any); ``False`` if the state was
-        refused as stale (the run runs again at once, with the current state)."""
-        entry.finishing = True
-        claim = entry.claim
-        try:
-            if reply.state is None:
-                await until_stored(
-                    lambda: self.completions.complete(claim, reply.body, no_send=reply.no_send),
-                    what=f"worker {self.name}: storing the reply to task {claim.task.id}",
-                    pause=self._interval,
-                )
-            else:
-                base = 0 if entry.conversation is None else entry.conversation.version
-                state = reply.state
-                await until_stored(
-                    lambda: self.store.complete_with_state(
-                        claim, reply.body, state, base, no_send=reply.no_send
-                    ),
-                    what=f"worker {self.name}: storing the reply to task {claim.task.id}",
-                    pause=self._interval,
-                )
-        except StateConflict as exc:
-            entry.finishing = False
-            entry.reruns += 1
-            self.state_conflicts += 1
-            log.info("worker %s: running task %s again: %s", self.name, claim.task.id, exc)
-            return False
-        except StaleLease as exc:
-            self._lose(entry, exc)
-            return True
-        except InvalidTask as exc:  # the store refused the reply (too large, not Unicode)
-            await self._fail(entry, exc)
-            return True
-        entry.settled = True
-        entry.outcome = "completed"
-        self.completed += 1
-        if self.timings is not None:
-            self.timings.result_stored(entry.claim.task.id, self.now())
-        if self.after_complete is not None:
-            try:
-                await self.after_complete(entry.claim.task)
-            except Exception:
-                log.exception(
-                    "worker %s: after_complete failed for task %s", self.name, entry.claim.task.id
-                )
-        return True
-
-    def retry_delay(self, exc: BaseException, attempt: int) -> float:
-        """Seconds before the next attempt after ``exc`` failed attempt ``attempt``: the
-        agent's ``Retry(after=)``, else the backoff's draw."""
-        if isinstance(exc, Retry) and exc.after is not None:
-            return exc.after
-        return self.retry_backoff.delay(attempt, self.rng)
-
-    async def _fail(self, entry: _Active, exc: Exception) -> None:
-        if isinstance(exc, Permanent):  # the store says "permanent failure on attempt n: ..."
-            reason = exc.reason
-        elif isinstance(exc, RunTimedOut):
-            reason = str(exc)
-        elif isinstance(exc, Retry):
-            reason = f"Retry: {exc.reason}"
-        else:
-            reason = failure_reason(exc)
-        entry.finishing = True
-        permanent = isinstance(exc, Permanent)
-        delay = 0.0 if permanent else self.retry_delay(exc, entry.claim.attempt)
-        if isinstance(exc, Retry) and exc.key is not None:
-            await self._pause_key(exc.key, delay)
-        try:
-            claim = entry.claim
-            state = await until_stored(
-                lambda: self.store.fail(claim, reason, retry_after=delay, permanent=permanent),
-                what=f"worker {self.name}: storing the failure of task {claim.task.id}",
-                pause=self._interval,
-            )
-        except StaleLease as stale:
-            self._lose(entry, stale)
-            return
-        entry.settled = True
-        entry.outcome = (
-            "timed out" if isinstance(exc, RunTimedOut) else f"failed: now {state.value}"
-        )
-        self.failed += 1
-        if state is CustodyState.DEAD and self.wakeups is not None:
-            self.wakeups.tasks_dead()
-        elif state is CustodyState.PENDING:
-            self._retry_due = min(self._retry_due, trio.current_time() + delay)
-            if self.wakeups is not None:
-                self.wakeups.tasks_pending()  # back in the queue (due now or after its backoff)
-        level = logging.ERROR if state is CustodyState.DEAD else logging.WARNING
-        task_id = entry.claim.task.id
-        if state is CustodyState.PENDING:
-            when = clock_time(time.time() + delay)
-            after = f"retry at {when} (in {delay:.1f} s)" if delay else "retry now"
-        else:
-            after = f"now {state.value}"
-        # an agent's own failure: its traceback once per task, later attempts' at DEBUG
-        traced = not isinstance(exc, Retry | Permanent | RunTimedOut)
-        first = traced and task_id not in self._traced
-        if first:
-            self._traced[task_id] = None
-            while len(self._traced) > TRACED_TASKS:
-                del self._traced[next(iter(self._traced))]
-        log.log(
-            level,
-            "worker %s: task %s attempt %d of %d failed: %s; %s",
-            self.name,
-            task_id,
-            entry.claim.attempt,
-            self.store.max_attempts,
-            reason,
-            after,
-            exc_info=exc if first else None,
-        )
-        if traced and not first:
-            log.debug(
-                "worker %s: task %s attempt %d failed",
-                self.name,
-                task_id,
-                entry.claim.attempt,
-                exc_info=exc,
-            )
-
-    async def _pause_key(self, key: str, seconds: float) -> None:
-        """``Retry(after=, key=)``: the key stops for everyone on the store (best effort: the
-        failure is stored whatever becomes of the pause)."""
-        try:
-            await self.store.pause_limit(key, self.store.clock() + seconds)
-        except Exception:
-            log.exception("worker %s: pausing limit %s failed", self.name, key)
-        else:
-            _limits.METRICS.pauses += 1
-
-    async def _park(self, entry: _Active) -> None:
-        """The run parked itself (a long durable sleep): claimed -> waiting, fenced; the slot
-        is free and no attempt is spent. The reconciler makes it pending when it is due (told
-        of the time through the wake-ups, so on time)."""
-        assert entry.run is not None
-        assert entry.run.parked_until is not None
-        entry.finishing = True
-        why = entry.run.parked_why or "parked"
-        asked = entry.run.parked_ask
-        try:
-            if asked is None:
-                await self.store.park(entry.claim, entry.run.parked_until, why)
-            else:  # the question and the park in one transaction (issue #36)
-                await asked.record(self.store, entry.claim, why)
-        except StaleLease as exc:
-            self._lose(entry, exc)
-            return
-        entry.settled = True
-        self.parked += 1
-        if self.wakeups is not None:
-            self.wakeups.parked(entry.run.parked_until)
-        if asked is not None and self.on_asked is not None:
-            self.on_asked()
-        log.info("worker %s: task %s parked: %s", self.name, entry.claim.task.id, why)
-
-    async def _release(self, entry: _Active) -> None:
-        if entry.lost or entry.settled:
-            return
-        entry.finishing = True
-        try:
-            await self.store.release(entry.claim)
-        except StaleLease as exc:
-            self._lose(entry, exc)
-            return
-        entry.settled = True
-        entry.outcome = "released"
-        self.released += 1
-        if self.wakeups is not None:
-            self.wakeups.tasks_pending()  # back in the queue: another worker may take it
-        log.info("worker %s: released task %s unfinished", self.name, entry.claim.task.id)
-
-    def _lose(self, entry: _Active, exc: StaleLease) -> None:
-        if isinstance(exc, Superseded):
-            self._supersede(entry, exc, at_once=entry.finishing)
-            return
-        if not entry.lost:
-            entry.lost = True
-            entry.outcome = "lost"
-            self.lost += 1
-            log.warning("worker %s: lost task %s: %s", self.name, entry.claim.task.id, exc)
-        entry.scope.cancel()
-
-    def _supersede(self, entry: _Active, exc: Superseded, *, at_once: bool) -> None:
-        """A newer message of the room superseded this run's task (the store recorded its
-        no-send result): nothing of the run is stored; a run still going gets the soft-stop
-        grace (``supersede_grace``), then is cancelled."""
-        if not entry.lost:
-            entry.lost = True
-            entry.outcome = "superseded"
-            self.superseded += 1
-            log.info("worker %s: stopping task %s: %s", self.name, entry.claim.task.id, exc)
-        if at_once:
-            entry.scope.cancel()
-            return
-        grace = self.stop_grace if self.supersede_grace is None else self.supersede_grace
-        entry.scope.deadline = min(entry.scope.deadline, trio.current_time() + grace)
+    def runs(self) -> list[ClaimedRun]:
+        """The runs in hand (the progress publisher reads them)."""
+        return list(self._active)
 
     async def _heartbeat(self) -> None:
         while True:
@@ -1022,7 +625,7 @@ class PoolWorker:
                     owner,
                 )
 
-    async def _renew(self, entry: _Active) -> None:
+    async def _renew(self, entry: ClaimedRun) -> None:
         if entry.lost:
             return
         if trio.current_time() > entry.deadline + self.stop_grace:
@@ -1043,9 +646,4 @@ class PoolWorker:
             entry.claim = await self.store.renew(entry.claim)
         except StaleLease as exc:
             if not entry.finishing:  # else the run stored its outcome while this was queued
-                self._lose(entry, exc)
-
-
-def _parked(entry: _Active) -> bool:
-    """Did the run park itself (``run.sleep``), whatever it returned or raised after?"""
-    return entry.run is not None and entry.run.parked_until is not None
+                entry.lose(exc)

@@ -20,9 +20,9 @@ from ...observe._routes import AdminRoutes
 from ...observe._sections import CustodyReading
 from ..custody._roles import InspectStore, RoomStore
 from ..custody._rules import IN_CUSTODY, CustodyState
-from ..pool._limits import METRICS
 from ..pool._status import PoolStatus
-from ..pool._timings import Histogram, Timings
+from ..runs._permits import METRICS
+from ..runs._timings import Histogram, Timings
 
 log = logging.getLogger("tether.admin")
 

@@ -13,7 +13,7 @@ import attrs
 from ..._plumbing._config_error import ConfigError as ConfigError
 from ..custody._conversation import DEFAULT_HISTORY_KEEP, MAX_HISTORY_TURNS
 from ..custody._rooms import DEFAULT_ROOM_POLICY, ROOM_POLICIES, RoomPolicy
-from ..pool._retry import RetryBackoff
+from ..runs._retry import RetryBackoff
 from ._setting_values import (
     parse_agent,
     parse_env_names,

@@ -31,8 +31,8 @@ from ..client._client import GatewayClient, GatewayRequestError
 from ..custody._roles import DeliveryStore
 from ..custody._rules import CustodyConflict, Result, check_delivery_lease
 from ..pool._idle import idle_backoff
-from ..pool._timings import Timings
-from ..pool._tracing import task_attributes, task_trace
+from ..runs._spans import task_attributes, task_trace
+from ..runs._timings import Timings
 
 log = logging.getLogger("tether.bridge.delivery")
 

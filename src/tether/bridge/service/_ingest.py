@@ -23,9 +23,9 @@ from ..custody._roles import IngestStore
 from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
 from ..custody._rules import InvalidTask, Task
 from ..custody._tenants import TENANT_HEADER
-from ..pool._timings import Timings
-from ..pool._tracing import TaskTrace
 from ..pool._wakeup import PoolWakeups
+from ..runs._spans import TaskTrace
+from ..runs._timings import Timings
 
 log = logging.getLogger("tether.bridge.ingest")
 

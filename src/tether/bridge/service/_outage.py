@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import trio
 
-from ..pool._outage import STORE_UNREACHABLE, first_line
+from ..runs._outage import STORE_UNREACHABLE, first_line
 
 log = logging.getLogger("tether.bridge")
 

@@ -41,13 +41,14 @@ from ..pool._agent import AgentFactory, AgentLoadError, agent_room_policy, load_
 from ..pool._asyncio import loop_for
 from ..pool._idle import worker_idle_maximum
 from ..pool._lead import PoolLead
-from ..pool._progress import ProgressUpdate
 from ..pool._quarantine import Quarantine, QuarantineSpec
 from ..pool._stall import StallWatcher
 from ..pool._status import PoolStatus, pool_status
-from ..pool._timings import Timings
 from ..pool._wakeup import PoolWakeups
-from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
+from ..pool._worker import PoolWorker
+from ..runs._claimed import RELEASE_TIMEOUT
+from ..runs._progress import ProgressUpdate
+from ..runs._timings import Timings
 from ._config import BridgeConfig
 from ._dead_notices import DeadNotices
 from ._delivery import Delivery, delivery_holder

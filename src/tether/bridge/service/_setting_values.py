@@ -10,7 +10,7 @@ from typing import Any
 
 from ..._plumbing._redact import redact_url
 from ..pool._quarantine_env import check_env_names
-from ..pool._retry import RetryBackoff
+from ..runs._retry import RetryBackoff
 from ..stores.postgres._dsn import check_schema, is_postgres_dsn
 
 

@@ -31,7 +31,7 @@ from ..._plumbing._converter import unstructure
 from ..._plumbing._fs import ensure_private_dir
 from ..._protocol._connection import utc_now_iso
 from ..custody._reconcile import Reconciler
-from ..custody._roles import Store
+from ..custody._roles import NewsStore, Store
 from ..pool._agent import AgentFactory, load_agent
 from ..pool._asyncio import loop_for
 from ..pool._files import file_exchange_worker
@@ -39,7 +39,8 @@ from ..pool._idle import worker_idle_maximum
 from ..pool._lead import PoolLead
 from ..pool._status import PoolStatus, pool_status
 from ..pool._wakeup import PoolWakeups
-from ..pool._worker import RELEASE_TIMEOUT, PoolWorker
+from ..pool._worker import PoolWorker
+from ..runs._claimed import RELEASE_TIMEOUT
 from ._names import CHOSE_ANOTHER, lead_name, pool_stem, worker_names
 from ._outage import run_through_outages
 from ._pool_store import open_pool_store
@@ -237,18 +238,17 @@ class WorkerService:
                 restart="permanent",
             )
         )
-        if hasattr(store, "wait_for_work"):
-            await supervisor.start_child(
-                ChildSpec(
-                    "store-wakeups",
-                    run_through_outages,
-                    until_stopped(partial(self._relay_wakeups, store)),
-                    "store-wakeups",
-                )
+        await supervisor.start_child(
+            ChildSpec(
+                "store-wakeups",
+                run_through_outages,
+                until_stopped(partial(self._relay_wakeups, store)),
+                "store-wakeups",
             )
+        )
 
     async def _relay_wakeups(
-        self, store: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self, store: NewsStore, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Work another process made (a bridge ingested, a lead assigned) rings this process's
         lead and workers at once: ``store.wait_for_work`` (PostgreSQL's ``NOTIFY``, SQLite's

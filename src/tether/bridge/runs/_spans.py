@@ -8,9 +8,8 @@ Every span has the attributes ``tether.task.id`` and ``tether.room``; the worker
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -27,7 +26,6 @@ from ..._plumbing._tracing import (
     traceparent_of,
 )
 from ..._plumbing._when import iso_time
-from ..._session_runs import is_async
 from ..custody._rules import Claim, Task
 
 INGESTED_AT: Final = "ingested_at"
@@ -93,59 +91,16 @@ def queue_waited(claim: Claim) -> None:
         )
 
 
-_RUNS: dict[int, tuple[Task, Any]] = {}
-"""The span of each task object a worker is running now, by the object's identity (as
-``progress_of`` finds a run's reporter)."""
-
-
 @contextmanager
 def run_span(claim: Claim) -> Iterator[Any]:
-    """One attempt's span; the agent's handler runs with it current (``traced_handler``), so
+    """One attempt's span; the agent's handler runs with it current (``_current.entered``), so
     its own spans, and the step and wait spans, nest under it. A process killed mid-run never
     ends it (OpenTelemetry exports a span when it ends): the attempt's queue wait span, ended
     at the claim, shows the attempt."""
     task = claim.task
     attributes = claim_attributes(claim)
     with span("tether.run", traceparent=task_trace(task), attributes=attributes) as current:
-        if current is None:
-            yield None
-            return
-        _RUNS[id(task)] = (task, current)
-        try:
-            yield current
-        finally:
-            if _RUNS.get(id(task), (None, None))[1] is current:
-                del _RUNS[id(task)]
-
-
-@contextmanager
-def _in_run_of(task: object) -> Iterator[None]:
-    entry = _RUNS.get(id(task))
-    if entry is None or entry[0] is not task:
-        yield
-        return
-    from opentelemetry import trace
-
-    with trace.use_span(entry[1], end_on_exit=False):
-        yield
-
-
-def traced_handler(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``fn``, a task handler, run with its run's span current (a session runs handlers in
-    its own context, not the worker's: ``Session.wrap_handlers``)."""
-    if is_async(fn):
-
-        async def run_async(task: Any) -> Any:
-            with _in_run_of(task):
-                return await fn(task)
-
-        return functools.update_wrapper(run_async, fn)
-
-    def run_plain(task: Any) -> Any:  # in the session's worker thread
-        with _in_run_of(task):
-            return fn(task)
-
-    return functools.update_wrapper(run_plain, fn)
+        yield current
 
 
 @contextmanager

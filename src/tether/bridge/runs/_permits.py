@@ -11,23 +11,19 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from contextlib import ExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import attrs
 import trio
 
 from ..._plumbing._when import iso_time
-from ..custody._limits import Granted, Wait, check_key, check_pause, check_weight
-from ..custody._roles import LimitStore
-from ..custody._rules import Claim, StaleLease
+from ..custody._limits import Granted, check_key, check_pause, check_weight
+from ..custody._roles import PermitStore
+from ._journal import Journal
+from ._spans import WaitTrace
 from ._timings import Histogram
-from ._tracing import WaitTrace
-
-if TYPE_CHECKING:
-    from ._run import Run
 
 log = logging.getLogger("tether.bridge.limits")
 
@@ -67,7 +63,7 @@ class Permit:
 
     key: str
     id: int | None
-    _store: LimitStore | None = None
+    _store: PermitStore | None = None
     released: bool = attrs.field(init=False, default=False)
 
     async def release(self) -> None:
@@ -88,13 +84,13 @@ class Limited:
     """What ``run.limit(key, weight)`` returns: an ``async with`` block holding a permit, and
     ``pause(after)`` for the key."""
 
-    _run: Run
+    _journal: Journal
     key: str
     weight: float
     permit: Permit | None = attrs.field(init=False, default=None)
 
     async def __aenter__(self) -> Permit:
-        self.permit = await acquire(self._run, self.key, self.weight)
+        self.permit = await acquire(self._journal, self.key, self.weight)
         return self.permit
 
     async def __aexit__(
@@ -108,18 +104,18 @@ class Limited:
 
     async def pause(self, after: float) -> None:
         """Stop the key for everyone on the store for ``after`` seconds."""
-        await pause(self._run, self.key, after)
+        await pause(self._journal, self.key, after)
 
 
-def limit(run: Run, key: str, weight: float = 1) -> Limited:
-    return Limited(run, check_key(key), check_weight(weight))
+def limit(journal: Journal, key: str, weight: float = 1) -> Limited:
+    return Limited(journal, check_key(key), check_weight(weight))
 
 
-async def acquire(run: Run, key: str, weight: float = 1) -> Permit:
+async def acquire(journal: Journal, key: str, weight: float = 1) -> Permit:
     """Wait for a permit of ``key`` spending ``weight`` tokens (see the module)."""
     key, weight = check_key(key), check_weight(weight)
-    store, claim = run.limits, run.claim_of
-    if store is None or claim is None:  # detached: nothing to share, no limit
+    store = journal.store
+    if store is None or not journal.durable:  # detached: nothing to share, no limit
         METRICS.in_flight += 1
         return Permit(key, None)
     started = trio.current_time()
@@ -127,7 +123,9 @@ async def acquire(run: Run, key: str, weight: float = 1) -> Permit:
     with ExitStack() as waiting:  # a wait span from the first refusal to the grant or park
         traced: WaitTrace | None = None
         while True:
-            outcome = await _ask(run, store, claim, key, weight)
+            outcome = await journal.fenced(
+                lambda store, claim: store.acquire_permit(claim, key, weight)
+            )
             if isinstance(outcome, Granted):
                 METRICS.granted += 1
                 METRICS.in_flight += 1
@@ -136,35 +134,25 @@ async def acquire(run: Run, key: str, weight: float = 1) -> Permit:
                 return Permit(key, outcome.permit, store)
             if traced is None:
                 METRICS.waits += 1
-                traced = waiting.enter_context(run.waiting("permit", {"tether.wait.key": key}))
+                traced = waiting.enter_context(journal.waiting("permit", {"tether.wait.key": key}))
             if outcome.seconds is None:
                 delay, poll = poll, min(poll * 2, POLL_CAP)
             else:
                 delay = max(outcome.seconds, 0.001)
                 traced.until(store.clock() + delay)
-            if trio.current_time() - started + delay > run.park_after:
+            if trio.current_time() - started + delay > journal.park_after:
                 METRICS.parks += 1
                 METRICS.wait.observe(trio.current_time() - started)  # a wait, counted once
                 until = store.clock() + (delay if outcome.seconds is not None else PARK_AGAIN)
-                run.park(
-                    until, f"waiting for a permit of {key} ({outcome.why}) until {iso_time(until)}"
-                )
+                why = f"waiting for a permit of {key} ({outcome.why}) until {iso_time(until)}"
+                raise journal.park(until, why)
             await trio.sleep(delay)
 
 
-async def _ask(
-    run: Run, store: LimitStore, claim: Callable[[], Claim], key: str, weight: float
-) -> Granted | Wait:
-    try:
-        return await store.acquire_permit(claim(), key, weight)
-    except StaleLease as exc:
-        run.lost(exc)
-        raise
-
-
-async def pause(run: Run, key: str, after: float) -> None:
+async def pause(journal: Journal, key: str, after: float) -> None:
     """Stop ``key`` for everyone on the store for ``after`` seconds (a detached run: nothing)."""
     key, after = check_key(key), check_pause(after)
     METRICS.pauses += 1
-    if run.limits is not None and math.isfinite(after):
-        await run.limits.pause_limit(key, run.limits.clock() + after)
+    store = journal.store
+    if store is not None and journal.durable and math.isfinite(after):
+        await store.pause_limit(key, store.clock() + after)

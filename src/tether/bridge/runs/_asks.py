@@ -11,7 +11,7 @@ top (replay, as for ``run.sleep``): this ask returns the answer, or raises ``Ask
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import attrs
 
@@ -19,17 +19,12 @@ from ..custody._asks import (
     ASK_PREFIX,
     SENDER_HEADER,
     AskRecord,
-    AskStore,
     check_answer_from,
     check_ask_timeout,
     check_question,
-    senders_of,
 )
-from ..custody._rules import Claim
 from ..custody._steps import StepError, check_step_name
-
-if TYPE_CHECKING:
-    from ._run import Run
+from ._journal import Journal, ParkedAsk
 
 
 class AskTimeout(Exception):
@@ -40,27 +35,6 @@ class AskTimeout(Exception):
 class AskUnsupported(Exception):
     """The question cannot reach the person: the gateway has no messages route (404), or the
     run is not a worker's (a handler called by hand has nobody to ask)."""
-
-
-class _Asks(Protocol):
-    async def asks(self, id: str) -> Sequence[AskRecord]: ...
-
-
-@attrs.frozen
-class ParkedAsk:
-    """The question a run stopped at: what its worker records as it parks the task."""
-
-    name: str
-    text: str
-    until: float
-    answer_from: tuple[str, ...] | None = attrs.field(default=None, converter=senders_of)
-    """Whose message answers it (None: anyone's)."""
-
-    async def record(self, store: AskStore, claim: Claim, why: str) -> AskRecord:
-        """Record this question and park ``claim``'s task on it (one fenced transaction)."""
-        return await store.ask(
-            claim, self.name, self.text, self.until, why, answer_from=self.answer_from
-        )
 
 
 def answer_from(
@@ -78,17 +52,15 @@ def answer_from(
 
 @attrs.define(eq=False)
 class Asking:
-    """A run's asks: how many it made, the task's recorded ones (read at the first), and the
-    one it parked at."""
+    """A run's asks: how many it made and the task's recorded ones (read at the first)."""
 
     made: int = 0
     used: set[str] = attrs.field(factory=set)
     recorded: dict[str, AskRecord] | None = None
-    parked: ParkedAsk | None = None
 
     async def ask(
         self,
-        run: Run,
+        journal: Journal,
         text: str,
         timeout: float,  # noqa: ASYNC109 - a durable deadline, not a cancel scope
         name: str | None,
@@ -96,22 +68,23 @@ class Asking:
     ) -> str:
         check_question(text)
         seconds = check_ask_timeout(timeout)
+        task = journal.task
         self.made += 1
         key = f"{ASK_PREFIX}{self.made}" if name is None else check_step_name(name)
         if key in self.used:
             raise StepError(
-                f"ask {key!r} was asked twice in one run of task {run.task.id!r}: ask names are "
+                f"ask {key!r} was asked twice in one run of task {task.id!r}: ask names are "
                 "unique per task"
             )
         self.used.add(key)
-        store = run.step_store
-        if store is None or not hasattr(store, "asks"):
+        store = journal.store
+        if store is None or not journal.durable:
             raise AskUnsupported(
-                f"task {run.task.id!r}: only a worker's run can ask the person (this run is "
+                f"task {task.id!r}: only a worker's run can ask the person (this run is "
                 "detached: called outside a worker)"
             )
         if self.recorded is None:
-            found: Sequence[AskRecord] = await store.asks(run.task.id)
+            found = await store.asks(task.id)
             self.recorded = {record.name: record for record in found}
         record = self.recorded.get(key)
         if record is not None:
@@ -119,15 +92,15 @@ class Asking:
                 assert record.answer is not None
                 return record.answer
             if record.status == "timeout":
-                raise AskTimeout(f"task {run.task.id!r}: no answer to ask {key!r} in time")
+                raise AskTimeout(f"task {task.id!r}: no answer to ask {key!r} in time")
             if record.status == "unsupported":
                 raise AskUnsupported(
-                    f"task {run.task.id!r}: the gateway cannot show questions (ask {key!r})"
+                    f"task {task.id!r}: the gateway cannot show questions (ask {key!r})"
                 )
         # not asked yet, or asked and still open (the run that asked ended before its park)
-        until = run.now() + seconds if record is None else record.deadline
-        self.parked = ParkedAsk(key, text, until, senders)
-        raise run.park_at(until, f"asked the person ({key}): {text[:120]}")
+        until = journal.now() + seconds if record is None else record.deadline
+        asked = ParkedAsk(key, text, until, senders)
+        raise journal.park(until, f"asked the person ({key}): {text[:120]}", asked)
 
 
 def parked_fields(parked: ParkedAsk | None) -> dict[str, Any]:

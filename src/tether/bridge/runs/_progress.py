@@ -7,12 +7,9 @@ rate, and it is never custody. See docs/guide/design.md, "Progress reporters".
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterable
 
 import attrs
-
-from ..custody._rules import Task
 
 
 @attrs.frozen
@@ -106,28 +103,3 @@ class Progress:
         with self._lock:
             version, status = self._version, self._status
         return version, status, self.partial or None
-
-
-_RUNNING: dict[int, tuple[Task, Progress]] = {}
-"""The reporter of each task object a worker is running now, by the object's identity (two
-attempts of one task are two objects; equal tasks of two runs must not share a reporter)."""
-
-
-def progress_of(task: Task) -> Progress:
-    """The progress reporter of the run ``task`` is in (a detached one outside a run)."""
-    entry = _RUNNING.get(id(task))
-    if entry is not None and entry[0] is task:
-        return entry[1]
-    return Progress()
-
-
-@contextmanager
-def reporting(task: Task, progress: Progress) -> Iterator[Progress]:
-    """Make ``progress`` what ``progress_of(task)`` returns while the block runs."""
-    key = id(task)
-    _RUNNING[key] = (task, progress)
-    try:
-        yield progress
-    finally:
-        if _RUNNING.get(key, (None, None))[1] is progress:
-            del _RUNNING[key]

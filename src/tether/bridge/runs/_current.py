@@ -1,0 +1,109 @@
+"""The current run: one context variable, set in the handler's own task (as DBOS's
+``_context.py`` and Temporal's ``workflow.info()`` do); ``run_of``, ``conversation_of`` and
+``progress_of`` read it.
+
+A session runs its handlers in its own nursery, in the context its opener had, not the
+caller's; so a run is handed to its handler as the payload of the call (a ``Current``), and
+``entering`` (installed with ``Session.wrap_handlers``) makes it current in the handler's task
+before calling the agent's function with the task. A thread of a sync handler, and every task
+the handler starts, inherit it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+import attrs
+
+from ..._session_runs import is_async
+from ..custody._conversation import Conversation
+from ..custody._rules import Task
+from ._progress import Progress
+from ._run import Run
+
+
+@attrs.frozen(eq=False)
+class Current:
+    """What a handler's run reads of itself: its ``Run``, its room's conversation, its
+    progress reporter, and the span it runs in (None: not traced)."""
+
+    run: Run
+    conversation: Conversation
+    progress: Progress
+    span: Any = None
+
+    @property
+    def task(self) -> Task:
+        return self.run.task
+
+
+_CURRENT: Final[contextvars.ContextVar[Current | None]] = contextvars.ContextVar(
+    "tether_run", default=None
+)
+_NO_CONVERSATION: Final = Conversation()
+
+
+def _current_of(task: Task) -> Current | None:
+    """The current run if it is ``task``'s (the same task object: two attempts of one task
+    are two objects, and a handler may hold tasks that are not its own)."""
+    current = _CURRENT.get()
+    return current if current is not None and current.run.task is task else None
+
+
+def run_of(task: Task) -> Run:
+    """The durable run ``task`` is in (a detached one outside a worker's run)."""
+    current = _current_of(task)
+    return Run(task) if current is None else current.run
+
+
+def conversation_of(task: Task) -> Conversation:
+    """The conversation of the run ``task`` is in: ``.history`` (the turns before its message,
+    oldest first, at most the worker's ``history_turns``), ``.state`` (a dict the run may
+    change and return as ``Reply(body, state=...)``) and ``.version``. Outside a run, or for a
+    task without a room: an empty conversation."""
+    current = _current_of(task)
+    return _NO_CONVERSATION if current is None else current.conversation
+
+
+def progress_of(task: Task) -> Progress:
+    """The progress reporter of the run ``task`` is in (a detached one outside a run)."""
+    current = _current_of(task)
+    return Progress() if current is None else current.progress
+
+
+@contextmanager
+def entered(current: Current) -> Iterator[Current]:
+    """Make ``current`` the current run while the block runs (its span current too)."""
+    token = _CURRENT.set(current)
+    try:
+        if current.span is None:
+            yield current
+        else:
+            from opentelemetry import trace
+
+            with trace.use_span(current.span, end_on_exit=False):
+                yield current
+    finally:
+        _CURRENT.reset(token)
+
+
+def entering(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn``, a task handler, called with a ``Current``'s task while that run is current:
+    the wrapper ``Session.wrap_handlers`` installs on a run host's session."""
+    if is_async(fn):
+
+        async def run_async(current: Current) -> Any:
+            with entered(current):
+                return await fn(current.task)
+
+        return functools.update_wrapper(run_async, fn)
+
+    def run_plain(current: Current) -> Any:  # in the session's worker thread
+        with entered(current):
+            return fn(current.task)
+
+    return functools.update_wrapper(run_plain, fn)

@@ -1,0 +1,190 @@
+"""A run's journal: what it records while it runs (its steps, asks and permits) and where it
+stops (a park), each through the store under its claim's fence.
+
+Replay is the model: a resumed or retried run runs the handler again from the top, and a
+recorded step returns its value without calling its function. The journal reads the task's
+records once per run, at its first step. One journal per run: the author's ``Run`` records
+through it, and the worker's ``ClaimedRun`` reads from it where the run stopped.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final, TypeVar
+
+import attrs
+import trio
+
+from ..._plumbing._tracing import Attributes
+from ..custody._asks import senders_of
+from ..custody._records import StepRecord
+from ..custody._roles import JournalStore
+from ..custody._rules import Claim, StaleLease, Task
+from ..custody._steps import StepError, decode_step_value, encode_step_value
+from ._outage import until_stored
+from ._spans import WaitTrace, wait_span
+
+T = TypeVar("T")
+
+DEFAULT_PARK_AFTER: Final = 30.0
+"""Seconds: a wait at most this long waits in place (the lease kept); a longer one parks the
+task in ``waiting`` (``--park-after``)."""
+STORE_RETRY_S: Final = 1.0
+"""Seconds between tries of a step's record (or its read) while the store is unreachable."""
+
+
+class Parked(Exception):
+    """Ends a run that parked itself (a long sleep, a question, a permit it must wait for):
+    its task waits in ``waiting`` (no attempt spent) and the handler runs again from the top
+    once it is due. A handler should let it pass; the run is parked even if it is caught."""
+
+
+def check_park_after(value: object) -> float:
+    """``--park-after``: finite seconds >= 0 (0: every long wait parks)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ValueError(f"park_after must be finite seconds >= 0, got {value!r}")
+    return float(value)
+
+
+@attrs.frozen
+class ParkedAsk:
+    """The question a run stopped at: recorded with its park, in one transaction."""
+
+    name: str
+    text: str
+    until: float
+    answer_from: tuple[str, ...] | None = attrs.field(default=None, converter=senders_of)
+    """Whose message answers it (None: anyone's)."""
+
+
+@attrs.frozen
+class Park:
+    """Where a run stopped: due again at ``until`` (store clock), waiting for ``why``, and at
+    which question if it asked one."""
+
+    until: float
+    why: str
+    ask: ParkedAsk | None = None
+
+
+@attrs.frozen
+class Fence:
+    """A run's claim, read at each call (renewals replace it), and what a refused one means:
+    the run lost its lease, and its owner cancels it."""
+
+    claim: Callable[[], Claim]
+    lost: Callable[[StaleLease], None] = lambda exc: None
+
+
+@attrs.define(eq=False)
+class Journal:
+    """What one run of ``task`` records, through ``store`` under ``fence``. Without a store
+    the run is *detached* (a handler called by hand, a test): steps run and are not recorded,
+    and waits wait in place."""
+
+    task: Task
+    store: JournalStore | None = None
+    fence: Fence | None = None
+    park_after: float = DEFAULT_PARK_AFTER
+    clock: Callable[[], float] = time.time
+    """The store's clock: due times are on it."""
+    parked: Park | None = attrs.field(init=False, default=None)
+    """Set once the run parked itself: where, and why."""
+    _recorded: dict[str, StepRecord] | None = attrs.field(init=False, default=None)
+    _loading: trio.Lock = attrs.field(init=False, factory=trio.Lock)
+    _used: set[str] = attrs.field(init=False, factory=set)
+    _ran_fresh: bool = attrs.field(init=False, default=False)
+
+    @property
+    def durable(self) -> bool:
+        return self.store is not None and self.fence is not None
+
+    @property
+    def replaying(self) -> bool:
+        """Is the run still at steps an earlier run recorded? (See ``Run.replaying``.)"""
+        if self._ran_fresh or not self._recorded:
+            return False
+        return bool(self._recorded.keys() - self._used)
+
+    def now(self) -> float:
+        return self.clock()
+
+    def park(self, until: float, why: str, ask: ParkedAsk | None = None) -> Parked:
+        """Mark the run parked until ``until``, waiting for ``why``: the exception to raise."""
+        self.parked = Park(until, why, ask)
+        return Parked(f"task {self.task.id!r} parked: {why}")
+
+    async def fenced(self, call: Callable[[JournalStore, Claim], Awaitable[T]]) -> T:
+        """``call(store, claim)``: a store call under the run's fence. A ``StaleLease`` tells
+        the run's owner (it cancels the run) and is raised."""
+        assert self.store is not None
+        assert self.fence is not None
+        try:
+            return await call(self.store, self.fence.claim())
+        except StaleLease as exc:
+            self.fence.lost(exc)
+            raise
+
+    @contextmanager
+    def waiting(self, kind: str, attributes: Attributes | None = None) -> Iterator[WaitTrace]:
+        """The block is a wait of kind ``kind`` (its ``tether.wait`` span): parked if the run
+        parks in it (with its due time), else returned or the exception leaving it."""
+        with wait_span(self.task, kind, attributes) as traced:
+            try:
+                yield traced
+            except Parked:
+                if self.parked is not None:
+                    traced.until(self.parked.until)
+                traced.end("parked")
+                raise
+
+    async def step(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, str]:
+        """Step ``name``'s value, and whether it was ``recorded`` now, ``replayed`` from an
+        earlier run's record or ``not recorded`` (a detached run)."""
+        if name in self._used:
+            raise StepError(
+                f"step {name!r} ran twice in one run of task {self.task.id!r}: step names are "
+                "unique per task (name a loop's steps 'search:1', 'search:2', ...)"
+            )
+        self._used.add(name)
+        recorded = await self._records()
+        if name in recorded:
+            return decode_step_value(recorded[name].value), "replayed"
+        self._ran_fresh = True
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        text, _ = encode_step_value(name, value)
+        if not self.durable:
+            return decode_step_value(text), "not recorded"
+        # the effect has happened: an outage delays its record, never fails the run
+        record = await until_stored(
+            lambda: self.fenced(lambda store, claim: store.record_step(claim, name, text)),
+            what=f"recording step {name!r} of task {self.task.id}",
+            pause=STORE_RETRY_S,
+        )
+        recorded[name] = record
+        return decode_step_value(record.value), "recorded"
+
+    async def _records(self) -> dict[str, StepRecord]:
+        if self._recorded is None:
+            async with self._loading:
+                if self._recorded is None:
+                    store, id = self.store, self.task.id
+                    found = (
+                        []
+                        if store is None
+                        else await until_stored(
+                            lambda: store.steps(id),
+                            what=f"reading the steps of task {id}",
+                            pause=STORE_RETRY_S,
+                        )
+                    )
+                    self._recorded = {record.name: record for record in found}
+        return self._recorded
