@@ -34,6 +34,7 @@ TIERS = (
     "tether.bridge",
     "tether.bridge.custody",
     "tether.bridge.pool",
+    "tether.bridge.runs",
     "tether.gateway",
     "tether.observe",
 )

@@ -24,7 +24,9 @@ if _typing.TYPE_CHECKING:
     from ._asks import AskTimeout as AskTimeout
     from ._asks import AskUnsupported as AskUnsupported
     from ._claimed import ClaimedRun as ClaimedRun
+    from ._current import Current as Current
     from ._current import conversation_of as conversation_of
+    from ._current import detached_run as detached_run
     from ._current import progress_of as progress_of
     from ._current import run_of as run_of
     from ._journal import Parked as Parked

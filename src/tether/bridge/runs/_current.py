@@ -91,6 +91,18 @@ def entered(current: Current) -> Iterator[Current]:
         _CURRENT.reset(token)
 
 
+@contextmanager
+def detached_run(
+    task: Task, *, conversation: Conversation | None = None, progress: Progress | None = None
+) -> Iterator[Current]:
+    """Make a detached run of ``task`` current while the block runs, with ``conversation``
+    and ``progress`` as ``conversation_of`` and ``progress_of`` give them: what an agent's
+    unit test uses to call its handler by hand and look at what it reported."""
+    current = Current(Run(task), conversation or Conversation(), progress or Progress())
+    with entered(current):
+        yield current
+
+
 def entering(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``fn``, a task handler, called with a ``Current``'s task while that run is current:
     the wrapper ``Session.wrap_handlers`` installs on a run host's session."""
