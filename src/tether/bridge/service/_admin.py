@@ -81,7 +81,7 @@ def bridge_observed(
     routes: AdminRoutes | None = None,
 ) -> Observed:
     """The admin endpoint's view of a bridge (or a ``tether worker run``) in ``runtime``; the
-    process's flow control (``pool._limits.METRICS``) is always on it."""
+    process's flow control (``runs._permits.METRICS``) is always on it."""
     return Observed.of_runtime(
         runtime,
         custody=None if store is None else partial(read_custody, store),
@@ -113,7 +113,7 @@ class _Histograms:
 
 
 def limit_counters() -> list[CounterSource]:
-    """This process's flow control as counters (``pool._limits.METRICS``)."""
+    """This process's flow control as counters (``runs._permits.METRICS``)."""
     return [
         CounterSource(
             "permits_granted", "Permits of limits granted to runs", lambda: METRICS.granted
