@@ -73,7 +73,7 @@ async def test_an_ask_parks_its_task_and_the_rooms_next_message_answers_it(
     assert calls == {"find": 1}  # the step before the asks ran once in three runs
     assert len(asked) == 3
     assert len(recorded) == 2
-    assert worker.parked == 2
+    assert worker.counts.parked == 2
     record = await timed_store.get("t1")
     assert record is not None
     assert record.attempt == 1  # asking spent no attempt

@@ -84,13 +84,13 @@ async def test_runs_answering_together_are_stored_with_one_complete_many(
 
         await wait_until(all_answered, within=PROMPT, step=0.01)
         assert await _n(timed_store, S.RESULT, 0)  # nothing counts as stored before its commit
-        assert worker.completed == 0
+        assert worker.counts.completed == 0
         store.hold = False
         store.release.set()
         await wait_until(lambda: _n(timed_store, S.RESULT, 4), within=PROMPT, step=0.01)
 
         async def counted() -> bool:  # the worker counts once its commit's answer reaches it
-            return worker.completed == 4
+            return worker.counts.completed == 4
 
         await wait_until(counted, within=PROMPT, step=0.01)
         # the replies that answered while the first commit ran went in one more write

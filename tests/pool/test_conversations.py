@@ -76,8 +76,8 @@ async def test_a_stale_state_in_a_concurrent_room_runs_again_at_once(
     assert view.state == {"count": 4}  # each message counted once, none lost to a race
     replies = sorted(t.text for t in view.turns if t.role == "assistant")
     assert replies == ["#1", "#2", "#3", "#4"]
-    assert worker.state_conflicts >= 1  # four runs read version 0 at once
-    assert (worker.completed, worker.failed) == (4, 0)
+    assert worker.counts.state_conflicts >= 1  # four runs read version 0 at once
+    assert (worker.counts.completed, worker.counts.failed) == (4, 0)
     for i in range(4):
         record = await timed_store.get(f"m{i}")
         assert record is not None

@@ -50,8 +50,8 @@ async def test_a_cancelled_claim_has_its_run_cancelled_within_one_heartbeat(
         at = trio.current_time()
         await wait_until(lambda: _true(bool(cancelled_at)), within=BEAT + 0.5)
         assert cancelled_at[0] - at <= BEAT + 0.01
-        assert worker.lost == 1
-        assert worker.completed == 0
+        assert worker.counts.lost == 1
+        assert worker.counts.completed == 0
         record = await timed_store.get("t")
         assert record is not None
         assert (record.state, record.reason) == (
@@ -63,7 +63,7 @@ async def test_a_cancelled_claim_has_its_run_cancelled_within_one_heartbeat(
         [again] = await timed_store.redrive(["t"])
         assert again.done
         await wait_until(lambda: state_is(timed_store, "t", S.RESULT), within=LEASE_S)
-    assert worker.completed == 1
+    assert worker.counts.completed == 1
     [result] = await timed_store.ready_results()
     assert (result.body, result.attempt) == ("reply to x", 1)
     steps = [(e.src, e.dst, e.actor) for e in await timed_store.journal("t")][-4:]

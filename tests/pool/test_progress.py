@@ -142,8 +142,8 @@ async def test_a_receiver_that_hangs_or_fails_never_holds_up_or_fails_the_run(
     assert trio.current_time() - started < 4.0  # the 3 s run, not held up by its progress
     (result,) = await timed_store.ready_results()
     assert result.body.startswith("0 1 2 ")
-    assert worker.completed == 1
-    assert worker.failed == 0
+    assert worker.counts.completed == 1
+    assert worker.counts.failed == 0
     assert calls >= 1
     assert most_in_flight == 1  # one send in flight per run: a hang never piles up
 

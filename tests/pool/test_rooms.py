@@ -51,8 +51,8 @@ async def test_a_superseded_run_gets_its_grace_then_is_cancelled(
     assert superseded_at + grace <= when <= superseded_at + 1.0 + grace + 0.2
     assert ends["new"][0] == "answered"
     assert started["new"] < superseded_at + 1.0  # the newer task did not wait for the old run
-    assert worker.superseded == 1
-    assert (worker.completed, worker.failed, worker.lost) == (1, 0, 0)
+    assert worker.counts.superseded == 1
+    assert (worker.counts.completed, worker.counts.failed, worker.counts.lost) == (1, 0, 0)
     old = await timed_store.get("old")
     assert old is not None
     assert (old.state, old.result, old.reason) == (S.RESULT, "", "superseded by new")

@@ -25,7 +25,7 @@ from tether import Session
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.custody import Claim, Reconciler, WorkerStore
 from tether.bridge.pool import PoolWorker, RetryBackoff
-from tether.bridge.pool._worker import agent_run_timeout
+from tether.bridge.pool._agent import agent_run_timeout
 
 S = CustodyState
 NO_BACKOFF = RetryBackoff(0, 0)
@@ -76,7 +76,7 @@ async def test_a_run_past_its_timeout_is_cancelled_and_counts_as_a_failure(
         record.reason == f"failed on attempt {MAX_ATTEMPTS} of {MAX_ATTEMPTS}: timed out after 30 s"
     )
     assert cancelled == len(starts) == MAX_ATTEMPTS  # each run was really cancelled
-    assert (worker.failed, worker.let_go) == (MAX_ATTEMPTS, 0)
+    assert (worker.counts.failed, worker.let_go) == (MAX_ATTEMPTS, 0)
 
 
 async def test_an_agent_factory_sets_its_own_timeout(

@@ -185,7 +185,7 @@ async def test_a_long_sleep_parks_the_task_and_frees_the_worker_for_other_messag
     assert calls == {"before": 1, "after": 1}
     # woken on time: the reconciler's first pass read the earliest wake-up of the store
     assert 120 <= answered["sleeper"] - slept_at["sleeper"] <= 120 + 2
-    assert worker.parked == 1
+    assert worker.counts.parked == 1
     record = await timed_store.get("sleeper")
     assert record is not None
     assert record.attempt == 1  # parking spent no attempt

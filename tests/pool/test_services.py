@@ -96,7 +96,7 @@ async def test_services_run_again_after_a_stop_as_a_supervisor_restarts_them(
             worker.request_stop()
             lead.request_stop()
     assert lead.sweeps > 2
-    assert worker.completed == 2
+    assert worker.counts.completed == 2
 
 
 async def test_the_supervisors_soft_stop_lets_a_worker_finish_then_release(
@@ -126,7 +126,7 @@ async def test_the_supervisors_soft_stop_lets_a_worker_finish_then_release(
     rec = await timed_store.get("endless")
     assert rec is not None
     assert (rec.state, rec.attempt) == (S.PENDING, 1)  # released, no attempt burned
-    assert (worker.completed, worker.released) == (1, 1)
+    assert (worker.counts.completed, worker.counts.released) == (1, 1)
     assert await timed_store.workers() == []  # the lead removed its beat too
 
 

@@ -54,7 +54,7 @@ async def test_a_worker_runs_tasks_through_its_agent_session(
         1,
         False,
     )
-    assert worker.completed == 1
+    assert worker.counts.completed == 1
     assert await timed_store.workers() == []  # a clean stop forgets the worker's beat
 
 
@@ -122,7 +122,7 @@ async def test_a_long_task_of_a_renewing_worker_is_never_stolen(
     rec = await timed_store.get("long")
     assert rec is not None
     assert (rec.state, rec.owner, rec.attempt, rec.result) == (S.RESULT, "w1", 1, "finally")
-    assert (w1.lost, w2.completed) == (0, 0)
+    assert (w1.counts.lost, w2.counts.completed) == (0, 0)
 
 
 async def test_an_empty_reply_is_refused_and_recorded_as_a_failure(
@@ -142,7 +142,7 @@ async def test_an_empty_reply_is_refused_and_recorded_as_a_failure(
     assert rec.attempt == MAX_ATTEMPTS
     assert "EmptyReply" in rec.reason
     assert "empty reply" in rec.reason
-    assert worker.failed == MAX_ATTEMPTS
+    assert worker.counts.failed == MAX_ATTEMPTS
 
 
 async def test_a_handler_crash_is_retried_then_dead_with_the_tracebacks_last_line(
@@ -262,7 +262,7 @@ async def test_concurrency_is_capped_per_worker(
             lambda: _count(timed_store, S.RESULT, 10),
         )
     assert peak == 3
-    assert worker.completed == 10
+    assert worker.counts.completed == 10
 
 
 async def _count(store: SqliteStore, state: S, n: int) -> bool:
@@ -317,7 +317,7 @@ async def test_a_soft_stop_releases_unfinished_work_without_burning_an_attempt(
     rec = await timed_store.get("t")
     assert rec is not None
     assert (rec.state, rec.attempt, rec.owner) == (S.PENDING, 1, None)
-    assert worker.released == 1
+    assert worker.counts.released == 1
 
 
 async def test_a_hard_cancel_still_releases_the_claims(
@@ -358,7 +358,7 @@ async def test_a_fenced_out_worker_stops_the_run_and_stores_nothing(
         await timed_store.dead_letter("t", "operator gave up")  # someone else moved it on
         with trio.fail_after(LEASE_S):
             await finished.wait()
-    assert worker.lost == 1
+    assert worker.counts.lost == 1
     rec = await timed_store.get("t")
     assert rec is not None
     assert (rec.state, rec.reason) == (S.DEAD, "operator gave up")
@@ -387,7 +387,7 @@ async def test_a_task_gone_from_the_store_is_a_lost_lease_and_the_other_runs_go_
         )
         gate.set()
         await wait_until(lambda: state_is(timed_store, "kept", S.RESULT))
-    assert (worker.lost, worker.completed) == (1, 1)
+    assert (worker.counts.lost, worker.counts.completed) == (1, 1)
     assert await timed_store.get("gone") is None
     [lost] = [r.getMessage() for r in caplog.records if "'gone'" in r.getMessage()]
     assert "no such task in the store" in lost
@@ -521,8 +521,8 @@ async def test_a_refused_session_run_is_released_without_burning_an_attempt(
     worker = PoolWorker(timed_store, "w1", factory, concurrency=4)
     async with running(worker):
         await wait_until(lambda: _count(timed_store, S.RESULT, 6), within=120)
-    assert worker.failed == 0
-    assert worker.released > 0  # some calls were refused and given back
+    assert worker.counts.failed == 0
+    assert worker.counts.released > 0  # some calls were refused and given back
     for i in range(6):
         rec = await timed_store.get(f"t{i}")
         assert rec is not None
@@ -555,7 +555,7 @@ async def test_an_interrupted_session_run_is_released_without_burning_an_attempt
     rec = await timed_store.get("t")
     assert rec is not None
     assert (rec.attempt, rec.result, rec.reason) == (1, "finished", None)
-    assert (runs, worker.failed, worker.released) == (2, 0, 1)
+    assert (runs, worker.counts.failed, worker.counts.released) == (2, 0, 1)
 
 
 async def test_a_worker_reclaiming_its_own_expired_task_keeps_only_the_new_attempt(
@@ -585,7 +585,7 @@ async def test_a_worker_reclaiming_its_own_expired_task_keeps_only_the_new_attem
         await wait_until(lambda: runs(2), step=0.01)  # w1 claimed attempt 2
         await trio.sleep(0.1)
         assert [(c.task.id, c.attempt) for c in worker.in_hand] == [("t", 2)]
-        assert worker.lost == 1  # the stale run was told at once
+        assert worker.counts.lost == 1  # the stale run was told at once
         gates[0].set()  # the stale run returns (its reply must not be stored)
         await trio.sleep(0.1)
         assert [(c.task.id, c.attempt) for c in worker.in_hand] == [("t", 2)]
@@ -596,7 +596,7 @@ async def test_a_worker_reclaiming_its_own_expired_task_keeps_only_the_new_attem
     rec = await store.get("t")
     assert rec is not None
     assert (rec.attempt, rec.result) == (2, "reply 2")
-    assert (worker.completed, worker.lost) == (1, 1)
+    assert (worker.counts.completed, worker.counts.lost) == (1, 1)
 
 
 async def test_a_reply_the_store_refuses_is_a_failure_and_the_worker_carries_on(
@@ -638,7 +638,7 @@ async def test_a_reply_the_store_refuses_is_a_failure_and_the_worker_carries_on(
         assert bad_error is not None
         assert bad_error.reason is not None
         assert bad_error.reason.endswith("ValueError: half a pair: \\udfff")
-        assert (worker.completed, worker.failed) == (1, 3 * MAX_ATTEMPTS)
+        assert (worker.counts.completed, worker.counts.failed) == (1, 3 * MAX_ATTEMPTS)
     finally:
         await store.aclose()
 

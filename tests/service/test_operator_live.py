@@ -82,7 +82,7 @@ async def test_cancel_then_retry_on_a_running_bridge(
         record = await store.get(task_id)
         assert record is not None
         assert record.reason == "operator: cancelled: spam"
-        assert [w.completed for w in service.workers] == [0]
+        assert [w.counts.completed for w in service.workers] == [0]
 
         gate.set()
         code, out, err = await _tether("retry", task_id, "--store", path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import re
 import traceback
 from collections.abc import Callable
@@ -177,3 +178,14 @@ async def check_agent(spec: str, factory: AgentFactory) -> None:
         raise AgentLoadError(
             f"agent {spec!r}: its factory raised {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def agent_run_timeout(factory: AgentFactory, default: float | None) -> float | None:
+    """The run timeout for ``factory``'s runs: its ``run_timeout`` attribute if it has one
+    (seconds > 0, or None for no limit), else ``default``."""
+    value = getattr(factory, "run_timeout", default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"run_timeout must be None or seconds > 0, got {value!r}")
+    return float(value)

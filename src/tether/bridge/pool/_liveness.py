@@ -6,11 +6,13 @@ cannot keep a member alive.
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from ..custody._records import WorkerInfo
+from ..custody._roles import PoolMemberStore
 
 DEFAULT_MAX_SKEW: Final = 1.0
 
@@ -41,3 +43,26 @@ def live_lead(
     """The live lead among ``members`` (the most recent beat), or None: workers go leaderless."""
     leads = [m for m in members if m.role == "lead" and is_alive(m, now, dead_after, max_skew)]
     return max(leads, key=lambda m: m.last_beat, default=None)
+
+
+async def return_dead_assignments(
+    store: PoolMemberStore,
+    worker: str,
+    members: Sequence[WorkerInfo],
+    now: float,
+    dead_after: float,
+    max_skew: float,
+) -> None:
+    """A leaderless worker's duty: the assignments of every other worker that is not alive go
+    back to pending (never to ``worker`` itself), or they would wait for a lead forever."""
+    alive = {m.name for m in members if is_alive(m, now, dead_after, max_skew)}
+    view = await store.pool_view(pending_limit=1)
+    for owner in sorted({a.worker for a in view.assigned} - alive - {worker}):
+        returned = await store.return_assignments(owner)
+        if returned:
+            logging.getLogger("tether.bridge.pool.worker").warning(
+                "worker %s (no live lead): returned %d assignment(s) of dead worker %s to pending",
+                worker,
+                len(returned),
+                owner,
+            )

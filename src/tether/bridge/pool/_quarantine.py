@@ -17,6 +17,7 @@ the worker's doing and is never reported as the task's.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -38,9 +39,11 @@ from ..custody._limits import Wait as PermitWait
 from ..custody._records import StepRecord
 from ..custody._rules import StaleLease
 from ..runs._asks import asks_fields, parked_from
+from ..runs._claimed import ClaimedRun, NotRun, Runner, RunnerDied
 from ..runs._journal import Journal, Parked, ParkedAsk
 from ..runs._reply import AgentError, Reply
 from ..runs._retry import Permanent, Retry
+from ..runs._run import Run
 from ._quarantine_env import check_env_names, child_environ
 from ._quarantine_limits import ChildLimits
 from ._quarantine_limits import serve as serve_limits
@@ -238,6 +241,35 @@ class ChildSteps:
     """The task's recorded asks (issue #36): the child's run replays them."""
     limits: ChildLimits | None = None
     """Permits of limits taken for the run under the parent's claim (issue #38)."""
+
+
+def quarantined(quarantine: Quarantine, *, mirror_progress: bool) -> Runner:
+    """A runner (``runs.ClaimedRun``) for a suspect: its handler runs in a quarantine child
+    of ``quarantine``; the child's progress is mirrored into the run's if ``mirror_progress``.
+    A death of the child while it runs the task is the task's (``RunnerDied``); a child that
+    cannot start did not run it (``NotRun``)."""
+
+    async def run(claimed: ClaimedRun, run: Run) -> Reply:
+        assert claimed.journal is not None
+        steps = await child_steps(claimed.journal)
+        progress = claimed.progress
+
+        def shown(status: str | None, partial: str | None) -> None:
+            if status is not None:
+                progress.status(status)
+            progress.clear()
+            if partial:
+                progress.stream(partial)
+
+        mirror = shown if mirror_progress else None
+        try:
+            return await quarantine.run(claimed.task, mirror, claimed.conversation, steps)
+        except QuarantineDeath as death:
+            raise RunnerDied(str(death), max_deaths=quarantine.max_deaths) from death
+        except QuarantineStartError as exc:
+            raise NotRun(str(exc), level=logging.ERROR) from exc
+
+    return run
 
 
 async def child_steps(journal: Journal) -> ChildSteps:

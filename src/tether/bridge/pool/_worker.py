@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import attrs
@@ -17,53 +17,32 @@ import trio
 
 from ..._backoff import Backoff
 from ..._plumbing._grid import on_grid
-from ..._plumbing._when import clock_time, duration
 from ..._session import Session, open_session
 from ..._session_types import HandlerCancelled, HandlerDropped, QueueFull
 from ..custody._conversation import DEFAULT_HISTORY_TURNS, check_window
-from ..custody._records import WorkerInfo
 from ..custody._roles import WorkerStore
 from ..custody._rules import Claim, StaleLease, Task, check_worker
-from ..runs._claimed import RELEASE_TIMEOUT, ClaimedRun, NotRun, Runner, RunnerDied
+from ..runs._claimed import RELEASE_TIMEOUT, ClaimedRun, NotRun, Runner
 from ..runs._completions import CompletionBatcher
 from ..runs._current import entering
-from ..runs._host import RunHost
+from ..runs._host import RunCounts, RunHost
 from ..runs._journal import DEFAULT_PARK_AFTER, check_park_after
 from ..runs._outage import STORE_UNREACHABLE
 from ..runs._reply import Reply, reply_of
 from ..runs._retry import RetryBackoff
 from ..runs._run import Run
 from ..runs._timings import Timings
-from ._agent import TASK_EVENT, AgentFactory, install_agent
+from ._agent import TASK_EVENT, AgentFactory, agent_run_timeout, install_agent
 from ._idle import IDLE_MAXIMUM, idle_backoff
-from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive, live_lead
+from ._liveness import DEFAULT_MAX_SKEW, check_seconds, live_lead, return_dead_assignments
+from ._pace import Pace
 from ._publish import OnProgress, ProgressPublisher
-from ._quarantine import Quarantine, QuarantineDeath, QuarantineStartError, child_steps
+from ._quarantine import Quarantine, quarantined
 from ._stall import Notify, StallWatcher
-from ._stop import StopSignal
+from ._stop import StopSignal, cut_after_grace
 from ._wakeup import PoolWakeups, Wakeup
 
 log = logging.getLogger("tether.bridge.pool.worker")
-SHOWN_IDS: Final = 5
-"""Task ids a log line names; the rest are counted."""
-
-
-def _runs(count: int) -> str:
-    return "1 run" if count == 1 else f"{count} runs"
-
-
-def _ids(claims: Sequence[Claim]) -> str:
-    shown = ", ".join(c.task.id for c in claims[:SHOWN_IDS])
-    more = len(claims) - SHOWN_IDS
-    return shown + (f" and {more} more" if more > 0 else "")
-
-
-PREFETCH_S: Final = 0.1
-"""Seconds of work an adaptive worker keeps assigned and waiting (``asked_capacity``)."""
-
-RUN_AVERAGE_WEIGHT: Final = 0.2
-"""How much one run moves the average run time (an exponential moving average)."""
-
 NOT_RUN: Final = (QueueFull, HandlerDropped, HandlerCancelled)
 """What ``session.call`` raises when the session refused or cancelled the run: not a failure
 of the task, so its claim is released without burning an attempt."""
@@ -71,17 +50,6 @@ of the task, so its claim is released without burning an attempt."""
 
 _JUST_AFTER: Final = 0.001
 """Seconds past a retry's due time to look (the store compares ``not_before <= now``)."""
-
-
-def agent_run_timeout(factory: AgentFactory, default: float | None) -> float | None:
-    """The run timeout for ``factory``'s runs: its ``run_timeout`` attribute if it has one
-    (seconds > 0, or None for no limit), else ``default``."""
-    value = getattr(factory, "run_timeout", default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ValueError(f"run_timeout must be None or seconds > 0, got {value!r}")
-    return float(value)
 
 
 @attrs.define(eq=False)
@@ -172,7 +140,7 @@ class PoolWorker:
     """Rung as a run begins: the progress publisher sleeps on it while no run is going."""
     _idle: Backoff = attrs.field(init=False)
     """The wait after a claim that found nothing: ``poll_interval`` doubling (``_idle``)."""
-    _run_seconds: float | None = attrs.field(init=False, default=None)
+    _pace: Pace = attrs.field(init=False, factory=Pace)
     _timeout: float | None = attrs.field(init=False, default=None)
     _host: RunHost = attrs.field(init=False)
     """What the worker lends its runs (``runs._host``): the store, the outcome counts."""
@@ -234,49 +202,16 @@ class PoolWorker:
             clock=self.clock,
         )
 
-    # -- how its runs ended (``runs._host.RunCounts``) -----------------------------------------
+    @property
+    def counts(self) -> RunCounts:
+        """How this worker's runs ended: completed, failed, released, lost (fenced out),
+        superseded, parked, state conflicts, quarantine deaths."""
+        return self._host.counts
 
     @property
     def completions(self) -> CompletionBatcher:
         """Stores the replies of runs that answer together with one ``complete_many``."""
         return self._host.completions
-
-    @property
-    def completed(self) -> int:
-        return self._host.counts.completed
-
-    @property
-    def failed(self) -> int:
-        return self._host.counts.failed
-
-    @property
-    def released(self) -> int:
-        return self._host.counts.released
-
-    @property
-    def lost(self) -> int:
-        """Claims the worker lost to fencing (its lease expired and someone else holds it)."""
-        return self._host.counts.lost
-
-    @property
-    def superseded(self) -> int:
-        """Runs stopped because a newer message of their room superseded the task."""
-        return self._host.counts.superseded
-
-    @property
-    def parked(self) -> int:
-        """Runs that parked themselves (their tasks went ``waiting``)."""
-        return self._host.counts.parked
-
-    @property
-    def state_conflicts(self) -> int:
-        """Runs run again because another run of their room stored a state first."""
-        return self._host.counts.state_conflicts
-
-    @property
-    def quarantine_deaths(self) -> int:
-        """Deaths of this worker's quarantine children it recorded against their tasks."""
-        return self._host.counts.quarantine_deaths
 
     def retry_delay(self, exc: BaseException, attempt: int) -> float:
         """Seconds before the next attempt after ``exc`` failed attempt ``attempt``."""
@@ -284,31 +219,15 @@ class PoolWorker:
 
     @property
     def asked_capacity(self) -> int:
-        """What the worker asks the lead for in its beats: ``capacity`` if set, else enough
-        waiting assignments to cover ``PREFETCH_S`` of work at the pace its runs have taken
-        (an average of recent runs), between 1 and ``3 * concurrency`` of them.
-
-        Quick runs (a thousand a second) keep ``4 * concurrency``: the next tasks are assigned
-        before a run ends, and cover the lead's gap between sweeps. Slow runs (an LLM call of
-        seconds) ask for ``concurrency + 1``: a task never waits long behind a busy worker
-        while another worker idles, and never for so long that the lead takes it back as
-        stuck. Before any run, the quick case is assumed."""
-        if self.capacity is not None:
-            return self.capacity
-        c = self.concurrency
-        if self._run_seconds is None:
-            return 4 * c
-        waiting = math.ceil(c * PREFETCH_S / max(self._run_seconds, 1e-6))
-        return c + max(1, min(3 * c, waiting))
+        """What the worker asks the lead for in its beats: ``capacity`` if set, else what the
+        pace of its runs calls for (``pool._pace``)."""
+        return self._pace.capacity(self.concurrency) if self.capacity is None else self.capacity
 
     def _timed_run(self, seconds: float) -> None:
-        """Fold one run's duration (claim to answer) into the average ``asked_capacity`` uses."""
+        """One run's duration (claim to answer): its timing, and the worker's pace."""
         if self.timings is not None:
             self.timings.ran(seconds)
-        if self._run_seconds is None:
-            self._run_seconds = seconds
-        else:
-            self._run_seconds += RUN_AVERAGE_WEIGHT * (seconds - self._run_seconds)
+        self._pace.ran(seconds)
 
     @property
     def in_hand(self) -> list[Claim]:
@@ -370,38 +289,18 @@ class PoolWorker:
                         await self._beat()
                         await self._give_back_assignments()
                         # the runs in hand get stop_grace; then they are cancelled and released
-                        nursery.start_soon(self._cut_runs_after_grace, work.cancel_scope)
+                        nursery.start_soon(
+                            cut_after_grace,
+                            self.name,
+                            self.stop_grace,
+                            self.now,
+                            lambda: self.in_hand,
+                            work,
+                        )
                     nursery.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
                     await self._leave()
-
-    async def _cut_runs_after_grace(self, work: trio.CancelScope) -> None:
-        """Say what a soft stop waits for and until when; cancel what still runs after it."""
-        runs = self.in_hand
-        if runs:
-            log.info(
-                "worker %s: stopping: waiting up to %s (until %s) for %s in hand (%s) to "
-                "finish; then %s cancelled and %s back to the pool",
-                self.name,
-                duration(self.stop_grace),
-                clock_time(self.now() + self.stop_grace),
-                _runs(len(runs)),
-                _ids(runs),
-                "it is" if len(runs) == 1 else "they are",
-                "its task goes" if len(runs) == 1 else "their tasks go",
-            )
-        await trio.sleep(self.stop_grace)
-        left = self.in_hand
-        if left:
-            log.warning(
-                "worker %s: cancelled %s still going after the %s stop grace (%s)",
-                self.name,
-                _runs(len(left)),
-                duration(self.stop_grace),
-                _ids(left),
-            )
-        work.cancel()
 
     async def _recover_claims(self) -> None:
         """Claims under this name now are an earlier process's, which died with them: crash
@@ -530,13 +429,8 @@ class PoolWorker:
     def _runner(self, session: Session, claim: Claim) -> Runner:
         """How ``claim``'s handler is called: in a quarantine child for a suspect (if this
         process quarantines), else in the worker's session."""
-        quarantine = self.quarantine
-        if claim.suspect and quarantine is not None:
-
-            async def quarantined(claimed: ClaimedRun, run: Run) -> Reply:
-                return await self._run_quarantined(quarantine, claimed)
-
-            return quarantined
+        if claim.suspect and self.quarantine is not None:
+            return quarantined(self.quarantine, mirror_progress=self.on_progress is not None)
 
         async def in_session(claimed: ClaimedRun, run: Run) -> Reply:
             try:
@@ -546,31 +440,6 @@ class PoolWorker:
             return reply_of(results, claimed.task.id)
 
         return in_session
-
-    async def _run_quarantined(self, quarantine: Quarantine, claimed: ClaimedRun) -> Reply:
-        """A suspect's run in a quarantine child; its progress mirrored into the run's."""
-        assert claimed.journal is not None
-        steps = await child_steps(claimed.journal)
-        progress = claimed.progress
-
-        def shown(status: str | None, partial: str | None) -> None:
-            if status is not None:
-                progress.status(status)
-            progress.clear()
-            if partial:
-                progress.stream(partial)
-
-        try:
-            return await quarantine.run(
-                claimed.task,
-                None if self.on_progress is None else shown,
-                claimed.conversation,
-                steps,
-            )
-        except QuarantineDeath as death:
-            raise RunnerDied(str(death), max_deaths=quarantine.max_deaths) from death
-        except QuarantineStartError as exc:
-            raise NotRun(str(exc), level=logging.ERROR) from exc
 
     def runs(self) -> list[ClaimedRun]:
         """The runs in hand (the progress publisher reads them)."""
@@ -608,22 +477,9 @@ class PoolWorker:
         if self.wakeups is not None:
             self.wakeups.set_leaderless(self.name, leaderless and not self._stopping)
         if leaderless and not self._stopping:
-            await self._return_dead_assignments(members)
-
-    async def _return_dead_assignments(self, members: Sequence[WorkerInfo]) -> None:
-        now = self.now()
-        alive = {m.name for m in members if is_alive(m, now, self.lead_dead_after, self.max_skew)}
-        view = await self.store.pool_view(pending_limit=1)
-        for owner in sorted({a.worker for a in view.assigned} - alive - {self.name}):
-            returned = await self.store.return_assignments(owner)
-            if returned:
-                log.warning(
-                    "worker %s (no live lead): returned %d assignment(s) of dead worker %s "
-                    "to pending",
-                    self.name,
-                    len(returned),
-                    owner,
-                )
+            await return_dead_assignments(
+                self.store, self.name, members, self.now(), self.lead_dead_after, self.max_skew
+            )
 
     async def _renew(self, entry: ClaimedRun) -> None:
         if entry.lost:

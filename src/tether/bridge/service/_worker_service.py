@@ -117,9 +117,9 @@ class WorkerService:
             store=_shown_store(config.store),
             pool=self.pool_status(),
             exchange=None if config.exchange is None else str(config.exchange),
-            completed=sum(w.completed for w in self.workers),
-            failed=sum(w.failed for w in self.workers),
-            released=sum(w.released for w in self.workers),
+            completed=sum(w.counts.completed for w in self.workers),
+            failed=sum(w.counts.failed for w in self.workers),
+            released=sum(w.counts.released for w in self.workers),
             state=self._state,
             updated_at=utc_now_iso(),
         )
