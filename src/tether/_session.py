@@ -28,7 +28,7 @@ from ._session_runs import (
     FINISHED,
     CallWaiter,
     Handler,
-    Run,
+    HandlerRun,
     check_grace,
     is_async,
     summarise,
@@ -74,11 +74,11 @@ class Session:
     owner: str = attrs.field(init=False)
     _handlers: dict[str, list[Handler]] = attrs.field(init=False, factory=dict)
     _bounded_events: set[str] = attrs.field(init=False, factory=set)
-    _running: dict[Task, Run] = attrs.field(init=False, factory=dict)
+    _running: dict[Task, HandlerRun] = attrs.field(init=False, factory=dict)
     _workers: set[Task] = attrs.field(init=False, factory=set)
     _worker_count: int = attrs.field(init=False, default=0)
     _woken: int = attrs.field(init=False, default=0)
-    _ready: deque[Run] = attrs.field(init=False, factory=deque)
+    _ready: deque[HandlerRun] = attrs.field(init=False, factory=deque)
     _worker_lot: trio.lowlevel.ParkingLot = attrs.field(
         init=False, factory=trio.lowlevel.ParkingLot
     )
@@ -245,7 +245,7 @@ class Session:
             self._check_capacity(event, handlers)
         self._emitted += 1
         for handler in handlers:
-            self._offer(handler, Run(handler, payload))
+            self._offer(handler, HandlerRun(handler, payload))
 
     async def call(self, event: str, payload: Any = None) -> list[Any]:
         """Run ``event``'s handlers and return their results in registration order.
@@ -268,7 +268,7 @@ class Session:
         self._emitted += 1
         n = len(handlers)
         waiter = CallWaiter(results=[None] * n, errors=[None] * n, remaining=n)
-        runs = [Run(h, payload, waiter, i) for i, h in enumerate(handlers)]
+        runs = [HandlerRun(h, payload, waiter, i) for i, h in enumerate(handlers)]
         for run in runs:
             self._offer(run.handler, run)
         try:
@@ -438,7 +438,7 @@ class Session:
                     "refused"
                 )
 
-    def _offer(self, handler: Handler, run: Run) -> None:
+    def _offer(self, handler: Handler, run: HandlerRun) -> None:
         policy = handler.policy
         if policy == "concurrent":
             self._outstanding += 1
@@ -464,7 +464,7 @@ class Session:
             self._outstanding += 1
             self._dispatch(run)
 
-    def _dispatch(self, run: Run) -> None:
+    def _dispatch(self, run: HandlerRun) -> None:
         run.handler.runs.add(run)
         self._ready.append(run)
         if self._woken == 0:  # nobody on the way: wake one now, the foreman fans out later
@@ -473,12 +473,12 @@ class Session:
             self._foreman_parked = False
             self._foreman_lot.unpark()
 
-    def _cancel(self, run: Run) -> None:
+    def _cancel(self, run: HandlerRun) -> None:
         run.cancel_requested = True
         if run.scope is not None:
             run.scope.cancel()
 
-    def _refuse(self, run: Run) -> None:
+    def _refuse(self, run: HandlerRun) -> None:
         """A run that will never start: count it and tell its caller, if any."""
         self._dropped += 1
         log.debug(
@@ -501,7 +501,7 @@ class Session:
             self._outstanding -= 1
             self._refuse(handler.queue.popleft())
 
-    def _withdraw(self, run: Run) -> None:
+    def _withdraw(self, run: HandlerRun) -> None:
         """The caller of ``call`` went away: its runs go too."""
         queue = run.handler.queue
         if run in queue:
@@ -571,7 +571,7 @@ class Session:
             if self._worker_count == 0 and self._gone is not None:
                 self._gone.set()
 
-    async def _drain(self, task: Task, ready: deque[Run], idle_name: str) -> None:
+    async def _drain(self, task: Task, ready: deque[HandlerRun], idle_name: str) -> None:
         """Execute ready runs back to back in this task, each one visible by identity.
 
         The runs share one cancel scope: a worker executes one run at a time, so cancelling
@@ -624,7 +624,7 @@ class Session:
                     finally:
                         self._woken -= 1
 
-    def _settle(self, run: Run, status: int, value: Any, task: Task) -> None:
+    def _settle(self, run: HandlerRun, status: int, value: Any, task: Task) -> None:
         handler = run.handler
         handler.runs.discard(run)
         self._outstanding -= 1
@@ -654,7 +654,7 @@ class Session:
         if self._outstanding == 0 and self._quiet is not None:
             self._quiet.set()
 
-    def _record_failure(self, run: Run, error: Exception, task: Task) -> None:
+    def _record_failure(self, run: HandlerRun, error: Exception, task: Task) -> None:
         handler = run.handler
         via_call = run.waiter is not None
         self._failures.append(

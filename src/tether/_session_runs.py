@@ -30,9 +30,9 @@ class Handler:
     task_name: str
     is_async: bool
     # runs handed to a worker and not yet settled (identity set: two runs are two entries)
-    runs: set[Run] = attrs.field(factory=set)
+    runs: set[HandlerRun] = attrs.field(factory=set)
     # serial backlog, or the one pending replacement of a ``replace`` handler
-    queue: deque[Run] = attrs.field(factory=deque)
+    queue: deque[HandlerRun] = attrs.field(factory=deque)
 
 
 @attrs.define(eq=False, slots=True)
@@ -53,7 +53,7 @@ class CallWaiter:
 
 
 @attrs.define(eq=False, slots=True)
-class Run:
+class HandlerRun:
     """One handler call for one event. ``scope`` is set only while a worker executes it."""
 
     handler: Handler
