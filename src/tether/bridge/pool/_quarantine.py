@@ -147,20 +147,7 @@ async def run_in_quarantine(
     frames = Deframer()
     outcome: dict[str, Any] | None = None
     try:
-        await process.stdin.send_all(
-            encode(
-                "task",
-                id=task.id,
-                body=task.body,
-                room=task.room,
-                priority=task.priority,
-                headers=dict(task.headers),
-                conversation=None if conversation is None else conversation_fields(conversation),
-                steps=[] if steps is None else steps_fields(steps.recorded),
-                asks=[] if steps is None else asks_fields(steps.asks),
-                park_after=math.inf if steps is None else steps.park_after,
-            )
-        )
+        await process.stdin.send_all(_task_frame(task, conversation, steps))
         ready = False
         while outcome is None:
             data = await process.stdout.receive_some(65536)
@@ -170,24 +157,12 @@ async def run_in_quarantine(
                 kind = message["kind"]
                 if kind == "ready":
                     ready = _speaks(message)
-                elif kind == "progress" and on_progress is not None:
-                    on_progress(message.get("status"), message.get("partial"))
-                elif kind == "step" and steps is not None:
-                    await process.stdin.send_all(await _record(steps, message))
-                elif kind in ("permit", "release", "pause") and steps is not None:
-                    if steps.limits is not None:
-                        answer = await serve_limits(steps.limits, message)
-                        if answer is not None:
-                            await process.stdin.send_all(encode(**answer))
-                elif kind == "parked" and steps is not None:
-                    why, asked = str(message.get("why") or "parked"), parked_from(message)
-                    if asked is None:
-                        steps.parked(float(message["until"]), why)
-                    else:  # the question it stopped at (issue #36)
-                        steps.parked(float(message["until"]), why, asked)
+                elif kind in ("reply", "error") or (kind == "parked" and steps is not None):
+                    if steps is not None and kind == "parked":
+                        _note_parked(steps, message)
                     outcome = message
-                elif kind in ("reply", "error"):
-                    outcome = message
+                else:
+                    await _serve(process.stdin, message, steps, on_progress)
         await process.stdin.aclose()  # the child leaves at EOF (if it has not already)
         returncode = await process.wait()
     except BaseException:
@@ -206,6 +181,50 @@ async def run_in_quarantine(
             )
         raise QuarantineDeath(returncode, spec.memory)
     return _outcome(outcome)
+
+
+def _task_frame(task: Any, conversation: Conversation | None, steps: ChildSteps | None) -> bytes:
+    """The ``task`` frame: the task, its conversation, its recorded steps and asks."""
+    return encode(
+        "task",
+        id=task.id,
+        body=task.body,
+        room=task.room,
+        priority=task.priority,
+        headers=dict(task.headers),
+        conversation=None if conversation is None else conversation_fields(conversation),
+        steps=[] if steps is None else steps_fields(steps.recorded),
+        asks=[] if steps is None else asks_fields(steps.asks),
+        park_after=math.inf if steps is None else steps.park_after,
+    )
+
+
+async def _serve(
+    stdin: trio.abc.SendStream,
+    message: dict[str, Any],
+    steps: ChildSteps | None,
+    on_progress: OnChildProgress | None,
+) -> None:
+    """Do what a child's frame asks of its parent mid-run: show its progress, record a step,
+    take, give back or pause a permit (answered on ``stdin`` where an answer is due)."""
+    kind = message["kind"]
+    if kind == "progress" and on_progress is not None:
+        on_progress(message.get("status"), message.get("partial"))
+    elif kind == "step" and steps is not None:
+        await stdin.send_all(await _record(steps, message))
+    elif kind in ("permit", "release", "pause") and steps is not None and steps.limits is not None:
+        answer = await serve_limits(steps.limits, message)
+        if answer is not None:
+            await stdin.send_all(encode(**answer))
+
+
+def _note_parked(steps: ChildSteps, message: dict[str, Any]) -> None:
+    """The child's run parked: where, and at which question (issue #36)."""
+    why, asked = str(message.get("why") or "parked"), parked_from(message)
+    if asked is None:
+        steps.parked(float(message["until"]), why)
+    else:
+        steps.parked(float(message["until"]), why, asked)
 
 
 def _speaks(ready: dict[str, Any]) -> bool:
