@@ -211,8 +211,9 @@ class Session:
         """Replace each of ``event``'s handler functions by ``wrap(fn)``, before any runs.
 
         For a host that runs each call in a context of its own, which a session cannot give
-        (its runs see the opener's context variables): the bridge's pool worker makes a run's
-        trace span current in its handler. ``wrap(fn)`` must be async exactly when ``fn`` is.
+        (its runs see the opener's context variables): the bridge's pool worker passes each
+        run as the call's payload and its wrapper makes it current in the handler's task.
+        ``wrap(fn)`` must be async exactly when ``fn`` is.
         """
         handlers = self._handlers.get(event, [])
         if any(h.runs or h.queue for h in handlers):

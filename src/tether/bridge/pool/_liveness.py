@@ -14,6 +14,9 @@ from typing import Final
 from ..custody._records import WorkerInfo
 from ..custody._roles import PoolMemberStore
 
+log = logging.getLogger("tether.bridge.pool.worker")
+"""The workers' logger: a leaderless worker does this duty."""
+
 DEFAULT_MAX_SKEW: Final = 1.0
 
 
@@ -60,7 +63,7 @@ async def return_dead_assignments(
     for owner in sorted({a.worker for a in view.assigned} - alive - {worker}):
         returned = await store.return_assignments(owner)
         if returned:
-            logging.getLogger("tether.bridge.pool.worker").warning(
+            log.warning(
                 "worker %s (no live lead): returned %d assignment(s) of dead worker %s to pending",
                 worker,
                 len(returned),

@@ -43,7 +43,6 @@ from ..runs._claimed import ClaimedRun, NotRun, Runner, RunnerDied
 from ..runs._journal import Journal, Parked, ParkedAsk
 from ..runs._reply import AgentError, Reply
 from ..runs._retry import Permanent, Retry
-from ..runs._run import Run
 from ._quarantine_env import check_env_names, child_environ
 from ._quarantine_limits import ChildLimits
 from ._quarantine_limits import serve as serve_limits
@@ -268,7 +267,7 @@ def quarantined(quarantine: Quarantine, *, mirror_progress: bool) -> Runner:
     A death of the child while it runs the task is the task's (``RunnerDied``); a child that
     cannot start did not run it (``NotRun``)."""
 
-    async def run(claimed: ClaimedRun, run: Run) -> Reply:
+    async def run(claimed: ClaimedRun) -> Reply:
         assert claimed.journal is not None
         steps = await child_steps(claimed.journal)
         progress = claimed.progress

@@ -23,18 +23,18 @@ from ._quarantine_steps import PipeSteps
 class PipeJournal:
     """What a quarantined run records, through its parent."""
 
-    steps_: PipeSteps
+    _steps: PipeSteps
     limits: PipeLimits
     clock: Callable[[], float] = time.time
 
     async def steps(self, id: str) -> Sequence[StepRecord]:
-        return await self.steps_.steps(id)
+        return await self._steps.steps(id)
 
     async def record_step(self, claim: Claim, name: str, value: str) -> StepRecord:
-        return await self.steps_.record_step(claim, name, value)
+        return await self._steps.record_step(claim, name, value)
 
     async def asks(self, id: str) -> Sequence[AskRecord]:
-        return await self.steps_.asks(id)
+        return await self._steps.asks(id)
 
     async def acquire_permit(self, claim: Claim, key: str, weight: float = 1.0) -> Granted | Wait:
         return await self.limits.acquire_permit(claim, key, weight)
@@ -47,5 +47,5 @@ class PipeJournal:
 
     def answered(self, message: dict[str, Any]) -> None:
         """A frame from the parent: an answer to a step or a permit this child asked for."""
-        self.steps_.answered(message)
+        self._steps.answered(message)
         self.limits.answered(message)

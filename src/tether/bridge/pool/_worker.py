@@ -30,7 +30,6 @@ from ..runs._journal import DEFAULT_PARK_AFTER, check_park_after
 from ..runs._outage import STORE_UNREACHABLE
 from ..runs._reply import Reply, reply_of
 from ..runs._retry import RetryBackoff
-from ..runs._run import Run
 from ..runs._timings import Timings
 from ._agent import TASK_EVENT, AgentFactory, agent_run_timeout, install_agent
 from ._idle import IDLE_MAXIMUM, idle_backoff
@@ -142,6 +141,7 @@ class PoolWorker:
     """The wait after a claim that found nothing: ``poll_interval`` doubling (``_idle``)."""
     _pace: Pace = attrs.field(init=False, factory=Pace)
     _timeout: float | None = attrs.field(init=False, default=None)
+    _publisher: ProgressPublisher | None = attrs.field(init=False, default=None)
     _host: RunHost = attrs.field(init=False)
     """What the worker lends its runs (``runs._host``): the store, the outcome counts."""
 
@@ -183,10 +183,13 @@ class PoolWorker:
                     f"lease ({self.store.lease_s!r}), or leases expire between renewals"
                 )
 
-        self._host = RunHost(
-            self.store,
-            self.name,
-            CompletionBatcher(self.store),
+        self._host = self._lent(RunHost(self.store, self.name, CompletionBatcher(self.store)))
+
+    def _lent(self, host: RunHost) -> RunHost:
+        """``host`` (its completions, counts and memory kept) with the worker's settings and
+        hooks as they are now: read again as each ``run`` starts."""
+        return attrs.evolve(
+            host,
             store_retry=self._interval,
             park_after=self.park_after,
             history_turns=self.history_turns,
@@ -246,6 +249,7 @@ class PoolWorker:
         self._stop.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._host = self._lent(self._host)
         self._stop = StopSignal()  # a new run (a supervisor restart) starts unstopped
         self._stopping = False
         async with open_session(f"worker-{self.name}") as session:
@@ -273,14 +277,15 @@ class PoolWorker:
                         )
                         nursery.start_soon(watcher.run, name=f"{self._label}::stall")
                     if self.on_progress is not None:
-                        publisher = ProgressPublisher(
-                            self.name,
-                            self.on_progress,
-                            self.progress_interval,
-                            self.runs,
-                            self._run_begun,
-                        )
-                        nursery.start_soon(publisher.run, name=f"{self._label}::progress")
+                        if self._publisher is None:  # one per worker: it remembers a refusal
+                            self._publisher = ProgressPublisher(
+                                self.name,
+                                self.on_progress,
+                                self.progress_interval,
+                                self.runs_in_hand,
+                                self._run_begun,
+                            )
+                        nursery.start_soon(self._publisher.run, name=f"{self._label}::progress")
                     async with trio.open_nursery() as work:
                         task_status.started()
                         await self._claim_until_stopped(session, work)
@@ -432,16 +437,16 @@ class PoolWorker:
         if claim.suspect and self.quarantine is not None:
             return quarantined(self.quarantine, mirror_progress=self.on_progress is not None)
 
-        async def in_session(claimed: ClaimedRun, run: Run) -> Reply:
+        async def in_session(claimed: ClaimedRun) -> Reply:
             try:
-                results = await session.call(TASK_EVENT, claimed.current(run))
+                results = await session.call(TASK_EVENT, claimed.current())
             except NOT_RUN as exc:
                 raise NotRun(str(exc)) from exc
             return reply_of(results, claimed.task.id)
 
         return in_session
 
-    def runs(self) -> list[ClaimedRun]:
+    def runs_in_hand(self) -> list[ClaimedRun]:
         """The runs in hand (the progress publisher reads them)."""
         return list(self._active)
 
@@ -484,17 +489,8 @@ class PoolWorker:
     async def _renew(self, entry: ClaimedRun) -> None:
         if entry.lost:
             return
-        if trio.current_time() > entry.deadline + self.stop_grace:
-            if not entry.lost:  # the run outlived its timeout and grace: let the lease lapse
-                entry.lost = True
-                self.let_go += 1
-                log.warning(
-                    "worker %s: task %s is %.1fs past its run timeout and still not stored; "
-                    "its lease is no longer renewed (the reconciler takes it back)",
-                    self.name,
-                    entry.claim.task.id,
-                    trio.current_time() - entry.deadline,
-                )
+        if entry.let_go(self.stop_grace):
+            self.let_go += 1
             return
         if entry.finishing:
             return

@@ -40,9 +40,8 @@ log = logging.getLogger("tether.bridge.pool.worker")
 """The worker's logger: an operator's filters name it, whichever module writes the line."""
 
 RELEASE_TIMEOUT: Final = 5.0
-"""Seconds a cancelled run spends giving its claim back (shielded)."""
-
-_NO_CONVERSATION: Final = Conversation()
+"""Seconds spent giving claims back when cancelled (shielded): a run its own, a worker
+leaving the pool its assignments."""
 
 
 class RunTimedOut(Exception):
@@ -75,8 +74,9 @@ def failure_reason(exc: BaseException) -> str:
     return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-Runner = Callable[["ClaimedRun", Run], Awaitable[Reply]]
-"""Calls the handler for a claimed run (its ``Current`` made current) and returns its reply."""
+Runner = Callable[["ClaimedRun"], Awaitable[Reply]]
+"""Calls the handler of a claimed run (with ``ClaimedRun.current()`` made current, or in a
+quarantine child) and returns its reply."""
 
 
 @attrs.define(eq=False)
@@ -97,10 +97,12 @@ class ClaimedRun:
     """The run is storing its outcome: a renew racing with it must not count as lost."""
     settled: bool = attrs.field(init=False, default=False)
     outcome: str = attrs.field(init=False, default="cancelled")
-    """How the run ended, for its span: completed, failed, released, lost, superseded."""
+    """How the run ended, for its span: completed, failed (``failed: now pending``), timed
+    out, parked, released, lost, superseded, a quarantine death, or cancelled."""
     conversation: Conversation | None = attrs.field(init=False, default=None)
     """What the run read of its room (None: the task has no room)."""
     progress: Progress = attrs.field(init=False, factory=Progress)
+    """The current call's reporter (a rerun after a state conflict starts a new one)."""
     shown: str = attrs.field(init=False, default="")
     """The partial reply last recorded as shown (``record_shown``)."""
     reruns: int = attrs.field(init=False, default=0)
@@ -111,6 +113,7 @@ class ClaimedRun:
     sent: int = attrs.field(init=False, default=-1)
     """The progress version last sent (-1: nothing yet, not even "working")."""
     sending: bool = attrs.field(init=False, default=False)
+    _current: Current | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self.deadline = math.inf if self.timeout is None else self.started + self.timeout
@@ -124,9 +127,17 @@ class ClaimedRun:
         """Where the run parked itself, whatever it returned or raised after."""
         return None if self.journal is None else self.journal.parked
 
-    def current(self, run: Run) -> Current:
-        """What the handler's run reads of itself (``runs._current``)."""
-        return Current(run, self.conversation or _NO_CONVERSATION, self.progress, self.span)
+    def current(self) -> Current:
+        """What the handler of the current call reads of its run (``runs._current``): live
+        until the call ends."""
+        assert self.journal is not None, "current() is for a runner, inside the call"
+        self._current = Current(
+            Run(self.claim.task, self.journal),
+            self.conversation or Conversation(),
+            self.progress,
+            self.span,
+        )
+        return self._current
 
     async def run(self, runner: Runner, answered: Callable[[], None] = lambda: None) -> bool:
         """Run the claim to its stored outcome; ``False`` if the runner did not run it.
@@ -196,13 +207,22 @@ class ClaimedRun:
             park_after=host.park_after,
             clock=host.store.clock,
         )
+        self.progress = Progress()
+        try:
+            return await self._call_in_time(runner)
+        finally:
+            if self._current is not None:
+                self._current.live = False  # a task the handler left behind sees no run
+
+    async def _call_in_time(self, runner: Runner) -> Reply:
+        host, task = self.host, self.claim.task
         with trio.CancelScope(deadline=self.deadline) as timer:
             claimed = self.claim.conversation if self.reruns == 0 else None
             if claimed is not None:
                 self.conversation = claimed  # read in the claim's own transaction
             elif task.room is not None:  # a rerun after a state conflict reads the current one
                 self.conversation = await host.store.conversation(task.id, limit=host.history_turns)
-            return await runner(self, Run(task, self.journal))
+            return await runner(self)
         assert timer.cancelled_caught
         raise RunTimedOut(f"timed out after {self.timeout:g} s")
 
@@ -345,6 +365,7 @@ class ClaimedRun:
             self.lose(exc)
             return
         self.settled = True
+        self.outcome = "parked"
         host.counts.parked += 1
         if host.rings is not None:
             host.rings.parked(park.until)
@@ -381,6 +402,7 @@ class ClaimedRun:
             self.lose(stale)
             return
         self.settled = True
+        self.outcome = f"quarantine death: now {state.value}"
         host.counts.quarantine_deaths += 1
         if host.rings is not None:
             if state is CustodyState.DEAD:
@@ -397,9 +419,27 @@ class ClaimedRun:
             state.value,
         )
 
+    def let_go(self, grace: float) -> bool:
+        """Is the run past its timeout plus ``grace`` and still not stored? Then its lease is
+        let go (no longer renewed: the reconciler takes the task back, and the fence refuses
+        whatever the run stores late), once."""
+        if self.lost or trio.current_time() <= self.deadline + grace:
+            return False
+        self.lost = True
+        log.warning(
+            "worker %s: task %s is %.1fs past its run timeout and still not stored; "
+            "its lease is no longer renewed (the reconciler takes it back)",
+            *self._who(),
+            trio.current_time() - self.deadline,
+        )
+        return True
+
     def lose(self, exc: StaleLease) -> None:
         """The store fenced the run out: nothing of it is stored; it is cancelled (a
-        superseded run still going gets the soft-stop grace first)."""
+        superseded run still going gets the soft-stop grace first). A run whose outcome is
+        stored has nothing left to lose."""
+        if self.settled:
+            return
         if isinstance(exc, Superseded):
             self._supersede(exc, at_once=self.finishing)
             return

@@ -26,15 +26,18 @@ from ._progress import Progress
 from ._run import Run
 
 
-@attrs.frozen(eq=False)
+@attrs.define(eq=False)
 class Current:
     """What a handler's run reads of itself: its ``Run``, its room's conversation, its
-    progress reporter, and the span it runs in (None: not traced)."""
+    progress reporter, and the span it runs in (None: not traced). ``live`` until the call
+    ends: a task the handler started in a longer-lived nursery inherits the variable, and
+    must then find no run."""
 
     run: Run
     conversation: Conversation
     progress: Progress
     span: Any = None
+    live: bool = True
 
     @property
     def task(self) -> Task:
@@ -51,7 +54,9 @@ def _current_of(task: Task) -> Current | None:
     """The current run if it is ``task``'s (the same task object: two attempts of one task
     are two objects, and a handler may hold tasks that are not its own)."""
     current = _CURRENT.get()
-    return current if current is not None and current.run.task is task else None
+    if current is None or not current.live or current.run.task is not task:
+        return None
+    return current
 
 
 def run_of(task: Task) -> Run:

@@ -86,9 +86,10 @@ class Run:
 
     async def sleep(self, seconds: float) -> None:
         """Sleep ``seconds`` durably: the wake-up time is recorded as a step, so a resumed run
-        returns at once once it has passed. Up to ``park_after`` seconds it sleeps in place;
-        longer, the run ends (``Parked``), its task waits in ``waiting`` with no worker slot
-        held and no attempt spent, and the handler runs again from the top when it is due."""
+        returns at once once it has passed. Up to the worker's ``park_after`` seconds it
+        sleeps in place; longer, the run ends (``Parked``), its task waits in ``waiting`` with
+        no worker slot held and no attempt spent, and the handler runs again from the top
+        when it is due."""
         if (
             isinstance(seconds, bool)
             or not isinstance(seconds, int | float)
