@@ -36,7 +36,7 @@ AGENT_AUTHOR = {
     "load_agent",
     "AgentLoadError",
     "asyncio_agent",
-    "trio_side",
+    "trio_as_asyncio",
 }
 RUN_OR_EMBED = {
     "BridgeConfig",
@@ -47,7 +47,7 @@ RUN_OR_EMBED = {
     "WorkerService",
     "ConfigError",
     "store_status",
-    "render_status",
+    "render_store_status",
     "StoreStatus",
     "StatusEntry",
     "ensure_token_file",
@@ -115,7 +115,7 @@ CUSTODY_RECORDS = {
     "Claim",
     "Result",
     "Assignment",
-    "Queued",
+    "PendingTask",
     "PoolView",
     "WorkerInfo",
     "JournalEntry",
@@ -134,7 +134,7 @@ CUSTODY_RECORDS = {
     "LimitSpec",
     "LimitView",
     "Granted",
-    "Wait",
+    "NoPermit",
 }
 PLANNER = {
     "plan_sweep",
@@ -159,7 +159,7 @@ PUBLIC = {
     "ConfigError": _config.ConfigError,
     "load_config": _config.load_config,
     "store_status": _store_status.store_status,
-    "render_status": _store_status.render_status,
+    "render_store_status": _store_status.render_store_status,
     "StoreStatus": _store_status.StoreStatus,
     "StatusEntry": _store_status.StatusEntry,
 }
@@ -240,3 +240,15 @@ def test_the_public_loader_merges_like_the_cli(tmp_path: Path) -> None:
     )
     assert isinstance(config, tether.bridge.BridgeConfig)
     assert (config.workers, config.concurrency) == (2, 5)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [("trio_side", "trio_as_asyncio"), ("render_status", "render_store_status")]
+)
+def test_a_renamed_public_name_still_works_and_says_its_new_name(old: str, new: str) -> None:
+    """Issue #46 renamed two documented names so each says one thing; the old ones still
+    resolve, to the same object, and warn with the name to use."""
+    with pytest.warns(DeprecationWarning, match=f"use tether.bridge.{new}"):
+        value = getattr(tether.bridge, old)
+    assert value is getattr(tether.bridge, new)
+    assert old not in dir(tether.bridge)

@@ -28,7 +28,7 @@ from tether.bridge import (
     GatewayClient,
     SqliteStore,
     Task,
-    render_status,
+    render_store_status,
     store_status,
 )
 from tether.bridge.service._dead_notices import DeadNotices, notice_reason
@@ -235,7 +235,7 @@ async def test_a_gateway_without_the_endpoint_is_asked_once_and_never_spun_on(
         nursery.cancel_scope.cancel()
     status = await store_status(store)
     assert (status.counts["dead"], status.dead_unreported) == (1, 1)
-    assert "1 not yet reported to the gateway" in render_status(status, "here")
+    assert "1 not yet reported to the gateway" in render_store_status(status, "here")
 
 
 async def test_a_flaky_gateway_is_retried_with_backoff_until_it_confirms(

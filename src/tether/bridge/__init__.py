@@ -3,7 +3,7 @@
 The names here serve three readers: an agent author (``Task``, ``Reply``, ``Retry``,
 ``Permanent``, ``progress_of``, ``conversation_of``, ``run_of`` (with ``AskTimeout`` and
 ``AskUnsupported``), ``load_agent``, ``asyncio_agent``
-and ``trio_side`` for agents written for asyncio), someone running or embedding a bridge
+and ``trio_as_asyncio`` for agents written for asyncio), someone running or embedding a bridge
 (``BridgeConfig``, ``load_config``, ``BridgeService``, ``WorkerService``, ``open_store``,
 ``store_status``, the token files) and a client of the gateway (``GatewayClient``, its errors
 and records), plus the custody basics they all read (``CustodyState``, ``in_custody``,
@@ -62,13 +62,13 @@ if _typing.TYPE_CHECKING:
     from .pool import load_agent as load_agent
     from .pool import progress_of as progress_of
     from .pool import run_of as run_of
-    from .pool import trio_side as trio_side
+    from .pool import trio_as_asyncio as trio_as_asyncio
     from .service._config import BridgeConfig as BridgeConfig
     from .service._config import load_config as load_config
     from .service._service import BridgeService as BridgeService
     from .service._store_status import StatusEntry as StatusEntry
     from .service._store_status import StoreStatus as StoreStatus
-    from .service._store_status import render_status as render_status
+    from .service._store_status import render_store_status as render_store_status
     from .service._store_status import store_status as store_status
     from .service._worker_config import WorkerConfig as WorkerConfig
     from .service._worker_config import load_worker_config as load_worker_config
@@ -85,4 +85,21 @@ else:
     # store's status, does not pay for the gateway client, the pool and psycopg (issue #56).
     # A type checker needs the static imports, and sees no __getattr__ (it would make every
     # unknown name an `object`).
-    __getattr__, __dir__ = _lazy_exports(__name__, __file__)
+    _lazy_getattr, __dir__ = _lazy_exports(__name__, __file__)
+
+    # Old names kept working (issue #46 renamed them so each says one thing); not listed by
+    # dir(), and each use warns once per call site.
+    _DEPRECATED = {"trio_side": "trio_as_asyncio", "render_status": "render_store_status"}
+
+    def __getattr__(name: str) -> object:
+        new = _DEPRECATED.get(name)
+        if new is None:
+            return _lazy_getattr(name)
+        import warnings
+
+        warnings.warn(
+            f"tether.bridge.{name} is deprecated: use tether.bridge.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _lazy_getattr(new)

@@ -34,9 +34,9 @@ from ..._plumbing._json import loads_strict
 from ..._plumbing._redact import redact_url
 from ..._plumbing._token_file import TokenFileError, read_token
 from ..._plumbing._when import clock_time, duration
+from ..._protocol._bounds import MAX_REQUEST_BYTES
 from ..._protocol._connection import ConnectionStatus, utc_now_iso
 from ..._protocol._interim import InterimMessage
-from ..._protocol._limits import MAX_REQUEST_BYTES
 from ..._protocol._messages import (
     CLIENT_HEADER,
     MAX_BATCH,
@@ -74,7 +74,7 @@ _TRANSIENT_STATUS = frozenset({408, 429})
 
 MAX_TASK_WIRE_BYTES = MAX_REQUEST_BYTES
 """The most bytes one task can take in a poll's answer: the largest allowed body JSON-escaped,
-plus its envelope (``_protocol._limits``). A poll's answer is read up to ``limit`` of these."""
+plus its envelope (``_protocol._bounds``). A poll's answer is read up to ``limit`` of these."""
 
 MAX_ANSWER_BYTES = 1 << 20
 """The most bytes read of any other answer (acks, receipts, batch items, an error's text):

@@ -44,20 +44,20 @@ if _typing.TYPE_CHECKING:
     from ._limits import Granted as Granted
     from ._limits import LimitSpec as LimitSpec
     from ._limits import LimitView as LimitView
-    from ._limits import Wait as Wait
+    from ._limits import NoPermit as NoPermit
     from ._reconcile import Reconciler as Reconciler
     from ._reconcile import ReconcileReport as ReconcileReport
     from ._records import WORKER_ROLES as WORKER_ROLES
     from ._records import Assignment as Assignment
-    from ._records import Decide as Decide
     from ._records import JournalEntry as JournalEntry
     from ._records import LeaseExpiry as LeaseExpiry
     from ._records import OperatorOutcome as OperatorOutcome
+    from ._records import PendingTask as PendingTask
     from ._records import PoolView as PoolView
-    from ._records import Queued as Queued
     from ._records import StallCandidate as StallCandidate
     from ._records import StepRecord as StepRecord
     from ._records import Suspects as Suspects
+    from ._records import SweepPlanner as SweepPlanner
     from ._records import WaitingRetries as WaitingRetries
     from ._records import WaitingRuns as WaitingRuns
     from ._records import WorkerInfo as WorkerInfo

@@ -14,7 +14,7 @@ exported by ``tether.bridge``.
 - ``_stall``: stall notices, once per task. ``_files``: the file exchange for outside programs.
 - ``_run``: durable runs (``run_of``: steps recorded once per task, durable sleeps).
 - ``_agent``: what an agent is and how ``module:factory`` is loaded; ``_asyncio``: agents
-  written for asyncio (``asyncio_agent``, ``trio_side``). ``_wakeup``: "look now".
+  written for asyncio (``asyncio_agent``, ``trio_as_asyncio``). ``_wakeup``: "look now".
 """
 
 import typing as _typing
@@ -34,7 +34,7 @@ if _typing.TYPE_CHECKING:
     from ._ask import AskTimeout as AskTimeout
     from ._ask import AskUnsupported as AskUnsupported
     from ._asyncio import asyncio_agent as asyncio_agent
-    from ._asyncio import trio_side as trio_side
+    from ._asyncio import trio_as_asyncio as trio_as_asyncio
     from ._conversation import conversation_of as conversation_of
     from ._conversation import conversing as conversing
     from ._files import FileExchange as FileExchange
@@ -63,7 +63,7 @@ if _typing.TYPE_CHECKING:
     from ._stall import StallPass as StallPass
     from ._stall import StallWatcher as StallWatcher
     from ._status import PoolStatus as PoolStatus
-    from ._timings import Histogram as Histogram
+    from ._timings import TimingHistogram as TimingHistogram
     from ._timings import Timings as Timings
     from ._wakeup import PoolWakeups as PoolWakeups
     from ._wakeup import Wakeup as Wakeup

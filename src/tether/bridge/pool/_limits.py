@@ -20,10 +20,10 @@ import attrs
 import trio
 
 from ..._plumbing._when import iso_time
-from ..custody._limits import Granted, Wait, check_key, check_pause, check_weight
+from ..custody._limits import Granted, NoPermit, check_key, check_pause, check_weight
 from ..custody._roles import LimitStore
 from ..custody._rules import Claim, StaleLease
-from ._timings import Histogram
+from ._timings import TimingHistogram
 from ._tracing import WaitTrace
 
 if TYPE_CHECKING:
@@ -51,8 +51,10 @@ class LimitMetrics:
     """Acquires that had to wait (at least once)."""
     parks: int = 0
     pauses: int = 0
-    wait: Histogram = attrs.field(
-        factory=lambda: Histogram("permit_wait", "Seconds a run waited for a permit of a limit")
+    wait: TimingHistogram = attrs.field(
+        factory=lambda: TimingHistogram(
+            "permit_wait", "Seconds a run waited for a permit of a limit"
+        )
     )
 
 
@@ -154,7 +156,7 @@ async def acquire(run: Run, key: str, weight: float = 1) -> Permit:
 
 async def _ask(
     run: Run, store: LimitStore, claim: Callable[[], Claim], key: str, weight: float
-) -> Granted | Wait:
+) -> Granted | NoPermit:
     try:
         return await store.acquire_permit(claim(), key, weight)
     except StaleLease as exc:

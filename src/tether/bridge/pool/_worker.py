@@ -30,7 +30,7 @@ from ..custody._conversation import (
     StateConflict,
     check_window,
 )
-from ..custody._limits import Granted, Wait
+from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord, WorkerInfo
 from ..custody._roles import WorkerStore
 from ..custody._rooms import Superseded
@@ -661,7 +661,7 @@ class PoolWorker:
             run.parked_until, run.parked_why = until, why
             run.parked_ask = asked
 
-        async def acquire(key: str, weight: float) -> Granted | Wait:
+        async def acquire(key: str, weight: float) -> Granted | NoPermit:
             try:
                 return await self.store.acquire_permit(entry.claim, key, weight)
             except StaleLease as exc:
