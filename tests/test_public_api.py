@@ -151,6 +151,7 @@ PLANNER = {
     "StallPass",
     "RetryBackoff",
     "Parked",
+    "Reconciler",
 }
 
 PUBLIC = {

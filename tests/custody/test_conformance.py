@@ -25,11 +25,11 @@ from tether.bridge.custody import (
     CustodyConflict,
     InvalidTask,
     InvalidWorkerName,
-    Reconciler,
     ReconcileReport,
     StaleLease,
     Store,
 )
+from tether.bridge.pool import Reconciler
 
 S = CustodyState
 

@@ -60,12 +60,12 @@ from tether.bridge import CustodyState, Task, UnknownTask, in_custody
 from tether.bridge.custody import (
     Claim,
     CustodyConflict,
-    Reconciler,
     StaleLease,
     StateConflict,
     Store,
 )
 from tether.bridge.custody._crashes import DEFAULT_MAX_CRASHES_ALONE
+from tether.bridge.pool import Reconciler
 
 T = TypeVar("T")
 S = CustodyState

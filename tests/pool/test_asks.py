@@ -19,9 +19,8 @@ from support.pool_agents import state_is as _is
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether.bridge import AskTimeout, AskUnsupported, CustodyState, SqliteStore, Task, run_of
-from tether.bridge.custody import Reconciler
 from tether.bridge.custody._asks import AskRecord
-from tether.bridge.pool import PoolWorker
+from tether.bridge.pool import PoolWorker, Reconciler
 from tether.bridge.pool._ask import ParkedAsk, asks_fields, asks_from, parked_fields, parked_from
 
 S = CustodyState

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
-from tether.bridge.custody import Reconciler
-from tether.bridge.pool import ResultRefused, file_exchange_worker
+from tether.bridge.pool import Reconciler, ResultRefused, file_exchange_worker
 from tether.bridge.pool._files import (
     FileExchange,
     HeaderRefused,

@@ -14,9 +14,8 @@ from support.pool_agents import agent
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether.bridge import CustodyState, Retry, SqliteStore, Task, run_of
-from tether.bridge.custody import Reconciler
 from tether.bridge.custody._limits import LimitSpec
-from tether.bridge.pool import PoolWorker, RetryBackoff
+from tether.bridge.pool import PoolWorker, Reconciler, RetryBackoff
 from tether.bridge.pool._limits import METRICS
 from tether.bridge.service._admin import bridge_observed
 from tether.observe import Metrics

@@ -11,9 +11,8 @@ from support.pool_agents import agent
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task, run_of
-from tether.bridge.custody import Reconciler
 from tether.bridge.custody._limits import LimitSpec
-from tether.bridge.pool import PoolWorker
+from tether.bridge.pool import PoolWorker, Reconciler
 from tether.bridge.pool._limits import METRICS
 from tether.bridge.pool._timings import Timings
 

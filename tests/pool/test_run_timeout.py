@@ -23,8 +23,8 @@ from support.pool_fixtures import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
 from support.waiting import wait_until
 from tether import Session
 from tether.bridge import CustodyState, SqliteStore, Task
-from tether.bridge.custody import Claim, Reconciler, WorkerStore
-from tether.bridge.pool import PoolWorker, RetryBackoff
+from tether.bridge.custody import Claim, WorkerStore
+from tether.bridge.pool import PoolWorker, Reconciler, RetryBackoff
 from tether.bridge.pool._worker import agent_run_timeout
 
 S = CustodyState

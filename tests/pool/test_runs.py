@@ -22,8 +22,7 @@ from support.pool_agents import state_is as _is
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, StepError, Task, run_of
-from tether.bridge.custody import Reconciler
-from tether.bridge.pool import PoolWakeups, PoolWorker, RetryBackoff
+from tether.bridge.pool import PoolWakeups, PoolWorker, Reconciler, RetryBackoff
 
 S = CustodyState
 

@@ -19,8 +19,7 @@ from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo
 from tether.bridge import CustodyState, Reply, SqliteStore, Task
-from tether.bridge.custody import Reconciler
-from tether.bridge.pool import AgentError, PoolWorker
+from tether.bridge.pool import AgentError, PoolWorker, Reconciler
 
 S = CustodyState
 

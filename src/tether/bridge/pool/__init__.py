@@ -7,6 +7,7 @@ exported by ``tether.bridge``.
 
 - ``_lead``: :class:`PoolLead` and its pure planner :func:`plan_sweep`.
 - ``_worker``: :class:`PoolWorker`, where a worker claims, runs its agent and stores the outcome.
+- ``_reconciler``: :class:`Reconciler`, the loop of reconcile passes (the pass is custody's).
 - ``_liveness``: the one predicate "is this member alive" (:func:`is_alive`).
 - ``_conversation``: what a run reads of its room (``conversation_of``, issue #34).
 - ``_progress``: what a running agent shows people (status, partial reply); ``_timings``:
@@ -54,6 +55,7 @@ if _typing.TYPE_CHECKING:
     from ._progress import ProgressUpdate as ProgressUpdate
     from ._progress import progress_of as progress_of
     from ._progress import reporting as reporting
+    from ._reconciler import Reconciler as Reconciler
     from ._retry import Permanent as Permanent
     from ._retry import Retry as Retry
     from ._retry import RetryBackoff as RetryBackoff

@@ -33,7 +33,6 @@ from ..client._client import (
     GatewayRequestError,
     GatewayUnavailable,
 )
-from ..custody._reconcile import Reconciler
 from ..custody._roles import Store
 from ..custody._rooms import RoomPolicy
 from ..custody._rules import IN_CUSTODY, Task
@@ -43,6 +42,7 @@ from ..pool._idle import worker_idle_maximum
 from ..pool._lead import PoolLead
 from ..pool._progress import ProgressUpdate
 from ..pool._quarantine import Quarantine, QuarantineSpec
+from ..pool._reconciler import Reconciler
 from ..pool._stall import StallWatcher
 from ..pool._status import PoolStatus, pool_status
 from ..pool._timings import Timings
