@@ -1,6 +1,7 @@
 """The public names come in tiers: ``tether.bridge`` holds what an agent author, someone
-running or embedding a bridge, and a client of the gateway import; the implementers' tiers
-hold the Store roles (``tether.bridge.custody``) and the pool's planner (``tether.bridge.pool``).
+running or embedding a bridge, and a client of the gateway import (at most 45 names, issue
+#46); the tiers below hold the gateway client's errors and records (``tether.bridge.client``),
+the Store roles (``tether.bridge.custody``) and the pool's planner (``tether.bridge.pool``).
 Changing a tier's names is a decision: these sets say what each audience gets."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from types import ModuleType
 import pytest
 
 import tether.bridge
+import tether.bridge.client
 import tether.bridge.custody
 import tether.bridge.pool
 from tether.bridge.service import _config, _service, _store_status
@@ -33,8 +35,6 @@ AGENT_AUTHOR = {
     "AskTimeout",
     "AskUnsupported",
     "AgentFactory",
-    "load_agent",
-    "AgentLoadError",
     "asyncio_agent",
     "trio_as_asyncio",
 }
@@ -68,6 +68,8 @@ OPEN_A_STORE = {
 GATEWAY_CLIENT = {
     "GatewayClient",
     "GatewayError",
+}
+CLIENT_TIER = GATEWAY_CLIENT | {
     "GatewayAuthError",
     "GatewayRequestError",
     "GatewayProtocolError",
@@ -77,15 +79,8 @@ GATEWAY_CLIENT = {
     "ConnectionStatus",
     "PROTOCOL_VERSION",
 }
-CUSTODY_BASICS = {
-    "CustodyState",
-    "in_custody",
-    "IN_CUSTODY",
-    "TERMINAL",
-    "TaskRecord",
-    "UnknownTask",
-    "InvalidTaskId",
-}
+CUSTODY_BASICS = {"CustodyState", "in_custody", "TaskRecord"}
+CUSTODY_TIER_ONLY = {"IN_CUSTODY", "TERMINAL", "UnknownTask", "InvalidTaskId"}
 BRIDGE = AGENT_AUTHOR | RUN_OR_EMBED | OPEN_A_STORE | GATEWAY_CLIENT | CUSTODY_BASICS
 NEEDS_PSYCOPG = {"PostgresStore", "StoreConnectionLost", "StoreTimeout"}
 
@@ -152,6 +147,8 @@ PLANNER = {
     "RetryBackoff",
     "Parked",
     "Reconciler",
+    "load_agent",
+    "AgentLoadError",
 }
 
 PUBLIC = {
@@ -177,6 +174,7 @@ def public_names(module: ModuleType) -> set[str]:
 
 def test_tether_bridge_holds_exactly_what_its_three_readers_need() -> None:
     assert public_names(tether.bridge) | NEEDS_PSYCOPG == BRIDGE
+    assert len(BRIDGE) <= 45
     for name in BRIDGE:
         assert getattr(tether.bridge, name) is not None
 
@@ -187,6 +185,12 @@ def test_the_store_roles_and_records_are_the_implementers_tier_only() -> None:
     assert not (STORE_ROLES | CUSTODY_RECORDS) & public_names(tether.bridge)
 
 
+def test_the_gateway_clients_tier_holds_its_errors_and_records() -> None:
+    assert public_names(tether.bridge.client) == CLIENT_TIER
+    assert not (CLIENT_TIER - GATEWAY_CLIENT) & public_names(tether.bridge)
+    assert public_names(tether.bridge.custody) >= CUSTODY_TIER_ONLY
+
+
 def test_the_planner_is_the_pools_tier_only() -> None:
     assert public_names(tether.bridge.pool) >= PLANNER
     assert not PLANNER & public_names(tether.bridge)
@@ -194,7 +198,7 @@ def test_the_planner_is_the_pools_tier_only() -> None:
 
 def test_a_name_in_two_tiers_is_one_object() -> None:
     """``tether.bridge`` re-exports the custody basics and the agent's names of its tiers."""
-    for tier in (tether.bridge.custody, tether.bridge.pool):
+    for tier in (tether.bridge.client, tether.bridge.custody, tether.bridge.pool):
         shared = public_names(tier) & BRIDGE
         assert shared
         for name in shared:

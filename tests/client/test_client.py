@@ -19,11 +19,10 @@ import trio
 from trio.testing import MockClock
 
 from tether.bridge import (
-    GatewayAuthError,
     GatewayClient,
-    GatewayRequestError,
     write_token,
 )
+from tether.bridge.client import GatewayAuthError, GatewayRequestError
 from tether.bridge.client._client import _tls_context
 
 URL = "http://gateway.test"

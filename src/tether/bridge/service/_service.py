@@ -76,7 +76,7 @@ class BridgeService:
 
     ``store`` and ``factory`` may be given (tests, the demo); otherwise they come from
     ``config.store`` and ``config.agent``. ``gateway_options`` go to
-    :class:`~tether.bridge.GatewayClient`.
+    :class:`~tether.bridge.client.GatewayClient`.
 
     Stopping it in-process:
 
