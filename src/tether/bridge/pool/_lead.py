@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -131,22 +131,7 @@ def plan_sweep(
         for name, w in live.items()
     }
     load = {name: view.claims.get(name, 0) for name in live}
-    dead_workers: set[str] = set()
-    stuck: list[Returned] = []
-    deferred: list[Deferred] = []
-    for a in view.assigned:
-        # never negative: ``since`` may have been written (by a lead that held the pool while
-        # this sweep waited on the store) after the ``now`` this sweep began with
-        age = max(0.0, now - a.since)
-        if a.worker not in live:
-            dead_workers.add(a.worker)
-        elif age >= stuck_after and (view.claims.get(a.worker, 0) == 0 or age >= stuck_cap):
-            stuck.append(Returned(a.id, a.worker, "stuck", age))
-        else:
-            if age >= stuck_after:
-                deferred.append(Deferred(a.id, a.worker, age, view.claims.get(a.worker, 0)))
-            load[a.worker] += 1
-
+    dead_workers, stuck, deferred = _judge_assigned(view, live, load, now, stuck_after, stuck_cap)
     rooms = dict(view.rooms)
     names = sorted(live)
     assign: list[Assigned] = []
@@ -199,6 +184,35 @@ def plan_sweep(
         spare=sum(max(0, cap[n] - load[n]) for n in live),
         first_waiting=first_waiting,
     )
+
+
+def _judge_assigned(
+    view: PoolView,
+    live: Mapping[str, WorkerInfo],
+    load: dict[str, int],
+    now: float,
+    stuck_after: float,
+    stuck_cap: float,
+) -> tuple[set[str], list[Returned], list[Deferred]]:
+    """The assignments standing: those of dead workers (their workers named), the stuck ones
+    to return, the stuck ones deferred (their worker is busy, not yet past ``stuck_cap``);
+    every assignment kept counts in ``load``."""
+    dead_workers: set[str] = set()
+    stuck: list[Returned] = []
+    deferred: list[Deferred] = []
+    for a in view.assigned:
+        # never negative: ``since`` may have been written (by a lead that held the pool while
+        # this sweep waited on the store) after the ``now`` this sweep began with
+        age = max(0.0, now - a.since)
+        if a.worker not in live:
+            dead_workers.add(a.worker)
+        elif age >= stuck_after and (view.claims.get(a.worker, 0) == 0 or age >= stuck_cap):
+            stuck.append(Returned(a.id, a.worker, "stuck", age))
+        else:
+            if age >= stuck_after:
+                deferred.append(Deferred(a.id, a.worker, age, view.claims.get(a.worker, 0)))
+            load[a.worker] += 1
+    return dead_workers, stuck, deferred
 
 
 def _merge_pages(earlier: PoolView, page: PoolView) -> PoolView:
@@ -355,6 +369,49 @@ class PoolLead:
             looked = await self._look(now)
             if looked is not None:
                 return looked
+        view, plan, done, returned = await self._plan_and_assign(now, limit, beat_due)
+        if await self._return_outranked(view, plan):
+            self._doorbell.set()  # the tasks given back are assigned in queue order now
+        self._remember(view, plan, now, limit)
+        lost: tuple[str, ...] = ()
+        if done:
+            lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
+        assigned = tuple(a for a in plan.assign if a.id not in lost)
+        self._note_leading(view, assigned, now)
+        if self.wakeups is not None:
+            self.wakeups.tasks_assigned(a.worker for a in assigned)
+            if returned:
+                self.wakeups.tasks_pending()  # leaderless claimers may take them; sweep again
+        report = SweepReport(
+            at=now,
+            lead=self.name,
+            live_workers=self._live_workers(view, now),
+            assigned=assigned,
+            returned=returned,
+            deferred=plan.deferred,
+            lost=lost,
+            waiting=plan.waiting,
+        )
+        for r in returned:
+            log.warning(
+                "lead %s: returned task %s of worker %s to pending (%s, assigned %.1fs ago)",
+                self.name,
+                r.id,
+                r.worker,
+                r.why,
+                r.age,
+            )
+        self.sweeps += 1
+        self.last_report = report
+        return report
+
+    async def _plan_and_assign(
+        self, now: float, limit: int, beat_due: bool
+    ) -> tuple[PoolView, SweepPlan, list[bool] | None, tuple[Returned, ...]]:
+        """The sweep's store work: plan from the first page and assign in that transaction
+        when nothing else is to do, else read on past full rooms, return dead and stuck
+        assignments and assign. The view and plan it ended with, which assignments took
+        (None: none were made), and what it returned."""
         planned: list[SweepPlan] = []  # decide() runs in the store's thread; it leaves its plan
 
         def decide(view: PoolView) -> list[tuple[str, str]] | None:
@@ -387,8 +444,11 @@ class PoolLead:
             returned = await self._return(view, plan, now)
             if plan.assign:
                 done = await self.store.assign_many([(a.id, a.worker) for a in plan.assign])
-        if await self._return_outranked(view, plan):
-            self._doorbell.set()  # the tasks given back are assigned in queue order now
+        return view, plan, done, returned
+
+    def _remember(self, view: PoolView, plan: SweepPlan, now: float, limit: int) -> None:
+        """What the next sweep starts from: the last pick, the next due wake-up, the workers
+        seen, the window to read, whether the queue drained, whether a free slot matters."""
         self._last_pick = plan.last_pick
         self._next_due = view.next_due
         self._see_workers(view.workers, view.at)
@@ -402,58 +462,35 @@ class PoolLead:
             self.wakeups.capacity_wanted = bool(
                 plan.waiting or plan.deferred or len(view.pending) >= limit
             )
-        lost: tuple[str, ...] = ()
-        if done:
-            lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
-        assigned = tuple(a for a in plan.assign if a.id not in lost)
-        if self.leading and self._first_sweep_at is None:
+
+    def _note_leading(self, view: PoolView, assigned: tuple[Assigned, ...], now: float) -> None:
+        """A new leader's first sweep, first work seen and first assignment; the first
+        assignment is logged with how long it took after the takeover, and why."""
+        if not self.leading:
+            return
+        if self._first_sweep_at is None:
             self._first_sweep_at = now
-        if self.leading and self._work_seen_at is None and view.pending:
+        if self._work_seen_at is None and view.pending:
             self._work_seen_at = now
-        if assigned and self.leading and self.first_assigned_at is None:
-            self.first_assigned_at = now
-            took_over = self.leading_since if self.leading_since is not None else now
-            # a slow takeover and a quiet queue read alike in the delay: say which it was
-            work_at = self._work_seen_at if self._work_seen_at is not None else now
-            idle = (
-                "(work was waiting)"
-                if self._first_sweep_at is None or work_at <= self._first_sweep_at
-                else f"(no work to assign before {work_at - took_over:.3f}s)"
-            )
-            log.log(
-                logging.INFO if self._took_over_from is None else logging.WARNING,
-                "lead %s: first assignment as leader %.3fs after taking over %s (store clock %.3f)",
-                self.name,
-                now - took_over,
-                idle,
-                now,
-            )
-        if self.wakeups is not None:
-            self.wakeups.tasks_assigned(a.worker for a in assigned)
-            if returned:
-                self.wakeups.tasks_pending()  # leaderless claimers may take them; sweep again
-        report = SweepReport(
-            at=now,
-            lead=self.name,
-            live_workers=self._live_workers(view, now),
-            assigned=assigned,
-            returned=returned,
-            deferred=plan.deferred,
-            lost=lost,
-            waiting=plan.waiting,
+        if not assigned or self.first_assigned_at is not None:
+            return
+        self.first_assigned_at = now
+        took_over = self.leading_since if self.leading_since is not None else now
+        # a slow takeover and a quiet queue read alike in the delay: say which it was
+        work_at = self._work_seen_at if self._work_seen_at is not None else now
+        idle = (
+            "(work was waiting)"
+            if self._first_sweep_at is None or work_at <= self._first_sweep_at
+            else f"(no work to assign before {work_at - took_over:.3f}s)"
         )
-        for r in returned:
-            log.warning(
-                "lead %s: returned task %s of worker %s to pending (%s, assigned %.1fs ago)",
-                self.name,
-                r.id,
-                r.worker,
-                r.why,
-                r.age,
-            )
-        self.sweeps += 1
-        self.last_report = report
-        return report
+        log.log(
+            logging.INFO if self._took_over_from is None else logging.WARNING,
+            "lead %s: first assignment as leader %.3fs after taking over %s (store clock %.3f)",
+            self.name,
+            now - took_over,
+            idle,
+            now,
+        )
 
     async def _look(self, now: float) -> SweepReport | None:
         """The sweep after one that drained the queue: a read of the pool (no writer job, no
