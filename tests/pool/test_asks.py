@@ -14,9 +14,9 @@ from collections import Counter
 import pytest
 import trio
 
-from support.pool_agents import agent
-from support.pool_agents import state_is as _is
+from support.agents.handler import agent
 from support.pool_fixtures import StoreAwareClock
+from support.waiting import state_is as _is
 from support.waiting import wait_until
 from tether.bridge import AskTimeout, AskUnsupported, CustodyState, SqliteStore, Task, run_of
 from tether.bridge.custody._asks import AskRecord

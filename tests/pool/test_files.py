@@ -32,7 +32,7 @@ from tether.bridge.pool._files import (
 )
 
 S = CustodyState
-AGENT = Path(__file__).with_name("file_agent.py")
+AGENT = Path(__file__).parents[1] / "support" / "agents" / "file_program.py"
 
 
 @given(st.text())

@@ -42,7 +42,7 @@ from tether.bridge.pool._run import Parked
 
 pytestmark = pytest.mark.slow
 
-SPEC = QuarantineSpec("pool.quarantine_agent:factory")
+SPEC = QuarantineSpec("support.agents.quarantine:factory")
 START_WITHIN = 60.0  # a child start takes a second or more on a busy 2-core machine
 
 

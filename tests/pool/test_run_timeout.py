@@ -18,8 +18,8 @@ from typing import Any, cast
 import pytest
 import trio
 
-from support.pool_agents import state_is as _is
 from support.pool_fixtures import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
+from support.waiting import state_is as _is
 from support.waiting import wait_until
 from tether import Session
 from tether.bridge import CustodyState, SqliteStore, Task

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import trio
 
+from support.agents.handler import agent
 from support.clock import FakeClock
-from support.pool_agents import agent
 from support.pool_fixtures import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
 from support.waiting import wait_until
 from tether import Session

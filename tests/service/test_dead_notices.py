@@ -16,7 +16,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from service import agent_for_tests
+from support.agents import basic
 from support.clock import StoreAwareClock
 from support.gateway import RunningGateway
 from support.service import admin_bridge_config, gateway_client
@@ -57,7 +57,7 @@ async def test_an_agent_that_always_crashes_gets_its_user_a_closed_message_with_
     gateway: RunningGateway, token_file: Path, store: SqliteStore, tmp_path: Path
 ) -> None:
     config = admin_bridge_config(gateway.url, token_file, tmp_path, ADMIN_TOKEN)
-    service = BridgeService(config, store=store, factory=agent_for_tests.factory)
+    service = BridgeService(config, store=store, factory=basic.factory)
     crash_id = await gateway.submit("crash, please")
     fine_id = await gateway.submit("fine, thanks")
     async with open_runtime(handle_signals=False) as runtime:
