@@ -2,7 +2,9 @@
 ``tether._protocol``), a tier for whoever talks to a gateway directly. ``tether.bridge`` exports
 its two first names, ``GatewayClient`` and ``GatewayError``.
 
-- ``_client``: :class:`GatewayClient` (httpx on Trio), where a reply is posted.
+- ``_client``: :class:`GatewayClient` (httpx on Trio), the protocol's calls (where a reply is
+  posted); ``_connection``: its settings and the one request path (retries, the token, outage
+  lines, the status); ``_answers``: reading answers within bounds; ``_errors``: the errors.
 - ``_status_file``: the client's health. Its retry schedule is the runtime's ``tether._backoff``.
 """
 
@@ -15,12 +17,12 @@ if _typing.TYPE_CHECKING:
     from ..._protocol._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
     from ..._protocol._messages import GatewayTask as GatewayTask
     from ..._protocol._messages import ResultReceipt as ResultReceipt
-    from ._client import GatewayAuthError as GatewayAuthError
     from ._client import GatewayClient as GatewayClient
-    from ._client import GatewayError as GatewayError
-    from ._client import GatewayProtocolError as GatewayProtocolError
-    from ._client import GatewayRequestError as GatewayRequestError
-    from ._client import GatewayUnavailable as GatewayUnavailable
+    from ._errors import GatewayAuthError as GatewayAuthError
+    from ._errors import GatewayError as GatewayError
+    from ._errors import GatewayProtocolError as GatewayProtocolError
+    from ._errors import GatewayRequestError as GatewayRequestError
+    from ._errors import GatewayUnavailable as GatewayUnavailable
 else:
     # Loaded on first use, as tether.bridge's names are (issue #56): the client pulls in httpx.
     __getattr__, __dir__ = _lazy_exports(__name__, __file__)
