@@ -5,7 +5,7 @@ What an agent author needs from here (``Reply``, ``Retry``, ``Permanent``, ``pro
 ``conversation_of`` with its ``Conversation`` and ``Turn``, ``run_of``, ``load_agent``) is also
 exported by ``tether.bridge``.
 
-- ``_lead``: :class:`PoolLead` and its pure planner :func:`plan_sweep`.
+- ``_lead``: :class:`PoolLead`; ``_plan``: its pure planner :func:`plan_sweep`.
 - ``_worker``: :class:`PoolWorker`, where a worker claims, runs its agent and stores the outcome.
 - ``_reconciler``: :class:`Reconciler`, the loop of reconcile passes (the pass is custody's).
 - ``_liveness``: the one predicate "is this member alive" (:func:`is_alive`).
@@ -42,15 +42,15 @@ if _typing.TYPE_CHECKING:
     from ._files import HeaderRefused as HeaderRefused
     from ._files import ResultRefused as ResultRefused
     from ._files import file_exchange_worker as file_exchange_worker
-    from ._lead import Assigned as Assigned
-    from ._lead import Deferred as Deferred
     from ._lead import PoolLead as PoolLead
-    from ._lead import Returned as Returned
     from ._lead import SweepReport as SweepReport
     from ._lead import elect as elect
-    from ._lead import plan_sweep as plan_sweep
     from ._liveness import is_alive as is_alive
     from ._liveness import live_lead as live_lead
+    from ._plan import Assigned as Assigned
+    from ._plan import Deferred as Deferred
+    from ._plan import Returned as Returned
+    from ._plan import plan_sweep as plan_sweep
     from ._progress import Progress as Progress
     from ._progress import ProgressUpdate as ProgressUpdate
     from ._progress import progress_of as progress_of
