@@ -60,7 +60,7 @@ async def _claimed(store: Any, n: int = 1) -> list[Any]:
 
 async def acquire_cost(store: Any) -> dict[str, float]:
     """µs per acquire: plenty (one run, one after another) and contended (8 runs, cap 4)."""
-    from tether.bridge.custody import Granted, LimitSpec, Wait
+    from tether.bridge.custody import Granted, LimitSpec, NoPermit
 
     await store.set_limit(LimitSpec("plenty", rate=1e9, burst=1e9))
     [claim] = await _claimed(store)
@@ -83,7 +83,7 @@ async def acquire_cost(store: Any) -> dict[str, float]:
         nonlocal granted
         while granted < CONTENDED_N:
             got = await store.acquire_permit(claim, "contended")
-            if isinstance(got, Wait):
+            if isinstance(got, NoPermit):
                 await trio.lowlevel.checkpoint()
                 continue
             granted += 1

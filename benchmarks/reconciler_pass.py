@@ -18,7 +18,7 @@ from pathlib import Path
 import trio
 
 from tether.bridge import CustodyState, SqliteStore
-from tether.bridge.custody import Reconciler
+from tether.bridge.pool import Reconciler
 
 SIZES = (10_000, 100_000)
 ROUNDS = 3

@@ -9,7 +9,7 @@ What it shows:
 - its streamed text goes to ``progress_of(task)``: the person sees the reply being written;
 - the room's conversation becomes the agent's message history (``history_of``:
   ``conversation_of``), and its tool calls are durable steps (``step``: ``run_of``, reached
-  from the asyncio side through ``trio_side``; see docs/guide/asyncio-agents.md).
+  from the asyncio side through ``trio_as_asyncio``; see docs/guide/asyncio-agents.md).
 
 Run it behind a bridge: ``pip install 'tether[asyncio]'``, then ``tether bridge run --agent
 pydantic_ai_agent:factory`` with examples/ on ``PYTHONPATH``. ``TETHER_PYDANTIC_AI_MODEL``
@@ -44,7 +44,7 @@ from tether.bridge import (
     conversation_of,
     progress_of,
     run_of,
-    trio_side,
+    trio_as_asyncio,
 )
 
 MODEL_ENV = "TETHER_PYDANTIC_AI_MODEL"
@@ -79,8 +79,8 @@ def history_of(task: Task) -> list[ModelMessage]:
 
 async def step(task: Task, name: str, fn: Callable[..., Any], *args: Any) -> Any:
     """A tool call as a durable step of ``task``'s run: recorded once, replayed after a crash
-    (``run_of`` is Trio-side, so the asyncio side reaches it through ``trio_side``)."""
-    return await trio_side(run_of(task).step)(_STEP_NAME.sub("-", name), fn, *args)
+    (``run_of`` is Trio-side, so the asyncio side reaches it through ``trio_as_asyncio``)."""
+    return await trio_as_asyncio(run_of(task).step)(_STEP_NAME.sub("-", name), fn, *args)
 
 
 _STEP_NAME = re.compile(r"[^A-Za-z0-9_.:~-]")

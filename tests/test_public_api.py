@@ -1,6 +1,7 @@
 """The public names come in tiers: ``tether.bridge`` holds what an agent author, someone
-running or embedding a bridge, and a client of the gateway import; the implementers' tiers
-hold the Store roles (``tether.bridge.custody``) and the pool's planner (``tether.bridge.pool``).
+running or embedding a bridge, and a client of the gateway import (at most 45 names, issue
+#46); the tiers below hold the gateway client's errors and records (``tether.bridge.client``),
+the Store roles (``tether.bridge.custody``) and the pool's planner (``tether.bridge.pool``).
 Changing a tier's names is a decision: these sets say what each audience gets."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from types import ModuleType
 import pytest
 
 import tether.bridge
+import tether.bridge.client
 import tether.bridge.custody
 import tether.bridge.pool
 from tether.bridge.service import _config, _service, _store_status
@@ -33,10 +35,8 @@ AGENT_AUTHOR = {
     "AskTimeout",
     "AskUnsupported",
     "AgentFactory",
-    "load_agent",
-    "AgentLoadError",
     "asyncio_agent",
-    "trio_side",
+    "trio_as_asyncio",
 }
 RUN_OR_EMBED = {
     "BridgeConfig",
@@ -47,7 +47,7 @@ RUN_OR_EMBED = {
     "WorkerService",
     "ConfigError",
     "store_status",
-    "render_status",
+    "render_store_status",
     "StoreStatus",
     "StatusEntry",
     "ensure_token_file",
@@ -68,6 +68,8 @@ OPEN_A_STORE = {
 GATEWAY_CLIENT = {
     "GatewayClient",
     "GatewayError",
+}
+CLIENT_TIER = GATEWAY_CLIENT | {
     "GatewayAuthError",
     "GatewayRequestError",
     "GatewayProtocolError",
@@ -77,15 +79,8 @@ GATEWAY_CLIENT = {
     "ConnectionStatus",
     "PROTOCOL_VERSION",
 }
-CUSTODY_BASICS = {
-    "CustodyState",
-    "in_custody",
-    "IN_CUSTODY",
-    "TERMINAL",
-    "TaskRecord",
-    "UnknownTask",
-    "InvalidTaskId",
-}
+CUSTODY_BASICS = {"CustodyState", "in_custody", "TaskRecord"}
+CUSTODY_TIER_ONLY = {"IN_CUSTODY", "TERMINAL", "UnknownTask", "InvalidTaskId"}
 BRIDGE = AGENT_AUTHOR | RUN_OR_EMBED | OPEN_A_STORE | GATEWAY_CLIENT | CUSTODY_BASICS
 NEEDS_PSYCOPG = {"PostgresStore", "StoreConnectionLost", "StoreTimeout"}
 
@@ -117,7 +112,7 @@ CUSTODY_RECORDS = {
     "Claim",
     "Result",
     "Assignment",
-    "Queued",
+    "PendingTask",
     "PoolView",
     "WorkerInfo",
     "JournalEntry",
@@ -136,7 +131,7 @@ CUSTODY_RECORDS = {
     "LimitSpec",
     "LimitView",
     "Granted",
-    "Wait",
+    "NoPermit",
 }
 PLANNER = {
     "plan_sweep",
@@ -153,6 +148,9 @@ PLANNER = {
     "StallPass",
     "RetryBackoff",
     "Parked",
+    "Reconciler",
+    "load_agent",
+    "AgentLoadError",
 }
 
 PUBLIC = {
@@ -161,7 +159,7 @@ PUBLIC = {
     "ConfigError": _config.ConfigError,
     "load_config": _config.load_config,
     "store_status": _store_status.store_status,
-    "render_status": _store_status.render_status,
+    "render_store_status": _store_status.render_store_status,
     "StoreStatus": _store_status.StoreStatus,
     "StatusEntry": _store_status.StatusEntry,
 }
@@ -178,6 +176,7 @@ def public_names(module: ModuleType) -> set[str]:
 
 def test_tether_bridge_holds_exactly_what_its_three_readers_need() -> None:
     assert public_names(tether.bridge) | NEEDS_PSYCOPG == BRIDGE
+    assert len(BRIDGE) <= 45
     for name in BRIDGE:
         assert getattr(tether.bridge, name) is not None
 
@@ -188,6 +187,12 @@ def test_the_store_roles_and_records_are_the_implementers_tier_only() -> None:
     assert not (STORE_ROLES | CUSTODY_RECORDS) & public_names(tether.bridge)
 
 
+def test_the_gateway_clients_tier_holds_its_errors_and_records() -> None:
+    assert public_names(tether.bridge.client) == CLIENT_TIER
+    assert not (CLIENT_TIER - GATEWAY_CLIENT) & public_names(tether.bridge)
+    assert public_names(tether.bridge.custody) >= CUSTODY_TIER_ONLY
+
+
 def test_the_planner_is_the_pools_tier_only() -> None:
     assert public_names(tether.bridge.pool) >= PLANNER
     assert not PLANNER & public_names(tether.bridge)
@@ -195,7 +200,7 @@ def test_the_planner_is_the_pools_tier_only() -> None:
 
 def test_a_name_in_two_tiers_is_one_object() -> None:
     """``tether.bridge`` re-exports the custody basics and the agent's names of its tiers."""
-    for tier in (tether.bridge.custody, tether.bridge.pool):
+    for tier in (tether.bridge.client, tether.bridge.custody, tether.bridge.pool):
         shared = public_names(tier) & BRIDGE
         assert shared
         for name in shared:
@@ -242,3 +247,15 @@ def test_the_public_loader_merges_like_the_cli(tmp_path: Path) -> None:
     )
     assert isinstance(config, tether.bridge.BridgeConfig)
     assert (config.workers, config.concurrency) == (2, 5)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [("trio_side", "trio_as_asyncio"), ("render_status", "render_store_status")]
+)
+def test_a_renamed_public_name_still_works_and_says_its_new_name(old: str, new: str) -> None:
+    """Issue #46 renamed two documented names so each says one thing; the old ones still
+    resolve, to the same object, and warn with the name to use."""
+    with pytest.warns(DeprecationWarning, match=f"use tether.bridge.{new}"):
+        value = getattr(tether.bridge, old)
+    assert value is getattr(tether.bridge, new)
+    assert old not in dir(tether.bridge)

@@ -32,6 +32,7 @@ from typing import Any
 TIERS = (
     "tether",
     "tether.bridge",
+    "tether.bridge.client",
     "tether.bridge.custody",
     "tether.bridge.pool",
     "tether.bridge.runs",

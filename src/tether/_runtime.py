@@ -71,6 +71,19 @@ class Runtime:
         self._signals.deliver(signum if signum is not None else signal.SIGTERM)
 
 
+def _signals_wanted(handle_signals: bool | None) -> bool:
+    """``open_runtime``'s ``handle_signals``: by default on in the main thread (the only one
+    Python lets install signal handlers); asked for elsewhere, a ``RuntimeError``."""
+    if handle_signals is None:
+        return signals_usable()
+    if handle_signals and not signals_usable():
+        raise RuntimeError(
+            "open_runtime(handle_signals=True) must run in the main thread: Python only lets "
+            "the main thread install signal handlers"
+        )
+    return handle_signals
+
+
 @asynccontextmanager
 async def open_runtime(
     *,
@@ -103,13 +116,7 @@ async def open_runtime(
 
     ``policy`` configures the root supervisor (default ``RestartPolicy()``).
     """
-    if handle_signals is None:
-        handle_signals = signals_usable()
-    elif handle_signals and not signals_usable():
-        raise RuntimeError(
-            "open_runtime(handle_signals=True) must run in the main thread: Python only lets "
-            "the main thread install signal handlers"
-        )
+    handle_signals = _signals_wanted(handle_signals)
     registry = registry if registry is not None else TaskRegistry()
     supervisor = Supervisor(name=ROOT_SUPERVISOR, policy=policy or RestartPolicy())
     trio.lowlevel.add_instrument(registry)

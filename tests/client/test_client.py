@@ -19,12 +19,11 @@ import trio
 from trio.testing import MockClock
 
 from tether.bridge import (
-    GatewayAuthError,
     GatewayClient,
-    GatewayRequestError,
     write_token,
 )
-from tether.bridge.client._client import _tls_context
+from tether.bridge.client import GatewayAuthError, GatewayRequestError
+from tether.bridge.client._connection import _tls_context
 
 URL = "http://gateway.test"
 
@@ -275,7 +274,7 @@ async def test_a_poll_answered_with_more_than_asked_takes_only_the_limit(
 async def test_an_answer_over_the_cap_is_refused_unread_and_the_next_poll_asks_for_fewer(
     mock_clock: MockClock, token_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tether.bridge.client._client import MAX_TASK_WIRE_BYTES
+    from tether.bridge.client._connection import MAX_TASK_WIRE_BYTES
 
     cap = 2 * MAX_TASK_WIRE_BYTES
     huge = {"tasks": [{"id": "t", "body": "x" * (cap + 10), "room": "r"}]}

@@ -10,7 +10,8 @@ import pytest
 import trio
 
 from support.gateway_fixtures import StartGateway
-from tether.bridge import GatewayClient, GatewayRequestError
+from tether.bridge import GatewayClient
+from tether.bridge.client import GatewayRequestError
 from tether.gateway import GatewaySettings, serve
 
 

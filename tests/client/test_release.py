@@ -10,8 +10,9 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from tether.bridge import GatewayClient, GatewayUnavailable
-from tether.bridge.client._client import LEASE_RELEASE_TIMEOUT
+from tether.bridge import GatewayClient
+from tether.bridge.client import GatewayUnavailable
+from tether.bridge.client._connection import LEASE_RELEASE_TIMEOUT
 
 URL = "http://gateway.test"
 

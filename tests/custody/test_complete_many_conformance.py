@@ -8,8 +8,9 @@ import pytest
 from support.clock import FakeClock
 from support.custody import LEASE_S
 from tether.bridge import CustodyState, Task
-from tether.bridge.custody import Claim, Reconciler, StaleLease, Store
+from tether.bridge.custody import Claim, StaleLease, Store
 from tether.bridge.custody._rules import MAX_BODY_BYTES
+from tether.bridge.pool import Reconciler
 
 S = CustodyState
 

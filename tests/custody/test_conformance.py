@@ -18,18 +18,20 @@ from trio.testing import MockClock
 
 from support.clock import FakeClock
 from support.custody import LEASE_S, MAX_ATTEMPTS, Backend, drive_to
-from tether.bridge import CustodyState, InvalidTaskId, Task, UnknownTask, in_custody
+from tether.bridge import CustodyState, Task, in_custody
 from tether.bridge.custody import (
     BodyTooLarge,
     Claim,
     CustodyConflict,
     InvalidTask,
+    InvalidTaskId,
     InvalidWorkerName,
-    Reconciler,
     ReconcileReport,
     StaleLease,
     Store,
+    UnknownTask,
 )
+from tether.bridge.pool import Reconciler
 
 S = CustodyState
 

@@ -12,7 +12,8 @@ import pytest
 from support.clock import FakeClock
 from support.custody import MAX_ATTEMPTS, Backend, drive_to
 from tether.bridge import CustodyState, Task
-from tether.bridge.custody import Reconciler, Store
+from tether.bridge.custody import Store
+from tether.bridge.pool import Reconciler
 
 S = CustodyState
 

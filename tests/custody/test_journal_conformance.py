@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from support.clock import FakeClock
 from support.custody import LEASE_S
 from tether.bridge import CustodyState, Task
-from tether.bridge.custody import JournalEntry, Reconciler, Store
+from tether.bridge.custody import JournalEntry, Store
+from tether.bridge.pool import Reconciler
 
 S = CustodyState
 

@@ -15,7 +15,7 @@ import pytest
 from support.clock import FakeClock
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import Claim, StaleLease, Store
-from tether.bridge.custody._limits import Granted, LimitSpec, Wait
+from tether.bridge.custody._limits import Granted, LimitSpec, NoPermit
 
 S = CustodyState
 
@@ -28,8 +28,8 @@ async def _claims(store: Store, n: int, worker: str = "w1") -> list[Claim]:
     return claims
 
 
-def _waits(outcome: Granted | Wait) -> tuple[object, str]:
-    assert isinstance(outcome, Wait)
+def _waits(outcome: Granted | NoPermit) -> tuple[object, str]:
+    assert isinstance(outcome, NoPermit)
     return outcome.seconds, outcome.why
 
 
@@ -70,7 +70,7 @@ async def test_the_concurrency_cap_counts_permits_until_released(
     assert isinstance(first, Granted)
     assert isinstance(second, Granted)
     assert first.tokens == math.inf
-    assert await store.acquire_permit(c, "gpu") == Wait(None, "concurrency")
+    assert await store.acquire_permit(c, "gpu") == NoPermit(None, "concurrency")
     assert first.permit is not None
     await store.release_permit(first.permit)
     await store.release_permit(first.permit)  # twice: nothing more
@@ -88,7 +88,7 @@ async def test_permits_are_freed_when_their_task_leaves_claimed(
     await store.set_limit(LimitSpec("k", concurrency=3))
     for claim in (a, b, c):
         assert isinstance(await store.acquire_permit(claim, "k"), Granted)
-    assert await store.acquire_permit(d, "k") == Wait(None, "concurrency")
+    assert await store.acquire_permit(d, "k") == NoPermit(None, "concurrency")
     await store.complete(a, "done")
     [view] = await store.limit_views()
     assert view.in_flight == 2
@@ -119,9 +119,9 @@ async def test_a_released_permit_wakes_the_run_parked_longest_for_its_key(
     got = await store.acquire_permit(holder, "k")
     assert isinstance(got, Granted)
     assert got.permit is not None
-    assert await store.acquire_permit(first, "k") == Wait(None, "concurrency")
+    assert await store.acquire_permit(first, "k") == NoPermit(None, "concurrency")
     fake_clock.advance(0.5)
-    assert await store.acquire_permit(second, "k") == Wait(None, "concurrency")
+    assert await store.acquire_permit(second, "k") == NoPermit(None, "concurrency")
     assert isinstance(await store.acquire_permit(other, "j"), Granted)
     far = fake_clock.now + 3600
     await store.park(first, far, "waiting for a permit of k (concurrency)")

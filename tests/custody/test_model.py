@@ -56,16 +56,17 @@ from hypothesis.stateful import (
 
 from support.clock import FakeClock
 from support.custody import LEASE_S, MAX_ATTEMPTS, Backend
-from tether.bridge import CustodyState, Task, UnknownTask, in_custody
+from tether.bridge import CustodyState, Task, in_custody
 from tether.bridge.custody import (
     Claim,
     CustodyConflict,
-    Reconciler,
     StaleLease,
     StateConflict,
     Store,
+    UnknownTask,
 )
 from tether.bridge.custody._crashes import DEFAULT_MAX_CRASHES_ALONE
+from tether.bridge.pool import Reconciler
 
 T = TypeVar("T")
 S = CustodyState

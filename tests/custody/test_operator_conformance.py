@@ -12,10 +12,11 @@ import pytest
 
 from support.clock import FakeClock
 from support.custody import MAX_ATTEMPTS, drive_to, worker_for
-from tether.bridge import CustodyState, InvalidTaskId, Task
+from tether.bridge import CustodyState, Task
 from tether.bridge.custody import (
     OPERATOR_MOVES,
     TRANSITIONS,
+    InvalidTaskId,
     OperatorOutcome,
     StaleLease,
     Store,

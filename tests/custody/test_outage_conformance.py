@@ -9,8 +9,9 @@ from __future__ import annotations
 from support.clock import FakeClock
 from support.custody import LEASE_S
 from tether.bridge import CustodyState, Task
-from tether.bridge.custody import Claim, Reconciler, Store
+from tether.bridge.custody import Claim, Store
 from tether.bridge.custody._outage import StoreReach
+from tether.bridge.pool import Reconciler
 
 S = CustodyState
 

@@ -15,11 +15,11 @@ from tether.bridge import CustodyState, Task
 from tether.bridge.custody import (
     InvalidWorkerName,
     PoolView,
-    Reconciler,
     RoomPolicy,
     StaleLease,
     Store,
 )
+from tether.bridge.pool import Reconciler
 
 S = CustodyState
 

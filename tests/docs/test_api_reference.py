@@ -23,12 +23,21 @@ ROOT = Path(__file__).resolve().parents[2]
 TIERS = (
     "tether",
     "tether.bridge",
+    "tether.bridge.client",
     "tether.bridge.custody",
     "tether.bridge.pool",
+    "tether.bridge.runs",
     "tether.gateway",
     "tether.observe",
 )
-LAZY = ("tether", "tether.bridge", "tether.bridge.custody", "tether.bridge.pool")
+LAZY = (
+    "tether",
+    "tether.bridge",
+    "tether.bridge.client",
+    "tether.bridge.custody",
+    "tether.bridge.pool",
+    "tether.bridge.runs",
+)
 """The tiers that load their names on first use (issue #56: ``tether --help`` imports none of
 them), each name then kept as a plain attribute."""
 

@@ -29,7 +29,7 @@ from support.service_fixtures import store as store
 from support.service_fixtures import token_file as token_file
 from support.waiting import wait_until
 from tether import ChildSpec, open_runtime
-from tether.bridge import BridgeConfig, BridgeService, SqliteStore, trio_side
+from tether.bridge import BridgeConfig, BridgeService, SqliteStore, trio_as_asyncio
 
 
 @attrs.frozen
@@ -67,7 +67,7 @@ async def test_a_pydantic_ai_agent_streams_through_a_bridge_and_calls_its_tool(
             yield calls
             return
         yield "It is "
-        await trio_side(release.wait)()  # the asyncio side waits on a Trio event
+        await trio_as_asyncio(release.wait)()  # the asyncio side waits on a Trio event
         yield str(returns[0].content) + "."
 
     factory = pydantic_ai_agent.make_factory(FunctionModel(stream_function=model))

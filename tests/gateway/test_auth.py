@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from support.gateway_fixtures import StartGateway
-from tether.bridge import GatewayAuthError, GatewayClient, TokenFileError, write_token
+from tether.bridge import GatewayClient, TokenFileError, write_token
+from tether.bridge.client import GatewayAuthError
 
 
 async def test_rotated_token_is_picked_up_after_a_401(

@@ -14,7 +14,7 @@ import trio
 
 from support.gateway_fixtures import StartGateway
 from tether._plumbing._logging import make_handler
-from tether._protocol._limits import MAX_VERSION_CHARS
+from tether._protocol._bounds import MAX_VERSION_CHARS
 from tether.gateway import AppLimits
 
 JSON = {"Content-Type": "application/json"}

@@ -13,7 +13,8 @@ import pytest
 
 from client.test_client import FakeGateway, client_for
 from support.gateway_fixtures import StartGateway
-from tether.bridge import GatewayClient, GatewayRequestError, SqliteStore, Task
+from tether.bridge import GatewayClient, SqliteStore, Task
+from tether.bridge.client import GatewayRequestError
 from tether.bridge.service._questions import QuestionPoster
 
 

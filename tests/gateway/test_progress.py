@@ -22,7 +22,8 @@ from tether._protocol._progress import (
     ProgressRequest,
     fit_progress,
 )
-from tether.bridge import GatewayClient, GatewayRequestError, GatewayUnavailable
+from tether.bridge import GatewayClient
+from tether.bridge.client import GatewayRequestError, GatewayUnavailable
 from tether.gateway._progress import ProgressBoard
 
 

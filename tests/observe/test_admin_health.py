@@ -10,7 +10,7 @@ import trio
 from support.observe import running_admin
 from tether import ChildSpec, open_supervisor, wait_stop_requested
 from tether._plumbing._converter import structure
-from tether.bridge import ConnectionStatus
+from tether.bridge.client import ConnectionStatus
 from tether.observe import StatusReport, render_status
 
 NOW = 1_800_000_000.0

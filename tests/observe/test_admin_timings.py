@@ -13,13 +13,13 @@ from support.observe import running_admin
 from tether._cli._main import main
 from tether.bridge import SqliteStore, Task
 from tether.bridge.pool import Timings
-from tether.bridge.runs._timings import MAX_TRACKED, Histogram
+from tether.bridge.runs._timings import MAX_TRACKED, TimingHistogram
 
 from .test_admin_metrics import parse
 
 
 def test_a_histogram_counts_into_buckets_and_gives_recent_quantiles() -> None:
-    h = Histogram("x", "doc", buckets=(0.1, 1.0))
+    h = TimingHistogram("x", "doc", buckets=(0.1, 1.0))
     assert h.quantile(0.5) is None
     for seconds in [0.05, 0.1, 0.5, 2.0, -1.0, float("nan")]:
         h.observe(seconds)

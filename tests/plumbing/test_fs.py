@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tether._plumbing._fs import create_private_file, ensure_private_dir
-from tether.bridge import ConnectionStatus, SqliteStore, Task, ensure_token_file
+from tether.bridge import SqliteStore, Task, ensure_token_file
+from tether.bridge.client import ConnectionStatus
 from tether.bridge.client._status_file import StatusFile
 from tether.bridge.pool import FileExchange
 from tether.gateway import GatewayStore

@@ -16,8 +16,7 @@ import trio
 
 from tether import Session
 from tether.bridge import SqliteStore, Task
-from tether.bridge.custody import Reconciler
-from tether.bridge.pool import PoolLead, PoolWorker
+from tether.bridge.pool import PoolLead, PoolWorker, Reconciler
 
 DELAY = 0.3
 LEASE_S = 1.0

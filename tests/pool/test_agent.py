@@ -11,8 +11,8 @@ import trio.testing
 
 from tether import open_session
 from tether.agents import echo, flaky, noop
-from tether.bridge import AgentLoadError, Reply, Task, load_agent
-from tether.bridge.pool import EmptyReply
+from tether.bridge import Reply, Task
+from tether.bridge.pool import AgentLoadError, EmptyReply, load_agent
 from tether.bridge.pool._agent import agent_room_policy, install_agent
 from tether.bridge.runs._reply import AgentError, reply_of
 

@@ -14,14 +14,13 @@ from collections import Counter
 import pytest
 import trio
 
-from support.pool_agents import agent
-from support.pool_agents import state_is as _is
+from support.agents.handler import agent
 from support.pool_fixtures import StoreAwareClock
+from support.waiting import state_is as _is
 from support.waiting import wait_until
 from tether.bridge import AskTimeout, AskUnsupported, CustodyState, SqliteStore, Task, run_of
-from tether.bridge.custody import Reconciler
 from tether.bridge.custody._asks import AskRecord
-from tether.bridge.pool import PoolWorker
+from tether.bridge.pool import PoolWorker, Reconciler
 from tether.bridge.runs._asks import asks_fields, asks_from, parked_fields, parked_from
 from tether.bridge.runs._journal import ParkedAsk
 

@@ -1,6 +1,6 @@
 """Agents written for asyncio (issue #40, item 1), on Trio's mock clock: the handler runs on an
 asyncio loop, and each way Trio stops a run (its timeout, a newer message that supersedes it,
-an operator's cancel, a soft stop) cancels the asyncio task; ``progress_of`` and ``trio_side``
+an operator's cancel, a soft stop) cancels the asyncio task; ``progress_of`` and ``trio_as_asyncio``
 work from the asyncio side; the service's one loop is shared by every run."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import trio
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether import open_session
-from tether.bridge import CustodyState, Reply, SqliteStore, Task, asyncio_agent, trio_side
+from tether.bridge import CustodyState, Reply, SqliteStore, Task, asyncio_agent, trio_as_asyncio
 from tether.bridge.custody import Conversation
 from tether.bridge.pool import PoolWorker, Progress, RetryBackoff, progress_of
 from tether.bridge.pool._asyncio import loop_for
@@ -123,7 +123,7 @@ async def test_progress_and_trio_side_calls_work_from_the_asyncio_side() -> None
         progress.status("thinking")
         progress.stream("Once")
         progress.stream(" upon")
-        loud = await trio_side(trio_wait)("a time")
+        loud = await trio_as_asyncio(trio_wait)("a time")
         return Reply(progress.partial + " " + loud)
 
     task = Task("t", "x")

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
-from tether.bridge.custody import Reconciler
-from tether.bridge.pool import ResultRefused, file_exchange_worker
+from tether.bridge.pool import Reconciler, ResultRefused, file_exchange_worker
 from tether.bridge.pool._files import (
     FileExchange,
     HeaderRefused,
@@ -33,7 +32,7 @@ from tether.bridge.pool._files import (
 )
 
 S = CustodyState
-AGENT = Path(__file__).with_name("file_agent.py")
+AGENT = Path(__file__).parents[1] / "support" / "agents" / "file_program.py"
 
 
 @given(st.text())

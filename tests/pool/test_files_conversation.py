@@ -1,6 +1,6 @@
 """The file exchange hands a room's conversation to an outside program and takes its new state
-back (issue #34): a real program (``conversation_file_agent.py``) answers three messages of a
-room, counting in the state; the files are archived with the reply."""
+back (issue #34): a real program (``support/agents/conversation_file_program.py``) answers
+three messages of a room, counting in the state; the files are archived with the reply."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.pool import file_exchange_worker
 
-AGENT = Path(__file__).with_name("conversation_file_agent.py")
+AGENT = Path(__file__).parents[1] / "support" / "agents" / "conversation_file_program.py"
 
 
 def _start(root: Path) -> subprocess.Popen[bytes]:

@@ -11,7 +11,7 @@ import pytest
 
 from support.clock import FakeClock
 from tether.bridge import CustodyState, SqliteStore, Task
-from tether.bridge.custody import Decide, PoolView
+from tether.bridge.custody import PoolView, SweepPlanner
 from tether.bridge.custody._roles import plan_then_assign
 from tether.bridge.pool import PoolLead, SweepReport
 from tether.bridge.pool._liveness import live_lead
@@ -249,7 +249,7 @@ class RacingStore(SqliteStore):
         return view
 
     async def plan_and_assign(
-        self, decide: Decide, *, pending_limit: int = 1000
+        self, decide: SweepPlanner, *, pending_limit: int = 1000
     ) -> tuple[PoolView, list[bool] | None]:
         """In two transactions, as a backend without one for the sweep does (PostgreSQL)."""
         return await plan_then_assign(self, decide, pending_limit=pending_limit)

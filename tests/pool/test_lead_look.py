@@ -8,7 +8,7 @@ from pathlib import Path
 from support.clock import FakeClock
 from tether.bridge import CustodyState as S
 from tether.bridge import SqliteStore, Task
-from tether.bridge.custody import Decide, PoolView
+from tether.bridge.custody import PoolView, SweepPlanner
 from tether.bridge.pool import PoolLead
 
 
@@ -18,7 +18,7 @@ class CountingStore(SqliteStore):
     writer_sweeps: int
 
     async def plan_and_assign(
-        self, decide: Decide, *, pending_limit: int = 1000
+        self, decide: SweepPlanner, *, pending_limit: int = 1000
     ) -> tuple[PoolView, list[bool] | None]:
         self.writer_sweeps += 1
         return await super().plan_and_assign(decide, pending_limit=pending_limit)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from support.clock import FakeClock
 from tether.bridge import SqliteStore, Task
-from tether.bridge.custody import Decide, PoolView
+from tether.bridge.custody import PoolView, SweepPlanner
 from tether.bridge.pool import PoolLead
 from tether.bridge.pool._lead import MIN_WINDOW
 
@@ -24,7 +24,7 @@ class CountingStore(SqliteStore):
         return await super().pool_view(pending_limit=pending_limit, skip_rooms=skip_rooms)
 
     async def plan_and_assign(
-        self, decide: Decide, *, pending_limit: int = 1000
+        self, decide: SweepPlanner, *, pending_limit: int = 1000
     ) -> tuple[PoolView, list[bool] | None]:
         self.limits.append(pending_limit)
         return await super().plan_and_assign(decide, pending_limit=pending_limit)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import trio
 
-from support.pool_agents import agent
+from support.agents.handler import agent
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether.bridge import CustodyState, Retry, SqliteStore, Task, run_of
-from tether.bridge.custody import Reconciler
 from tether.bridge.custody._limits import LimitSpec
-from tether.bridge.pool import PoolWorker, RetryBackoff
+from tether.bridge.pool import PoolWorker, Reconciler, RetryBackoff
 from tether.bridge.runs._permits import METRICS
 from tether.bridge.service._admin import bridge_observed
 from tether.observe import Metrics

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.bridge.custody import Assignment, PoolView, Queued, WorkerInfo
+from tether.bridge.custody import Assignment, PendingTask, PoolView, WorkerInfo
 from tether.bridge.pool import is_alive, live_lead, plan_sweep
 
 NOW = 1000.0
@@ -45,7 +45,7 @@ def test_the_lead_treats_a_future_beat_as_a_dead_worker() -> None:
         workers=(member("ahead", -30), member("skewed", -0.5)),
         assigned=(Assignment("a1", "ahead", None, NOW - 1), Assignment("a2", "skewed", None, NOW)),
         claims={},
-        pending=(Queued("p1"), Queued("p2")),
+        pending=(PendingTask("p1"), PendingTask("p2")),
         rooms={},
     )
     plan = plan_sweep(view, now=NOW, dead_after=10.0, stuck_after=30.0, stuck_cap=90.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import trio
 
-from support.pool_agents import agent
+from support.agents.handler import agent
 from support.pool_fixtures import LEASE_S, StoreAwareClock
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task

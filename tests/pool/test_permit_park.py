@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import trio
 
-from support.pool_agents import agent
+from support.agents.handler import agent
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task, run_of
-from tether.bridge.custody import Reconciler
 from tether.bridge.custody._limits import LimitSpec
-from tether.bridge.pool import PoolWorker
+from tether.bridge.pool import PoolWorker, Reconciler
 from tether.bridge.runs._permits import METRICS
 from tether.bridge.runs._timings import Timings
 

@@ -7,7 +7,7 @@ import collections
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.bridge.custody import Assignment, PoolView, Queued, WorkerInfo
+from tether.bridge.custody import Assignment, PendingTask, PoolView, WorkerInfo
 from tether.bridge.pool import is_alive, plan_sweep
 
 NOW = 10_000.0
@@ -45,7 +45,7 @@ def views(draw: st.DrawFn) -> PoolView:
         n: draw(st.integers(0, 3)) for n in draw(st.lists(st.sampled_from(NAMES), unique=True))
     }
     pending = tuple(
-        Queued(
+        PendingTask(
             next(ids),
             room=draw(st.sampled_from(ROOMS)),
             priority=draw(st.sampled_from(["urgent", "normal", "low"])),

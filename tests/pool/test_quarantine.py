@@ -25,7 +25,7 @@ from support.service import TESTS_DIR
 from support.waiting import wait_until
 from tether.bridge import Permanent, Reply, Retry, Task
 from tether.bridge.custody._conversation import Conversation, Turn
-from tether.bridge.custody._limits import Granted, Wait
+from tether.bridge.custody._limits import Granted, NoPermit
 from tether.bridge.custody._records import StepRecord
 from tether.bridge.pool._quarantine import (
     ChildSteps,
@@ -42,7 +42,7 @@ from tether.bridge.runs import Parked
 
 pytestmark = pytest.mark.slow
 
-SPEC = QuarantineSpec("pool.quarantine_agent:factory")
+SPEC = QuarantineSpec("support.agents.quarantine:factory")
 START_WITHIN = 60.0  # a child start takes a second or more on a busy 2-core machine
 
 
@@ -148,9 +148,9 @@ async def test_a_quarantined_run_takes_its_permits_through_its_parent() -> None:
     under its claim and answers after a wait; the release and the pause are told to it
     (issue #38)."""
     asked: list[tuple[str, object]] = []
-    answers: list[Granted | Wait] = [Wait(0.01, "rate"), Granted(41, 2.0)]
+    answers: list[Granted | NoPermit] = [NoPermit(0.01, "rate"), Granted(41, 2.0)]
 
-    async def acquire(key: str, weight: float) -> Granted | Wait:
+    async def acquire(key: str, weight: float) -> Granted | NoPermit:
         asked.append(("acquire", (key, weight)))
         return answers.pop(0)
 

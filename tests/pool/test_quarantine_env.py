@@ -17,7 +17,7 @@ from tether.bridge.service._config import ConfigError, load_config
 
 pytestmark = pytest.mark.slow
 
-SPEC = QuarantineSpec("pool.quarantine_agent:factory")
+SPEC = QuarantineSpec("support.agents.quarantine:factory")
 
 
 @pytest.fixture(autouse=True)

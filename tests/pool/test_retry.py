@@ -13,9 +13,9 @@ import random
 import pytest
 import trio
 
-from support.pool_agents import agent
-from support.pool_agents import state_is as _is
+from support.agents.handler import agent
 from support.pool_fixtures import MAX_ATTEMPTS, StoreAwareClock
+from support.waiting import state_is as _is
 from support.waiting import wait_until
 from tether.bridge import CustodyState, Permanent, Retry, SqliteStore, Task
 from tether.bridge.pool import PoolLead, PoolWorker, RetryBackoff

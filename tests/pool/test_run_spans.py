@@ -11,10 +11,10 @@ import trio
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from support.pool_agents import agent
-from support.pool_agents import state_is as _is
+from support.agents.handler import agent
 from support.pool_fixtures import StoreAwareClock
 from support.tracing import recorded_spans as recorded_spans
+from support.waiting import state_is as _is
 from support.waiting import wait_until
 from tether._plumbing._when import iso_time
 from tether.bridge import CustodyState, SqliteStore, Task, run_of

@@ -18,13 +18,13 @@ from typing import Any, cast
 import pytest
 import trio
 
-from support.pool_agents import state_is as _is
 from support.pool_fixtures import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
+from support.waiting import state_is as _is
 from support.waiting import wait_until
 from tether import Session
 from tether.bridge import CustodyState, SqliteStore, Task
-from tether.bridge.custody import Claim, Reconciler, WorkerStore
-from tether.bridge.pool import PoolWorker, RetryBackoff
+from tether.bridge.custody import Claim, WorkerStore
+from tether.bridge.pool import PoolWorker, Reconciler, RetryBackoff
 from tether.bridge.pool._agent import agent_run_timeout
 
 S = CustodyState

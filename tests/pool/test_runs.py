@@ -17,13 +17,12 @@ from typing import Any
 import pytest
 import trio
 
-from support.pool_agents import agent
-from support.pool_agents import state_is as _is
+from support.agents.handler import agent
 from support.pool_fixtures import StoreAwareClock
+from support.waiting import state_is as _is
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, StepError, Task, run_of
-from tether.bridge.custody import Reconciler
-from tether.bridge.pool import PoolWakeups, PoolWorker, RetryBackoff
+from tether.bridge.pool import PoolWakeups, PoolWorker, Reconciler, RetryBackoff
 
 S = CustodyState
 

@@ -15,8 +15,7 @@ from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo
 from tether.bridge import CustodyState, SqliteStore, Task
-from tether.bridge.custody import Reconciler
-from tether.bridge.pool import PoolLead, PoolWorker
+from tether.bridge.pool import PoolLead, PoolWorker, Reconciler
 
 S = CustodyState
 

@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 import trio
 
+from support.agents.handler import agent
 from support.clock import FakeClock
-from support.pool_agents import agent
 from support.pool_fixtures import LEASE_S, MAX_ATTEMPTS, StoreAwareClock
 from support.waiting import wait_until
 from tether import Session
 from tether.agents import echo
 from tether.bridge import CustodyState, Reply, SqliteStore, Task
-from tether.bridge.custody import Reconciler
-from tether.bridge.pool import AgentError, PoolWorker
+from tether.bridge.pool import AgentError, PoolWorker, Reconciler
 
 S = CustodyState
 

@@ -7,7 +7,7 @@ from functools import partial
 
 import trio
 
-from support.pool_agents import agent
+from support.agents.handler import agent
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import wait_until
 from tether import Session

@@ -24,7 +24,7 @@ from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-AGENT = "service.ask_agent:factory"
+AGENT = "support.agents.ask:factory"
 ROOMS, KILLS = 8, 3
 OPTIONS = ["--lease-s", "2", "--concurrency", "4", "--grace", "1", "--quarantine-processes", "4"]
 

@@ -155,7 +155,7 @@ async def test_an_agent_that_crashes_is_retried_then_dead_lettered_with_its_reas
         token_file,
         store,
         log,
-        agent="service.agent_for_tests:factory",
+        agent="support.agents.basic:factory",
         extra=["--max-attempts", "2"],
     )
     await _all_answered(gateway, 45, within=30)
@@ -196,7 +196,7 @@ async def test_sigterm_under_load_exits_0_and_loses_nothing(
     texts = [f"slow {i}" for i in range(300)]
     ids = await submit_many(gateway, texts, "load")
     store, log = tmp_path / "custody.db", tmp_path / "bridge.log"
-    agent = "service.agent_for_tests:factory"
+    agent = "support.agents.basic:factory"
     bridge = await BridgeProcess.start(gateway.url, token_file, store, log, agent=agent)
     await _all_answered(gateway, 30, within=30)
     assert await bridge.stop(signal.SIGTERM) == 0, bridge.log_tail()
@@ -231,7 +231,7 @@ async def test_a_second_sigterm_stops_at_once_with_the_documented_130_and_keeps_
         token_file,
         store,
         log,
-        agent="service.agent_for_tests:factory",
+        agent="support.agents.basic:factory",
         extra=["--grace", "120"],  # the graceful stop waits for the run: still on at signal 2
     )
 
@@ -275,7 +275,7 @@ async def test_a_stall_notice_and_heartbeats_reach_the_gateway(
         token_file,
         store,
         log,
-        agent="service.agent_for_tests:factory",
+        agent="support.agents.basic:factory",
         extra=["--stall-after", "0.5", "--client-name", "stall-bridge"],
     )
     await _all_answered(gateway, 1, within=30)

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 ROOMS = 6
 MESSAGES = 6
 KILLS = 3
-AGENT = "service.conversation_agent:factory"
+AGENT = "support.agents.conversation:factory"
 EXTRA = ["--lease-s", "2", "--grace", "2", "--room-policy", "replace"]
 
 

@@ -27,7 +27,7 @@ from tether.bridge.service._dead_notices import notice_reason
 
 pytestmark = pytest.mark.slow
 
-AGENT = "service.crash_agent:factory"
+AGENT = "support.agents.crash:factory"
 OPTIONS = ["--lease-s", "2", "--grace", "5", "--room-policy", "concurrent"]
 BRIDGE_OPTIONS = [*OPTIONS, "--workers", "2"]
 """Every run in flight at a crash becomes a suspect, and each suspect's run pays a quarantine

@@ -16,7 +16,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from service import agent_for_tests
+from support.agents import basic
 from support.clock import StoreAwareClock
 from support.gateway import RunningGateway
 from support.service import admin_bridge_config, gateway_client
@@ -28,7 +28,7 @@ from tether.bridge import (
     GatewayClient,
     SqliteStore,
     Task,
-    render_status,
+    render_store_status,
     store_status,
 )
 from tether.bridge.service._dead_notices import DeadNotices, notice_reason
@@ -57,7 +57,7 @@ async def test_an_agent_that_always_crashes_gets_its_user_a_closed_message_with_
     gateway: RunningGateway, token_file: Path, store: SqliteStore, tmp_path: Path
 ) -> None:
     config = admin_bridge_config(gateway.url, token_file, tmp_path, ADMIN_TOKEN)
-    service = BridgeService(config, store=store, factory=agent_for_tests.factory)
+    service = BridgeService(config, store=store, factory=basic.factory)
     crash_id = await gateway.submit("crash, please")
     fine_id = await gateway.submit("fine, thanks")
     async with open_runtime(handle_signals=False) as runtime:
@@ -235,7 +235,7 @@ async def test_a_gateway_without_the_endpoint_is_asked_once_and_never_spun_on(
         nursery.cancel_scope.cancel()
     status = await store_status(store)
     assert (status.counts["dead"], status.dead_unreported) == (1, 1)
-    assert "1 not yet reported to the gateway" in render_status(status, "here")
+    assert "1 not yet reported to the gateway" in render_store_status(status, "here")
 
 
 async def test_a_flaky_gateway_is_retried_with_backoff_until_it_confirms(

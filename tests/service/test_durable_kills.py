@@ -33,7 +33,7 @@ from tether.bridge.custody import Store
 
 pytestmark = pytest.mark.slow
 
-AGENT = "service.steps_agent:factory"
+AGENT = "support.agents.steps:factory"
 MESSAGES, KILLS = 30, 3
 OPTIONS = ["--lease-s", "2", "--room-policy", "concurrent", "--concurrency", "2", "--grace", "2"]
 

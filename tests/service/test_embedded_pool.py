@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from support.agents.handler import agent
 from support.clock import StoreAwareClock
-from support.pool_agents import agent
-from support.pool_agents import state_is as _is
+from support.waiting import state_is as _is
 from support.waiting import wait_until
 from tether import ChildSpec, open_supervisor
 from tether.bridge import CustodyState, SqliteStore, Task

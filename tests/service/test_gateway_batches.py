@@ -12,7 +12,8 @@ import pytest
 from support.gateway import RunningGateway
 from support.service import gateway_client
 from tether._protocol._messages import ResultMetadata, ResultRequest
-from tether.bridge import GatewayClient, GatewayRequestError, ResultReceipt
+from tether.bridge import GatewayClient
+from tether.bridge.client import GatewayRequestError, ResultReceipt
 
 
 async def test_ack_many_acks_each_and_reports_each_refusal(

@@ -10,7 +10,8 @@ import pytest
 
 from support.gateway import RunningGateway
 from support.service import gateway_client
-from tether.bridge import GatewayClient, GatewayRequestError
+from tether.bridge import GatewayClient
+from tether.bridge.client import GatewayRequestError
 
 
 async def test_a_rejected_task_is_closed_with_its_reason_and_counted(

@@ -19,7 +19,7 @@ from support.service import BridgeProcess, gateway_client
 from support.waiting import wait_until
 from tether._http._asgi import hypercorn_config, start_hypercorn
 from tether.bridge import SqliteStore, write_token
-from tether.bridge.client._client import MAX_TASK_WIRE_BYTES
+from tether.bridge.client._connection import MAX_TASK_WIRE_BYTES
 from tether.bridge.service._ingest import Ingest
 
 Answer = Callable[[int], "bytes | Iterable[bytes]"]

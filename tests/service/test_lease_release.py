@@ -22,7 +22,7 @@ from support.service import gateway_client
 from support.waiting import wait_until
 from tether import ChildSpec, open_supervisor
 from tether.bridge import CustodyState, SqliteStore
-from tether.bridge.client._client import LEASE_RELEASE_TIMEOUT
+from tether.bridge.client._connection import LEASE_RELEASE_TIMEOUT
 from tether.bridge.service._config import BridgeConfig
 from tether.bridge.service._ingest import Ingest
 from tether.bridge.service._service import BridgeService

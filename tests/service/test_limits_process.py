@@ -33,7 +33,7 @@ from tether.bridge import PostgresStore
 
 pytestmark = pytest.mark.slow
 
-AGENT = "service.limits_agent:factory"
+AGENT = "support.agents.limits:factory"
 CAP, RATE, BURST, LEASE_S = 3, 10, 2, 1.5
 OPTIONS = ["--lease-s", str(LEASE_S), "--reconcile-interval", "0.2", "--grace", "1"]
 

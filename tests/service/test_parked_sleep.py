@@ -23,7 +23,7 @@ from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-AGENT = "service.sleep_agent:factory"
+AGENT = "support.agents.sleep:factory"
 SLEEPERS, QUICK, SLEEP_S = 6, 6, 12.0
 OPTIONS = [
     "--concurrency", "1", "--park-after", "0.5", "--lease-s", "2", "--room-policy", "concurrent",

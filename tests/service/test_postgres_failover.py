@@ -2,7 +2,7 @@
 
 A primary with a synchronous standby (``support.replica``), a ``tether bridge run`` and a
 ``tether worker run`` on a multi-host DSN (``target_session_attrs=read-write``), an agent of
-three steps that log their effects (``service.steps_agent``). Mid-run the primary is stopped
+three steps that log their effects (``support.agents.steps``). Mid-run the primary is stopped
 at once and the standby promoted, as a managed PostgreSQL fails over. Then:
 
 - every message is answered once, with the reply its run made: an ingest acknowledged to the
@@ -34,7 +34,7 @@ from tether.bridge.stores.postgres._throwaway import NoPostgres
 
 pytestmark = pytest.mark.slow
 
-AGENT = "service.steps_agent:factory"
+AGENT = "support.agents.steps:factory"
 MESSAGES = 40
 WORKER_COMMAND = [sys.executable, "-m", "tether", "worker", "run"]
 OPTIONS = ["--lease-s", "3", "--room-policy", "concurrent", "--grace", "2"]

@@ -10,7 +10,8 @@ import trio
 from support.gateway import RunningGateway
 from support.waiting import wait_until
 from tether import ChildSpec, Session, open_supervisor
-from tether.bridge import BridgeConfig, BridgeService, CustodyState, GatewayTask, SqliteStore, Task
+from tether.bridge import BridgeConfig, BridgeService, CustodyState, SqliteStore, Task
+from tether.bridge.client import GatewayTask
 from tether.bridge.pool._agent import TASK_EVENT
 from tether.bridge.service._ingest import to_custody_task
 

@@ -71,7 +71,7 @@ async def test_a_postgres_outage_blames_nobody_and_recovers_in_seconds(
             token_file,
             f"postgresql://tether@127.0.0.1:{server.port}/postgres",
             tmp_path / f"bridge-{n}.log",
-            agent="service.outage_agent:factory",
+            agent="support.agents.outage:factory",
             workers=2,
             extra=[*settings, "--admin-port", str(port), "--admin-token-file", str(admin_token)],
             env={"OUTAGE_RUNS_FILE": str(runs), "PGPASSWORD": server.password},

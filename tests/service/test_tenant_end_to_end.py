@@ -8,7 +8,8 @@ from __future__ import annotations
 import sqlite3
 
 from support.gateway import RunningGateway
-from tether.bridge import GatewayClient, GatewayTask, SqliteStore
+from tether.bridge import GatewayClient, SqliteStore
+from tether.bridge.client import GatewayTask
 from tether.bridge.service._ingest import Ingest, to_custody_task
 
 

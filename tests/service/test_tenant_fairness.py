@@ -47,7 +47,7 @@ async def test_one_tenants_burst_does_not_starve_another_tenants_messages(
         token_file,
         tmp_path / "custody.db",
         tmp_path / "bridge.log",
-        agent="service.tenant_agent:factory",
+        agent="support.agents.tenant:factory",
         workers=4,
         extra=["--concurrency", "1"],  # four runs at once: a backlog builds behind them
     )

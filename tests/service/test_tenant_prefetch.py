@@ -11,8 +11,8 @@ from pathlib import Path
 
 import trio
 
+from support.agents.handler import agent
 from support.gateway import RunningGateway
-from support.pool_agents import agent
 from support.service import answered_count
 from support.waiting import wait_until
 from tether import ChildSpec, open_supervisor

@@ -15,7 +15,7 @@ import trio
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from service import traced_agent
+from support.agents import traced
 from support.gateway import RunningGateway
 from support.service import BRIDGE_COMMAND, STARTED, bridge_env
 from support.span_file import SITE, SPANS_ENV, read_span_lines
@@ -44,7 +44,7 @@ async def test_one_message_is_one_trace_from_submit_to_delivery(
     config = BridgeConfig(
         gateway=gateway.url, token_file=token_file, workers=1, poll_wait=0.5, grace=1.0
     )
-    service = BridgeService(config, store=store, factory=traced_agent.factory)
+    service = BridgeService(config, store=store, factory=traced.factory)
     task_id = await gateway.submit("hello", room="r1")
     async with open_runtime(handle_signals=False) as runtime:
         await runtime.supervisor.start_child(
@@ -102,7 +102,7 @@ async def _start_bridge(
         "--gateway", gateway.url,
         "--token-file", str(token_file),
         "--store", str(folder / "custody.db"),
-        "--agent", "service.traced_agent:factory",
+        "--agent", "support.agents.traced:factory",
         "--workers", "1",
         "--poll-wait", "0.5",
         "--reconcile-interval", "0.2",

@@ -23,7 +23,8 @@ import sys
 import trio
 
 from tether.bridge import PostgresStore, Task
-from tether.bridge.custody import Claim, Reconciler, StaleLease
+from tether.bridge.custody import Claim, StaleLease
+from tether.bridge.pool import Reconciler
 
 
 def say(line: str) -> None:

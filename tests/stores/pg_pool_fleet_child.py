@@ -21,8 +21,7 @@ import trio
 
 from tether import Session
 from tether.bridge import PostgresStore, Task
-from tether.bridge.custody import Reconciler
-from tether.bridge.pool import PoolLead, PoolWorker
+from tether.bridge.pool import PoolLead, PoolWorker, Reconciler
 
 LEASE_S = 1.0
 DEAD_AFTER = 1.5

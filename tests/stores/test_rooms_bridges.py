@@ -21,8 +21,8 @@ import httpx
 import pytest
 import trio
 
+from support.agents.rooms import RoomRecorder
 from support.gateway import RunningGateway
-from support.rooms import RoomRecorder
 from support.service import answered_count
 from support.waiting import wait_until
 from tether import ChildSpec, open_supervisor

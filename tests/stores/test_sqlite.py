@@ -424,7 +424,7 @@ async def test_a_store_from_before_durable_runs_migrates_with_its_tasks(tmp_path
 async def test_a_store_from_before_flow_control_migrates_with_its_tasks(tmp_path: Path) -> None:
     """Issue #38's migration adds the limits, permits and waiters tables and the trigger that
     frees a task's permits: a file at the version before it keeps its tasks, then limits them."""
-    from tether.bridge.custody._limits import Granted, LimitSpec, Wait
+    from tether.bridge.custody._limits import Granted, LimitSpec, NoPermit
 
     async with sqlite_from(
         tmp_path / "custody.db", sqlite_step("CREATE TABLE limits"), OLD
@@ -434,6 +434,6 @@ async def test_a_store_from_before_flow_control_migrates_with_its_tasks(tmp_path
         assert claim.task.body == "from before"
         await store.set_limit(LimitSpec("k", concurrency=1))
         assert isinstance(await store.acquire_permit(claim, "k"), Granted)
-        assert await store.acquire_permit(claim, "k") == Wait(None, "concurrency")
+        assert await store.acquire_permit(claim, "k") == NoPermit(None, "concurrency")
         await store.complete(claim, "done")
         assert [v.in_flight for v in await store.limit_views()] == [0]

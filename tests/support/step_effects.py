@@ -1,4 +1,4 @@
-"""The effect log of ``service.steps_agent`` read back against the store's step records.
+"""The effect log of ``support.agents.steps`` read back against the store's step records.
 
 Each step's function appends one line (task, step, nonce, pid) and the step records the nonce.
 A step never runs again once its record was returned to the run: for each (task, step) the

@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from tether.bridge import CustodyState, SqliteStore
+
 
 async def wait_until(
     check: Callable[[], Awaitable[bool]],
@@ -27,3 +29,8 @@ async def wait_until(
         if explain is None:
             raise
         raise AssertionError(f"not true within {within} s; {await explain()}") from exc
+
+
+async def state_is(store: SqliteStore, id: str, state: CustodyState) -> bool:
+    """``wait_until``'s check that task ``id`` is in ``state``."""
+    return await store.state(id) is state

@@ -464,7 +464,7 @@ def run_store(args: argparse.Namespace) -> int:
 
     from .._plumbing._redact import redact_url
     from ..bridge.service._config import ConfigError, load_config
-    from ..bridge.service._store_status import render_status, store_status
+    from ..bridge.service._store_status import render_store_status, store_status
 
     config = load_config(
         file=args.config, flags=_flags(args, ("store", "store_password_file", "store_schema"))
@@ -488,7 +488,7 @@ def run_store(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(snapshot.to_document(), indent=2))
         else:
-            print(render_status(snapshot, redact_url(config.store)))
+            print(render_store_status(snapshot, redact_url(config.store)))
         return 0
 
     return trio.run(status)

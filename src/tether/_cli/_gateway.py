@@ -23,7 +23,7 @@ DEFAULT_DIR = Path("tether-data") / "gateway"
 
 
 def add_gateway_parser(sub: Subparsers, epilog: str) -> None:
-    from .._protocol._limits import MAX_REQUEST_BYTES
+    from .._protocol._bounds import MAX_REQUEST_BYTES
 
     actions = add_group(
         sub,

@@ -134,7 +134,7 @@ def _refused_token(exc: Exception) -> bool:
     """True for the gateway client's GatewayAuthError. Read from the loaded module, not
     imported: a verb that never loaded the client (httpx: a third of a second) cannot have
     raised it, and ``tether --help`` should not pay for it (issue #56)."""
-    client = sys.modules.get("tether.bridge.client._client")
+    client = sys.modules.get("tether.bridge.client._errors")
     return client is not None and isinstance(exc, client.GatewayAuthError)
 
 

@@ -9,11 +9,11 @@ from typing import Any, TypeVar
 import attrs
 
 from .._plumbing._converter import structure
-from . import _limits as _custody
-from ._limits import MAX_BATCH as MAX_BATCH
-from ._limits import MAX_REASON_CHARS as MAX_REASON_CHARS
-from ._limits import MAX_VERSION_CHARS, InvalidTaskId, InvalidWorkerName, check_free_text
-from ._limits import check_label as check_label
+from . import _bounds as _custody
+from ._bounds import MAX_BATCH as MAX_BATCH
+from ._bounds import MAX_REASON_CHARS as MAX_REASON_CHARS
+from ._bounds import MAX_VERSION_CHARS, InvalidTaskId, InvalidWorkerName, check_free_text
+from ._bounds import check_label as check_label
 
 PROTOCOL_VERSION = 1
 

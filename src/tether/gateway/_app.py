@@ -65,8 +65,8 @@ from .._http._static import PAGE_HEADERS, StaticFile, load_static
 from .._plumbing._converter import unstructure
 from .._plumbing._token_file import TokenFileError
 from .._plumbing._tracing import set_attributes, span, traceparent_of
+from .._protocol._bounds import MAX_REQUEST_BYTES
 from .._protocol._interim import InterimReceipt, parse_interim
-from .._protocol._limits import MAX_REQUEST_BYTES
 from .._protocol._messages import (
     CLIENT_HEADER,
     PROTOCOL_VERSION,

@@ -47,7 +47,7 @@ class Observed:
 
     ``custody`` (optional) reads the service's custody store into a :class:`CustodyReading`.
     ``gateway`` (optional) returns the gateway client's current
-    :class:`~tether.bridge.ConnectionStatus`; when it is set, health also requires that
+    :class:`~tether.bridge.client.ConnectionStatus`; when it is set, health also requires that
     the gateway answered within ``gateway_window`` seconds. ``counters`` are extra counters
     (the bridge adds deliveries and dead letters). ``wall_clock`` is compared with the
     status's wall-clock ``last_ok``. The bridge builds all of them from its parts

@@ -15,7 +15,8 @@ exported by ``tether.bridge``.
 - ``_conversation``: each room's turns and state (issue #34): the records, the state's size
   limit and its version conflict.
 - ``_rooms``: room policies (``serial`` order, ``replace`` barge-in), kept by the store.
-- ``_reconcile``: the reconciler (lease expiry; it never drops an id).
+- ``_reconcile``: a reconcile pass (lease expiry; it never drops an id) and its report; the
+  loop that repeats it is ``tether.bridge.pool.Reconciler``.
 - ``_crashes``: crash expiries, suspects that run alone, poison tasks proven and dead-lettered.
 - ``_log``: one log line per committed transition, for every backend.
 - ``_steps``: the rules of a durable run's recorded steps (names, sizes, JSON values).
@@ -43,20 +44,19 @@ if _typing.TYPE_CHECKING:
     from ._limits import Granted as Granted
     from ._limits import LimitSpec as LimitSpec
     from ._limits import LimitView as LimitView
-    from ._limits import Wait as Wait
-    from ._reconcile import Reconciler as Reconciler
+    from ._limits import NoPermit as NoPermit
     from ._reconcile import ReconcileReport as ReconcileReport
     from ._records import WORKER_ROLES as WORKER_ROLES
     from ._records import Assignment as Assignment
-    from ._records import Decide as Decide
     from ._records import JournalEntry as JournalEntry
     from ._records import LeaseExpiry as LeaseExpiry
     from ._records import OperatorOutcome as OperatorOutcome
+    from ._records import PendingTask as PendingTask
     from ._records import PoolView as PoolView
-    from ._records import Queued as Queued
     from ._records import StallCandidate as StallCandidate
     from ._records import StepRecord as StepRecord
     from ._records import Suspects as Suspects
+    from ._records import SweepPlanner as SweepPlanner
     from ._records import WaitingRetries as WaitingRetries
     from ._records import WaitingRuns as WaitingRuns
     from ._records import WorkerInfo as WorkerInfo

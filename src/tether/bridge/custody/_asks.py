@@ -34,7 +34,7 @@ SENDER_HEADER: Final = "sender"
 MAX_ANSWER_FROM: Final = 64
 """Most senders one ask may name."""
 MAX_SENDER_CHARS: Final = 4096
-"""The longest sender (a header value's limit, ``_protocol._limits.MAX_HEADER_VALUE_CHARS``)."""
+"""The longest sender (a header value's limit, ``_protocol._bounds.MAX_HEADER_VALUE_CHARS``)."""
 
 
 def senders_of(value: Sequence[str] | None) -> tuple[str, ...] | None:

@@ -125,7 +125,6 @@ def expiry_outcome(
         f"{iso_time(e.lease_until)} ({duration(now - e.lease_until)} ago)"
     )
     if restarted or holder_died(e.last_beat, now, lease_s):
-        crashes = e.crash_count + 1
         if not restarted:
             beat = (
                 "never beat"
@@ -133,50 +132,7 @@ def expiry_outcome(
                 else f"last beat {iso_time(e.last_beat)}, {duration(now - e.last_beat)} ago"
             )
             lost += f"; its process died ({beat})"
-        if e.suspect and e.quarantined:
-            return ExpiryOutcome(
-                CustodyState.PENDING,
-                e.attempt + 1,
-                crashes,
-                e.crashes_alone,
-                True,
-                True,
-                f"{lost} while it ran in a quarantine process: its worker's process died, not "
-                f"its own, which blames nobody (crash {crashes}, not a failed attempt); still a "
-                "suspect, it runs in quarantine again",
-            )
-        if e.suspect:
-            alone = e.crashes_alone + 1
-            if alone >= max_crashes_alone:
-                return ExpiryOutcome(
-                    CustodyState.DEAD,
-                    e.attempt,
-                    crashes,
-                    alone,
-                    False,
-                    True,
-                    f"killed its worker process {alone} times while running alone ({lost})",
-                )
-            return ExpiryOutcome(
-                CustodyState.PENDING,
-                e.attempt + 1,
-                crashes,
-                alone,
-                True,
-                True,
-                f"{lost} while it ran alone: crash {alone} of {max_crashes_alone} alone, not a "
-                f"failed attempt; still a suspect, it runs apart from other tasks again",
-            )
-        return ExpiryOutcome(
-            CustodyState.PENDING,
-            e.attempt + 1,
-            crashes,
-            e.crashes_alone,
-            True,
-            True,
-            f"{lost}: crash {crashes}, not a failed attempt; a suspect now, it runs next apart "
-            f"from other tasks ({SUSPECTS_RUN})",
-        )
+        return _crash_outcome(e, lost, max_crashes_alone)
     if failures(e.attempt, e.crash_count) >= max_attempts:
         return ExpiryOutcome(
             CustodyState.DEAD,
@@ -195,6 +151,58 @@ def expiry_outcome(
         False,
         False,
         f"{lost}; repooled as attempt {e.attempt + 1}",
+    )
+
+
+def _crash_outcome(e: Expired, lost: str, max_crashes_alone: int) -> ExpiryOutcome:
+    """An expired lease whose holder's process died (``lost`` says how): a crash, not a
+    failed attempt. The task becomes a suspect that runs alone; a suspect that kills its
+    process ``max_crashes_alone`` times alone is dead; one that ran in quarantine blames
+    nobody (its worker's process died, not its own)."""
+    crashes = e.crash_count + 1
+    if e.suspect and e.quarantined:
+        return ExpiryOutcome(
+            CustodyState.PENDING,
+            e.attempt + 1,
+            crashes,
+            e.crashes_alone,
+            True,
+            True,
+            f"{lost} while it ran in a quarantine process: its worker's process died, not "
+            f"its own, which blames nobody (crash {crashes}, not a failed attempt); still a "
+            "suspect, it runs in quarantine again",
+        )
+    if e.suspect:
+        alone = e.crashes_alone + 1
+        if alone >= max_crashes_alone:
+            return ExpiryOutcome(
+                CustodyState.DEAD,
+                e.attempt,
+                crashes,
+                alone,
+                False,
+                True,
+                f"killed its worker process {alone} times while running alone ({lost})",
+            )
+        return ExpiryOutcome(
+            CustodyState.PENDING,
+            e.attempt + 1,
+            crashes,
+            alone,
+            True,
+            True,
+            f"{lost} while it ran alone: crash {alone} of {max_crashes_alone} alone, not a "
+            f"failed attempt; still a suspect, it runs apart from other tasks again",
+        )
+    return ExpiryOutcome(
+        CustodyState.PENDING,
+        e.attempt + 1,
+        crashes,
+        e.crashes_alone,
+        True,
+        True,
+        f"{lost}: crash {crashes}, not a failed attempt; a suspect now, it runs next apart "
+        f"from other tasks ({SUSPECTS_RUN})",
     )
 
 

@@ -137,7 +137,7 @@ class Granted:
 
 
 @attrs.frozen
-class Wait:
+class NoPermit:
     """No permit now: try again in ``seconds`` (None: when a holder releases, unknown), ``why``
     names what is short (``paused``, ``concurrency``, ``rate``)."""
 
@@ -154,10 +154,10 @@ def tokens_at(bucket: Bucket, now: float) -> float:
     return min(bucket.spec.burst, bucket.tokens + max(0.0, now - bucket.at) * rate)
 
 
-def decide(bucket: Bucket, weight: float, now: float) -> Granted | Wait:
+def decide(bucket: Bucket, weight: float, now: float) -> Granted | NoPermit:
     """May a permit of ``weight`` be taken from ``bucket`` at ``now``? ``Granted`` (with the
-    tokens left; its id is the store's) or how long to ``Wait``. A weight over the burst can
-    never be served: ``ValueError``."""
+    tokens left; its id is the store's) or how long to wait (a ``NoPermit``). A weight over the
+    burst can never be served: ``ValueError``."""
     spec = bucket.spec
     if spec.rate is not None and weight > spec.burst:
         raise ValueError(
@@ -165,12 +165,12 @@ def decide(bucket: Bucket, weight: float, now: float) -> Granted | Wait:
             f"(burst {spec.burst:g})"
         )
     if bucket.paused_until is not None and now < bucket.paused_until:
-        return Wait(bucket.paused_until - now, "paused")
+        return NoPermit(bucket.paused_until - now, "paused")
     if spec.concurrency is not None and bucket.in_flight >= spec.concurrency:
-        return Wait(None, "concurrency")
+        return NoPermit(None, "concurrency")
     tokens = tokens_at(bucket, now)
     if spec.rate is not None and tokens < weight:
-        return Wait((weight - tokens) / spec.rate, "rate")
+        return NoPermit((weight - tokens) / spec.rate, "rate")
     return Granted(None, tokens - weight if spec.rate is not None else math.inf)
 
 

@@ -56,7 +56,7 @@ class Assignment:
 
 
 @attrs.frozen
-class Queued:
+class PendingTask:
     """A pending task as the lead plans with it: its id, room and priority, nothing more.
 
     A sweep reads a window of the queue every time it runs, so it does not read (or validate)
@@ -77,7 +77,7 @@ class PoolView:
     """Every assignment, oldest first."""
     claims: Mapping[str, int]
     """Claimed tasks per worker (a worker absent here holds none)."""
-    pending: tuple[Queued, ...]
+    pending: tuple[PendingTask, ...]
     """Pending tasks in assignment order (priority, then age), at most ``pending_limit``, none
     of a room in ``skip_rooms``."""
     rooms: Mapping[str, str]
@@ -141,7 +141,7 @@ class StallCandidate:
     created_at: float
 
 
-Decide = Callable[[PoolView], "Sequence[tuple[str, str]] | None"]
+SweepPlanner = Callable[[PoolView], "Sequence[tuple[str, str]] | None"]
 """A sweep's decision from a view: the ``(id, worker)`` pairs to assign, or None (see
 ``Store.plan_and_assign``)."""
 

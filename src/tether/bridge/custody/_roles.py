@@ -11,9 +11,8 @@ from typing import Protocol, runtime_checkable
 
 from ._asks import AskRecord, QuestionStore
 from ._conversation import Conversation, ConversationCounts, RoomView
-from ._limits import Granted, LimitSpec, LimitView, Wait
+from ._limits import Granted, LimitSpec, LimitView, NoPermit
 from ._records import (
-    Decide,
     JournalEntry,
     LeaseExpiry,
     OperatorOutcome,
@@ -21,6 +20,7 @@ from ._records import (
     StallCandidate,
     StepRecord,
     Suspects,
+    SweepPlanner,
     WaitingRetries,
     WaitingRuns,
     WorkerInfo,
@@ -207,11 +207,13 @@ class PermitStore(Protocol):
     """What a run's permits need (issue #38): take one of a key under the claim's fence, give it
     back, pause the key. See ``custody._limits``."""
 
-    async def acquire_permit(self, claim: Claim, key: str, weight: float = 1.0) -> Granted | Wait:
+    async def acquire_permit(
+        self, claim: Claim, key: str, weight: float = 1.0
+    ) -> Granted | NoPermit:
         """Take a permit of ``key`` for ``claim``'s run, spending ``weight`` tokens, under the
         lease fence (``StaleLease`` if fenced out): ``Granted`` with the permit's id, or how
-        long to ``Wait`` (the run is then counted among the key's waiters). A key with no
-        declared limit grants at once (``Granted(None)``). The permit is held until
+        long to wait (a ``NoPermit``; the run is then counted among the key's waiters). A key
+        with no declared limit grants at once (``Granted(None)``). The permit is held until
         ``release_permit`` or until its task leaves ``claimed`` (a result, a failure, a park, a
         cancel, a lapsed lease taken back), whichever comes first."""
         ...
@@ -449,7 +451,7 @@ class LeadStore(PoolMemberStore, Protocol):
         ...
 
     async def plan_and_assign(
-        self, decide: Decide, *, pending_limit: int = ...
+        self, decide: SweepPlanner, *, pending_limit: int = ...
     ) -> tuple[PoolView, list[bool] | None]:
         """Read the pool view, call ``decide(view)`` and assign the ``(id, worker)`` pairs it
         returns (as ``assign_many``); ``None`` from ``decide`` assigns nothing. Returns the view
@@ -717,7 +719,7 @@ class Store(
 
 
 async def plan_then_assign(
-    store: Store, decide: Decide, *, pending_limit: int
+    store: Store, decide: SweepPlanner, *, pending_limit: int
 ) -> tuple[PoolView, list[bool] | None]:
     """``Store.plan_and_assign`` in two transactions, for a backend without one for a sweep: the
     view, then ``assign_many``'s compare-and-set (a task that moved meanwhile answers False)."""

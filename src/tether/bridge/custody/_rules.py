@@ -12,21 +12,21 @@ from typing import Any, Final
 
 import attrs
 
-from ..._protocol._limits import MAX_BODY_BYTES as MAX_BODY_BYTES
-from ..._protocol._limits import MAX_HEADER_VALUE_CHARS as MAX_HEADER_VALUE_CHARS
-from ..._protocol._limits import MAX_HEADERS as MAX_HEADERS
-from ..._protocol._limits import MAX_ROOM_CHARS as MAX_ROOM_CHARS
-from ..._protocol._limits import TASK_ID_RULE as TASK_ID_RULE
-from ..._protocol._limits import WORKER_RULE as WORKER_RULE
-from ..._protocol._limits import BodyTooLarge as BodyTooLarge
-from ..._protocol._limits import InvalidTask as InvalidTask
-from ..._protocol._limits import InvalidTaskId as InvalidTaskId
-from ..._protocol._limits import InvalidWorkerName as InvalidWorkerName
-from ..._protocol._limits import check_body as check_body
-from ..._protocol._limits import check_headers as check_headers
-from ..._protocol._limits import check_task_id as check_task_id
-from ..._protocol._limits import check_text as check_text
-from ..._protocol._limits import check_worker as check_worker
+from ..._protocol._bounds import MAX_BODY_BYTES as MAX_BODY_BYTES
+from ..._protocol._bounds import MAX_HEADER_VALUE_CHARS as MAX_HEADER_VALUE_CHARS
+from ..._protocol._bounds import MAX_HEADERS as MAX_HEADERS
+from ..._protocol._bounds import MAX_ROOM_CHARS as MAX_ROOM_CHARS
+from ..._protocol._bounds import TASK_ID_RULE as TASK_ID_RULE
+from ..._protocol._bounds import WORKER_RULE as WORKER_RULE
+from ..._protocol._bounds import BodyTooLarge as BodyTooLarge
+from ..._protocol._bounds import InvalidTask as InvalidTask
+from ..._protocol._bounds import InvalidTaskId as InvalidTaskId
+from ..._protocol._bounds import InvalidWorkerName as InvalidWorkerName
+from ..._protocol._bounds import check_body as check_body
+from ..._protocol._bounds import check_headers as check_headers
+from ..._protocol._bounds import check_task_id as check_task_id
+from ..._protocol._bounds import check_text as check_text
+from ..._protocol._bounds import check_worker as check_worker
 from ._tenants import TENANT_HEADER, check_tenant
 from ._turns import Conversation
 

@@ -24,7 +24,7 @@ from typing import Final
 
 import attrs
 
-from ..._protocol._limits import InvalidTask, check_label
+from ..._protocol._bounds import InvalidTask, check_label
 from ._limits import check_positive
 
 TENANT_HEADER: Final = "tenant"

@@ -6,13 +6,14 @@ What an agent author needs (``Reply``, ``Retry``, ``Permanent``, ``progress_of``
 exported by ``tether.bridge``; the run's own names live in ``tether.bridge.runs`` and are
 re-exported here for those who embed a pool.
 
-- ``_lead``: :class:`PoolLead` and its pure planner :func:`plan_sweep`.
+- ``_lead``: :class:`PoolLead`; ``_plan``: its pure planner :func:`plan_sweep`.
 - ``_worker``: :class:`PoolWorker`: claims, heartbeats and slots; it hands each claim to a run
   (``tether.bridge.runs``), which stores the outcome. ``_publish``: the runs' progress out.
+- ``_reconciler``: :class:`Reconciler`, the loop of reconcile passes (the pass is custody's).
 - ``_liveness``: the one predicate "is this member alive" (:func:`is_alive`).
 - ``_stall``: stall notices, once per task. ``_files``: the file exchange for outside programs.
 - ``_agent``: what an agent is and how ``module:factory`` is loaded; ``_asyncio``: agents
-  written for asyncio (``asyncio_agent``, ``trio_side``). ``_wakeup``: "look now".
+  written for asyncio (``asyncio_agent``, ``trio_as_asyncio``). ``_wakeup``: "look now".
 """
 
 import typing as _typing
@@ -38,26 +39,27 @@ if _typing.TYPE_CHECKING:
     from ..runs._retry import Retry as Retry
     from ..runs._retry import RetryBackoff as RetryBackoff
     from ..runs._run import Run as Run
-    from ..runs._timings import Histogram as Histogram
+    from ..runs._timings import TimingHistogram as TimingHistogram
     from ..runs._timings import Timings as Timings
     from ._agent import AgentFactory as AgentFactory
     from ._agent import AgentLoadError as AgentLoadError
     from ._agent import load_agent as load_agent
     from ._asyncio import asyncio_agent as asyncio_agent
-    from ._asyncio import trio_side as trio_side
+    from ._asyncio import trio_as_asyncio as trio_as_asyncio
     from ._files import FileExchange as FileExchange
     from ._files import HeaderRefused as HeaderRefused
     from ._files import ResultRefused as ResultRefused
     from ._files import file_exchange_worker as file_exchange_worker
-    from ._lead import Assigned as Assigned
-    from ._lead import Deferred as Deferred
     from ._lead import PoolLead as PoolLead
-    from ._lead import Returned as Returned
     from ._lead import SweepReport as SweepReport
     from ._lead import elect as elect
-    from ._lead import plan_sweep as plan_sweep
     from ._liveness import is_alive as is_alive
     from ._liveness import live_lead as live_lead
+    from ._plan import Assigned as Assigned
+    from ._plan import Deferred as Deferred
+    from ._plan import Returned as Returned
+    from ._plan import plan_sweep as plan_sweep
+    from ._reconciler import Reconciler as Reconciler
     from ._stall import StallPass as StallPass
     from ._stall import StallWatcher as StallWatcher
     from ._status import PoolStatus as PoolStatus

@@ -111,8 +111,8 @@ async def run_on_asyncio(
         return await trio_asyncio.aio_as_trio(call)()  # type: ignore[no-any-return]
 
 
-def trio_side(fn: Callable[..., Awaitable[T]]) -> Callable[..., Coroutine[Any, Any, T]]:
-    """From asyncio code in a run: ``await trio_side(fn)(*args)`` runs ``fn``, a Trio-side
+def trio_as_asyncio(fn: Callable[..., Awaitable[T]]) -> Callable[..., Coroutine[Any, Any, T]]:
+    """From asyncio code in a run: ``await trio_as_asyncio(fn)(*args)`` runs ``fn``, a Trio-side
     async function of tether (a run's steps and waits, a conversation's reads), as a Trio task
     and returns its result; cancelling the asyncio task cancels it."""
     _require_trio_asyncio()

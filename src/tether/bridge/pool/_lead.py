@@ -1,7 +1,8 @@
 """The pool lead: assigns pending tasks to live workers and takes back what cannot move.
 
-Each sweep plans as a pure function of one view (``plan_sweep``); every move is a compare-and-set,
-and a returned task waits for a later sweep. See docs/guide/design.md, "The lead".
+Each sweep plans as a pure function of one view (``plan_sweep``, in ``_plan``); every move is
+a compare-and-set, and a returned task waits for a later sweep. See docs/guide/design.md,
+"The lead".
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import attrs
 import trio
@@ -23,6 +24,7 @@ from ..custody._rules import check_worker
 from ..runs._timings import Timings
 from ._idle import idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive
+from ._plan import Assigned, Deferred, Returned, SweepPlan, plan_sweep
 from ._stop import StopSignal
 from ._wakeup import PoolWakeups, Wakeup
 
@@ -30,60 +32,9 @@ log = logging.getLogger("tether.bridge.pool.lead")
 
 SWEEP_SCHEMA_VERSION: Final = 1
 MAX_PAGES: Final = 8
+"""Pending pages one sweep reads at most while rooms with a full keeper fill them."""
 MIN_WINDOW: Final = 16
 """Pending tasks a sweep reads at least (see ``PoolLead._next_window``)."""
-AFFINITY_SLACK: Final = 1
-"""How many more tasks (assigned + claimed) a room's keeper may hold than the least-loaded
-free worker and still get the room's next task, when nothing of the room is in flight."""
-"""Pending pages one sweep reads at most while rooms with a full keeper fill them."""
-
-
-@attrs.frozen
-class Assigned:
-    """One assignment a sweep planned: task ``id`` to ``worker``, and why that worker."""
-
-    id: str
-    worker: str
-    why: Literal["affinity", "least_loaded"]
-
-
-@attrs.frozen
-class Returned:
-    """An assignment the lead sent back to pending, with its evidence."""
-
-    id: str
-    worker: str
-    why: Literal["dead_worker", "stuck"]
-    age: float
-    """Seconds since it was assigned."""
-
-
-@attrs.frozen
-class Deferred:
-    """A stuck assignment left in place because its worker is busy with ``claims`` claims."""
-
-    id: str
-    worker: str
-    age: float
-    claims: int
-
-
-@attrs.frozen
-class SweepPlan:
-    dead_workers: tuple[str, ...]
-    stuck: tuple[Returned, ...]
-    deferred: tuple[Deferred, ...]
-    assign: tuple[Assigned, ...]
-    waiting: int
-    """Pending tasks (of those read) left for later: every fitting worker was full."""
-    last_pick: str | None
-    blocked_rooms: tuple[str, ...] = ()
-    """Rooms with a task left waiting because the room's live keeper is full."""
-    spare: int = 0
-    """Free capacity left on the live workers after this plan."""
-    first_waiting: str | None = None
-    """The first pending task left waiting because every worker was full (not for its room's
-    keeper): assignments it outranks go back to pending (``return_outranked``)."""
 
 
 @attrs.frozen
@@ -107,98 +58,6 @@ class SweepReport:
     @classmethod
     def from_document(cls, doc: Any) -> SweepReport:
         return structure_versioned(doc, cls, version=SWEEP_SCHEMA_VERSION, what="sweep report")
-
-
-def plan_sweep(
-    view: PoolView,
-    *,
-    now: float,
-    dead_after: float,
-    stuck_after: float,
-    stuck_cap: float,
-    capacity: int | None = None,
-    max_skew: float = DEFAULT_MAX_SKEW,
-    last_pick: str | None = None,
-) -> SweepPlan:
-    """Decide one sweep from ``view`` (pure: the same view gives the same plan)."""
-    live = {
-        w.name: w
-        for w in view.workers
-        if w.role == "worker" and is_alive(w, now, dead_after, max_skew)
-    }
-    cap = {
-        name: w.capacity if capacity is None else min(w.capacity, capacity)
-        for name, w in live.items()
-    }
-    load = {name: view.claims.get(name, 0) for name in live}
-    dead_workers: set[str] = set()
-    stuck: list[Returned] = []
-    deferred: list[Deferred] = []
-    for a in view.assigned:
-        # never negative: ``since`` may have been written (by a lead that held the pool while
-        # this sweep waited on the store) after the ``now`` this sweep began with
-        age = max(0.0, now - a.since)
-        if a.worker not in live:
-            dead_workers.add(a.worker)
-        elif age >= stuck_after and (view.claims.get(a.worker, 0) == 0 or age >= stuck_cap):
-            stuck.append(Returned(a.id, a.worker, "stuck", age))
-        else:
-            if age >= stuck_after:
-                deferred.append(Deferred(a.id, a.worker, age, view.claims.get(a.worker, 0)))
-            load[a.worker] += 1
-
-    rooms = dict(view.rooms)
-    names = sorted(live)
-    assign: list[Assigned] = []
-    waiting = 0
-    first_waiting: str | None = None
-    blocked: set[str] = set()
-    in_flight = set(view.busy_rooms) | {a.room for a in view.assigned if a.room is not None}
-    for task in view.pending:
-        keeper = rooms.get(task.room) if task.room is not None else None
-        free = [n for n in names if load[n] < cap[n]]
-        if keeper is not None and keeper in live and task.room is not None:
-            if task.room in in_flight:  # a run of the room is out: it stays with its keeper
-                if load[keeper] < cap[keeper]:
-                    assign.append(Assigned(task.id, keeper, "affinity"))
-                    load[keeper] += 1
-                else:
-                    waiting += 1
-                    blocked.add(task.room)
-                continue
-            if load[keeper] < cap[keeper] and load[keeper] <= AFFINITY_SLACK + min(
-                load[n] for n in free
-            ):
-                assign.append(Assigned(task.id, keeper, "affinity"))
-                load[keeper] += 1
-                in_flight.add(task.room)
-                continue
-            # nothing of the room is in flight and its keeper is full or much busier than a
-            # free worker: the room moves (affinity is a preference, not a prison)
-        if not free:
-            waiting += 1
-            first_waiting = first_waiting or task.id
-            continue
-        least = min(load[n] for n in free)
-        tied = [n for n in free if load[n] == least]
-        pick = next((n for n in tied if last_pick is not None and n > last_pick), tied[0])
-        last_pick = pick
-        assign.append(Assigned(task.id, pick, "least_loaded"))
-        load[pick] += 1
-        if task.room is not None:
-            rooms[task.room] = pick
-            in_flight.add(task.room)
-    return SweepPlan(
-        dead_workers=tuple(sorted(dead_workers)),
-        stuck=tuple(stuck),
-        deferred=tuple(deferred),
-        assign=tuple(assign),
-        waiting=waiting,
-        last_pick=last_pick,
-        blocked_rooms=tuple(sorted(blocked)),
-        spare=sum(max(0, cap[n] - load[n]) for n in live),
-        first_waiting=first_waiting,
-    )
 
 
 def _merge_pages(earlier: PoolView, page: PoolView) -> PoolView:
@@ -355,6 +214,49 @@ class PoolLead:
             looked = await self._look(now)
             if looked is not None:
                 return looked
+        view, plan, done, returned = await self._plan_and_assign(now, limit, beat_due)
+        if await self._return_outranked(view, plan):
+            self._doorbell.set()  # the tasks given back are assigned in queue order now
+        self._remember(view, plan, now, limit)
+        lost: tuple[str, ...] = ()
+        if done:
+            lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
+        assigned = tuple(a for a in plan.assign if a.id not in lost)
+        self._note_leading(view, assigned, now)
+        if self.wakeups is not None:
+            self.wakeups.tasks_assigned(a.worker for a in assigned)
+            if returned:
+                self.wakeups.tasks_pending()  # leaderless claimers may take them; sweep again
+        report = SweepReport(
+            at=now,
+            lead=self.name,
+            live_workers=self._live_workers(view, now),
+            assigned=assigned,
+            returned=returned,
+            deferred=plan.deferred,
+            lost=lost,
+            waiting=plan.waiting,
+        )
+        for r in returned:
+            log.warning(
+                "lead %s: returned task %s of worker %s to pending (%s, assigned %.1fs ago)",
+                self.name,
+                r.id,
+                r.worker,
+                r.why,
+                r.age,
+            )
+        self.sweeps += 1
+        self.last_report = report
+        return report
+
+    async def _plan_and_assign(
+        self, now: float, limit: int, beat_due: bool
+    ) -> tuple[PoolView, SweepPlan, list[bool] | None, tuple[Returned, ...]]:
+        """The sweep's store work: plan from the first page and assign in that transaction
+        when nothing else is to do, else read on past full rooms, return dead and stuck
+        assignments and assign. The view and plan it ended with, which assignments took
+        (None: none were made), and what it returned."""
         planned: list[SweepPlan] = []  # decide() runs in the store's thread; it leaves its plan
 
         def decide(view: PoolView) -> list[tuple[str, str]] | None:
@@ -387,8 +289,11 @@ class PoolLead:
             returned = await self._return(view, plan, now)
             if plan.assign:
                 done = await self.store.assign_many([(a.id, a.worker) for a in plan.assign])
-        if await self._return_outranked(view, plan):
-            self._doorbell.set()  # the tasks given back are assigned in queue order now
+        return view, plan, done, returned
+
+    def _remember(self, view: PoolView, plan: SweepPlan, now: float, limit: int) -> None:
+        """What the next sweep starts from: the last pick, the next due wake-up, the workers
+        seen, the window to read, whether the queue drained, whether a free slot matters."""
         self._last_pick = plan.last_pick
         self._next_due = view.next_due
         self._see_workers(view.workers, view.at)
@@ -402,58 +307,35 @@ class PoolLead:
             self.wakeups.capacity_wanted = bool(
                 plan.waiting or plan.deferred or len(view.pending) >= limit
             )
-        lost: tuple[str, ...] = ()
-        if done:
-            lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
-        assigned = tuple(a for a in plan.assign if a.id not in lost)
-        if self.leading and self._first_sweep_at is None:
+
+    def _note_leading(self, view: PoolView, assigned: tuple[Assigned, ...], now: float) -> None:
+        """A new leader's first sweep, first work seen and first assignment; the first
+        assignment is logged with how long it took after the takeover, and why."""
+        if not self.leading:
+            return
+        if self._first_sweep_at is None:
             self._first_sweep_at = now
-        if self.leading and self._work_seen_at is None and view.pending:
+        if self._work_seen_at is None and view.pending:
             self._work_seen_at = now
-        if assigned and self.leading and self.first_assigned_at is None:
-            self.first_assigned_at = now
-            took_over = self.leading_since if self.leading_since is not None else now
-            # a slow takeover and a quiet queue read alike in the delay: say which it was
-            work_at = self._work_seen_at if self._work_seen_at is not None else now
-            idle = (
-                "(work was waiting)"
-                if self._first_sweep_at is None or work_at <= self._first_sweep_at
-                else f"(no work to assign before {work_at - took_over:.3f}s)"
-            )
-            log.log(
-                logging.INFO if self._took_over_from is None else logging.WARNING,
-                "lead %s: first assignment as leader %.3fs after taking over %s (store clock %.3f)",
-                self.name,
-                now - took_over,
-                idle,
-                now,
-            )
-        if self.wakeups is not None:
-            self.wakeups.tasks_assigned(a.worker for a in assigned)
-            if returned:
-                self.wakeups.tasks_pending()  # leaderless claimers may take them; sweep again
-        report = SweepReport(
-            at=now,
-            lead=self.name,
-            live_workers=self._live_workers(view, now),
-            assigned=assigned,
-            returned=returned,
-            deferred=plan.deferred,
-            lost=lost,
-            waiting=plan.waiting,
+        if not assigned or self.first_assigned_at is not None:
+            return
+        self.first_assigned_at = now
+        took_over = self.leading_since if self.leading_since is not None else now
+        # a slow takeover and a quiet queue read alike in the delay: say which it was
+        work_at = self._work_seen_at if self._work_seen_at is not None else now
+        idle = (
+            "(work was waiting)"
+            if self._first_sweep_at is None or work_at <= self._first_sweep_at
+            else f"(no work to assign before {work_at - took_over:.3f}s)"
         )
-        for r in returned:
-            log.warning(
-                "lead %s: returned task %s of worker %s to pending (%s, assigned %.1fs ago)",
-                self.name,
-                r.id,
-                r.worker,
-                r.why,
-                r.age,
-            )
-        self.sweeps += 1
-        self.last_report = report
-        return report
+        log.log(
+            logging.INFO if self._took_over_from is None else logging.WARNING,
+            "lead %s: first assignment as leader %.3fs after taking over %s (store clock %.3f)",
+            self.name,
+            now - took_over,
+            idle,
+            now,
+        )
 
     async def _look(self, now: float) -> SweepReport | None:
         """The sweep after one that drained the queue: a read of the pool (no writer job, no

@@ -34,8 +34,7 @@ from ..._backoff import Backoff
 from ..custody._asks import AskRecord
 from ..custody._conversation import Conversation
 from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quarantine_deaths
-from ..custody._limits import Granted
-from ..custody._limits import Wait as PermitWait
+from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord
 from ..custody._rules import StaleLease
 from ..runs._asks import asks_fields, parked_from
@@ -303,7 +302,7 @@ async def child_steps(journal: Journal) -> ChildSteps:
     def parked(until: float, why: str, asked: ParkedAsk | None = None) -> None:
         journal.park(until, why, asked)
 
-    async def acquire(key: str, weight: float) -> Granted | PermitWait:
+    async def acquire(key: str, weight: float) -> Granted | NoPermit:
         return await journal.fenced(lambda store, claim: store.acquire_permit(claim, key, weight))
 
     limits = ChildLimits(acquire, store.release_permit, store.pause_limit)

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from ..custody._asks import AskRecord
-from ..custody._limits import Granted, Wait
+from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord
 from ..custody._rules import Claim
 from ._quarantine_limits import PipeLimits
@@ -36,7 +36,9 @@ class PipeJournal:
     async def asks(self, id: str) -> Sequence[AskRecord]:
         return await self._steps.asks(id)
 
-    async def acquire_permit(self, claim: Claim, key: str, weight: float = 1.0) -> Granted | Wait:
+    async def acquire_permit(
+        self, claim: Claim, key: str, weight: float = 1.0
+    ) -> Granted | NoPermit:
         return await self.limits.acquire_permit(claim, key, weight)
 
     async def release_permit(self, permit: int) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from ..custody._limits import Granted, Wait
+from ..custody._limits import Granted, NoPermit
 from ..custody._rules import Claim, StaleLease
 
 
@@ -36,7 +36,9 @@ class PipeLimits:
     def clock(self) -> float:
         return time.time()
 
-    async def acquire_permit(self, claim: Claim, key: str, weight: float = 1.0) -> Granted | Wait:
+    async def acquire_permit(
+        self, claim: Claim, key: str, weight: float = 1.0
+    ) -> Granted | NoPermit:
         self._asked += 1
         n = self._asked
         done, answer = self._waiting[n] = (trio.Event(), [])
@@ -51,7 +53,7 @@ class PipeLimits:
         if message["granted"]:
             tokens = message.get("tokens")
             return Granted(message.get("permit"), math.inf if tokens is None else float(tokens))
-        return Wait(message.get("seconds"), str(message["why"]))
+        return NoPermit(message.get("seconds"), str(message["why"]))
 
     async def release_permit(self, permit: int) -> None:
         self._pipe.send("release", permit=permit)
@@ -72,7 +74,7 @@ class PipeLimits:
 class ChildLimits:
     """What the parent does for a quarantined run's permits: under its own claim."""
 
-    acquire: Callable[[str, float], Awaitable[Granted | Wait]]
+    acquire: Callable[[str, float], Awaitable[Granted | NoPermit]]
     release: Callable[[int], Awaitable[None]]
     pause: Callable[[str, float], Awaitable[None]]
 

@@ -23,7 +23,7 @@ from ..custody._limits import Granted, check_key, check_pause, check_weight
 from ..custody._roles import PermitStore
 from ._journal import Journal
 from ._spans import WaitTrace
-from ._timings import Histogram
+from ._timings import TimingHistogram
 
 log = logging.getLogger("tether.bridge.limits")
 
@@ -47,8 +47,10 @@ class LimitMetrics:
     """Acquires that had to wait (at least once)."""
     parks: int = 0
     pauses: int = 0
-    wait: Histogram = attrs.field(
-        factory=lambda: Histogram("permit_wait", "Seconds a run waited for a permit of a limit")
+    wait: TimingHistogram = attrs.field(
+        factory=lambda: TimingHistogram(
+            "permit_wait", "Seconds a run waited for a permit of a limit"
+        )
     )
 
 

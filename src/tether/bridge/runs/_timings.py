@@ -48,7 +48,7 @@ MAX_TRACKED: Final = 100_000
 
 
 @attrs.define(eq=False)
-class Histogram:
+class TimingHistogram:
     """Cumulative bucket counts (Prometheus style) and the recent observations."""
 
     name: str
@@ -92,21 +92,21 @@ class Histogram:
 class Timings:
     """One bridge's timing histograms; the parts call the method of each moment they see."""
 
-    queue_wait: Histogram = attrs.field(
-        factory=lambda: Histogram(
+    queue_wait: TimingHistogram = attrs.field(
+        factory=lambda: TimingHistogram(
             "queue_wait", "Seconds from intake (commit, then ack) to a worker's claim"
         )
     )
-    run_time: Histogram = attrs.field(
-        factory=lambda: Histogram("run_time", "Seconds from a claim to the agent's answer")
+    run_time: TimingHistogram = attrs.field(
+        factory=lambda: TimingHistogram("run_time", "Seconds from a claim to the agent's answer")
     )
-    delivery: Histogram = attrs.field(
-        factory=lambda: Histogram(
+    delivery: TimingHistogram = attrs.field(
+        factory=lambda: TimingHistogram(
             "delivery", "Seconds from a reply being stored to the gateway confirming it"
         )
     )
-    lead_sweep: Histogram = attrs.field(
-        factory=lambda: Histogram(
+    lead_sweep: TimingHistogram = attrs.field(
+        factory=lambda: TimingHistogram(
             "lead_sweep",
             "Seconds one sweep of this process's pool lead took (read, plan, assign)",
             SWEEP_BUCKETS,
@@ -116,7 +116,7 @@ class Timings:
     _stored: OrderedDict[str, float] = attrs.field(init=False, factory=OrderedDict)
 
     @property
-    def histograms(self) -> tuple[Histogram, ...]:
+    def histograms(self) -> tuple[TimingHistogram, ...]:
         return (self.queue_wait, self.run_time, self.delivery, self.lead_sweep)
 
     def taken_in(self, ids: Iterable[str], at: float) -> None:

@@ -22,7 +22,7 @@ from ..custody._roles import InspectStore, RoomStore
 from ..custody._rules import IN_CUSTODY, CustodyState
 from ..pool._status import PoolStatus
 from ..runs._permits import METRICS
-from ..runs._timings import Histogram, Timings
+from ..runs._timings import TimingHistogram, Timings
 
 log = logging.getLogger("tether.admin")
 
@@ -105,10 +105,10 @@ def bridge_observed(
 class _Histograms:
     """The bridge's timings and the process's permit waits, as ``/metrics`` reads them."""
 
-    parts: tuple[Histogram, ...]
+    parts: tuple[TimingHistogram, ...]
 
     @property
-    def histograms(self) -> tuple[Histogram, ...]:
+    def histograms(self) -> tuple[TimingHistogram, ...]:
         return self.parts
 
 

@@ -29,9 +29,6 @@ LISTED: Final = 50
 PAGE_REASON: Final = "from the operator page"
 """What an operator's move from the page records after "operator: re-driven" / "cancelled"."""
 
-WAITING: Final = next((s for s in CustodyState if s.value == "waiting"), None)
-"""The state of parked runs (issue 35 adds it); until it exists no task is listed as waiting."""
-
 
 @attrs.frozen
 class Member:
@@ -94,7 +91,7 @@ async def ops_view(store: Store) -> dict[str, object]:
             if first:
                 oldest[state.value] = _entry(first[0], now)
     waiting: tuple[WaitingEntry, ...] = ()
-    if WAITING is not None and status.counts.get(WAITING.value, 0):
+    if status.counts.get(CustodyState.WAITING.value, 0):
         waiting = tuple(
             WaitingEntry(
                 id=r.task.id,
@@ -103,7 +100,7 @@ async def ops_view(store: Store) -> dict[str, object]:
                 waits_for=r.reason,
                 due_in_s=None if r.not_before is None else round(r.not_before - now, 3),
             )
-            for r in await store.records(WAITING, limit=LISTED)
+            for r in await store.records(CustodyState.WAITING, limit=LISTED)
         )
     members = tuple(
         Member(w.name, w.role, w.capacity, _age(now, w.last_beat), _age(now, w.started_at))

@@ -33,7 +33,6 @@ from ..client._client import (
     GatewayRequestError,
     GatewayUnavailable,
 )
-from ..custody._reconcile import Reconciler
 from ..custody._roles import Store
 from ..custody._rooms import RoomPolicy
 from ..custody._rules import IN_CUSTODY, Task
@@ -42,6 +41,7 @@ from ..pool._asyncio import loop_for
 from ..pool._idle import worker_idle_maximum
 from ..pool._lead import PoolLead
 from ..pool._quarantine import Quarantine, QuarantineSpec
+from ..pool._reconciler import Reconciler
 from ..pool._stall import StallWatcher
 from ..pool._status import PoolStatus, pool_status
 from ..pool._wakeup import PoolWakeups
@@ -77,7 +77,7 @@ class BridgeService:
 
     ``store`` and ``factory`` may be given (tests, the demo); otherwise they come from
     ``config.store`` and ``config.agent``. ``gateway_options`` go to
-    :class:`~tether.bridge.GatewayClient`.
+    :class:`~tether.bridge.client.GatewayClient`.
 
     Stopping it in-process:
 

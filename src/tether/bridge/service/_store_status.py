@@ -41,7 +41,7 @@ class StatusEntry:
 @attrs.frozen
 class StoreStatus:
     """What ``tether store status`` shows: counts per state, the oldest tasks in flight,
-    the latest dead letters (``store_status`` reads it, ``render_status`` prints it)."""
+    the latest dead letters (``store_status`` reads it, ``render_store_status`` prints it)."""
 
     counts: dict[str, int]
     in_custody: int
@@ -136,7 +136,7 @@ def _due(seconds: float) -> str:
     return "due now (the reconciler wakes it)" if seconds <= 0 else f"due in {_age(seconds)}"
 
 
-def render_status(status: StoreStatus, where: str) -> str:
+def render_store_status(status: StoreStatus, where: str) -> str:
     """The status as a few aligned lines of text."""
     lines = [f"custody store {where}"]
     for state, count in status.counts.items():

@@ -30,13 +30,13 @@ from ..._plumbing._config_error import ConfigError
 from ..._plumbing._converter import unstructure
 from ..._plumbing._fs import ensure_private_dir
 from ..._protocol._connection import utc_now_iso
-from ..custody._reconcile import Reconciler
 from ..custody._roles import NewsStore, Store
 from ..pool._agent import AgentFactory, load_agent
 from ..pool._asyncio import loop_for
 from ..pool._files import file_exchange_worker
 from ..pool._idle import worker_idle_maximum
 from ..pool._lead import PoolLead
+from ..pool._reconciler import Reconciler
 from ..pool._status import PoolStatus, pool_status
 from ..pool._wakeup import PoolWakeups
 from ..pool._worker import PoolWorker

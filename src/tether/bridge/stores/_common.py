@@ -129,7 +129,7 @@ def record_from_row(row: Sequence[Any], decode: Callable[[Any], str]) -> TaskRec
 
 
 @attrs.frozen
-class Seen:
+class FoundState:
     """Where a task stood when a compare-and-set on it missed: the evidence for the error."""
 
     state: CustodyState
@@ -151,7 +151,7 @@ def owner_note(owner: str | None, attempt: int) -> str:
     return f" (owner {owner}, attempt {attempt})" if owner else ""
 
 
-def stale_lease(seen: Seen | None, claim: Claim, now: float, verb: str) -> Exception:
+def stale_lease(seen: FoundState | None, claim: Claim, now: float, verb: str) -> Exception:
     """The error for a fenced-out claim: ``TaskGone`` if the task is gone, else a
     ``StaleLease`` saying whether the lease expired or someone else holds the task."""
     if seen is None:

@@ -18,7 +18,7 @@ from ..custody._limits import (
     Granted,
     LimitSpec,
     LimitView,
-    Wait,
+    NoPermit,
     check_key,
     check_weight,
     tokens_at,
@@ -50,14 +50,16 @@ class LimitsFrame(StoreFrame):
     @abc.abstractmethod
     async def _set_limit(self, spec: LimitSpec, now: float) -> None: ...
 
-    async def acquire_permit(self, claim: Claim, key: str, weight: float = 1.0) -> Granted | Wait:
+    async def acquire_permit(
+        self, claim: Claim, key: str, weight: float = 1.0
+    ) -> Granted | NoPermit:
         fence_args(claim)
         return await self._acquire_permit(claim, check_key(key), check_weight(weight), self.clock())
 
     @abc.abstractmethod
     async def _acquire_permit(
         self, claim: Claim, key: str, weight: float, now: float
-    ) -> Granted | Wait:
+    ) -> Granted | NoPermit:
         """Under the fence, apply ``custody._limits.decide`` to ``key``'s bucket: on a grant
         spend the tokens, count the permit in flight and insert it (its id returned); on a
         wait record the waiter (until its wait is over). ``StaleLease`` if fenced out."""

@@ -28,18 +28,18 @@ from ...custody._crashes import (
     process_prefix,
     quarantine_death_outcome,
 )
-from ...custody._limits import WAITER_GRACE, Granted, LimitSpec, LimitView, Wait, decide
+from ...custody._limits import WAITER_GRACE, Granted, LimitSpec, LimitView, NoPermit, decide
 from ...custody._outage import StoreReach
 from ...custody._records import (
     Assignment,
-    Decide,
     JournalEntry,
     LeaseExpiry,
+    PendingTask,
     PoolView,
-    Queued,
     StallCandidate,
     StepRecord,
     Suspects,
+    SweepPlanner,
     WaitingRetries,
     WaitingRuns,
     WorkerInfo,
@@ -69,7 +69,7 @@ from .. import _outranked as outranked
 from .._asks_frame import log_answers
 from .._common import (
     RANK_PRIORITY,
-    Seen,
+    FoundState,
     assign_refused,
     check_limit,
     fail_outcome,
@@ -461,7 +461,7 @@ class PostgresStore(
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
                 pending = [
-                    Queued(id, room, RANK_PRIORITY[rank])
+                    PendingTask(id, room, RANK_PRIORITY[rank])
                     for id, room, rank in conn.execute(
                         pending_sql, {"limit": pending_limit, "skip": skip, "now": at}
                     )
@@ -487,7 +487,7 @@ class PostgresStore(
         return await self._run(op)
 
     async def plan_and_assign(
-        self, decide: Decide, *, pending_limit: int = 1000
+        self, decide: SweepPlanner, *, pending_limit: int = 1000
     ) -> tuple[PoolView, list[bool] | None]:
         """The view, then ``assign_many``: two transactions (``plan_then_assign``)."""
         return await plan_then_assign(self, decide, pending_limit=pending_limit)
@@ -636,7 +636,7 @@ class PostgresStore(
         params.update(chan=self._channel, payload=PENDING, not_before=not_before)
         sql = self._sql
 
-        def op(conn: Conn) -> tuple[bool, str] | Seen | None:
+        def op(conn: Conn) -> tuple[bool, str] | FoundState | None:
             # the failure budget leaves out the runs lost to crashes (custody._crashes)
             with conn.transaction():
                 row = conn.execute(sql.fenced_crash_count, params).fetchone()
@@ -660,7 +660,7 @@ class PostgresStore(
         params.update(chan=self._channel, payload=PENDING)
         sql = self._sql
 
-        def op(conn: Conn) -> tuple[CustodyState, str] | Seen | None:
+        def op(conn: Conn) -> tuple[CustodyState, str] | FoundState | None:
             with conn.transaction():
                 row = conn.execute(sql.fenced_quarantine_deaths, params).fetchone()
                 if row is None:
@@ -944,7 +944,7 @@ class PostgresStore(
         params.update(name=name, value=value, size=size)
         sql, state_sql = self._steps_sql.record, self._sql.cas_state
 
-        def op(conn: Conn) -> StepRecord | Seen | None:
+        def op(conn: Conn) -> StepRecord | FoundState | None:
             row = conn.execute(sql, params).fetchone()
             assert row is not None
             fenced, inserted, total, *old = row
@@ -1012,12 +1012,12 @@ class PostgresStore(
 
     async def _acquire_permit(
         self, claim: Claim, key: str, weight: float, now: float
-    ) -> Granted | Wait:
+    ) -> Granted | NoPermit:
         params = _fence(claim, now)
         params.update(key=key, weight=weight)
         q, state_sql = self._limits_sql, self._sql.cas_state
 
-        def op(conn: Conn) -> Granted | Wait | Seen | None:
+        def op(conn: Conn) -> Granted | NoPermit | FoundState | None:
             for _ in range(3):  # a grant between our two statements: ask again
                 row = conn.execute(q.acquire, params).fetchone()
                 assert row is not None
@@ -1030,14 +1030,14 @@ class PostgresStore(
                 if found is None:
                     return Granted(None)
                 outcome = decide(bucket_of(found), weight, now)
-                if isinstance(outcome, Wait):
+                if isinstance(outcome, NoPermit):
                     until = now + (outcome.seconds or 0.0) + WAITER_GRACE
                     conn.execute(q.waiter, {**params, "until": until})
                     return outcome
-            return Wait(0.0, "contended")
+            return NoPermit(0.0, "contended")
 
         outcome = await self._run(op)
-        if isinstance(outcome, Granted | Wait):
+        if isinstance(outcome, Granted | NoPermit):
             return outcome
         if outcome is None:
             raise task_gone(claim.task.id, f"acquire a permit of {key!r} for")
@@ -1111,7 +1111,7 @@ class PostgresStore(
 
     async def _cas(
         self, sql: str, params: Mapping[str, Any], *, promise: bool = False
-    ) -> tuple[Any, Seen | None]:
+    ) -> tuple[Any, FoundState | None]:
         """Run a CAS statement; return (its RETURNING value, None) or (None, the row now).
 
         The row is read by a second statement only when the CAS changed nothing: a new
@@ -1120,7 +1120,7 @@ class PostgresStore(
         """
         state_sql = self._sql.cas_state
 
-        def op(conn: Conn) -> tuple[Any, Seen | None]:
+        def op(conn: Conn) -> tuple[Any, FoundState | None]:
             row = conn.execute(sql, params).fetchone()
             if row is not None and row[0] is not None:
                 return row[0], None
@@ -1172,13 +1172,13 @@ def _one(row: Sequence[Any] | None) -> float | None:
     return None if row is None or row[0] is None else float(row[0])
 
 
-def _seen(conn: Conn, state_sql: str, params: Mapping[str, Any]) -> Seen | None:
+def _seen(conn: Conn, state_sql: str, params: Mapping[str, Any]) -> FoundState | None:
     """Where the task of a compare-and-set that missed stands now (None: no such task)."""
     row = conn.execute(state_sql, params).fetchone()
     if row is None:
         return None
     state, owner, attempt, lease_until, reason, run = row
-    return Seen(CustodyState(state), owner, attempt, lease_until, reason, run=run)
+    return FoundState(CustodyState(state), owner, attempt, lease_until, reason, run=run)
 
 
 def _record(row: Sequence[Any]) -> TaskRecord:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Final
 
-from ...custody._limits import WAITER_GRACE, Granted, LimitView, Wait, decide
+from ...custody._limits import WAITER_GRACE, Granted, LimitView, NoPermit, decide
 from .._limits_frame import bucket_of, views_of
 from ._sql import FENCE_NAMED
 
@@ -51,7 +51,7 @@ ALL: Final = f"SELECT {COLS} FROM limits ORDER BY key"
 WAITERS: Final = "SELECT key, count(*) FROM limit_waiters WHERE until > ? GROUP BY key"
 
 
-def acquire(conn: sqlite3.Connection, params: dict[str, Any]) -> Granted | Wait | None:
+def acquire(conn: sqlite3.Connection, params: dict[str, Any]) -> Granted | NoPermit | None:
     """One acquire (the writer's job); None if fenced out."""
     if conn.execute(FENCED, params).fetchone() is None:
         return None
@@ -60,7 +60,7 @@ def acquire(conn: sqlite3.Connection, params: dict[str, Any]) -> Granted | Wait 
         return Granted(None)
     now = params["now"]
     outcome = decide(bucket_of(row), params["weight"], now)
-    if isinstance(outcome, Wait):
+    if isinstance(outcome, NoPermit):
         wait = outcome.seconds if outcome.seconds is not None else 0.0
         conn.execute(WAITER, {**params, "until": now + wait + WAITER_GRACE})
         return outcome

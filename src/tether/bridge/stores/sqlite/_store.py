@@ -34,18 +34,18 @@ from ...custody._crashes import (
     process_prefix,
     quarantine_death_outcome,
 )
-from ...custody._limits import Granted, LimitSpec, LimitView, Wait
+from ...custody._limits import Granted, LimitSpec, LimitView, NoPermit
 from ...custody._outage import StoreReach
 from ...custody._records import (
     Assignment,
-    Decide,
     JournalEntry,
     LeaseExpiry,
+    PendingTask,
     PoolView,
-    Queued,
     StallCandidate,
     StepRecord,
     Suspects,
+    SweepPlanner,
     WaitingRetries,
     WaitingRuns,
     WorkerInfo,
@@ -75,7 +75,7 @@ from .. import _outranked as outranked
 from .._asks_frame import log_answers
 from .._common import (
     RANK_PRIORITY,
-    Seen,
+    FoundState,
     assign_refused,
     check_limit,
     fail_outcome,
@@ -342,7 +342,7 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations, Sqli
         )
 
     async def plan_and_assign(
-        self, decide: Decide, *, pending_limit: int = 1000
+        self, decide: SweepPlanner, *, pending_limit: int = 1000
     ) -> tuple[PoolView, list[bool] | None]:
         """The view, the plan and its assignments in one writer transaction."""
         check_limit(pending_limit, "pending_limit")
@@ -832,10 +832,10 @@ class SqliteStore(LimitsFrame, StepsFrame, SqliteAsks, SqliteConversations, Sqli
 
     async def _acquire_permit(
         self, claim: Claim, key: str, weight: float, now: float
-    ) -> Granted | Wait:
+    ) -> Granted | NoPermit:
         params = {**sql.fence_params(claim, now), "key": key, "weight": weight}
 
-        def op(conn: sqlite3.Connection) -> Granted | Wait:
+        def op(conn: sqlite3.Connection) -> Granted | NoPermit:
             outcome = limits_sql.acquire(conn, params)
             if outcome is None:
                 raise _stale(conn, claim, now, f"acquire a permit of {key!r} for")
@@ -919,7 +919,7 @@ def _stale(conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exc
     seen = (
         None
         if rec is None
-        else Seen(rec.state, rec.owner, rec.attempt, rec.lease_until, rec.reason, run=rec.run)
+        else FoundState(rec.state, rec.owner, rec.attempt, rec.lease_until, rec.reason, run=rec.run)
     )
     return stale_lease(seen, claim, now, verb)
 
@@ -940,11 +940,11 @@ def _pool_view(
     conn: sqlite3.Connection, at: float, pending_limit: int, skip: str, walks: WalkHint
 ) -> PoolView:
     """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past)."""
-    pending: list[Queued] = []
+    pending: list[PendingTask] = []
     rooms: dict[str, str] = {}
     ready = json.dumps(ready_pending(conn, at, pending_limit, skip, walks))
     for id, room, rank, keeper in conn.execute(sql.VIEW_PENDING, (ready,)):
-        pending.append(Queued(id, room, RANK_PRIORITY[rank]))
+        pending.append(PendingTask(id, room, RANK_PRIORITY[rank]))
         if keeper is not None:
             rooms[room] = keeper
     return PoolView(

@@ -2,7 +2,7 @@
 and while the file ``$TETHER_TEST_HOLD`` exists it marks ``$TETHER_TEST_HOLD.started`` and
 holds its run (a test SIGKILLs the bridge then); otherwise it answers at once.
 
-``--agent service.traced_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
+``--agent support.agents.traced:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 line to ``STEPS_AGENT_LOG``), sleeps ``N`` seconds durably and answers with the time it
 woke; any other body is answered at once.
 
-``--agent service.sleep_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
+``--agent support.agents.sleep:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
 
 from __future__ import annotations

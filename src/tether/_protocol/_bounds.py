@@ -1,5 +1,6 @@
-"""Gateway protocol v1's limits and id rules, enforced by both ends and the custody store: the task
-id is the store's primary key, so none of them accepts what another refuses."""
+"""Gateway protocol v1's bounds: its size limits and id rules, enforced by both ends and the
+custody store: the task id is the store's primary key, so none of them accepts what another
+refuses. (Flow-control limits, a run's permits, are ``bridge.custody._limits``.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What the pool's tests share: an agent made of one handler, and a store-state predicate for
-``wait_until``."""
+"""An agent made of one handler, for the tests that run a pool in-process."""
 
 from __future__ import annotations
 
@@ -7,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import Session
-from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge import Task
 
 
 def agent(fn: Callable[[Task], Any]) -> Callable[[Session], None]:
@@ -17,7 +16,3 @@ def agent(fn: Callable[[Task], Any]) -> Callable[[Session], None]:
         session.add_handler("task", fn)
 
     return factory
-
-
-async def state_is(store: SqliteStore, id: str, state: CustodyState) -> bool:
-    return await store.state(id) is state

@@ -10,7 +10,7 @@
   state; ``environ``: the environment a tool it starts sees (``env``'s output); anything
   else: an echo.
 
-``--agent pool.quarantine_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
+``--agent support.agents.quarantine:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """An agent for the ask test (issue #36): it asks the person to confirm, then answers
-``booked: <answer>``. ``--agent service.ask_agent:factory`` (the tests put ``tests/`` on
+``booked: <answer>``. ``--agent support.agents.ask:factory`` (the tests put ``tests/`` on
 PYTHONPATH)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 file named by ``OUTAGE_RUNS_FILE`` (O_APPEND: whole lines from every process), then sleeps
 the seconds a body ``long <s>`` asks for and echoes.
 
-``--agent service.outage_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
+``--agent support.agents.outage:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
 
 from __future__ import annotations

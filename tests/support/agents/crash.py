@@ -3,7 +3,7 @@
 'late poison' does so after ``LATE_S``, 'segv poison' reads address 0, 'exit poison' calls
 ``os._exit(3)``; any other body is answered after ``RUN_S`` ('slow' in the body: ``SLOW_S``).
 
-``--agent service.crash_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
+``--agent support.agents.crash:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """An agent for the real-process tests: echoes; crashes on 'crash'; dawdles on 'slow' (0.3 s)
 and 'stall' (2 s); 'hang' runs until cancelled.
 
-``--agent service.agent_for_tests:factory`` (the tests put ``tests/`` on PYTHONPATH).
+``--agent support.agents.basic:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
 
 from __future__ import annotations

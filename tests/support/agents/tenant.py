@@ -1,5 +1,5 @@
 """An agent for the fair-shares test: each message costs a 40 ms call to a "model" (a sleep),
-then echoes. ``--agent service.tenant_agent:factory``."""
+then echoes. ``--agent support.agents.tenant:factory``."""
 
 from __future__ import annotations
 

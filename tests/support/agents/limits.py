@@ -4,7 +4,7 @@ file named by ``LIMITS_AGENT_LOG``; ``429`` pauses ``openai`` for everyone for 2
 ``Retry(after=, key=)``), logging ``pause <until>``; ``hold`` holds a permit of ``hold`` for a
 minute (a holder to SIGKILL).
 
-``--agent service.limits_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
+``--agent support.agents.limits:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ line (``O_APPEND``, one ``write``) to the file named by ``STEPS_AGENT_LOG`` and 
 line's nonce, which the step records. A run that is killed and resumed shows in the log as a
 repeated (task, step) line only where the process died between a step's effect and its record.
 
-``--agent service.steps_agent:factory`` (the tests put ``tests/`` on PYTHONPATH).
+``--agent support.agents.steps:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
 
 from __future__ import annotations
