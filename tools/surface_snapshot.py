@@ -6,8 +6,9 @@ paused), tenant weights, a worker's beat and a room's conversation, written thro
 store's API on a fixed clock. ``render <dir> [-o out.txt]`` copies that store into a temporary
 directory and prints, for the copy: ``--help`` of every command, every reading ``tether store``
 verb (text and ``--json``), four refused commands (exit code and stderr), and the admin
-``/status`` and ``/metrics`` of a ``tether worker run`` process on it, read once its pool has
-settled (leading, its worker seen, two reads alike). ``all`` does both in a temporary directory.
+``/status`` and ``/metrics`` of a ``tether worker run`` on it and of a ``tether bridge run`` on
+a second copy (its gateway a ``tether gateway serve`` that knows none of the tasks), each read
+once its pool has settled (``SETTLE_S``). ``all`` does both in a temporary directory.
 
 Build once, on the old version, and render that same store with both versions: the build goes
 through store methods a refactor may move, the render only through the ``tether`` command.
@@ -159,6 +160,7 @@ COMMANDS = (
     ("worker",),
     ("worker", "run"),
     ("gateway",),
+    ("gateway", "serve"),
     ("ps",),
     ("status",),
 )
@@ -252,22 +254,22 @@ def render_cli(out: Render) -> None:
 
 
 @contextmanager
-def _worker_process(out: Render) -> Iterator[tuple[str, str]]:
-    """A ``tether worker run`` on the store with its admin endpoint: (its URL, its token)."""
-    log = out.work / "worker.log"
-    token_file = out.work / "admin-token"
-    argv = [
-        *("worker", "run", "--store", str(out.work / "custody.db")),
-        *("--workers", "1", "--concurrency", "1", "--pool-name", "snapshot"),
-        *("--admin-port", "0", "--admin-token-file", str(token_file), "--grace", "1"),
-    ]
+def _process(out: Render, name: str, argv: Sequence[str], frozen: bool = True) -> Iterator[str]:
+    """A ``tether`` process (time frozen unless told) logging into ``<name>.log``: that log's
+    text once the process has announced a URL, then its exit code in the output."""
+    log = out.work / f"{name}.log"
+    command = _tether(argv) if frozen else [sys.executable, "-m", "tether", *argv]
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            _tether(argv), stdout=sink, stderr=subprocess.STDOUT, env=_environ(out.work)
+            command, stdout=sink, stderr=subprocess.STDOUT, env=_environ(out.work)
         )
     try:
-        found = _wait_for(lambda: re.search(r"admin endpoint (http://\S+)", log.read_text()), 60)
-        yield found.group(1).rstrip("/,"), token_file.read_text().strip()
+
+        def announced() -> str | None:
+            text = log.read_text()
+            return text if "http://" in text else None
+
+        yield _wait_for(announced, 60)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -275,7 +277,38 @@ def _worker_process(out: Render) -> Iterator[tuple[str, str]]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        out.section("worker process: exit code", str(process.returncode))
+        out.section(f"{name} process: exit code", str(process.returncode))
+
+
+def _admin(out: Render, name: str, argv: Sequence[str]) -> None:
+    """Start ``argv`` with its admin endpoint and print its settled ``/status`` and ``/metrics``."""
+    token_file = out.work / f"{name}-admin-token"
+    admin = ["--admin-port", "0", "--admin-token-file", str(token_file), "--grace", "1"]
+    with _process(out, name, [*argv, *admin]):
+        log = _wait_for(lambda: re.search(r"admin endpoint (http://\S+)", _text(out, name)), 60)
+        url, token = log.group(1).rstrip("/,"), token_file.read_text().strip()
+        last: tuple[str, str] | None = None
+        since = time.monotonic()
+
+        def settled() -> tuple[str, str] | None:
+            """Leading, its workers seen by the lead, and every read alike for SETTLE_S."""
+            nonlocal last, since
+            status = _get(url + "/status", token)
+            pool = json.loads(status)["pool"]
+            if not pool["leading"] or set(pool["workers"]) - set(pool["workers_seen"]):
+                return None
+            now = (_status(status), _metrics(_get(url + "/metrics", token)))
+            if now != last:
+                last, since = now, time.monotonic()
+            return now if time.monotonic() - since >= SETTLE_S else None
+
+        status, metrics = _wait_for(settled, 60)
+        out.section(f"GET /status ({name} process)", status)
+        out.section(f"GET /metrics ({name} process)", metrics)
+
+
+def _text(out: Render, name: str) -> str:
+    return (out.work / f"{name}.log").read_text()
 
 
 def _wait_for(check: Callable[[], T | None], within: float) -> T:
@@ -294,34 +327,44 @@ def _get(url: str, token: str) -> str:
 
 
 def render_admin(out: Render) -> None:
-    with _worker_process(out) as (url, token):
-        # settled: two reads in a row the same once normalised (the lead elected, first beats)
-        last: tuple[str, str] | None = None
+    """A worker process on one copy of the store; on another, a bridge to a reference gateway
+    that knows none of the store's tasks (it refuses their results, questions and notices)."""
+    pool = ["--workers", "1", "--concurrency", "1", "--pool-name", "snapshot"]
+    _admin(out, "worker", ["worker", "run", "--store", str(out.work / "custody.db"), *pool])
+    gateway = [
+        *("gateway", "serve", "--port", "0", "--db", str(out.work / "gateway.db")),
+        *("--token-file", str(out.work / "gateway-token")),
+    ]
+    with _process(out, "gateway", gateway, frozen=False) as log:
+        url = re.search(r"listening on (http://\S+)", log)
+        if url is None:
+            sys.exit(f"the gateway announced no URL:\n{log}")
+        bridge = [
+            *("bridge", "run", "--store", str(out.work / "bridge" / "custody.db"), *pool),
+            *("--gateway", url.group(1), "--token-file", str(out.work / "gateway-token")),
+        ]
+        _admin(out, "bridge", bridge)
 
-        def settled() -> tuple[str, str] | None:
-            nonlocal last
-            status = _get(url + "/status", token)
-            pool = json.loads(status)["pool"]
-            if not pool["leading"] or set(pool["workers"]) - set(pool["workers_seen"]):
-                return None
-            now = (_status(status), _metrics(_get(url + "/metrics", token)))
-            same, last = now == last, now
-            return now if same else None
 
-        status, metrics = _wait_for(settled, 60)
-        out.section("GET /status (worker process)", status)
-        out.section("GET /metrics (worker process)", metrics)
-
-
+SETTLE_S = 3.0
+"""How long a process's reads must stay alike: three of the admin's custody readings (one a
+second), so no move made meanwhile is still to show."""
 MEASURED_KEYS = frozenset({"uptime_s", "custody_age_s", "live_tasks"})
 """``/status`` fields measured while the process runs: times on the wall clock, and the Trio
 tasks alive at that instant (a request's or a sweep's come and go)."""
-MEASURED_METRICS = frozenset({"tether_custody_reading_age_seconds", "tether_registry_tasks"})
-"""``/metrics`` samples measured while the process runs (as ``MEASURED_KEYS``)."""
+MEASURED_TIMINGS = frozenset({"lead_sweep"})
+"""``/status`` timings of work that repeats while the process runs: how often and how long."""
+MEASURED_METRICS = frozenset(
+    {"tether_custody_reading_age_seconds", "tether_registry_tasks"}
+    | {f"tether_lead_sweep_seconds{part}" for part in ("_bucket", "_count", "_sum")}
+)
+"""``/metrics`` samples measured while the process runs (as the two above)."""
 
 
 def _status(text: str) -> str:
     def measured(value: object) -> object:
+        if isinstance(value, dict) and value.get("name") in MEASURED_TIMINGS:
+            return {k: v if k == "name" else "<measured>" for k, v in value.items()}
         if isinstance(value, dict):
             return {
                 k: "<measured>" if k in MEASURED_KEYS else measured(v) for k, v in value.items()
@@ -347,8 +390,10 @@ def render(store_dir: Path) -> str:
         sys.exit(f"{built}: no store here (make one with `build {store_dir}`)")
     with tempfile.TemporaryDirectory(prefix="tether-surface-") as tmp:
         work = Path(tmp)
+        (work / "bridge").mkdir()
         for part in store_dir.glob("custody.db*"):  # with its wake-up side file
             shutil.copy2(part, work / part.name)
+            shutil.copy2(part, work / "bridge" / part.name)
         out = Render(work)
         render_cli(out)
         render_admin(out)
