@@ -2,9 +2,7 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,15 +12,11 @@ from support import sql_record
 def pytest_configure(config: pytest.Config) -> None:
     """``TETHER_SQL_RECORD=<dir>``: record every SQL statement of this session and of every
     Python process it starts (``support/sql_record.py``; ``tools/sql_diff.py`` reads them)."""
-    where = os.environ.get(sql_record.ENV)
-    if where:
-        sql_record.write_pth(Path(where))
-        sql_record.install(Path(where))
+    sql_record.pytest_configure()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if os.environ.get(sql_record.ENV):
-        sql_record.remove_pth()
+    sql_record.pytest_unconfigure()
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,9 @@
 """Opt-in record of every SQL statement text run against SQLite and PostgreSQL (issue 46).
 
-``TETHER_SQL_RECORD=<dir> uv run pytest`` turns it on: ``tests/conftest.py`` installs it in the
-test process and, for the session, writes a ``.pth`` line into the environment's site-packages
-(as pytest-cov measures subprocesses), so every Python process started below the session
-(bridges, workers, CLI verbs, their children) installs it at start-up too, whatever
+``TETHER_SQL_RECORD=<dir> uv run pytest`` turns it on (``pytest_configure``, below): it installs
+itself in the test process and, for the session, writes a ``.pth`` line into the environment's
+site-packages (as pytest-cov measures subprocesses), so every Python process started below the
+session (bridges, workers, CLI verbs, their children) installs it at start-up too, whatever
 environment variables its parent gave it. Unset, nothing is patched and no line is written.
 ``tools/sql_diff.py`` merges and compares the records.
 
@@ -300,3 +300,18 @@ def write_pth(directory: Path, *, site_dir: Path | None = None, session: int | N
 
 def remove_pth(site_dir: Path | None = None) -> None:
     pth_path(site_dir).unlink(missing_ok=True)
+
+
+def pytest_configure() -> None:
+    """With ``ENV`` set, record this session and every process below it. ``tests/conftest.py``
+    calls it; on a checkout without that hook, ``PYTHONPATH=tests pytest -p support.sql_record``
+    loads this file as a plugin (twice does no harm)."""
+    where = os.environ.get(ENV)
+    if where:
+        write_pth(Path(where))
+        install(Path(where))
+
+
+def pytest_unconfigure() -> None:
+    if os.environ.get(ENV):
+        remove_pth()
