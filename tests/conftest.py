@@ -6,6 +6,18 @@ from collections.abc import Iterator
 
 import pytest
 
+from support import sql_record
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``TETHER_SQL_RECORD=<dir>``: record every SQL statement of this session and of every
+    Python process it starts (``support/sql_record.py``; ``tools/sql_diff.py`` reads them)."""
+    sql_record.pytest_configure()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    sql_record.pytest_unconfigure()
+
 
 @pytest.fixture(autouse=True)
 def _unfreeze_gc() -> Iterator[None]:

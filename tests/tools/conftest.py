@@ -1,0 +1,1 @@
+from support.custody_fixtures import postgres_dsn as postgres_dsn
