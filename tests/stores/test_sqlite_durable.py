@@ -16,14 +16,14 @@ from tether.bridge.stores.sqlite._durable import wal_barrier
 
 async def _counting(store: SqliteStore) -> list[int]:
     calls: list[int] = []
-    real = store._writer.barrier
+    real = store.db.writer.barrier
     assert real is not None
 
     def barrier() -> None:
         real()
         calls.append(1)
 
-    store._writer.barrier = barrier
+    store.db.writer.barrier = barrier
     return calls
 
 
@@ -63,7 +63,7 @@ async def test_a_promise_is_not_made_when_the_sync_fails(tmp_path: Path) -> None
         def broken() -> None:
             raise OSError(5, "Input/output error")
 
-        store._writer.barrier = broken
+        store.db.writer.barrier = broken
         with pytest.raises(OSError, match="Input/output"):
             await store.ingest(Task("t1", "a"))  # so no ack is sent
         claim = await store.claim("w0", leaderless=True)  # the commit itself stands
@@ -75,9 +75,9 @@ async def test_a_promise_is_not_made_when_the_sync_fails(tmp_path: Path) -> None
 
 async def test_full_syncs_every_commit_and_needs_no_barrier(tmp_path: Path) -> None:
     async with await SqliteStore.open(tmp_path / "c.db", synchronous="FULL") as store:
-        assert store._writer.barrier is None
+        assert store.db.writer.barrier is None
         await store.ingest(Task("t1", "a"))
-        assert store._writer.barriers == 0
+        assert store.db.writer.barriers == 0
 
 
 def test_the_barrier_of_a_store_without_a_wal_does_nothing(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Flow control on SQLite (issue #38): limits, permits and waiters as writer jobs, each in the
-writer's group commit under the lease fence; the arithmetic is ``custody._limits.decide``.
+"""Flow control on SQLite (issue #38): limits, permits and waiters as the limits part's writer
+jobs, each in the writer's group commit under the lease fence; the arithmetic is
+``custody._limits.decide``.
 
 The writer holds the write lock for a whole job, so the bucket read, the decision and its
 writes of one acquire see the same rows as every other process's.
@@ -10,8 +11,14 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Final
 
-from ...custody._limits import WAITER_GRACE, Granted, LimitView, Wait, decide
-from .._limits_frame import bucket_of, views_of
+import attrs
+
+from ...custody._limits import WAITER_GRACE, Granted, LimitSpec, LimitView, Wait, decide
+from ...custody._rules import Claim
+from .._limits_frame import LimitsFrame, bucket_of, views_of
+from . import _sql as sql
+from ._db import SqliteDb
+from ._rows import stale
 from ._sql import FENCE_NAMED
 
 COLS: Final = "key, rate, burst, concurrency, tokens, at, in_flight, paused_until"
@@ -85,3 +92,37 @@ def release(conn: sqlite3.Connection, permit: int, now: float) -> list[tuple[str
 def views(conn: sqlite3.Connection, now: float) -> list[LimitView]:
     waiting = dict(conn.execute(WAITERS, (now,)).fetchall())
     return views_of(conn.execute(ALL).fetchall(), waiting, now)
+
+
+@attrs.define(eq=False)
+class SqliteLimits(LimitsFrame):
+    """The limits part: buckets, permits and waiters on the store's ``SqliteDb``."""
+
+    db: SqliteDb
+
+    async def _set_limit(self, spec: LimitSpec, now: float) -> None:
+        params = {**attrs.asdict(spec), "now": now}
+        await self.db.write(lambda conn: conn.execute(SET, params))
+
+    async def _acquire_permit(
+        self, claim: Claim, key: str, weight: float, now: float
+    ) -> Granted | Wait:
+        params = {**sql.fence_params(claim, now), "key": key, "weight": weight}
+
+        def op(conn: sqlite3.Connection) -> Granted | Wait:
+            outcome = acquire(conn, params)
+            if outcome is None:
+                raise stale(conn, claim, now, f"acquire a permit of {key!r} for")
+            return outcome
+
+        return await self.db.write(op)
+
+    async def _release_permit(self, permit: int, now: float) -> list[tuple[str, str]]:
+        return await self.db.write(lambda conn: release(conn, permit, now))
+
+    async def _pause_limit(self, key: str, until: float, now: float) -> None:
+        params = {"key": key, "until": until, "now": now}
+        await self.db.write(lambda conn: conn.execute(PAUSE, params))
+
+    async def _limit_views(self, now: float) -> list[LimitView]:
+        return await self.db.read(lambda conn: views(conn, now))

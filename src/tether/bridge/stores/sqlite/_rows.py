@@ -1,0 +1,68 @@
+"""What every SQLite part reads the same way: a task, a record, the state of ids, why a fence
+missed, the workers, a room noted for its worker (run in the writer's or the reader's thread).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from ...custody._records import WorkerInfo
+from ...custody._rules import Claim, CustodyState, Task, TaskRecord
+from .._common import Seen, record_from_row, stale_lease, task_from_row, unknown_task
+from .._frame import Moves
+from . import _sql as sql
+
+
+def task_of(row: Sequence[Any]) -> Task:
+    return task_from_row(row, row[1])
+
+
+def record(conn: sqlite3.Connection, id: str) -> TaskRecord | None:
+    row = conn.execute(sql.GET, (id,)).fetchone()
+    if row is None:
+        return None
+    return record_of(row)
+
+
+def record_of(row: Sequence[Any]) -> TaskRecord:
+    return record_from_row(row, str)
+
+
+def require(conn: sqlite3.Connection, id: str) -> TaskRecord:
+    rec = record(conn, id)
+    if rec is None:
+        raise unknown_task(id)
+    return rec
+
+
+def states(conn: sqlite3.Connection, ids: Sequence[str]) -> Moves:
+    """The state of each of ``ids`` that exists."""
+    rows = conn.execute(sql.STATES, (json.dumps(list(ids)),))
+    return {id: CustodyState(state) for id, state in rows}
+
+
+def stale(conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:
+    """Why ``claim``'s fence missed, read in the same job."""
+    rec = record(conn, claim.task.id)
+    seen = (
+        None
+        if rec is None
+        else Seen(rec.state, rec.owner, rec.attempt, rec.lease_until, rec.reason, run=rec.run)
+    )
+    return stale_lease(seen, claim, now, verb)
+
+
+def note_room(conn: sqlite3.Connection, room: str, worker: str, now: float) -> None:
+    conn.execute(sql.NOTE_ROOM, (room, worker, now))
+
+
+def workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
+    return [WorkerInfo(*r) for r in conn.execute(sql.WORKERS)]
+
+
+def next_due(conn: sqlite3.Connection, now: float) -> float | None:
+    (due,) = conn.execute(sql.NEXT_DUE, (now,)).fetchone()
+    return None if due is None else float(due)
