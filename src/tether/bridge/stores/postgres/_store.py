@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 import attrs
 import trio
@@ -153,27 +154,21 @@ class PostgresStore(StoreFacade):
         shown = redact_dsn(dsn)
         connect = connector(dsn, schema, connect_timeout_s, password, read_only=read_only)
 
-        def setup() -> ConnectionPool[Conn]:
-            return open_pool(
-                dsn,
-                shown,
-                schema=schema,
-                pool_size=pool_size,
-                connect_timeout_s=connect_timeout_s,
-                lock_timeout_s=lock_timeout_s,
-                statement_timeout_s=statement_timeout_s,
-                password=password,
-                create=create,
-                read_only=read_only,
-            )
-
+        setup = partial(
+            open_pool,
+            dsn,
+            shown,
+            schema=schema,
+            pool_size=pool_size,
+            connect_timeout_s=connect_timeout_s,
+            lock_timeout_s=lock_timeout_s,
+            statement_timeout_s=statement_timeout_s,
+            password=password,
+            create=create,
+            read_only=read_only,
+        )
         pool = await trio.to_thread.run_sync(setup)
         channel = f"tether_{schema}"
-
-        def notify(payload: str) -> None:
-            with pool.connection() as conn:
-                conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
-
         store = cls(
             shown,
             schema,
@@ -183,7 +178,7 @@ class PostgresStore(StoreFacade):
             max_body_bytes,
             pool_size,
             pool,
-            Listener(connect, channel, notify),
+            Listener(connect, channel, partial(_notify, pool, channel)),
             channel,
             max_crashes_alone,
             Durability("FULL" if read_only else synchronous, Watchdog(statement_timeout_s)),
@@ -244,3 +239,9 @@ class PostgresStore(StoreFacade):
     def listening(self) -> bool:
         """Is the LISTEN connection up (wake-ups can arrive)?"""
         return self._listener.listening.is_set()
+
+
+def _notify(pool: ConnectionPool[Conn], channel: str, payload: str) -> None:
+    """Tell the listeners on ``channel`` (the listener's own wake-up of its waiters)."""
+    with pool.connection() as conn:
+        conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
