@@ -137,7 +137,8 @@ class PostgresConversations(ConversationFrame):
                     (room, limit),
                 ).fetchall()
             turns = tuple(_turn(r) for r in reversed(rows))
-            return RoomView(room, turns, int(row[0]), decode_state(row[1]), int(row[2]), row[3])
+            count, state, version, size = row
+            return RoomView(room, turns, int(count), decode_state(state), int(version), size)
 
         return await self.db.run(op)
 
@@ -215,7 +216,8 @@ class PostgresConversations(ConversationFrame):
                 f"FROM {s}.conversations"
             ).fetchone()
             assert row is not None
-            return ConversationCounts(int(row[0]), int(row[1]), int(row[2]))
+            rooms, turns, size = row
+            return ConversationCounts(int(rooms), int(turns), int(size))
 
         return await self.db.run(op)
 

@@ -54,8 +54,19 @@ from ._connection import Conn
 from ._conversations import lock_rooms_sql, with_conversations
 from ._db import PostgresDb
 from ._listen import PENDING, RESULT, assigned_payload
-from ._rows import complete_params, decode, encode, fence, one, record_of, seen, task_of
-from ._sql import QUEUE_WALK
+from ._rows import (
+    claim_of,
+    complete_params,
+    decode,
+    encode,
+    fence,
+    one,
+    record_of,
+    result_of,
+    seen,
+    task_of,
+)
+from ._sql import QUEUE_WALK, Sql
 from ._tenants import turns as tenant_turns
 
 
@@ -106,7 +117,7 @@ class PostgresCustody(CustodyFrame):
                 runs = inserted - {answer for _, answer in answered}
                 if replace and runs:
                     fresh = {**params, "ids": sorted(runs)}
-                    moved = [(r[0], r[1]) for r in conn.execute(supersede, fresh).fetchall()]
+                    moved = [(id, by) for id, by in conn.execute(supersede, fresh).fetchall()]
             first: list[bool] = []
             for id in ids:
                 first.append(id in inserted)
@@ -237,62 +248,19 @@ class PostgresCustody(CustodyFrame):
         process_key = {"key": f"tether-process:{self.db.schema}:{prefix or worker}"}
         pool_key = {"key": f"tether-suspects:{self.db.schema}"}
 
-        def quarantined(conn: Conn, quarantine: int) -> list[Claim]:
-            # suspects run in quarantine children (custody._crashes), most crashed first, one
-            # statement each (each passes its room's gate), then ordinary work beside them
-            suspects: list[Claim] = []
-            with conn.transaction():
-                conn.execute(QUEUE_WALK)
-                for _ in range(min(quarantine, limit)):
-                    rows = conn.execute(sql.claim_suspect, {**params, "quarantined": True})
-                    got = [Claim(task_of(r), worker, r[5], until, r[6], suspect=True) for r in rows]
-                    if not got:
-                        break
-                    suspects += got
-                rest = limit - len(suspects)
-                if rest:
-                    rows = conn.execute(sql.claim_many_among_suspects, {**params, "limit": rest})
-                    suspects += [Claim(task_of(r), worker, r[5], until, r[6]) for r in rows]
-            return suspects
-
         def op(conn: Conn) -> list[Claim]:
             if quarantine is not None:
-                return quarantined(conn, quarantine)
+                return _claim_quarantined(conn, sql, params, quarantine)
             # a suspect runs alone (custody._crashes). With no suspect in play (the usual
             # case) a claim is one statement (after ``QUEUE_WALK``, in its round trip), which
-            # claims nothing once one is. Otherwise every
-            # claim of a process holds its advisory lock, shared; a claim that may take a
-            # suspect holds it exclusively and the pool's suspect lock too, so no other suspect
-            # claim, and no locked claim of its process, commits between its checks and its
-            # claim
+            # claims nothing once one is
             with conn.pipeline(), conn.transaction():  # one round trip
                 conn.execute(QUEUE_WALK)
                 claimed = conn.execute(sql.claim_many, params)
             rows = claimed.fetchall()
             if rows or not one(conn.execute(sql.suspects_in_play).fetchone()):
-                return [Claim(task_of(row), worker, row[5], until, row[6]) for row in rows]
-            with conn.transaction():
-                conn.execute(QUEUE_WALK)
-                may_take = bool(one(conn.execute(sql.suspects_unclaimed).fetchone()))
-                if may_take:
-                    conn.execute(sql.lock, process_key)
-                    conn.execute(sql.lock, pool_key)
-                else:
-                    conn.execute(sql.lock_shared, process_key)
-                flags = conn.execute(sql.suspect_flags, params).fetchone()
-                assert flags is not None
-                here, anywhere, waiting = flags
-                if here:
-                    return []  # a suspect runs in this process: nothing else does
-                if waiting and not anywhere:
-                    # the process drains, then takes the suspect alone (a claim that holds
-                    # only the shared lock leaves it to the next one)
-                    if not may_take or one(conn.execute(sql.process_busy, params).fetchone()):
-                        return []
-                    rows = conn.execute(sql.claim_suspect, params).fetchall()
-                else:
-                    rows = conn.execute(sql.claim_many_among_suspects, params).fetchall()
-            return [Claim(task_of(row), worker, row[5], until, row[6]) for row in rows]
+                return [claim_of(row, worker, until) for row in rows]
+            return _claim_beside_suspects(conn, sql, params, process_key, pool_key)
 
         def conversing(conn: Conn) -> list[Claim]:
             # the conversations are read on the claim's connection (issue #34 perf)
@@ -332,7 +300,7 @@ class PostgresCustody(CustodyFrame):
         params.update(bodies=[encode(items[i][3]) for i in first.values()])
         sql = self.db.sql.complete_many
         moved = await self.db.run(
-            lambda conn: {(r[1], r[2], r[0]) for r in conn.execute(sql, params)}
+            lambda conn: {(worker, run, id) for id, worker, run, _ in conn.execute(sql, params)}
         )
         return [
             (worker, run, id) in moved and first[worker, run, id] == i
@@ -479,10 +447,7 @@ class PostgresCustody(CustodyFrame):
             sql = self.db.sql.take_results
 
         def op(conn: Conn) -> list[Result]:
-            return [
-                Result(task_of(r), decode(r[5]), r[6], r[7], r[8])
-                for r in conn.execute(sql, params)
-            ]
+            return [result_of(r) for r in conn.execute(sql, params)]
 
         return await self.db.run(op, promise=bool)  # their posts follow
 
@@ -626,6 +591,63 @@ class PostgresCustody(CustodyFrame):
             return int(row[0])
 
         return await self.db.run(op)
+
+
+def _claim_quarantined(
+    conn: Conn, sql: Sql, params: dict[str, Any], quarantine: int
+) -> list[Claim]:
+    """Suspects to run in quarantine children (custody._crashes), most crashed first, one
+    statement each (each passes its room's gate), then ordinary work beside them."""
+    worker, until, limit = params["worker"], params["until"], params["limit"]
+    suspects: list[Claim] = []
+    with conn.transaction():
+        conn.execute(QUEUE_WALK)
+        for _ in range(min(quarantine, limit)):
+            rows = conn.execute(sql.claim_suspect, {**params, "quarantined": True})
+            got = [claim_of(r, worker, until, suspect=True) for r in rows]
+            if not got:
+                break
+            suspects += got
+        rest = limit - len(suspects)
+        if rest:
+            rows = conn.execute(sql.claim_many_among_suspects, {**params, "limit": rest})
+            suspects += [claim_of(r, worker, until) for r in rows]
+    return suspects
+
+
+def _claim_beside_suspects(
+    conn: Conn,
+    sql: Sql,
+    params: dict[str, Any],
+    process_key: dict[str, str],
+    pool_key: dict[str, str],
+) -> list[Claim]:
+    """A claim with a suspect in play: every claim of a process holds its advisory lock,
+    shared; a claim that may take a suspect holds it exclusively and the pool's suspect lock
+    too, so no other suspect claim, and no locked claim of its process, commits between its
+    checks and its claim."""
+    with conn.transaction():
+        conn.execute(QUEUE_WALK)
+        may_take = bool(one(conn.execute(sql.suspects_unclaimed).fetchone()))
+        if may_take:
+            conn.execute(sql.lock, process_key)
+            conn.execute(sql.lock, pool_key)
+        else:
+            conn.execute(sql.lock_shared, process_key)
+        flags = conn.execute(sql.suspect_flags, params).fetchone()
+        assert flags is not None
+        here, anywhere, waiting = flags
+        if here:
+            return []  # a suspect runs in this process: nothing else does
+        if waiting and not anywhere:
+            # the process drains, then takes the suspect alone (a claim that holds only the
+            # shared lock leaves it to the next one)
+            if not may_take or one(conn.execute(sql.process_busy, params).fetchone()):
+                return []
+            rows = conn.execute(sql.claim_suspect, params).fetchall()
+        else:
+            rows = conn.execute(sql.claim_many_among_suspects, params).fetchall()
+    return [claim_of(row, params["worker"], params["until"]) for row in rows]
 
 
 def _fresh_rooms(

@@ -48,6 +48,7 @@ class PostgresOperator(OperatorFrame):
     async def _operator(self, sql: str, params: Mapping[str, Any]) -> tuple[Moves, Moves]:
         """Run an operator move: (moved: id -> the state it left, seen: id -> state read)."""
         rows = await self.db.run(lambda conn: conn.execute(sql, params).fetchall(), promise=True)
-        seen = {row[0]: CustodyState(row[1]) for row in rows}
-        moved = {row[0]: CustodyState(row[1]) for row in rows if row[2]}
+        # each row: the id, the state read, moved? (and a notice sent, for a re-drive)
+        seen = {id: CustodyState(state) for id, state, *_ in rows}
+        moved = {id: CustodyState(state) for id, state, changed, *_ in rows if changed}
         return moved, seen

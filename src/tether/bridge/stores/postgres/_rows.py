@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from ...custody._rules import Claim, CustodyState, Task, TaskRecord
+from ...custody._rules import Claim, CustodyState, Result, Task, TaskRecord
 from .._common import Seen, record_from_row, task_from_row
 from ._connection import Conn
 from ._listen import RESULT
@@ -26,6 +26,20 @@ def decode(data: bytes) -> str:
 
 def task_of(row: Sequence[Any]) -> Task:
     return task_from_row(row, decode(row[1]))
+
+
+def claim_of(row: Sequence[Any], worker: str, until: float, *, suspect: bool = False) -> Claim:
+    """A claim from a claiming statement's row: the task's five columns (``_sql.TASK_COLS``),
+    then ``attempt, run_no`` (and what else the statement returns, read by name elsewhere)."""
+    _id, _body, _room, _rank, _headers, attempt, run, *_ = row
+    return Claim(task_of(row), worker, attempt, until, run, suspect=suspect)
+
+
+def result_of(row: Sequence[Any]) -> Result:
+    """A ready result from ``_sql``'s ``ready``/``take_results`` row: the task's columns, then
+    ``result, owner, attempt, no_send``."""
+    _id, _body, _room, _rank, _headers, result, owner, attempt, no_send, *_ = row
+    return Result(task_of(row), decode(result), owner, attempt, no_send)
 
 
 def one(row: Sequence[Any] | None) -> float | None:

@@ -151,7 +151,8 @@ class SqliteConversations(ConversationFrame):
                 return None
             rows = conn.execute(ROOM_TURNS, (room, limit)).fetchall() if limit else []
             turns = tuple(turn_from_row(r) for r in reversed(rows))
-            return RoomView(room, turns, int(row[0]), decode_state(row[1]), int(row[2]), row[3])
+            count, state, version, size = row
+            return RoomView(room, turns, int(count), decode_state(state), int(version), size)
 
         return await self.db.read(op)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -64,6 +64,18 @@ from ._ready import WalkHint, ready_pending
 from ._tenants import next_turn
 
 
+class _Ingest(NamedTuple):
+    """A new task's row as ``_sql.INGEST`` takes it (then policy, tenant, turn and id)."""
+
+    id: str
+    body: str
+    room: str | None
+    rank: int
+    headers: str
+    created: float
+    updated: float
+
+
 @attrs.define(eq=False)
 class SqliteCustody(CustodyFrame):
     """The custody part on the store's ``SqliteDb``."""
@@ -77,11 +89,11 @@ class SqliteCustody(CustodyFrame):
     async def _ingest_many(
         self, tasks: Sequence[Task], headers: Sequence[str], policy: RoomPolicy
     ) -> tuple[list[bool], list[tuple[str, str]]]:
-        rows: list[tuple[Any, ...]] = []
+        rows: list[_Ingest] = []
         for task, json_headers in zip(tasks, headers, strict=True):
             now = self.host.clock()
             rank = PRIORITY_RANK[task.priority]
-            rows.append((task.id, task.body, task.room, rank, json_headers, now, now))
+            rows.append(_Ingest(task.id, task.body, task.room, rank, json_headers, now, now))
         tenants = [task.tenant for task in tasks]
         superseded: list[tuple[str, str]] = []
         answered: list[tuple[str, str]] = []
@@ -91,22 +103,26 @@ class SqliteCustody(CustodyFrame):
             answered.clear()
             new = []
             for row, tenant in zip(rows, tenants, strict=True):
-                turn = NO_TURN if tenant is None else next_turn(conn, tenant, row[3])
-                values = (*row, policy, tenant, turn, row[0])
+                turn = NO_TURN if tenant is None else next_turn(conn, tenant, row.rank)
+                values = (*row, policy, tenant, turn, row.id)
                 fresh = conn.execute(sql.INGEST, values).rowcount == 1
                 new.append(fresh)
-                asker = answer(conn, row[0], row[2], row[1], row[5]) if fresh and row[2] else None
+                asker = (
+                    answer(conn, row.id, row.room, row.body, row.created)
+                    if fresh and row.room
+                    else None
+                )
                 if asker is not None:  # an open ask's answer: no run of its own (issue #36)
-                    answered.append((asker, row[0]))
+                    answered.append((asker, row.id))
             if policy == "replace":  # per room, the newest new task supersedes the older ones
                 answers = {answer for _, answer in answered}
                 newest = {
-                    row[2]: row
+                    row.room: row
                     for row, fresh in zip(rows, new, strict=True)
-                    if fresh and row[2] and row[0] not in answers
+                    if fresh and row.room and row.id not in answers
                 }
                 for room, row in newest.items():
-                    superseded.extend(_supersede(conn, row[0], room, row[6]))
+                    superseded.extend(_supersede(conn, row.id, room, row.updated))
             return new
 
         new = await self.db.write(op, promise=True)  # the ack follows
@@ -248,9 +264,9 @@ class SqliteCustody(CustodyFrame):
                 if conn.execute(sql.PROCESS_BUSY, p).fetchone()[0]:
                     return []  # the process drains, then takes the suspect alone
                 rows = conn.execute(sql.CLAIM_SUSPECT, p).fetchall()
-                for room in {r[2] for r in rows if r[2] is not None}:
+                for room in {room for _, _, room, *_ in rows if room is not None}:
                     _rows.note_room(conn, room, worker, now)
-                return [Claim(_rows.task_of(r), worker, r[5], until, r[7]) for r in rows]
+                return [_rows.claim_of(r, worker, until) for r in rows]
             return ordinary(conn, limit, bool(mine))
 
         def ordinary(conn: sqlite3.Connection, limit: int, mine: bool) -> list[Claim]:
@@ -267,11 +283,11 @@ class SqliteCustody(CustodyFrame):
                     sql.claim_ready(len(ready)), (worker, until, now, *ready)
                 ).fetchall()
             if len(rows) > 1:  # RETURNING order is unspecified: queue order, assignments first
-                rows[:taken] = sorted(rows[:taken], key=_queue_place)
-                rows[taken:] = sorted(rows[taken:], key=_queue_place)
-            for room in {r[2] for r in rows if r[2] is not None}:
+                rows[:taken] = sorted(rows[:taken], key=_rows.queue_place)
+                rows[taken:] = sorted(rows[taken:], key=_rows.queue_place)
+            for room in {room for _, _, room, *_ in rows if room is not None}:
                 _rows.note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
-            return [Claim(_rows.task_of(r), worker, r[5], until, r[7]) for r in rows]
+            return [_rows.claim_of(r, worker, until) for r in rows]
 
         def conversing(conn: sqlite3.Connection) -> list[Claim]:
             # the conversations are read in the claim's transaction (issue #34 perf)
@@ -438,7 +454,7 @@ class SqliteCustody(CustodyFrame):
         # the lease is checked by the frame, then this is a plain read (no leases here)
         def op(conn: sqlite3.Connection) -> list[Result]:
             rows = conn.execute(sql.READY, (limit,)).fetchall()
-            return [Result(_rows.task_of(r), r[5], r[6], r[7], bool(r[8])) for r in rows]
+            return [_rows.result_of(r) for r in rows]
 
         return await self.db.promised(await self.db.read(op))  # their posts follow
 
@@ -573,9 +589,10 @@ def _suspect_claim(
     conn: sqlite3.Connection, row: Sequence[Any], worker: str, now: float, until: float
 ) -> Claim:
     """A suspect claimed to run in quarantine (its room noted for the worker)."""
-    if row[2] is not None:
-        _rows.note_room(conn, row[2], worker, now)
-    return Claim(_rows.task_of(row), worker, row[5], until, row[7], suspect=True)
+    claim = _rows.claim_of(row, worker, until, suspect=True)
+    if claim.task.room is not None:
+        _rows.note_room(conn, claim.task.room, worker, now)
+    return claim
 
 
 def _supersede(
@@ -631,11 +648,7 @@ def _assign_one(conn: sqlite3.Connection, id: str, worker: str, now: float) -> b
     row = conn.execute(sql.ASSIGN, (worker, now, id, now)).fetchone()
     if row is None:
         return False
-    if row[0] is not None:
-        _rows.note_room(conn, row[0], worker, now)
+    (room,) = row
+    if room is not None:
+        _rows.note_room(conn, room, worker, now)
     return True
-
-
-def _queue_place(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A claimed row's place in the queue (``sql.QUEUE_ORDER``): rank, turn, rowid."""
-    return (row[3], row[8], row[6])

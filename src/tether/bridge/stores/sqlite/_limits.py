@@ -71,7 +71,8 @@ def acquire(conn: sqlite3.Connection, params: dict[str, Any]) -> Granted | Wait 
         wait = outcome.seconds if outcome.seconds is not None else 0.0
         conn.execute(WAITER, {**params, "until": now + wait + WAITER_GRACE})
         return outcome
-    tokens = outcome.tokens if row[1] is not None else row[4]
+    _key, rate, _burst, _concurrency, tokens, *_ = row
+    tokens = outcome.tokens if rate is not None else tokens
     conn.execute(SPEND, {**params, "tokens": tokens})
     permit = conn.execute(PERMIT, params).lastrowid
     conn.execute(SERVED, params)
@@ -84,9 +85,10 @@ def release(conn: sqlite3.Connection, permit: int, now: float) -> list[tuple[str
     row = conn.execute(RELEASE, (permit,)).fetchone()
     if row is None:
         return []
-    conn.execute(RELEASED, (row[0],))
-    woken = conn.execute(WAKE_WAITER, {"key": row[0], "now": now}).fetchall()
-    return [(id, row[0]) for (id,) in woken]
+    (key,) = row
+    conn.execute(RELEASED, (key,))
+    woken = conn.execute(WAKE_WAITER, {"key": key, "now": now}).fetchall()
+    return [(id, key) for (id,) in woken]
 
 
 def views(conn: sqlite3.Connection, now: float) -> list[LimitView]:

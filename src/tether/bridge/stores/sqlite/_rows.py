@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...custody._records import WorkerInfo
-from ...custody._rules import Claim, CustodyState, Task, TaskRecord
+from ...custody._rules import Claim, CustodyState, Result, Task, TaskRecord
 from .._common import Seen, record_from_row, stale_lease, task_from_row, unknown_task
 from .._frame import Moves
 from . import _sql as sql
@@ -18,6 +18,26 @@ from . import _sql as sql
 
 def task_of(row: Sequence[Any]) -> Task:
     return task_from_row(row, row[1])
+
+
+def claim_of(row: Sequence[Any], worker: str, until: float, *, suspect: bool = False) -> Claim:
+    """A claim from a claiming statement's row: the task's five columns (``_sql.TASK_COLS``),
+    then ``attempt, rowid, run_no`` (and the turn, read by ``queue_place``)."""
+    _id, _body, _room, _rank, _headers, attempt, _rowid, run, *_ = row
+    return Claim(task_of(row), worker, attempt, until, run, suspect=suspect)
+
+
+def queue_place(row: Sequence[Any]) -> tuple[Any, ...]:
+    """A claimed row's place in the queue (``_sql.QUEUE_ORDER``): rank, turn, rowid."""
+    _id, _body, _room, rank, _headers, _attempt, rowid, _run, turn = row
+    return (rank, turn, rowid)
+
+
+def result_of(row: Sequence[Any]) -> Result:
+    """A ready result from ``_sql.READY``'s row: the task's columns, then ``result, owner,
+    attempt, no_send``."""
+    *_, result, owner, attempt, no_send = row
+    return Result(task_of(row), result, owner, attempt, bool(no_send))
 
 
 def record(conn: sqlite3.Connection, id: str) -> TaskRecord | None:

@@ -82,7 +82,7 @@ def record_step(conn: sqlite3.Connection, params: dict[str, Any]) -> StepRecord 
 
 def wake_due(conn: sqlite3.Connection, now: float, limit: int) -> list[str]:
     rows = conn.execute(WAKE_DUE, {"now": now, "limit": limit}).fetchall()
-    return [id for id, _ in sorted(rows, key=lambda r: (r[1], r[0]))]
+    return [id for _, id in sorted((due, id) for id, due in rows)]
 
 
 def waiting_runs(conn: sqlite3.Connection) -> WaitingRuns:
