@@ -45,11 +45,14 @@ class Parts:
 class Via(Generic[F, P, R]):
     """A store method that is ``method`` of the part named ``part`` (``Parts``)."""
 
-    __slots__ = ("name", "part")
+    __slots__ = ("method", "name", "part")
 
     def __init__(self, part: str, method: Callable[Concatenate[F, P], Coroutine[Any, Any, R]]):
         self.part = part
         self.name = method.__name__
+        self.method = method
+        """The frame's method (``tests/stores/test_facade.py`` checks it is the part's: mypy
+        checks the signature, not that ``part`` names the right part)."""
 
     @overload
     def __get__(self, store: None, owner: type) -> Self: ...
