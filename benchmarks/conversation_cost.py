@@ -98,12 +98,12 @@ async def store_path(
     per message, are appended to ``pages``: the write cost that no machine's speed blurs."""
     async with await SqliteStore.open(db, synchronous=synchronous, lease_s=600) as store:
         if pages is not None:
-            await store._write(lambda conn: conn.execute("PRAGMA wal_autocheckpoint = 0"))
+            await store.db.write(lambda conn: conn.execute("PRAGMA wal_autocheckpoint = 0"))
         rooms = [f"room-{k}" for k in range(lanes)]
         for k, room in enumerate(rooms):
             await _prefill(store, room, turns, f"p{k}")
         if mode == "no conversation":
-            await store._write(_drop_triggers)
+            await store.db.write(_drop_triggers)
         per_lane = messages // lanes
 
         async def lane(k: int) -> None:
@@ -127,7 +127,7 @@ async def store_path(
                 else:
                     await store.complete(claim, body)
                 if synchronous == "NORMAL":
-                    await store._writer.sync()  # delivery's barrier: the reply is posted after it
+                    await store.db.writer.sync()  # delivery's barrier: the reply is posted after it
                 await store.mark_delivered(id)
 
         wal = db.with_name(db.name + "-wal")
@@ -138,7 +138,7 @@ async def store_path(
                 nursery.start_soon(lane, k)
         elapsed = time.perf_counter() - start
         if pages is not None:
-            (size,) = await store._write(lambda conn: conn.execute("PRAGMA page_size").fetchone())
+            (size,) = await store.db.write(lambda conn: conn.execute("PRAGMA page_size").fetchone())
             frame = size + 24  # each WAL frame: a 24-byte header and the page
             pages.append((wal.stat().st_size - written) / frame / (per_lane * lanes))
     return per_lane * lanes / elapsed
@@ -191,7 +191,7 @@ async def tether_turns(
                 )
                 tb = time.perf_counter()
                 if synchronous == "NORMAL":
-                    await store._writer.sync()  # the promise: the reply is posted after it
+                    await store.db.writer.sync()  # the promise: the reply is posted after it
                 t2 = time.perf_counter()
                 await store.mark_delivered(claim.task.id)
                 spent[0] += t2 - t1
@@ -200,22 +200,22 @@ async def tether_turns(
                 parts["complete_with_state"].append(tb - ta)
                 parts["sync (hop + WAL fsync)"].append(t2 - tb)
 
-        commits, barriers = store.commits, store._writer.barriers
+        commits, barriers = store.commits, store.db.writer.barriers
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for k in range(lanes):
                 nursery.start_soon(lane, k)
         elapsed = time.perf_counter() - start
         parts["commits per turn"].append((store.commits - commits) / (n * lanes))
-        parts["WAL fsyncs per turn"].append((store._writer.barriers - barriers) / (n * lanes))
+        parts["WAL fsyncs per turn"].append((store.db.writer.barriers - barriers) / (n * lanes))
         for _ in range(50):  # the bare round trip to the writer thread, and the bare barrier
             t0 = time.perf_counter()
-            await store._writer.run(_nothing, readonly=True)
+            await store.db.writer.run(_nothing, readonly=True)
             parts["empty writer job (hop)"].append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            assert store._writer.barrier is not None or synchronous != "NORMAL"
-            if store._writer.barrier is not None:
-                store._writer.barrier()
+            assert store.db.writer.barrier is not None or synchronous != "NORMAL"
+            if store.db.writer.barrier is not None:
+                store.db.writer.barrier()
                 parts["WAL fsync alone (in this thread)"].append(time.perf_counter() - t0)
     # per turn: the wall time of the run over the turns, split as the lanes spent it
     whole = elapsed / (n * lanes)
@@ -315,7 +315,7 @@ async def bridge_path(
                 await _prefill(store, f"room-{k}", turns, f"p{k}")
             talk = mode == "history+state"
             if not talk:
-                await store._write(_drop_triggers)
+                await store.db.write(_drop_triggers)
             await submit_all(http, messages)
             config = BridgeConfig(
                 gateway=url,

@@ -106,7 +106,7 @@ async def hop_costs(dsn: str, n: int = 2000) -> dict[str, float]:
     try:
         start = time.perf_counter()
         for _ in range(n):
-            await store._run(lambda conn: conn.execute("SELECT 1").fetchone())
+            await store.db.run(lambda conn: conn.execute("SELECT 1").fetchone())
         via_store = (time.perf_counter() - start) / n * 1e6
     finally:
         await store.aclose()

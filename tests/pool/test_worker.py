@@ -381,7 +381,7 @@ async def test_a_task_gone_from_the_store_is_a_lost_lease_and_the_other_runs_go_
     async with running(worker):
         await wait_until(lambda: state_is(timed_store, "gone", S.CLAIMED))
         await wait_until(lambda: state_is(timed_store, "kept", S.CLAIMED))
-        await timed_store._writer.run(
+        await timed_store.db.writer.run(
             lambda conn: conn.execute("DELETE FROM tasks WHERE id = 'gone'")
         )
         gate.set()

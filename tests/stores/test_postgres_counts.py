@@ -50,7 +50,7 @@ async def test_counts_follow_every_move_and_read_no_task_row(postgres_dsn: str) 
         assert await store.prune_delivered(store.clock() + 1) == 1
         assert (await store.counts())[S.DELIVERED] == 0
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-            row = conn.execute(f"EXPLAIN (FORMAT JSON) {store._sql.counts}").fetchone()
+            row = conn.execute(f"EXPLAIN (FORMAT JSON) {store.db.sql.counts}").fetchone()
         assert row is not None
         assert '"tasks"' not in str(row[0]).replace("'", '"')
     finally:

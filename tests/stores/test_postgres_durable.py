@@ -17,7 +17,7 @@ def _schema() -> str:
 
 async def _setting(store: PostgresStore) -> str:
     return str(
-        await store._run(lambda conn: conn.execute("SHOW synchronous_commit").fetchone()[0])  # type: ignore[index]
+        await store.db.run(lambda conn: conn.execute("SHOW synchronous_commit").fetchone()[0])  # type: ignore[index]
     )
 
 

@@ -90,7 +90,7 @@ async def test_batch_claims_and_completions_never_scan_the_whole_table(postgres_
         complete: dict[str, Any] = {"ids": [c.task.id for c in claims], "no_send": False}
         complete.update(workers=["w1"] * 10, runs=[c.run for c in claims], now=now)
         complete.update(bodies=[b""] * 10, chan="c", payload="result")
-        sql = store._sql
+        sql = store.db.sql
         whole = ("Seq Scan", "Bitmap Heap Scan")  # a claim reads the queue down its index
         for name, query, params, walk, kinds in (
             ("claim_many", sql.claim_many, claim, True, whole),
@@ -135,14 +135,16 @@ async def test_a_batch_runs_each_trigger_once_and_journals_every_move(postgres_d
         now = time.time()
         claim = {"worker": "w1", "leaderless": True, "limit": 20, "prefix": None}
         claim.update(now=now, until=now + 60, quarantined=False)
-        calls, journaled = _trigger_calls(postgres_dsn, schema, store._sql.claim_many, claim)
+        calls, journaled = _trigger_calls(postgres_dsn, schema, store.db.sql.claim_many, claim)
         assert journaled == 20
         assert set(calls.values()) == {1}, calls
         claims = await store.claim_many("w1", 20, leaderless=True)
         complete: dict[str, Any] = {"ids": [c.task.id for c in claims], "no_send": False}
         complete.update(workers=["w1"] * 20, runs=[c.run for c in claims], now=now)
         complete.update(bodies=[b""] * 20, chan="c", payload="result")
-        calls, journaled = _trigger_calls(postgres_dsn, schema, store._sql.complete_many, complete)
+        calls, journaled = _trigger_calls(
+            postgres_dsn, schema, store.db.sql.complete_many, complete
+        )
         assert journaled == 20
         assert set(calls.values()) == {1}, calls
         assert {"journal_move", "permits_free"} <= set(calls), calls

@@ -26,7 +26,7 @@ def _mode(path: Path) -> int:
 
 
 async def _pragma(store: SqliteStore, name: str) -> Any:
-    return await store._writer.run(lambda conn: conn.execute(f"PRAGMA {name}").fetchone()[0])
+    return await store.db.writer.run(lambda conn: conn.execute(f"PRAGMA {name}").fetchone()[0])
 
 
 async def test_files_are_private_and_the_journal_is_wal(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ async def test_an_existing_file_is_made_private_and_synchronous_is_configurable(
     try:
         assert _mode(db) == 0o600
         assert await _pragma(store, "synchronous") == 2  # FULL
-        assert store._writer.barrier is None  # each commit is synced: no barrier needed
+        assert store.db.writer.barrier is None  # each commit is synced: no barrier needed
     finally:
         await store.aclose()
 
@@ -79,14 +79,14 @@ async def test_every_open_defaults_to_synchronous_normal_with_a_barrier_and_wal(
         store = await SqliteStore.open(db)
         try:
             assert await _pragma(store, "synchronous") == 1  # NORMAL
-            assert store._writer.barrier is not None
+            assert store.db.writer.barrier is not None
             assert await _pragma(store, "journal_mode") == "wal"
         finally:
             await store.aclose()
     fresh = await SqliteStore.open(tmp_path / "fresh.db")
     try:
         assert await _pragma(fresh, "synchronous") == 1
-        assert fresh._writer.barrier is not None
+        assert fresh.db.writer.barrier is not None
         assert await _pragma(fresh, "journal_mode") == "wal"
     finally:
         await fresh.aclose()
@@ -269,7 +269,7 @@ async def test_a_caller_cancelled_mid_call_still_learns_the_outcome(tmp_path: Pa
     try:
         async with trio.open_nursery() as nursery:
             # hold the writer thread so the caller's ingest is surely queued when the cancel lands
-            nursery.start_soon(store._writer.run, occupy_the_writer)
+            nursery.start_soon(store.db.writer.run, occupy_the_writer)
             await trio.to_thread.run_sync(entered.wait, 10)
             scope = trio.CancelScope()
 
@@ -299,7 +299,7 @@ async def test_a_job_that_raises_alone_is_rolled_back(tmp_path: Path) -> None:
             raise RuntimeError("boom after a write")
 
         with pytest.raises(RuntimeError, match="boom"):
-            await store._writer.run(half_done)
+            await store.db.writer.run(half_done)
         assert await store.state("half") is None
         # and inside a shared batch: only its own work is undone
         async with trio.open_nursery() as nursery:
@@ -314,7 +314,7 @@ async def test_a_job_that_raises_alone_is_rolled_back(tmp_path: Path) -> None:
 
 async def _expect_boom(store: SqliteStore, fn: Any) -> None:
     with pytest.raises(RuntimeError, match="boom"):
-        await store._writer.run(fn)
+        await store.db.writer.run(fn)
 
 
 async def test_a_closed_store_refuses_calls(tmp_path: Path) -> None:
@@ -369,7 +369,7 @@ async def test_a_broken_job_fails_its_callers_instead_of_hanging(tmp_path: Path)
     store = await SqliteStore.open(tmp_path / "c.db")
     try:
         with pytest.raises(sqlite3.OperationalError):
-            await store._writer.run(lambda conn: conn.execute("SELECT * FROM no_such_table"))
+            await store.db.writer.run(lambda conn: conn.execute("SELECT * FROM no_such_table"))
         assert await store.ingest(Task("after", "hi"))
     finally:
         await store.aclose()

@@ -27,10 +27,10 @@ async def _steps_to_count(store: SqliteStore) -> int:
     def unwatch(conn: sqlite3.Connection) -> None:
         conn.set_progress_handler(None, 0)
 
-    await store._reader.run(watch, readonly=True)
+    await store.db.reader.run(watch, readonly=True)
     await store.counts()
     await store.conversation_counts()
-    await store._reader.run(unwatch, readonly=True)
+    await store.db.reader.run(unwatch, readonly=True)
     return steps[0]
 
 

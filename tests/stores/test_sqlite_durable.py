@@ -6,6 +6,7 @@ The end-to-end proof (a machine crash cut at random moments) is
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,14 +17,14 @@ from tether.bridge.stores.sqlite._durable import wal_barrier
 
 async def _counting(store: SqliteStore) -> list[int]:
     calls: list[int] = []
-    real = store._writer.barrier
+    real = store.db.writer.barrier
     assert real is not None
 
     def barrier() -> None:
         real()
         calls.append(1)
 
-    store._writer.barrier = barrier
+    store.db.writer.barrier = barrier
     return calls
 
 
@@ -63,7 +64,7 @@ async def test_a_promise_is_not_made_when_the_sync_fails(tmp_path: Path) -> None
         def broken() -> None:
             raise OSError(5, "Input/output error")
 
-        store._writer.barrier = broken
+        store.db.writer.barrier = broken
         with pytest.raises(OSError, match="Input/output"):
             await store.ingest(Task("t1", "a"))  # so no ack is sent
         claim = await store.claim("w0", leaderless=True)  # the commit itself stands
@@ -75,13 +76,28 @@ async def test_a_promise_is_not_made_when_the_sync_fails(tmp_path: Path) -> None
 
 async def test_full_syncs_every_commit_and_needs_no_barrier(tmp_path: Path) -> None:
     async with await SqliteStore.open(tmp_path / "c.db", synchronous="FULL") as store:
-        assert store._writer.barrier is None
+        assert store.db.writer.barrier is None
         await store.ingest(Task("t1", "a"))
-        assert store._writer.barriers == 0
+        assert store.db.writer.barriers == 0
 
 
-def test_the_barrier_of_a_store_without_a_wal_does_nothing(tmp_path: Path) -> None:
-    wal_barrier(tmp_path / "none.db")()  # no -wal file: nothing to sync, no error
+def test_the_barrier_syncs_the_wal_file_and_nothing_while_there_is_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []  # the inode of each file the barrier syncs
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     db = tmp_path / "c.db"
-    db.with_name("c.db-wal").write_bytes(b"x")
+    wal = db.with_name("c.db-wal")
+    wal_barrier(db)()  # no -wal file: the last connection checkpointed it
+    assert synced == []
+    assert not wal.exists()  # and the barrier made none
+    wal.write_bytes(b"x")
     wal_barrier(db)()
+    assert synced == [wal.stat().st_ino]  # the WAL, once, and not the store file
+    assert wal.read_bytes() == b"x"  # synced, never written

@@ -68,12 +68,12 @@ async def test_migration_9_keeps_every_journal_entry_in_order(tmp_path: Path) ->
         await store.complete(claim, "done")
         moves = [(e.src, e.dst, e.worker) for e in await store.journal("b")][3:]
         assert moves == [("pending", "claimed", "w2"), ("claimed", "result", "w2")]
-        indexes = await store._writer.run(
+        indexes = await store.db.writer.run(
             lambda c: {r[0] for r in c.execute("SELECT name FROM sqlite_master")}
         )
         assert "tasks_claimed_age" not in indexes
         assert "journal_task" not in indexes
-        version = await store._writer.run(lambda c: c.execute("PRAGMA user_version").fetchone())
+        version = await store.db.writer.run(lambda c: c.execute("PRAGMA user_version").fetchone())
         assert version == (SCHEMA_VERSION,)
 
 
@@ -85,8 +85,8 @@ async def test_a_lone_job_writes_at_most_16_pages_in_its_three_commits(tmp_path:
     db = tmp_path / "c.db"
     wal = tmp_path / "c.db-wal"
     async with await SqliteStore.open(db) as store:
-        page = int(await store._writer.run(lambda c: c.execute("PRAGMA page_size").fetchone()[0]))
-        await store._writer.run(lambda c: c.execute("PRAGMA wal_autocheckpoint = 0"))
+        page = int(await store.db.writer.run(lambda c: c.execute("PRAGMA page_size").fetchone()[0]))
+        await store.db.writer.run(lambda c: c.execute("PRAGMA wal_autocheckpoint = 0"))
 
         def frames() -> int:
             return (wal.stat().st_size - _WAL_HEADER) // (page + _FRAME_HEADER)

@@ -37,9 +37,9 @@ async def _steps_to_prune(tmp_path: Path, keep: int) -> int:
         def unwatch(conn: sqlite3.Connection) -> None:
             conn.set_progress_handler(None, 0)
 
-        await store._writer.run(watch)
+        await store.db.writer.run(watch)
         assert await store.prune_turns(keep=keep, limit=REMOVED) == REMOVED
-        await store._writer.run(unwatch)
+        await store.db.writer.run(unwatch)
         view = await store.room("r", limit=1)
         assert view is not None
         assert view.turn_count == keep

@@ -80,7 +80,7 @@ async def test_the_wal_is_cut_back_to_its_limit_after_a_checkpoint(
     db = tmp_path / "c.db"
     wal = tmp_path / "c.db-wal"
     async with await SqliteStore.open(db) as store:
-        await store._writer.run(lambda c: c.execute("PRAGMA wal_autocheckpoint = 0"))
+        await store.db.writer.run(lambda c: c.execute("PRAGMA wal_autocheckpoint = 0"))
         await _delivered(store, 600, "y" * 2000)
         assert wal.stat().st_size > 4 * 1024 * 1024  # a burst: megabytes of WAL
         _checkpoint(db, "RESTART")

@@ -22,8 +22,8 @@ async def test_the_stores_and_the_gateways_connections_keep_temp_files_in_memory
 ) -> None:
     store = await SqliteStore.open(tmp_path / "store" / "custody.db")
     try:
-        assert await store._writer.run(_temp_store) == MEMORY
-        assert await store._read(_temp_store) == MEMORY
+        assert await store.db.writer.run(_temp_store) == MEMORY
+        assert await store.db.read(_temp_store) == MEMORY
     finally:
         await store.aclose()
     readonly = connect_readonly(tmp_path / "store" / "custody.db", 1.0)

@@ -24,8 +24,8 @@ async def test_a_commit_of_messages_in_16_rooms_writes_few_turn_pages(tmp_path: 
     db = tmp_path / "c.db"
     wal = tmp_path / "c.db-wal"
     async with await SqliteStore.open(db, synchronous="OFF") as store:
-        page = int(await store._writer.run(lambda c: c.execute("PRAGMA page_size").fetchone()[0]))
-        await store._writer.run(lambda c: c.execute("PRAGMA wal_autocheckpoint = 0"))
+        page = int(await store.db.writer.run(lambda c: c.execute("PRAGMA page_size").fetchone()[0]))
+        await store.db.writer.run(lambda c: c.execute("PRAGMA wal_autocheckpoint = 0"))
 
         def frames() -> int:
             return (wal.stat().st_size - _WAL_HEADER) // (page + _FRAME_HEADER)

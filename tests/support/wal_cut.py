@@ -31,7 +31,7 @@ class WalCut:
         return self.db.with_name(self.db.name + "-wal")
 
     async def install(self, store: SqliteStore) -> None:
-        writer = store._writer
+        writer = store.db.writer
         real = writer.barrier
         assert real is not None, "the store syncs every commit: nothing to cut"
 

@@ -1,16 +1,18 @@
-"""The store methods of questions to the person (issue #36), framed as ``_frame.StoreFrame``
-frames the rest: check the arguments, run the backend's ``_name`` operation, log the move.
+"""The store methods of questions to the person (issue #36), framed as ``_frame`` frames
+custody: check the arguments, run the backend part's ``_name`` operation, log the move.
 
-A mixin of both backends' store classes, so asks read the same on SQLite and PostgreSQL and
-stay apart from the methods of other issues. The answer itself is taken at ingest (each
-backend's ``_ingest_many`` calls its ``_answer`` on every new message of a room): the room's
-oldest open ask that the message's sender may answer (issue #48).
+Each backend's asks part (``sqlite._asks``, ``postgres._asks``) implements the operations, so
+asks read the same on SQLite and PostgreSQL. The answer itself is taken at ingest (each
+backend's ingest calls its asks module's ``answer``/``answers`` on every new message of a
+room): the room's oldest open ask that the message's sender may answer (issue #48).
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Sequence
+
+import attrs
 
 from ..._plumbing._when import iso_time
 from ..custody import _log as _clog
@@ -24,12 +26,15 @@ from ..custody._asks import (
 from ..custody._rules import Claim, CustodyState, check_task_id
 from ..custody._steps import check_step_name, check_wake_at
 from ._common import check_limit, check_reason, fence_args
-from ._frame import StoreFrame
+from ._host import Host
 from ._steps_frame import journal_parked
 
 
-class AsksFrame(StoreFrame):
-    """``StoreFrame`` with ``AskStore``'s and ``QuestionStore``'s methods."""
+@attrs.define(eq=False)
+class AsksFrame(abc.ABC):
+    """``AskStore``'s and ``QuestionStore``'s methods around a backend part's operations."""
+
+    host: Host
 
     async def asks(self, id: str) -> Sequence[AskRecord]:
         return await self._asks(check_task_id(id))
@@ -53,8 +58,8 @@ class AsksFrame(StoreFrame):
         check_question(text)
         until = check_wake_at(until)
         senders = check_answer_from(answer_from)
-        reason = self._stored_text(check_reason(why))
-        record = await self._ask(claim, name, text, until, reason, self.clock(), senders)
+        reason = self.host.stored_text(check_reason(why))
+        record = await self._ask(claim, name, text, until, reason, self.host.clock(), senders)
         journal_parked(claim, f"{reason}; times out {iso_time(record.deadline)}")
         return record
 
@@ -90,7 +95,7 @@ class AsksFrame(StoreFrame):
     async def ask_unsupported(self, id: str, name: str) -> bool:
         check_task_id(id)
         check_step_name(name, own=True)
-        woke = await self._ask_unsupported(id, name, self.clock())
+        woke = await self._ask_unsupported(id, name, self.host.clock())
         if woke:
             _clog.moved(
                 id, CustodyState.WAITING, CustodyState.PENDING, reason="the gateway cannot ask"

@@ -93,12 +93,13 @@ def ingest_headers(task: object, max_body_bytes: int) -> str:
 def task_from_row(row: Sequence[Any], body: str) -> Task:
     """A ``Task`` from a row that starts ``id, body, room, priority, headers`` (the body
     decoded by the backend)."""
+    id, _, room, rank, headers = row[:5]
     return Task(
-        id=row[0],
+        id=id,
         body=body,
-        room=row[2],
-        priority=RANK_PRIORITY[row[3]],
-        headers=json.loads(row[4]),  # the validator checks it is a dict of str to str
+        room=room,
+        priority=RANK_PRIORITY[rank],
+        headers=json.loads(headers),  # the validator checks it is a dict of str to str
     )
 
 
@@ -107,10 +108,11 @@ def record_from_row(row: Sequence[Any], decode: Callable[[Any], str]) -> TaskRec
     attempt, lease_until, result, reason, created_at, updated_at, not_before, crash_count,
     crashes_alone, suspect, run_no, quarantine_deaths, last_quarantine_death``; ``decode``
     turns a stored body or result into text."""
-    owner, attempt, lease_until, result, reason, created, updated, not_before = row[6:14]
+    _, body, _, _, _, state, owner, attempt, lease_until, result, reason = row[:11]
+    created, updated, not_before, crashes, alone, suspect, run, deaths, last_death = row[11:20]
     return TaskRecord(
-        task_from_row(row, decode(row[1])),
-        CustodyState(row[5]),
+        task_from_row(row, decode(body)),
+        CustodyState(state),
         owner,
         attempt,
         lease_until,
@@ -119,12 +121,12 @@ def record_from_row(row: Sequence[Any], decode: Callable[[Any], str]) -> TaskRec
         created,
         updated,
         not_before,
-        crash_count=row[14],
-        crashes_alone=row[15],
-        suspect=bool(row[16]),
-        run=row[17],
-        quarantine_deaths=row[18],
-        last_quarantine_death=row[19],
+        crash_count=crashes,
+        crashes_alone=alone,
+        suspect=bool(suspect),
+        run=run,
+        quarantine_deaths=deaths,
+        last_quarantine_death=last_death,
     )
 
 

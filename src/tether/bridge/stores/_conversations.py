@@ -1,18 +1,20 @@
 """The conversation methods of both backends (issue #34), in the shape of ``_frame``: check
-the arguments, run the backend's ``_name`` operation, log what an operator changed.
+the arguments, run the backend part's ``_name`` operation, log what an operator changed.
 
-Kept apart from ``StoreFrame`` so the turns and the state read as one piece; a backend mixes
-``ConversationFrame`` in beside it. The turns themselves are written by the schema's triggers
-in the custody moves' own transactions; only the state, the text a streaming run has shown,
-an operator's erasure and retention are written here.
+Each backend's rooms part (``sqlite._conversations``, ``postgres._conversations``) implements
+the operations. The turns themselves are written by the schema's triggers in the custody
+moves' own transactions; only the state, the text a streaming run has shown, an operator's
+erasure and retention are written by the part.
 """
 
 from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+import attrs
 
 from ..custody._conversation import (
     DEFAULT_HISTORY_KEEP,
@@ -28,15 +30,16 @@ from ..custody._conversation import (
 )
 from ..custody._rules import Claim, check_task_id
 from ._common import check_limit, complete_args, fence_args
+from ._host import Host
 
 log = logging.getLogger("tether.custody")
 
 
+@attrs.define(eq=False)
 class ConversationFrame(abc.ABC):
-    """The ``ConversationStore`` and ``RoomStore`` roles around a backend's operations."""
+    """The ``ConversationStore`` and ``RoomStore`` roles around a backend part's operations."""
 
-    clock: Callable[[], float]
-    max_body_bytes: int
+    host: Host
 
     async def conversation(
         self, task_id: str, *, limit: int = DEFAULT_HISTORY_TURNS
@@ -55,12 +58,12 @@ class ConversationFrame(abc.ABC):
         *,
         no_send: bool = False,
     ) -> int:
-        complete_args(claim, body, self.max_body_bytes)
+        complete_args(claim, body, self.host.max_body_bytes)
         if not isinstance(no_send, bool):
             raise TypeError(f"no_send must be a bool, got {type(no_send).__name__}")
         text = encode_state(state, task_id=claim.task.id, limit=MAX_STATE_BYTES)
         version = await self._complete_with_state(
-            claim, body, no_send, text, check_version(base_version), self.clock()
+            claim, body, no_send, text, check_version(base_version), self.host.clock()
         )
         log.debug(
             "task %s: result stored by %s (attempt %d) with its room's state version %d",
@@ -80,8 +83,8 @@ class ConversationFrame(abc.ABC):
 
     async def record_shown(self, claim: Claim, text: str) -> bool:
         fence_args(claim)
-        complete_args(claim, text, self.max_body_bytes)
-        return await self._record_shown(claim, text, self.clock())
+        complete_args(claim, text, self.host.max_body_bytes)
+        return await self._record_shown(claim, text, self.host.clock())
 
     @abc.abstractmethod
     async def _record_shown(self, claim: Claim, text: str, now: float) -> bool: ...
@@ -94,7 +97,7 @@ class ConversationFrame(abc.ABC):
 
     async def forget_room(self, room: str) -> tuple[int, int]:
         room = check_room(room)
-        turns, tasks = await self._forget_room(room, self.clock())
+        turns, tasks = await self._forget_room(room, self.host.clock())
         log.warning(
             "operator: forgot room %r: %d turn(s), its state and the stored bodies of %d "
             "finished task(s) erased",

@@ -1,16 +1,16 @@
-"""One frame for both backends' store methods: check the arguments, run the operation, log.
+"""One frame for both backends' custody moves: check the arguments, run the operation, log.
 
-So a call is checked and logged alike on SQLite and PostgreSQL, and each ``_store.py`` holds its
-operations alone (the ``_name`` methods: SQL and transaction). Reads with nothing to check
-(``workers``, ``counts``) are the backend's own.
+So a call is checked and logged alike on SQLite and PostgreSQL, and each backend's custody
+part (``_custody.py``) holds its operations alone (the ``_name`` methods: SQL and transaction).
+Reads with nothing to check (``workers``, ``counts``) are the part's own, declared here.
 """
 
 from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Self
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -24,15 +24,15 @@ from ..custody._crashes import (
     check_max_quarantine_deaths,
     expiry_outcome,
 )
-from ..custody._outage import StoreReach, expiry_cutoff
+from ..custody._outage import expiry_cutoff
 from ..custody._records import (
     WORKER_ROLES,
     JournalEntry,
     LeaseExpiry,
-    OperatorOutcome,
     PoolView,
     StallCandidate,
     Suspects,
+    WaitingRetries,
     WorkerInfo,
     WorkerRole,
 )
@@ -55,7 +55,6 @@ from ..custody._rules import (
     check_task_id,
     check_worker,
 )
-from ..custody._work_bell import WorkBell
 from ._common import (
     check_limit,
     check_permanent,
@@ -64,48 +63,23 @@ from ._common import (
     fence_args,
     ingest_headers,
 )
-from ._operator import (
-    cancel_outcomes,
-    cancel_reason,
-    check_contains,
-    check_ids,
-    redrive_outcomes,
-    redrive_reason,
-)
+from ._host import Host
 
 Moves = dict[str, CustodyState]
 """An operator's moves or reads: task id -> the state it left (or was seen in)."""
 
 
-class StoreFrame(abc.ABC):
-    """The public methods of a custody store, each around the backend's ``_name`` operation.
+@attrs.define(eq=False)
+class CustodyFrame(abc.ABC):
+    """The custody moves of a store (ingest, lead, liveness, worker, stall notices,
+    reconciler, delivery, dead-letter notices, reads), each around the backend part's
+    ``_name`` operation.
 
-    A backend sets the attributes below and implements every abstract ``_name``; an operation
-    that refuses (a stale lease, a conflict) raises, and nothing is logged."""
+    A backend part implements every abstract ``_name`` (and the reads with nothing to check);
+    an operation that refuses (a stale lease, a conflict) raises, and nothing is logged."""
 
-    clock: Callable[[], float]
-    lease_s: float
-    max_attempts: int
-    max_body_bytes: int
-    max_crashes_alone: int
-    reach: StoreReach
-    """Whether this process reaches the store, and since when (``custody._outage``)."""
-    work_bell: WorkBell
-    """Rung when this process's own call made work for a pool: an ingest stored a new task,
-    a permit given back woke its waiter (``custody._work_bell``)."""
-
-    @abc.abstractmethod
-    async def aclose(self) -> None: ...
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def _stored_text(self, text: str) -> str:
-        """A reason as the backend stores it (PostgreSQL's text holds no NUL)."""
-        return text
+    host: Host
+    """The store's settings, reach and work bell (``_host``)."""
 
     def _settled(
         self, rows: Iterable[Sequence[Any]], now: float, *, restarted: bool
@@ -121,9 +95,9 @@ class StoreFrame(abc.ABC):
             o = expiry_outcome(
                 e,
                 now=now,
-                lease_s=self.lease_s,
-                max_attempts=self.max_attempts,
-                max_crashes_alone=self.max_crashes_alone,
+                lease_s=self.host.lease_s,
+                max_attempts=self.host.max_attempts,
+                max_crashes_alone=self.host.max_crashes_alone,
                 restarted=restarted,
             )
             settled.append((e, o))
@@ -139,7 +113,7 @@ class StoreFrame(abc.ABC):
         self, tasks: Sequence[Task], *, room_policy: RoomPolicy = DEFAULT_ROOM_POLICY
     ) -> list[bool]:
         policy = check_room_policy(room_policy)
-        headers = [ingest_headers(task, self.max_body_bytes) for task in tasks]  # all or none
+        headers = [ingest_headers(task, self.host.max_body_bytes) for task in tasks]  # all or none
         if not tasks:
             return []
         new, superseded = await self._ingest_many(tasks, headers, policy)
@@ -147,7 +121,7 @@ class StoreFrame(abc.ABC):
         for id, by in superseded:
             _clog.moved(id, None, CustodyState.RESULT, reason=superseded_reason(by))
         if any(new):
-            self.work_bell.ring()
+            self.host.work_bell.ring()
         return new
 
     @abc.abstractmethod
@@ -164,36 +138,10 @@ class StoreFrame(abc.ABC):
     async def _bodies(self, ids: Sequence[str]) -> Mapping[str, str]:
         """The stored body of each of ``ids`` that exists."""
 
-    async def prune_delivered(self, before: float, *, limit: int = 10_000) -> int:
-        count = await self._prune_delivered(before, check_limit(limit))
-        _clog.pruned(count, before)
-        return count
-
-    @abc.abstractmethod
-    async def _prune_delivered(self, before: float, limit: int) -> int: ...
-
-    async def prune_tombstones(self, before: float, *, limit: int = 10_000) -> int:
-        return await self._prune_tombstones(before, check_limit(limit))
-
-    @abc.abstractmethod
-    async def _prune_tombstones(self, before: float, limit: int) -> int: ...
-
-    async def prune_workers(self, before: float, *, limit: int = 1000) -> int:
-        return await self._prune_workers(before, check_limit(limit))
-
-    @abc.abstractmethod
-    async def _prune_workers(self, before: float, limit: int) -> int: ...
-
-    async def reclaim_space(self, *, pages: int = 1024) -> int:
-        return await self._reclaim_space(check_limit(pages, "pages"))
-
-    async def _reclaim_space(self, pages: int) -> int:
-        return 0  # a server that keeps its free space for reuse itself (PostgreSQL)
-
     # -- lead ---------------------------------------------------------------------------------
 
     async def pending(self, *, limit: int = 100) -> Sequence[Task]:
-        return await self._pending(check_limit(limit), self.clock())
+        return await self._pending(check_limit(limit), self.host.clock())
 
     @abc.abstractmethod
     async def _pending(self, limit: int, now: float) -> Sequence[Task]: ...
@@ -201,7 +149,7 @@ class StoreFrame(abc.ABC):
     async def assign(self, id: str, worker: str) -> None:
         check_task_id(id)
         check_worker(worker)
-        await self._assign(id, worker, self.clock())
+        await self._assign(id, worker, self.host.clock())
         _clog.moved(id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
 
     @abc.abstractmethod
@@ -211,7 +159,7 @@ class StoreFrame(abc.ABC):
     async def unassign(self, id: str, worker: str) -> bool:
         check_task_id(id)
         check_worker(worker)
-        done = await self._unassign(id, worker, self.clock())
+        done = await self._unassign(id, worker, self.host.clock())
         if done:
             _clog.moved(id, CustodyState.ASSIGNED, CustodyState.PENDING, worker=worker)
         return done
@@ -220,7 +168,9 @@ class StoreFrame(abc.ABC):
     async def _unassign(self, id: str, worker: str, now: float) -> bool: ...
 
     async def return_outranked(self, ahead: str, *, limit: int = 100) -> Sequence[str]:
-        ids = await self._return_outranked(check_task_id(ahead), check_limit(limit), self.clock())
+        ids = await self._return_outranked(
+            check_task_id(ahead), check_limit(limit), self.host.clock()
+        )
         for id in ids:
             _clog.moved(id, CustodyState.ASSIGNED, CustodyState.PENDING, reason=f"behind {ahead}")
         return ids
@@ -234,7 +184,7 @@ class StoreFrame(abc.ABC):
         if not checked:
             return []
         unique, first = first_pairs(checked)
-        moved = await self._assign_many(unique, self.clock())
+        moved = await self._assign_many(unique, self.host.clock())
         _clog.assigned(unique, moved)
         return [id in moved and first[id] == n for n, (id, _) in enumerate(checked)]
 
@@ -244,7 +194,7 @@ class StoreFrame(abc.ABC):
 
     async def return_assignments(self, worker: str) -> Sequence[str]:
         check_worker(worker)
-        ids = await self._return_assignments(worker, self.clock())
+        ids = await self._return_assignments(worker, self.host.clock())
         _clog.returned(ids, CustodyState.ASSIGNED, worker=worker, why="assignment given back")
         return ids
 
@@ -257,7 +207,7 @@ class StoreFrame(abc.ABC):
         check_limit(pending_limit, "pending_limit")
         if isinstance(skip_rooms, str) or not all(isinstance(r, str) for r in skip_rooms):
             raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
-        return await self._pool_view(self.clock(), pending_limit, sorted(skip_rooms))
+        return await self._pool_view(self.host.clock(), pending_limit, sorted(skip_rooms))
 
     @abc.abstractmethod
     async def _pool_view(self, at: float, pending_limit: int, skip: list[str]) -> PoolView: ...
@@ -270,7 +220,7 @@ class StoreFrame(abc.ABC):
             raise ValueError(f"role must be 'lead' or 'worker', got {role!r}")
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
-        return await self._beat(worker, role, capacity, self.clock())
+        return await self._beat(worker, role, capacity, self.host.clock())
 
     @abc.abstractmethod
     async def _beat(
@@ -306,8 +256,8 @@ class StoreFrame(abc.ABC):
             raise ValueError(f"quarantine must be None or an int >= 0, got {quarantine!r}")
         if history is not None:
             check_window(history, "history")
-        now = self.clock()
-        until = now + self.lease_s
+        now = self.host.clock()
+        until = now + self.host.lease_s
         claims = await self._claim_many(
             worker, limit, leaderless, now, until, quarantine, history=history
         )
@@ -337,8 +287,8 @@ class StoreFrame(abc.ABC):
 
     async def renew(self, claim: Claim) -> Claim:
         fence_args(claim)
-        now = self.clock()
-        until = await self._renew(claim, now, now + self.lease_s)
+        now = self.host.clock()
+        until = await self._renew(claim, now, now + self.host.lease_s)
         return attrs.evolve(claim, lease_until=until)
 
     @abc.abstractmethod
@@ -346,9 +296,9 @@ class StoreFrame(abc.ABC):
         """The lease's new end; raises ``StaleLease`` (``stale_lease``) if fenced out."""
 
     async def complete(self, claim: Claim, body: str, *, no_send: bool = False) -> None:
-        complete_args(claim, body, self.max_body_bytes)
+        complete_args(claim, body, self.host.max_body_bytes)
         check_no_send(no_send)
-        await self._complete(claim, body, no_send, self.clock())
+        await self._complete(claim, body, no_send, self.host.clock())
         _clog.moved(
             claim.task.id,
             CustodyState.CLAIMED,
@@ -365,11 +315,11 @@ class StoreFrame(abc.ABC):
         self, outcomes: Sequence[tuple[Claim, str]], *, no_send: bool = False
     ) -> list[bool]:
         check_no_send(no_send)
-        fences = [complete_args(claim, body, self.max_body_bytes) for claim, body in outcomes]
+        fences = [complete_args(claim, body, self.host.max_body_bytes) for claim, body in outcomes]
         if not fences:
             return []
         items = [(*fence, body) for fence, (_, body) in zip(fences, outcomes, strict=True)]
-        done = await self._complete_many(items, no_send, self.clock())
+        done = await self._complete_many(items, no_send, self.host.clock())
         for (claim, _), moved in zip(outcomes, done, strict=True):
             if moved:
                 _clog.moved(
@@ -397,10 +347,10 @@ class StoreFrame(abc.ABC):
         permanent: bool = False,
     ) -> CustodyState:
         fence_args(claim)
-        reason = self._stored_text(check_reason(reason))
+        reason = self.host.stored_text(check_reason(reason))
         delay = check_retry_after(retry_after)
         check_permanent(permanent)
-        now = self.clock()
+        now = self.host.clock()
         not_before = now + delay if delay > 0 else None
         dead, why = await self._fail(claim, reason, permanent, not_before, now)
         target = CustodyState.DEAD if dead else CustodyState.PENDING
@@ -426,9 +376,9 @@ class StoreFrame(abc.ABC):
         self, claim: Claim, death: str, *, max_deaths: int = DEFAULT_MAX_QUARANTINE_DEATHS
     ) -> CustodyState:
         fence_args(claim)
-        death = self._stored_text(check_reason(death))
+        death = self.host.stored_text(check_reason(death))
         check_max_quarantine_deaths(max_deaths)
-        state, why = await self._quarantine_death(claim, death, max_deaths, self.clock())
+        state, why = await self._quarantine_death(claim, death, max_deaths, self.host.clock())
         _clog.moved(
             claim.task.id,
             CustodyState.CLAIMED,
@@ -449,7 +399,7 @@ class StoreFrame(abc.ABC):
 
     async def release(self, claim: Claim) -> None:
         fence_args(claim)
-        await self._release(claim, self.clock())
+        await self._release(claim, self.host.clock())
         _clog.moved(
             claim.task.id,
             CustodyState.CLAIMED,
@@ -464,7 +414,7 @@ class StoreFrame(abc.ABC):
 
     async def recover_claims(self, worker: str) -> Sequence[LeaseExpiry]:
         check_worker(worker)
-        expiries = await self._recover_claims(worker, self.clock())
+        expiries = await self._recover_claims(worker, self.host.clock())
         _clog.expired(expiries)
         return expiries
 
@@ -487,7 +437,7 @@ class StoreFrame(abc.ABC):
     ) -> list[StallCandidate]: ...
 
     async def mark_stall_notified(self, id: str) -> bool:
-        return await self._mark_stall_notified(check_task_id(id), self.clock())
+        return await self._mark_stall_notified(check_task_id(id), self.host.clock())
 
     @abc.abstractmethod
     async def _mark_stall_notified(self, id: str, now: float) -> bool: ...
@@ -507,7 +457,7 @@ class StoreFrame(abc.ABC):
     # -- reconciler ---------------------------------------------------------------------------
 
     async def expire_leases(self, *, limit: int = 10_000) -> Sequence[LeaseExpiry]:
-        expiries = await self._expire_leases(check_limit(limit), self.clock())
+        expiries = await self._expire_leases(check_limit(limit), self.host.clock())
         _clog.expired(expiries)
         return expiries
 
@@ -517,8 +467,8 @@ class StoreFrame(abc.ABC):
     def _expiry_cutoff(self, now: float, server_started: float | None = None) -> float | None:
         """``custody._outage.expiry_cutoff`` from the later of this process's last return of
         the store and ``server_started`` (when the server last started: an outage for all)."""
-        backs = [t for t in (self.reach.back_at, server_started) if t is not None]
-        return expiry_cutoff(now, self.lease_s, max(backs) if backs else None)
+        backs = [t for t in (self.host.reach.back_at, server_started) if t is not None]
+        return expiry_cutoff(now, self.host.lease_s, max(backs) if backs else None)
 
     # -- delivery -----------------------------------------------------------------------------
 
@@ -534,7 +484,7 @@ class StoreFrame(abc.ABC):
 
     async def mark_delivered(self, id: str) -> None:
         check_task_id(id)
-        if await self._mark_delivered(id, self.clock()):
+        if await self._mark_delivered(id, self.host.clock()):
             _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
 
     @abc.abstractmethod
@@ -545,7 +495,7 @@ class StoreFrame(abc.ABC):
         checked = [check_task_id(id) for id in ids]
         if not checked:
             return []
-        done, moved = await self._mark_delivered_many(checked, self.clock())
+        done, moved = await self._mark_delivered_many(checked, self.host.clock())
         for id in moved:
             _clog.moved(id, CustodyState.RESULT, CustodyState.DELIVERED)
         return done
@@ -558,8 +508,8 @@ class StoreFrame(abc.ABC):
 
     async def dead_letter(self, id: str, reason: str) -> None:
         check_task_id(id)
-        reason = self._stored_text(check_reason(reason))
-        moved, source = await self._dead_letter(id, reason, self.clock())
+        reason = self.host.stored_text(check_reason(reason))
+        moved, source = await self._dead_letter(id, reason, self.host.clock())
         if moved:
             _clog.moved(id, source, CustodyState.DEAD, reason=reason)
 
@@ -582,63 +532,10 @@ class StoreFrame(abc.ABC):
         checked = [check_task_id(id) for id in ids]
         if not checked:
             return []
-        return await self._mark_dead_reported(checked, self.clock())
+        return await self._mark_dead_reported(checked, self.host.clock())
 
     @abc.abstractmethod
     async def _mark_dead_reported(self, ids: Sequence[str], now: float) -> list[bool]: ...
-
-    # -- operator -----------------------------------------------------------------------------
-
-    async def redrive(
-        self, ids: Sequence[str], *, reason: str | None = None
-    ) -> Sequence[OperatorOutcome]:
-        checked = check_ids(ids)
-        why = self._stored_text(redrive_reason(reason))
-        moved, seen = await self._redrive(checked, why, self.clock())
-        for id in moved:
-            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
-        return redrive_outcomes(checked, moved, seen)
-
-    @abc.abstractmethod
-    async def _redrive(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
-        """dead -> pending for those of ``ids`` that are dead: (moved, seen)."""
-
-    async def redrive_dead(
-        self,
-        *,
-        reason_contains: str | None = None,
-        reason: str | None = None,
-        limit: int = 10_000,
-        include_cancelled: bool = False,
-    ) -> Sequence[OperatorOutcome]:
-        text = check_contains(reason_contains)
-        check_limit(limit)
-        why = self._stored_text(redrive_reason(reason))
-        ids, moved, seen = await self._redrive_dead(
-            text, limit, why, self.clock(), include_cancelled=include_cancelled
-        )
-        for id in moved:
-            _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
-        return redrive_outcomes(ids, moved, seen)
-
-    @abc.abstractmethod
-    async def _redrive_dead(
-        self, text: str | None, limit: int, why: str, now: float, *, include_cancelled: bool
-    ) -> tuple[list[str], Moves, Moves]:
-        """Re-drive the first ``limit`` dead tasks whose reason holds ``text`` (and that an
-        operator did not cancel, unless ``include_cancelled``): (their ids, moved, seen)."""
-
-    async def cancel(self, ids: Sequence[str], reason: str) -> Sequence[OperatorOutcome]:
-        checked = check_ids(ids)
-        why = self._stored_text(cancel_reason(reason))
-        moved, seen = await self._cancel(checked, why, self.clock())
-        for id, source in moved.items():
-            _clog.moved(id, source, CustodyState.DEAD, reason=why)
-        return cancel_outcomes(checked, moved, seen)
-
-    @abc.abstractmethod
-    async def _cancel(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
-        """pending, assigned or claimed -> dead: (moved, seen)."""
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -676,9 +573,26 @@ class StoreFrame(abc.ABC):
     @abc.abstractmethod
     async def _suspects(self, limit: int) -> Suspects: ...
 
+    # -- the backend's own (nothing to check) -------------------------------------------------
+
+    @abc.abstractmethod
+    async def workers(self) -> Sequence[WorkerInfo]: ...
+
+    @abc.abstractmethod
+    async def counts(self) -> Mapping[CustodyState, int]: ...
+
+    @abc.abstractmethod
+    async def in_flight(self) -> Sequence[str]: ...
+
+    @abc.abstractmethod
+    async def waiting_retries(self) -> WaitingRetries: ...
+
+    @abc.abstractmethod
+    async def unreported_dead_count(self) -> int: ...
+
 
 def lease_expiry(e: Expired, o: ExpiryOutcome, now: float) -> LeaseExpiry:
-    """What a settled lease reports (``StoreFrame._settled``)."""
+    """What a settled lease reports (``CustodyFrame._settled``)."""
     return LeaseExpiry(e.id, e.owner, e.attempt, e.lease_until, now, o.state, o.reason, o.crash)
 
 

@@ -1,8 +1,9 @@
-"""The store methods of flow control (issue #38), framed as ``_frame.StoreFrame`` frames the
-rest: check the arguments, run the backend's ``_name`` operation.
+"""The store methods of flow control (issue #38), framed as ``_frame`` frames custody: check
+the arguments, run the backend part's ``_name`` operation.
 
-A mixin of both backends' store classes, so limits read the same on SQLite and PostgreSQL and
-stay apart from the methods of other issues. The bucket arithmetic is ``custody._limits``.
+Each backend's limits part (``sqlite._limits``, ``postgres._limits``) implements the
+operations, so limits read the same on SQLite and PostgreSQL. The bucket arithmetic is
+``custody._limits``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import abc
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from ..custody import _log as _clog
 from ..custody._limits import (
@@ -25,20 +28,23 @@ from ..custody._limits import (
 )
 from ..custody._rules import Claim, CustodyState
 from ..custody._steps import check_wake_at
-from ..custody._tenants import DEFAULT_WEIGHT, TenantView, check_tenant, check_tenant_weight
 from ._common import fence_args
-from ._frame import StoreFrame
+from ._host import Host
 
 log = logging.getLogger("tether.bridge.limits")
 
 
-class LimitsFrame(StoreFrame):
-    """``StoreFrame`` with ``LimitStore``'s methods."""
+@attrs.define(eq=False)
+class LimitsFrame(abc.ABC):
+    """``LimitStore``'s permit methods around a backend part's operations (a tenant's weight
+    is ``_tenants_frame``'s)."""
+
+    host: Host
 
     async def set_limit(self, spec: LimitSpec) -> None:
         if not isinstance(spec, LimitSpec):
             raise TypeError(f"expected a LimitSpec, got {type(spec).__name__}")
-        await self._set_limit(spec, self.clock())
+        await self._set_limit(spec, self.host.clock())
         log.info(
             "limit %s: rate %s/s, burst %g, concurrency %s",
             spec.key,
@@ -54,7 +60,9 @@ class LimitsFrame(StoreFrame):
         self, claim: Claim, key: str, weight: float = 1.0
     ) -> Granted | NoPermit:
         fence_args(claim)
-        return await self._acquire_permit(claim, check_key(key), check_weight(weight), self.clock())
+        return await self._acquire_permit(
+            claim, check_key(key), check_weight(weight), self.host.clock()
+        )
 
     @abc.abstractmethod
     async def _acquire_permit(
@@ -67,12 +75,13 @@ class LimitsFrame(StoreFrame):
     async def release_permit(self, permit: int) -> None:
         if isinstance(permit, bool) or not isinstance(permit, int):
             raise TypeError(f"a permit is an int id, got {type(permit).__name__}")
-        woken = await self._release_permit(permit, self.clock())
+        woken = await self._release_permit(permit, self.host.clock())
         for id, key in woken:
             reason = f"a permit of {key} came free"
             _clog.moved(id, CustodyState.WAITING, CustodyState.PENDING, reason=reason)
         if woken:
-            self.work_bell.ring()  # work for this process's pool (others hear the store's news)
+            # work for this process's pool (others hear the store's news)
+            self.host.work_bell.ring()
 
     @abc.abstractmethod
     async def _release_permit(self, permit: int, now: float) -> list[tuple[str, str]]:
@@ -81,39 +90,17 @@ class LimitsFrame(StoreFrame):
 
     async def pause_limit(self, key: str, until: float) -> None:
         key, until = check_key(key), check_wake_at(until)
-        await self._pause_limit(key, until, self.clock())
+        await self._pause_limit(key, until, self.host.clock())
         log.warning("limit %s paused for everyone on the store until %.3f", key, until)
 
     @abc.abstractmethod
     async def _pause_limit(self, key: str, until: float, now: float) -> None: ...
 
     async def limit_views(self) -> Sequence[LimitView]:
-        return await self._limit_views(self.clock())
+        return await self._limit_views(self.host.clock())
 
     @abc.abstractmethod
     async def _limit_views(self, now: float) -> list[LimitView]: ...
-
-    async def set_tenant_weight(self, tenant: str, weight: float) -> None:
-        tenant, weight = check_tenant(tenant), check_tenant_weight(weight)
-        await self._set_tenant_weight(tenant, weight)
-        log.info("tenant %s: weight %g", tenant, weight)
-
-    @abc.abstractmethod
-    async def _set_tenant_weight(self, tenant: str, weight: float) -> None: ...
-
-    async def tenant_views(self) -> Sequence[TenantView]:
-        return await self._tenant_views()
-
-    @abc.abstractmethod
-    async def _tenant_views(self) -> list[TenantView]: ...
-
-
-def tenant_views_of(rows: Iterable[Sequence[Any]]) -> list[TenantView]:
-    """``(tenant, weight or None, pending)`` rows (both backends) as views."""
-    return [
-        TenantView(tenant, DEFAULT_WEIGHT if weight is None else float(weight), int(pending))
-        for tenant, weight, pending in rows
-    ]
 
 
 def bucket_of(row: Sequence[Any]) -> Bucket:

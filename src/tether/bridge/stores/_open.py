@@ -87,49 +87,77 @@ async def open_store(
     if not target:
         raise StoreConfigError("the store setting is empty: give a file path or postgresql:// URL")
     if isinstance(url_or_path, str) and is_postgres_dsn(target):
-        unparsable = unparsable_reason(target)
-        if unparsable is not None:
-            raise StoreConfigError(unparsable)
-        shown = redact_dsn(target)
-        try:
-            from .postgres._schema import NoSuchStore
-            from .postgres._store import PostgresStore
-        except ImportError as exc:
-            raise StoreConfigError(
-                f"the store {shown} needs PostgreSQL support: install tether[postgres] ({exc})"
-            ) from None
-        if dsn_has_password(target):
-            raise StoreConfigError(
-                f"the store URL {shown} carries a password; remove it and use "
-                "--store-password-file (a 0600 file) or the PGPASSWORD environment variable"
-            )
-        password = None if password_file is None else read_password_file(password_file)
-        try:
-            store = await PostgresStore.open(
-                target,
-                schema=schema,
-                password=password,
-                create=not (must_exist or read_only),
-                read_only=read_only,
-                synchronous=synchronous,
-                **common,
-                **options,
-            )
-        except (ValueError, NoSuchStore) as exc:
-            raise StoreConfigError(scrub_dsn(str(exc), target)) from None
-        except Exception as exc:  # every error passes through redact_dsn (issue #48)
-            scrubbed = scrub_dsn(str(exc), target)
-            if scrubbed != str(exc):
-                raise StoreOpenError(f"the store {shown} did not open: {scrubbed}") from None
-            raise
-        log.info("custody store: PostgreSQL %s, schema %s", shown, schema)
-        return store
+        return await _open_postgres(
+            target, password_file, schema, must_exist, read_only, synchronous, common, options
+        )
     if password_file is not None:
         raise StoreConfigError(
             f"--store-password-file is for a postgresql:// store, but the store is a file: {target}"
         )
     if schema != "tether":
         raise StoreConfigError("--store-schema is for a postgresql:// store")
+    return await _open_sqlite(target, must_exist, read_only, synchronous, common, options)
+
+
+async def _open_postgres(
+    target: str,
+    password_file: Path | None,
+    schema: str,
+    must_exist: bool,
+    read_only: bool,
+    synchronous: Synchronous,
+    common: dict[str, Any],
+    options: dict[str, Any],
+) -> Store:
+    """``open_store`` of a ``postgresql://`` URL: every error says the URL redacted."""
+    unparsable = unparsable_reason(target)
+    if unparsable is not None:
+        raise StoreConfigError(unparsable)
+    shown = redact_dsn(target)
+    try:
+        from .postgres._schema import NoSuchStore
+        from .postgres._store import PostgresStore
+    except ImportError as exc:
+        raise StoreConfigError(
+            f"the store {shown} needs PostgreSQL support: install tether[postgres] ({exc})"
+        ) from None
+    if dsn_has_password(target):
+        raise StoreConfigError(
+            f"the store URL {shown} carries a password; remove it and use "
+            "--store-password-file (a 0600 file) or the PGPASSWORD environment variable"
+        )
+    password = None if password_file is None else read_password_file(password_file)
+    try:
+        store = await PostgresStore.open(
+            target,
+            schema=schema,
+            password=password,
+            create=not (must_exist or read_only),
+            read_only=read_only,
+            synchronous=synchronous,
+            **common,
+            **options,
+        )
+    except (ValueError, NoSuchStore) as exc:
+        raise StoreConfigError(scrub_dsn(str(exc), target)) from None
+    except Exception as exc:  # every error passes through redact_dsn (issue #48)
+        scrubbed = scrub_dsn(str(exc), target)
+        if scrubbed != str(exc):
+            raise StoreOpenError(f"the store {shown} did not open: {scrubbed}") from None
+        raise
+    log.info("custody store: PostgreSQL %s, schema %s", shown, schema)
+    return store
+
+
+async def _open_sqlite(
+    target: str,
+    must_exist: bool,
+    read_only: bool,
+    synchronous: Synchronous,
+    common: dict[str, Any],
+    options: dict[str, Any],
+) -> Store:
+    """``open_store`` of a file path: anything but a tether store is refused."""
     from .sqlite._readonly import NotAStore, check_store, open_readonly
     from .sqlite._store import SqliteStore
 

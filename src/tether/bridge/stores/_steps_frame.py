@@ -1,8 +1,8 @@
-"""The store methods of durable runs (issue #35), framed as ``_frame.StoreFrame`` frames the
-rest: check the arguments, run the backend's ``_name`` operation, log the move.
+"""The store methods of durable runs (issue #35), framed as ``_frame`` frames custody: check
+the arguments, run the backend part's ``_name`` operation, log the move.
 
-A mixin of both backends' store classes, so steps, parks and wake-ups read the same on SQLite
-and PostgreSQL and stay apart from the methods of other issues.
+Each backend's steps part (``sqlite._steps``, ``postgres._steps``) implements the operations,
+so steps, parks and wake-ups read the same on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
+import attrs
+
 from ..._plumbing._when import iso_time
 from ..custody import _log as _clog
-from ..custody._records import OperatorOutcome, StepRecord, WaitingRuns
+from ..custody._records import StepRecord, WaitingRuns
 from ..custody._rules import Claim, CustodyState, check_task_id
 from ..custody._steps import (
     MAX_STEP_BYTES,
@@ -21,13 +23,16 @@ from ..custody._steps import (
     check_wake_at,
 )
 from ._common import check_limit, check_reason, fence_args
-from ._frame import StoreFrame
-from ._operator import CANCELLED_PREFIX, check_contains, check_ids
+from ._host import Host
 
 
-class StepsFrame(StoreFrame):
-    """``StoreFrame`` with ``StepStore``'s methods, ``ReconcilerStore.wake_due``, the read of
-    waiting runs, and the operator's fresh re-drive (the steps forgotten first)."""
+@attrs.define(eq=False)
+class StepsFrame(abc.ABC):
+    """``StepStore``'s methods, ``ReconcilerStore.wake_due`` and the read of waiting runs
+    around a backend part's operations; the operator's fresh re-drive has it forget a dead
+    run's steps first (``forget_dead_steps``)."""
+
+    host: Host
 
     async def steps(self, id: str) -> Sequence[StepRecord]:
         return await self._steps(check_task_id(id))
@@ -46,7 +51,7 @@ class StepsFrame(StoreFrame):
             raise StepError(
                 f"step {name!r}: {size} bytes, over the {MAX_STEP_BYTES} a step may record"
             )
-        return await self._record_step(claim, name, value, size, self.clock())
+        return await self._record_step(claim, name, value, size, self.host.clock())
 
     @abc.abstractmethod
     async def _record_step(
@@ -59,8 +64,8 @@ class StepsFrame(StoreFrame):
     async def park(self, claim: Claim, until: float, why: str) -> None:
         fence_args(claim)
         until = check_wake_at(until)
-        reason = self._stored_text(check_reason(why))
-        await self._park(claim, until, reason, self.clock())
+        reason = self.host.stored_text(check_reason(why))
+        await self._park(claim, until, reason, self.host.clock())
         journal_parked(claim, f"{reason}; due {iso_time(until)}")
 
     @abc.abstractmethod
@@ -68,7 +73,7 @@ class StepsFrame(StoreFrame):
         """claimed -> waiting under the fence; raises ``StaleLease`` if fenced out."""
 
     async def wake_due(self, *, limit: int = 10_000) -> Sequence[str]:
-        ids = await self._wake_due(check_limit(limit), self.clock())
+        ids = await self._wake_due(check_limit(limit), self.host.clock())
         for id in ids:
             _clog.moved(id, CustodyState.WAITING, CustodyState.PENDING, reason="due")
         return ids
@@ -80,35 +85,8 @@ class StepsFrame(StoreFrame):
     @abc.abstractmethod
     async def waiting_runs(self) -> WaitingRuns: ...
 
-    async def redrive(
-        self, ids: Sequence[str], *, reason: str | None = None, fresh: bool = False
-    ) -> Sequence[OperatorOutcome]:
-        if check_fresh(fresh):
-            await self._forget_dead_steps(check_ids(ids), None, 0)
-        return await super().redrive(ids, reason=reason)
-
-    async def redrive_dead(
-        self,
-        *,
-        reason_contains: str | None = None,
-        reason: str | None = None,
-        limit: int = 10_000,
-        include_cancelled: bool = False,
-        fresh: bool = False,
-    ) -> Sequence[OperatorOutcome]:
-        if check_fresh(fresh):
-            text = check_contains(reason_contains)
-            skip = None if include_cancelled else CANCELLED_PREFIX
-            await self._forget_dead_steps(None, text, check_limit(limit), skip)
-        return await super().redrive_dead(
-            reason_contains=reason_contains,
-            reason=reason,
-            limit=limit,
-            include_cancelled=include_cancelled,
-        )
-
     @abc.abstractmethod
-    async def _forget_dead_steps(
+    async def forget_dead_steps(
         self, ids: Sequence[str] | None, text: str | None, limit: int, skip: str | None = None
     ) -> None:
         """Before a fresh re-drive: delete the steps of the dead tasks among ``ids`` (or, for
@@ -129,9 +107,3 @@ def journal_parked(claim: Claim, reason: str) -> None:
         attempt=claim.attempt,
         reason=reason,
     )
-
-
-def check_fresh(fresh: object) -> bool:
-    if not isinstance(fresh, bool):
-        raise TypeError(f"fresh must be a bool, got {type(fresh).__name__}")
-    return fresh

@@ -41,7 +41,7 @@ RECONNECT_S: Final = 2.0
 """How long the pool retries one reconnection (its backoff: 1 s, then the rest)."""
 
 # the pool logs each failed reconnection (one a second through an outage); the store says
-# once when the server went away and once when it came back (PostgresStore._run)
+# once when the server went away and once when it came back (PostgresDb.run)
 logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 

@@ -5,14 +5,12 @@ As in SQLite (``sqlite._conversations``) the turns of custody moves are written 
 schema's triggers; this module writes only what no custody move carries. The state is written
 in one transaction with the result: the room's row is locked (``FOR UPDATE``), the result's
 compare-and-set runs, then the version is compared, so two runs of a ``concurrent`` room on
-two bridges cannot both store a state based on the same version. Mixed into ``PostgresStore``.
+two bridges cannot both store a state based on the same version.
 """
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import attrs
 
@@ -28,8 +26,8 @@ from ...custody._conversation import (
 from ...custody._rules import Claim, InvalidTask
 from .._conversations import FORGOTTEN_REASON, ConversationFrame
 from ._connection import Conn
-
-T = TypeVar("T")
+from ._db import PostgresDb
+from ._rows import complete_params
 
 _OUTCOMES: Final = ", ".join(f"'{o}'" for o in sorted(HISTORY_OUTCOMES))
 
@@ -47,42 +45,22 @@ def lock_rooms_sql(s: str) -> str:
     )
 
 
+@attrs.define(eq=False)
 class PostgresConversations(ConversationFrame):
-    """The conversation operations on PostgresStore's pool."""
+    """The rooms part: conversations and rooms on the store's ``PostgresDb``."""
 
-    @property
-    @abc.abstractmethod
-    def _s(self) -> str:
-        """The quoted schema."""
-
-    @abc.abstractmethod
-    async def _run(self, fn: Callable[[Conn], T]) -> T:
-        """One thread hop with a pooled autocommit connection (``PostgresStore._run``)."""
-
-    @abc.abstractmethod
-    def _missed(self, conn: Conn, claim: Claim, now: float, verb: str) -> Exception:
-        """Why ``claim``'s fence missed, read now (``PostgresStore``)."""
-
-    @abc.abstractmethod
-    def _complete_sql(self) -> str:
-        """The store's fenced ``complete`` statement."""
-
-    @abc.abstractmethod
-    def _complete_params(
-        self, claim: Claim, body: str, no_send: bool, now: float
-    ) -> dict[str, Any]:
-        """Its parameters."""
+    db: PostgresDb
 
     async def _conversation(self, task_id: str, limit: int) -> Conversation:
-        return await self._run(lambda conn: read_conversation(conn, self._s, task_id, limit))
+        return await self.db.run(lambda conn: read_conversation(conn, self.db.s, task_id, limit))
 
     async def _complete_with_state(
         self, claim: Claim, body: str, no_send: bool, state: str, base: int, now: float
     ) -> int:
-        s = self._s
+        s = self.db.s
         id = claim.task.id
-        complete = self._complete_sql()
-        params = self._complete_params(claim, body, no_send, now)
+        complete = self.db.sql.complete
+        params = complete_params(claim, body, no_send, now, self.db.channel)
         size = len(state.encode("utf-8", "surrogatepass"))
 
         def op(conn: Conn) -> int:
@@ -101,7 +79,7 @@ class PostgresConversations(ConversationFrame):
                     ).fetchone()
                 done = conn.execute(complete, params).fetchone()
                 if done is None or done[0] is None:
-                    raise self._missed(conn, claim, now, "complete")
+                    raise self.db.missed(conn, claim, now, "complete")
                 if room is None:
                     raise InvalidTask(f"task {id!r} has no room: a state is kept per room")
                 version = 0 if current is None else int(current[0])
@@ -117,10 +95,10 @@ class PostgresConversations(ConversationFrame):
                 ).fetchone() or (0,)
                 return int(new)
 
-        return await self._run(op)
+        return await self.db.run(op)
 
     async def _record_shown(self, claim: Claim, text: str, now: float) -> bool:
-        s = self._s
+        s = self.db.s
         sql = (
             f"INSERT INTO {s}.turns AS x (room, seq, role, task_id, text, at, outcome) "
             f"SELECT u.room, u.seq, 'assistant', u.task_id, %(text)s, %(now)s, 'shown' "
@@ -138,10 +116,10 @@ class PostgresConversations(ConversationFrame):
             "worker": claim.worker,
             "run": claim.run,
         }
-        return await self._run(lambda conn: conn.execute(sql, params).rowcount == 1)
+        return await self.db.run(lambda conn: conn.execute(sql, params).rowcount == 1)
 
     async def _room(self, room: str, limit: int) -> RoomView | None:
-        s = self._s
+        s = self.db.s
 
         def op(conn: Conn) -> RoomView | None:
             with conn.transaction():
@@ -159,12 +137,13 @@ class PostgresConversations(ConversationFrame):
                     (room, limit),
                 ).fetchall()
             turns = tuple(_turn(r) for r in reversed(rows))
-            return RoomView(room, turns, int(row[0]), decode_state(row[1]), int(row[2]), row[3])
+            count, state, version, size = row
+            return RoomView(room, turns, int(count), decode_state(state), int(version), size)
 
-        return await self._run(op)
+        return await self.db.run(op)
 
     async def _forget_room(self, room: str, now: float) -> tuple[int, int]:
-        s = self._s
+        s = self.db.s
 
         def op(conn: Conn) -> tuple[int, int]:
             with conn.transaction():
@@ -185,10 +164,10 @@ class PostgresConversations(ConversationFrame):
                 conn.execute(f"DELETE FROM {s}.conversations WHERE room = %s", (room,))
             return turns, len(finished)
 
-        return await self._run(op)
+        return await self.db.run(op)
 
     async def _prune_turns(self, keep: int, limit: int) -> int:
-        s = self._s
+        s = self.db.s
 
         def op(conn: Conn) -> int:
             deleted = 0
@@ -214,11 +193,11 @@ class PostgresConversations(ConversationFrame):
                         break
             return deleted
 
-        return await self._run(op)
+        return await self.db.run(op)
 
     async def _prune_rooms(self, before: float, limit: int) -> int:
-        s = self._s
-        return await self._run(
+        s = self.db.s
+        return await self.db.run(
             lambda conn: (
                 conn.execute(
                     f"DELETE FROM {s}.rooms WHERE room IN (SELECT room FROM {s}.rooms "
@@ -229,7 +208,7 @@ class PostgresConversations(ConversationFrame):
         )
 
     async def _conversation_counts(self) -> ConversationCounts:
-        s = self._s
+        s = self.db.s
 
         def op(conn: Conn) -> ConversationCounts:
             row = conn.execute(
@@ -237,9 +216,10 @@ class PostgresConversations(ConversationFrame):
                 f"FROM {s}.conversations"
             ).fetchone()
             assert row is not None
-            return ConversationCounts(int(row[0]), int(row[1]), int(row[2]))
+            rooms, turns, size = row
+            return ConversationCounts(int(rooms), int(turns), int(size))
 
-        return await self._run(op)
+        return await self.db.run(op)
 
 
 def _turn(row: Any) -> Turn:

@@ -1,4 +1,5 @@
-"""Flow control on PostgreSQL (issue #38): limits, permits and waiters as SQL.
+"""Flow control on PostgreSQL (issue #38): limits, permits and waiters as SQL, and the limits
+part that runs it.
 
 An acquire with tokens to spare is ONE statement: it reads the task under the lease fence
 ``FOR SHARE`` (a concurrent move of the task waits for the permit's commit, and its trigger
@@ -10,10 +11,18 @@ acquire reads the row again to say how long to wait (``decide`` itself).
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 import attrs
 
+from ...custody._limits import WAITER_GRACE, Granted, LimitSpec, LimitView, NoPermit, decide
+from ...custody._rules import Claim
+from .._common import FoundState, stale_lease, task_gone
+from .._limits_frame import LimitsFrame, bucket_of, views_of
+from ._connection import Conn
+from ._db import PostgresDb
+from ._rows import fence, seen
 from ._sql import FENCE
 
 COLS: Final = "key, rate, burst, concurrency, tokens, at, in_flight, paused_until"
@@ -106,3 +115,71 @@ class LimitsSql:
         return (
             f"SELECT key, count(*) FROM {self.s}.limit_waiters WHERE until > %(now)s GROUP BY key"
         )
+
+
+@attrs.define(eq=False)
+class PostgresLimits(LimitsFrame):
+    """The limits part: buckets, permits and waiters on the store's ``PostgresDb``."""
+
+    db: PostgresDb
+    _limits_sql: LimitsSql = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._limits_sql = LimitsSql(self.db.s)
+
+    async def _set_limit(self, spec: LimitSpec, now: float) -> None:
+        sql, params = self._limits_sql.set, {**attrs.asdict(spec), "now": now}
+        await self.db.run(lambda conn: conn.execute(sql, params))
+
+    async def _acquire_permit(
+        self, claim: Claim, key: str, weight: float, now: float
+    ) -> Granted | NoPermit:
+        params = fence(claim, now)
+        params.update(key=key, weight=weight)
+        q, state_sql = self._limits_sql, self.db.sql.cas_state
+
+        def op(conn: Conn) -> Granted | NoPermit | FoundState | None:
+            for _ in range(3):  # a grant between our two statements: ask again
+                row = conn.execute(q.acquire, params).fetchone()
+                assert row is not None
+                fenced, permit, tokens, rate = row
+                if not fenced:
+                    return seen(conn, state_sql, params)
+                if permit is not None:
+                    return Granted(int(permit), math.inf if rate is None else float(tokens))
+                found = conn.execute(q.bucket, params).fetchone()
+                if found is None:
+                    return Granted(None)
+                outcome = decide(bucket_of(found), weight, now)
+                if isinstance(outcome, NoPermit):
+                    until = now + (outcome.seconds or 0.0) + WAITER_GRACE
+                    conn.execute(q.waiter, {**params, "until": until})
+                    return outcome
+            return NoPermit(0.0, "contended")
+
+        outcome = await self.db.run(op)
+        if isinstance(outcome, Granted | NoPermit):
+            return outcome
+        if outcome is None:
+            raise task_gone(claim.task.id, f"acquire a permit of {key!r} for")
+        raise stale_lease(outcome, claim, now, f"acquire a permit of {key!r} for")
+
+    async def _release_permit(self, permit: int, now: float) -> list[tuple[str, str]]:
+        sql = self._limits_sql.release
+        params = {"permit": permit, "now": now, "chan": self.db.channel}
+        return await self.db.run(lambda conn: [(i, k) for i, k, _ in conn.execute(sql, params)])
+
+    async def _pause_limit(self, key: str, until: float, now: float) -> None:
+        sql, params = self._limits_sql.pause, {"key": key, "until": until, "now": now}
+        await self.db.run(lambda conn: conn.execute(sql, params))
+
+    async def _limit_views(self, now: float) -> list[LimitView]:
+        q = self._limits_sql
+
+        def op(conn: Conn) -> list[LimitView]:
+            with conn.transaction():
+                rows = conn.execute(q.all).fetchall()
+                waiting = {k: int(n) for k, n in conn.execute(q.waiters, {"now": now})}
+            return views_of(rows, waiting, now)
+
+        return await self.db.run(op)

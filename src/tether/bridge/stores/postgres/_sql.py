@@ -1,6 +1,7 @@
-"""Every SQL statement of ``PostgresStore``, with the schema filled in once.
+"""The custody statements of ``PostgresStore`` (the other parts keep theirs in their own
+modules), with the schema filled in once.
 
-Kept apart from the store's logic so each reads on its own: ``_store.py`` says what a move
+Kept apart from the parts' logic so each reads on its own: ``_custody.py`` says what a move
 checks and returns, this file says how PostgreSQL does it (one statement per transition, the
 fence in the ``WHERE``, ``pg_notify`` in the same statement so a wake-up goes out only if the
 change commits). The custody predicate comes from ``stores._common.IN_CUSTODY_SQL``.

@@ -1,4 +1,5 @@
-"""Durable runs on PostgreSQL (issue #35): the steps table, parks and wake-ups as SQL.
+"""Durable runs on PostgreSQL (issue #35): the steps table, parks and wake-ups as SQL, and the
+steps part that runs it.
 
 A step is recorded by ONE statement that reads the task under the lease fence ``FOR SHARE``
 and inserts the step: the row lock makes a concurrent move of the task (an expiry, a cancel,
@@ -9,11 +10,19 @@ took over never sees a zombie's record appear after its own.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Sequence
+from typing import Any, Final
 
 import attrs
 
-from ...custody._steps import MAX_TASK_STEP_BYTES
+from ...custody._records import StepRecord, WaitingRuns
+from ...custody._rules import Claim
+from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit
+from .._common import FoundState, stale_lease, task_gone
+from .._steps_frame import StepsFrame
+from ._connection import Conn
+from ._db import PostgresDb
+from ._rows import fence, seen
 from ._sql import FENCE
 
 _COLS: Final = "name, value, at, attempt, size"
@@ -90,3 +99,97 @@ class StepsSql:
             "OR left(reason, length(%(skip)s::text)) <> %(skip)s::text) "
             "ORDER BY updated_at, seq LIMIT %(limit)s)"
         )
+
+
+def time_out(conn: Conn, s: str, ids: Sequence[str], now: float) -> None:
+    """The reconciler woke ``ids``: an ask still open past its deadline timed out (issue #36)."""
+    if ids:
+        conn.execute(
+            f"UPDATE {s}.asks SET status = 'timeout' WHERE task_id = ANY(%(ids)s) "
+            "AND status = 'open' AND deadline <= %(now)s",
+            {"ids": list(ids), "now": now},
+        )
+
+
+@attrs.define(eq=False)
+class PostgresSteps(StepsFrame):
+    """The steps part: steps, parks and wake-ups on the store's ``PostgresDb``."""
+
+    db: PostgresDb
+    _steps_sql: StepsSql = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._steps_sql = StepsSql(self.db.s)
+
+    async def _steps(self, id: str) -> list[StepRecord]:
+        sql = self._steps_sql.steps
+        return await self.db.run(
+            lambda conn: [StepRecord(*row) for row in conn.execute(sql, {"id": id})]
+        )
+
+    async def _record_step(
+        self, claim: Claim, name: str, value: str, size: int, now: float
+    ) -> StepRecord:
+        params = fence(claim, now)
+        params.update(name=name, value=value, size=size)
+        sql, state_sql = self._steps_sql.record, self.db.sql.cas_state
+
+        def op(conn: Conn) -> StepRecord | FoundState | None:
+            row = conn.execute(sql, params).fetchone()
+            assert row is not None
+            fenced, inserted, total, *old = row
+            if not fenced:
+                return seen(conn, state_sql, params)
+            if inserted:
+                return StepRecord(name, value, now, claim.attempt, size)
+            if old[0] is not None:
+                return StepRecord(*old)
+            raise over_task_limit(name, int(total), size)
+
+        outcome = await self.db.run(op, promise=True)  # the step's effect has left already
+        if isinstance(outcome, StepRecord):
+            return outcome
+        if outcome is None:
+            raise task_gone(claim.task.id, f"record step {name!r} of")
+        raise stale_lease(outcome, claim, now, f"record step {name!r} of")
+
+    async def _park(self, claim: Claim, until: float, why: str, now: float) -> None:
+        params = fence(claim, now)
+        params.update(until=until, why=why)
+        _, before = await self.db.cas(self._steps_sql.park, params)
+        if before is not None:
+            raise stale_lease(before, claim, now, "park")
+
+    async def _wake_due(self, limit: int, now: float) -> list[str]:
+        sql, s = self._steps_sql.wake_due, self.db.s
+        params = {"now": now, "limit": limit, "chan": self.db.channel}
+
+        def op(conn: Conn) -> list[str]:
+            with conn.transaction():
+                ids = [r[0] for r in conn.execute(sql, params)]
+                time_out(conn, s, ids, now)  # an ask past its deadline (issue #36)
+            return ids
+
+        return await self.db.run(op)
+
+    async def waiting_runs(self) -> WaitingRuns:
+        sql = self._steps_sql.waiting_runs
+
+        def op(conn: Conn) -> WaitingRuns:
+            row = conn.execute(sql).fetchone()
+            assert row is not None
+            count, first = row
+            return WaitingRuns(int(count), None if first is None else float(first))
+
+        return await self.db.run(op)
+
+    async def forget_dead_steps(
+        self, ids: Sequence[str] | None, text: str | None, limit: int, skip: str | None = None
+    ) -> None:
+        if ids is None:
+            sql = self._steps_sql.forget_matching
+            text = None if text is None else self.host.stored_text(text)
+            params: dict[str, Any] = {"text": text, "limit": limit, "skip": skip}
+        else:
+            sql, params = self._steps_sql.forget_ids, {"ids": list(ids)}
+        await self.db.run(lambda conn: conn.execute(sql, params))

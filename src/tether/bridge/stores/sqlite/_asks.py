@@ -1,5 +1,6 @@
-"""Questions to the person on SQLite (issue #36): the asks table as SQL, and the writer jobs
-that record an ask, take an answer at ingest and close an ask the gateway cannot show.
+"""Questions to the person on SQLite (issue #36): the asks table as SQL, and the asks part's
+writer jobs that record an ask, take an answer at ingest and close an ask the gateway cannot
+show.
 
 The writer runs one job at a time, so an ingest either sees an ask committed (and takes its
 message as the answer) or runs before it (and the message is an ordinary one).
@@ -7,19 +8,20 @@ message as the answer) or runs before it (and the message is an ordinary one).
 
 from __future__ import annotations
 
-import abc
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeVar
+from collections.abc import Sequence
+from typing import Any, Final
+
+import attrs
 
 from ...custody._asks import ANSWER_OWNER, AskRecord, Question, answers_reason
 from ...custody._rules import Claim
 from .._asks_frame import AsksFrame
 from . import _sql as sql
+from ._db import SqliteDb
+from ._rows import stale
 from ._steps import PARK
-
-T = TypeVar("T")
 
 _COLS: Final = "name, seq, question, status, deadline, at, answer, answer_id, posted, answer_from"
 ASKS: Final = f"SELECT {_COLS} FROM asks WHERE task_id = ? ORDER BY seq"
@@ -62,9 +64,6 @@ CLOSE_ANSWER: Final = (
     "UPDATE tasks SET state = 'result', result = '', no_send = 1, owner = :owner, "
     "lease_until = NULL, reason = :why, updated_at = :now WHERE id = :answer AND state = 'pending'"
 )
-TIME_OUT: Final = (
-    "UPDATE asks SET status = 'timeout' WHERE task_id = ? AND status = 'open' AND deadline <= ?"
-)
 UNPOSTED: Final = (
     "SELECT task_id, name, seq, question FROM asks INDEXED BY asks_unposted "
     "WHERE posted = 0 AND status <> 'unsupported' ORDER BY at, task_id, seq LIMIT ?"
@@ -99,29 +98,14 @@ def answer(conn: sqlite3.Connection, id: str, room: str, body: str, now: float) 
     return str(asker)
 
 
-def time_out(conn: sqlite3.Connection, ids: Sequence[str], now: float) -> None:
-    """The reconciler woke ``ids``: an ask still open past its deadline timed out."""
-    conn.executemany(TIME_OUT, [(id, now) for id in ids])
-
-
+@attrs.define(eq=False)
 class SqliteAsks(AsksFrame):
-    """The ask operations on SqliteStore's writer and reader."""
+    """The asks part: the ask operations on the store's ``SqliteDb``."""
 
-    @abc.abstractmethod
-    async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T: ...
-
-    @abc.abstractmethod
-    async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T: ...
-
-    @abc.abstractmethod
-    async def _promised(self, found: list[T]) -> list[T]: ...
-
-    @abc.abstractmethod
-    def _stale(self, conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:
-        """Why ``claim``'s fence missed (``SqliteStore``'s reading of the row)."""
+    db: SqliteDb
 
     async def _asks(self, id: str) -> list[AskRecord]:
-        return await self._read(lambda c: [ask_of(r) for r in c.execute(ASKS, (id,))])
+        return await self.db.read(lambda c: [ask_of(r) for r in c.execute(ASKS, (id,))])
 
     async def _ask(
         self,
@@ -141,7 +125,7 @@ class SqliteAsks(AsksFrame):
             old = conn.execute(ASK, params).fetchone()
             deadline = until if old is None else float(old[4])
             if conn.execute(PARK, {**params, "until": deadline, "why": why}).rowcount != 1:
-                raise self._stale(conn, claim, now, "ask for")
+                raise stale(conn, claim, now, "ask for")
             if old is not None:
                 return ask_of(old)
             conn.execute(ASK_INSERT, {**params, "until": deadline})
@@ -150,14 +134,14 @@ class SqliteAsks(AsksFrame):
                 conn.execute(ASKED_TURN, params)
             return ask_of(conn.execute(ASK, params).fetchone())
 
-        return await self._write(op)
+        return await self.db.write(op)
 
     async def _unposted_questions(self, limit: int) -> list[Question]:
-        rows = await self._read(lambda c: c.execute(UNPOSTED, (limit,)).fetchall())
-        return await self._promised([Question(*row) for row in rows])
+        rows = await self.db.read(lambda c: c.execute(UNPOSTED, (limit,)).fetchall())
+        return await self.db.promised([Question(*row) for row in rows])
 
     async def _question_posted(self, id: str, name: str) -> bool:
-        return await self._write(lambda c: c.execute(POSTED, (id, name)).rowcount == 1)
+        return await self.db.write(lambda c: c.execute(POSTED, (id, name)).rowcount == 1)
 
     async def _ask_unsupported(self, id: str, name: str, now: float) -> bool:
         def op(conn: sqlite3.Connection) -> bool:
@@ -165,4 +149,4 @@ class SqliteAsks(AsksFrame):
                 return False
             return conn.execute(WAKE_ASKER, {"id": id, "now": now}).rowcount == 1
 
-        return await self._write(op)
+        return await self.db.write(op)

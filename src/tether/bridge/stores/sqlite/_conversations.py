@@ -2,14 +2,13 @@
 result, the text a streaming run has shown, an operator's look and erasure, retention.
 
 The turns of custody moves are written by the schema's triggers (``_schema``, 10 -> 11); this
-module writes only what no custody move carries. Mixed into ``SqliteStore``.
+module writes only what no custody move carries.
 """
 
 from __future__ import annotations
 
-import abc
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -27,6 +26,8 @@ from ...custody._conversation import (
 from ...custody._rules import Claim, InvalidTask
 from .._conversations import FORGOTTEN_REASON, ConversationFrame
 from . import _sql as sql
+from ._db import SqliteDb
+from ._rows import stale
 
 T = TypeVar("T")
 
@@ -104,23 +105,14 @@ COUNTS: Final = "SELECT rooms, turns, state_bytes FROM conversation_totals"
 """Kept by triggers on ``conversations`` (issue #56): one row at any number of rooms."""
 
 
+@attrs.define(eq=False)
 class SqliteConversations(ConversationFrame):
-    """The conversation operations on SqliteStore's writer and reader."""
+    """The rooms part: conversations and rooms on the store's ``SqliteDb``."""
 
-    @abc.abstractmethod
-    async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        """A read transaction on the reader's connection (``SqliteStore._read``)."""
-
-    @abc.abstractmethod
-    async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        """One job on the writer thread (``SqliteStore._write``)."""
-
-    @abc.abstractmethod
-    def _stale(self, conn: sqlite3.Connection, claim: Claim, now: float, verb: str) -> Exception:
-        """Why ``claim``'s fence missed (``SqliteStore``'s reading of the row)."""
+    db: SqliteDb
 
     async def _conversation(self, task_id: str, limit: int) -> Conversation:
-        return await self._read(lambda conn: read_conversation(conn, task_id, limit))
+        return await self.db.read(lambda conn: read_conversation(conn, task_id, limit))
 
     async def _complete_with_state(
         self, claim: Claim, body: str, no_send: bool, state: str, base: int, now: float
@@ -134,7 +126,7 @@ class SqliteConversations(ConversationFrame):
 
         def op(conn: sqlite3.Connection) -> int:
             if conn.execute(sql.COMPLETE, values).rowcount != 1:
-                raise self._stale(conn, claim, now, "complete")
+                raise stale(conn, claim, now, "complete")
             if room is None:
                 raise InvalidTask(f"task {id!r} has no room: a state is kept per room")
             saved = conn.execute(SAVE_STATE_ON if base else SAVE_STATE, save).fetchone()
@@ -146,11 +138,11 @@ class SqliteConversations(ConversationFrame):
                 )
             return int(saved[0])
 
-        return await self._write(op)
+        return await self.db.write(op)
 
     async def _record_shown(self, claim: Claim, text: str, now: float) -> bool:
         params = {**sql.fence_params(claim, now), "text": text}
-        return await self._write(lambda c: c.execute(SHOWN, params).rowcount == 1)
+        return await self.db.write(lambda c: c.execute(SHOWN, params).rowcount == 1)
 
     async def _room(self, room: str, limit: int) -> RoomView | None:
         def op(conn: sqlite3.Connection) -> RoomView | None:
@@ -159,9 +151,10 @@ class SqliteConversations(ConversationFrame):
                 return None
             rows = conn.execute(ROOM_TURNS, (room, limit)).fetchall() if limit else []
             turns = tuple(turn_from_row(r) for r in reversed(rows))
-            return RoomView(room, turns, int(row[0]), decode_state(row[1]), int(row[2]), row[3])
+            count, state, version, size = row
+            return RoomView(room, turns, int(count), decode_state(state), int(version), size)
 
-        return await self._read(op)
+        return await self.db.read(op)
 
     async def _forget_room(self, room: str, now: float) -> tuple[int, int]:
         def op(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -175,7 +168,7 @@ class SqliteConversations(ConversationFrame):
             conn.execute("DELETE FROM conversations WHERE room = ?", (room,))
             return turns, len(finished)
 
-        return await self._write(op)
+        return await self.db.write(op)
 
     async def _prune_turns(self, keep: int, limit: int) -> int:
         def op(conn: sqlite3.Connection) -> int:
@@ -186,17 +179,17 @@ class SqliteConversations(ConversationFrame):
                     break
             return deleted
 
-        return await self._write(op)
+        return await self.db.write(op)
 
     async def _prune_rooms(self, before: float, limit: int) -> int:
-        return await self._write(lambda conn: conn.execute(PRUNE_ROOMS, (before, limit)).rowcount)
+        return await self.db.write(lambda conn: conn.execute(PRUNE_ROOMS, (before, limit)).rowcount)
 
     async def _conversation_counts(self) -> ConversationCounts:
         def op(conn: sqlite3.Connection) -> ConversationCounts:
             rooms, turns, size = conn.execute(COUNTS).fetchone()
             return ConversationCounts(int(rooms), int(turns), int(size))
 
-        return await self._read(op)
+        return await self.db.read(op)
 
 
 def read_conversation(conn: sqlite3.Connection, task_id: str, limit: int) -> Conversation:

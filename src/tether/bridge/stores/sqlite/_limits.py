@@ -1,5 +1,6 @@
-"""Flow control on SQLite (issue #38): limits, permits and waiters as writer jobs, each in the
-writer's group commit under the lease fence; the arithmetic is ``custody._limits.decide``.
+"""Flow control on SQLite (issue #38): limits, permits and waiters as the limits part's writer
+jobs, each in the writer's group commit under the lease fence; the arithmetic is
+``custody._limits.decide``.
 
 The writer holds the write lock for a whole job, so the bucket read, the decision and its
 writes of one acquire see the same rows as every other process's.
@@ -10,8 +11,14 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Final
 
-from ...custody._limits import WAITER_GRACE, Granted, LimitView, NoPermit, decide
-from .._limits_frame import bucket_of, views_of
+import attrs
+
+from ...custody._limits import WAITER_GRACE, Granted, LimitSpec, LimitView, NoPermit, decide
+from ...custody._rules import Claim
+from .._limits_frame import LimitsFrame, bucket_of, views_of
+from . import _sql as sql
+from ._db import SqliteDb
+from ._rows import stale
 from ._sql import FENCE_NAMED
 
 COLS: Final = "key, rate, burst, concurrency, tokens, at, in_flight, paused_until"
@@ -64,7 +71,8 @@ def acquire(conn: sqlite3.Connection, params: dict[str, Any]) -> Granted | NoPer
         wait = outcome.seconds if outcome.seconds is not None else 0.0
         conn.execute(WAITER, {**params, "until": now + wait + WAITER_GRACE})
         return outcome
-    tokens = outcome.tokens if row[1] is not None else row[4]
+    _key, rate, _burst, _concurrency, tokens, *_ = row
+    tokens = outcome.tokens if rate is not None else tokens
     conn.execute(SPEND, {**params, "tokens": tokens})
     permit = conn.execute(PERMIT, params).lastrowid
     conn.execute(SERVED, params)
@@ -77,11 +85,46 @@ def release(conn: sqlite3.Connection, permit: int, now: float) -> list[tuple[str
     row = conn.execute(RELEASE, (permit,)).fetchone()
     if row is None:
         return []
-    conn.execute(RELEASED, (row[0],))
-    woken = conn.execute(WAKE_WAITER, {"key": row[0], "now": now}).fetchall()
-    return [(id, row[0]) for (id,) in woken]
+    (key,) = row
+    conn.execute(RELEASED, (key,))
+    woken = conn.execute(WAKE_WAITER, {"key": key, "now": now}).fetchall()
+    return [(id, key) for (id,) in woken]
 
 
 def views(conn: sqlite3.Connection, now: float) -> list[LimitView]:
     waiting = dict(conn.execute(WAITERS, (now,)).fetchall())
     return views_of(conn.execute(ALL).fetchall(), waiting, now)
+
+
+@attrs.define(eq=False)
+class SqliteLimits(LimitsFrame):
+    """The limits part: buckets, permits and waiters on the store's ``SqliteDb``."""
+
+    db: SqliteDb
+
+    async def _set_limit(self, spec: LimitSpec, now: float) -> None:
+        params = {**attrs.asdict(spec), "now": now}
+        await self.db.write(lambda conn: conn.execute(SET, params))
+
+    async def _acquire_permit(
+        self, claim: Claim, key: str, weight: float, now: float
+    ) -> Granted | NoPermit:
+        params = {**sql.fence_params(claim, now), "key": key, "weight": weight}
+
+        def op(conn: sqlite3.Connection) -> Granted | NoPermit:
+            outcome = acquire(conn, params)
+            if outcome is None:
+                raise stale(conn, claim, now, f"acquire a permit of {key!r} for")
+            return outcome
+
+        return await self.db.write(op)
+
+    async def _release_permit(self, permit: int, now: float) -> list[tuple[str, str]]:
+        return await self.db.write(lambda conn: release(conn, permit, now))
+
+    async def _pause_limit(self, key: str, until: float, now: float) -> None:
+        params = {"key": key, "until": until, "now": now}
+        await self.db.write(lambda conn: conn.execute(PAUSE, params))
+
+    async def _limit_views(self, now: float) -> list[LimitView]:
+        return await self.db.read(lambda conn: views(conn, now))

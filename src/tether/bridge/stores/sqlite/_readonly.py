@@ -20,6 +20,7 @@ from ...._plumbing._sqlite_temp import keep_temp_in_memory
 from ...._plumbing._sqlite_writer import SqliteWriter
 from ...custody._crashes import DEFAULT_MAX_CRASHES_ALONE
 from ...custody._rules import MAX_BODY_BYTES
+from ._db import SqliteDb
 from ._news import StoreNews, news_path
 from ._schema import SCHEMA_VERSION, SchemaTooNew
 from ._store import SqliteStore
@@ -126,8 +127,7 @@ async def open_readonly(
         float(lease_s),
         max_attempts,
         MAX_BODY_BYTES,
-        thread,
-        thread,
+        SqliteDb(thread, thread),
         StoreNews(news_path(path)),  # never opened: a reader tells nobody anything
         DEFAULT_MAX_CRASHES_ALONE,
     )

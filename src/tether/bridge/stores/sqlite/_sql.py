@@ -1,6 +1,7 @@
-"""Every SQL statement of ``SqliteStore`` except the ready read's (``_ready``).
+"""The custody statements of ``SqliteStore`` (the other parts keep theirs in their own
+modules) except the ready read's (``_ready``).
 
-``_store.py`` says what a move checks and returns, this file how SQLite does it: one
+``_custody.py`` says what a move checks and returns, this file how SQLite does it: one
 ``UPDATE ... WHERE`` per transition with the fence in the ``WHERE``, so it moves the task or
 changes nothing. The custody predicate comes from ``stores._common.IN_CUSTODY_SQL``.
 """

@@ -36,7 +36,7 @@ async def test_a_version_1_database_is_migrated_with_its_tasks_intact(tmp_path: 
     store = await SqliteStore.open(db)
     try:
         assert SCHEMA_VERSION >= 2
-        version = await store._writer.run(
+        version = await store.db.writer.run(
             lambda conn: conn.execute("PRAGMA user_version").fetchone()[0]
         )
         assert version == SCHEMA_VERSION

@@ -1,0 +1,54 @@
+"""The operator's moves on PostgreSQL (``OperatorStore``): re-drive and cancel as the operator
+part's statements, each flushed before it returns (a person was told).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ...custody._rules import CustodyState
+from .._frame import Moves
+from .._operator import CANCELLED_PREFIX
+from .._operator_frame import OperatorFrame
+from ._db import PostgresDb
+
+
+@attrs.define(eq=False)
+class PostgresOperator(OperatorFrame):
+    """The operator part on the store's ``PostgresDb``."""
+
+    db: PostgresDb
+
+    async def _redrive(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
+        params = {"ids": list(ids), "reason": why, "now": now, "chan": self.db.channel}
+        return await self._operator(self.db.sql.redrive, params)
+
+    async def _redrive_dead(
+        self, text: str | None, limit: int, why: str, now: float, *, include_cancelled: bool
+    ) -> tuple[list[str], Moves, Moves]:
+        text = None if text is None else self.host.stored_text(text)
+        params = {
+            "text": text,
+            "limit": limit,
+            "reason": why,
+            "now": now,
+            "chan": self.db.channel,
+            "skip": None if include_cancelled else CANCELLED_PREFIX,
+        }
+        moved, seen = await self._operator(self.db.sql.redrive_dead, params)
+        return list(seen), moved, seen
+
+    async def _cancel(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
+        params = {"ids": list(ids), "reason": why, "now": now}
+        return await self._operator(self.db.sql.cancel, params)
+
+    async def _operator(self, sql: str, params: Mapping[str, Any]) -> tuple[Moves, Moves]:
+        """Run an operator move: (moved: id -> the state it left, seen: id -> state read)."""
+        rows = await self.db.run(lambda conn: conn.execute(sql, params).fetchall(), promise=True)
+        # each row: the id, the state read, moved? (and a notice sent, for a re-drive)
+        seen = {id: CustodyState(state) for id, state, *_ in rows}
+        moved = {id: CustodyState(state) for id, state, changed, *_ in rows if changed}
+        return moved, seen
