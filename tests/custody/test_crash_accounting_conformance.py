@@ -18,7 +18,15 @@ import trio
 from support.clock import FakeClock
 from support.custody import LEASE_S, MAX_ATTEMPTS
 from tether.bridge import CustodyState, Task
-from tether.bridge.custody import Claim, CustodyConflict, LeaseExpiry, Store
+from tether.bridge.custody import (
+    Claim,
+    CustodyConflict,
+    Granted,
+    LeaseExpiry,
+    LimitSpec,
+    NoPermit,
+    Store,
+)
 from tether.bridge.custody._crashes import DEFAULT_MAX_CRASHES_ALONE, process_prefix
 
 S = CustodyState
@@ -77,6 +85,35 @@ async def test_a_crash_expiry_burns_no_attempt_and_makes_the_task_a_suspect(
     suspects = await store.suspects()
     assert suspects.count == 1
     assert [r.task.id for r in suspects.records] == ["t1"]
+
+
+async def test_a_run_that_waited_for_a_permit_when_its_process_died_is_no_suspect(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """Issue 47.7: the store knows a waiter for a permit ran none of its own code; only the
+    holder of the permit becomes a suspect (each suspect costs a quarantine process)."""
+    await store.set_limit(LimitSpec("k", concurrency=1))
+    await store.ingest_many([Task(id, "x") for id in ("holder", "waiter", "stale")])
+    claims = {c.task.id: c for c in await _claim(store, "old-w1")}
+    assert isinstance(await store.acquire_permit(claims["holder"], "k"), Granted)
+    assert isinstance(await store.acquire_permit(claims["stale"], "k"), NoPermit)
+    fake_clock.advance(5)  # the stale one went on with other code; its waiter row is old
+    await store.beat("old-w1", "worker", 10)  # the process is seen alive after that...
+    assert isinstance(await store.acquire_permit(claims["waiter"], "k"), NoPermit)
+    fake_clock.advance(LEASE_S + 1)  # ...and dies with "waiter" still waiting
+    expired = {e.id: e for e in await store.expire_leases()}
+    assert sorted(expired) == ["holder", "stale", "waiter"]
+    waiter = expired["waiter"]
+    assert (waiter.outcome, waiter.crash, waiter.attempt) == (S.PENDING, True, 1)
+    assert "while it waited for a permit of k" in waiter.reason
+    assert waiter.reason.endswith("(crash 1, not a failed attempt); not a suspect")
+    records = {id: await store.get(id) for id in expired}
+    suspect = {id: r.suspect for id, r in records.items() if r is not None}
+    assert suspect == {"holder": True, "stale": True, "waiter": False}
+    waited = records["waiter"]
+    assert waited is not None
+    assert (waited.state, waited.attempt, waited.crash_count) == (S.PENDING, 2, 1)
+    assert [r.task.id for r in (await store.suspects()).records] == ["holder", "stale"]
 
 
 async def test_crashes_spend_no_failure_budget_and_never_add_up_to_dead(

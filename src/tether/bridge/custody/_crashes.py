@@ -3,7 +3,9 @@
 A lease lost to a dead process spends no failure; its tasks become suspects. A worker that can
 start its agent in a child runs a suspect in a quarantine process (``pool._quarantine``): only
 that child's death while it runs the task, seen by its live parent, counts against the task
-(``quarantine_death_outcome``), and the worker's own process dying blames nobody. A worker that
+(``quarantine_death_outcome``), and the worker's own process dying blames nobody; a run that
+was waiting for a permit when its process died ran none of its own code and becomes no
+suspect (``Expired.waiting_for``). A worker that
 cannot (an agent given as an object) runs a suspect alone in its process, and one that kills
 it twice alone is dead. See docs/guide/design.md, "Crash accounting".
 """
@@ -90,6 +92,9 @@ class Expired:
     """The lease's run number: its settlement is fenced on it."""
     quarantined: bool = False
     """The suspect ran in a quarantine child: its worker's process dying blames nobody."""
+    waiting_for: str | None = None
+    """The key of a limit whose permit the run was waiting for when its holder was last seen
+    alive (a waiter row newer than the holder's last beat): it ran none of its own code."""
 
 
 @attrs.frozen
@@ -132,6 +137,8 @@ def expiry_outcome(
                 else f"last beat {iso_time(e.last_beat)}, {duration(now - e.last_beat)} ago"
             )
             lost += f"; its process died ({beat})"
+        if e.waiting_for is not None:
+            return _waiter_outcome(e, lost)
         return _crash_outcome(e, lost, max_crashes_alone)
     if failures(e.attempt, e.crash_count) >= max_attempts:
         return ExpiryOutcome(
@@ -151,6 +158,25 @@ def expiry_outcome(
         False,
         False,
         f"{lost}; repooled as attempt {e.attempt + 1}",
+    )
+
+
+def _waiter_outcome(e: Expired, lost: str) -> ExpiryOutcome:
+    """An expired lease whose holder's process died while its run waited for a permit: a
+    crash (a run lost, not a failed attempt) that proves nothing of the task, which ran none
+    of its own code. It becomes no suspect (one already is stays one, its count alone kept):
+    a waiter need not run in quarantine, which would cost a process start each."""
+    crashes = e.crash_count + 1
+    still = "still a suspect" if e.suspect else "not a suspect"
+    return ExpiryOutcome(
+        CustodyState.PENDING,
+        e.attempt + 1,
+        crashes,
+        e.crashes_alone,
+        e.suspect,
+        True,
+        f"{lost} while it waited for a permit of {e.waiting_for}: none of its own doing "
+        f"(crash {crashes}, not a failed attempt); {still}",
     )
 
 

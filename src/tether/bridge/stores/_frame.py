@@ -85,12 +85,12 @@ class CustodyFrame(abc.ABC):
         self, rows: Iterable[Sequence[Any]], now: float, *, restarted: bool
     ) -> list[tuple[Expired, ExpiryOutcome]]:
         """Each expired lease read (``id, owner, attempt, lease_until, suspect, crash_count,
-        crashes_alone, last_beat, run_no, quarantined``) with what ``custody._crashes``
-        decides for it."""
+        crashes_alone, last_beat, run_no, quarantined, waiting_for``) with what
+        ``custody._crashes`` decides for it."""
         settled = []
-        for id, owner, attempt, until, suspect, crashes, alone, beat, run, q in rows:
+        for id, owner, attempt, until, suspect, crashes, alone, beat, run, q, key in rows:
             e = Expired(
-                id, owner, attempt, until, bool(suspect), crashes, alone, beat, run, bool(q)
+                id, owner, attempt, until, bool(suspect), crashes, alone, beat, run, bool(q), key
             )
             o = expiry_outcome(
                 e,

@@ -552,6 +552,11 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE {s}.asks ADD COLUMN answer_from text[];
     """,
+    # 18 -> 19 (issue #47, quarantine start-up): a lease expired by a crash reads whether its
+    # run was waiting for a permit (a waiter is no suspect), by task
+    """
+    CREATE INDEX limit_waiters_task ON {s}.limit_waiters (task_id);
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

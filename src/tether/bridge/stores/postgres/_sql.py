@@ -486,8 +486,10 @@ class Sql:
     def _expired_select(self) -> str:
         return (
             "SELECT t.id, t.owner, t.attempt, t.lease_until, t.suspect, t.crash_count, "
-            f"t.crashes_alone, w.last_beat, t.run_no, t.quarantined FROM {self.s}.tasks t "
-            f"LEFT JOIN {self.s}.workers w ON w.name = t.owner"
+            "t.crashes_alone, w.last_beat, t.run_no, t.quarantined, "
+            f"(SELECT min(lw.key) FROM {self.s}.limit_waiters lw "
+            "WHERE lw.task_id = t.id AND lw.until >= w.last_beat) "
+            f"FROM {self.s}.tasks t LEFT JOIN {self.s}.workers w ON w.name = t.owner"
         )
 
     @property

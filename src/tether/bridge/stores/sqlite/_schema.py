@@ -541,6 +541,11 @@ MIGRATIONS: Final[tuple[str, ...]] = (
             state_bytes = state_bytes - OLD.state_bytes;
     END
     """,
+    # 19 -> 20 (issue #47, quarantine start-up): a lease expired by a crash reads whether its
+    # run was waiting for a permit (a waiter is no suspect), by task
+    """
+    CREATE INDEX limit_waiters_task ON limit_waiters (task_id)
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

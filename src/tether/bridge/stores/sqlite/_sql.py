@@ -275,10 +275,13 @@ CLAIM_SUSPECT: Final = (
 ``:quarantined``: 1 if it runs in a quarantine child."""
 _EXPIRED_SELECT: Final = (
     "SELECT t.id, t.owner, t.attempt, t.lease_until, t.suspect, t.crash_count, "
-    "t.crashes_alone, w.last_beat, t.run_no, t.quarantined "
+    "t.crashes_alone, w.last_beat, t.run_no, t.quarantined, "
+    "(SELECT min(lw.key) FROM limit_waiters lw "
+    "WHERE lw.task_id = t.id AND lw.until >= w.last_beat) "
     "FROM tasks t LEFT JOIN workers w ON w.name = t.owner"
 )
-"""An expired lease's evidence for ``custody._crashes.Expired``."""
+"""An expired lease's evidence for ``custody._crashes.Expired`` (the last: a permit its run
+waited for when its holder was last seen alive)."""
 EXPIRED_CLAIMS: Final = (
     f"{_EXPIRED_SELECT} WHERE t.state = 'claimed' AND t.lease_until <= ? "  # the cutoff
     "ORDER BY t.lease_until, t.rowid LIMIT ?"
