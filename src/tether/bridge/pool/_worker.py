@@ -45,8 +45,6 @@ log = logging.getLogger("tether.bridge.pool.worker")
 NOT_RUN: Final = (QueueFull, HandlerDropped, HandlerCancelled)
 """What ``session.call`` raises when the session refused or cancelled the run: not a failure
 of the task, so its claim is released without burning an attempt."""
-
-
 _JUST_AFTER: Final = 0.001
 """Seconds past a retry's due time to look (the store compares ``not_before <= now``)."""
 
@@ -309,7 +307,7 @@ class PoolWorker:
 
     async def _recover_claims(self) -> None:
         """Claims under this name now are an earlier process's, which died with them: crash
-        expiries (no attempt burnt; the tasks become suspects and run alone)."""
+        expiries (no attempt burnt; the tasks become suspects, but for permit waiters)."""
         for e in await self.store.recover_claims(self.name):
             log.warning("worker %s: task %s: %s", self.name, e.id, e.reason)
 
