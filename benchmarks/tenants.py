@@ -175,6 +175,13 @@ async def main() -> None:
             f"{spread(list(cpus), '5.0f')} us CPU/msg, "
             f"outranked tasks given back {spread(list(backs), '.0f')}"
         )
+    none, some = got.values()  # each round's pair: the machine's load drifts between rounds
+    rate_ratio = [b[0] / a[0] for a, b in zip(none, some, strict=True)]
+    cpu_ratio = [b[1] / a[1] for a, b in zip(none, some, strict=True)]
+    print(
+        f"  with tenants / without, per round: drain {spread(rate_ratio, '.2f')}, "
+        f"CPU/msg {spread(cpu_ratio, '.2f')}"
+    )
 
 
 if __name__ == "__main__":
