@@ -557,6 +557,19 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     CREATE INDEX limit_waiters_task ON {s}.limit_waiters (task_id);
     """,
+    # 19 -> 20 (issue #56, item 6: a tenant's cost): a tenant's new turn reads the queue's
+    # clock and the tenant's last turn over the tasks still waiting for theirs, pending or
+    # assigned ahead of a worker's free slots; the assigned ones were read through
+    # ``tasks_assigned`` (by owner: every assigned row, twice, per tenant and priority of an
+    # ingest). Both reads are now one index seek over the waiting turns, which a task keeps
+    # while the lead assigns it (and gives back), and leaves when claimed
+    """
+    DROP INDEX {s}.tasks_tenant_turns;
+    CREATE INDEX tasks_tenant_queued ON {s}.tasks (tenant, priority, fair)
+        WHERE state IN ('pending', 'assigned') AND tenant IS NOT NULL;
+    CREATE INDEX tasks_queued_turns ON {s}.tasks (priority, fair)
+        WHERE state IN ('pending', 'assigned') AND fair > 0;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -101,16 +101,15 @@ class Sql:
     def turns(self) -> str:
         """For each (tenant, priority) of an ingest: the queue's clock at that priority (its
         earliest tenant turn waiting: pending, or assigned ahead of a worker's free slots),
-        the tenant's last turn waiting there, its weight (``custody._tenants``)."""
-        assigned = f"FROM {self.s}.tasks WHERE state = 'assigned' AND priority = v.rank"
+        the tenant's last turn waiting there, its weight (``custody._tenants``); each one
+        seek in an index of the waiting turns (``tasks_queued_turns``,
+        ``tasks_tenant_queued``), however many tasks are pending or assigned (issue #56)."""
+        queued = f"FROM {self.s}.tasks WHERE state IN ('pending', 'assigned')"
         return (
-            "SELECT v.tenant, v.rank, least("
-            f"(SELECT fair FROM {self.s}.tasks WHERE state = 'pending' AND priority = v.rank "
-            "AND fair > 0 ORDER BY fair LIMIT 1), "
-            f"(SELECT min(fair) {assigned} AND fair > 0)), greatest("
-            f"(SELECT max(fair) FROM {self.s}.tasks WHERE state = 'pending' "
-            "AND tenant IS NOT NULL AND tenant = v.tenant AND priority = v.rank), "
-            f"(SELECT max(fair) {assigned} AND tenant = v.tenant)), "
+            "SELECT v.tenant, v.rank, "
+            f"(SELECT fair {queued} AND fair > 0 AND priority = v.rank ORDER BY fair LIMIT 1), "
+            f"(SELECT max(fair) {queued} AND tenant IS NOT NULL AND tenant = v.tenant "
+            "AND priority = v.rank), "
             f"(SELECT weight FROM {self.s}.tenants WHERE tenant = v.tenant) "
             "FROM unnest(%(tenants)s::text[], %(ranks)s::smallint[]) AS v (tenant, rank)"
         )

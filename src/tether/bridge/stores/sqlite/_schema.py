@@ -546,6 +546,19 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     CREATE INDEX limit_waiters_task ON limit_waiters (task_id)
     """,
+    # 20 -> 21 (issue #56, item 6: a tenant's cost): a tenant's new turn reads the queue's
+    # clock and the tenant's last turn over the tasks still waiting for theirs, pending or
+    # assigned ahead of a worker's free slots; the assigned ones were walked through
+    # ``tasks_assigned`` (by owner: every assigned row, twice, per message). Both reads are now
+    # one seek in an index of the waiting turns, which a task keeps while the lead assigns it
+    # (and gives back), and leaves when claimed. Tasks without a tenant (turn 0) are in neither
+    """
+    DROP INDEX tasks_tenant_turns;
+    CREATE INDEX tasks_tenant_queued ON tasks (tenant, priority, fair)
+        WHERE state IN ('pending', 'assigned') AND tenant IS NOT NULL;
+    CREATE INDEX tasks_queued_turns ON tasks (priority, fair)
+        WHERE state IN ('pending', 'assigned') AND fair > 0
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -90,27 +90,23 @@ INGEST: Final = (
     "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
-_ASSIGNED_TURNS: Final = "FROM tasks WHERE state = 'assigned' AND priority = :priority"
-"""Tasks a lead handed to a worker ahead of its free slots still wait for their turn
-(issue #47, item 2): the few assigned rows, read through ``tasks_assigned``."""
+QUEUED: Final = "state IN ('pending', 'assigned')"
+"""A task still waiting for its turn: pending, or assigned by a lead ahead of a worker's free
+slots (issue #47, item 2); the predicate of the waiting turns' indexes (issue #56), word for
+word, so SQLite's planner reads them."""
 TURN_INPUTS: Final = (
-    # the queue's clock: the earliest tenant turn waiting at the priority (a seek in each
-    # pending queue's index, and the assigned rows) ...
-    "SELECT (SELECT min(f) FROM ("
-    f"SELECT (SELECT fair FROM tasks WHERE {FREE} AND priority = :priority AND fair > 0 "
-    "ORDER BY fair LIMIT 1) AS f UNION ALL "
-    f"SELECT (SELECT fair FROM tasks WHERE {ORDERED} AND priority = :priority AND fair > 0 "
-    "ORDER BY fair LIMIT 1) UNION ALL "
-    f"SELECT (SELECT min(fair) {_ASSIGNED_TURNS} AND fair > 0))), "
-    # ... the tenant's last turn waiting there (``tasks_tenant_turns``), and its weight
-    "(SELECT max(m) FROM ("
-    "SELECT (SELECT max(fair) FROM tasks WHERE state = 'pending' AND tenant IS NOT NULL "
-    "AND tenant = :tenant AND priority = :priority) AS m UNION ALL "
-    f"SELECT (SELECT max(fair) {_ASSIGNED_TURNS} AND tenant = :tenant))), "
+    # the queue's clock: the earliest tenant turn waiting at the priority (a seek in
+    # ``tasks_queued_turns``) ...
+    f"SELECT (SELECT fair FROM tasks WHERE {QUEUED} AND fair > 0 AND priority = :priority "
+    "ORDER BY fair LIMIT 1), "
+    # ... the tenant's last turn waiting there (a seek in ``tasks_tenant_queued``), its weight
+    f"(SELECT max(fair) FROM tasks WHERE {QUEUED} AND tenant IS NOT NULL "
+    "AND tenant = :tenant AND priority = :priority), "
     "(SELECT weight FROM tenants WHERE tenant = :tenant)"
 )
-"""What a tenant's new task's turn is made of (``custody._tenants.next_turn``), in one read:
-PostgreSQL's ``Sql.turns`` reads the same for a whole ingest."""
+"""What a tenant's new task's turn is made of (``custody._tenants.next_turn``), in one read of
+two seeks, however many tasks are pending or assigned (issue #56, item 6): PostgreSQL's
+``Sql.turns`` reads the same for a whole ingest."""
 SET_TENANT_WEIGHT: Final = (
     "INSERT INTO tenants (tenant, weight) VALUES (?, ?) "
     "ON CONFLICT (tenant) DO UPDATE SET weight = excluded.weight"
@@ -118,8 +114,8 @@ SET_TENANT_WEIGHT: Final = (
 TENANT_VIEWS: Final = (
     "SELECT tenant, max(weight), sum(pending) FROM ("
     "SELECT tenant, weight, 0 AS pending FROM tenants UNION ALL "
-    "SELECT tenant, NULL, count(*) FROM tasks WHERE state = 'pending' AND tenant IS NOT NULL "
-    "GROUP BY tenant) GROUP BY tenant ORDER BY tenant"
+    f"SELECT tenant, NULL, count(*) FROM tasks WHERE {QUEUED} AND tenant IS NOT NULL "
+    "AND state = 'pending' GROUP BY tenant) GROUP BY tenant ORDER BY tenant"
 )
 SUPERSEDE: Final = (
     "UPDATE tasks SET state = 'result', result = '', no_send = 1, "
