@@ -9,11 +9,14 @@ machine changes them); and a store of the version before gets the new trigger as
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from pathlib import Path
 
+import psycopg
+
 from support.migrations import postgres_from, postgres_step, sqlite_from, sqlite_step
-from tether.bridge import SqliteStore, Task
+from tether.bridge import PostgresStore, SqliteStore, Task
 from tether.bridge.custody import Claim, Store
 
 
@@ -69,6 +72,54 @@ async def test_completing_a_message_walks_none_of_the_messages_queued_after_it(
     finally:
         await shallow.aclose()
         await deep.aclose()
+
+
+async def _turns_read_to_complete(dsn: str, behind: int) -> int:
+    """The rows of ``turns`` PostgreSQL read (scanned or fetched by index) as ``first``, a
+    message with ``behind`` more queued after it in its room (statistics taken), became a
+    result: counted in the updating transaction itself (``pg_stat_xact_user_tables``), so
+    nothing else is counted."""
+    schema = f"s_{secrets.token_hex(5)}"
+    store = await PostgresStore.open(dsn, schema=schema)
+    try:
+        await store.ingest_many([Task("first", "hello", room="r")], room_policy="concurrent")
+        later = [Task(f"later{i}", "more", room="r") for i in range(behind)]
+        await store.ingest_many(later, room_policy="concurrent")
+    finally:
+        await store.aclose()
+    s = f'"{schema}"'
+    read = (
+        "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0) "
+        "FROM pg_stat_xact_user_tables WHERE schemaname = %(schema)s AND relname = 'turns'"
+    )
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"ANALYZE {s}.turns")
+            with conn.transaction():
+                row = conn.execute(read, {"schema": schema}).fetchone()
+                assert row is not None
+                conn.execute(
+                    f"UPDATE {s}.tasks SET state = 'result', owner = 'w1', "
+                    "result = 'hi there', updated_at = 2 WHERE id = 'first'"
+                )
+                after = conn.execute(read, {"schema": schema}).fetchone()
+                assert after is not None
+                said = conn.execute(
+                    f"SELECT text FROM {s}.turns WHERE task_id = 'first' AND role = 'assistant'"
+                ).fetchall()
+                assert [bytes(text) for (text,) in said] == [b"hi there"]
+                return int(after[0]) - int(row[0])
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {s} CASCADE")
+
+
+async def test_postgres_completes_a_message_reading_none_of_the_turns_after_it(
+    postgres_dsn: str,
+) -> None:
+    few = await _turns_read_to_complete(postgres_dsn, 10)
+    many = await _turns_read_to_complete(postgres_dsn, 2000)
+    assert many <= few + 5, (few, many)
 
 
 SQLITE_STEP = sqlite_step("FROM turns INDEXED BY turns_task")
