@@ -13,8 +13,9 @@
 - **cli**: ``tether --help`` and ``tether store status`` wall time, ``--cli-rounds`` runs each.
 
 Run it on each version's source (``PYTHONPATH=<other checkout>/src``): with code before issue
-#56 it emulates that version's retention loop (one call per kind, 1000 tasks, 100 rooms). Not
-measured here: waking parked runs and tenants (items 5 and 6 of the issue). Linux only.
+#56 it emulates that version's retention loop (one call per kind, 1000 tasks, 100 rooms).
+``--drain-only`` measures the drain alone (item 5: CPU per message as the backlog grows). Waking
+parked runs is ``benchmarks/wakes.py``; tenants are not measured here. Linux only.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def args() -> argparse.Namespace:
     parser.add_argument("--keep", type=int, default=100, help="history_keep of the pass")
     parser.add_argument("--idle", type=float, default=10.0, help="idle seconds measured")
     parser.add_argument("--cli-rounds", type=int, default=5)
+    parser.add_argument("--drain-only", action="store_true", help="no idle, retention or cli")
     return parser.parse_args()
 
 
@@ -139,6 +141,10 @@ async def one_size(folder: Path, messages: int, opts: argparse.Namespace) -> dic
                 await trio.sleep(0.01)
             elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
             out["drain"] = (messages / elapsed, cpu / messages * 1e6)
+            if opts.drain_only:
+                await runtime.supervisor.terminate_child("bridge")
+                await store.aclose()
+                return out
             await trio.sleep(2.0)  # settle: the last idle backoffs
             cpu, start = time.process_time(), time.perf_counter()
             await trio.sleep(opts.idle)
@@ -201,6 +207,8 @@ async def main() -> None:
             rate, cpu = got["drain"]
             print(f"{messages} messages in {opts.rooms} rooms:")
             print(f"  drain               {rate:7.0f} msg/s, {cpu:5.0f} us CPU/msg")
+            if opts.drain_only:
+                continue
             print(f"  idle, admin on      {got['idle']:7.2%} of a core")
             print(
                 f"  retention pass      {got['pass_s'] * 1000:7.0f} ms, longest writer job "
@@ -209,7 +217,8 @@ async def main() -> None:
             )
             print(f"  file                before {got['file_before']}; after {got['file_after']}")
             last_db = folder / "bridge.db"
-        assert last_db is not None
+        if last_db is None:
+            return  # --drain-only
         for verb, (median, low, high) in cli_times(last_db, opts.cli_rounds).items():
             print(
                 f"tether {verb:<13} {median:.3f} s "

@@ -570,6 +570,56 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_queued_turns ON {s}.tasks (priority, fair)
         WHERE state IN ('pending', 'assigned') AND fair > 0;
     """,
+    # 20 -> 21 (issue #56, item 5: the reply turn found by task) a result's turn goes under its
+    # message's user turn; the read that found it could walk the room's key backwards from the
+    # newest turn (its ORDER BY ... LIMIT 1 matches the key), past every message queued after
+    # it in the room (SQLite's did: a backlog made each completion cost more). The task's
+    # user turns are read by task first (turns_task), the newest of them taken: the same turn
+    """
+    CREATE OR REPLACE FUNCTION {s}.turns_note() RETURNS trigger LANGUAGE plpgsql AS $body$
+    DECLARE
+        n bigint;
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            INSERT INTO {s}.conversations AS c (room, next_seq) VALUES (NEW.room, 1)
+                ON CONFLICT (room) DO UPDATE SET next_seq = c.next_seq + 1
+                RETURNING c.next_seq INTO n;
+            INSERT INTO {s}.turns (room, seq, role, task_id, text, at, outcome)
+                VALUES (NEW.room, n, 'user', NEW.id, NEW.body, NEW.created_at, 'received');
+        ELSIF NEW.state = 'result' THEN
+            IF NOT NEW.no_send THEN
+                WITH mine AS MATERIALIZED (
+                    SELECT room, seq FROM {s}.turns
+                    WHERE task_id = ANY (ARRAY(SELECT NEW.id UNION ALL
+                        SELECT answer_id FROM {s}.asks WHERE task_id = NEW.id
+                            AND answer_id IS NOT NULL))
+                        AND role = 'user'
+                )
+                INSERT INTO {s}.turns AS u (room, seq, role, task_id, text, at, outcome)
+                    SELECT room, seq, 'assistant', NEW.id, NEW.result, NEW.updated_at, 'result'
+                    FROM mine WHERE room = NEW.room
+                    ORDER BY seq DESC LIMIT 1
+                    ON CONFLICT (room, seq, role) DO UPDATE SET
+                        text = excluded.text, at = excluded.at, outcome = 'result';
+            ELSIF NEW.reason IS DISTINCT FROM OLD.reason
+                    AND NEW.reason LIKE 'superseded by %' THEN
+                UPDATE {s}.turns SET outcome = 'interrupted', at = NEW.updated_at
+                    WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                        AND outcome = 'shown';
+            ELSE
+                DELETE FROM {s}.turns
+                    WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                        AND outcome = 'shown';
+            END IF;
+        ELSIF NEW.state = 'delivered' AND NOT NEW.no_send THEN
+            UPDATE {s}.turns SET outcome = 'delivered', at = NEW.updated_at
+                WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                    AND outcome = 'result';
+        END IF;
+        RETURN NULL;
+    END
+    $body$;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -559,6 +559,35 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_queued_turns ON tasks (priority, fair)
         WHERE state IN ('pending', 'assigned') AND fair > 0
     """,
+    # 21 -> 22 (issue #56, item 5: the reply turn found by task) a result's turn goes under its
+    # message's user turn, which the trigger found by walking the room's turns back from the
+    # newest (turns_key) until one was the task's: every message queued after it in its
+    # room, so a backlog made each completion cost more (63 -> 134 us a message from 3,000 to
+    # 15,000 queued in 20 rooms). Found by task (turns_task) now: the same turn, whatever
+    # the room holds
+    """
+    DROP TRIGGER turns_reply;
+    CREATE TRIGGER turns_reply AFTER UPDATE OF state ON tasks
+    WHEN NEW.state = 'result' AND OLD.state IS NOT 'result' AND NEW.room IS NOT NULL BEGIN
+        INSERT INTO turns (room, seq, role, task_id, text, at, outcome)
+            SELECT room, seq, 'assistant', NEW.id, NEW.result, NEW.updated_at, 'result'
+            FROM turns INDEXED BY turns_task
+            WHERE NEW.no_send = 0 AND room = NEW.room AND role = 'user'
+                AND task_id IN (SELECT NEW.id UNION ALL SELECT answer_id FROM asks
+                    WHERE task_id = NEW.id AND answer_id IS NOT NULL)
+            ORDER BY seq DESC LIMIT 1
+            ON CONFLICT (room, seq, role) DO UPDATE SET
+                text = excluded.text, at = excluded.at, outcome = 'result';
+        UPDATE turns SET outcome = 'interrupted', at = NEW.updated_at
+            WHERE NEW.no_send = 1 AND NEW.reason IS NOT OLD.reason
+                AND NEW.reason LIKE 'superseded by %'
+                AND task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                AND outcome = 'shown';
+        DELETE FROM turns
+            WHERE NEW.no_send = 1 AND task_id = NEW.id AND room = NEW.room
+                AND role = 'assistant' AND outcome = 'shown';
+    END
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
