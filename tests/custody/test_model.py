@@ -99,6 +99,9 @@ class Model:
     stored, ``delivered`` with its delivery; a later dead letter leaves it (issue #34)."""
     steps: dict[str, tuple[str, int]] = attrs.field(factory=dict)
     """Recorded steps: name -> (value, the attempt that recorded it)."""
+    run: int | None = None
+    """The run number of the task's latest claim: the fence (a re-drive resets the attempt,
+    so an old claim's owner and attempt may come back; its run never does)."""
 
     def due(self, now: float) -> bool:
         return self.state is S.PENDING and (self.not_before is None or self.not_before <= now)
@@ -136,7 +139,10 @@ class CustodyMachine(RuleBasedStateMachine):
     def _live(self, claim: Claim) -> bool:
         m = self.model[claim.task.id]
         return (
-            m.state is S.CLAIMED and m.owner == claim.worker and m.attempt == claim.attempt
+            m.state is S.CLAIMED
+            and m.owner == claim.worker
+            and m.attempt == claim.attempt
+            and m.run == claim.run
         )  # held until the reconciler takes it back, whatever the time (custody._outage)
 
     def _next_for(self, worker: str, leaderless: bool) -> str | None:
@@ -205,7 +211,7 @@ class CustodyMachine(RuleBasedStateMachine):
         assert (claim.task.id, claim.worker, claim.attempt) == (expected, worker, m.attempt)
         assert claim.lease_until == self.clock.now + LEASE_S
         m.state, m.owner, m.lease_until = S.CLAIMED, worker, claim.lease_until
-        m.not_before = None
+        m.not_before, m.run = None, claim.run
         self.claims.append(claim)
 
     @precondition(lambda self: self.claims)
