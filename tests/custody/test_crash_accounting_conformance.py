@@ -116,6 +116,32 @@ async def test_a_run_that_waited_for_a_permit_when_its_process_died_is_no_suspec
     assert [r.task.id for r in (await store.suspects()).records] == ["holder", "stale"]
 
 
+async def test_lapsed_waiter_rows_are_pruned_but_a_parked_waiters(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """Issue #56.4 (the rows nobody removed): a refused acquire's waiter row stays after its
+    run ends or moves on; retention prunes it once lapsed, but a parked waiter's row, which
+    orders the wake-ups of its key, is kept."""
+    await store.set_limit(LimitSpec("k", concurrency=1))
+    await store.ingest_many([Task(id, "x") for id in ("holder", "gone", "parked")])
+    claims = {c.task.id: c for c in await _claim(store, "w1")}
+    held = await store.acquire_permit(claims["holder"], "k")
+    assert isinstance(held, Granted)
+    assert held.permit is not None
+    for id in ("gone", "parked"):
+        assert isinstance(await store.acquire_permit(claims[id], "k"), NoPermit)
+    await store.park(claims["parked"], fake_clock.now + 3600, "waiting for a permit of k")
+    await store.fail(claims["gone"], "gave up", permanent=True)
+    fake_clock.advance(100)
+    before = fake_clock.now - 50
+    assert await store.prune_waiters(before, limit=10) == 1  # "gone"'s; "parked" keeps its own
+    assert await store.prune_waiters(before, limit=10) == 0
+    await store.release_permit(held.permit)
+    assert await store.state("parked") is S.PENDING  # its row still ordered the wake-up
+    with pytest.raises(ValueError, match="limit"):
+        await store.prune_waiters(before, limit=0)
+
+
 async def test_crashes_spend_no_failure_budget_and_never_add_up_to_dead(
     store: Store, fake_clock: FakeClock
 ) -> None:

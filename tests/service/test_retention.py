@@ -51,6 +51,7 @@ async def test_a_pass_prunes_everything_due_in_slices_no_larger_than_a_slice(
             "prune_turns",
             "prune_rooms",
             "prune_workers",
+            "prune_waiters",
         )
         for name in (*names, "reclaim_space"):
             monkeypatch.setattr(store, name, recorded(name))
@@ -64,6 +65,7 @@ async def test_a_pass_prunes_everything_due_in_slices_no_larger_than_a_slice(
         assert removed["prune_rooms"] == [2]  # the rooms' affinities, noted at their claims
         assert done.rooms == 2
         assert removed["prune_workers"] == [1]  # w1's last beat, 100 s ago
-        assert done.slices == 10 + len(removed["reclaim_space"])
+        assert removed["prune_waiters"] == [0]  # no limit was waited for
+        assert done.slices == 11 + len(removed["reclaim_space"])
         assert await store.state("t0") is None
         assert (await store.conversation_counts()).turns == 2

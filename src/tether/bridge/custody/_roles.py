@@ -572,6 +572,14 @@ class RetentionStore(Protocol):
         Returns how many were deleted."""
         ...
 
+    async def prune_waiters(self, before: float, *, limit: int = ...) -> int:
+        """Delete at most ``limit`` waiter rows of limits (a refused acquire's, due until its
+        expected wait plus a grace) that lapsed before ``before`` (store clock) unserved and
+        whose task is not parked for a permit now (a parked waiter's row orders the wake-ups);
+        a lapsed row tells nothing more (``custody._crashes`` reads only rows newer than the
+        holder's last beat). Returns how many were deleted."""
+        ...
+
     async def reclaim_space(self, *, pages: int = ...) -> int:
         """Give up to ``pages`` of the store's free pages (left by pruning) back to the file
         system, in one short writer job: SQLite's incremental vacuum (issue #56). PostgreSQL's

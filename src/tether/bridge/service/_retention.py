@@ -41,6 +41,8 @@ class RetentionPass:
     """Room affinities past the retention period."""
     workers: int = 0
     """Pool members whose last beat is older than the retention period."""
+    waiters: int = 0
+    """Limits' waiter rows lapsed unserved past the retention period (no parked waiter's)."""
     pages: int = 0
     """Free pages given back to the file system (SQLite)."""
     slices: int = 0
@@ -87,7 +89,11 @@ async def retention_pass(
     workers, f = await in_slices(
         lambda n: store.prune_workers(now - retention, limit=n), ROOMS_PER_SLICE
     )
+    waiters, g = await in_slices(
+        lambda n: store.prune_waiters(now - retention, limit=n), ROOMS_PER_SLICE
+    )
     pages, d = await in_slices(lambda n: store.reclaim_space(pages=n), PAGES_PER_SLICE)
     if pages:
         log.info("gave %d free page(s) back to the file system", pages)
-    return RetentionPass(tasks, tombstones, turns, rooms, workers, pages, a + b + c + d + e + f)
+    slices = a + b + c + d + e + f + g
+    return RetentionPass(tasks, tombstones, turns, rooms, workers, waiters, pages, slices)

@@ -145,6 +145,7 @@ class StoreFacade(abc.ABC):
     prune_delivered = Via("retention", RetentionFrame.prune_delivered)
     prune_tombstones = Via("retention", RetentionFrame.prune_tombstones)
     prune_workers = Via("retention", RetentionFrame.prune_workers)
+    prune_waiters = Via("retention", RetentionFrame.prune_waiters)
     reclaim_space = Via("retention", RetentionFrame.reclaim_space)
     # -- durable runs (``_steps_frame``) ------------------------------------------------------
     steps = Via("steps", StepsFrame.steps)

@@ -41,6 +41,12 @@ class RetentionFrame(abc.ABC):
     @abc.abstractmethod
     async def _prune_workers(self, before: float, limit: int) -> int: ...
 
+    async def prune_waiters(self, before: float, *, limit: int = 1000) -> int:
+        return await self._prune_waiters(before, check_limit(limit))
+
+    @abc.abstractmethod
+    async def _prune_waiters(self, before: float, limit: int) -> int: ...
+
     async def reclaim_space(self, *, pages: int = 1024) -> int:
         return await self._reclaim_space(check_limit(pages, "pages"))
 

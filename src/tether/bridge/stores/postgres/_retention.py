@@ -40,3 +40,17 @@ class PostgresRetention(RetentionFrame):
                 ).rowcount
             )
         )
+
+    async def _prune_waiters(self, before: float, limit: int) -> int:
+        s = self.db.s
+        return await self.db.run(
+            lambda conn: (
+                conn.execute(
+                    f"DELETE FROM {s}.limit_waiters WHERE (key, task_id) IN (SELECT w.key, "
+                    f"w.task_id FROM {s}.limit_waiters w WHERE w.until < %s AND NOT EXISTS "
+                    f"(SELECT 1 FROM {s}.tasks t WHERE t.id = w.task_id "
+                    "AND t.state = 'waiting') LIMIT %s)",
+                    (before, limit),
+                ).rowcount
+            )
+        )

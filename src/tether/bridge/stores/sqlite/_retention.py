@@ -12,7 +12,7 @@ import attrs
 from .._retention import RetentionFrame
 from . import _sql as sql
 from ._db import SqliteDb
-from ._space import PRUNE_WORKERS, vacuums_incrementally
+from ._space import PRUNE_WAITERS, PRUNE_WORKERS, vacuums_incrementally
 
 
 @attrs.define(eq=False)
@@ -51,4 +51,9 @@ class SqliteRetention(RetentionFrame):
     async def _prune_workers(self, before: float, limit: int) -> int:
         return await self.db.write(
             lambda conn: conn.execute(PRUNE_WORKERS, (before, limit)).rowcount
+        )
+
+    async def _prune_waiters(self, before: float, limit: int) -> int:
+        return await self.db.write(
+            lambda conn: conn.execute(PRUNE_WAITERS, (before, limit)).rowcount
         )

@@ -22,6 +22,12 @@ WAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 PRUNE_WORKERS: Final = (
     "DELETE FROM workers WHERE name IN (SELECT name FROM workers WHERE last_beat < ? LIMIT ?)"
 )
+PRUNE_WAITERS: Final = (
+    "DELETE FROM limit_waiters WHERE (key, task_id) IN (SELECT w.key, w.task_id "
+    "FROM limit_waiters w WHERE w.until < ? AND NOT EXISTS (SELECT 1 FROM tasks t "
+    "WHERE t.id = w.task_id AND t.state = 'waiting') LIMIT ?)"
+)
+"""Lapsed waiter rows, but a parked waiter's (``RetentionStore.prune_waiters``)."""
 
 
 def make_space_settings(conn: sqlite3.Connection) -> None:
