@@ -150,11 +150,15 @@ async def gateway_process(folder: Path) -> AsyncIterator[tuple[str, int]]:
                 await proc.stdout.aclose()
 
 
-async def post_message(http: httpx.AsyncClient, i: int, rooms: int = 40) -> None:
-    """Submit message ``i`` (room ``i % rooms``) under the id ``m-<i>``, so a retry is
-    idempotent: on a loaded machine the gateway may close a kept-alive connection as a request
-    goes out."""
+async def post_message(
+    http: httpx.AsyncClient, i: int, rooms: int = 40, tenant: str | None = None
+) -> None:
+    """Submit message ``i`` (room ``i % rooms``, of ``tenant`` if given) under the id
+    ``m-<i>``, so a retry is idempotent: on a loaded machine the gateway may close a
+    kept-alive connection as a request goes out."""
     message = {"id": f"m-{i}", "room": f"room-{i % rooms}", "text": f"message {i}"}
+    if tenant is not None:
+        message["tenant"] = tenant
     for attempt in range(5):
         try:
             response = await http.post("/v1/messages", json=message)
@@ -167,13 +171,19 @@ async def post_message(http: httpx.AsyncClient, i: int, rooms: int = 40) -> None
         return
 
 
-async def submit_all(http: httpx.AsyncClient, messages: int, rooms: int = 40) -> None:
-    """``post_message`` for messages 0 to ``messages - 1``, 16 requests at a time."""
+async def submit_all(
+    http: httpx.AsyncClient,
+    messages: int,
+    rooms: int = 40,
+    tenant_of: Callable[[int], str | None] = lambda i: None,
+) -> None:
+    """``post_message`` for messages 0 to ``messages - 1`` (message ``i`` of tenant
+    ``tenant_of(i)``), 16 requests at a time."""
     limiter = trio.CapacityLimiter(16)
 
     async def submit(i: int) -> None:
         async with limiter:
-            await post_message(http, i, rooms)
+            await post_message(http, i, rooms, tenant_of(i))
 
     async with trio.open_nursery() as submitters:
         for i in range(messages):

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import trio
 
-from bridge_throughput import TOKEN, gateway_process
+from bridge_throughput import TOKEN, gateway_process, submit_all
 from tether import ChildSpec, open_runtime
 from tether.bridge import BridgeConfig, BridgeService, SqliteStore
 
@@ -59,30 +59,13 @@ def tenant_of(messages: int, tenants: int, by_room: bool) -> list[int]:
 async def submit(
     http: httpx.AsyncClient, messages: int, rooms: int, tenants: int, by_room: bool
 ) -> None:
-    """Message ``i`` to room ``i % rooms`` (of a tenant if ``tenants``: ``tenant_of``), 16
-    requests at a time, under the id ``m-<i>`` (a retry is idempotent)."""
-    limiter = trio.CapacityLimiter(16)
-    owner = tenant_of(messages, tenants, by_room) if tenants else []
-
-    async def one(i: int) -> None:
-        message = {"id": f"m-{i}", "room": f"room-{i % rooms}", "text": f"message {i}"}
-        if tenants:
-            message["tenant"] = f"tenant-{owner[i]}"
-        async with limiter:
-            for attempt in range(5):
-                try:
-                    response = await http.post("/v1/messages", json=message)
-                except httpx.TransportError:
-                    if attempt == 4:
-                        raise
-                    await trio.sleep(0.1)
-                    continue
-                response.raise_for_status()
-                return
-
-    async with trio.open_nursery() as nursery:
-        for i in range(messages):
-            nursery.start_soon(one, i)
+    """Message ``i`` to room ``i % rooms`` (of a tenant if ``tenants``: ``tenant_of``), as
+    ``bridge_throughput.submit_all`` submits."""
+    if not tenants:
+        await submit_all(http, messages, rooms)
+        return
+    owner = tenant_of(messages, tenants, by_room)
+    await submit_all(http, messages, rooms, lambda i: f"tenant-{owner[i]}")
 
 
 @contextmanager
