@@ -10,12 +10,12 @@ machine changes them); and a store of the version before gets the new trigger as
 from __future__ import annotations
 
 import secrets
-import sqlite3
 from pathlib import Path
 
 import psycopg
 
 from support.migrations import postgres_from, postgres_step, sqlite_from, sqlite_step
+from support.vm_steps import vm_steps
 from tether.bridge import PostgresStore, SqliteStore, Task
 from tether.bridge.custody import Claim, Store
 
@@ -33,23 +33,8 @@ async def _room_with_backlog(path: Path, behind: int) -> tuple[SqliteStore, Clai
 
 
 async def _steps_to_complete(store: SqliteStore, claim: Claim) -> int:
-    steps = [0]
-
-    def count() -> int:
-        steps[0] += 1
-        return 0
-
-    def watch(conn: sqlite3.Connection) -> None:
-        conn.set_progress_handler(count, 10)
-
-    def unwatch(conn: sqlite3.Connection) -> None:
-        conn.set_progress_handler(None, 0)
-
-    await store.db.writer.run(watch)
-    try:
+    async with vm_steps(store.db.writer, every=10) as steps:
         await store.complete(claim, "hi there")
-    finally:
-        await store.db.writer.run(unwatch)
     return steps[0]
 
 

@@ -6,31 +6,18 @@ changes; and a file of the version before is counted from its rows once, as it u
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from support.migrations import sqlite_from, sqlite_step
+from support.vm_steps import vm_steps
 from tether.bridge import SqliteStore, Task
 from tether.bridge.custody import CustodyState
 
 
 async def _steps_to_count(store: SqliteStore) -> int:
-    steps = [0]
-
-    def count() -> int:
-        steps[0] += 1
-        return 0
-
-    def watch(conn: sqlite3.Connection) -> None:
-        conn.set_progress_handler(count, 10)
-
-    def unwatch(conn: sqlite3.Connection) -> None:
-        conn.set_progress_handler(None, 0)
-
-    await store.db.reader.run(watch, readonly=True)
-    await store.counts()
-    await store.conversation_counts()
-    await store.db.reader.run(unwatch, readonly=True)
+    async with vm_steps(store.db.reader, every=10, readonly=True) as steps:
+        await store.counts()
+        await store.conversation_counts()
     return steps[0]
 
 

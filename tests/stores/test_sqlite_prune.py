@@ -5,9 +5,9 @@ Counted in SQLite's virtual machine steps, which no busy machine changes."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
+from support.vm_steps import vm_steps
 from tether.bridge import SqliteStore, Task
 
 REMOVED = 300
@@ -25,21 +25,8 @@ async def _steps_to_prune(tmp_path: Path, keep: int) -> int:
                     for i in range(start, min(total, start + 500))
                 ]
             )
-        steps = [0]
-
-        def count() -> int:
-            steps[0] += 1
-            return 0  # go on
-
-        def watch(conn: sqlite3.Connection) -> None:
-            conn.set_progress_handler(count, 100)
-
-        def unwatch(conn: sqlite3.Connection) -> None:
-            conn.set_progress_handler(None, 0)
-
-        await store.db.writer.run(watch)
-        assert await store.prune_turns(keep=keep, limit=REMOVED) == REMOVED
-        await store.db.writer.run(unwatch)
+        async with vm_steps(store.db.writer, every=100) as steps:
+            assert await store.prune_turns(keep=keep, limit=REMOVED) == REMOVED
         view = await store.room("r", limit=1)
         assert view is not None
         assert view.turn_count == keep

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from support.vm_steps import vm_steps
 from tether.bridge import SqliteStore, Task
 
 ASSIGNED = 200
@@ -25,23 +26,8 @@ def _task(n: int, tenant: str) -> Task:
 
 async def _steps_to_ingest(store: SqliteStore, task: Task) -> int:
     """SQLite virtual machine steps of ``ingest_many([task])`` (its writer job)."""
-    steps = [0]
-
-    def count() -> int:
-        steps[0] += 1
-        return 0
-
-    def watch(conn: sqlite3.Connection) -> None:
-        conn.set_progress_handler(count, 1)
-
-    def unwatch(conn: sqlite3.Connection) -> None:
-        conn.set_progress_handler(None, 0)
-
-    await store.db.writer.run(watch)
-    try:
+    async with vm_steps(store.db.writer) as steps:
         assert await store.ingest_many([task]) == [True]
-    finally:
-        await store.db.writer.run(unwatch)
     return steps[0]
 
 
