@@ -36,8 +36,7 @@ from ..runs._run import Run
 from ._agent import TASK_EVENT, install_agent, load_agent
 from ._asyncio import loop_for
 from ._quarantine_journal import PipeJournal
-from ._quarantine_limits import PipeLimits
-from ._quarantine_steps import PipeSteps, steps_from
+from ._quarantine_steps import steps_from
 from ._quarantine_wire import (
     EXIT_BAD_START,
     EXIT_OUT_OF_MEMORY,
@@ -109,9 +108,8 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             headers=message.get("headers") or {},
         )
         progress = Progress()
-        steps = PipeSteps(pipe, steps_from(message.get("steps")), asks_from(message.get("asks")))
+        store = PipeJournal(pipe, steps_from(message.get("steps")), asks_from(message.get("asks")))
         claim = Claim(task, "quarantine", 1, 0.0, 0)  # the parent holds the real one and its fence
-        store = PipeJournal(steps, PipeLimits(pipe))
         journal = Journal(
             task,
             store,

@@ -1,53 +1,107 @@
-"""A quarantine child's ``JournalStore``: its steps and asks as its parent sent them, new steps
-and permits asked of its parent over the pipe (``_quarantine_steps``, ``_quarantine_limits``).
-The parent records each under its own claim's fence; the child's ``Run`` sees a store.
+"""A quarantine child's ``JournalStore``: its task's steps and asks as its parent sent them,
+new steps and permits asked of its parent over the pipe.
+
+The child holds nothing of the store (``_quarantine_child``), yet a suspect's run must replay
+its task's recorded steps and record new ones under the parent's lease fence (or a step that
+booked a table before a crash would book another), and keep to the limits every other run
+keeps to. So it asks: a ``step`` frame is answered with the record the parent committed
+(``step_ok``), a ``permit`` frame with the parent's grant or wait (``permit_ok``); a ``*_stale``
+answer means the run lost its lease and its parent is about to end it. A release and a pause
+are told, not answered.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final, Protocol
 
 import attrs
+import trio
 
 from ..custody._asks import AskRecord
 from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord
-from ..custody._rules import Claim
-from ._quarantine_limits import PipeLimits
-from ._quarantine_steps import PipeSteps
+from ..custody._rules import Claim, StaleLease
+
+ANSWERS: Final = {
+    "step_ok": "name",
+    "step_stale": "name",
+    "permit_ok": "n",
+    "permit_stale": "n",
+}
+"""The parent's answers, and the field naming the request each answers."""
+
+
+class _Sends(Protocol):
+    def send(self, kind: str, **fields: Any) -> None: ...
 
 
 @attrs.define(eq=False)
 class PipeJournal:
     """What a quarantined run records, through its parent."""
 
-    _steps: PipeSteps
-    limits: PipeLimits
+    _pipe: _Sends
+    _recorded: list[StepRecord]
+    _asks: list[AskRecord] = attrs.field(factory=list)
     clock: Callable[[], float] = time.time
+    _waiting: dict[tuple[str, str], tuple[trio.Event, list[dict[str, Any]]]] = attrs.field(
+        factory=dict
+    )
+    _asked: int = 0
 
     async def steps(self, id: str) -> Sequence[StepRecord]:
-        return await self._steps.steps(id)
-
-    async def record_step(self, claim: Claim, name: str, value: str) -> StepRecord:
-        return await self._steps.record_step(claim, name, value)
+        return list(self._recorded)
 
     async def asks(self, id: str) -> Sequence[AskRecord]:
-        return await self._steps.asks(id)
+        return list(self._asks)
+
+    async def record_step(self, claim: Claim, name: str, value: str) -> StepRecord:
+        message = await self._request("step", "name", name, value=value)
+        return StepRecord(
+            message["name"], message["value"], message["at"], message["attempt"], message["size"]
+        )
 
     async def acquire_permit(
         self, claim: Claim, key: str, weight: float = 1.0
     ) -> Granted | NoPermit:
-        return await self.limits.acquire_permit(claim, key, weight)
+        self._asked += 1
+        message = await self._request("permit", "n", self._asked, key=key, weight=weight)
+        if message["granted"]:
+            tokens = message.get("tokens")
+            return Granted(message.get("permit"), math.inf if tokens is None else float(tokens))
+        return NoPermit(message.get("seconds"), str(message["why"]))
 
     async def release_permit(self, permit: int) -> None:
-        await self.limits.release_permit(permit)
+        self._pipe.send("release", permit=permit)
 
     async def pause_limit(self, key: str, until: float) -> None:
-        await self.limits.pause_limit(key, until)
+        self._pipe.send("pause", key=key, until=until)
+
+    async def _request(
+        self, kind: str, field: str, tag: str | int, **fields: Any
+    ) -> dict[str, Any]:
+        """Send a ``kind`` frame naming itself ``tag`` in ``field`` and wait for its answer:
+        ``StaleLease`` if the parent's claim is fenced out."""
+        key = (field, str(tag))
+        done, answer = self._waiting[key] = (trio.Event(), [])
+        self._pipe.send(kind, **{field: tag}, **fields)
+        try:
+            await done.wait()
+        finally:
+            del self._waiting[key]
+        message = answer[0]
+        if message["kind"].endswith("_stale"):
+            raise StaleLease(str(message.get("reason") or "the run lost its lease"))
+        return message
 
     def answered(self, message: dict[str, Any]) -> None:
-        """A frame from the parent: an answer to a step or a permit this child asked for."""
-        self._steps.answered(message)
-        self.limits.answered(message)
+        """A frame from the parent: the answer to a step or a permit this child asked for."""
+        field = ANSWERS.get(str(message.get("kind")))
+        if field is None:
+            return
+        waiting = self._waiting.get((field, str(message.get(field))))
+        if waiting is not None:
+            waiting[1].append(message)
+            waiting[0].set()
