@@ -236,7 +236,7 @@ class PoolWorker:
         return [a.claim for a in self._active if not a.lost]
 
     def now(self) -> float:
-        return (self.clock or self.store.clock)()
+        return self._host.now()
 
     @property
     def _label(self) -> str:
