@@ -13,6 +13,7 @@ from support.clock import FakeClock
 from support.custody import LEASE_S, Backend, drive_to
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import (
+    Hand,
     InvalidWorkerName,
     PoolView,
     RoomPolicy,
@@ -358,6 +359,49 @@ async def test_plan_and_assign_refuses_a_bad_worker_name_and_assigns_nothing(sto
     with pytest.raises(InvalidWorkerName):
         await store.plan_and_assign(lambda view: [("a", "w1"), ("b", "no spaces")])
     assert await owners(store, "a", "b") == [(S.PENDING, None), (S.PENDING, None)]
+
+
+async def test_plan_assign_and_claim_claims_a_hands_assignments_up_to_its_slots(
+    store: Store, backend: Backend, fake_clock: FakeClock
+) -> None:
+    """Issue 49: the lead claims for its own process's workers in the sweep's transaction.
+    SQLite claims there (fenced leases like the worker's own claim, the rest left assigned,
+    nothing for a worker that is not a hand); PostgreSQL claims nothing (two transactions,
+    the workers claim as before)."""
+    await store.ingest_many([Task(id, "x") for id in ("a", "b", "c", "d")])
+    pairs = [("a", "w1"), ("b", "w1"), ("c", "w1"), ("d", "w2")]
+    swept = await store.plan_assign_and_claim(
+        lambda view: pairs, hands={"w1": Hand(2), "w3": Hand(4)}
+    )
+    assert swept.done == [True, True, True, True]
+    if backend.name == "postgres":
+        assert swept.claims == {}
+        assert [s for s, _ in await owners(store, "a", "b", "c", "d")] == [S.ASSIGNED] * 4
+        return
+    [(worker, claims)] = swept.claims.items()
+    assert (worker, [c.task.id for c in claims]) == ("w1", ["a", "b"])
+    assert all(c.lease_until == fake_clock.now + LEASE_S and c.worker == "w1" for c in claims)
+    assert await owners(store, "a", "b", "c", "d") == [
+        (S.CLAIMED, "w1"),
+        (S.CLAIMED, "w1"),
+        (S.ASSIGNED, "w1"),
+        (S.ASSIGNED, "w2"),
+    ]
+    await store.complete(claims[0], "done")  # a claim like the worker's own: fenced by it
+    assert await store.state("a") is S.RESULT
+    [c] = await store.claim_many("w1", 4)
+    assert c.task.id == "c"  # the worker claims what was left assigned to it
+
+
+async def test_plan_assign_and_claim_refuses_bad_hands_and_changes_nothing(store: Store) -> None:
+    await store.ingest(Task("a", "x"))
+    for hands, error in (
+        ({"no spaces": Hand(1)}, InvalidWorkerName),
+        ({"w1": Hand(0)}, ValueError),
+    ):
+        with pytest.raises(error):
+            await store.plan_assign_and_claim(lambda view: [("a", "w1")], hands=hands)
+    assert await owners(store, "a") == [(S.PENDING, None)]
 
 
 async def test_room_affinities_past_retention_are_pruned_a_slice_at_a_time(

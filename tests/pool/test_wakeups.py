@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
+import pytest
 import trio
 
 from support.pool_fixtures import StoreAwareClock
@@ -266,13 +267,16 @@ async def test_rings_under_load_gather_into_sweeps_min_sweep_gap_apart(
         lead.request_stop()
 
 
-async def test_a_ring_just_after_a_quiet_periodic_sweep_is_swept_at_once(
-    timed_store: SqliteStore, mock_clock: StoreAwareClock
+@pytest.mark.parametrize(("capacity", "held"), [(4, 0.0), (1, 0.2)])
+async def test_a_ring_waits_out_min_sweep_gap_only_while_the_workers_are_full(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock, capacity: int, held: float
 ) -> None:
     """A message that lands just after the periodic sweep found the pool idle is assigned at
-    once, not ``min_sweep_gap`` later; a ring after a sweep that had work still waits."""
+    once, not ``min_sweep_gap`` later; so is one just after a sweep that assigned work, while
+    the workers have room for more (a lone message never waits). Only when the last sweep left
+    the workers full do rings gather for the gap."""
     wakeups = PoolWakeups()
-    await timed_store.beat("w1", "worker", 4)
+    await timed_store.beat("w1", "worker", capacity)
     lead = _TimedLead(timed_store, sweep_interval=1.0, wakeups=wakeups, min_sweep_gap=0.2)
     starts = lead.starts
     async with trio.open_nursery() as nursery:
@@ -284,11 +288,16 @@ async def test_a_ring_just_after_a_quiet_periodic_sweep_is_swept_at_once(
         rung = trio.current_time()
         await wait_until(lambda: _assigned(timed_store, "a"), within=PROMPT, step=0.001)
         assert starts[-1] == rung  # not held to min_sweep_gap after the quiet sweep
-        await trio.sleep(0.01)  # just after the sweep that assigned "a": a busy pool
+        await trio.sleep(0.01)  # just after the sweep that assigned "a"
         await timed_store.ingest(Task("b", "x"))
         wakeups.tasks_pending()
-        await wait_until(lambda: _assigned(timed_store, "b"), within=PROMPT, step=0.001)
-        assert starts[-1] == rung + 0.2  # rings after work gather for min_sweep_gap
+        again, swept = trio.current_time(), len(starts)
+        if held:  # w1 is full: "b" waits for the lead's next sweep after the gap
+            await wait_until(lambda: _n_sweeps(starts, swept + 1), within=PROMPT)
+            assert starts[-1] == rung + held
+        else:
+            await wait_until(lambda: _assigned(timed_store, "b"), within=PROMPT, step=0.001)
+            assert starts[-1] == again
         lead.request_stop()
 
 

@@ -48,6 +48,7 @@ if _typing.TYPE_CHECKING:
     from ._reconcile import ReconcileReport as ReconcileReport
     from ._records import WORKER_ROLES as WORKER_ROLES
     from ._records import Assignment as Assignment
+    from ._records import Hand as Hand
     from ._records import JournalEntry as JournalEntry
     from ._records import LeaseExpiry as LeaseExpiry
     from ._records import OperatorOutcome as OperatorOutcome
@@ -57,6 +58,7 @@ if _typing.TYPE_CHECKING:
     from ._records import StepRecord as StepRecord
     from ._records import Suspects as Suspects
     from ._records import SweepPlanner as SweepPlanner
+    from ._records import Swept as Swept
     from ._records import WaitingRetries as WaitingRetries
     from ._records import WaitingRuns as WaitingRuns
     from ._records import WorkerInfo as WorkerInfo

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
-from ._rules import CustodyState
+from ._rules import Claim, CustodyState
 
 if TYPE_CHECKING:
     from ._records import LeaseExpiry
@@ -78,6 +78,12 @@ def assigned(pairs: Iterable[tuple[str, str]], ids_moved: Collection[str]) -> No
     for task_id, worker in pairs:
         if task_id in ids_moved:
             moved(task_id, CustodyState.PENDING, CustodyState.ASSIGNED, worker=worker)
+
+
+def claimed(claims: Iterable[Claim], worker: str) -> None:
+    """One line per claim ``worker`` now holds (its lease starts)."""
+    for claim in claims:
+        moved(claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt)
 
 
 def expired(expiries: Iterable[LeaseExpiry]) -> None:

@@ -8,7 +8,7 @@ from typing import Final, Literal
 
 import attrs
 
-from ._rules import CustodyState, TaskRecord
+from ._rules import Claim, CustodyState, TaskRecord
 
 
 @attrs.frozen
@@ -144,6 +144,29 @@ class StallCandidate:
 SweepPlanner = Callable[[PoolView], "Sequence[tuple[str, str]] | None"]
 """A sweep's decision from a view: the ``(id, worker)`` pairs to assign, or None (see
 ``Store.plan_and_assign``)."""
+
+
+@attrs.frozen
+class Hand:
+    """A worker in the lead's own process with free slots now: the lead claims for it, in
+    the sweep's own transaction, up to ``slots`` of the tasks assigned to it
+    (``Store.plan_assign_and_claim``), so the task needs no claim of the worker's own."""
+
+    slots: int
+    quarantines: bool = False
+    """Does the worker's process run suspects in quarantine children? Then only ordinary work
+    is claimed for it (suspects are the worker's to claim, one place each); otherwise the rule
+    of a suspect running alone in its process holds, as for the worker's own claim."""
+
+
+@attrs.frozen
+class Swept:
+    """What ``Store.plan_assign_and_claim`` did: the view it planned from, which assignments
+    took (None: ``decide`` assigned nothing), and the claims it made for each hand."""
+
+    view: PoolView
+    done: list[bool] | None
+    claims: Mapping[str, Sequence[Claim]] = attrs.field(factory=dict)
 
 
 @attrs.frozen

@@ -13,6 +13,7 @@ from ._asks import AskRecord, QuestionStore
 from ._conversation import Conversation, ConversationCounts, RoomView
 from ._limits import Granted, LimitSpec, LimitView, NoPermit
 from ._records import (
+    Hand,
     JournalEntry,
     LeaseExpiry,
     OperatorOutcome,
@@ -21,6 +22,7 @@ from ._records import (
     StepRecord,
     Suspects,
     SweepPlanner,
+    Swept,
     WaitingRetries,
     WaitingRuns,
     WorkerInfo,
@@ -464,6 +466,17 @@ class LeadStore(PoolMemberStore, Protocol):
         again if the transaction is replayed) and must not call Trio."""
         ...
 
+    async def plan_assign_and_claim(
+        self, decide: SweepPlanner, *, pending_limit: int = ..., hands: Mapping[str, Hand]
+    ) -> Swept:
+        """``plan_and_assign``, then, in the same transaction where the backend can, claim for
+        each worker of ``hands`` up to its free slots of the tasks now assigned to it (as its
+        own ``claim_many`` would: fenced, its lease starting now). The lead's own process's
+        workers get their tasks with no claim of their own and no wake-up: one transaction
+        from a pending task to its run (issue 49). A backend that cannot claims nothing (the
+        workers claim as usual, rung by the lead)."""
+        ...
+
 
 class StateReader(Protocol):
     """One task's state: the one read delivery and operators share."""
@@ -734,3 +747,12 @@ async def plan_then_assign(
     view = await store.pool_view(pending_limit=pending_limit)
     pairs = decide(view)
     return view, None if pairs is None else await store.assign_many(pairs)
+
+
+async def plan_then_assign_unclaimed(
+    store: Store, decide: SweepPlanner, *, pending_limit: int
+) -> Swept:
+    """``Store.plan_assign_and_claim`` for a backend without one transaction for a sweep: the
+    two of ``plan_then_assign``, and no claim (each worker claims its assignments, rung)."""
+    view, done = await plan_then_assign(store, decide, pending_limit=pending_limit)
+    return Swept(view, done)

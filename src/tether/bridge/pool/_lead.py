@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
@@ -96,9 +97,10 @@ class PoolLead:
     max_skew: float = DEFAULT_MAX_SKEW
     pending_limit: int = 1000
     min_sweep_gap: float = 0.01
-    """Seconds from one sweep's start to the next at least. Under load every stored outcome
-    rings the lead; each sweep then assigns a batch rather than a task or two, and the
-    workers' waiting assignments (their capacity over their concurrency) cover the gap."""
+    """Seconds from one sweep's start to the next at least, under load: every stored outcome
+    rings the lead then; each sweep assigns a batch rather than a task or two, and the
+    workers' waiting assignments (their capacity over their concurrency) cover the gap. A pool
+    with room for more (see ``_has_room``) sweeps at once: a lone message never waits."""
     clock: Callable[[], float] | None = None
     wakeups: PoolWakeups | None = None
     """The pool's switchboard: the lead sweeps when it rings and rings the workers it assigns
@@ -111,6 +113,10 @@ class PoolLead:
     _window: int = attrs.field(init=False, default=0)
     _drained: bool = attrs.field(init=False, default=False)
     """Did the last full sweep read every ready pending task and assign them all?"""
+    _spare: int = attrs.field(init=False, default=0)
+    _handed: Counter[str] = attrs.field(init=False, factory=Counter)
+    """Claims the last sweep handed to each worker of this process (``pool._hands``)."""
+    """Free capacity the last sweep left on the live workers (``SweepPlan.spare``)."""
     _asked_outranked: str | None = attrs.field(init=False, default=None)
     """The waiting task the last sweep gave assignments back for (``_return_outranked``)."""
     looks: int = attrs.field(init=False, default=0)
@@ -223,8 +229,8 @@ class PoolLead:
             lost = tuple(a.id for a, ok in zip(plan.assign, done, strict=True) if not ok)
         assigned = tuple(a for a in plan.assign if a.id not in lost)
         self._note_leading(view, assigned, now)
-        if self.wakeups is not None:
-            self.wakeups.tasks_assigned(a.worker for a in assigned)
+        if self.wakeups is not None:  # a worker handed all it was assigned has nothing to claim
+            self.wakeups.tasks_assigned(_beyond(assigned, self._handed))
             if returned:
                 self.wakeups.tasks_pending()  # leaderless claimers may take them; sweep again
         report = SweepReport(
@@ -269,9 +275,19 @@ class PoolLead:
             return [(a.id, a.worker) for a in plan.assign]
 
         answers: list[tuple[PoolView, list[bool] | None]] = []
+        handed: Counter[str] = Counter()
 
         async def plan_and_assign() -> None:
-            answers.append(await self.store.plan_and_assign(decide, pending_limit=limit))
+            if self.wakeups is None or not self.wakeups.hands:
+                answers.append(await self.store.plan_and_assign(decide, pending_limit=limit))
+                return
+            with self.wakeups.hands.reserved() as reserved:
+                swept = await self.store.plan_assign_and_claim(
+                    decide, pending_limit=limit, hands=reserved.hands
+                )
+                reserved.deliver(swept.claims)  # the runs start as the block ends
+            handed.update({w: len(c) for w, c in swept.claims.items()})
+            answers.append((swept.view, swept.done))
 
         if not beat_due:
             # ``run`` beats in a loop of its own; else a clock stepped back beats now
@@ -289,6 +305,7 @@ class PoolLead:
             returned = await self._return(view, plan, now)
             if plan.assign:
                 done = await self.store.assign_many([(a.id, a.worker) for a in plan.assign])
+        self._handed = handed
         return view, plan, done, returned
 
     def _remember(self, view: PoolView, plan: SweepPlan, now: float, limit: int) -> None:
@@ -301,6 +318,7 @@ class PoolLead:
         # every ready pending task was read (a short page) and assigned: until a commit makes
         # another one ready, the next sweep has nothing to assign (see ``_look``)
         self._drained = not plan.waiting and len(view.pending) < limit and not widened
+        self._spare = plan.spare
         if widened:  # workers had room for more than this sweep read: look again soon
             self._doorbell.set()
         if self.wakeups is not None:  # a freed slot matters only while tasks wait for one
@@ -589,6 +607,17 @@ class PoolLead:
             report.assigned or report.returned or report.deferred or report.waiting
         )
 
+    def _has_room(self) -> bool:
+        """Did the last sweep assign every ready task and leave the workers room for more?
+
+        Then the next ring (new pending tasks) is swept at once, whatever the sweep before it
+        found: ``min_sweep_gap`` gathers the rings of a pool whose work outruns its workers,
+        and a pool with room has nothing to gather for. Without the gap such sweeps are still
+        bounded: the rings that come then are commits that made tasks pending (a freed slot
+        rings only while tasks wait for one, ``PoolWakeups.capacity_wanted``), and each sweep
+        reads everything rung for so far."""
+        return self._drained and self._spare > 0
+
     def _idle_wait(self, quiet: bool) -> float:
         """Seconds until the next sweep unless rung: the interval, doubling while sweeps on the
         clock keep finding the pool idle (``_idle``), or less when a task waiting out its retry
@@ -633,7 +662,7 @@ class PoolLead:
                     # a standby sleeps until rung: ``judge`` rings as it takes the lead
                     wait = self._idle_wait(quiet) if self.leading else math.inf
                     rung = await self._doorbell.wait(wait)
-                    if not quiet:
+                    if not quiet and not self._has_room():
                         # rung again soon after a sweep began: let more rings gather into one
                         with trio.move_on_at(started + self.min_sweep_gap):
                             await self._stop.wait()
@@ -650,6 +679,13 @@ class PoolLead:
             self.leading = False
             self.leading_since = None
         await self.store.remove_worker(self.name)
+
+
+def _beyond(assigned: Iterable[Assigned], handed: Counter[str]) -> list[str]:
+    """The workers assigned more than the sweep claimed for them: they claim the rest."""
+    left = Counter(a.worker for a in assigned)
+    left.subtract(handed)
+    return [worker for worker, n in left.items() if n > 0]
 
 
 def elect(

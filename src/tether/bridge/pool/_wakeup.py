@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable
 import attrs
 import trio
 
+from ._hands import Hands
+
 
 @attrs.define(eq=False)
 class Wakeup:
@@ -54,6 +56,8 @@ class PoolWakeups:
     finds nothing, in the store's writer, ahead of the next message's commits."""
     dead: Wakeup = attrs.field(factory=Wakeup)
     """The dead-notice loop's doorbell (``tasks_dead``)."""
+    hands: Hands = attrs.field(factory=Hands)
+    """The process's claiming workers, offered to its lead (``pool._hands``)."""
     on_parked: Callable[[float], None] | None = None
     """Told when a run of this process parks until a time (store clock): the process's
     reconciler (``Reconciler.parked_until``), which wakes it then."""

@@ -32,6 +32,7 @@ from ..runs._reply import Reply, reply_of
 from ..runs._retry import RetryBackoff
 from ..runs._timings import Timings
 from ._agent import TASK_EVENT, AgentFactory, agent_run_timeout, install_agent
+from ._hands import WorkerHand
 from ._idle import IDLE_MAXIMUM, idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, live_lead, return_dead_assignments
 from ._pace import Pace
@@ -329,6 +330,31 @@ class PoolWorker:
 
     async def _claim_until_stopped(self, session: Session, work: trio.Nursery) -> None:
         slots = trio.Semaphore(self.concurrency)
+        if self.wakeups is None:
+            await self._claim_in(session, work, slots)
+            return
+        hand = WorkerHand(
+            slots,
+            lambda claim: self._start_run(session, work, claim, slots),
+            quarantines=self.quarantine is not None,
+        )
+        self.wakeups.hands.offer(self.name, hand)  # the lead claims for it in its sweeps
+        try:
+            await self._claim_in(session, work, slots)
+        finally:
+            self.wakeups.hands.withdraw(self.name)
+            with trio.CancelScope(shield=True):  # a sweep in flight hands its claims here
+                await hand.settled()
+
+    def _start_run(
+        self, session: Session, work: trio.Nursery, claim: Claim, slots: trio.Semaphore
+    ) -> None:
+        """Run ``claim`` in ``work``, on one of ``slots`` (freed as the run ends)."""
+        work.start_soon(
+            self._run_claim, session, claim, slots, name=f"{self._label}::task:{claim.task.id}"
+        )
+
+    async def _claim_in(self, session: Session, work: trio.Nursery, slots: trio.Semaphore) -> None:
         with trio.CancelScope() as claiming:
 
             async def cancel_on_stop() -> None:
@@ -369,13 +395,7 @@ class PoolWorker:
                 for _ in range(wanted - len(claims)):
                     slots.release()
                 for claim in claims:
-                    work.start_soon(
-                        self._run_claim,
-                        session,
-                        claim,
-                        slots,
-                        name=f"{self._label}::task:{claim.task.id}",
-                    )
+                    self._start_run(session, work, claim, slots)
                 if claims:
                     self._idle.reset()
                 # the store had no more: wait for news (then look again at the busy pace)

@@ -17,7 +17,7 @@ import attrs
 from ..._plumbing._converter import unstructure
 from ..._plumbing._when import duration, iso_time
 from ..custody._crashes import failures
-from ..custody._records import JournalEntry
+from ..custody._records import Hand, JournalEntry
 from ..custody._rooms import SUPERSEDED_PREFIX, Superseded
 from ..custody._rules import (
     IN_CUSTODY,
@@ -31,6 +31,7 @@ from ..custody._rules import (
     TaskRecord,
     UnknownTask,
     check_body,
+    check_claim_limit,
     check_headers,
     check_task_id,
     check_worker,
@@ -49,6 +50,14 @@ def check_limit(limit: object, what: str = "limit") -> int:
     if not (isinstance(limit, int) and limit >= 1):
         raise ValueError(f"{what} must be an int >= 1, got {limit!r}")
     return limit
+
+
+def check_hands(hands: Mapping[str, Hand]) -> Mapping[str, Hand]:
+    """The workers a sweep may claim for (``plan_assign_and_claim``): names and slots."""
+    for worker, hand in hands.items():
+        check_worker(worker)
+        check_claim_limit(hand.slots)
+    return hands
 
 
 def check_reason(reason: object) -> str:

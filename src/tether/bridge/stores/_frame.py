@@ -261,10 +261,7 @@ class CustodyFrame(abc.ABC):
         claims = await self._claim_many(
             worker, limit, leaderless, now, until, quarantine, history=history
         )
-        for claim in claims:
-            _clog.moved(
-                claim.task.id, None, CustodyState.CLAIMED, worker=worker, attempt=claim.attempt
-            )
+        _clog.claimed(claims, worker)
         return claims
 
     @abc.abstractmethod

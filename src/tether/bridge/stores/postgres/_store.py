@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 
 import attrs
@@ -24,11 +24,11 @@ from psycopg_pool import ConnectionPool
 
 from ...custody._crashes import DEFAULT_MAX_CRASHES_ALONE
 from ...custody._outage import StoreReach
-from ...custody._records import PoolView, SweepPlanner
-from ...custody._roles import plan_then_assign
+from ...custody._records import Hand, PoolView, SweepPlanner, Swept
+from ...custody._roles import plan_then_assign, plan_then_assign_unclaimed
 from ...custody._rules import check_worker
 from ...custody._work_bell import WorkBell
-from .._common import check_limit
+from .._common import check_hands, check_limit
 from .._facade import Parts, StoreFacade
 from .._frame import check_settings
 from ._asks import PostgresAsks
@@ -210,6 +210,14 @@ class PostgresStore(StoreFacade):
     ) -> tuple[PoolView, list[bool] | None]:
         """The view, then ``assign_many``: two transactions (``plan_then_assign``)."""
         return await plan_then_assign(self, decide, pending_limit=pending_limit)
+
+    async def plan_assign_and_claim(
+        self, decide: SweepPlanner, *, pending_limit: int = 1000, hands: Mapping[str, Hand]
+    ) -> Swept:
+        """Two transactions and no claim (``plan_then_assign_unclaimed``): a claim made here
+        would cost its own round trip, as the worker's does (issue 50 takes PostgreSQL's)."""
+        check_hands(hands)
+        return await plan_then_assign_unclaimed(self, decide, pending_limit=pending_limit)
 
     delivery_leases = True
     """Several bridges share this store: ``ready_results(holder=...)`` leases what it returns

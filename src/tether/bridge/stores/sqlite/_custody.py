@@ -17,9 +17,10 @@ from typing import Any, NamedTuple
 import attrs
 
 from ...custody import _log as _clog
-from ...custody._crashes import process_prefix, quarantine_death_outcome
+from ...custody._crashes import quarantine_death_outcome
 from ...custody._records import (
     Assignment,
+    Hand,
     JournalEntry,
     LeaseExpiry,
     PendingTask,
@@ -27,6 +28,7 @@ from ...custody._records import (
     StallCandidate,
     Suspects,
     SweepPlanner,
+    Swept,
     WaitingRetries,
     WorkerInfo,
     WorkerRole,
@@ -49,6 +51,7 @@ from .._asks_frame import log_answers
 from .._common import (
     RANK_PRIORITY,
     assign_refused,
+    check_hands,
     check_limit,
     fail_outcome,
     journal_entry,
@@ -58,6 +61,7 @@ from .._rooms_sql import SUPERSEDED_OWNER
 from . import _rows
 from . import _sql as sql
 from ._asks import answer
+from ._claims import claim_for, claim_rows
 from ._conversations import with_conversations
 from ._db import SqliteDb
 from ._ready import WalkHint, ready_pending
@@ -183,28 +187,41 @@ class SqliteCustody(CustodyFrame):
         self, decide: SweepPlanner, *, pending_limit: int = 1000
     ) -> tuple[PoolView, list[bool] | None]:
         """The view, the plan and its assignments in one writer transaction."""
+        swept = await self.plan_assign_and_claim(decide, pending_limit=pending_limit, hands={})
+        return swept.view, swept.done
+
+    async def plan_assign_and_claim(
+        self, decide: SweepPlanner, *, pending_limit: int = 1000, hands: Mapping[str, Hand]
+    ) -> Swept:
+        """The view, the plan, its assignments and the hands' claims in one writer transaction:
+        a task assigned to a worker of the lead's process is claimed before the commit."""
         check_limit(pending_limit, "pending_limit")
+        check_hands(hands)
         now = self.host.clock()
+        until = now + self.host.lease_s
         unique: list[tuple[str, str]] = []
 
-        def op(conn: sqlite3.Connection) -> tuple[PoolView, list[bool] | None, set[str]]:
+        def op(conn: sqlite3.Connection) -> tuple[Swept, set[str]]:
             view = _pool_view(conn, now, pending_limit, "[]", self._walks)
             pairs = decide(view)
             if pairs is None:
-                return view, None, set()
+                return Swept(view, None), set()
             checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
             once, first = first_pairs(checked)
             unique[:] = once
             moved = _assign_pairs(conn, unique, now)
-            return (
-                view,
-                [id in moved and first[id] == n for n, (id, _) in enumerate(checked)],
-                moved,
-            )
+            done = [id in moved and first[id] == n for n, (id, _) in enumerate(checked)]
+            claims = {
+                worker: claim_for(conn, self._walks, worker, hands[worker], now, until)
+                for worker in sorted({w for id, w in unique if id in moved and w in hands})
+            }
+            return Swept(view, done, {w: c for w, c in claims.items() if c}), moved
 
-        view, done, moved = await self.db.write(op)
+        swept, moved = await self.db.write(op)
         _clog.assigned(unique, moved)
-        return view, done
+        for worker, claims in swept.claims.items():
+            _clog.claimed(claims, worker)
+        return swept
 
     # -- liveness -----------------------------------------------------------------------------
 
@@ -238,56 +255,8 @@ class SqliteCustody(CustodyFrame):
         *,
         history: int | None = None,
     ) -> list[Claim]:
-        prefix = process_prefix(worker)
-
         def op(conn: sqlite3.Connection) -> list[Claim]:
-            p = {"worker": worker, "prefix": prefix, "now": now, "until": until, "quarantined": 0}
-            if quarantine is not None:
-                # suspects run in quarantine children (custody._crashes), most crashed first,
-                # one statement each (so each passes its room's gate), beside ordinary work
-                suspects: list[Claim] = []
-                for _ in range(min(quarantine, limit)):
-                    rows = conn.execute(sql.CLAIM_SUSPECT, {**p, "quarantined": 1}).fetchall()
-                    if not rows:
-                        break
-                    suspects += [_suspect_claim(conn, r, worker, now, until) for r in rows]
-                if len(suspects) == limit:
-                    return suspects
-                return suspects + ordinary(conn, limit - len(suspects), True)
-            # a suspect runs alone (custody._crashes): first the isolation rule, then the
-            # worker's own assignments, then (leaderless) pending tasks, each queue in
-            # (priority, age) order; one UPDATE claims each queue's share
-            here, anywhere, waiting, mine = conn.execute(sql.SUSPECT_FLAGS, p).fetchone()
-            if here:
-                return []  # a suspect runs in this process: nothing else does
-            if waiting and not anywhere:
-                if conn.execute(sql.PROCESS_BUSY, p).fetchone()[0]:
-                    return []  # the process drains, then takes the suspect alone
-                rows = conn.execute(sql.CLAIM_SUSPECT, p).fetchall()
-                for room in {room for _, _, room, *_ in rows if room is not None}:
-                    _rows.note_room(conn, room, worker, now)
-                return [_rows.claim_of(r, worker, until) for r in rows]
-            return ordinary(conn, limit, bool(mine))
-
-        def ordinary(conn: sqlite3.Connection, limit: int, mine: bool) -> list[Claim]:
-            assigned = (worker, until, now, worker, limit)
-            rows = conn.execute(sql.CLAIM_ASSIGNED, assigned).fetchall() if mine else []
-            taken = len(rows)
-            ready = (
-                ready_pending(conn, now, limit - taken, hint=self._walks)
-                if taken < limit and leaderless
-                else []
-            )
-            if ready:
-                rows += conn.execute(
-                    sql.claim_ready(len(ready)), (worker, until, now, *ready)
-                ).fetchall()
-            if len(rows) > 1:  # RETURNING order is unspecified: queue order, assignments first
-                rows[:taken] = sorted(rows[:taken], key=_rows.queue_place)
-                rows[taken:] = sorted(rows[taken:], key=_rows.queue_place)
-            for room in {room for _, _, room, *_ in rows if room is not None}:
-                _rows.note_room(conn, room, worker, now)  # the claiming worker keeps these rooms
-            return [_rows.claim_of(r, worker, until) for r in rows]
+            return claim_rows(conn, self._walks, worker, limit, leaderless, now, until, quarantine)
 
         def conversing(conn: sqlite3.Connection) -> list[Claim]:
             # the conversations are read in the claim's transaction (issue #34 perf)
@@ -583,16 +552,6 @@ class SqliteCustody(CustodyFrame):
 
 
 # -- helpers (run in the writer's or the reader's thread) -----------------------------------------
-
-
-def _suspect_claim(
-    conn: sqlite3.Connection, row: Sequence[Any], worker: str, now: float, until: float
-) -> Claim:
-    """A suspect claimed to run in quarantine (its room noted for the worker)."""
-    claim = _rows.claim_of(row, worker, until, suspect=True)
-    if claim.task.room is not None:
-        _rows.note_room(conn, claim.task.room, worker, now)
-    return claim
 
 
 def _supersede(

@@ -160,6 +160,7 @@ class SqliteStore(StoreFacade):
             self._news.close()
 
     plan_and_assign = Via("custody", SqliteCustody.plan_and_assign)
+    plan_assign_and_claim = Via("custody", SqliteCustody.plan_assign_and_claim)
     """The view, the plan and its assignments in one writer transaction."""
 
     delivery_leases = False
