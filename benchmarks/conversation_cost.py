@@ -6,9 +6,10 @@
    each, as a pool's workers would run them; group commit shared), three ways, interleaved:
    ``no conversation`` (tasks of a room on a store whose conversation triggers are dropped: the
    path as it was before issue #34), ``turns`` (the triggers write the user and assistant
-   turns; the handler reads nothing), ``history+state`` (each claim also carries its
-   conversation, ``--turns`` turns of history read in the claim's transaction as a worker asks
-   for it, and the run stores a new state with its reply: ``complete_with_state``). The cost is
+   turns; the run reads nothing, and since issue #49 pays nothing for it: the claim reads no
+   history), ``history+state`` (the run reads its conversation on demand, as a worker's
+   ``await conversation_of(task)`` does: one ``conversation(id, limit=--turns)`` query after
+   the claim, and stores a new state with its reply: ``complete_with_state``). The cost is
    ``history+state`` against ``no conversation``. Goal: under 10% at 20 turns.
    ``--synchronous`` (NORMAL, the store's default, or FULL) applies to every side. The cost is
    printed per round (the sides ran back to back in it), median and spread.
@@ -18,9 +19,9 @@
    messages so far plus the new user and assistant messages; ``setup()``'s WAL and SQLite's
    default ``synchronous=FULL``, read back from the connection: one synced commit; one ``put``
    per turn is what a graph run with ``durability="exit"`` writes, LangGraph's fewest);
-   tether's is a claim carrying the
-   conversation + ``complete_with_state`` + the WAL sync delivery runs before it posts the
-   reply (``synchronous=NORMAL``, the default). The whole turn (with the ingest, itself a
+   tether's is a claim, the on-demand read of the conversation (issue #49) +
+   ``complete_with_state`` + the WAL sync delivery runs before it posts the reply
+   (``synchronous=NORMAL``, the default). The whole turn (with the ingest, itself a
    promise, and the delivered mark) is printed too. One conversation, then ``--lanes`` at
    once (LangGraph's threads share the saver's connection under its lock; tether's lanes
    share group commits and syncs). Goal: tether's turn at least 2x faster (the ratio of
@@ -114,12 +115,10 @@ async def store_path(
                 await store.ingest(
                     Task(id, f"message {i} of lane {k} " * 4, room=room), room_policy="concurrent"
                 )
-                history = turns if mode == "history+state" else None
-                [claim] = await store.claim_many(worker, 1, leaderless=True, history=history)
+                [claim] = await store.claim_many(worker, 1, leaderless=True)  # as a worker
                 body = f"the reply to message {i} " * 8
-                if mode == "history+state":
-                    talk = claim.conversation  # read in the claim's transaction, as a worker
-                    assert talk is not None
+                if mode == "history+state":  # the run's first await conversation_of(task)
+                    talk = await store.conversation(id, limit=turns)
                     assert len(talk.history) == turns
                     await store.complete_with_state(
                         claim, body, {**talk.state, "n": talk.version}, talk.version
@@ -164,8 +163,9 @@ def _parts() -> Parts:
 async def tether_turns(
     db: Path, *, turns: int, n: int, lanes: int, synchronous: Synchronous, parts: Parts
 ) -> tuple[float, float]:
-    """Seconds per turn with ``lanes`` conversations at once: (claim with the conversation +
-    commit + the WAL sync before the reply's post, the whole turn with ingest and delivery).
+    """Seconds per turn with ``lanes`` conversations at once: (claim + the on-demand read of
+    the conversation + commit + the WAL sync before the reply's post, the whole turn with
+    ingest and delivery).
     Under NORMAL the sync is the barrier delivery runs before posting; under FULL every
     commit syncs already. ``parts`` gets each call's seconds, an empty writer job's and the
     bare WAL fsync's."""
@@ -182,10 +182,9 @@ async def tether_turns(
                     room_policy="concurrent",
                 )
                 t1 = time.perf_counter()
-                [claim] = await store.claim_many(f"w{k}", 1, leaderless=True, history=turns)
+                [claim] = await store.claim_many(f"w{k}", 1, leaderless=True)
+                talk = await store.conversation(claim.task.id, limit=turns)  # read on demand
                 ta = time.perf_counter()
-                talk = claim.conversation
-                assert talk is not None
                 await store.complete_with_state(
                     claim, f"assistant reply {i} " * 8, {**talk.state, "n": i}, talk.version
                 )
@@ -291,7 +290,7 @@ def conversing_agent(session: Session) -> None:
 
     @session.on("task")
     async def reply(task: Task) -> Reply:
-        talk = conversation_of(task)
+        talk = await conversation_of(task)
         return Reply(f"ok after {len(talk.history)} turns", state={"n": talk.version + 1})
 
 
