@@ -1,12 +1,12 @@
 """One claim's run, from its worker's side: the single owner of what becomes of it.
 
 A worker hands each claim to a ``ClaimedRun`` with a *runner* (how the handler is called: in
-the worker's session, or in a quarantine child); the run calls the
-runner under its timeout (the conversation is read when the handler asks: ``_talk``), and
-stores its outcome: complete (with the room's state), fail (a
-retry or dead), park (a long wait, a question), release (not run, or cancelled), lose (fenced
-out) or supersede (a newer message of its room). Every outcome is fenced by the claim; a lost
-or superseded run stores nothing. See docs/guide/design.md, "Runs".
+the worker's session, or in a quarantine child); the run calls the runner under its timeout
+(its conversation is read only when the handler asks: ``_talk``) and stores its outcome:
+complete (with the room's state), fail (a retry or dead), park (a long wait, a question),
+release (not run, or cancelled), lose (fenced out) or supersede (a newer message of its room).
+Every outcome is fenced by the claim; a lost or superseded run stores nothing. See
+docs/guide/design.md, "Runs".
 """
 
 from __future__ import annotations
