@@ -6,9 +6,10 @@
    each, as a pool's workers would run them; group commit shared), three ways, interleaved:
    ``no conversation`` (tasks of a room on a store whose conversation triggers are dropped: the
    path as it was before issue #34), ``turns`` (the triggers write the user and assistant
-   turns; the handler reads nothing), ``history+state`` (each claim also carries its
-   conversation, ``--turns`` turns of history read in the claim's transaction as a worker asks
-   for it, and the run stores a new state with its reply: ``complete_with_state``). The cost is
+   turns; the run reads nothing, and since issue #49 pays nothing for it: the claim reads no
+   history), ``history+state`` (the run reads its conversation on demand, as a worker's
+   ``await conversation_of(task)`` does: one ``conversation(id, limit=--turns)`` query after
+   the claim, and stores a new state with its reply: ``complete_with_state``). The cost is
    ``history+state`` against ``no conversation``. Goal: under 10% at 20 turns.
    ``--synchronous`` (NORMAL, the store's default, or FULL) applies to every side. The cost is
    printed per round (the sides ran back to back in it), median and spread.
@@ -18,9 +19,9 @@
    messages so far plus the new user and assistant messages; ``setup()``'s WAL and SQLite's
    default ``synchronous=FULL``, read back from the connection: one synced commit; one ``put``
    per turn is what a graph run with ``durability="exit"`` writes, LangGraph's fewest);
-   tether's is a claim carrying the
-   conversation + ``complete_with_state`` + the WAL sync delivery runs before it posts the
-   reply (``synchronous=NORMAL``, the default). The whole turn (with the ingest, itself a
+   tether's is a claim, the on-demand read of the conversation (issue #49) +
+   ``complete_with_state`` + the WAL sync delivery runs before it posts the reply
+   (``synchronous=NORMAL``, the default). The whole turn (with the ingest, itself a
    promise, and the delivered mark) is printed too. One conversation, then ``--lanes`` at
    once (LangGraph's threads share the saver's connection under its lock; tether's lanes
    share group commits and syncs). Goal: tether's turn at least 2x faster (the ratio of
@@ -32,8 +33,12 @@
    reference gateway in its own process and a ``BridgeService`` (4 workers x 4), ``--bridge-
    messages`` posted first in 40 serial rooms that already hold ``--turns`` turns each:
    ``no conversation`` (the noop agent, the triggers dropped, ``--history-turns 0``) against
-   ``history+state`` (an agent that reads ``conversation_of`` and returns a new state, the
+   ``turns only`` (the noop agent, the triggers kept, the history window ``--turns``: an
+   agent that never reads its conversation; since issue #49 it pays no read for it) and
+   ``history+state`` (an agent that awaits ``conversation_of`` and returns a new state, the
    history window ``--turns``). Messages per second and this process's CPU per message.
+   ``--bridge-only`` runs part 3 alone and ``--bridge-sides`` picks its sides: the noop sides
+   run on any checkout's code, so one file measures a before and an after.
 
 Rounds interleave the sides on fresh files; medians and spreads (min..max) are printed.
 
@@ -114,12 +119,10 @@ async def store_path(
                 await store.ingest(
                     Task(id, f"message {i} of lane {k} " * 4, room=room), room_policy="concurrent"
                 )
-                history = turns if mode == "history+state" else None
-                [claim] = await store.claim_many(worker, 1, leaderless=True, history=history)
+                [claim] = await store.claim_many(worker, 1, leaderless=True)  # as a worker
                 body = f"the reply to message {i} " * 8
-                if mode == "history+state":
-                    talk = claim.conversation  # read in the claim's transaction, as a worker
-                    assert talk is not None
+                if mode == "history+state":  # the run's first await conversation_of(task)
+                    talk = await store.conversation(id, limit=turns)
                     assert len(talk.history) == turns
                     await store.complete_with_state(
                         claim, body, {**talk.state, "n": talk.version}, talk.version
@@ -164,8 +167,9 @@ def _parts() -> Parts:
 async def tether_turns(
     db: Path, *, turns: int, n: int, lanes: int, synchronous: Synchronous, parts: Parts
 ) -> tuple[float, float]:
-    """Seconds per turn with ``lanes`` conversations at once: (claim with the conversation +
-    commit + the WAL sync before the reply's post, the whole turn with ingest and delivery).
+    """Seconds per turn with ``lanes`` conversations at once: (claim + the on-demand read of
+    the conversation + commit + the WAL sync before the reply's post, the whole turn with
+    ingest and delivery).
     Under NORMAL the sync is the barrier delivery runs before posting; under FULL every
     commit syncs already. ``parts`` gets each call's seconds, an empty writer job's and the
     bare WAL fsync's."""
@@ -182,10 +186,9 @@ async def tether_turns(
                     room_policy="concurrent",
                 )
                 t1 = time.perf_counter()
-                [claim] = await store.claim_many(f"w{k}", 1, leaderless=True, history=turns)
+                [claim] = await store.claim_many(f"w{k}", 1, leaderless=True)
+                talk = await store.conversation(claim.task.id, limit=turns)  # read on demand
                 ta = time.perf_counter()
-                talk = claim.conversation
-                assert talk is not None
                 await store.complete_with_state(
                     claim, f"assistant reply {i} " * 8, {**talk.state, "n": i}, talk.version
                 )
@@ -282,6 +285,8 @@ def langgraph_turns(
 
 
 BRIDGE_ROOMS = 40
+BRIDGE_SIDES = ("no conversation", "turns only", "history+state")
+"""Part 3's sides, in the order each round runs them."""
 """The rooms of part 3 (``bridge_throughput.submit_all``'s: ``i % 40``)."""
 
 
@@ -291,7 +296,7 @@ def conversing_agent(session: Session) -> None:
 
     @session.on("task")
     async def reply(task: Task) -> Reply:
-        talk = conversation_of(task)
+        talk = await conversation_of(task)
         return Reply(f"ok after {len(talk.history)} turns", state={"n": talk.version + 1})
 
 
@@ -302,6 +307,7 @@ async def bridge_path(
     a reference gateway in its own process, 4 workers x 4, ``messages`` posted first in
     ``BRIDGE_ROOMS`` serial rooms that already hold ``turns`` turns each. ``no conversation``:
     the noop agent on a store without the conversation triggers, ``--history-turns 0``;
+    ``turns only``: the noop agent, the triggers kept, ``--history-turns turns``;
     ``history+state``: ``conversing_agent``, ``--history-turns turns``."""
     async with (
         gateway_process(folder) as (url, _pid),
@@ -314,7 +320,7 @@ async def bridge_path(
             for k in range(BRIDGE_ROOMS):
                 await _prefill(store, f"room-{k}", turns, f"p{k}")
             talk = mode == "history+state"
-            if not talk:
+            if mode == "no conversation":
                 await store.db.write(_drop_triggers)
             await submit_all(http, messages)
             config = BridgeConfig(
@@ -329,7 +335,7 @@ async def bridge_path(
                 poll_wait=5.0,
                 grace=2.0,
                 synchronous=synchronous,
-                history_turns=turns if talk else 0,
+                history_turns=0 if mode == "no conversation" else turns,
                 log_level="WARNING",
             )
             service = BridgeService(config, store=store)
@@ -360,6 +366,12 @@ def main() -> None:
     parser.add_argument("--langgraph-turns", type=int, default=100)
     parser.add_argument("--synchronous", choices=("NORMAL", "FULL"), default="NORMAL")
     parser.add_argument("--bridge-messages", type=int, default=600, help="0: skip part 3")
+    parser.add_argument("--bridge-only", action="store_true", help="part 3 alone")
+    parser.add_argument(
+        "--bridge-sides",
+        default=",".join(BRIDGE_SIDES),
+        help=f"part 3's sides, comma-separated (default: {','.join(BRIDGE_SIDES)})",
+    )
     args = parser.parse_args()
     sync: Synchronous = args.synchronous
     print(
@@ -379,12 +391,13 @@ def main() -> None:
     lg: dict[int, list[float]] = {w: [] for w in widths}
     rc: dict[int, list[float]] = {w: [] for w in widths}
     wh: dict[int, list[float]] = {w: [] for w in widths}
-    sides = ("no conversation", "history+state")
+    sides = tuple(side for side in BRIDGE_SIDES if side in args.bridge_sides.split(","))
+    assert "no conversation" in sides, "part 3's costs are against 'no conversation'"
     bridge: dict[str, list[tuple[float, float]]] = {m: [] for m in sides}
     lg_parts, t_parts = _parts(), _parts()
     pages: dict[tuple[str, int], list[float]] = {(m, w): [] for m in modes for w in widths}
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
-        for (m, w), found in pages.items():  # untimed: the pages each message writes
+        for (m, w), found in () if args.bridge_only else pages.items():  # untimed: WAL pages
             db = Path(tmp) / f"pages-{w}-{m.replace('+', '_').replace(' ', '_')}.db"
             trio.run(
                 partial(
@@ -399,7 +412,7 @@ def main() -> None:
                 )
             )
         for r in range(args.rounds):
-            for m in modes:
+            for m in () if args.bridge_only else modes:
                 db = Path(tmp) / f"p1-{r}-{m.replace('+', '_')}.db"
                 rates[m].append(
                     trio.run(
@@ -415,7 +428,7 @@ def main() -> None:
                     )
                 )
             n = args.langgraph_turns
-            for w in widths:
+            for w in () if args.bridge_only else widths:
                 lg[w].append(
                     langgraph_turns(
                         Path(tmp) / f"lg-{r}-{w}.db",
@@ -456,6 +469,23 @@ def main() -> None:
                     )
                 )
             print(f"round {r + 1}/{args.rounds} done", flush=True)
+    if not args.bridge_only:
+        _print_parts_1_2(args, rates, pages, lg, rc, wh, lg_parts, t_parts)
+    if args.bridge_messages:
+        _print_part_3(args, sides, bridge, sync)
+
+
+def _print_parts_1_2(
+    args: argparse.Namespace,
+    rates: dict[str, list[float]],
+    pages: dict[tuple[str, int], list[float]],
+    lg: dict[int, list[float]],
+    rc: dict[int, list[float]],
+    wh: dict[int, list[float]],
+    lg_parts: Parts,
+    t_parts: Parts,
+) -> None:
+    modes, widths = tuple(rates), tuple(lg)
     print("\npart 1: messages/s through ingest -> claim -> complete -> delivered")
     for m in modes:
         print(f"  {m:<16} {_stats(rates[m])}")
@@ -486,23 +516,31 @@ def main() -> None:
                 f"  {side:<9} {what:<34} median {statistics.median(us):7.1f} "
                 f"(p10 {p10:.1f} .. p90 {p90:.1f})"
             )
-    if args.bridge_messages:
-        print(
-            f"\npart 3: the whole bridge (gateway process, 4 x 4 workers, {BRIDGE_ROOMS} serial "
-            f"rooms of {args.turns} turns, {args.bridge_messages} messages, synchronous={sync})"
-        )
-        for m in sides:
-            rates3 = [rate for rate, _ in bridge[m]]
-            cpus = [cpu for _, cpu in bridge[m]]
-            print(f"  {m:<16} msgs/s {_stats(rates3)}; CPU us/msg {_stats(cpus)}")
-        base_rate = statistics.median(rate for rate, _ in bridge["no conversation"])
-        base_cpu = statistics.median(cpu for _, cpu in bridge["no conversation"])
-        talk_rate = statistics.median(rate for rate, _ in bridge["history+state"])
-        talk_cpu = statistics.median(cpu for _, cpu in bridge["history+state"])
+
+
+def _print_part_3(
+    args: argparse.Namespace,
+    sides: tuple[str, ...],
+    bridge: dict[str, list[tuple[float, float]]],
+    sync: str,
+) -> None:
+    print(
+        f"\npart 3: the whole bridge (gateway process, 4 x 4 workers, {BRIDGE_ROOMS} serial "
+        f"rooms of {args.turns} turns, {args.bridge_messages} messages, synchronous={sync})"
+    )
+    for m in sides:
+        rates3 = [rate for rate, _ in bridge[m]]
+        cpus = [cpu for _, cpu in bridge[m]]
+        print(f"  {m:<16} msgs/s {_stats(rates3)}; CPU us/msg {_stats(cpus)}")
+    base_rate = statistics.median(rate for rate, _ in bridge["no conversation"])
+    base_cpu = statistics.median(cpu for _, cpu in bridge["no conversation"])
+    for m in sides[1:]:
+        talk_rate = statistics.median(rate for rate, _ in bridge[m])
+        talk_cpu = statistics.median(cpu for _, cpu in bridge[m])
         time_cost = (base_rate / talk_rate - 1) * 100
         cpu_cost = (talk_cpu / base_cpu - 1) * 100
         print(
-            f"  cost of history+state per message on the bridge: time {time_cost:+.1f}%, "
+            f"  cost of {m} per message on the bridge: time {time_cost:+.1f}%, "
             f"CPU {cpu_cost:+.1f}% (goal < 10%)"
         )
 

@@ -14,7 +14,7 @@ On its own: ``uv run python examples/chat_agent.py "hello"`` prints the reply.
 What it shows:
 
 - **A conversation.** The messages sent to the model are the room's history
-  (``conversation_of(task).history``: the turns before this message, as the person saw them,
+  (``(await conversation_of(task)).history``: the turns before this message, as the person saw them,
   a reply they interrupted marked so) and then this message: multi-turn, kept by the store.
 - **Streaming tokens as progress.** ``stream_reply`` posts with ``"stream": true``, reads the
   server-sent events (``data: {...}`` lines, ``data: [DONE]`` at the end) and hands each token
@@ -374,7 +374,7 @@ def factory(session: Session) -> None:
         progress.status(f"asking {settings.model}")
         messages = [
             {"role": "system", "content": settings.system_prompt},
-            *history_messages(conversation_of(task)),
+            *history_messages(await conversation_of(task)),
             {"role": "user", "content": task.body},
         ]
         key = f"chat:{settings.model}"  # declare it: tether store limits set chat:MODEL ...

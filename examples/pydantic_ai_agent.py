@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from pydantic_ai import Agent, RunContext
@@ -39,6 +39,7 @@ from pydantic_ai.models.test import TestModel
 from tether import Session
 from tether.bridge import (
     AgentFactory,
+    Conversation,
     Task,
     asyncio_agent,
     conversation_of,
@@ -52,7 +53,7 @@ INSTRUCTIONS = "You answer in one or two sentences. Use the weather tool for the
 
 
 class Turn(Protocol):
-    """A turn of a room's conversation as ``conversation_of(task).history`` gives it."""
+    """A turn of a room's conversation as ``(await conversation_of(task)).history`` gives it."""
 
     @property
     def role(self) -> str: ...
@@ -72,9 +73,15 @@ def messages_from(history: Sequence[Turn]) -> list[ModelMessage]:
     return messages
 
 
-def history_of(task: Task) -> list[ModelMessage]:
-    """The message history of ``task``'s room (a plain read of what the run was given)."""
-    return messages_from(conversation_of(task).history)
+async def history_of(task: Task) -> list[ModelMessage]:
+    """The message history of ``task``'s room, read on demand (``await conversation_of``
+    is Trio-side, so the asyncio side awaits it through ``trio_as_asyncio``)."""
+    talk = await trio_as_asyncio(_read)(conversation_of(task))
+    return messages_from(talk.history)
+
+
+async def _read(talk: Awaitable[Conversation]) -> Conversation:
+    return await talk
 
 
 async def step(task: Task, name: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -113,7 +120,7 @@ def make_factory(model: Model | str, **options: Any) -> AgentFactory:
         progress = progress_of(task)
         progress.status("thinking")
         async with agent.run_stream(
-            task.body, deps=task, message_history=history_of(task)
+            task.body, deps=task, message_history=await history_of(task)
         ) as result:
             async for chunk in result.stream_text(delta=True, debounce_by=None):
                 progress.stream(chunk)

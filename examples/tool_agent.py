@@ -17,7 +17,7 @@ Copy this file as a starting point. The parts:
 - As a bridge agent (``--agent tool_agent:factory``) it **keeps what it learned in the room's
   state**: "I live in Porto" is remembered (``Reply(text, state=...)``, stored with the reply
   in one transaction), so a later "what is the weather?" in the same room, on any worker and
-  after any restart, asks the weather tool about Porto (``conversation_of(task).state``).
+  after any restart, asks the weather tool about Porto (``(await conversation_of(task)).state``).
 
 - As a bridge agent (``tether bridge run --agent tool_agent:factory``), each tool call is a
   durable step (``run_of(task).step``): a run resumed after a crash or a failed attempt gets
@@ -139,7 +139,7 @@ def factory(session: tether.Session, tools: tuple[Tool, ...] = TOOLS) -> None:
     @session.on("task", policy="replace")
     async def answer(task: Task) -> Reply:
         run = run_of(task)
-        state = dict(conversation_of(task).state)
+        state = dict((await conversation_of(task)).state)
         news = learned(task.body)
         state.update(news)
         calls = plan(task.body, home=state.get("home"))

@@ -22,7 +22,7 @@ def counting_agent(seen: list[tuple[str, list[str], dict[str, Any]]]) -> Any:
     def install(session: Session) -> None:
         @session.on("task")
         async def reply(task: Task) -> Reply:
-            conversation = conversation_of(task)
+            conversation = await conversation_of(task)
             texts = [t.text for t in conversation.history]
             seen.append((task.id, texts, dict(conversation.state)))
             count = conversation.state.get("count", 0) + 1
@@ -94,7 +94,7 @@ async def test_a_barge_in_keeps_the_partial_reply_the_person_saw(
         @session.on("task", policy="replace")
         async def reply(task: Task) -> str:
             histories[task.id] = [
-                (t.role, t.text, t.outcome) for t in conversation_of(task).history
+                (t.role, t.text, t.outcome) for t in (await conversation_of(task)).history
             ]
             if task.id == "old":
                 progress_of(task).stream("Once upon")

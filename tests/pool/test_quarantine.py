@@ -105,33 +105,45 @@ async def test_every_outcome_of_a_quarantined_run_reaches_its_live_parent() -> N
 async def test_a_quarantined_run_replays_and_records_its_steps_and_keeps_its_conversation() -> None:
     """The child holds nothing of the store: recorded steps come with the task, a new step is
     recorded by the parent (under its fence), a long durable sleep parks in the parent, and the
-    room's conversation goes in and the new state comes back (issues #34, #35 with #37)."""
+    room's conversation is asked of the parent once, by the run that reads it (issue #49), and
+    the new state comes back (issues #34, #35 with #37)."""
     recorded: list[tuple[str, str]] = []
     parked: list[tuple[float, str]] = []
+    reads: list[str] = []
 
     async def record(name: str, value: str) -> StepRecord:
         recorded.append((name, value))
         return StepRecord(name, value, 5.0, 2, len(value))
 
-    def steps(*known: StepRecord) -> ChildSteps:
-        return ChildSteps(known, record, lambda until, why: parked.append((until, why)), 30.0)
-
-    outcomes: dict[str, object] = {}
     before = Conversation((Turn("user", "hi", "m1", 1.0, "delivered"),), {"seen": 4}, 4)
 
-    async def one(body: str, child_steps: ChildSteps, talk: Conversation | None = None) -> None:
+    def steps(*known: StepRecord, body: str) -> ChildSteps:
+        async def conversation() -> Conversation:
+            reads.append(body)
+            return before
+
+        return ChildSteps(
+            known,
+            record,
+            lambda until, why: parked.append((until, why)),
+            30.0,
+            conversation=conversation,
+        )
+
+    outcomes: dict[str, object] = {}
+
+    async def one(body: str, child_steps: ChildSteps) -> None:
         try:
-            outcomes[body] = await run_in_quarantine(
-                SPEC, Task(body, body), steps=child_steps, conversation=talk
-            )
+            outcomes[body] = await run_in_quarantine(SPEC, Task(body, body), steps=child_steps)
         except Exception as exc:
             outcomes[body] = exc
 
     with trio.fail_after(START_WITHIN):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(one, "steps", steps(StepRecord("a", '"recorded-a"', 1.0, 1, 12)))
-            nursery.start_soon(one, "nap", steps())
-            nursery.start_soon(one, "chat", steps(), before)
+            recorded_a = StepRecord("a", '"recorded-a"', 1.0, 1, 12)
+            nursery.start_soon(one, "steps", steps(recorded_a, body="steps"))
+            nursery.start_soon(one, "nap", steps(body="nap"))
+            nursery.start_soon(one, "chat", steps(body="chat"))
     assert outcomes["steps"] == Reply("recorded-a+fresh-b")  # a replayed, b run and recorded
     assert ("b", '"fresh-b"') in recorded
     assert ("a", '"fresh-a"') not in recorded
@@ -141,6 +153,7 @@ async def test_a_quarantined_run_replays_and_records_its_steps_and_keeps_its_con
     assert "sleeping until" in why
     assert [name for name, _ in recorded if "sleep" in name] == ["~sleep:1"]  # its wake-up time
     assert outcomes["chat"] == Reply("history 1", state={"seen": 5})
+    assert reads == ["chat"]  # read once, by the run that awaited it; the others asked nothing
 
 
 async def test_a_quarantined_run_takes_its_permits_through_its_parent() -> None:

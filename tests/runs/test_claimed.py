@@ -29,7 +29,7 @@ async def test_a_rerun_after_a_state_conflict_streams_its_reply_anew(
     def streaming(session: Session) -> None:
         @session.on("task")
         async def reply(task: Task) -> Reply:
-            talk = conversation_of(task)
+            talk = await conversation_of(task)
             count = int(talk.state.get("count", 0)) + 1
             await trio.sleep(0.01)  # the four runs read the same version, then race
 
@@ -67,7 +67,7 @@ async def test_runs_of_tasks_without_a_room_do_not_share_a_state(
     states: dict[str, dict[str, object]] = {}
 
     async def handle(task: Task) -> str:
-        state = conversation_of(task).state
+        state = (await conversation_of(task)).state
         states[task.id] = dict(state)
         assert isinstance(state, dict)
         state[task.id] = 1  # a run may change its (empty) state

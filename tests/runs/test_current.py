@@ -69,7 +69,7 @@ async def test_tasks_a_handler_starts_see_its_run_and_equal_tasks_of_two_runs_do
 async def test_outside_a_run_each_reader_gives_a_detached_value() -> None:
     task = Task("t", "x")
     assert not run_of(task).durable
-    assert conversation_of(task).history == ()
+    assert (await conversation_of(task)).history == ()
     assert progress_of(task) is not progress_of(task)  # nothing is kept between calls
 
 

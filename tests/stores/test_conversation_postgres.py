@@ -23,7 +23,7 @@ async def test_two_stores_on_one_database_share_the_rooms_conversation(postgres_
         def install(session: Session) -> None:
             @session.on("task")
             async def reply(task: Task) -> Reply:
-                talk = conversation_of(task)
+                talk = await conversation_of(task)
                 seen[task.id] = (label, len(talk.history))
                 count = talk.state.get("count", 0) + 1
                 return Reply(f"{count} by {label}", state={"count": count})

@@ -21,7 +21,7 @@ def factory(session: Session) -> None:
 
     @session.on("task")
     async def reply(task: Task) -> Reply:
-        talk = conversation_of(task)
+        talk = await conversation_of(task)
         count = int(talk.state.get("count", 0)) + 1
         seen = {
             "id": task.id,

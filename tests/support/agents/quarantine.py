@@ -41,7 +41,8 @@ async def handle(task: Task) -> str | Reply:
         await run_of(task).sleep(3600)
         return "woke"
     if body == "chat":
-        talk = conversation_of(task)
+        talk = await conversation_of(task)
+        assert await conversation_of(task) is talk  # read once: a second await asks nothing
         seen = int(talk.state.get("seen", 0))
         return Reply(f"history {len(talk.history)}", state={"seen": seen + 1})
     if body == "sigkill":

@@ -399,8 +399,8 @@ class WorkerStore(PoolMemberStore, StallStore, RunStore, Protocol):
 
         ``history``: each claimed task in a room also carries its conversation as
         ``conversation(task_id, limit=history)`` would read it (``Claim.conversation``), read
-        in the claim's own transaction, so its run starts without another read. ``None``
-        (the default): no conversation is read."""
+        in the claim's own transaction. ``None`` (the default): no conversation is read; the
+        pool's workers pass None (a run reads its conversation on demand: ``conversation_of``)."""
         ...
 
     async def renew(self, claim: Claim) -> Claim:

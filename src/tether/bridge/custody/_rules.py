@@ -253,7 +253,8 @@ class Claim:
     runs it in a quarantine child and reports the child's death with ``quarantine_death``."""
     conversation: Conversation | None = attrs.field(default=None, eq=False, repr=False)
     """The task's conversation, read in the claim's own transaction when the claim asked for
-    it (``claim_many(history=n)``) and the task is in a room; else None."""
+    it (``claim_many(history=n)``) and the task is in a room; else None. A run does not use
+    it: it reads its conversation on demand (``conversation_of``)."""
 
 
 @attrs.frozen

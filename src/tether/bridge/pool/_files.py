@@ -211,7 +211,7 @@ class FileExchange:
         the room's new state (docs/guide/conversations.md)."""
         name = f"{task.id}.txt"
         if task.room is not None:
-            talk = conversation_json(task).encode("utf-8", "surrogatepass")
+            talk = (await conversation_json(task)).encode("utf-8", "surrogatepass")
             await trio.to_thread.run_sync(self._write_outbox, f"{task.id}.conversation.json", talk)
         data = task_message(task).encode("utf-8", "surrogatepass")
         await trio.to_thread.run_sync(self._write_outbox, name, data)
@@ -379,10 +379,10 @@ CONVERSATION_SCHEMA: Final = 1
 """Of ``<id>.conversation.json`` (``schema_version``)."""
 
 
-def conversation_json(task: Task) -> str:
+async def conversation_json(task: Task) -> str:
     """What an outside program reads of ``task``'s room: ``{"schema_version": 1, "room",
     "history": [{"role", "text", "task_id", "at", "outcome"}, ...], "state", "version"}``."""
-    talk = conversation_of(task)
+    talk = await conversation_of(task)
     return json.dumps(
         {
             "schema_version": CONVERSATION_SCHEMA,

@@ -126,7 +126,6 @@ async def run_in_quarantine(
     *,
     on_progress: OnChildProgress | None = None,
     on_started: Callable[[int], None] | None = None,
-    conversation: Conversation | None = None,
     steps: ChildSteps | None = None,
 ) -> Reply:
     """Run ``task`` (a ``Task``) in a new quarantine child and return its reply (see the
@@ -145,7 +144,7 @@ async def run_in_quarantine(
     frames = Deframer()
     outcome: dict[str, Any] | None = None
     try:
-        await process.stdin.send_all(_task_frame(task, conversation, steps))
+        await process.stdin.send_all(_task_frame(task, steps))
         ready = False
         while outcome is None:
             data = await process.stdout.receive_some(65536)
@@ -181,8 +180,9 @@ async def run_in_quarantine(
     return _outcome(outcome)
 
 
-def _task_frame(task: Any, conversation: Conversation | None, steps: ChildSteps | None) -> bytes:
-    """The ``task`` frame: the task, its conversation, its recorded steps and asks."""
+def _task_frame(task: Any, steps: ChildSteps | None) -> bytes:
+    """The ``task`` frame: the task, its recorded steps and asks (its conversation is asked
+    for when the run reads it: a ``conversation`` frame)."""
     return encode(
         "task",
         id=task.id,
@@ -190,7 +190,6 @@ def _task_frame(task: Any, conversation: Conversation | None, steps: ChildSteps 
         room=task.room,
         priority=task.priority,
         headers=dict(task.headers),
-        conversation=None if conversation is None else conversation_fields(conversation),
         steps=[] if steps is None else steps_fields(steps.recorded),
         asks=[] if steps is None else asks_fields(steps.asks),
         park_after=math.inf if steps is None else steps.park_after,
@@ -204,12 +203,18 @@ async def _serve(
     on_progress: OnChildProgress | None,
 ) -> None:
     """Do what a child's frame asks of its parent mid-run: show its progress, record a step,
-    take, give back or pause a permit (answered on ``stdin`` where an answer is due)."""
+    read the conversation, take, give back or pause a permit (answered on ``stdin`` where an
+    answer is due)."""
     kind = message["kind"]
     if kind == "progress" and on_progress is not None:
         on_progress(message.get("status"), message.get("partial"))
     elif kind == "step" and steps is not None:
         await stdin.send_all(await _record(steps, message))
+    elif kind == "conversation" and steps is not None:
+        talk = Conversation() if steps.conversation is None else await steps.conversation()
+        await stdin.send_all(
+            encode("conversation_ok", n=message.get("n"), **conversation_fields(talk))
+        )
     elif kind in ("permit", "release", "pause") and steps is not None and steps.limits is not None:
         answer = await serve_limits(steps.limits, message)
         if answer is not None:
@@ -258,6 +263,9 @@ class ChildSteps:
     """The task's recorded asks (issue #36): the child's run replays them."""
     limits: ChildLimits | None = None
     """Permits of limits taken for the run under the parent's claim (issue #38)."""
+    conversation: Callable[[], Awaitable[Conversation]] | None = None
+    """Reads the run's conversation when the child asks (its first ``await
+    conversation_of``): the parent's run keeps what it read, for the state's base version."""
 
 
 def quarantined(quarantine: Quarantine, *, mirror_progress: bool) -> Runner:
@@ -268,7 +276,7 @@ def quarantined(quarantine: Quarantine, *, mirror_progress: bool) -> Runner:
 
     async def run(claimed: ClaimedRun) -> Reply:
         assert claimed.journal is not None
-        steps = await child_steps(claimed.journal)
+        steps = attrs.evolve(await child_steps(claimed.journal), conversation=claimed.talk.get)
         progress = claimed.progress
 
         def shown(status: str | None, partial: str | None) -> None:
@@ -280,7 +288,7 @@ def quarantined(quarantine: Quarantine, *, mirror_progress: bool) -> Runner:
 
         mirror = shown if mirror_progress else None
         try:
-            return await quarantine.run(claimed.task, mirror, claimed.conversation, steps)
+            return await quarantine.run(claimed.task, mirror, steps)
         except QuarantineDeath as death:
             raise RunnerDied(str(death), max_deaths=quarantine.max_deaths) from death
         except QuarantineStartError as exc:
@@ -377,15 +385,12 @@ class Quarantine:
         self,
         task: Any,
         on_progress: OnChildProgress | None = None,
-        conversation: Conversation | None = None,
         steps: ChildSteps | None = None,
     ) -> Reply:
         """Run ``task`` in a child, in a place ``reserve`` took."""
         self.runs += 1
         try:
-            reply = await run_in_quarantine(
-                self.spec, task, on_progress=on_progress, conversation=conversation, steps=steps
-            )
+            reply = await run_in_quarantine(self.spec, task, on_progress=on_progress, steps=steps)
         except QuarantineStartError as exc:
             self.start_failures += 1
             delay = self._starts.next_delay()

@@ -33,6 +33,7 @@ from ..runs._progress import Progress
 from ..runs._reply import AgentError, reply_of
 from ..runs._retry import Permanent, Retry
 from ..runs._run import Run
+from ..runs._talk import Talk
 from ._agent import TASK_EVENT, install_agent, load_agent
 from ._asyncio import loop_for
 from ._quarantine_journal import PipeJournal
@@ -42,7 +43,6 @@ from ._quarantine_wire import (
     EXIT_OUT_OF_MEMORY,
     PROTOCOL,
     Deframer,
-    conversation_from,
     encode,
 )
 
@@ -117,8 +117,8 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             park_after=float(message.get("park_after", math.inf)),
             clock=store.clock,
         )
-        conversation = conversation_from(message.get("conversation"))
-        current = Current(Run(task, journal), conversation, progress)
+        talk = Talk(store.conversation)  # read on demand: asked of the parent
+        current = Current(Run(task, journal), talk, progress)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_parent, pipe, store)
             nursery.start_soon(_tell_progress, pipe, progress)

@@ -5,9 +5,10 @@ The child holds nothing of the store (``_quarantine_child``), yet a suspect's ru
 its task's recorded steps and record new ones under the parent's lease fence (or a step that
 booked a table before a crash would book another), and keep to the limits every other run
 keeps to. So it asks: a ``step`` frame is answered with the record the parent committed
-(``step_ok``), a ``permit`` frame with the parent's grant or wait (``permit_ok``); a ``*_stale``
-answer means the run lost its lease and its parent is about to end it. A release and a pause
-are told, not answered.
+(``step_ok``), a ``conversation`` frame with the room's conversation the parent read
+(``conversation_ok``: on demand, as in-process), a ``permit`` frame with the parent's grant
+or wait (``permit_ok``); a ``*_stale`` answer means the run lost its lease and its parent is
+about to end it. A release and a pause are told, not answered.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ import attrs
 import trio
 
 from ..custody._asks import AskRecord
+from ..custody._conversation import Conversation
 from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord
 from ..custody._rules import Claim, StaleLease
+from ._quarantine_wire import conversation_from
 
 ANSWERS: Final = {
     "step_ok": "name",
     "step_stale": "name",
     "permit_ok": "n",
     "permit_stale": "n",
+    "conversation_ok": "n",
 }
 """The parent's answers, and the field naming the request each answers."""
 
@@ -72,6 +76,13 @@ class PipeJournal:
             tokens = message.get("tokens")
             return Granted(message.get("permit"), math.inf if tokens is None else float(tokens))
         return NoPermit(message.get("seconds"), str(message["why"]))
+
+    async def conversation(self) -> Conversation:
+        """The run's conversation, read by the parent (its first ``await conversation_of``;
+        the child's ``Talk`` asks once)."""
+        self._asked += 1
+        message = await self._request("conversation", "n", self._asked)
+        return conversation_from(message)
 
     async def release_permit(self, permit: int) -> None:
         self._pipe.send("release", permit=permit)

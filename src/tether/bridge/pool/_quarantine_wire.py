@@ -5,8 +5,10 @@ A frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON, an obje
 skips a kind it does not know, so the protocol grows (steps, conversations) without a new
 version: the parent holds the store, the child asks and tells over this pipe.
 
-Kinds today, parent -> child: ``task``. Child -> parent: ``ready`` (the agent is installed),
-``progress`` (``status``, ``partial``), ``reply`` (``body``, ``no_send``), ``error``
+Kinds today, parent -> child: ``task``, answers (``step_ok``, ``permit_ok``,
+``conversation_ok``, ...). Child -> parent: ``ready`` (the agent is installed), ``progress``
+(``status``, ``partial``), requests (``step``, ``permit``, ``conversation``), ``reply``
+(``body``, ``no_send``), ``error``
 (``type``: ``retry`` | ``permanent`` | ``agent`` | ``failure``; ``reason``; ``after``).
 """
 
@@ -78,7 +80,7 @@ class Deframer:
 
 
 def conversation_fields(conversation: Conversation) -> dict[str, Any]:
-    """A run's conversation as the ``task`` message carries it to the child."""
+    """A run's conversation as the ``conversation_ok`` frame carries it to the child."""
     return {
         "history": [attrs.asdict(turn) for turn in conversation.history],
         "state": dict(conversation.state),

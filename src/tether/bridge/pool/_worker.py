@@ -377,7 +377,6 @@ class PoolWorker:
                         wanted,
                         leaderless=self.leaderless,
                         quarantine=places,
-                        history=self.history_turns,
                     )
                 except BaseException as exc:
                     for _ in range(wanted):

@@ -42,6 +42,7 @@ if _typing.TYPE_CHECKING:
     from ._retry import RetryBackoff as RetryBackoff
     from ._run import Run as Run
     from ._run import run_for as run_for
+    from ._talk import Talk as Talk
 else:
     # loaded on first use, as tether.bridge's names (issue #56)
     __getattr__, __dir__ = _lazy_exports(__name__, __file__)

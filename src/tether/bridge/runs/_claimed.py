@@ -1,11 +1,12 @@
 """One claim's run, from its worker's side: the single owner of what becomes of it.
 
 A worker hands each claim to a ``ClaimedRun`` with a *runner* (how the handler is called: in
-the worker's session, or in a quarantine child); the run reads its conversation, calls the
-runner under its timeout, and stores its outcome: complete (with the room's state), fail (a
-retry or dead), park (a long wait, a question), release (not run, or cancelled), lose (fenced
-out) or supersede (a newer message of its room). Every outcome is fenced by the claim; a lost
-or superseded run stores nothing. See docs/guide/design.md, "Runs".
+the worker's session, or in a quarantine child); the run calls the runner under its timeout
+(its conversation is read only when the handler asks: ``_talk``) and stores its outcome:
+complete (with the room's state), fail (a retry or dead), park (a long wait, a question),
+release (not run, or cancelled), lose (fenced out) or supersede (a newer message of its room).
+Every outcome is fenced by the claim; a lost or superseded run stores nothing. See
+docs/guide/design.md, "Runs".
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ._reply import Reply
 from ._retry import Permanent, Retry
 from ._run import Run
 from ._spans import queue_waited, run_span
+from ._talk import Talk
 
 log = logging.getLogger("tether.bridge.pool.worker")
 """The worker's logger: an operator's filters name it, whichever module writes the line."""
@@ -99,8 +101,9 @@ class ClaimedRun:
     outcome: str = attrs.field(init=False, default="cancelled")
     """How the run ended, for its span: completed, failed (``failed: now pending``), timed
     out, parked, released, lost, superseded, a quarantine death, or cancelled."""
-    conversation: Conversation | None = attrs.field(init=False, default=None)
-    """What the run read of its room (None: the task has no room)."""
+    talk: Talk = attrs.field(init=False, factory=Talk)
+    """The current call's conversation, read when its handler asks (a rerun after a state
+    conflict starts a new one, which reads the current one)."""
     progress: Progress = attrs.field(init=False, factory=Progress)
     """The current call's reporter (a rerun after a state conflict starts a new one)."""
     shown: str = attrs.field(init=False, default="")
@@ -133,7 +136,7 @@ class ClaimedRun:
         assert self.journal is not None, "current() is for a runner, inside the call"
         self._current = Current(
             Run(self.claim.task, self.journal),
-            self.conversation or Conversation(),
+            self.talk,
             self.progress,
             self.span,
         )
@@ -208,6 +211,7 @@ class ClaimedRun:
             clock=host.store.clock,
         )
         self.progress = Progress()
+        self.talk = Talk(None if task.room is None else self._read_conversation)
         try:
             return await self._call_in_time(runner)
         finally:
@@ -215,16 +219,24 @@ class ClaimedRun:
                 self._current.live = False  # a task the handler left behind sees no run
 
     async def _call_in_time(self, runner: Runner) -> Reply:
-        host, task = self.host, self.claim.task
         with trio.CancelScope(deadline=self.deadline) as timer:
-            claimed = self.claim.conversation if self.reruns == 0 else None
-            if claimed is not None:
-                self.conversation = claimed  # read in the claim's own transaction
-            elif task.room is not None:  # a rerun after a state conflict reads the current one
-                self.conversation = await host.store.conversation(task.id, limit=host.history_turns)
             return await runner(self)
         assert timer.cancelled_caught
         raise RunTimedOut(f"timed out after {self.timeout:g} s")
+
+    async def _read_conversation(self) -> Conversation:
+        """The room's conversation, in one store query: the first ``await
+        conversation_of(task)`` of a call (``Talk``) reads it."""
+        return await self.host.store.conversation(self.task.id, limit=self.host.history_turns)
+
+    async def _base_version(self) -> int:
+        """The version a returned state is based on: the one the call read; a call that never
+        read its conversation bases its state on the room's current version (read now)."""
+        if self.talk.got is not None:
+            return self.talk.got.version
+        if self.task.room is None:
+            return 0
+        return (await self.host.store.conversation(self.task.id, limit=0)).version
 
     async def record_shown(self, partial: str) -> None:
         """The gateway took ``partial``: record it as the text the person has seen, so a
@@ -248,12 +260,16 @@ class ClaimedRun:
                     pause=host.store_retry,
                 )
             else:
-                base = 0 if self.conversation is None else self.conversation.version
                 state = reply.state
-                await until_stored(
-                    lambda: host.store.complete_with_state(
+
+                async def with_state() -> None:
+                    base = await self._base_version()
+                    await host.store.complete_with_state(
                         claim, reply.body, state, base, no_send=reply.no_send
-                    ),
+                    )
+
+                await until_stored(
+                    with_state,
                     what=what,
                     pause=host.store_retry,
                 )

@@ -24,17 +24,18 @@ from ..custody._conversation import Conversation
 from ..custody._rules import Task
 from ._progress import Progress
 from ._run import Run
+from ._talk import Talk, as_talk
 
 
 @attrs.define(eq=False)
 class Current:
-    """What a handler's run reads of itself: its ``Run``, its room's conversation, its
-    progress reporter, and the span it runs in (None: not traced). ``live`` until the call
-    ends: a task the handler started in a longer-lived nursery inherits the variable, and
-    must then find no run."""
+    """What a handler's run reads of itself: its ``Run``, its room's conversation (read on
+    demand; a ``Conversation`` given here is the one it reads), its progress reporter, and the
+    span it runs in (None: not traced). ``live`` until the call ends: a task the handler
+    started in a longer-lived nursery inherits the variable, and must then find no run."""
 
     run: Run
-    conversation: Conversation
+    talk: Talk = attrs.field(converter=as_talk)
     progress: Progress
     span: Any = None
     live: bool = True
@@ -47,7 +48,6 @@ class Current:
 _CURRENT: Final[contextvars.ContextVar[Current | None]] = contextvars.ContextVar(
     "tether_run", default=None
 )
-_NO_CONVERSATION: Final = Conversation()
 
 
 def _current_of(task: Task) -> Current | None:
@@ -65,13 +65,16 @@ def run_of(task: Task) -> Run:
     return Run(task) if current is None else current.run
 
 
-def conversation_of(task: Task) -> Conversation:
-    """The conversation of the run ``task`` is in: ``.history`` (the turns before its message,
-    oldest first, at most the worker's ``history_turns``), ``.state`` (a dict the run may
-    change and return as ``Reply(body, state=...)``) and ``.version``. Outside a run, or for a
-    task without a room: an empty conversation."""
+def conversation_of(task: Task) -> Talk:
+    """The conversation of the run ``task`` is in, read on demand: ``talk = await
+    conversation_of(task)`` (a sync handler: ``conversation_of(task).read()``) gives
+    ``.history`` (the turns before its message, oldest first, at most the worker's
+    ``history_turns``), ``.state`` (a dict the run may change and return as ``Reply(body,
+    state=...)``) and ``.version``. The first await of a run reads it in one store query; a
+    run that never asks reads nothing. Outside a run, or for a task without a room: an empty
+    conversation."""
     current = _current_of(task)
-    return _NO_CONVERSATION if current is None else current.conversation
+    return Talk(got=Conversation()) if current is None else current.talk
 
 
 def progress_of(task: Task) -> Progress:
@@ -101,8 +104,8 @@ def detached_run(
     task: Task, *, conversation: Conversation | None = None, progress: Progress | None = None
 ) -> Iterator[Current]:
     """Make a detached run of ``task`` current while the block runs, with ``conversation``
-    and ``progress`` as ``conversation_of`` and ``progress_of`` give them: what an agent's
-    unit test uses to call its handler by hand and look at what it reported."""
+    (what ``await conversation_of(task)`` gives) and ``progress`` (``progress_of``): what an
+    agent's unit test uses to call its handler by hand and look at what it reported."""
     current = Current(Run(task), conversation or Conversation(), progress or Progress())
     with entered(current):
         yield current
