@@ -345,15 +345,15 @@ def main() -> None:
     baseline = args.baseline.resolve() if args.baseline is not None else None
     if baseline is not None and not (baseline / ".venv" / "bin" / "python").exists():
         parser.error(f"--baseline {baseline}: no .venv/bin/python there (uv sync there first)")
-    sides = ["after", "before"] if baseline is not None else ["after"]
+    sides = ["here", "baseline"] if baseline is not None else ["here"]
     got: dict[tuple[str, str], list[Any]] = {}
     settings: dict[tuple[str, str], str] = {}
     for r in range(args.rounds):
         line = []
         for variant in variants:
             order = sides if r % 2 == 0 else sides[::-1]
-            for side in order if variant != "langgraph" else ["after"]:
-                if side == "before":
+            for side in order if variant != "langgraph" else ["here"]:
+                if side == "baseline":
                     assert baseline is not None
                     result = baseline_variant(baseline, variant, args)
                 else:
@@ -390,18 +390,18 @@ def main() -> None:
             f"  {variant + '[' + side + ']':<20} p50 {_spread(p50)}  p99 {_spread(p99)}  "
             f"max {_spread(top)}{rate}{goal}"
         )
-    if ("talk", "after") in got and ("langgraph", "after") in got:
-        pairs = list(zip(got["talk", "after"], got["langgraph", "after"], strict=True))
+    if ("talk", "here") in got and ("langgraph", "here") in got:
+        pairs = list(zip(got["talk", "here"], got["langgraph", "here"], strict=True))
         ratio = [t["rate"] / g["rate"] for t, g in pairs]
         p50s = [_ms(t["latencies"], 0.5) / _ms(g["latencies"], 0.5) for t, g in pairs]
         print(f"  talk / langgraph turns/s per round: {_spread(ratio)} (goal >= 2)")
         print(f"  talk p50 / langgraph p50 per round: {_spread(p50s)} (goal < 1)")
     if baseline is not None:
-        print(f"\nafter (this checkout) / before ({baseline}), per round:")
+        print(f"\nhere (this checkout) / baseline ({baseline}), per round:")
         for variant in variants:
-            if (variant, "before") not in got:
+            if (variant, "baseline") not in got:
                 continue
-            pairs = list(zip(got[variant, "after"], got[variant, "before"], strict=True))
+            pairs = list(zip(got[variant, "here"], got[variant, "baseline"], strict=True))
             p50 = [_ms(a["latencies"], 0.5) / _ms(b["latencies"], 0.5) for a, b in pairs]
             p99 = [_ms(a["latencies"], 0.99) / _ms(b["latencies"], 0.99) for a, b in pairs]
             print(f"  {variant:<12} p50 {_spread(p50)}  p99 {_spread(p99)}")
