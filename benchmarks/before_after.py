@@ -84,6 +84,7 @@ def _lone(variant: str, title: str) -> Row:
             "p50 ms": line + r"median ([\d.]+)",
             "p99 ms": line + r".*?p99 median ([\d.]+)",
             "max ms": line + r".*?max median ([\d.]+)",
+            "waits the completion hook missed": line + r".*?hook missed (\d+)",
         },
         settings=r"^settings.*|^\s+" + re.escape(variant) + r"\[here\]: .*",
     )

@@ -63,8 +63,13 @@ from tether.bridge import (
 )
 
 VARIANTS = ("lone", "lone-steps", "talk", "langgraph")
-COMPLETING = ("complete", "complete_many", "complete_with_state")
-"""The store methods a run's outcome goes through (whichever this checkout's worker calls)."""
+COMPLETING = tuple(
+    name
+    for name in dir(SqliteStore)
+    if name.startswith("complete") and callable(getattr(SqliteStore, name))
+)
+"""The store methods a run's outcome may go through (``complete``, ``complete_many``,
+``complete_with_state``, ...: whichever this checkout's worker calls)."""
 
 
 class _TimedStore(SqliteStore):
@@ -88,8 +93,7 @@ def _ringing(name: str) -> Callable[..., Any]:
 
 
 for _name in COMPLETING:
-    if hasattr(SqliteStore, _name):
-        setattr(_TimedStore, _name, _ringing(_name))
+    setattr(_TimedStore, _name, _ringing(_name))
 
 
 # -- the agents ---------------------------------------------------------------------------------
@@ -386,9 +390,11 @@ def main() -> None:
         if "rate" in results[0]:
             rate = f"; turns/s {_spread([x['rate'] for x in results], 0)}"
         goal = "  (goal p50 <= 2, p99 <= 5)" if variant.startswith("lone") else ""
+        missed = sum(x.get("missed", 0) for x in results)
         print(
             f"  {variant + '[' + side + ']':<20} p50 {_spread(p50)}  p99 {_spread(p99)}  "
             f"max {_spread(top)}{rate}{goal}"
+            + (f"  hook missed {missed}: COARSE" if missed else "")
         )
     if ("talk", "here") in got and ("langgraph", "here") in got:
         pairs = list(zip(got["talk", "here"], got["langgraph", "here"], strict=True))
