@@ -11,10 +11,12 @@ durability per step: SQLite files (WAL; tether at its default ``synchronous=NORM
 step's record is a promise, synced before ``run.step`` returns; DBOS its default) or one
 PostgreSQL server (``--pg DSN``; tether's barrier after each record, a synchronous commit
 per step on DBOS). Rounds interleave the sides (a fresh file or schema each); medians and
-spreads printed.
+spreads printed, and each round's ratio. ``--baseline DIR`` adds another checkout's tether as a
+third side (this file's tether loop run by ``DIR/.venv/bin/python`` in a subprocess, only its
+loop timed), with its own per-round ratios: a change measured against its base in one run.
 
     uv run --group bench python benchmarks/durable_steps.py [--workflows 300] [--rounds 3]
-        [--lanes 1] [--pg postgresql://user:pw@host:port/db]
+        [--lanes 1] [--pg postgresql://user:pw@host:port/db] [--baseline ../wt-base]
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 import trio
 
+import _baseline
 from tether.bridge import SqliteStore, Task
 from tether.bridge.custody import Store
 from tether.bridge.runs import run_for
@@ -80,6 +83,19 @@ def tether_round(workflows: int, pg: str | None, lanes: int = 1) -> tuple[float,
             return await _tether_lanes(pstore, workflows, lanes)
 
     return trio.run(main)
+
+
+def baseline_round(checkout: Path) -> Callable[[int, str | None, int], tuple[float, list[float]]]:
+    """``tether_round`` run against the tether of ``checkout`` (its own virtualenv)."""
+    _baseline.interpreter(checkout)
+
+    def side(workflows: int, pg: str | None, lanes: int) -> tuple[float, list[float]]:
+        wall, latencies = _baseline.call(
+            checkout, "durable_steps", "tether_round", workflows, pg, lanes
+        )
+        return float(wall), [float(x) for x in latencies]
+
+    return side
 
 
 _STEP_TIMES: list[float] = []
@@ -154,6 +170,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lanes", type=int, default=1, help="units run at once")
     parser.add_argument("--pg", default=None, help="a PostgreSQL DSN (default: SQLite files)")
+    parser.add_argument("--baseline", type=Path, help="another checkout to measure beside")
     args = parser.parse_args()
     if args.lanes < 1:
         parser.error(f"--lanes must be at least 1; got {args.lanes}")
@@ -166,11 +183,14 @@ def main() -> None:
         "tether": tether_round,
         "dbos": dbos_round,
     }
+    if args.baseline is not None:
+        sides["baseline"] = baseline_round(args.baseline.resolve())
     rates: dict[str, list[float]] = {name: [] for name in sides}
     steps: dict[str, list[float]] = {name: [] for name in sides}
     ratios: list[float] = []
+    vs_base: list[float] = []
     for k in range(args.rounds):
-        names = list(sides) if k % 2 == 0 else list(sides)[::-1]  # neither side always first
+        names = list(sides)[k % len(sides) :] + list(sides)[: k % len(sides)]  # rotate who's first
         for name in names:
             got = sides[name](args.workflows, args.pg, args.lanes)
             if got is None:
@@ -181,17 +201,21 @@ def main() -> None:
             steps[name].extend(latencies)
         if len(rates["tether"]) == len(rates["dbos"]) == k + 1:
             ratios.append(rates["tether"][-1] / rates["dbos"][-1])
-            print(
-                f"  round {k + 1}: tether {rates['tether'][-1]:.0f} steps/s, "
-                f"dbos {rates['dbos'][-1]:.0f} steps/s, ratio {ratios[-1]:.2f}x",
-                flush=True,
-            )
+        if "baseline" in sides:
+            vs_base.append(rates["tether"][-1] / rates["baseline"][-1])
+        print(
+            f"  round {k + 1}: "
+            + ", ".join(f"{name} {rates[name][-1]:.0f} steps/s" for name in sides if rates[name])
+            + (f", tether / dbos {ratios[-1]:.2f}x" if len(ratios) == k + 1 else "")
+            + (f", tether / baseline {vs_base[-1]:.2f}x" if vs_base else ""),
+            flush=True,
+        )
     for name in sides:
         if not rates[name]:
             continue
         r, s = rates[name], steps[name]
         print(
-            f"  {name:>6}: {statistics.median(r):8.0f} steps/s (spread {min(r):.0f}-{max(r):.0f})"
+            f"  {name:>8}: {statistics.median(r):8.0f} steps/s (spread {min(r):.0f}-{max(r):.0f})"
             f"  per step p50 {_pct(s, 0.5) * 1e3:.3f} ms  p99 {_pct(s, 0.99) * 1e3:.3f} ms"
         )
     if rates["tether"] and rates["dbos"]:
@@ -200,6 +224,11 @@ def main() -> None:
         print(
             f"  tether / dbos per round: median {statistics.median(ratios):.2f}x "
             f"[{min(ratios):.2f}-{max(ratios):.2f}]"
+        )
+    if vs_base:
+        print(
+            f"  tether / baseline per round: median {statistics.median(vs_base):.2f}x "
+            f"[{min(vs_base):.2f}-{max(vs_base):.2f}]"
         )
 
 

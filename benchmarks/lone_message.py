@@ -394,7 +394,8 @@ def main() -> None:
         print(
             f"  {variant + '[' + side + ']':<20} p50 {_spread(p50)}  p99 {_spread(p99)}  "
             f"max {_spread(top)}{rate}{goal}"
-            + (f"  hook missed {missed}: COARSE" if missed else "")
+            + f"  hook missed {missed}"
+            + (" (those waits COARSE: state reads)" if missed else "")
         )
     if ("talk", "here") in got and ("langgraph", "here") in got:
         pairs = list(zip(got["talk", "here"], got["langgraph", "here"], strict=True))
