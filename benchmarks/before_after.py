@@ -61,6 +61,10 @@ class Row:
     """Figures computed from the others (a ratio to a peer), per side and run."""
     settings: str = r"^settings.*|^durable steps.*|^tether: synchronous.*|^synchronous=.*"
     """Lines of the output echoed once per side: each side's settings, as it printed them."""
+    requires: tuple[str, ...] = ()
+    """Modules of the ``bench`` group the benchmark cannot run without (on either side)."""
+    optional: tuple[str, ...] = ()
+    """Modules of the peers it skips when missing (their figures are then borrowed)."""
 
 
 def _ratio(num: str, den: str) -> Derived:
@@ -102,6 +106,7 @@ def _lanes(lanes: int, title: str) -> Row:
             **{f"{p} /s": head + rf"\b{re.escape(p)} ([\d,]+)/s" for p in _QUEUES},
         },
         peers=frozenset(f"{p} /s" for p in _QUEUES),
+        optional=("huey", "persistqueue", "litequeue"),
         derived={
             "tether-full / fastest peer": _over_fastest(
                 "tether-full /s", tuple(f"{p} /s" for p in _QUEUES)
@@ -125,6 +130,7 @@ def _steps(lanes: int, title: str) -> Row:
             "tether step p50 ms": r"^\s+tether:.*per step p50 ([\d.]+) ms",
         },
         peers=frozenset({"dbos steps/s"}),
+        optional=("dbos",),
         derived={"tether / dbos": _ratio("tether steps/s", "dbos steps/s")},
     )
 
@@ -145,6 +151,7 @@ ROWS: dict[str, Row] = {
             "langgraph p50 ms": r"^\s+langgraph\[here\]\s+p50 median ([\d.]+)",
         },
         peers=frozenset({"langgraph turns/s", "langgraph p50 ms"}),
+        optional=("langgraph",),
         derived={
             "tether / langgraph turns/s": _ratio("tether turns/s", "langgraph turns/s"),
             "tether p50 / langgraph p50": _ratio("tether p50 ms", "langgraph p50 ms"),
@@ -169,6 +176,7 @@ ROWS: dict[str, Row] = {
             "store path x langgraph, 1 at once": r"tether read \+ commit, x LangGraph's speed: "
             r"median ([\d.]+)",
         },
+        requires=("langgraph",),
     ),
     "bridge-cpu": Row(
         "bridge CPU per message vs its store's (bridge_throughput.py, NORMAL)",
@@ -342,6 +350,18 @@ def main() -> None:
         side = Side(name, checkout, python)
         if not side.script(row, args.own_scripts).exists():
             parser.error(f"no {side.script(row, args.own_scripts)}")
+        missing = _missing(python, (*row.requires, *row.optional))
+        make = (
+            f"UV_PROJECT_ENVIRONMENT=/tmp/{name}-venv uv sync --locked --all-extras "
+            f"--group bench --project {checkout}, then --{name}-python /tmp/{name}-venv/bin/python"
+        )
+        if set(missing) & set(row.requires):
+            parser.error(f"{python} lacks {', '.join(missing)} (the bench group): {make}")
+        if missing:
+            print(
+                f"  note: {python} lacks {', '.join(missing)}: that side borrows the peers' "
+                f"figures from the other side's run (or: {make})"
+            )
         sides.append(side)
     if args.log is not None:
         args.log.mkdir(parents=True, exist_ok=True)
@@ -402,6 +422,18 @@ def main() -> None:
             f"  {key:<34} before {_spread(before)}  after {_spread(after)}"
             f"  {_compare(key)} {_spread(ratios)}"
         )
+
+
+def _missing(python: Path, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` ``python`` cannot import (found without importing them)."""
+    if not modules:
+        return []
+    code = (
+        "import importlib.util, sys; "
+        "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
+    )
+    done = subprocess.run([str(python), "-c", code, *modules], capture_output=True, text=True)
+    return done.stdout.split()
 
 
 def _compare(key: str) -> str:
