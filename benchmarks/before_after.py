@@ -61,6 +61,9 @@ class Row:
     """Figures computed from the others (a ratio to a peer), per side and run."""
     settings: str = r"^settings.*|^durable steps.*|^tether: synchronous.*|^synchronous=.*"
     """Lines of the output echoed once per side: each side's settings, as it printed them."""
+    pairs: int = 3
+    """Pairs run by default (``--pairs`` overrides): with ``args``, sized so the whole table
+    takes about 25 minutes on the 2-core machine."""
     requires: tuple[str, ...] = ()
     """Modules of the ``bench`` group the benchmark cannot run without (on either side)."""
     optional: tuple[str, ...] = ()
@@ -306,10 +309,10 @@ def _spread(values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("row", nargs="?", help=f"one of: {', '.join(ROWS)}")
+    parser.add_argument("row", nargs="?", help=f"all, or some of (a,b): {', '.join(ROWS)}")
     parser.add_argument("--before", type=Path, help="the checkout measured before")
     parser.add_argument("--after", type=Path, help="the checkout measured after")
-    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--pairs", type=int, help="pairs per row (default: the row's own)")
     parser.add_argument("--before-python", type=Path, help="default: BEFORE/.venv/bin/python")
     parser.add_argument("--after-python", type=Path, help="default: AFTER/.venv/bin/python")
     parser.add_argument("--args", default="", help="more arguments for the benchmark")
@@ -324,20 +327,48 @@ def main() -> None:
         for name, row in ROWS.items():
             env = " ".join(f"{k}={v}" for k, v in row.env.items())
             print(
-                f"{name}: {row.title}\n    {env + ' ' if env else ''}{row.script} "
+                f"{name}: {row.title}\n    {row.pairs} pairs of: {env + ' ' if env else ''}"
+                f"{row.script} "
                 f"{shlex.join(row.args)}\n    figures: {', '.join([*row.figures, *row.derived])}"
             )
         return
-    if args.row not in ROWS:
-        parser.error(f"ROW must be one of: {', '.join(ROWS)}; got {args.row!r}")
+    names = list(ROWS) if args.row == "all" else (args.row or "").split(",")
+    unknown = [n for n in names if n not in ROWS]
+    if unknown or not names:
+        parser.error(f"ROW must be 'all' or some of: {', '.join(ROWS)}; got {args.row!r}")
     if args.before is None or args.after is None:
         parser.error("give both --before DIR and --after DIR")
-    if args.pairs < 1:
+    if args.pairs is not None and args.pairs < 1:
         parser.error(f"--pairs must be at least 1; got {args.pairs}")
     for kv in args.env:
         if "=" not in kv:
             parser.error(f"--env takes KEY=VALUE; got {kv!r}")
-    row = ROWS[args.row]
+    if len(names) > 1 and (args.args or args.env):
+        parser.error("--args and --env apply to one row's benchmark: name one ROW with them")
+    if args.log is not None:
+        args.log.mkdir(parents=True, exist_ok=True)
+    failed = []
+    started = time.monotonic()
+    for name in names:
+        try:
+            measure_row(name, sides_for(ROWS[name], args, parser), args)
+        except SystemExit as exc:  # one row's benchmark failed: say so, go on with the rest
+            if len(names) == 1:
+                raise
+            print(f"row {name} FAILED: {exc}\n", flush=True)
+            failed.append(name)
+    if len(names) > 1:
+        took = (time.monotonic() - started) / 60
+        print(
+            f"{len(names)} rows in {took:.1f} min"
+            + (f"; failed: {', '.join(failed)}" if failed else "")
+        )
+    if failed:
+        sys.exit(1)
+
+
+def sides_for(row: Row, args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[Side]:
+    """The two sides, each checked: an interpreter, the script, the bench modules the row needs."""
     sides = []
     for name, checkout, python in (
         ("before", args.before, args.before_python),
@@ -356,16 +387,21 @@ def main() -> None:
             f"--group bench --project {checkout}, then --{name}-python /tmp/{name}-venv/bin/python"
         )
         if set(missing) & set(row.requires):
-            parser.error(f"{python} lacks {', '.join(missing)} (the bench group): {make}")
+            raise SystemExit(f"{python} lacks {', '.join(missing)} (the bench group): {make}")
         if missing:
             print(
                 f"  note: {python} lacks {', '.join(missing)}: that side borrows the peers' "
                 f"figures from the other side's run (or: {make})"
             )
         sides.append(side)
-    if args.log is not None:
-        args.log.mkdir(parents=True, exist_ok=True)
-    print(f"row {args.row}: {row.title}")
+    return sides
+
+
+def measure_row(key_name: str, sides: list[Side], args: argparse.Namespace) -> None:
+    """Run ``key_name``'s pairs and print them, then each figure's medians, spreads, ratios."""
+    row = ROWS[key_name]
+    pairs = args.pairs or row.pairs
+    print(f"row {key_name}: {row.title}")
     for side in sides:
         print(f"  {side.name}: {side.checkout} ({_head(side.checkout)}), {side.python}")
     env = " ".join(
@@ -373,17 +409,17 @@ def main() -> None:
     )
     print(f"  benchmark: {env + ' ' if env else ''}{row.script} {shlex.join(row.args)} {args.args}")
     print(
-        f"  {args.pairs} pair(s), the order alternating; scripts: "
+        f"  {pairs} pair(s), the order alternating; scripts: "
         f"{'each checkout its own' if args.own_scripts else 'this folder' + chr(39) + 's'}\n",
         flush=True,
     )
     got: dict[str, list[Figures]] = {"before": [], "after": []}
     shown: set[str] = set()
-    for n in range(args.pairs):
+    for n in range(pairs):
         order = sides if n % 2 == 0 else sides[::-1]
         this: dict[str, Figures] = {}
         for side in order:
-            figures, output = run_once(row, side, args, args.log, f"{args.row}-{n + 1}-{side.name}")
+            figures, output = run_once(row, side, args, args.log, f"{key_name}-{n + 1}-{side.name}")
             this[side.name] = figures
             if side.name not in shown:
                 shown.add(side.name)
@@ -398,7 +434,7 @@ def main() -> None:
                     pass
             got[name].append(figures)
         print(
-            f"pair {n + 1}/{args.pairs} ({' then '.join(s.name for s in order)}):"
+            f"pair {n + 1}/{pairs} ({' then '.join(s.name for s in order)}):"
             + (f" peer figures borrowed: {'; '.join(borrowed)}" if borrowed else "")
         )
         for key in _keys(row):
@@ -407,7 +443,7 @@ def main() -> None:
             print(f"  {key:<34} before {_fmt(b):>9}  after {_fmt(a):>9}{ratio}")
         sys.stdout.flush()
     print(
-        f"\nrow {args.row}, {args.pairs} pair(s): median [min-max] per side; after/before "
+        f"\nrow {key_name}, {pairs} pair(s): median [min-max] per side; after/before "
         "(a percentage: after-before) per pair"
     )
     for key in _keys(row):
