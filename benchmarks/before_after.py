@@ -18,11 +18,15 @@ the peers without touching it, make an interpreter for it elsewhere:
     UV_PROJECT_ENVIRONMENT=/tmp/before-venv uv sync --locked --all-extras --group bench \\
         --project ../wt-base    # then: --before-python /tmp/before-venv/bin/python
 
-Rows (``--list`` shows each one's command and figures): lone, lone-steps, dbos-1, dbos-8,
-langgraph, conversation-cost, bridge-cpu, lanes-1, lanes-16, latency, registry, dispatch.
+Rows (``--list`` shows each one's command, default pairs and figures): lone, lone-steps,
+dbos-1, dbos-8, langgraph, conversation-cost, bridge-cpu, lanes-1, lanes-16, latency, registry,
+dispatch; ``all`` runs them one after another (about 30 minutes on the 2-core machine at a load
+of 10, 3 pairs a row; less when it is quiet). The CPU figures (bridge-cpu, registry, dispatch)
+stand a busy machine; the latencies (lone, latency) and rates do not: run on a quiet one.
 
-    nice uv run python benchmarks/before_after.py ROW --before ../wt-base --after . [--pairs 3]
-        [--args '--messages 100'] [--env MESSAGES=500] [--own-scripts] [--log DIR]
+    uv run python benchmarks/before_after.py ROW|all|ROW,ROW --before ../wt-base --after .
+        [--pairs N] [--args '--messages 100'] [--env MESSAGES=500] [--own-scripts]
+        [--log DIR] [--nice 10] [--before-python PY] [--after-python PY]
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ def _lanes(lanes: int, title: str) -> Row:
     return Row(
         title,
         "peers_sqlite.py",
-        ("--lanes", str(lanes), "--rounds", "3", "--jobs", "600"),
+        ("--lanes", str(lanes), "--rounds", "2", "--jobs", "400" if lanes == 1 else "600"),
         figures={
             "tether /s": rf"^\s+{lanes} lane\(s\): tether ([\d,]+)/s",
             "tether-full /s": head + r"tether-full ([\d,]+)/s",
@@ -126,7 +130,7 @@ def _steps(lanes: int, title: str) -> Row:
     return Row(
         title,
         "durable_steps.py",
-        ("--lanes", str(lanes), "--workflows", "300", "--rounds", "3"),
+        ("--lanes", str(lanes), "--workflows", "200", "--rounds", "2"),
         figures={
             "tether steps/s": r"^\s+tether:\s+(\d+) steps/s",
             "dbos steps/s": r"^\s+dbos:\s+(\d+) steps/s",
@@ -146,7 +150,10 @@ ROWS: dict[str, Row] = {
     "langgraph": Row(
         "20 rooms x 20 turns, one turn at a time, embedded pool vs LangGraph SqliteSaver",
         "lone_message.py",
-        ("--variants", "talk,langgraph", "--rounds", "1", "--rooms", "20", "--turns", "20"),
+        (
+            *("--variants", "talk,langgraph", "--rounds", "1"),
+            *("--rooms", "20", "--turns", "20", "--prefill", "20"),
+        ),
         figures={
             "tether turns/s": r"^\s+talk\[here\].*turns/s median ([\d.]+)",
             "tether p50 ms": r"^\s+talk\[here\]\s+p50 median ([\d.]+)",
@@ -184,7 +191,7 @@ ROWS: dict[str, Row] = {
     "bridge-cpu": Row(
         "bridge CPU per message vs its store's (bridge_throughput.py, NORMAL)",
         "bridge_throughput.py",
-        env={"SYNCHRONOUS": "NORMAL", "ROUNDS": "1", "MESSAGES": "2000"},
+        env={"SYNCHRONOUS": "NORMAL", "ROUNDS": "1", "MESSAGES": "1500"},
         figures={
             "bridge us/msg": r"^\s+bridge: CPU (\d+) us/msg",
             "leaderless us/msg": r"^\s+leaderless: CPU (\d+) us/msg",
@@ -207,7 +214,7 @@ ROWS: dict[str, Row] = {
             "MODES": "lead",
             "STORAGE": "disk,memory",
             "MAX_RATE": "100",
-            "LIGHT_S": "15",
+            "LIGHT_S": "10",
             "IDLE_S": "2",
         },
         figures={
@@ -220,7 +227,7 @@ ROWS: dict[str, Row] = {
     "registry": Row(
         "registry overhead vs bare Trio (registry_overhead.py)",
         "registry_overhead.py",
-        ("--tasks", "100000", "--rounds", "9"),
+        ("--tasks", "100000", "--rounds", "3"),
         figures={
             "registry / bare": r"median ratio \(registry / bare\): ([\d.]+)",
             "owned / bare": r"median ratio with owner labels .*: ([\d.]+)",
@@ -230,7 +237,7 @@ ROWS: dict[str, Row] = {
     "dispatch": Row(
         "session dispatch vs asyncio (session_dispatch.py)",
         "session_dispatch.py",
-        ("--events", "100000", "--rounds", "5"),
+        ("--events", "100000", "--rounds", "2"),
         figures={
             "paced x asyncio": r"^paced.*ratio tether/asyncio ([\d.]+)x",
             "burst x asyncio": r"^burst \(one loop\).*ratio tether/asyncio ([\d.]+)x",
@@ -458,6 +465,7 @@ def measure_row(key_name: str, sides: list[Side], args: argparse.Namespace) -> N
             f"  {key:<34} before {_spread(before)}  after {_spread(after)}"
             f"  {_compare(key)} {_spread(ratios)}"
         )
+    print(flush=True)
 
 
 def _missing(python: Path, modules: tuple[str, ...]) -> list[str]:
