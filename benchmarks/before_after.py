@@ -330,6 +330,9 @@ def main() -> None:
     parser.add_argument("--log", type=Path, help="keep each run's whole output in DIR")
     parser.add_argument("--list", action="store_true", help="the rows, their commands, figures")
     args = parser.parse_args()
+    if args.row is None and not args.list:  # as `just bench` runs it: say what it would run
+        parser.print_usage()
+        args.list = True
     if args.list:
         for name, row in ROWS.items():
             env = " ".join(f"{k}={v}" for k, v in row.env.items())
