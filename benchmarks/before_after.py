@@ -20,9 +20,10 @@ the peers without touching it, make an interpreter for it elsewhere:
 
 Rows (``--list`` shows each one's command, default pairs and figures): lone, lone-steps,
 dbos-1, dbos-8, langgraph, conversation-cost, bridge-cpu, lanes-1, lanes-16, latency, registry,
-dispatch; ``all`` runs them one after another (about 30 minutes on the 2-core machine at a load
-of 10, 3 pairs a row; less when it is quiet). The CPU figures (bridge-cpu, registry, dispatch)
-stand a busy machine; the latencies (lone, latency) and rates do not: run on a quiet one.
+dispatch; ``all`` runs them one after another (about 26 minutes on the 2-core machine at a load
+of 6-10 under ``nice``, 3 pairs a row; less when it is quiet). The CPU figures (bridge-cpu,
+registry, dispatch) stand a busy machine; the latencies (lone, latency) and rates do not: run
+on a quiet one.
 
     uv run python benchmarks/before_after.py ROW|all|ROW,ROW --before ../wt-base --after .
         [--pairs N] [--args '--messages 100'] [--env MESSAGES=500] [--own-scripts]
@@ -212,7 +213,7 @@ ROWS: dict[str, Row] = {
         env={
             "PHASES": "light",
             "MODES": "lead",
-            "STORAGE": "disk,memory",
+            "STORAGE": "disk",  # the row's; memory (the bridge's own time): --env STORAGE=...
             "MAX_RATE": "100",
             "LIGHT_S": "10",
             "IDLE_S": "2",
