@@ -13,7 +13,12 @@ Two arrival patterns, both measured in one process with interleaved rounds (medi
 - ``burst, handler yields``: the same, but each handler awaits one checkpoint, so no worker can
   run handlers back to back and the foreman must fan out: the worst case for the pool.
 
-Usage: ``uv run python benchmarks/session_dispatch.py [--events 100000] [--rounds 5]``
+``--baseline DIR`` runs each round a second time in another checkout's tether (this file's
+rounds, run by ``DIR/.venv/bin/python``), the two alternating who goes first, and prints the
+baseline's ratio under each line and the ratio of the two per round.
+
+Usage: ``uv run python benchmarks/session_dispatch.py [--events 100000] [--rounds 5]
+[--baseline ../wt-base]``
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import trio
 
+import _baseline
 import tether
 
 log = logging.getLogger("bench.asyncio_sdk")
@@ -113,19 +120,56 @@ def run_tether(events: int, batch: int, yielding: bool) -> float:
     return trio.run(tether_round, events, batch, yielding)
 
 
-def measure(label: str, events: int, batch: int, rounds: int, yielding: bool = False) -> None:
+def pair_round(events: int, batch: int, yielding: bool, r: int) -> tuple[float, float]:
+    """(asyncio's, tether's) CPU seconds, alternating who goes first by round ``r``."""
+    if r % 2 == 0:
+        a = run_asyncio(events, batch, yielding)
+        return a, run_tether(events, batch, yielding)
+    t = run_tether(events, batch, yielding)
+    return run_asyncio(events, batch, yielding), t
+
+
+def measure(
+    label: str,
+    events: int,
+    batch: int,
+    rounds: int,
+    yielding: bool = False,
+    baseline: Path | None = None,
+) -> None:
     a_times: list[float] = []
     t_times: list[float] = []
+    base: list[tuple[float, float]] = []
     for r in range(rounds):  # interleaved, alternating who goes first
-        order = [(run_asyncio, a_times), (run_tether, t_times)]
-        for fn, sink in order if r % 2 == 0 else reversed(order):
-            sink.append(fn(events, batch, yielding))
+        if baseline is not None and r % 2 == 1:
+            base.append(_base_round(baseline, events, batch, yielding, r))
+        a, t = pair_round(events, batch, yielding, r)
+        a_times.append(a)
+        t_times.append(t)
+        if baseline is not None and r % 2 == 0:
+            base.append(_base_round(baseline, events, batch, yielding, r))
     a_rate = events / statistics.median(a_times)
     t_rate = events / statistics.median(t_times)
     print(
         f"{label:<22} asyncio {a_rate:>10,.0f} ev/s   tether {t_rate:>10,.0f} ev/s   "
         f"ratio tether/asyncio {t_rate / a_rate:.2f}x"
     )
+    if base:
+        b_rate = events / statistics.median(t for _, t in base)
+        theirs = statistics.median(t for _, t in base) / statistics.median(a for a, _ in base)
+        ours = [(a / t) / (ba / bt) for a, t, (ba, bt) in zip(a_times, t_times, base, strict=True)]
+        print(
+            f"  baseline: tether {b_rate:>10,.0f} ev/s, ratio tether/asyncio {1 / theirs:.2f}x; "
+            f"this / baseline ratio per round: median {statistics.median(ours):.2f} "
+            f"[{min(ours):.2f}-{max(ours):.2f}]"
+        )
+
+
+def _base_round(
+    checkout: Path, events: int, batch: int, yielding: bool, r: int
+) -> tuple[float, float]:
+    a, t = _baseline.call(checkout, "session_dispatch", "pair_round", events, batch, yielding, r)
+    return float(a), float(t)
 
 
 def main() -> None:
@@ -133,11 +177,15 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--baseline", type=Path, help="another checkout to measure beside")
     args = parser.parse_args()
+    if args.baseline is not None:
+        _baseline.interpreter(args.baseline)
     print(f"{args.events:,} events, {args.rounds} interleaved rounds, medians of CPU time")
-    measure(f"paced (batch {args.batch})", args.events, args.batch, args.rounds)
-    measure("burst (one loop)", args.events, 0, args.rounds)
-    measure("burst, handler yields", args.events, 0, args.rounds, yielding=True)
+    base = args.baseline
+    measure(f"paced (batch {args.batch})", args.events, args.batch, args.rounds, baseline=base)
+    measure("burst (one loop)", args.events, 0, args.rounds, baseline=base)
+    measure("burst, handler yields", args.events, 0, args.rounds, yielding=True, baseline=base)
 
 
 if __name__ == "__main__":
