@@ -7,11 +7,14 @@ The end-to-end proof (a machine crash cut at random moments) is
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
+import trio
 
-from tether.bridge import SqliteStore, Task
+from support.waiting import wait_until
+from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.stores.sqlite._durable import wal_barrier
 
 
@@ -72,6 +75,48 @@ async def test_a_promise_is_not_made_when_the_sync_fails(tmp_path: Path) -> None
         await store.complete(claim, "done")  # promises nothing: no sync, no error
         with pytest.raises(OSError, match="Input/output"):
             await store.ready_results()  # found a result: its post would be a promise
+
+
+async def test_the_writer_commits_on_while_a_barrier_runs(tmp_path: Path) -> None:
+    """Issue 49: the barrier runs in a thread of its own. While it syncs, the writer commits
+    the next batch and answers the jobs that promise nothing; a promise committed meanwhile
+    waits for the next barrier (one begun after its commit), never for the one in flight."""
+    async with await SqliteStore.open(tmp_path / "c.db") as store:
+        real = store.db.writer.barrier
+        assert real is not None
+        entered, release = threading.Event(), threading.Event()
+        syncs: list[int] = []
+
+        def slow_barrier() -> None:
+            syncs.append(1)
+            if len(syncs) == 1:
+                entered.set()
+                release.wait()
+            real()
+
+        store.db.writer.barrier = slow_barrier
+        acked: list[str] = []
+        async with trio.open_nursery() as nursery:
+
+            async def ingest(id: str) -> None:
+                await store.ingest(Task(id, "x"))
+                acked.append(id)
+
+            nursery.start_soon(ingest, "t1")
+            await trio.to_thread.run_sync(entered.wait)  # t1 committed, its barrier runs
+            claim = await store.claim("w0", leaderless=True)  # answered at its commit
+            assert claim is not None
+            assert claim.task.id == "t1"
+            nursery.start_soon(ingest, "t2")
+            await wait_until(lambda: _state_is(store, "t2", CustodyState.PENDING), within=5)
+            assert acked == []  # t1 waits for its barrier; t2 for one begun after its commit
+            release.set()
+        assert acked == ["t1", "t2"]
+        assert len(syncs) == 2
+
+
+async def _state_is(store: SqliteStore, id: str, state: CustodyState) -> bool:
+    return await store.state(id) is state
 
 
 async def test_full_syncs_every_commit_and_needs_no_barrier(tmp_path: Path) -> None:

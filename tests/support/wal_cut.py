@@ -36,8 +36,11 @@ class WalCut:
         assert real is not None, "the store syncs every commit: nothing to cut"
 
         def barrier() -> None:
+            # the syncer's thread, while the writer may append: what was written before the
+            # sync began is on disk after it; what is written meanwhile may not be (worst case)
+            written = os.path.getsize(self.wal)
             real()
-            self.synced = os.path.getsize(self.wal)  # the writer thread: no commit between
+            self.synced = written
 
         await writer.run(lambda conn: conn.execute("PRAGMA wal_autocheckpoint = 0"))
         writer.barrier = barrier

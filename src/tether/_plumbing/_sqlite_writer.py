@@ -3,7 +3,10 @@
 No caller is answered before its change is committed, and a job that raises is rolled back alone.
 A job may be a *promise* (something outside will learn of it): if the writer has a ``barrier``
 (the connection commits without waiting for the disk), the barrier runs after the batch's commit
-and before any of its promise jobs is answered. See docs/guide/design.md, "Group commit" and
+and before any of its promise jobs is answered. The barrier runs in a syncer thread of its own,
+so the writer commits the next batch meanwhile and a batch's other jobs are answered at its
+commit (issue 49): one barrier covers every commit made before it began, so the promises
+queued while it runs wait for the next one. See docs/guide/design.md, "Group commit" and
 "Durable at promises".
 """
 
@@ -71,12 +74,22 @@ class SqliteWriter:
     """Barriers run so far (a benchmark reads it to show syncs per message)."""
     _queue: queue.SimpleQueue[_Job[Any]] = attrs.field(init=False, factory=queue.SimpleQueue)
     _thread: threading.Thread | None = attrs.field(init=False, default=None)
+    _to_sync: queue.SimpleQueue[list[_Job[Any]] | None] = attrs.field(
+        init=False, factory=queue.SimpleQueue
+    )
+    """Committed promise jobs waiting for the barrier (None: the syncer stops)."""
+    _syncer: threading.Thread | None = attrs.field(init=False, default=None)
     _closed: bool = attrs.field(init=False, default=False)
     _broken: BaseException | None = attrs.field(init=False, default=None)
 
     async def start(self) -> None:
         """Start the thread, connect, and return once the connection is ready (or raise)."""
         self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+        if self.barrier is not None:
+            self._syncer = threading.Thread(
+                target=self._sync_loop, name=f"{self.name}-sync", daemon=True
+            )
+            self._syncer.start()
         self._thread.start()
         try:
             await self.run(lambda _conn: None, readonly=True)
@@ -156,6 +169,7 @@ class SqliteWriter:
         try:
             self._loop(conn)
         finally:
+            self._stop_syncer()
             if conn is not None:
                 conn.close()
 
@@ -184,6 +198,13 @@ class SqliteWriter:
                             pass
                         for job in work:
                             job.value, job.error = None, exc
+            if self._syncer is not None:
+                promised = [job for job in work if job.promise and job.error is None]
+                if promised:
+                    self._to_sync.put(promised)  # answered once the barrier has run
+                    batch = [job for job in batch if not (job.promise and job.error is None)]
+            if stop is not None:
+                self._stop_syncer()  # every promise is answered before the writer stops
             self._wake(batch)
             if stop is not None:
                 return
@@ -196,15 +217,37 @@ class SqliteWriter:
             self._transaction(conn, batch, savepoints=True)
         if self.after_commit is not None:
             self.after_commit()
-        if self.barrier is not None and any(job.promise for job in batch):
-            try:
-                self.barrier()
-                self.barriers += 1
-            except OSError as exc:  # not durable: no promise may be made on it
-                log.exception("custody writer could not sync the WAL")
-                for job in batch:
-                    if job.promise:
+
+    def _sync_loop(self) -> None:
+        """The syncer thread: run the barrier for every promise committed before it begins,
+        then answer them; promises committed meanwhile wait for the next barrier."""
+        assert self.barrier is not None
+        while True:
+            waiting = [self._to_sync.get()]
+            while True:
+                try:
+                    waiting.append(self._to_sync.get_nowait())
+                except queue.Empty:
+                    break
+            jobs = [job for batch in waiting if batch is not None for job in batch]
+            if jobs:
+                try:
+                    self.barrier()
+                    self.barriers += 1
+                except OSError as exc:  # not durable: no promise may be made on it
+                    log.exception("custody writer could not sync the WAL")
+                    for job in jobs:
                         job.value, job.error = None, exc
+                self._wake(jobs)
+            if None in waiting:
+                return
+
+    def _stop_syncer(self) -> None:
+        """Answer every promise queued for the syncer, then stop it (the writer's thread)."""
+        syncer, self._syncer = self._syncer, None
+        if syncer is not None:
+            self._to_sync.put(None)
+            syncer.join()
 
     def _transaction(
         self, conn: sqlite3.Connection, batch: list[_Job[Any]], *, savepoints: bool
