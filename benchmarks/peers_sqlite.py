@@ -18,9 +18,10 @@ Bars: 1 lane >= 1.0x the fastest peer; 16 lanes >= 5x.
 
 Peers come from the optional ``bench`` group (``uv sync --group bench``); a missing one is
 skipped with a line saying so. ``--baseline DIR`` adds another checkout's tether (run by that
-checkout's ``.venv`` in a subprocess, only its own loop timed) as one more side, interleaved
-with the rest, so a change is measured against its base in the same run; it is left out of the
-fastest-peer ratio and gets a ratio of its own.
+checkout's ``.venv`` in a subprocess, only its own loop timed) as two more sides, ``baseline``
+and ``baseline-full`` (the two modes), interleaved with the rest, so a change is measured
+against its base in the same run; they are left out of the fastest-peer ratio and get ratios
+of their own.
 
     uv run python benchmarks/peers_sqlite.py [--jobs 600] [--rounds 5] [--lanes 1,16]
         [--baseline ../main]
@@ -169,8 +170,8 @@ def tether_side(folder: Path, lanes: int, jobs: int, mode: Any = "NORMAL") -> fl
     return trio.run(main)
 
 
-def baseline_side(checkout: Path) -> Callable[[Path, int, int], float]:
-    """``tether_side`` run against the tether of ``checkout`` (its own virtualenv)."""
+def baseline_side(checkout: Path, mode: str = "NORMAL") -> Callable[[Path, int, int], float]:
+    """``tether_side`` at ``mode`` run against the tether of ``checkout`` (its own virtualenv)."""
     python = checkout / ".venv" / "bin" / "python"
     if not python.exists():
         raise SystemExit(f"--baseline {checkout}: no {python} (run uv sync there first)")
@@ -178,12 +179,12 @@ def baseline_side(checkout: Path) -> Callable[[Path, int, int], float]:
     code = (
         "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
         "import peers_sqlite as b; "
-        "print(b.tether_side(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))"
+        "print(b.tether_side(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]))"
     )
 
     def side(folder: Path, lanes: int, jobs: int) -> float:
         out = subprocess.run(
-            [str(python), "-c", code, str(here), str(folder), str(lanes), str(jobs)],
+            [str(python), "-c", code, str(here), str(folder), str(lanes), str(jobs), mode],
             cwd=checkout,
             check=True,
             capture_output=True,
@@ -219,6 +220,7 @@ def main() -> None:
     )
     if args.baseline is not None:
         sides["baseline"] = baseline_side(args.baseline.resolve())
+        sides["baseline-full"] = baseline_side(args.baseline.resolve(), "FULL")
     for name, (module, side) in PEERS.items():
         if importlib.util.find_spec(module) is None:
             print(f"skipped {name}: not installed (uv sync --group bench)")
@@ -229,6 +231,7 @@ def main() -> None:
     ratios: dict[int, list[float]] = {n: [] for n in lane_counts}
     full_ratios: dict[int, list[float]] = {n: [] for n in lane_counts}
     vs_base: dict[int, list[float]] = {n: [] for n in lane_counts}
+    full_vs_base: dict[int, list[float]] = {n: [] for n in lane_counts}
     order = list(sides)
     for r in range(args.rounds):
         for lanes in lane_counts:
@@ -238,13 +241,14 @@ def main() -> None:
                     rate = args.jobs / sides[name](Path(tmp), lanes, args.jobs)
                 this_round[name] = rate
                 rates.setdefault((name, lanes), []).append(rate)
-            ours = ("tether", "tether-full", "baseline")
+            ours = ("tether", "tether-full", "baseline", "baseline-full")
             peers = [v for k, v in this_round.items() if k not in ours]
             if peers:
                 ratios[lanes].append(this_round["tether"] / max(peers))
                 full_ratios[lanes].append(this_round["tether-full"] / max(peers))
             if "baseline" in this_round:
                 vs_base[lanes].append(this_round["tether"] / this_round["baseline"])
+                full_vs_base[lanes].append(this_round["tether-full"] / this_round["baseline-full"])
             print(
                 f"round {r + 1}, {lanes:>2} lane(s): "
                 + "  ".join(f"{k} {v:,.0f}/s" for k, v in this_round.items()),
@@ -264,12 +268,15 @@ def main() -> None:
                     f"     {name} / fastest peer: median {statistics.median(rs):.2f}x "
                     f"[{min(rs):.2f}-{max(rs):.2f}]{bar if name == 'tether' else ''}"
                 )
-        if vs_base[lanes]:
-            rs = vs_base[lanes]
-            print(
-                f"     tether / baseline: median {statistics.median(rs):.2f}x "
-                f"[{min(rs):.2f}-{max(rs):.2f}]"
-            )
+        for name, rs in (
+            ("tether / baseline", vs_base[lanes]),
+            ("tether-full / baseline-full", full_vs_base[lanes]),
+        ):
+            if rs:
+                print(
+                    f"     {name}: median {statistics.median(rs):.2f}x "
+                    f"[{min(rs):.2f}-{max(rs):.2f}]"
+                )
 
 
 if __name__ == "__main__":

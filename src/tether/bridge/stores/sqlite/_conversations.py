@@ -84,9 +84,10 @@ ERASE_BODIES: Final = (
     "WHERE room = ? AND state IN ('delivered', 'dead')"
 )
 JOURNAL_FORGOTTEN: Final = (
-    "INSERT INTO journal (id, seq, at, src, dst, worker, attempt, reason, actor) "
-    "VALUES (?, coalesce((SELECT max(seq) FROM journal WHERE id = ?), 0) + 1, ?, ?, ?, NULL, "
-    "?, ?, 'operator')"
+    "INSERT INTO journal (born, id, seq, at, src, dst, worker, attempt, reason, actor) "
+    "SELECT t.created_at, t.id, coalesce((SELECT max(j.seq) FROM journal j "
+    "WHERE j.born = t.created_at AND j.id = t.id), 0) + 1, :now, t.state, t.state, NULL, "
+    "t.attempt, :reason, 'operator' FROM tasks t WHERE t.id = :id"
 )
 OVERFULL: Final = "SELECT room, turns - ? FROM conversations WHERE turns > ? LIMIT ?"
 """Rooms holding more than ``keep`` turns, and how many over: the room's counter (kept by the
@@ -160,10 +161,8 @@ class SqliteConversations(ConversationFrame):
         def op(conn: sqlite3.Connection) -> tuple[int, int]:
             finished: Sequence[Any] = conn.execute(FINISHED, (room,)).fetchall()
             conn.execute(ERASE_BODIES, (room,))
-            for id, state, attempt in finished:
-                conn.execute(
-                    JOURNAL_FORGOTTEN, (id, id, now, state, state, attempt, FORGOTTEN_REASON)
-                )
+            for id, _state, _attempt in finished:
+                conn.execute(JOURNAL_FORGOTTEN, {"id": id, "now": now, "reason": FORGOTTEN_REASON})
             turns = conn.execute("DELETE FROM turns WHERE room = ?", (room,)).rowcount
             conn.execute("DELETE FROM conversations WHERE room = ?", (room,))
             return turns, len(finished)

@@ -539,7 +539,7 @@ class SqliteCustody(CustodyFrame):
 
     async def _journal(self, id: str) -> list[JournalEntry]:
         return await self.db.read(
-            lambda conn: [journal_entry(row) for row in conn.execute(sql.JOURNAL, (id,))]
+            lambda conn: [journal_entry(row) for row in conn.execute(sql.JOURNAL, {"id": id})]
         )
 
     async def _suspects(self, limit: int) -> Suspects:

@@ -588,6 +588,67 @@ MIGRATIONS: Final[tuple[str, ...]] = (
                 AND role = 'assistant' AND outcome = 'shown';
     END
     """,
+    # 22 -> 23 (issue #49, 16 lanes): the journal in the order its tasks were born. Keyed by
+    # (task, seq), each task's entry went to its id's own leaf, so a group commit of 16 tasks'
+    # moves dirtied a journal page per task (26 pages more for 16 new tasks); keyed by
+    # (born, task, seq), where born is the task's created_at (set at ingest, never changed),
+    # the entries of tasks born together share the last leaves. A task's entries stay
+    # together and in order, read and deleted by (born, id). Entries are copied in their order
+    """
+    CREATE TABLE journal_born (
+        born        REAL NOT NULL,
+        id          TEXT NOT NULL,
+        seq         INTEGER NOT NULL CHECK (seq >= 1),
+        at          REAL NOT NULL,
+        src         TEXT,
+        dst         TEXT NOT NULL,
+        worker      TEXT,
+        attempt     INTEGER NOT NULL,
+        reason      TEXT,
+        actor       TEXT NOT NULL,
+        PRIMARY KEY (born, id, seq)
+    ) WITHOUT ROWID;
+    INSERT INTO journal_born (born, id, seq, at, src, dst, worker, attempt, reason, actor)
+        SELECT coalesce(t.created_at, 0), j.id, j.seq, j.at, j.src, j.dst, j.worker,
+            j.attempt, j.reason, j.actor
+        FROM journal j LEFT JOIN tasks t ON t.id = j.id;
+    DROP TRIGGER journal_ingest;
+    DROP TRIGGER journal_move;
+    DROP TRIGGER journal_prune;
+    DROP TABLE journal;
+    ALTER TABLE journal_born RENAME TO journal;
+    CREATE TRIGGER journal_ingest AFTER INSERT ON tasks BEGIN
+        INSERT INTO journal (born, id, seq, at, src, dst, worker, attempt, reason, actor)
+        VALUES (
+            NEW.created_at, NEW.id, coalesce((SELECT max(seq) FROM journal
+                WHERE born = NEW.created_at AND id = NEW.id), 0) + 1,
+            NEW.created_at, NULL, NEW.state, NULL, NEW.attempt, NULL, 'bridge'
+        );
+    END;
+    CREATE TRIGGER journal_move AFTER UPDATE OF state ON tasks
+    WHEN NEW.state IS NOT OLD.state BEGIN
+        INSERT INTO journal (born, id, seq, at, src, dst, worker, attempt, reason, actor)
+        VALUES (
+            NEW.created_at, NEW.id, coalesce((SELECT max(seq) FROM journal
+                WHERE born = NEW.created_at AND id = NEW.id), 0) + 1,
+            NEW.updated_at, OLD.state, NEW.state, coalesce(NEW.owner, OLD.owner),
+            OLD.attempt, CASE WHEN NEW.reason IS NOT OLD.reason THEN NEW.reason END,
+            CASE
+                WHEN NEW.reason IS NOT OLD.reason AND NEW.reason LIKE 'operator:%'
+                    THEN 'operator'
+                WHEN NEW.state = 'assigned' OR OLD.state = 'assigned' AND NEW.state = 'pending'
+                    THEN 'lead'
+                WHEN OLD.state = 'claimed' AND NEW.reason IS NOT OLD.reason
+                    AND NEW.reason LIKE 'lease of worker %' THEN 'reconciler'
+                WHEN NEW.state = 'claimed' OR OLD.state = 'claimed' THEN 'worker'
+                ELSE 'bridge'
+            END
+        );
+    END;
+    CREATE TRIGGER journal_prune AFTER DELETE ON tasks BEGIN
+        DELETE FROM journal WHERE born = OLD.created_at AND id = OLD.id;
+    END
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -379,8 +379,11 @@ RECORDS_NEWEST: Final = (
 )
 WAITING_RETRIES: Final = "SELECT count(*) FROM tasks WHERE state = 'pending' AND not_before > ?"
 JOURNAL: Final = (
-    "SELECT at, src, dst, worker, attempt, reason, actor FROM journal WHERE id = ? ORDER BY seq"
+    "SELECT at, src, dst, worker, attempt, reason, actor FROM journal "
+    "WHERE born = (SELECT created_at FROM tasks WHERE id = :id) AND id = :id ORDER BY seq"
 )
+"""A task's entries, found by (born, id) (the journal's order since migration 23): a task's
+journal lives exactly as long as its row (``journal_prune``)."""
 _SUSPECT_CUSTODY: Final = f"suspect = 1 AND state IN ({IN_CUSTODY_SQL})"
 SUSPECTS_COUNT: Final = f"SELECT count(*) FROM tasks WHERE {_SUSPECT_CUSTODY}"
 SUSPECTS: Final = (
