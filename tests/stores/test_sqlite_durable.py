@@ -115,6 +115,45 @@ async def test_the_writer_commits_on_while_a_barrier_runs(tmp_path: Path) -> Non
         assert len(syncs) == 2
 
 
+async def test_an_ingest_rings_the_pool_at_its_commit_not_after_its_sync(tmp_path: Path) -> None:
+    """Issue 49: the process's pool hears of a new task as its commit is done, so the lead's
+    sweep runs while the ack's sync does (nothing leaves the process on it: every outside
+    effect of the run is a promise, synced after the ingest's frames). A replayed ingest
+    rings nothing."""
+    async with await SqliteStore.open(tmp_path / "c.db") as store:
+        real = store.db.writer.barrier
+        assert real is not None
+        entered, release = threading.Event(), threading.Event()
+
+        def held_barrier() -> None:
+            entered.set()
+            release.wait()
+            real()
+
+        rang: list[bool] = []
+        acked = trio.Event()
+        store.db.writer.barrier = held_barrier
+        with store.work_bell.listening(lambda: rang.append(acked.is_set())):
+            async with trio.open_nursery() as nursery:
+
+                async def ingest() -> None:
+                    await store.ingest(Task("t1", "x"))
+                    acked.set()
+
+                nursery.start_soon(ingest)
+                await trio.to_thread.run_sync(entered.wait)
+                await wait_until(lambda: _rang(rang), within=5)
+                assert rang == [False]  # rung while the ack still waits for its sync
+                release.set()
+            store.db.writer.barrier = real
+            assert await store.ingest(Task("t1", "x")) is False
+            assert rang == [False]
+
+
+async def _rang(rang: list[bool]) -> bool:
+    return bool(rang)
+
+
 async def _state_is(store: SqliteStore, id: str, state: CustodyState) -> bool:
     return await store.state(id) is state
 

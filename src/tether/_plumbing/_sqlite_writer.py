@@ -36,6 +36,9 @@ class _Job(Generic[T]):
     task: trio.lowlevel.Task | None
     value: Any = None
     error: BaseException | None = None
+    committed: Callable[[Any], None] | None = None
+    """Called with the job's value in the caller's Trio thread as its commit is done, before
+    a promise's barrier (``SqliteWriter.run``)."""
 
 
 _in_flight = 0
@@ -103,14 +106,25 @@ class SqliteWriter:
         *,
         readonly: bool = False,
         promise: bool = False,
+        committed: Callable[[T], None] | None = None,
     ) -> T:
         """Run ``fn(conn)`` in the writer's next transaction; return after it is committed, and
-        for a ``promise`` after it (and every commit before it) is durable."""
+        for a ``promise`` after it (and every commit before it) is durable.
+
+        ``committed(value)`` runs in this Trio thread as soon as the commit is done, before the
+        promise's barrier (if ``fn`` raised or the commit failed, never): what may act on the
+        commit inside the process without a promise (the pool's wake-up after an ingest) need
+        not wait for the disk, and the caller, answered after the barrier, sees it done."""
         await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before: nothing is queued
         if self._closed:
             raise trio.ClosedResourceError("the store is closed")
         job: _Job[T] = _Job(
-            fn, readonly, promise, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()
+            fn,
+            readonly,
+            promise,
+            trio.lowlevel.current_trio_token(),
+            trio.lowlevel.current_task(),
+            committed=committed,
         )
         global _in_flight
         _in_flight += 1
@@ -198,6 +212,7 @@ class SqliteWriter:
                             pass
                         for job in work:
                             job.value, job.error = None, exc
+            self._tell_committed(work)
             if self._syncer is not None:
                 promised = [job for job in work if job.promise and job.error is None]
                 if promised:
@@ -290,6 +305,15 @@ class SqliteWriter:
         return True
 
     @staticmethod
+    def _tell_committed(work: list[_Job[Any]]) -> None:
+        for job in work:
+            if job.committed is not None and job.error is None and job.token is not None:
+                try:
+                    job.token.run_sync_soon(_call_committed, job.committed, job.value)
+                except trio.RunFinishedError:
+                    pass
+
+    @staticmethod
     def _wake(batch: list[_Job[Any]]) -> None:
         by_token: dict[trio.lowlevel.TrioToken, list[_Job[Any]]] = {}
         for job in batch:
@@ -314,6 +338,15 @@ def _capture(job: _Job[Any], conn: sqlite3.Connection) -> bool:
 
 def _nothing(_conn: sqlite3.Connection) -> None:
     return None
+
+
+def _call_committed(committed: Callable[[Any], None], value: Any) -> None:
+    """A ``committed`` callback, in the Trio thread: an error is logged, never raised into the
+    run (``run_sync_soon`` would crash it) nor into the job, whose commit stands."""
+    try:
+        committed(value)
+    except Exception:
+        log.exception("a commit's callback failed")
 
 
 def _set_all(jobs: list[_Job[Any]]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -80,6 +80,9 @@ class CustodyFrame(abc.ABC):
 
     host: Host
     """The store's settings, reach and work bell (``_host``)."""
+    rings_at_commit: ClassVar[bool] = False
+    """Does the backend ring the work bell itself as an ingest's commit is done (before the
+    ack's sync)? Otherwise ``ingest_many`` rings it once the ingest returns."""
 
     def _settled(
         self, rows: Iterable[Sequence[Any]], now: float, *, restarted: bool
@@ -120,7 +123,7 @@ class CustodyFrame(abc.ABC):
         _clog.ingested((task.id for task in tasks), new)
         for id, by in superseded:
             _clog.moved(id, None, CustodyState.RESULT, reason=superseded_reason(by))
-        if any(new):
+        if any(new) and not self.rings_at_commit:
             self.host.work_bell.ring()
         return new
 

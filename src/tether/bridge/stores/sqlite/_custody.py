@@ -84,6 +84,8 @@ class _Ingest(NamedTuple):
 class SqliteCustody(CustodyFrame):
     """The custody part on the store's ``SqliteDb``."""
 
+    rings_at_commit = True
+
     db: SqliteDb
     _walks: WalkHint = attrs.field(init=False, factory=WalkHint)
     """How this store's ready reads go while its backlog is deep (``_ready``)."""
@@ -129,7 +131,11 @@ class SqliteCustody(CustodyFrame):
                     superseded.extend(_supersede(conn, row.id, room, row.updated))
             return new
 
-        new = await self.db.write(op, promise=True)  # the ack follows
+        def committed(new: list[bool]) -> None:
+            if any(new):  # the pool may take them while the ack's sync runs
+                self.host.work_bell.ring()
+
+        new = await self.db.write(op, promise=True, committed=committed)  # the ack follows
         log_answers(answered)
         return new, superseded
 

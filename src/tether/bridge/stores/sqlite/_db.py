@@ -34,10 +34,17 @@ class SqliteDb:
         """Run the read-only ``op`` in one read transaction (a consistent snapshot)."""
         return await self.reader.run(op, readonly=True)
 
-    async def write(self, op: Callable[[sqlite3.Connection], T], *, promise: bool = False) -> T:
+    async def write(
+        self,
+        op: Callable[[sqlite3.Connection], T],
+        *,
+        promise: bool = False,
+        committed: Callable[[T], None] | None = None,
+    ) -> T:
         """Run ``op`` as one job of the writer (its own savepoint in a group commit); with
-        ``promise``, return once its commit is durable (a promise is made on it)."""
-        return await self.writer.run(op, promise=promise)
+        ``promise``, return once its commit is durable (a promise is made on it). See
+        ``SqliteWriter.run`` for ``committed``."""
+        return await self.writer.run(op, promise=promise, committed=committed)
 
     async def promised(self, found: list[T]) -> list[T]:
         """``found`` (a read), once what it found is durable: a promise is made on each."""
