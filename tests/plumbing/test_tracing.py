@@ -3,11 +3,15 @@ trio-asyncio; without the API every tracing call is a no-op; a ``traceparent`` i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from support.tracing import recorded_spans as recorded_spans
 from tether._plumbing import _tracing
 from tether._plumbing._tracing import (
     end_span,
@@ -63,3 +67,46 @@ def test_without_the_api_every_call_is_a_no_op(monkeypatch: pytest.MonkeyPatch) 
     end_span(begun, {"a": 1})
     finished_span("z", traceparent=GOOD, start=0.0)
     assert traceparent_of(None) is None
+
+
+class _CountingEnviron(dict[str, str]):
+    """``os.environ`` stand-in that counts the lookups of one name."""
+
+    def __init__(self, watched: str, *args: Any) -> None:
+        super().__init__(*args)
+        self.watched = watched
+        self.looks = 0
+
+    def __contains__(self, key: object) -> bool:
+        self.looks += key == self.watched
+        return super().__contains__(key)
+
+
+def test_with_the_api_and_no_provider_a_check_reads_no_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The API's ``get_tracer_provider`` looks up ``OTEL_PYTHON_TRACER_PROVIDER`` on every
+    call while no provider is set; a bridge asks several times a message (issue #49's
+    profile: ~1% of its CPU), so the answer is read once a process."""
+    from opentelemetry import trace
+
+    assert getattr(trace, "_TRACER_PROVIDER", "absent") is None  # the API as installed
+    _tracing.enabled()  # the once-a-process read happens here (or happened before)
+    environ = _CountingEnviron("OTEL_PYTHON_TRACER_PROVIDER", os.environ)
+    monkeypatch.setattr(os, "environ", environ)
+    for _ in range(5):
+        assert not _tracing.enabled()
+        with span("x") as current:
+            assert current is None
+    assert environ.looks == 0
+
+
+def test_a_provider_set_later_in_the_process_is_seen_at_once(
+    recorded_spans: InMemorySpanExporter,
+) -> None:
+    """Reading the environment once must not cache "disabled": a provider the application sets
+    after tether's first check records the very next span."""
+    assert _tracing.enabled()
+    with span("after") as current:
+        assert current is not None
+    assert [s.name for s in recorded_spans.get_finished_spans()] == ["after"]

@@ -8,6 +8,8 @@ in the task's headers), so one message is one trace across processes and restart
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -23,6 +25,8 @@ Attributes = Mapping[str, str | int | float | bool]
 
 _api: Any = None
 _loaded = False
+_PROVIDER_ENV: Final = "OTEL_PYTHON_TRACER_PROVIDER"
+_ABSENT: Final = object()
 
 
 def is_traceparent(value: object) -> bool:
@@ -57,12 +61,23 @@ def _tracer() -> Any:
     trace = _trace()
     if trace is None:
         return None
+    # with no provider set, the API's get_tracer_provider looks the variable up in os.environ
+    # on every call (~1% of a bridge's CPU, issue #49): read it once a process instead
+    if getattr(trace, "_TRACER_PROVIDER", _ABSENT) is None and not _environment_names_provider():
+        return None
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider):
         return None
     if _tracer_of[0] is not provider:
         _tracer_of = (provider, provider.get_tracer("tether"))
     return _tracer_of[1]
+
+
+@functools.cache
+def _environment_names_provider() -> bool:
+    """Whether the environment names a tracer provider for the API to load (read once a
+    process: it is set when the process starts, as the SDK's own settings are)."""
+    return _PROVIDER_ENV in os.environ
 
 
 def enabled() -> bool:

@@ -26,6 +26,12 @@ async def read_bounded(
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > max_bytes:
             raise over_cap(what, max_bytes, f"declares {int(declared)} bytes")
+        if declared.isdigit() and "Content-Encoding" not in response.headers:
+            # framed by its length, as it comes off the wire (HTTP/1.1 reads no byte past
+            # it): read it whole, and hand back this response rather than a copy
+            if len(await response.aread()) > max_bytes:  # a transport that ignores framing
+                raise over_cap(what, max_bytes, "went on past it")
+            return response
         try:
             body = response.content  # already in memory (an in-process test transport)
         except httpx.ResponseNotRead:

@@ -58,6 +58,10 @@ REFUSED_MEMORY = 10_000
 LEASE_RELEASE_TIMEOUT = 2.0
 """Most seconds :meth:`GatewayClient.release_leases` may take (it runs while stopping)."""
 
+HOT_PATHS = frozenset({"/v1/tasks", "/v1/acks", "/v1/results", "/v1/results/batch"})
+"""Paths asked every round under load: their absolute URLs are built once per client (httpx
+would parse and join a relative one on every request: ~8% of a reply batch's post)."""
+
 
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
@@ -119,6 +123,8 @@ class GatewayConnection:
     """Polled tasks refused, by key (``Refusal.key``), oldest first: True once the gateway
     was told (or cannot be), False while the rejection has yet to get through."""
     _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
+    _urls: dict[str, httpx.URL] = attrs.field(factory=dict, init=False)
+    """The absolute URLs of ``HOT_PATHS``, built on first use."""
     _token: str = attrs.field(default="", init=False)
     shown_url: str = attrs.field(init=False, default="")
     """``base_url`` as logs, errors and the status file show it (``tether._plumbing._redact``)."""
@@ -242,7 +248,7 @@ class GatewayConnection:
                     self._http,
                     self._http.build_request(
                         method,
-                        path,
+                        self._url(path),
                         json=payload,
                         params=params,
                         headers={"Authorization": f"Bearer {self._token}"},
@@ -289,6 +295,16 @@ class GatewayConnection:
             self._unreachable(problem, delay)
             await self._publish(connected=False, error=problem, backoff_s=round(delay, 3))
             await trio.sleep(delay)
+
+    def _url(self, path: str) -> httpx.URL | str:
+        """``path`` as the request's URL: a hot path's absolute URL (built once), else the
+        path itself, joined to ``base_url`` by httpx."""
+        if path not in HOT_PATHS:
+            return path
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = httpx.URL(self.base_url + path)
+        return url
 
     def _unreachable(self, problem: str, delay: float, what: str = "unreachable") -> None:
         """Log an outage once, as it begins, with the next try's time (the requests failing
