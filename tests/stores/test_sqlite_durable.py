@@ -154,6 +154,30 @@ async def _rang(rang: list[bool]) -> bool:
     return bool(rang)
 
 
+async def test_a_lone_promise_is_synced_by_the_writer_and_an_ingest_by_the_syncer(
+    tmp_path: Path,
+) -> None:
+    """The syncer thread is for overlap: an ingest (whose commit the pool acts on at once) is
+    synced there while the writer goes on; a lone step record, with nothing to commit
+    meanwhile, is synced by the writer itself (no thread's wake-up added to its wait)."""
+    async with await SqliteStore.open(tmp_path / "c.db") as store:
+        writer = store.db.writer
+        real = writer.barrier
+        assert real is not None
+        threads: list[str] = []
+
+        def barrier() -> None:
+            threads.append(threading.current_thread().name)
+            real()
+
+        writer.barrier = barrier
+        await store.ingest(Task("t1", "a"))
+        claim = await store.claim("w0", leaderless=True)
+        assert claim is not None
+        await store.record_step(claim, "book", '"ref-1"')
+        assert threads == [f"{writer.name}-sync", writer.name]
+
+
 async def _state_is(store: SqliteStore, id: str, state: CustodyState) -> bool:
     return await store.state(id) is state
 

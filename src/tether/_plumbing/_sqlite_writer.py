@@ -3,11 +3,11 @@
 No caller is answered before its change is committed, and a job that raises is rolled back alone.
 A job may be a *promise* (something outside will learn of it): if the writer has a ``barrier``
 (the connection commits without waiting for the disk), the barrier runs after the batch's commit
-and before any of its promise jobs is answered. The barrier runs in a syncer thread of its own,
-so the writer commits the next batch meanwhile and a batch's other jobs are answered at its
-commit (issue 49): one barrier covers every commit made before it began, so the promises
-queued while it runs wait for the next one. See docs/guide/design.md, "Group commit" and
-"Durable at promises".
+and before any of its promise jobs is answered. When there is work to commit meanwhile, the
+barrier runs in a syncer thread of its own, so the writer commits the next batch while it
+syncs and a batch's other jobs are answered at its commit (issue 49): one barrier covers every
+commit made before it began, so the promises queued while it runs wait for the next one. See
+docs/guide/design.md, "Group commit" and "Durable at promises".
 """
 
 from __future__ import annotations
@@ -213,11 +213,13 @@ class SqliteWriter:
                         for job in work:
                             job.value, job.error = None, exc
             self._tell_committed(work)
-            if self._syncer is not None:
-                promised = [job for job in work if job.promise and job.error is None]
-                if promised:
-                    self._to_sync.put(promised)  # answered once the barrier has run
+            promised = [job for job in work if job.promise and job.error is None]
+            if promised and self.barrier is not None:
+                if self._syncer is not None and self._overlaps(promised):
+                    self._to_sync.put(promised)  # answered once the syncer's barrier has run
                     batch = [job for job in batch if not (job.promise and job.error is None)]
+                else:
+                    self._run_barrier(promised)
             if stop is not None:
                 self._stop_syncer()  # every promise is answered before the writer stops
             self._wake(batch)
@@ -233,6 +235,24 @@ class SqliteWriter:
         if self.after_commit is not None:
             self.after_commit()
 
+    def _overlaps(self, promised: list[_Job[Any]]) -> bool:
+        """Is there work to commit while these promises' barrier runs? Jobs already queued,
+        or a commit the process acts on at once (``committed``: an ingest rings the pool,
+        whose sweep follows). Otherwise the writer runs the barrier itself: handing it to the
+        syncer would only add a thread's wake-up to a lone caller's wait (a run's steps)."""
+        return not self._queue.empty() or any(job.committed is not None for job in promised)
+
+    def _run_barrier(self, jobs: list[_Job[Any]]) -> None:
+        """Make every commit so far durable for ``jobs``; a failed sync fails them."""
+        assert self.barrier is not None
+        try:
+            self.barrier()
+            self.barriers += 1
+        except OSError as exc:  # not durable: no promise may be made on it
+            log.exception("custody writer could not sync the WAL")
+            for job in jobs:
+                job.value, job.error = None, exc
+
     def _sync_loop(self) -> None:
         """The syncer thread: run the barrier for every promise committed before it begins,
         then answer them; promises committed meanwhile wait for the next barrier."""
@@ -246,13 +266,7 @@ class SqliteWriter:
                     break
             jobs = [job for batch in waiting if batch is not None for job in batch]
             if jobs:
-                try:
-                    self.barrier()
-                    self.barriers += 1
-                except OSError as exc:  # not durable: no promise may be made on it
-                    log.exception("custody writer could not sync the WAL")
-                    for job in jobs:
-                        job.value, job.error = None, exc
+                self._run_barrier(jobs)
                 self._wake(jobs)
             if None in waiting:
                 return
