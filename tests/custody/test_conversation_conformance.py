@@ -260,34 +260,6 @@ async def test_forget_room_erases_its_history_state_and_finished_bodies(store: S
     assert said((await store.conversation("c")).history) == []  # b's turns went too
 
 
-async def test_a_claim_asked_for_history_carries_the_conversation_read_in_its_transaction(
-    store: Store,
-) -> None:
-    await store.ingest(Task("m1", "weather in Paris?", room="r"), room_policy="concurrent")
-    await store.complete_with_state(await run(store), "sunny", {"city": "Paris"}, 0)
-    await store.mark_delivered("m1")
-    await store.ingest_many(
-        [Task("m2", "and in Rome?", room="r"), Task("m3", "and in Oslo?", room="r")],
-        room_policy="concurrent",
-    )
-    await store.ingest(Task("free", "no room"), room_policy="concurrent")
-    claims = await store.claim_many("w1", 3, leaderless=True, history=1)
-    by_id = {c.task.id: c for c in claims}
-    assert set(by_id) == {"m2", "m3", "free"}
-    assert by_id["free"].conversation is None
-    for id in ("m2", "m3"):
-        assert by_id[id].conversation == await store.conversation(id, limit=1)
-    m2 = by_id["m2"].conversation
-    assert m2 is not None
-    assert said(m2.history) == [("assistant", "sunny", "delivered")]
-    assert (m2.state, m2.version) == ({"city": "Paris"}, 1)
-    await store.ingest(Task("m4", "and in Lima?", room="r"), room_policy="concurrent")
-    plain = await run(store)
-    assert plain.conversation is None  # not asked for: nothing read
-    with pytest.raises(ValueError, match="history"):
-        await store.claim_many("w1", 1, history=-1)
-
-
 async def test_retention_removes_a_bounded_slice_per_call_the_oldest_first(store: Store) -> None:
     # issue #56: one call is one writer job; it removes at most ``limit`` turns, and calls
     # until one removes fewer leave each room its ``keep`` newest

@@ -186,11 +186,10 @@ class CountingStore:
         *,
         leaderless: bool = False,
         quarantine: int | None = None,
-        history: int | None = None,
     ) -> Sequence[Claim]:
         self.batches.append(limit)
         return await self.inner.claim_many(
-            worker, limit, leaderless=leaderless, quarantine=quarantine, history=history
+            worker, limit, leaderless=leaderless, quarantine=quarantine
         )
 
     def __getattr__(self, name: str) -> Any:

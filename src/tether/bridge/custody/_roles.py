@@ -385,7 +385,6 @@ class WorkerStore(PoolMemberStore, StallStore, RunStore, Protocol):
         *,
         leaderless: bool = False,
         quarantine: int | None = None,
-        history: int | None = None,
     ) -> Sequence[Claim]:
         """Up to ``limit`` leases in ONE transaction, in the order ``limit`` calls of ``claim``
         would hand them out (own assignments by priority then age, then pending tasks only when
@@ -395,12 +394,8 @@ class WorkerStore(PoolMemberStore, StallStore, RunStore, Protocol):
         ``quarantine``: how many suspects (most crashed first) the caller may run now in
         quarantine processes (0: none now); they come first, marked ``Claim.suspect``, beside
         ordinary work. ``None``: the caller cannot quarantine, and a suspect runs alone in its
-        process (see ``custody._crashes``).
-
-        ``history``: each claimed task in a room also carries its conversation as
-        ``conversation(task_id, limit=history)`` would read it (``Claim.conversation``), read
-        in the claim's own transaction. ``None`` (the default): no conversation is read; the
-        pool's workers pass None (a run reads its conversation on demand: ``conversation_of``)."""
+        process (see ``custody._crashes``). A claim reads no conversation: a run reads its
+        own on demand (``conversation_of``, issue 49)."""
         ...
 
     async def renew(self, claim: Claim) -> Claim:

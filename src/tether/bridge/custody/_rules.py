@@ -28,7 +28,6 @@ from ..._protocol._bounds import check_task_id as check_task_id
 from ..._protocol._bounds import check_text as check_text
 from ..._protocol._bounds import check_worker as check_worker
 from ._tenants import TENANT_HEADER, check_tenant
-from ._turns import Conversation
 
 
 class CustodyState(enum.StrEnum):
@@ -251,10 +250,6 @@ class Claim:
     suspect: bool = False
     """A suspect's claim taken to run in quarantine (``claim_many(quarantine=n)``): the worker
     runs it in a quarantine child and reports the child's death with ``quarantine_death``."""
-    conversation: Conversation | None = attrs.field(default=None, eq=False, repr=False)
-    """The task's conversation, read in the claim's own transaction when the claim asked for
-    it (``claim_many(history=n)``) and the task is in a room; else None. A run does not use
-    it: it reads its conversation on demand (``conversation_of``)."""
 
 
 @attrs.frozen

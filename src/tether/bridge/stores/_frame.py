@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 import attrs
 
 from ..custody import _log as _clog
-from ..custody._conversation import check_window
 from ..custody._crashes import (
     DEFAULT_MAX_QUARANTINE_DEATHS,
     Expired,
@@ -249,7 +248,6 @@ class CustodyFrame(abc.ABC):
         *,
         leaderless: bool = False,
         quarantine: int | None = None,
-        history: int | None = None,
     ) -> Sequence[Claim]:
         check_worker(worker)
         check_claim_limit(limit)
@@ -257,13 +255,9 @@ class CustodyFrame(abc.ABC):
             isinstance(quarantine, bool) or not isinstance(quarantine, int) or quarantine < 0
         ):
             raise ValueError(f"quarantine must be None or an int >= 0, got {quarantine!r}")
-        if history is not None:
-            check_window(history, "history")
         now = self.host.clock()
         until = now + self.host.lease_s
-        claims = await self._claim_many(
-            worker, limit, leaderless, now, until, quarantine, history=history
-        )
+        claims = await self._claim_many(worker, limit, leaderless, now, until, quarantine)
         _clog.claimed(claims, worker)
         return claims
 
@@ -276,14 +270,10 @@ class CustodyFrame(abc.ABC):
         now: float,
         until: float,
         quarantine: int | None,
-        *,
-        history: int | None = None,
     ) -> list[Claim]:
         """With ``quarantine`` a number: up to that many suspects first (``Claim.suspect``,
         marked quarantined in the store), then ordinary work for the rest of ``limit``;
-        ``None``: the rule of suspects running alone in their process. With ``history`` a
-        number, each claimed task in a room carries its conversation (``Claim.conversation``,
-        at most ``history`` turns) read in the claim's own transaction."""
+        ``None``: the rule of suspects running alone in their process."""
 
     async def renew(self, claim: Claim) -> Claim:
         fence_args(claim)

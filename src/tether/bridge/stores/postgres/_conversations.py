@@ -260,14 +260,3 @@ def read_conversation(conn: Conn, s: str, task_id: str, limit: int) -> Conversat
     if state is None:
         return Conversation(history)
     return Conversation(history, decode_state(state[0]), int(state[1]))
-
-
-def with_conversations(conn: Conn, s: str, claims: list[Claim], limit: int) -> list[Claim]:
-    """``claims``, each of a task in a room carrying its conversation, read on the claim's
-    connection right after it (``claim_many(history=limit)``): no second pool checkout."""
-    return [
-        claim
-        if claim.task.room is None
-        else attrs.evolve(claim, conversation=read_conversation(conn, s, claim.task.id, limit))
-        for claim in claims
-    ]

@@ -51,7 +51,7 @@ from .._frame import CustodyFrame, lease_expiry
 from .._rooms_sql import SUPERSEDED_OWNER
 from ._asks import answers
 from ._connection import Conn
-from ._conversations import lock_rooms_sql, with_conversations
+from ._conversations import lock_rooms_sql
 from ._db import PostgresDb
 from ._listen import PENDING, RESULT, assigned_payload
 from ._rows import (
@@ -238,8 +238,6 @@ class PostgresCustody(CustodyFrame):
         now: float,
         until: float,
         quarantine: int | None,
-        *,
-        history: int | None = None,
     ) -> list[Claim]:
         prefix = process_prefix(worker)
         params = {"worker": worker, "leaderless": leaderless, "limit": limit, "prefix": prefix}
@@ -262,14 +260,7 @@ class PostgresCustody(CustodyFrame):
                 return [claim_of(row, worker, until) for row in rows]
             return _claim_beside_suspects(conn, sql, params, process_key, pool_key)
 
-        def conversing(conn: Conn) -> list[Claim]:
-            # the conversations are read on the claim's connection (issue #34 perf)
-            claims = op(conn)
-            return (
-                claims if history is None else with_conversations(conn, self.db.s, claims, history)
-            )
-
-        return await self.db.run(conversing)
+        return await self.db.run(op)
 
     async def _renew(self, claim: Claim, now: float, until: float) -> float:
         params = fence(claim, now)

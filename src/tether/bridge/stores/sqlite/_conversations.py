@@ -221,14 +221,3 @@ def window(conn: sqlite3.Connection, room: str, seq: int, limit: int) -> tuple[T
 
 def _newest_first(row: tuple[Any, ...]) -> tuple[int, str]:
     return -row[5], row[0]  # 'assistant' < 'user': the reply is the newer of a seq
-
-
-def with_conversations(conn: sqlite3.Connection, claims: list[Claim], limit: int) -> list[Claim]:
-    """``claims``, each of a task in a room carrying its conversation, read in the claim's
-    own transaction (``claim_many(history=limit)``): its run needs no read of its own."""
-    return [
-        claim
-        if claim.task.room is None
-        else attrs.evolve(claim, conversation=read_conversation(conn, claim.task.id, limit))
-        for claim in claims
-    ]

@@ -62,7 +62,6 @@ from . import _rows
 from . import _sql as sql
 from ._asks import answer
 from ._claims import claim_for, claim_rows
-from ._conversations import with_conversations
 from ._db import SqliteDb
 from ._ready import WalkHint, ready_pending
 from ._tenants import next_turn
@@ -258,18 +257,11 @@ class SqliteCustody(CustodyFrame):
         now: float,
         until: float,
         quarantine: int | None,
-        *,
-        history: int | None = None,
     ) -> list[Claim]:
         def op(conn: sqlite3.Connection) -> list[Claim]:
             return claim_rows(conn, self._walks, worker, limit, leaderless, now, until, quarantine)
 
-        def conversing(conn: sqlite3.Connection) -> list[Claim]:
-            # the conversations are read in the claim's transaction (issue #34 perf)
-            claims = op(conn)
-            return claims if history is None else with_conversations(conn, claims, history)
-
-        return await self.db.write(conversing)
+        return await self.db.write(op)
 
     async def _renew(self, claim: Claim, now: float, until: float) -> float:
         fence = (claim.task.id, claim.worker, claim.run)
