@@ -47,6 +47,21 @@ def test_timings_pair_each_tasks_two_moments_and_forget_beyond_the_bound() -> No
     assert t.queue_wait.total == 2
 
 
+def test_an_intake_noted_before_its_commit_times_a_claim_made_before_the_ingest_returned() -> None:
+    """Issue 49: the pool hears of a task at its commit, so its claim may come before the
+    ingest returns. Intake is noted before the commit; replays are forgotten after it, and a
+    task noted earlier keeps its first intake."""
+    t = Timings()
+    assert t.taking_in(["old"], at=1.0) == ["old"]  # a first ingest, not claimed yet
+    noted = t.taking_in(["new", "old", "replay"], at=5.0)
+    assert noted == ["new", "replay"]
+    t.claimed("new", at=5.5)  # claimed while the ingest's sync ran
+    t.not_taken({"replay"})  # the commit said: already in the store
+    t.claimed("replay", at=9.0)
+    t.claimed("old", at=6.0)
+    assert (t.queue_wait.total, t.queue_wait.sum) == (2, 5.5)  # 0.5 + 5.0
+
+
 async def test_metrics_and_status_show_timings_and_the_oldest_task_per_state(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

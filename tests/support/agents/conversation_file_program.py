@@ -25,7 +25,10 @@ def main(root: Path) -> None:
             result = root / "results" / task.name
             if result.exists():
                 continue
-            talk = json.loads((root / "outbox" / f"{id}.conversation.json").read_text("utf-8"))
+            try:
+                talk = json.loads((root / "outbox" / f"{id}.conversation.json").read_text("utf-8"))
+            except FileNotFoundError:
+                continue  # answered and archived since the listing (the result moved with it)
             users = sum(1 for turn in talk["history"] if turn["role"] == "user")
             count = talk["state"].get("count", 0) + 1
             write(root / "results" / f"{id}.state.json", json.dumps({"count": count}))

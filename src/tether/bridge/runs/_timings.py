@@ -124,6 +124,19 @@ class Timings:
         for id in ids:
             _remember(self._taken, id, at)
 
+    def taking_in(self, ids: Iterable[str], at: float) -> list[str]:
+        """Ingest is about to commit these tasks at ``at``: note those not noted yet (a run
+        may be claimed before the ingest returns); the ids it noted. The caller forgets the
+        ones that were not new (``not_taken``)."""
+        noted = [id for id in ids if id not in self._taken]
+        self.taken_in(noted, at)
+        return noted
+
+    def not_taken(self, ids: Iterable[str]) -> None:
+        """Forget the intake noted for ``ids`` (a replay, or an ingest that failed)."""
+        for id in ids:
+            self._taken.pop(id, None)
+
     def claimed(self, id: str, at: float) -> None:
         taken = self._taken.pop(id, None)
         if taken is not None:

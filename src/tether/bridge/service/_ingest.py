@@ -103,6 +103,9 @@ class Ingest:
     ack_concurrency: int = 16
     retry: Backoff = attrs.field(factory=lambda: Backoff(0.5, 30.0))
     wakeups: PoolWakeups | None = None
+    """Rung once new tasks are committed: for a store whose work bell does not ring this pool
+    already (``open_pool_store`` wires a service's store to its pool, which then hears of an
+    ingest at its commit)."""
     release_on_exit: bool = True
     """Give this client's unacked leases back to the gateway when ``run`` ends."""
     timings: Timings | None = None
@@ -147,15 +150,24 @@ class Ingest:
         rejected: list[tuple[str, str]],
     ) -> IngestRound:
         """Commit the good tasks, then ack them and reject the others."""
-        landed, more_rejected = await self._commit(good)
+        # intake noted before the commit: the pool may claim a task while the ack's sync runs
+        noted: list[str] = []
+        if self.timings is not None:
+            noted = self.timings.taking_in([task.id for task in good], self.store.clock())
+        try:
+            landed, more_rejected = await self._commit(good)
+        except BaseException:
+            if self.timings is not None:
+                self.timings.not_taken(noted)
+            raise
         rejected.extend(more_rejected)
         conflicts = await self._conflicts([task for task, fresh in landed if not fresh])
         if conflicts:
             landed = [(task, fresh) for task, fresh in landed if task not in conflicts]
             rejected.extend((task.id, CONFLICT_REASON) for task in conflicts)
         new = tuple(task.id for task, fresh in landed if fresh)
-        if new and self.timings is not None:
-            self.timings.taken_in(new, self.store.clock())
+        if self.timings is not None:  # a replay's intake was long ago, or not by us
+            self.timings.not_taken(set(noted).difference(new))
         if new and self.wakeups is not None:
             self.wakeups.tasks_pending()
         replays = tuple(task.id for task, fresh in landed if not fresh)

@@ -235,8 +235,7 @@ class BridgeService:
                     store,
                     gateway,
                     poll_wait=config.poll_wait,
-                    wakeups=self.wakeups,
-                    timings=self.timings,
+                    timings=self.timings,  # the store's work bell rings the pool at commit
                     room_policy=self.room_policy,
                 )
                 self.delivery = Delivery(
