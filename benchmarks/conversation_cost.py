@@ -148,8 +148,11 @@ async def store_path(
 
 
 def _drop_triggers(conn: sqlite3.Connection) -> None:
+    """The path as it was before issue #34: no turn counted, numbered, indexed or written
+    (schema 24 and later keep a live task's turns on its row; earlier ones wrote rows)."""
     for name in ("turns_message", "turns_reply", "turns_delivered"):
-        conn.execute(f"DROP TRIGGER {name}")
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    conn.execute("DROP INDEX IF EXISTS tasks_room_turns")
 
 
 def _nothing(_conn: sqlite3.Connection) -> None:

@@ -34,7 +34,7 @@ THIRD_WAVE = (
     "TRIGGER task_counts_out",
     "TRIGGER turns_message",
     "TRIGGER turns_reply",
-    "TRIGGER turns_delivered",
+    "INDEX tasks_room_turns",
     "TRIGGER permits_free",
     "INDEX tasks_tenant_queued",
     "INDEX tasks_queued_turns",

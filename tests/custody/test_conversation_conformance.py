@@ -292,3 +292,76 @@ async def test_retention_with_keep_0_empties_rooms_a_slice_at_a_time(store: Stor
     view = await store.room("r")
     assert view is not None
     assert view.turns == ()
+
+
+# Issue #49 (decision 2): a live task's turns are read from its own row; they are copied into
+# the turns only when retention deletes the task. What a run reads must not change with it.
+
+
+async def test_a_deleted_task_leaves_its_turns_to_its_room(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await store.ingest(Task("m0", "q0", room="r"), room_policy="concurrent")
+    await store.complete(await run(store), "a0")
+    await store.mark_delivered_many(["m0"])
+    fake_clock.advance(10)
+    assert await store.prune_delivered(fake_clock.now) == 1
+    assert await store.get("m0") is None
+    await store.ingest(Task("m1", "q1", room="r"), room_policy="concurrent")
+    assert said((await store.conversation("m1")).history) == [
+        ("user", "q0", "received"),
+        ("assistant", "a0", "delivered"),
+    ]
+    view = await store.room("r")
+    assert view is not None
+    assert (said(view.turns), view.turn_count) == (
+        [("user", "q0", "received"), ("assistant", "a0", "delivered"), ("user", "q1", "received")],
+        3,
+    )
+    assert (await store.conversation_counts()).turns == 3
+
+
+async def test_an_undeliverable_reply_stays_a_turn_until_a_redrive_takes_it_back(
+    store: Store,
+) -> None:
+    await store.ingest(Task("m0", "q0", room="r"), room_policy="concurrent")
+    await store.complete(await run(store), "a0")
+    await store.dead_letter("m0", "the gateway refused it")
+    await store.ingest(Task("m1", "q1", room="r"), room_policy="concurrent")
+    assert said((await store.conversation("m1")).history) == [
+        ("user", "q0", "received"),
+        ("assistant", "a0", "result"),
+    ]
+    await store.redrive(["m0"])  # it runs again: the reply it gave was never said
+    view = await store.room("r")
+    assert view is not None
+    assert (said(view.turns), view.turn_count) == (
+        [("user", "q0", "received"), ("user", "q1", "received")],
+        2,
+    )
+
+
+async def test_retention_of_a_message_keeps_its_reply_and_a_pruned_message_gets_none(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await store.ingest_many(
+        [Task(f"m{i}", f"q{i}", room="r") for i in range(2)], room_policy="concurrent"
+    )
+    first = await run(store)
+    assert first.task.id == "m0"
+    await store.complete(first, "a0")
+    assert await store.prune_turns(keep=2) == 1  # q0 goes; a0 and q1 stay
+    view = await store.room("r")
+    assert view is not None
+    assert said(view.turns) == [("assistant", "a0", "result"), ("user", "q1", "received")]
+    assert await store.prune_turns(keep=0, limit=2) == 2
+    second = await run(store)
+    await store.complete(second, "a1")  # its message went: the old trigger found none either
+    await store.mark_delivered_many(["m0", "m1"])
+    fake_clock.advance(10)
+    assert await store.prune_delivered(fake_clock.now) == 2
+    view = await store.room("r")
+    assert view is not None
+    assert (view.turns, view.turn_count) == ((), 0)
+    await store.ingest(Task("m2", "q2", room="r"), room_policy="concurrent")
+    assert said((await store.conversation("m2")).history) == []

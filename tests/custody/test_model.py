@@ -96,7 +96,8 @@ class Model:
     suspect: bool = False
     reply_turn: tuple[str, str] | None = None
     """The conversation's reply turn of this task (text, outcome): written when a result is
-    stored, ``delivered`` with its delivery; a later dead letter leaves it (issue #34)."""
+    stored, ``delivered`` with its delivery; a later dead letter leaves it (issue #34), a
+    re-drive takes it back: the reply was never said, the run answers again (issue #49)."""
     steps: dict[str, tuple[str, int]] = attrs.field(factory=dict)
     """Recorded steps: name -> (value, the attempt that recorded it)."""
     run: int | None = None
@@ -451,7 +452,7 @@ class CustodyMachine(RuleBasedStateMachine):
             if expected:
                 assert m is not None
                 m.state, m.owner, m.attempt, m.lease_until = S.PENDING, None, 1, None
-                m.not_before, m.result = None, None
+                m.not_before, m.result, m.reply_turn = None, None, None
                 # the operator vouches for it: its crash record and suspect mark are cleared
                 m.crash_count, m.crashes_alone, m.suspect = 0, 0, False
                 # it queues behind fresh work (issue 33), at its age among low tasks

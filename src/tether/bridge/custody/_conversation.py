@@ -1,11 +1,12 @@
 """Conversations (issue #34): each room's turns and the state its agent keeps, as the store
 hands them out and takes them back.
 
-A turn is written by the store in the transaction that makes its custody move (ingest writes
-the person's message; storing a result writes the reply; delivery marks it delivered; a
-``replace`` that supersedes a run marks the text it had shown as interrupted), so the
-conversation can never disagree with custody. The state is one JSON object per room, written
-with a result under the lease's fence and a version (``StateConflict`` when stale).
+A turn is made by the custody move itself, in its transaction (ingest takes the person's
+message; storing a result makes the reply; delivery makes it delivered; a ``replace`` that
+supersedes a run marks the text it had shown as interrupted): while a task is kept its turns
+are read from its own row (issue #49), so the conversation can never disagree with custody.
+The state is one JSON object per room, written with a result under the lease's fence and a
+version (``StateConflict`` when stale).
 """
 
 from __future__ import annotations

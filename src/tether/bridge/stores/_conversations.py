@@ -2,9 +2,10 @@
 the arguments, run the backend part's ``_name`` operation, log what an operator changed.
 
 Each backend's rooms part (``sqlite._conversations``, ``postgres._conversations``) implements
-the operations. The turns themselves are written by the schema's triggers in the custody
-moves' own transactions; only the state, the text a streaming run has shown, an operator's
-erasure and retention are written by the part.
+the operations. A live task's turns are its own row (its message's number in the room, its
+stored result: issue #49); the schema's triggers count them in the custody moves' own
+transactions and copy them into ``turns`` when the task is deleted. Only the state, the text
+a streaming run has shown, an operator's erasure and retention are written by the part.
 """
 
 from __future__ import annotations

@@ -57,9 +57,11 @@ ANSWER: Final = (
     "WHERE task_id = :asker AND name = :name AND status = 'open'"
 )
 WAKE_ASKER: Final = (
-    "UPDATE tasks SET state = 'pending', not_before = NULL, updated_at = :now "
+    "UPDATE tasks SET state = 'pending', not_before = NULL, updated_at = :now, "
+    "reply_seq = coalesce((SELECT turn_seq FROM tasks WHERE id = :answer), reply_seq) "
     "WHERE id = :id AND state = 'waiting'"
 )
+"""The asker pending again, its reply to sit under the answer (the answer's own turn)."""
 CLOSE_ANSWER: Final = (
     "UPDATE tasks SET state = 'result', result = '', no_send = 1, owner = :owner, "
     "lease_until = NULL, reason = :why, updated_at = :now WHERE id = :answer AND state = 'pending'"
@@ -92,7 +94,7 @@ def answer(conn: sqlite3.Connection, id: str, room: str, body: str, now: float) 
         return None
     asker, name = row
     conn.execute(ANSWER, {"body": body, "answer": id, "asker": asker, "name": name})
-    conn.execute(WAKE_ASKER, {"id": asker, "now": now})
+    conn.execute(WAKE_ASKER, {"id": asker, "now": now, "answer": id})
     why = answers_reason(asker)
     conn.execute(CLOSE_ANSWER, {"owner": ANSWER_OWNER, "why": why, "now": now, "answer": id})
     return str(asker)
@@ -147,6 +149,6 @@ class SqliteAsks(AsksFrame):
         def op(conn: sqlite3.Connection) -> bool:
             if conn.execute(UNSUPPORTED, (id, name)).rowcount != 1:
                 return False
-            return conn.execute(WAKE_ASKER, {"id": id, "now": now}).rowcount == 1
+            return conn.execute(WAKE_ASKER, {"id": id, "now": now, "answer": None}).rowcount == 1
 
         return await self.db.write(op)

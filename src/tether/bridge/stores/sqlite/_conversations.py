@@ -1,8 +1,8 @@
 """SqliteStore's conversations (issue #34): the history window, the state written with a
 result, the text a streaming run has shown, an operator's look and erasure, retention.
 
-The turns of custody moves are written by the schema's triggers (``_schema``, 10 -> 11); this
-module writes only what no custody move carries.
+A live task's turns are its own row, merged with the ``turns`` rows by ``_live_turns``
+(schema 24, issue #49); this module writes only what no custody move carries.
 """
 
 from __future__ import annotations
@@ -19,40 +19,26 @@ from ...custody._conversation import (
     ConversationCounts,
     RoomView,
     StateConflict,
-    Turn,
     decode_state,
-    turn_from_row,
 )
 from ...custody._rules import Claim, InvalidTask
 from .._conversations import FORGOTTEN_REASON, ConversationFrame
+from . import _live_turns as live_turns
 from . import _sql as sql
 from ._db import SqliteDb
 from ._rows import stale
 
 T = TypeVar("T")
 
-_SHOWN: Final = ", ".join(f"'{o}'" for o in sorted(HISTORY_OUTCOMES))
-TASK_TURN: Final = (
+TASK_TURN: Final = "SELECT room, turn_seq FROM tasks WHERE id = ?"
+"""A live task's room and its message's number there (NULL: none kept)."""
+DELETED_TASK_TURN: Final = (
     "SELECT room, max(seq) FROM turns WHERE task_id = ? AND role = 'user' HAVING count(*) > 0"
 )
-"""The room and number of a task's message (the newest, should a forgotten room have seen
-its id before); no row if it has none. An aggregate: no sorter for the one row."""
-WINDOW: Final = (
-    "SELECT role, text, task_id, at, outcome, seq FROM turns "
-    f"WHERE room = ? AND seq < ? AND outcome IN ({_SHOWN}) "
-    "ORDER BY seq DESC, role DESC LIMIT ?"
-)
-"""The turns before a message, newest first in the index's own order (walked backwards on
-``turns_key``: bounded, no sorter). In time a reply comes after its message of the same
-``seq``, which this order reverses; read with ``limit + 1`` (``window``), those rows hold the
-newest ``limit`` turns in time order whatever the cut."""
-TASK_ROOM: Final = "SELECT room FROM tasks WHERE id = ?"
+"""A deleted task's room and message number, from the copy its deletion left (the newest,
+should a forgotten room have seen its id before); no row if none. An aggregate: no sorter."""
 STATE: Final = "SELECT state, version FROM conversations WHERE room = ?"
 ROOM: Final = "SELECT turns, state, version, state_bytes FROM conversations WHERE room = ?"
-ROOM_TURNS: Final = (
-    "SELECT role, text, task_id, at, outcome FROM turns WHERE room = ? "
-    "ORDER BY seq DESC, role ASC LIMIT ?"
-)
 SAVE_STATE: Final = (
     "INSERT INTO conversations (room, state, version, state_bytes) "
     "VALUES (:room, :state, 1, :size) ON CONFLICT (room) DO UPDATE SET "
@@ -68,14 +54,14 @@ SAVE_STATE_ON: Final = (
 """``SAVE_STATE`` for a base above 0 (a room without a row is at 0: no insert can match)."""
 SHOWN: Final = (
     "INSERT INTO turns (room, seq, role, task_id, text, at, outcome) "
-    "SELECT u.room, u.seq, 'assistant', u.task_id, :text, :now, 'shown' FROM turns u "
-    "JOIN tasks t ON t.id = u.task_id AND t.room = u.room "
-    "WHERE u.task_id = :id AND u.role = 'user' AND t.state = 'claimed' "
-    "AND t.owner = :worker AND t.run_no = :run "
-    "ORDER BY u.seq DESC LIMIT 1 "
+    "SELECT room, turn_seq, 'assistant', id, :text, :now, 'shown' FROM tasks "
+    "WHERE id = :id AND state = 'claimed' AND owner = :worker AND run_no = :run "
+    "AND turn_seq IS NOT NULL "
     "ON CONFLICT (room, seq, role) DO UPDATE SET text = excluded.text, at = excluded.at "
     "WHERE outcome = 'shown'"
 )
+"""The text a streaming run has shown, under its message, while its lease holds (a row of
+its own until the result replaces it: ``turns_reply``)."""
 FINISHED: Final = (
     "SELECT id, state, attempt FROM tasks WHERE room = ? AND state IN ('delivered', 'dead')"
 )
@@ -91,15 +77,13 @@ JOURNAL_FORGOTTEN: Final = (
 )
 OVERFULL: Final = "SELECT room, turns - ? FROM conversations WHERE turns > ? LIMIT ?"
 """Rooms holding more than ``keep`` turns, and how many over: the room's counter (kept by the
-turn triggers in the moves' own transactions) says it without reading a turn."""
-PRUNE_OLDEST: Final = (
-    "DELETE FROM turns WHERE (room, seq, role) IN (SELECT room, seq, role FROM turns "
-    "WHERE room = ? ORDER BY seq ASC, role DESC LIMIT ?)"
+triggers in the moves' own transactions) says it without reading a turn."""
+UNHEARD: Final = (
+    "UPDATE tasks SET turn_seq = NULL, reply_seq = NULL "
+    "WHERE room = :room AND (turn_seq IS NOT NULL OR reply_seq IS NOT NULL)"
 )
-"""The room's ``n`` oldest turns: a walk of ``n`` rows from the start of its key, each deleted
-by key; linear in the rows removed, whatever ``keep`` is (issue #56: the statement before
-re-walked the ``keep`` newest turns for every row). In time a message ('user') comes before
-its reply ('assistant') of the same ``seq``: oldest first is ``seq ASC, role DESC``."""
+"""A forgotten room's live tasks keep no turn (their rows stay in custody)."""
+ROOM_COUNT: Final = "SELECT turns FROM conversations WHERE room = ?"
 PRUNE_ROOMS: Final = "DELETE FROM rooms WHERE room IN (SELECT room FROM rooms WHERE at < ? LIMIT ?)"
 """Stale affinities: a walk of the rooms' rows (one per room ever run), a slice at a time."""
 COUNTS: Final = "SELECT rooms, turns, state_bytes FROM conversation_totals"
@@ -150,22 +134,23 @@ class SqliteConversations(ConversationFrame):
             row = conn.execute(ROOM, (room,)).fetchone()
             if row is None:
                 return None
-            rows = conn.execute(ROOM_TURNS, (room, limit)).fetchall() if limit else []
-            turns = tuple(turn_from_row(r) for r in reversed(rows))
             count, state, version, size = row
+            turns = live_turns.newest(conn, room, limit)
             return RoomView(room, turns, int(count), decode_state(state), int(version), size)
 
         return await self.db.read(op)
 
     async def _forget_room(self, room: str, now: float) -> tuple[int, int]:
         def op(conn: sqlite3.Connection) -> tuple[int, int]:
+            counted = conn.execute(ROOM_COUNT, (room,)).fetchone()
             finished: Sequence[Any] = conn.execute(FINISHED, (room,)).fetchall()
             conn.execute(ERASE_BODIES, (room,))
             for id, _state, _attempt in finished:
                 conn.execute(JOURNAL_FORGOTTEN, {"id": id, "now": now, "reason": FORGOTTEN_REASON})
-            turns = conn.execute("DELETE FROM turns WHERE room = ?", (room,)).rowcount
+            conn.execute(UNHEARD, {"room": room})
+            conn.execute("DELETE FROM turns WHERE room = ?", (room,))
             conn.execute("DELETE FROM conversations WHERE room = ?", (room,))
-            return turns, len(finished)
+            return (0 if counted is None else int(counted[0])), len(finished)
 
         return await self.db.write(op)
 
@@ -173,7 +158,7 @@ class SqliteConversations(ConversationFrame):
         def op(conn: sqlite3.Connection) -> int:
             deleted = 0
             for room, over in conn.execute(OVERFULL, (keep, keep, limit)).fetchall():
-                deleted += conn.execute(PRUNE_OLDEST, (room, min(over, limit - deleted))).rowcount
+                deleted += live_turns.prune_oldest(conn, room, min(over, limit - deleted))
                 if deleted >= limit:
                     break
             return deleted
@@ -195,29 +180,17 @@ def read_conversation(conn: sqlite3.Connection, task_id: str, limit: int) -> Con
     """The conversation of ``task_id``'s run: the turns before its message (at most
     ``limit``), its room's state and version; empty for a task in no room (or unknown)."""
     at = conn.execute(TASK_TURN, (task_id,)).fetchone()
-    history: tuple[Turn, ...] = ()
-    if at is None:
-        row = conn.execute(TASK_ROOM, (task_id,)).fetchone()
-        if row is None or row[0] is None:
-            return Conversation()
-        room = row[0]
-    else:
-        room = at[0]
-        history = window(conn, room, at[1], limit)
+    if at is None:  # deleted by retention: its copy says where it was
+        at = conn.execute(DELETED_TASK_TURN, (task_id,)).fetchone()
+    if at is None or at[0] is None:
+        return Conversation()
+    room, seq = at
+    history = (
+        ()
+        if seq is None
+        else live_turns.newest(conn, room, limit, before=seq, outcomes=HISTORY_OUTCOMES)
+    )
     state = conn.execute(STATE, (room,)).fetchone()
     if state is None:
         return Conversation(history)
     return Conversation(history, decode_state(state[0]), int(state[1]))
-
-
-def window(conn: sqlite3.Connection, room: str, seq: int, limit: int) -> tuple[Turn, ...]:
-    """The newest ``limit`` turns of ``room`` before its message ``seq``, oldest first."""
-    if not limit:
-        return ()
-    rows = conn.execute(WINDOW, (room, seq, limit + 1)).fetchall()
-    rows.sort(key=_newest_first)  # a reply before its message, as in time
-    return tuple(turn_from_row(r[:5]) for r in reversed(rows[:limit]))
-
-
-def _newest_first(row: tuple[Any, ...]) -> tuple[int, str]:
-    return -row[5], row[0]  # 'assistant' < 'user': the reply is the newer of a seq

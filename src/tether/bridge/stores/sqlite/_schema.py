@@ -649,6 +649,86 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         DELETE FROM journal WHERE born = OLD.created_at AND id = OLD.id;
     END
     """,
+    # 23 -> 24 (issue #49, decision 2: live turns from the task rows). A message's turn was a
+    # copy of its body in ``turns`` (with an index entry and a count update) written at
+    # ingest, its reply another at the result, updated at delivery: three writes per message
+    # for the conversation alone, paid by agents that never read it. A live task's turns are
+    # now read from its own row: ``turn_seq`` (its message's number in the room; NULL: no
+    # room, or its message pruned or forgotten) and ``reply_seq`` (where its reply sits when
+    # not at ``turn_seq``: under the answer to its ask, or kept when retention took only its
+    # message). Its reply is a turn while its result is stored to be said (``_turns`` in
+    # ``_live_turns``). ``turns`` keeps the asked and shown turns and the copies a task's
+    # deletion leaves. ``conversations.turns`` still counts every turn a room shows: the
+    # ingest's seq bump counts the message, a stored reply counts itself, a re-drive that
+    # clears a counted reply uncounts it. Live tasks' rows move onto their tasks here (each
+    # row's delete uncounts it, each live turn counts again)
+    """
+    ALTER TABLE tasks ADD COLUMN turn_seq INTEGER CHECK (turn_seq IS NULL OR turn_seq >= 1);
+    ALTER TABLE tasks ADD COLUMN reply_seq INTEGER CHECK (reply_seq IS NULL OR reply_seq >= 1);
+    UPDATE tasks SET turn_seq = (SELECT max(u.seq) FROM turns u INDEXED BY turns_task
+        WHERE u.task_id = tasks.id AND u.room = tasks.room AND u.role = 'user')
+        WHERE room IS NOT NULL;
+    UPDATE tasks SET reply_seq = (SELECT max(a.seq) FROM turns a INDEXED BY turns_task
+        WHERE a.task_id = tasks.id AND a.room = tasks.room AND a.role = 'assistant'
+            AND a.outcome IN ('result', 'delivered'))
+        WHERE room IS NOT NULL;
+    UPDATE tasks SET reply_seq = NULL WHERE reply_seq = turn_seq;
+    DELETE FROM turns WHERE outcome IN ('received', 'result', 'delivered')
+        AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = turns.task_id AND t.room = turns.room);
+    CREATE INDEX tasks_room_turns ON tasks (room, turn_seq) WHERE turn_seq IS NOT NULL;
+    CREATE INDEX tasks_room_replies ON tasks (room, reply_seq) WHERE reply_seq IS NOT NULL;
+    UPDATE conversations SET turns = turns
+        + (SELECT count(*) FROM tasks t INDEXED BY tasks_room_turns
+            WHERE t.room = conversations.room AND t.turn_seq IS NOT NULL)
+        + (SELECT count(*) FROM tasks t WHERE t.room = conversations.room
+            AND coalesce(t.reply_seq, t.turn_seq) IS NOT NULL AND t.no_send = 0
+            AND t.result IS NOT NULL AND t.state IN ('result', 'delivered', 'dead'));
+    DROP TRIGGER turns_message;
+    DROP TRIGGER turns_reply;
+    DROP TRIGGER turns_delivered;
+    CREATE TRIGGER turns_message AFTER INSERT ON tasks WHEN NEW.room IS NOT NULL BEGIN
+        INSERT INTO conversations (room, next_seq, turns) VALUES (NEW.room, 1, 1)
+            ON CONFLICT (room) DO UPDATE SET next_seq = next_seq + 1, turns = turns + 1;
+    END;
+    CREATE TRIGGER turns_reply AFTER UPDATE OF state ON tasks
+    WHEN NEW.state = 'result' AND OLD.state IS NOT 'result' AND NEW.room IS NOT NULL BEGIN
+        UPDATE turns SET outcome = 'interrupted', at = NEW.updated_at
+            WHERE NEW.no_send = 1 AND NEW.reason IS NOT OLD.reason
+                AND NEW.reason LIKE 'superseded by %'
+                AND task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                AND outcome = 'shown';
+        DELETE FROM turns
+            WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                AND outcome = 'shown';
+        UPDATE conversations SET turns = turns + 1
+            WHERE NEW.no_send = 0 AND NEW.result IS NOT NULL
+                AND coalesce(NEW.reply_seq, NEW.turn_seq) IS NOT NULL AND room = NEW.room;
+    END;
+    CREATE TRIGGER turns_unsaid AFTER UPDATE OF result ON tasks
+    WHEN OLD.result IS NOT NULL AND NEW.result IS NULL AND OLD.no_send = 0
+        AND OLD.room IS NOT NULL AND coalesce(OLD.reply_seq, OLD.turn_seq) IS NOT NULL
+        AND OLD.state IN ('result', 'delivered', 'dead') BEGIN
+        UPDATE conversations SET turns = max(turns - 1, 0) WHERE room = OLD.room;
+    END;
+    CREATE TRIGGER turns_kept BEFORE DELETE ON tasks
+    WHEN OLD.room IS NOT NULL AND coalesce(OLD.reply_seq, OLD.turn_seq) IS NOT NULL BEGIN
+        INSERT INTO turns (room, seq, role, task_id, text, at, outcome)
+            SELECT OLD.room, OLD.turn_seq, 'user', OLD.id, OLD.body, OLD.created_at, 'received'
+            WHERE OLD.turn_seq IS NOT NULL
+            ON CONFLICT (room, seq, role) DO NOTHING;
+        INSERT INTO turns (room, seq, role, task_id, text, at, outcome)
+            SELECT OLD.room, coalesce(OLD.reply_seq, OLD.turn_seq), 'assistant', OLD.id,
+                OLD.result, OLD.updated_at,
+                CASE WHEN OLD.state = 'delivered' THEN 'delivered' ELSE 'result' END
+            WHERE OLD.no_send = 0 AND OLD.result IS NOT NULL
+                AND OLD.state IN ('result', 'delivered', 'dead')
+            ON CONFLICT (room, seq, role) DO NOTHING;
+        UPDATE conversations SET turns = max(turns - (OLD.turn_seq IS NOT NULL)
+            - (OLD.no_send = 0 AND OLD.result IS NOT NULL
+                AND OLD.state IN ('result', 'delivered', 'dead')), 0)
+            WHERE room = OLD.room;
+    END
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -86,10 +86,15 @@ PENDING: Final = (
 
 INGEST: Final = (
     f"INSERT INTO tasks ({TASK_COLS}, state, attempt, created_at, "
-    "updated_at, room_policy, tenant, fair) SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ?, ?, ? "
+    "updated_at, room_policy, tenant, fair, turn_seq) "
+    "SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ?, ?, ?, "
+    "CASE WHEN ?3 IS NOT NULL THEN coalesce((SELECT next_seq FROM conversations "
+    "WHERE room = ?3), 0) + 1 END "
     "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
+"""A new task's row; in a room, its message's number there (``turn_seq``): the room's next,
+which the ``turns_message`` trigger then counts (issue #49: the message's turn is its row)."""
 QUEUED: Final = "state IN ('pending', 'assigned')"
 """A task still waiting for its turn: pending, or assigned by a lead ahead of a worker's free
 slots (issue #47, item 2); the predicate of the waiting turns' indexes (issue #56), word for
