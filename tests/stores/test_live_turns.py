@@ -117,3 +117,30 @@ async def test_a_file_of_the_version_before_keeps_every_turn_and_count(tmp_path:
         assert [t.text for t in history][-2:] == ["qc", "rc"]
         assert (await store.room("r")).turn_count == 9  # type: ignore[union-attr]
         assert len(turn_rows(db)) == 2
+
+
+async def test_every_window_is_the_tail_of_the_whole_room(tmp_path: Path) -> None:
+    """The window reads half its size in tasks first (a message and its reply each) and more
+    only when they do not hold it: every window, whatever the room's mix of answered and
+    unanswered messages, is the newest turns of the whole room."""
+    db = tmp_path / "custody.db"
+    store = await SqliteStore.open(db)
+    try:
+        for i in range(30):
+            await store.ingest(Task(f"m{i}", f"q{i}", room="r"), room_policy="concurrent")
+            claim = await store.claim("w1", leaderless=True)
+            assert claim is not None
+            if i % 7 in (2, 3, 4):  # runs of unanswered messages
+                await store.fail(claim, "boom", permanent=True)
+            elif i % 5 == 0:
+                await store.complete(claim, "", no_send=True)
+            else:
+                await store.complete(claim, f"a{i}")
+        await store.ingest(Task("last", "q", room="r"), room_policy="concurrent")
+        whole = (await store.conversation("last", limit=200)).history
+        assert len(whole) == 30 + sum(1 for i in range(30) if i % 7 not in (2, 3, 4) and i % 5)
+        for limit in range(len(whole) + 2):
+            window = (await store.conversation("last", limit=limit)).history
+            assert window == whole[len(whole) - min(limit, len(whole)) :], limit
+    finally:
+        await store.aclose()

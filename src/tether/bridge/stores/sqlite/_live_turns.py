@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection, Iterable, Iterator
-from typing import Any, Final, NamedTuple
+from operator import itemgetter
+from typing import Any, Final
 
-from ...custody._conversation import Turn
+from ...custody._turns import Turn, TurnOutcome, TurnRole
 
 REPLY_SAID: Final = (
     "no_send = 0 AND result IS NOT NULL AND state IN ('result', 'delivered', 'dead')"
@@ -67,10 +68,10 @@ EVERY_SEQ: Final = 1 << 62
 """Above any message number: a bound that takes the whole room."""
 
 
-class _Dated(NamedTuple):
-    seq: int
-    said_after: int  # at one seq, the message (0) comes before its reply (1)
-    turn: Turn
+_Dated = tuple[int, int, TurnRole, str, str, float, TurnOutcome]
+"""(seq, after, role, text, task id, at, outcome): a turn with its place in time; at one seq
+the message (after 0) comes before its reply (after 1)."""
+_WHEN: Final = itemgetter(0, 1)
 
 
 def newest(
@@ -82,32 +83,44 @@ def newest(
     outcomes: Collection[str] | None = None,
 ) -> tuple[Turn, ...]:
     """The newest ``limit`` turns of ``room`` before message ``before``, oldest first (with
-    ``outcomes``, only those): one read of each source, bounded by ``limit``."""
+    ``outcomes``, only those): a bounded read of each source.
+
+    A room's tasks mostly hold a message and its reply each, so the newest ``limit // 2 + 1``
+    tasks usually hold every live turn of the window; the newest ``limit`` are read only when
+    they do not (every turn of a task not read is older than the oldest task read)."""
     if not limit:
         return ()
     args = {"room": room, "seq": before, "n": limit}
-    dated = [*_live(conn.execute(TASKS_BEFORE, args)), *_moved(conn.execute(REPLIES_BEFORE, args))]
-    dated.extend(_rows(conn.execute(ROWS_BEFORE, args), outcomes))
-    dated.sort(key=lambda d: (d.seq, d.said_after))
-    return tuple(d.turn for d in dated[-limit:])
+    away = [*_moved(conn.execute(REPLIES_BEFORE, args))]
+    away.extend(_rows(conn.execute(ROWS_BEFORE, args), outcomes))
+    few = limit // 2 + 1
+    tasks = conn.execute(TASKS_BEFORE, {**args, "n": few}).fetchall()
+    dated = sorted([*away, *_live(tasks)], key=_WHEN)
+    if len(tasks) == few and (len(dated) < limit or dated[-limit][0] < tasks[-1][0]):
+        tasks = conn.execute(TASKS_BEFORE, args).fetchall()
+        dated = sorted([*away, *_live(tasks)], key=_WHEN)
+    return tuple(
+        Turn(role, text, id, float(at), outcome)
+        for *_, role, text, id, at, outcome in dated[-limit:]
+    )
 
 
 def _live(rows: Iterable[Any]) -> Iterator[_Dated]:
     for seq, reply_seq, id, body, created, result, updated, outcome, said in rows:
-        yield _Dated(seq, 0, Turn("user", body, id, float(created), "received"))
+        yield seq, 0, "user", body, id, created, "received"
         if said and reply_seq is None:
-            yield _Dated(seq, 1, Turn("assistant", result, id, float(updated), outcome))
+            yield seq, 1, "assistant", result, id, updated, outcome
 
 
 def _moved(rows: Iterable[Any]) -> Iterator[_Dated]:
     for seq, id, result, updated, outcome in rows:
-        yield _Dated(seq, 1, Turn("assistant", result, id, float(updated), outcome))
+        yield seq, 1, "assistant", result, id, updated, outcome
 
 
 def _rows(rows: Iterable[Any], outcomes: Collection[str] | None) -> Iterator[_Dated]:
     for seq, role, id, text, at, outcome in rows:
         if outcomes is None or outcome in outcomes:
-            yield _Dated(seq, role == "assistant", Turn(role, text, id, float(at), outcome))
+            yield seq, int(role == "assistant"), role, text, id, at, outcome
 
 
 def prune_oldest(conn: sqlite3.Connection, room: str, n: int) -> int:
