@@ -219,7 +219,7 @@ class PostgresConversations(ConversationFrame):
             f"u AS (UPDATE {s}.tasks t SET turn_seq = NULL, reply_seq = NULL, "
             "body = CASE WHEN o.finished THEN ''::bytea ELSE t.body END, "
             "result = CASE WHEN o.finished AND t.result IS NOT NULL THEN ''::bytea "
-            "ELSE t.result END FROM o WHERE t.id = o.id) "
+            "ELSE t.result END FROM o WHERE t.id = ANY(ARRAY(SELECT id FROM o)) AND t.id = o.id) "
             "SELECT id, state, attempt, finished, live FROM o"
         )
 
@@ -323,7 +323,9 @@ def prune_sql(s: str) -> str:
         "AS replied FROM pick WHERE NOT kept GROUP BY id), "
         f"u AS (UPDATE {s}.tasks t SET turn_seq = NULL, reply_seq = CASE "
         f"WHEN NOT hid.replied AND {reply_live('t')} THEN coalesce(t.reply_seq, t.turn_seq) "
-        "END FROM hid WHERE t.id = hid.id), "
+        # the rows found by their keys (``= ANY``, an index probe each), then joined: a join
+        # alone was planned as a scan of every task (as the claim found, issue 39)
+        "END FROM hid WHERE t.id = ANY(ARRAY(SELECT id FROM hid)) AND t.id = hid.id), "
         f"c AS (UPDATE {s}.conversations SET turns = greatest(turns - "
         "(SELECT count(*) FROM pick WHERE NOT kept), 0) WHERE room = %(room)s "
         "AND EXISTS (SELECT FROM pick WHERE NOT kept)) "
