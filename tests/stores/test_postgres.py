@@ -328,6 +328,9 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
         # counts kept by the moves (issue #56)
         f"DROP TABLE {s}.task_counts, {s}.task_count_moves; "
         f"DROP FUNCTION {s}.task_counts_in() CASCADE; DROP FUNCTION {s}.task_counts_out() CASCADE; "
+        # live turns read from the task rows (issue #49): their indexes go with the columns
+        f"ALTER TABLE {s}.tasks DROP COLUMN turn_seq, DROP COLUMN reply_seq; "
+        f"DROP FUNCTION {s}.turns_copy() CASCADE; "
         f"DELETE FROM {s}.schema_version WHERE version > 1",
     )
     store = await PostgresStore.open(postgres_dsn, schema=schema)

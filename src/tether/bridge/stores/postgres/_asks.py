@@ -43,8 +43,8 @@ def ask_of(row: Sequence[Any]) -> AskRecord:
 def answer_sql(s: str) -> str:
     """Ingest's part, for one new message ``%(answer)s`` of ``%(room)s``: if an ask of the
     room is open for the message's sender (the oldest, its task waiting on it), the ask
-    answered, its task pending and the
-    message a no-send result; the asking task's id, or no row."""
+    answered, its task pending (its reply to sit under the answer) and the message a no-send
+    result; the asking task's id, or no row."""
     return (
         f"WITH a AS (SELECT a.task_id, a.name FROM {s}.asks a "
         f"JOIN {s}.tasks w ON w.id = a.task_id AND w.state = 'waiting' "
@@ -57,6 +57,9 @@ def answer_sql(s: str) -> str:
         f"answer = (SELECT body FROM {s}.tasks WHERE id = %(answer)s) FROM a "
         "WHERE x.task_id = a.task_id AND x.name = a.name RETURNING x.task_id), "
         f"wake AS (UPDATE {s}.tasks t SET state = 'pending', not_before = NULL, "
+        # its reply goes under the answer (issue #49: the answer's number, read off its row)
+        f"reply_seq = coalesce((SELECT turn_seq FROM {s}.tasks WHERE id = %(answer)s), "
+        "t.reply_seq), "
         "updated_at = %(now)s FROM ans WHERE t.id = ans.task_id AND t.state = 'waiting' "
         "RETURNING t.id), "
         f"closed AS (UPDATE {s}.tasks t SET state = 'result', result = ''::bytea, "

@@ -1,11 +1,15 @@
 """PostgresStore's conversations (issue #34): the history window, the state written with a
 result, the text a streaming run has shown, an operator's look and erasure, retention.
 
-As in SQLite (``sqlite._conversations``) the turns of custody moves are written by the
-schema's triggers; this module writes only what no custody move carries. The state is written
-in one transaction with the result: the room's row is locked (``FOR UPDATE``), the result's
-compare-and-set runs, then the version is compared, so two runs of a ``concurrent`` room on
-two bridges cannot both store a state based on the same version.
+While a task is kept its turns are read from its own row (issue #49): its message at its
+``turn_seq``, its stored reply at ``coalesce(reply_seq, turn_seq)`` (``reply_live``); the
+``turns`` table holds the rest (asked, shown and interrupted turns, and the copies of deleted
+tasks' turns), and a window merges the three, each read newest first on its own index. Ingest
+numbers and counts the messages (``Sql.ingest``), the schema's triggers count a reply and copy
+a deleted task's turns; this module writes only what no custody move carries. The state is
+written in one transaction with the result: the room's row is locked (``FOR UPDATE``), the
+result's compare-and-set runs, then the version is compared, so two runs of a ``concurrent``
+room on two bridges cannot both store a state based on the same version.
 """
 
 from __future__ import annotations
@@ -28,13 +32,78 @@ from .._conversations import FORGOTTEN_REASON, ConversationFrame
 from ._connection import Conn
 from ._db import PostgresDb
 from ._rows import complete_params
+from ._sql import FENCE
 
 _OUTCOMES: Final = ", ".join(f"'{o}'" for o in sorted(HISTORY_OUTCOMES))
+_TURN_COLS: Final = "id, body, created_at, result, updated_at, state, no_send, turn_seq, reply_seq"
+"""The columns of a task row its live turns are read from."""
+
+
+def reply_live(t: str) -> str:
+    """Task row ``t``'s reply is a turn: it has a place, is stored and sent, and the task is
+    a result, delivered or dead (an undeliverable reply stays said; a re-drive drops it)."""
+    return (
+        f"coalesce({t}.reply_seq, {t}.turn_seq) IS NOT NULL AND NOT {t}.no_send "
+        f"AND {t}.result IS NOT NULL AND {t}.state IN ('result', 'delivered', 'dead')"
+    )
+
+
+def _reply_outcome(t: str) -> str:
+    return f"CASE WHEN {t}.state = 'delivered' THEN 'delivered' ELSE 'result' END"
+
+
+def window_sql(s: str, room: str, below: str | None, outcomes: str | None) -> str:
+    """The newest ``%(limit)s`` turns of room ``room`` (an SQL expression) before seq
+    ``below`` (none: all), newest first, as ``(seq, role, text, task_id, at, outcome)``:
+    merged from the user turns of the task rows (and their replies at the same seq), the
+    replies placed apart (``reply_seq``) and the ``turns`` rows with ``outcomes`` (none: any),
+    each a bounded read down its own index."""
+    user = f" AND turn_seq < {below}" if below else ""
+    apart = f" AND reply_seq < {below}" if below else ""
+    rows = f" AND seq < {below}" if below else ""
+    kept = f" AND outcome IN ({outcomes})" if outcomes else ""
+    return (
+        f"WITH a AS MATERIALIZED (SELECT {_TURN_COLS} FROM {s}.tasks "
+        f"WHERE room = {room} AND turn_seq IS NOT NULL{user} "
+        "ORDER BY turn_seq DESC LIMIT %(limit)s) "
+        "SELECT seq, role, text, task_id, at, outcome FROM ("
+        "SELECT turn_seq AS seq, 'user' AS role, body AS text, id AS task_id, "
+        "created_at AS at, 'received' AS outcome FROM a "
+        f"UNION ALL SELECT turn_seq, 'assistant', result, id, updated_at, {_reply_outcome('a')} "
+        f"FROM a WHERE a.reply_seq IS NULL AND {reply_live('a')} "
+        f"UNION ALL (SELECT reply_seq, 'assistant', result, id, updated_at, "
+        f"{_reply_outcome('b')} FROM {s}.tasks b WHERE room = {room} "
+        f"AND reply_seq IS NOT NULL{apart} AND {reply_live('b')} "
+        "ORDER BY reply_seq DESC LIMIT %(limit)s) "
+        f"UNION ALL (SELECT seq, role, text, task_id, at, outcome FROM {s}.turns "
+        f"WHERE room = {room}{rows}{kept} ORDER BY seq DESC, role ASC LIMIT %(limit)s)"
+        ") m ORDER BY seq DESC, role ASC LIMIT %(limit)s"
+    )
+
+
+def conversation_sql(s: str) -> str:
+    """A run's conversation in one statement (one snapshot, one round trip): where task
+    ``%(id)s``'s message sits (its row; a deleted task's copied user turn), the window of
+    turns before it (kind 0, in time order) and its room's state and version (kind 1, last)."""
+    window = window_sql(s, "(SELECT room FROM at)", "(SELECT seq FROM at)", _OUTCOMES)
+    return (
+        "WITH k AS MATERIALIZED (SELECT room, turn_seq AS seq FROM "
+        f"{s}.tasks WHERE id = %(id)s), "
+        f"p AS MATERIALIZED (SELECT room, seq FROM {s}.turns WHERE task_id = %(id)s "
+        "AND role = 'user' AND NOT EXISTS (SELECT FROM k) ORDER BY seq DESC LIMIT 1), "
+        "at AS MATERIALIZED (SELECT room, seq FROM k UNION ALL SELECT room, seq FROM p), "
+        f"w AS ({window}) "
+        "SELECT 0 AS kind, seq, role, text, task_id, at, outcome, NULL::text AS state, "
+        "NULL::bigint AS version FROM w "
+        "UNION ALL SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, c.state, c.version "
+        f"FROM {s}.conversations c WHERE c.room = (SELECT room FROM at) "
+        "ORDER BY kind, seq, role DESC"
+    )
 
 
 def lock_rooms_sql(s: str) -> str:
     """Take the conversation rows of a batch's rooms, in the rooms' order, before its tasks
-    are inserted: the ingest trigger numbers each room's messages under its row's lock, and
+    are inserted: the ingest numbers each room's messages under its row's lock, and
     two bridges ingesting batches that share rooms would otherwise lock them in their batches'
     orders (a deadlock). A new room's row is made here (its count starts at 0)."""
     return (
@@ -99,13 +168,11 @@ class PostgresConversations(ConversationFrame):
 
     async def _record_shown(self, claim: Claim, text: str, now: float) -> bool:
         s = self.db.s
-        sql = (
+        sql = (  # at its message's seq, read off its row under the claim's fence
             f"INSERT INTO {s}.turns AS x (room, seq, role, task_id, text, at, outcome) "
-            f"SELECT u.room, u.seq, 'assistant', u.task_id, %(text)s, %(now)s, 'shown' "
-            f"FROM {s}.turns u JOIN {s}.tasks t ON t.id = u.task_id AND t.room = u.room "
-            "WHERE u.task_id = %(id)s AND u.role = 'user' AND t.state = 'claimed' "
-            "AND t.owner = %(worker)s AND t.run_no = %(run)s "
-            "ORDER BY u.seq DESC LIMIT 1 "
+            f"SELECT t.room, t.turn_seq, 'assistant', t.id, %(text)s, %(now)s, 'shown' "
+            f"FROM {s}.tasks t WHERE {FENCE} AND t.room IS NOT NULL "
+            "AND t.turn_seq IS NOT NULL "
             "ON CONFLICT (room, seq, role) DO UPDATE SET text = excluded.text, at = excluded.at "
             "WHERE x.outcome = 'shown'"
         )
@@ -120,6 +187,7 @@ class PostgresConversations(ConversationFrame):
 
     async def _room(self, room: str, limit: int) -> RoomView | None:
         s = self.db.s
+        window = window_sql(s, "%(room)s", None, None)  # the shown turns too
 
         def op(conn: Conn) -> RoomView | None:
             with conn.transaction():
@@ -131,12 +199,8 @@ class PostgresConversations(ConversationFrame):
                 ).fetchone()
                 if row is None:
                     return None
-                rows = conn.execute(
-                    f"SELECT role, text, task_id, at, outcome FROM {s}.turns WHERE room = %s "
-                    "ORDER BY seq DESC, role ASC LIMIT %s",
-                    (room, limit),
-                ).fetchall()
-            turns = tuple(_turn(r) for r in reversed(rows))
+                rows = conn.execute(window, {"room": room, "limit": limit}).fetchall()
+            turns = tuple(_turn(r[1:]) for r in reversed(rows))
             count, state, version, size = row
             return RoomView(room, turns, int(count), decode_state(state), int(version), size)
 
@@ -144,30 +208,42 @@ class PostgresConversations(ConversationFrame):
 
     async def _forget_room(self, room: str, now: float) -> tuple[int, int]:
         s = self.db.s
+        # the room's row first: the order of every writer of a room's tasks and counter
+        lock = f"SELECT 1 FROM {s}.conversations WHERE room = %(room)s FOR UPDATE"
+        # its tasks' live turns hidden, its finished tasks' bodies erased, in one write each
+        erase = (
+            "WITH o AS (SELECT id, state, attempt, state IN ('delivered', 'dead') AS finished, "
+            f"(turn_seq IS NOT NULL)::int + ({reply_live('t')})::int AS live "
+            f"FROM {s}.tasks t WHERE room = %(room)s AND (state IN ('delivered', 'dead') "
+            "OR turn_seq IS NOT NULL OR reply_seq IS NOT NULL) FOR UPDATE), "
+            f"u AS (UPDATE {s}.tasks t SET turn_seq = NULL, reply_seq = NULL, "
+            "body = CASE WHEN o.finished THEN ''::bytea ELSE t.body END, "
+            "result = CASE WHEN o.finished AND t.result IS NOT NULL THEN ''::bytea "
+            "ELSE t.result END FROM o WHERE t.id = ANY(ARRAY(SELECT id FROM o)) AND t.id = o.id) "
+            "SELECT id, state, attempt, finished, live FROM o"
+        )
 
         def op(conn: Conn) -> tuple[int, int]:
+            params = {"room": room}
             with conn.transaction():
-                finished = conn.execute(
-                    f"UPDATE {s}.tasks SET body = ''::bytea, "
-                    "result = CASE WHEN result IS NULL THEN NULL ELSE ''::bytea END "
-                    "WHERE room = %s AND state IN ('delivered', 'dead') "
-                    "RETURNING id, state, attempt",
-                    (room,),
-                ).fetchall()
+                conn.execute(lock, params)
+                tasks = conn.execute(erase, params).fetchall()
+                finished = [(id, state, attempt) for id, state, attempt, done, _ in tasks if done]
                 for id, state, attempt in finished:
                     conn.execute(
                         f"INSERT INTO {s}.journal (id, at, src, dst, worker, attempt, reason, "
                         "actor) VALUES (%s, %s, %s, %s, NULL, %s, %s, 'operator')",
                         (id, now, state, state, attempt, FORGOTTEN_REASON),
                     )
-                turns = conn.execute(f"DELETE FROM {s}.turns WHERE room = %s", (room,)).rowcount
+                rows = conn.execute(f"DELETE FROM {s}.turns WHERE room = %s", (room,)).rowcount
                 conn.execute(f"DELETE FROM {s}.conversations WHERE room = %s", (room,))
-            return turns, len(finished)
+            return rows + sum(int(live) for *_, live in tasks), len(finished)
 
         return await self.db.run(op)
 
     async def _prune_turns(self, keep: int, limit: int) -> int:
         s = self.db.s
+        prune = prune_sql(s)
 
         def op(conn: Conn) -> int:
             deleted = 0
@@ -181,14 +257,9 @@ class PostgresConversations(ConversationFrame):
                     {"keep": keep, "limit": limit},
                 ).fetchall()
                 for room, over in rooms:
-                    # the room's oldest turns, walked on its key from the start: linear in the
-                    # rows removed whatever ``keep`` is (issue #56)
-                    deleted += conn.execute(
-                        f"DELETE FROM {s}.turns WHERE (room, seq, role) IN (SELECT room, seq, "
-                        f"role FROM {s}.turns WHERE room = %s ORDER BY seq ASC, role DESC "
-                        "LIMIT %s)",
-                        (room, min(over, limit - deleted)),
-                    ).rowcount
+                    params = {"room": room, "limit": min(over, limit - deleted)}
+                    row = conn.execute(prune, params).fetchone()
+                    deleted += 0 if row is None else int(row[0])
                     if deleted >= limit:
                         break
             return deleted
@@ -227,36 +298,47 @@ def _turn(row: Any) -> Turn:
     return Turn(role, bytes(text).decode("utf-8", "surrogatepass"), task_id, float(at), outcome)
 
 
+def prune_sql(s: str) -> str:
+    """The oldest ``%(limit)s`` turns of room ``%(room)s`` gone, in time order (seq, the user's
+    before the assistant's at one seq), from the merged sources, each walked on its index from
+    the start (linear in the turns removed whatever the room keeps, issue #56): ``turns``
+    rows deleted (each counts -1 as it goes), task rows' live turns hidden (counted here). A
+    message hidden before its live reply leaves the reply in place (``reply_seq``); one
+    whose reply is not said yet gets none. The number of turns removed."""
+    return (
+        f"WITH a AS MATERIALIZED (SELECT {_TURN_COLS} FROM {s}.tasks "
+        "WHERE room = %(room)s AND turn_seq IS NOT NULL ORDER BY turn_seq LIMIT %(limit)s), "
+        "m AS (SELECT turn_seq AS seq, 'user' AS role, id, false AS kept FROM a "
+        f"UNION ALL SELECT turn_seq, 'assistant', id, false FROM a "
+        f"WHERE a.reply_seq IS NULL AND {reply_live('a')} "
+        f"UNION ALL (SELECT reply_seq, 'assistant', id, false FROM {s}.tasks b "
+        f"WHERE room = %(room)s AND reply_seq IS NOT NULL AND {reply_live('b')} "
+        "ORDER BY reply_seq LIMIT %(limit)s) "
+        f"UNION ALL (SELECT seq, role, NULL, true FROM {s}.turns WHERE room = %(room)s "
+        "ORDER BY seq, role DESC LIMIT %(limit)s)), "
+        "pick AS MATERIALIZED (SELECT * FROM m ORDER BY seq, role DESC LIMIT %(limit)s), "
+        f"gone AS (DELETE FROM {s}.turns x USING pick p WHERE p.kept AND x.room = %(room)s "
+        "AND x.seq = p.seq AND x.role = p.role), "
+        "hid AS (SELECT id, bool_or(role = 'user') AS said, bool_or(role = 'assistant') "
+        "AS replied FROM pick WHERE NOT kept GROUP BY id), "
+        f"u AS (UPDATE {s}.tasks t SET turn_seq = NULL, reply_seq = CASE "
+        f"WHEN NOT hid.replied AND {reply_live('t')} THEN coalesce(t.reply_seq, t.turn_seq) "
+        # the rows found by their keys (``= ANY``, an index probe each), then joined: a join
+        # alone was planned as a scan of every task (as the claim found, issue 39)
+        "END FROM hid WHERE t.id = ANY(ARRAY(SELECT id FROM hid)) AND t.id = hid.id), "
+        f"c AS (UPDATE {s}.conversations SET turns = greatest(turns - "
+        "(SELECT count(*) FROM pick WHERE NOT kept), 0) WHERE room = %(room)s "
+        "AND EXISTS (SELECT FROM pick WHERE NOT kept)) "
+        "SELECT count(*) FROM pick"
+    )
+
+
 def read_conversation(conn: Conn, s: str, task_id: str, limit: int) -> Conversation:
     """The conversation of ``task_id``'s run (the turns before its message, at most ``limit``,
-    its room's state and version) in one read-only snapshot; empty for a task in no room."""
-    window = (
-        f"SELECT role, text, task_id, at, outcome FROM {s}.turns "
-        f"WHERE room = %(room)s AND seq < %(seq)s AND outcome IN ({_OUTCOMES}) "
-        "ORDER BY seq DESC, role ASC LIMIT %(limit)s"
-    )
-    with conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        at = conn.execute(
-            f"SELECT room, seq FROM {s}.turns WHERE task_id = %s AND role = 'user' "
-            "ORDER BY seq DESC LIMIT 1",
-            (task_id,),
-        ).fetchone()
-        history: tuple[Turn, ...] = ()
-        if at is None:
-            row = conn.execute(f"SELECT room FROM {s}.tasks WHERE id = %s", (task_id,)).fetchone()
-            if row is None or row[0] is None:
-                return Conversation()
-            room = row[0]
-        else:
-            room = at[0]
-            if limit:
-                params = {"room": room, "seq": at[1], "limit": limit}
-                rows = conn.execute(window, params).fetchall()
-                history = tuple(_turn(r) for r in reversed(rows))
-        state = conn.execute(
-            f"SELECT state, version FROM {s}.conversations WHERE room = %s", (room,)
-        ).fetchone()
-    if state is None:
-        return Conversation(history)
-    return Conversation(history, decode_state(state[0]), int(state[1]))
+    its room's state and version) in one statement; empty for a task in no room."""
+    rows = conn.execute(conversation_sql(s), {"id": task_id, "limit": limit}).fetchall()
+    history = tuple(_turn(r[2:7]) for r in rows if r[0] == 0)  # in time order
+    if rows and rows[-1][0] == 1:
+        *_, state, version = rows[-1]
+        return Conversation(history, decode_state(state), int(version))
+    return Conversation(history)

@@ -620,6 +620,123 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     END
     $body$;
     """,
+    # 21 -> 22 (issue #49, decision 2: live turns come from the task rows) a message and its
+    # reply were each copied into ``turns`` at ingest and at result (and the reply's row
+    # rewritten at delivery): the body's text written again, an index entry and a count update
+    # per message and per reply, on the hot path. While a task is kept its turns are now read
+    # from its own row: ``turn_seq`` is its message's number in the room (NULL: no room, or
+    # its user turn pruned or forgotten), ``reply_seq`` where its reply sits when not at
+    # ``turn_seq`` (under the newest answer to its asks, or kept by a prune that took the
+    # message but not the reply). The reply is a turn while it is stored and sent (``NOT
+    # no_send``) and the task is a result, delivered or dead; its outcome is read off the
+    # state. ``turns`` keeps the asked, shown and interrupted turns and the copies of deleted
+    # tasks' turns, made by ``turns_copy`` as they are deleted. ``conversations.turns`` still
+    # counts every turn: ingest counts its messages (``Sql.ingest``, which numbers them),
+    # ``turns_note`` a reply as it is stored and as a re-drive drops it. The live tasks' turns
+    # are moved onto their rows here, and the counts taken again
+    """
+    ALTER TABLE {s}.tasks ADD COLUMN turn_seq bigint, ADD COLUMN reply_seq bigint;
+    DROP TRIGGER turns_message ON {s}.tasks;
+    DROP TRIGGER turns_move ON {s}.tasks;
+    UPDATE {s}.tasks t SET turn_seq = u.seq
+        FROM (SELECT DISTINCT ON (task_id, room) task_id, room, seq FROM {s}.turns
+            WHERE role = 'user' ORDER BY task_id, room, seq DESC) u
+        WHERE t.room IS NOT NULL AND u.task_id = t.id AND u.room = t.room;
+    UPDATE {s}.tasks t SET reply_seq = r.seq
+        FROM (SELECT t.id, coalesce(
+                CASE WHEN NOT t.no_send AND t.result IS NOT NULL
+                    AND t.state IN ('result', 'delivered', 'dead') THEN
+                    (SELECT max(a.seq) FROM {s}.turns a WHERE a.task_id = t.id
+                        AND a.room = t.room AND a.role = 'assistant'
+                        AND a.outcome IN ('result', 'delivered'))
+                END,
+                greatest(t.turn_seq, (SELECT max(u.seq) FROM {s}.asks k
+                    JOIN {s}.turns u ON u.task_id = k.answer_id AND u.room = t.room
+                        AND u.role = 'user'
+                    WHERE k.task_id = t.id AND k.answer_id IS NOT NULL))) AS seq
+            FROM {s}.tasks t WHERE t.room IS NOT NULL) r
+        WHERE t.id = r.id AND r.seq IS NOT NULL AND r.seq IS DISTINCT FROM t.turn_seq;
+    ALTER TABLE {s}.turns DISABLE TRIGGER turns_count_out;
+    DELETE FROM {s}.turns x USING {s}.tasks t
+        WHERE t.room IS NOT NULL AND x.room = t.room AND x.task_id = t.id AND (
+            (x.role = 'user' AND x.seq = t.turn_seq)
+            OR (x.role = 'assistant' AND x.outcome IN ('result', 'delivered')
+                AND x.seq = coalesce(t.reply_seq, t.turn_seq)));
+    ALTER TABLE {s}.turns ENABLE TRIGGER turns_count_out;
+    UPDATE {s}.conversations c SET turns = coalesce(k.n, 0)
+        FROM (SELECT c.room, (SELECT count(*) FROM {s}.turns x WHERE x.room = c.room)
+                + (SELECT count(*) FILTER (WHERE t.turn_seq IS NOT NULL)
+                    + count(*) FILTER (WHERE coalesce(t.reply_seq, t.turn_seq) IS NOT NULL
+                        AND NOT t.no_send AND t.result IS NOT NULL
+                        AND t.state IN ('result', 'delivered', 'dead'))
+                    FROM {s}.tasks t WHERE t.room = c.room
+                        AND (t.turn_seq IS NOT NULL OR t.reply_seq IS NOT NULL)) AS n
+            FROM {s}.conversations c) k
+        WHERE c.room = k.room AND c.turns IS DISTINCT FROM coalesce(k.n, 0);
+    CREATE INDEX tasks_room_turns ON {s}.tasks (room, turn_seq) WHERE turn_seq IS NOT NULL;
+    CREATE INDEX tasks_room_replies ON {s}.tasks (room, reply_seq) WHERE reply_seq IS NOT NULL;
+    CREATE OR REPLACE FUNCTION {s}.turns_note() RETURNS trigger LANGUAGE plpgsql AS $body$
+    BEGIN
+        IF NEW.state = 'result' THEN
+            IF NOT NEW.no_send THEN
+                IF coalesce(NEW.reply_seq, NEW.turn_seq) IS NOT NULL THEN
+                    -- the reply replaces the text its run showed (its delete counts -1)
+                    DELETE FROM {s}.turns
+                        WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                            AND outcome = 'shown';
+                    UPDATE {s}.conversations SET turns = turns + 1 WHERE room = NEW.room;
+                END IF;
+            ELSIF NEW.reason IS DISTINCT FROM OLD.reason
+                    AND NEW.reason LIKE 'superseded by %' THEN
+                UPDATE {s}.turns SET outcome = 'interrupted', at = NEW.updated_at
+                    WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                        AND outcome = 'shown';
+            ELSE
+                DELETE FROM {s}.turns
+                    WHERE task_id = NEW.id AND room = NEW.room AND role = 'assistant'
+                        AND outcome = 'shown';
+            END IF;
+        ELSIF NOT OLD.no_send AND OLD.state IN ('result', 'delivered', 'dead')
+                AND coalesce(OLD.reply_seq, OLD.turn_seq) IS NOT NULL THEN
+            -- a re-drive: the reply counted when it was stored is gone with its result
+            UPDATE {s}.conversations SET turns = greatest(turns - 1, 0) WHERE room = OLD.room;
+        END IF;
+        RETURN NULL;
+    END
+    $body$;
+    CREATE TRIGGER turns_move AFTER UPDATE OF state ON {s}.tasks
+        FOR EACH ROW WHEN (NEW.room IS NOT NULL AND (
+            (NEW.state = 'result' AND OLD.state <> 'result')
+            OR (NEW.result IS NULL AND OLD.result IS NOT NULL)))
+        EXECUTE FUNCTION {s}.turns_note();
+    CREATE FUNCTION {s}.turns_copy() RETURNS trigger LANGUAGE plpgsql AS $body$
+    BEGIN
+        WITH live AS (
+            SELECT room, turn_seq AS seq, 'user' AS role, id, body AS text, created_at AS at,
+                'received' AS outcome
+            FROM deleted_old WHERE room IS NOT NULL AND turn_seq IS NOT NULL
+            UNION ALL
+            SELECT room, coalesce(reply_seq, turn_seq), 'assistant', id, result, updated_at,
+                CASE WHEN state = 'delivered' THEN 'delivered' ELSE 'result' END
+            FROM deleted_old WHERE room IS NOT NULL
+                AND coalesce(reply_seq, turn_seq) IS NOT NULL AND NOT no_send
+                AND result IS NOT NULL AND state IN ('result', 'delivered', 'dead')
+        ),
+        kept AS (
+            INSERT INTO {s}.turns (room, seq, role, task_id, text, at, outcome)
+            SELECT room, seq, role, id, text, at, outcome FROM live
+            ON CONFLICT (room, seq, role) DO NOTHING
+        )
+        -- each copy counts +1 as it is inserted: the live turns leaving take theirs back
+        UPDATE {s}.conversations c SET turns = greatest(c.turns - n.n, 0)
+            FROM (SELECT room, count(*) AS n FROM live GROUP BY room) n WHERE c.room = n.room;
+        RETURN NULL;
+    END
+    $body$;
+    CREATE TRIGGER turns_copy AFTER DELETE ON {s}.tasks
+        REFERENCING OLD TABLE AS deleted_old
+        FOR EACH STATEMENT EXECUTE FUNCTION {s}.turns_copy();
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -57,18 +57,25 @@ NO_DELIVERY_LEASE: Final = "delivery_holder = NULL, delivery_until = NULL"
 
 
 def _cas_sql(
-    update: str, returning: str, notify: bool = False, also: str = "", extra: str = ""
+    update: str,
+    returning: str,
+    notify: bool = False,
+    also: str = "",
+    extra: str = "",
+    first: str = "",
 ) -> str:
     """Wrap ``update`` (aliased ``t``): one row, its RETURNING value or NULL if nothing moved.
 
     With ``notify`` the same statement signals the listeners when (and only if) it moved;
-    ``also`` adds a CTE over ``u`` (whose ``extra`` RETURNING columns it may read).
+    ``also`` adds a CTE over ``u`` (whose ``extra`` RETURNING columns it may read); ``first``
+    a CTE before ``u`` (which ``update`` may read).
     """
     signal = ", count(pg_notify(%(chan)s, %(payload)s))" if notify else ""
     more = f", {extra}" if extra else ""
     also = f", {also}" if also else ""
+    first = f"{first}, " if first else ""
     return (
-        f"WITH u AS ({update} RETURNING {returning} AS done{more}){also} "
+        f"WITH {first}u AS ({update} RETURNING {returning} AS done{more}){also} "
         f"SELECT min(done){signal} FROM u"
     )
 
@@ -81,19 +88,29 @@ class Sql:
 
     @property
     def ingest(self) -> str:
+        """The new tasks, each message of a room numbered after the room's last turn (its
+        ``turn_seq``: its user turn, issue #49) and counted, in one statement. The rooms'
+        conversation rows were locked first (``lock_rooms_sql``), so the numbers read here
+        are the rooms' own; a row not inserted (a replay) leaves its number unused, and the
+        room's counter moves on by the rows inserted only."""
         return (
-            f"WITH ins AS (INSERT INTO {self.s}.tasks AS t "
-            "(id, body, room, priority, headers, state, attempt, created_at, updated_at, "
-            "room_policy, tenant, fair) "
-            "SELECT id, body, room, priority, headers, 'pending', 1, %(now)s, %(now)s, "
-            "%(policy)s, tenant, fair "
+            "WITH v AS (SELECT v.*, c.next_seq + row_number() OVER (PARTITION BY v.room "
+            "ORDER BY v.ord) AS turn "
             "FROM unnest(%(ids)s::text[], %(bodies)s::bytea[], %(rooms)s::text[], "
             "%(ranks)s::smallint[], %(headers)s::text[], %(tenants)s::text[], "
             "%(fairs)s::float8[]) WITH ORDINALITY "
             "AS v (id, body, room, priority, headers, tenant, fair, ord) "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {self.s}.tombstones b WHERE b.id = v.id) "
-            "ORDER BY ord "
-            "ON CONFLICT (id) DO NOTHING RETURNING id) "
+            f"LEFT JOIN {self.s}.conversations c ON c.room = v.room "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {self.s}.tombstones b WHERE b.id = v.id)), "
+            f"ins AS (INSERT INTO {self.s}.tasks AS t "
+            "(id, body, room, priority, headers, state, attempt, created_at, updated_at, "
+            "room_policy, tenant, fair, turn_seq) "
+            "SELECT id, body, room, priority, headers, 'pending', 1, %(now)s, %(now)s, "
+            "%(policy)s, tenant, fair, turn FROM v ORDER BY ord "
+            "ON CONFLICT (id) DO NOTHING RETURNING id, room, turn_seq), "
+            f"n AS (UPDATE {self.s}.conversations c SET next_seq = m.last, "
+            "turns = c.turns + m.n FROM (SELECT room, max(turn_seq) AS last, count(*) AS n "
+            "FROM ins WHERE turn_seq IS NOT NULL GROUP BY room) m WHERE c.room = m.room) "
             "SELECT id, pg_notify(%(chan)s, 'pending')::text FROM ins"
         )
 
@@ -389,12 +406,18 @@ class Sql:
 
     @property
     def complete(self) -> str:
+        # the room's conversation row first (``lk``), as ``complete_many`` and every other
+        # writer of a room's tasks and counter take them: the trigger counting the reply
+        # takes it after the task's row otherwise, the other order from a prune's or an
+        # operator's erasure (issue #49: they write the room's task rows under its lock)
         return _cas_sql(
             f"UPDATE {self.s}.tasks t SET state = 'result', result = %(body)s, "
             f"no_send = %(no_send)s, lease_until = NULL, suspect = false, reason = NULL, "
-            f"updated_at = %(now)s WHERE {FENCE}",
+            f"updated_at = %(now)s WHERE {FENCE} AND (SELECT count(*) FROM lk) >= 0",
             "1",
             notify=True,
+            first=f"lk AS (SELECT c.room FROM {self.s}.conversations c WHERE c.room = "
+            f"(SELECT room FROM {self.s}.tasks WHERE id = %(id)s) FOR UPDATE OF c)",
         )
 
     @property
