@@ -338,3 +338,25 @@ async def test_an_ask_refuses_a_bad_list_of_senders(store: Store, fake_clock: Fa
     with pytest.raises(TypeError, match="list of senders"):
         await store.ask(claim, "~ask:1", "ok?", fake_clock.now + 60, "asked", answer_from="user")
     assert await store.asks("t1") == []
+
+
+async def test_an_answered_asker_whose_message_retention_took_still_replies_under_the_answer(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    # issue #49: a live task's turns are its row; retention hiding its message keeps the place
+    # its ask's answer gave its reply (as the turn rows did: the reply went under the answer)
+    await _asking(store, fake_clock)
+    await store.ingest(Task("a1", "yes", room="r"), room_policy="serial")
+    assert await store.prune_turns(keep=2) == 1  # the asking message goes; question, answer stay
+    claim = await store.claim("w1", leaderless=True)
+    assert claim is not None
+    assert claim.task.id == "t1"
+    await store.complete(claim, "booked")
+    view = await store.room("r")
+    assert view is not None
+    assert said(view.turns) == [
+        ("assistant", "8 pm, confirm?", "asked", "t1"),
+        ("user", "yes", "received", "a1"),
+        ("assistant", "booked", "result", "t1"),
+    ]
+    assert view.turn_count == 3

@@ -89,8 +89,8 @@ async def _turns_read_to_complete(dsn: str, behind: int) -> int:
                 )
                 after = conn.execute(read, {"schema": schema}).fetchone()
                 assert after is not None
-                said = conn.execute(
-                    f"SELECT text FROM {s}.turns WHERE task_id = 'first' AND role = 'assistant'"
+                said = conn.execute(  # the reply is the task's own row (issue #49)
+                    f"SELECT result FROM {s}.tasks WHERE id = 'first' AND turn_seq IS NOT NULL"
                 ).fetchall()
                 assert [bytes(text) for (text,) in said] == [b"hi there"]
                 return int(after[0]) - int(row[0])

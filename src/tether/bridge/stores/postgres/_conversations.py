@@ -303,8 +303,9 @@ def prune_sql(s: str) -> str:
     before the assistant's at one seq), from the merged sources, each walked on its index from
     the start (linear in the turns removed whatever the room keeps, issue #56): ``turns``
     rows deleted (each counts -1 as it goes), task rows' live turns hidden (counted here). A
-    message hidden before its live reply leaves the reply in place (``reply_seq``); one
-    whose reply is not said yet gets none. The number of turns removed."""
+    message hidden before its live reply leaves the reply in place (``reply_seq``), as does
+    one whose ask was answered (its reply goes under the answer); another whose reply is not
+    said yet gets none. The number of turns removed."""
     return (
         f"WITH a AS MATERIALIZED (SELECT {_TURN_COLS} FROM {s}.tasks "
         "WHERE room = %(room)s AND turn_seq IS NOT NULL ORDER BY turn_seq LIMIT %(limit)s), "
@@ -321,8 +322,9 @@ def prune_sql(s: str) -> str:
         "AND x.seq = p.seq AND x.role = p.role), "
         "hid AS (SELECT id, bool_or(role = 'user') AS said, bool_or(role = 'assistant') "
         "AS replied FROM pick WHERE NOT kept GROUP BY id), "
-        f"u AS (UPDATE {s}.tasks t SET turn_seq = NULL, reply_seq = CASE "
-        f"WHEN NOT hid.replied AND {reply_live('t')} THEN coalesce(t.reply_seq, t.turn_seq) "
+        f"u AS (UPDATE {s}.tasks t SET turn_seq = NULL, reply_seq = CASE WHEN NOT hid.replied "
+        f"AND (t.reply_seq IS NOT NULL OR {reply_live('t')}) "
+        "THEN coalesce(t.reply_seq, t.turn_seq) "
         # the rows found by their keys (``= ANY``, an index probe each), then joined: a join
         # alone was planned as a scan of every task (as the claim found, issue 39)
         "END FROM hid WHERE t.id = ANY(ARRAY(SELECT id FROM hid)) AND t.id = hid.id), "
