@@ -183,7 +183,12 @@ ROWS: dict[str, Row] = {
             r"median ([-\d.]+)",
             "bridge time cost %": r"cost of history\+state per message on the bridge: "
             r"time ([-+\d.]+)%",
-            "bridge CPU cost %": r"on the bridge: time [-+\d.]+%, CPU ([-+\d.]+)%",
+            "bridge CPU cost %": r"cost of history\+state per message on the bridge: "
+            r"time [-+\d.]+%, CPU ([-+\d.]+)%",
+            "bridge CPU cost of turns only %": r"cost of turns only per message on the bridge: "
+            r"time [-+\d.]+%, CPU ([-+\d.]+)%",
+            "store path cost of turns only %": r"cost of turns per message vs no conversation, "
+            r"%: median ([-\d.]+)",
             "store path x langgraph, 1 at once": r"tether read \+ commit, x LangGraph's speed: "
             r"median ([\d.]+)",
         },
