@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from support.clock import FakeClock
-from support.migrations import postgres_step
+from support.migrations import postgres_schema_at, postgres_step
 from tether.bridge import PostgresStore, Task
 from tether.bridge.custody import Claim
 from tether.bridge.stores.postgres import _schema as pg_schema
@@ -344,19 +344,9 @@ SAID_BEFORE = [
 async def test_a_schema_of_the_previous_version_moves_its_live_turns_onto_their_rows(
     postgres_dsn: str,
 ) -> None:
-    schema = f"s_{secrets.token_hex(5)}"
+    schema = postgres_schema_at(postgres_dsn, PG_STEP, *OLD_ROWS)
     s = f'"{schema}"'
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {s}")
-        conn.execute(
-            f"CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
-            "applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for version in range(PG_STEP):
-            conn.execute(pg_schema.MIGRATIONS[version].format(s=s).encode())
-            conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version + 1,))
-        for row in OLD_ROWS:
-            conn.execute(row.format(s=f"{s}.").encode())
         [(rows_before,)] = conn.execute(f"SELECT count(*) FROM {s}.turns").fetchall()
         [(count_before,)] = conn.execute(f"SELECT turns FROM {s}.conversations").fetchall()
     assert (rows_before, count_before) == (9, 9)

@@ -72,10 +72,9 @@ def assert_sqlite_intact(db: Path, *, version: int | None = None) -> None:
         check.close()
 
 
-@asynccontextmanager
-async def postgres_from(dsn: str, step: int, *rows: str) -> AsyncIterator[PostgresStore]:
-    """The store opened (so migrated) on a new schema made at version ``step`` holding
-    ``rows`` (``{s}`` is the quoted schema and a dot); the schema is dropped after."""
+def postgres_schema_at(dsn: str, step: int, *rows: str) -> str:
+    """A new schema made at version ``step`` holding ``rows`` (``{s}`` is the quoted schema
+    and a dot), not yet opened by a store: its name (the caller drops it)."""
     schema = f"s_{secrets.token_hex(5)}"
     s = f'"{schema}"'
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -89,6 +88,15 @@ async def postgres_from(dsn: str, step: int, *rows: str) -> AsyncIterator[Postgr
             conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version + 1,))
         for row in rows:
             conn.execute(row.format(s=f"{s}.").encode())
+    return schema
+
+
+@asynccontextmanager
+async def postgres_from(dsn: str, step: int, *rows: str) -> AsyncIterator[PostgresStore]:
+    """The store opened (so migrated) on a new schema made at version ``step`` holding
+    ``rows`` (``{s}`` is the quoted schema and a dot); the schema is dropped after."""
+    schema = postgres_schema_at(dsn, step, *rows)
+    s = f'"{schema}"'
     try:
         store = await PostgresStore.open(dsn, schema=schema)
         try:
