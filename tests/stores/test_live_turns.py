@@ -73,6 +73,12 @@ OLD_ROWS = (
     "answer_id) VALUES ('e', 'ask', 1, 's', 'which?', 'answered', 1e12, 10, 'qf', 'f')",
     "UPDATE tasks SET state = 'result', result = 're', lease_until = NULL, updated_at = 12 "
     "WHERE id = 'e'",
+    # h asked too, i answered it: h waits to run again, its reply to go under i's message
+    _TASK + "('h', 'qh', 's', 1, '{{}}', 'pending', 1, NULL, 1, NULL, 13, 13, 'concurrent', "
+    "NULL, 0)",
+    _TASK + "('i', 'qi', 's', 1, '{{}}', 'result', 1, 'w1', 1, NULL, 14, 14, 'concurrent', '', 1)",
+    "INSERT INTO asks (task_id, name, seq, room, question, status, deadline, at, answer, "
+    "answer_id) VALUES ('h', 'ask', 1, 's', 'when?', 'answered', 1e12, 13, 'qi', 'i')",
 )
 
 
@@ -98,9 +104,11 @@ async def test_a_file_of_the_version_before_keeps_every_turn_and_count(tmp_path:
             ("user", "qe"),
             ("user", "qf"),
             ("assistant", "re"),
+            ("user", "qh"),
+            ("user", "qi"),
         ]
-        assert s.turn_count == 3
-        assert (await store.conversation_counts()).turns == 10
+        assert s.turn_count == 5
+        assert (await store.conversation_counts()).turns == 12
         claim = await store.claim("w1", leaderless=True)  # c, the one left to run
         assert claim is not None
         assert [t.text for t in (await store.conversation("c")).history] == [
@@ -116,6 +124,14 @@ async def test_a_file_of_the_version_before_keeps_every_turn_and_count(tmp_path:
         history = (await store.conversation("g")).history
         assert [t.text for t in history][-2:] == ["qc", "rc"]
         assert (await store.room("r")).turn_count == 9  # type: ignore[union-attr]
+        asker = await store.claim("w1", leaderless=True)
+        assert asker is not None
+        assert asker.task.id == "h"
+        await store.complete(asker, "rh")
+        s = await store.room("s")
+        assert s is not None
+        assert [t.text for t in s.turns][-3:] == ["qh", "qi", "rh"]  # under its answer
+        assert s.turn_count == 6
         assert len(turn_rows(db)) == 2
 
 

@@ -656,12 +656,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     # now read from its own row: ``turn_seq`` (its message's number in the room; NULL: no
     # room, or its message pruned or forgotten) and ``reply_seq`` (where its reply sits when
     # not at ``turn_seq``: under the answer to its ask, or kept when retention took only its
-    # message). Its reply is a turn while its result is stored to be said (``_turns`` in
-    # ``_live_turns``). ``turns`` keeps the asked and shown turns and the copies a task's
-    # deletion leaves. ``conversations.turns`` still counts every turn a room shows: the
-    # ingest's seq bump counts the message, a stored reply counts itself, a re-drive that
-    # clears a counted reply uncounts it. Live tasks' rows move onto their tasks here (each
-    # row's delete uncounts it, each live turn counts again)
+    # message). Its reply is a turn while its result is stored to be said (``REPLY_SAID``
+    # in ``_live_turns``); an asker answered but not yet replied keeps its answer's place.
+    # ``turns`` keeps the asked and shown turns and the copies a task's deletion leaves.
+    # ``conversations.turns`` still counts every turn a room shows: the ingest's seq bump
+    # counts the message, a stored reply counts itself, a re-drive that clears a counted
+    # reply uncounts it. Live tasks' rows move onto their tasks here (each row's delete
+    # uncounts it, each live turn counts again)
     """
     ALTER TABLE tasks ADD COLUMN turn_seq INTEGER CHECK (turn_seq IS NULL OR turn_seq >= 1);
     ALTER TABLE tasks ADD COLUMN reply_seq INTEGER CHECK (reply_seq IS NULL OR reply_seq >= 1);
@@ -672,6 +673,11 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         WHERE a.task_id = tasks.id AND a.room = tasks.room AND a.role = 'assistant'
             AND a.outcome IN ('result', 'delivered'))
         WHERE room IS NOT NULL;
+    UPDATE tasks SET reply_seq = (SELECT max(u.seq) FROM asks k
+        JOIN turns u INDEXED BY turns_task ON u.task_id = k.answer_id AND u.room = tasks.room
+            AND u.role = 'user'
+        WHERE k.task_id = tasks.id AND k.answer_id IS NOT NULL)
+        WHERE room IS NOT NULL AND reply_seq IS NULL;
     UPDATE tasks SET reply_seq = NULL WHERE reply_seq = turn_seq;
     DELETE FROM turns WHERE outcome IN ('received', 'result', 'delivered')
         AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = turns.task_id AND t.room = turns.room);
