@@ -126,7 +126,7 @@ def _rows(rows: Iterable[Any], outcomes: Collection[str] | None) -> Iterator[_Da
 def prune_oldest(conn: sqlite3.Connection, room: str, n: int) -> int:
     """Remove the ``n`` oldest turns of ``room`` (fewer if it holds fewer): rows deleted, live
     ones hidden on their task; the room's count follows. The number removed."""
-    cut: list[tuple[int, int, str, Any]] = []  # (seq, said_after, where, key)
+    cut: list[tuple[int, int, str, Any]] = []  # (seq, after, where, key): ordered as ``_Dated``
     for seq, reply_seq, rowid, said in conn.execute(TASKS_OLDEST, (room, n)):
         cut.append((seq, 0, "message", rowid))
         if said and reply_seq is None:
@@ -136,7 +136,7 @@ def prune_oldest(conn: sqlite3.Connection, room: str, n: int) -> int:
         (seq, role == "assistant", "row", role)
         for seq, role in conn.execute(ROWS_OLDEST, (room, n))
     )
-    cut.sort(key=lambda c: (c[0], c[1]))
+    cut.sort(key=_WHEN)
     del cut[n:]
     messages = {key for _, _, where, key in cut if where == "message"}
     replies = {key for _, _, where, key in cut if where == "reply"}
