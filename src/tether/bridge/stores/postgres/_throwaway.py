@@ -17,7 +17,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import attrs
@@ -93,11 +93,14 @@ class Throwaway:
 
 
 @contextlib.contextmanager
-def throwaway_postgres(*, fsync: bool = True, max_connections: int = 200) -> Iterator[Throwaway]:
+def throwaway_postgres(
+    *, fsync: bool = True, max_connections: int = 200, settings: Mapping[str, str] | None = None
+) -> Iterator[Throwaway]:
     """Start a private server, yield it, stop it and delete its files.
 
     ``fsync=False`` makes commits skip the disk flush: fine for tests of transactional logic,
-    never for durability claims or benchmarks.
+    never for durability claims or benchmarks. ``settings`` are more server settings (``-c``),
+    e.g. ``{"shared_preload_libraries": "pg_stat_statements"}`` for a benchmark.
     """
     bindir = find_bindir()
     if bindir is None:
@@ -143,6 +146,8 @@ def throwaway_postgres(*, fsync: bool = True, max_connections: int = 200) -> Ite
                 f"-c max_connections={max_connections} -c fsync={flag} "
                 f"-c synchronous_commit={flag} -c full_page_writes={flag}"
             )
+            for name, value in (settings or {}).items():
+                options += f" -c {name}={value}"
             try:
                 data, log = str(root / "data"), str(root / "log")
                 server._run("pg_ctl", "-D", data, "-l", log, "-w", "-o", options, "start")
