@@ -54,6 +54,7 @@ from ._connection import Conn
 from ._conversations import lock_rooms_sql
 from ._db import PostgresDb
 from ._listen import PENDING, RESULT, assigned_payload
+from ._merge import CompletionMerge
 from ._rows import (
     claim_of,
     complete_params,
@@ -77,6 +78,11 @@ class PostgresCustody(CustodyFrame):
     db: PostgresDb
     read_only: bool
     """Opened to inspect: ``counts`` reads without folding (issue #56)."""
+    completions: CompletionMerge = attrs.field(init=False)
+    """Concurrent ``complete_many`` calls of this process share statements (``_merge``)."""
+
+    def __attrs_post_init__(self) -> None:
+        self.completions = CompletionMerge(self._complete_rows)
 
     # -- ingest -------------------------------------------------------------------------------
 
@@ -279,24 +285,20 @@ class PostgresCustody(CustodyFrame):
     async def _complete_many(
         self, items: Sequence[tuple[str, int, str, str]], no_send: bool, now: float
     ) -> list[bool]:
-        # one row per fence (the first): a repeat in the same call finds the task no longer
-        # claimed, as a second ``complete`` would, and so reports False. Fences of one id that
-        # differ (a stale claim beside the live one) can match at most one row between them.
-        first: dict[tuple[str, int, str], int] = {}
-        for i, (worker, run, id, _) in enumerate(items):
-            first.setdefault((worker, run, id), i)
-        params: dict[str, Any] = {"ids": [id for _, _, id in first], "no_send": no_send}
-        params.update(workers=[worker for worker, _, _ in first], now=now, payload=RESULT)
-        params.update(runs=[run for _, run, _ in first], chan=self.db.channel)
-        params.update(bodies=[encode(items[i][3]) for i in first.values()])
+        return await self.completions.complete_many(items, no_send, now)
+
+    async def _complete_rows(
+        self, items: Sequence[tuple[str, int, str, str]], no_send: bool, now: float
+    ) -> set[tuple[str, int, str]]:
+        """One statement for distinct fences (``completions`` merges the calls into it)."""
+        params: dict[str, Any] = {"ids": [id for _, _, id, _ in items], "no_send": no_send}
+        params.update(workers=[worker for worker, _, _, _ in items], now=now, payload=RESULT)
+        params.update(runs=[run for _, run, _, _ in items], chan=self.db.channel)
+        params.update(bodies=[encode(body) for _, _, _, body in items])
         sql = self.db.sql.complete_many
-        moved = await self.db.run(
+        return await self.db.run(
             lambda conn: {(worker, run, id) for id, worker, run, _ in conn.execute(sql, params)}
         )
-        return [
-            (worker, run, id) in moved and first[worker, run, id] == i
-            for i, (worker, run, id, _) in enumerate(items)
-        ]
 
     async def _fail(
         self, claim: Claim, reason: str, permanent: bool, not_before: float | None, now: float

@@ -1,0 +1,157 @@
+"""PostgreSQL merges the ``complete_many`` calls of a process that meet in flight (issue 50):
+workers answering together cost one statement, each reply still under its own fence."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+
+import trio
+import trio.testing
+
+from tether.bridge import CustodyState, PostgresStore, Task
+from tether.bridge.custody import Claim
+from tether.bridge.stores.postgres._merge import CompletionMerge, Fence, Item
+
+
+async def _claims(store: PostgresStore, worker: str, n: int) -> list[Claim]:
+    await store.ingest_many([Task(f"{worker}-{i}", "hi") for i in range(n)])
+    return list(await store.claim_many(worker, n, leaderless=True))
+
+
+async def test_workers_answering_together_share_one_statement(postgres_dsn: str) -> None:
+    store = await PostgresStore.open(postgres_dsn, schema=f"s_{secrets.token_hex(5)}")
+    try:
+        held = {w: await _claims(store, w, 2) for w in ("w1", "w2", "w3", "w4")}
+        merge = store.parts.custody.completions  # type: ignore[attr-defined]
+        assert isinstance(merge, CompletionMerge)
+        answers: dict[str, list[bool]] = {}
+
+        async def answer(worker: str, claims: Sequence[Claim]) -> None:
+            answers[worker] = await store.complete_many([(c, f"by {worker}") for c in claims])
+
+        async with trio.open_nursery() as nursery:
+            for worker, claims in held.items():
+                nursery.start_soon(answer, worker, claims)
+        assert answers == {w: [True, True] for w in held}
+        # calls that meet before or during a statement share one (the first may go alone)
+        assert merge.statements <= 2
+        assert merge.statements + merge.merged == 4
+        for worker, claims in held.items():
+            for claim in claims:
+                task = await store.get(claim.task.id)
+                assert task is not None
+                assert (task.state, task.result) == (CustodyState.RESULT, f"by {worker}")
+    finally:
+        await store.aclose()
+
+
+async def test_a_fence_in_two_merged_calls_moves_once(postgres_dsn: str) -> None:
+    store = await PostgresStore.open(postgres_dsn, schema=f"s_{secrets.token_hex(5)}")
+    try:
+        first, second = await _claims(store, "w1", 2)
+        calls = {
+            "a": [(first, "a")],
+            "b": [(second, "b"), (first, "b again")],
+            "c": [(first, "c")],
+        }
+        answers: dict[str, list[bool]] = {}
+
+        async def answer(name: str) -> None:
+            answers[name] = await store.complete_many(calls[name])
+
+        async with trio.open_nursery() as nursery:
+            for name in calls:
+                nursery.start_soon(answer, name)
+        assert store.parts.custody.completions.merged > 0  # type: ignore[attr-defined]
+        assert answers["b"][0] is True
+        took = [
+            body
+            for name, outcomes in calls.items()
+            for (claim, body), moved in zip(outcomes, answers[name], strict=True)
+            if claim is first and moved
+        ]
+        assert len(took) == 1  # the fence moved once, whichever call carried it first
+        assert (await store.get(first.task.id)).result == took[0]  # type: ignore[union-attr]
+        assert (await store.get(second.task.id)).result == "b"  # type: ignore[union-attr]
+    finally:
+        await store.aclose()
+
+
+class _Recorder:
+    """Stores items as the store's statement would, each statement waiting for its own gate
+    first, and cancellable there (as ``PostgresDb.run`` is: a cancelled call ran nothing)."""
+
+    def __init__(self, statements: int) -> None:
+        self.stored: list[list[str]] = []
+        self.gates = [trio.Event() for _ in range(statements)]
+        self.begun = 0
+
+    async def __call__(self, items: Sequence[Item], no_send: bool, now: float) -> set[Fence]:
+        self.begun += 1
+        await self.gates[self.begun - 1].wait()
+        self.stored.append([id for _, _, id, _ in items])
+        return {(w, r, id) for w, r, id, _ in items}
+
+
+def _caller(merge: CompletionMerge, answers: dict[str, list[bool]]):  # type: ignore[no-untyped-def]
+    async def call(id: str) -> None:
+        answers[id] = await merge.complete_many([("w", 1, id, "")], False, 1.0)
+
+    return call
+
+
+async def test_a_cancelled_waiting_call_stores_nothing_and_the_rest_go_on() -> None:
+    store = _Recorder(2)
+    merge = CompletionMerge(store)
+    answers: dict[str, list[bool]] = {}
+    call = _caller(merge, answers)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call, "a")  # takes the turn; its statement waits at its gate
+        await trio.testing.wait_all_tasks_blocked()
+        waiting = trio.CancelScope()
+
+        async def doomed() -> None:
+            with waiting:
+                await merge.complete_many([("w", 1, "gone", "")], False, 1.0)
+
+        nursery.start_soon(doomed)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(call, "b")
+        await trio.testing.wait_all_tasks_blocked()
+        waiting.cancel()  # waiting for the turn, not taken yet: leaves with nothing stored
+        await trio.testing.wait_all_tasks_blocked()
+        for gate in store.gates:
+            gate.set()
+    assert store.stored == [["a"], ["b"]]
+    assert answers == {"a": [True], "b": [True]}
+
+
+async def test_calls_taken_by_a_turn_cancelled_before_its_statement_ran_go_in_the_next() -> None:
+    store = _Recorder(3)
+    merge = CompletionMerge(store)
+    answers: dict[str, list[bool]] = {}
+    call = _caller(merge, answers)
+    cancelled: list[bool] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call, "x")  # the first turn: its statement waits at gate 0
+        await trio.testing.wait_all_tasks_blocked()
+        leader = trio.CancelScope()
+
+        async def led() -> None:
+            with leader:
+                await merge.complete_many([("w", 1, "l", "")], False, 1.0)
+            cancelled.append(leader.cancelled_caught)
+
+        nursery.start_soon(led)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(call, "y")
+        await trio.testing.wait_all_tasks_blocked()
+        store.gates[0].set()  # "x" stored; "l" takes the turn with "y", waits at gate 1
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.begun == 2
+        store.gates[2].set()
+        leader.cancel()  # before its statement ran: "y" takes a turn of its own
+    assert store.stored == [["x"], ["y"]]
+    assert answers == {"x": [True], "y": [True]}
+    assert cancelled == [True]
