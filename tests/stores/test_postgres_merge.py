@@ -35,8 +35,8 @@ async def test_workers_answering_together_share_one_statement(postgres_dsn: str)
                 nursery.start_soon(answer, worker, claims)
         assert answers == {w: [True, True] for w in held}
         # calls that meet before or during a statement share one (the first may go alone)
-        assert merge.statements <= 2
-        assert merge.statements + merge.merged == 4
+        assert merge.merge.statements <= 2
+        assert merge.merge.statements + merge.merge.merged == 4
         for worker, claims in held.items():
             for claim in claims:
                 task = await store.get(claim.task.id)
@@ -63,7 +63,7 @@ async def test_a_fence_in_two_merged_calls_moves_once(postgres_dsn: str) -> None
         async with trio.open_nursery() as nursery:
             for name in calls:
                 nursery.start_soon(answer, name)
-        assert store.parts.custody.completions.merged > 0  # type: ignore[attr-defined]
+        assert store.parts.custody.completions.merge.merged > 0  # type: ignore[attr-defined]
         assert answers["b"][0] is True
         took = [
             body

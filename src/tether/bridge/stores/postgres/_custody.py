@@ -54,7 +54,7 @@ from ._connection import Conn
 from ._conversations import lock_rooms_sql
 from ._db import PostgresDb
 from ._listen import PENDING, RESULT, assigned_payload
-from ._merge import CompletionMerge
+from ._merge import CompletionMerge, StatementMerge
 from ._rows import (
     claim_of,
     complete_params,
@@ -80,9 +80,12 @@ class PostgresCustody(CustodyFrame):
     """Opened to inspect: ``counts`` reads without folding (issue #56)."""
     completions: CompletionMerge = attrs.field(init=False)
     """Concurrent ``complete_many`` calls of this process share statements (``_merge``)."""
+    claims: StatementMerge[tuple[str, int, float, float], list[Claim]] = attrs.field(init=False)
+    """So do its workers' claims of their assignments."""
 
     def __attrs_post_init__(self) -> None:
         self.completions = CompletionMerge(self._complete_rows)
+        self.claims = StatementMerge(self._claim_assigned)
 
     # -- ingest -------------------------------------------------------------------------------
 
@@ -245,26 +248,83 @@ class PostgresCustody(CustodyFrame):
         until: float,
         quarantine: int | None,
     ) -> list[Claim]:
+        if quarantine is None and not leaderless:  # the pool's usual claim: merged (``_merge``)
+            return await self.claims.call(
+                (worker, limit, now, until), kind="assigned", rows=limit, apart=worker
+            )
+        return await self.db.run(
+            lambda conn: self._claim_on(conn, worker, limit, leaderless, now, until, quarantine)
+        )
+
+    def _claim_on(
+        self,
+        conn: Conn,
+        worker: str,
+        limit: int,
+        leaderless: bool,
+        now: float,
+        until: float,
+        quarantine: int | None,
+    ) -> list[Claim]:
+        """One worker's claim on ``conn``."""
         prefix = process_prefix(worker)
         params = {"worker": worker, "leaderless": leaderless, "limit": limit, "prefix": prefix}
         params.update(now=now, until=until, quarantined=False)
         sql = self.db.sql
-        process_key = {"key": f"tether-process:{self.db.schema}:{prefix or worker}"}
-        pool_key = {"key": f"tether-suspects:{self.db.schema}"}
+        if quarantine is not None:
+            return _claim_quarantined(conn, sql, params, quarantine)
+        # a suspect runs alone (custody._crashes). With no suspect in play (the usual case) a
+        # claim is one statement (after ``QUEUE_WALK``, in its round trip), which claims
+        # nothing once one is
+        with conn.pipeline(), conn.transaction():  # one round trip
+            conn.execute(QUEUE_WALK)
+            claimed = conn.execute(sql.claim_many, params)
+        rows = claimed.fetchall()
+        if rows or not one(conn.execute(sql.suspects_in_play).fetchone()):
+            return [claim_of(row, worker, until) for row in rows]
+        return self._beside_suspects(conn, params)
 
-        def op(conn: Conn) -> list[Claim]:
-            if quarantine is not None:
-                return _claim_quarantined(conn, sql, params, quarantine)
-            # a suspect runs alone (custody._crashes). With no suspect in play (the usual
-            # case) a claim is one statement (after ``QUEUE_WALK``, in its round trip), which
-            # claims nothing once one is
+    def _beside_suspects(self, conn: Conn, params: dict[str, Any]) -> list[Claim]:
+        prefix = params["prefix"]
+        process_key = {"key": f"tether-process:{self.db.schema}:{prefix or params['worker']}"}
+        pool_key = {"key": f"tether-suspects:{self.db.schema}"}
+        return _claim_beside_suspects(conn, self.db.sql, params, process_key, pool_key)
+
+    async def _claim_assigned(
+        self, calls: Sequence[tuple[str, int, float, float]]
+    ) -> list[list[Claim]]:
+        """The merged claims of several workers' assignments: one statement, then, for a
+        worker it gave nothing while a suspect is in play, that worker's own claim beside the
+        suspects (``_claim_on``)."""
+        if len(calls) == 1:
+            [(worker, limit, now, until)] = calls
+            return [
+                await self.db.run(
+                    lambda conn: self._claim_on(conn, worker, limit, False, now, until, None)
+                )
+            ]
+        now = max(c[2] for c in calls)
+        until = max(c[3] for c in calls)
+        params: dict[str, Any] = {"workers": [c[0] for c in calls], "now": now, "until": until}
+        params["limits"] = [c[1] for c in calls]
+        sql = self.db.sql
+
+        def op(conn: Conn) -> list[list[Claim]]:
             with conn.pipeline(), conn.transaction():  # one round trip
                 conn.execute(QUEUE_WALK)
-                claimed = conn.execute(sql.claim_many, params)
-            rows = claimed.fetchall()
-            if rows or not one(conn.execute(sql.suspects_in_play).fetchone()):
-                return [claim_of(row, worker, until) for row in rows]
-            return _claim_beside_suspects(conn, sql, params, process_key, pool_key)
+                claimed = conn.execute(sql.claim_assigned_for_many, params)
+            got: dict[str, list[Claim]] = {worker: [] for worker, _, _, _ in calls}
+            for row in claimed.fetchall():
+                got[row[-1]].append(claim_of(row, row[-1], until))
+            if any(not c for c in got.values()) and one(
+                conn.execute(sql.suspects_in_play).fetchone()
+            ):
+                for worker, limit, _, _ in calls:
+                    if not got[worker]:
+                        p = {"worker": worker, "leaderless": False, "limit": limit}
+                        p.update(prefix=process_prefix(worker), now=now, until=until)
+                        got[worker] = self._beside_suspects(conn, {**p, "quarantined": False})
+            return [got[worker] for worker, _, _, _ in calls]
 
         return await self.db.run(op)
 

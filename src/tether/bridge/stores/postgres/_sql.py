@@ -44,14 +44,17 @@ _IN_PLAY: Final = "WHERE suspect AND state IN ('pending', 'claimed')"
 """A suspect waiting or running (the partial index ``tasks_suspects`` finds it)."""
 QUEUE_WALK: Final = (
     b"SELECT set_config('enable_bitmapscan', 'off', true), "
-    b"set_config('enable_seqscan', 'off', true)"
+    b"set_config('enable_seqscan', 'off', true), "
+    b"set_config('plan_cache_mode', 'force_generic_plan', true)"
 )
 """Run first in a claim's transaction (``true``: for this transaction only): the claim walks
 the queue down its index, in its order (priority, turn, age), and stops at its limit, whatever
 the statistics say. Statistics taken while few tasks were pending (an idle queue before a
 burst) made the planner collect every pending row and sort them to claim a hundred (issue 39:
 8,100 rows, 12-21 ms a claim instead of 4-5, growing with the queue's depth). Turning sorts
-off instead made the statement 40 times slower."""
+off instead made the statement 40 times slower. And a prepared claim runs its generic plan
+(the same index walk, ``test_postgres_plans``): left to choose, PostgreSQL kept planning the
+claim afresh at every call, 0.8 ms of server CPU each, more than the claim itself (issue 50)."""
 NO_DELIVERY_LEASE: Final = "delivery_holder = NULL, delivery_until = NULL"
 """Every transition out of ``result`` drops the delivery lease (a CHECK insists)."""
 
@@ -365,6 +368,33 @@ class Sql:
     def claim_many_among_suspects(self) -> str:
         """The claim of non-suspect work while suspects are in play (under the locks)."""
         return self._claim_many("")
+
+    @property
+    def claim_assigned_for_many(self) -> str:
+        """``claim_many`` of assigned tasks only (no leaderless part) for several workers in
+        one statement (``_merge``): each worker up to its limit, by its own queue order,
+        while no suspect is in play; the rows come back with their worker (``owner``)."""
+        tasks = f"{self.s}.tasks"
+        return (
+            "WITH h AS (SELECT * FROM unnest(%(workers)s::text[], %(limits)s::integer[]) "
+            "AS h(worker, lim)), "
+            f"mine AS (SELECT x.id FROM h CROSS JOIN LATERAL (SELECT t.id FROM {tasks} t "
+            "WHERE t.state = 'assigned' AND t.owner = h.worker AND NOT t.suspect "
+            f"AND {self.room_gate} AND NOT EXISTS (SELECT FROM {tasks} {_IN_PLAY}) "
+            f"ORDER BY {QUEUE_ORDER_T} LIMIT h.lim FOR UPDATE SKIP LOCKED) x), "
+            # found by their keys, as ``_claim_many``'s picks are (not joined)
+            f"u AS (UPDATE {tasks} t SET state = 'claimed', lease_until = %(until)s, "
+            "run_no = t.run_no + 1, not_before = NULL, updated_at = %(now)s "
+            "WHERE t.id = ANY(ARRAY(SELECT id FROM mine)) AND t.state = 'assigned' "
+            f"RETURNING {TASK_COLS}, t.attempt, t.run_no, t.priority AS rank, "
+            "t.fair AS turn, t.seq, t.owner), "
+            # one row per room (ON CONFLICT cannot touch a row twice): its newest claim's worker
+            f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
+            "SELECT DISTINCT ON (room) room, owner, %(now)s FROM u WHERE room IS NOT NULL "
+            "ORDER BY room, seq DESC "
+            "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at) "
+            "SELECT * FROM u ORDER BY owner, rank, turn, seq"
+        )
 
     def _claim_many(self, guard: str) -> str:
         # ``claim`` for up to %(limit)s rows: own assignments first, then (leaderless) pending
