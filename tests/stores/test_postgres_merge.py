@@ -6,9 +6,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
+import pytest
 import trio
 import trio.testing
 
+from support.clock import FakeClock
+from support.custody import LEASE_S
 from tether.bridge import CustodyState, PostgresStore, Task
 from tether.bridge.custody import Claim
 from tether.bridge.stores.postgres._merge import CompletionMerge, Fence, Item
@@ -155,3 +158,61 @@ async def test_calls_taken_by_a_turn_cancelled_before_its_statement_ran_go_in_th
     assert store.stored == [["x"], ["y"]]
     assert answers == {"x": [True], "y": [True]}
     assert cancelled == [True]
+
+
+async def _scene(store: PostgresStore, clock: FakeClock, suspect: bool) -> None:
+    """Assignments for three workers of one process, rooms among them; with ``suspect`` a
+    task whose process died waits as a suspect."""
+    if suspect:
+        await store.ingest(Task("s1", "x"))
+        await store.beat("old-w1", "worker", 10)
+        [doomed] = await store.claim_many("old-w1", 1, leaderless=True)
+        clock.advance(LEASE_S + 1)  # its process went silent: a crash expiry
+        [expired] = await store.expire_leases()
+        assert (expired.id, expired.crash) == (doomed.task.id, True)
+    await store.ingest_many(
+        [Task("r1-a", "x", room="r1"), Task("r1-b", "x", room="r1"), Task("r2-a", "x", room="r2")]
+        + [Task(f"p{i}", "x") for i in range(5)]
+    )
+    for worker in ("pool-w1", "pool-w2", "pool-w3"):
+        await store.beat(worker, "worker", 10)
+    pairs = [("r1-a", "pool-w1"), ("p0", "pool-w1"), ("p1", "pool-w1"), ("r1-b", "pool-w2")]
+    pairs += [("r2-a", "pool-w2"), ("p2", "pool-w2"), ("p3", "pool-w3"), ("p4", "pool-w3")]
+    assert all(await store.assign_many(pairs))
+
+
+@pytest.mark.parametrize("suspect", [False, True], ids=["usual", "suspect-in-play"])
+async def test_a_merged_claim_takes_what_each_workers_own_claim_would(
+    postgres_dsn: str, suspect: bool
+) -> None:
+    """The same scene in two schemas: the workers' claims merged into one statement, and each
+    worker's own claim in turn, take the same tasks for the same workers."""
+    taken: list[dict[str, list[str]]] = []
+    for merged in (True, False):
+        clock = FakeClock()
+        schema = f"s_{secrets.token_hex(5)}"
+        store = await PostgresStore.open(postgres_dsn, schema=schema, clock=clock, lease_s=LEASE_S)
+        try:
+            await _scene(store, clock, suspect)
+            wants = [("pool-w1", 2), ("pool-w2", 2), ("pool-w3", 1)]
+            now = clock()
+            if merged:
+                custody = store.parts.custody
+                calls = [(w, n, now, now + store.lease_s) for w, n in wants]
+                got = await custody._claim_assigned(calls)  # type: ignore[attr-defined]
+            else:
+                got = [await store.claim_many(w, n) for w, n in wants]
+            pairs = zip(wants, got, strict=True)
+            ids = {w: [c.task.id for c in claims] for (w, _), claims in pairs}
+            taken.append(ids)
+            for (worker, _), claims in zip(wants, got, strict=True):
+                assert all(c.worker == worker for c in claims)
+                for claim in claims:  # each claim is fenced as the worker's own
+                    await store.complete(claim, "done")
+        finally:
+            await store.aclose()
+    assert taken[0] == taken[1]
+    if suspect:  # the process takes the suspect, alone
+        assert taken[0] == {"pool-w1": ["s1"], "pool-w2": [], "pool-w3": []}
+    else:  # r1-b waits behind r1-a, its room's earlier message
+        assert taken[0] == {"pool-w1": ["r1-a", "p0"], "pool-w2": ["r2-a", "p2"], "pool-w3": ["p3"]}
