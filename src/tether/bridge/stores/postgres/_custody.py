@@ -13,9 +13,11 @@ from typing import Any
 
 import attrs
 
+from ...custody import _log as _clog
 from ...custody._crashes import process_prefix, quarantine_death_outcome
 from ...custody._records import (
     Assignment,
+    Hand,
     JournalEntry,
     LeaseExpiry,
     PendingTask,
@@ -35,6 +37,8 @@ from ...custody._rules import (
     Result,
     Task,
     TaskRecord,
+    check_task_id,
+    check_worker,
 )
 from ...custody._tenants import NO_TURN
 from .. import _outranked as outranked
@@ -47,7 +51,7 @@ from .._common import (
     journal_entry,
     stale_lease,
 )
-from .._frame import CustodyFrame, lease_expiry
+from .._frame import CustodyFrame, first_pairs, lease_expiry
 from .._rooms_sql import SUPERSEDED_OWNER
 from ._asks import answers
 from ._connection import Conn
@@ -176,10 +180,58 @@ class PostgresCustody(CustodyFrame):
         return before is None
 
     async def _assign_many(self, pairs: Sequence[tuple[str, str]], now: float) -> set[str]:
-        params: dict[str, Any] = {"ids": [i for i, _ in pairs], "workers": [w for _, w in pairs]}
-        params.update(now=now, chan=self.db.channel)
+        params = self._assign_params(pairs, now, quiet=[])
         sql = self.db.sql.assign_many
-        return await self.db.run(lambda conn: {r[0] for r in conn.execute(sql, params)})
+
+        def op(conn: Conn) -> set[str]:
+            with conn.pipeline(), conn.transaction():  # one round trip
+                conn.execute(QUEUE_WALK)  # the rows by their keys (``PENDING_BY_KEY``)
+                assigned = conn.execute(sql, params)
+            return {r[0] for r in assigned.fetchall()}
+
+        return await self.db.run(op)
+
+    def _assign_params(
+        self, pairs: Sequence[tuple[str, str]], now: float, quiet: list[str]
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"ids": [i for i, _ in pairs], "workers": [w for _, w in pairs]}
+        params.update(now=now, chan=self.db.channel, quiet=quiet)
+        return params
+
+    async def assign_and_claim(
+        self, pairs: Sequence[tuple[str, str]], hands: Mapping[str, Hand]
+    ) -> tuple[list[bool], dict[str, list[Claim]]]:
+        """``assign_many``, then, in the same transaction and round trip, the claims of the
+        lead's own process's workers (``hands``, those that take ordinary work here) of what
+        is now assigned to them, as their own merged claim would take it
+        (``claim_assigned_for_many``). Those workers are rung in the process, not notified.
+        A suspect in play leaves them to claim for themselves (nothing is claimed here)."""
+        checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
+        unique, first = first_pairs(checked)
+        now = self.host.clock()
+        until = now + self.host.lease_s
+        wanted = {w: h.slots for w, h in sorted(hands.items()) if h.slots and not h.quarantines}
+        params = self._assign_params(unique, now, quiet=sorted(hands))
+        claim: dict[str, Any] = {"workers": list(wanted), "limits": list(wanted.values())}
+        claim.update(now=now, until=until)
+        sql = self.db.sql
+
+        def op(conn: Conn) -> tuple[set[str], dict[str, list[Claim]]]:
+            with conn.pipeline(), conn.transaction():  # one round trip
+                conn.execute(QUEUE_WALK)  # the claims' walk; the assignment by key
+                assigned = conn.execute(sql.assign_many, params) if unique else None
+                claimed = conn.execute(sql.claim_assigned_for_many, claim) if wanted else None
+            moved = set() if assigned is None else {r[0] for r in assigned.fetchall()}
+            got: dict[str, list[Claim]] = {}
+            for row in [] if claimed is None else claimed.fetchall():
+                got.setdefault(row[-1], []).append(claim_of(row, row[-1], until))
+            return moved, got
+
+        moved, claims = await self.db.run(op)
+        _clog.assigned(unique, moved)
+        for worker, taken in claims.items():
+            _clog.claimed(taken, worker)
+        return [id in moved and first[id] == n for n, (id, _) in enumerate(checked)], claims
 
     async def _return_assignments(self, worker: str, now: float) -> list[str]:
         params = {"worker": worker, "now": now, "chan": self.db.channel}

@@ -55,6 +55,12 @@ burst) made the planner collect every pending row and sort them to claim a hundr
 off instead made the statement 40 times slower. And a prepared claim runs its generic plan
 (the same index walk, ``test_postgres_plans``): left to choose, PostgreSQL kept planning the
 claim afresh at every call, 0.8 ms of server CPU each, more than the claim itself (issue 50)."""
+PENDING_BY_KEY: Final = "t.state COLLATE \"C\" = 'pending'"
+"""``t.state = 'pending'`` for rows found by their keys (the same test: equality is bytewise
+in every deterministic collation), written so that the planner cannot read ``tasks_pending``
+for them instead. Under ``QUEUE_WALK`` it did: statistics taken while few tasks were pending
+made the index look like one row, and the lead's assignment of 16 tasks walked all 2,000
+pending ones and compared each with the 16 (issue 50: 32,000 comparisons, 3.5 ms a sweep)."""
 NO_DELIVERY_LEASE: Final = "delivery_holder = NULL, delivery_until = NULL"
 """Every transition out of ``result`` drops the delivery lease (a CHECK insists)."""
 
@@ -250,14 +256,16 @@ class Sql:
             "WITH ORDINALITY AS v (id, worker, ord)), "
             f"u AS (UPDATE {self.s}.tasks t SET state = 'assigned', owner = v.worker, "
             "not_before = NULL, updated_at = %(now)s FROM v "
-            f"WHERE t.id = v.id AND t.state = 'pending' AND {DUE} AND NOT t.suspect "
+            f"WHERE t.id = v.id AND {PENDING_BY_KEY} AND {DUE} AND NOT t.suspect "
             "RETURNING t.id, t.room, v.worker, v.ord), "
             # one row per room (ON CONFLICT cannot touch a row twice): the last pair wins
             f"r AS (INSERT INTO {self.s}.rooms AS r (room, worker, at) "
             "SELECT DISTINCT ON (room) room, worker, %(now)s FROM u WHERE room IS NOT NULL "
             "ORDER BY room, ord DESC "
             "ON CONFLICT (room) DO UPDATE SET worker = excluded.worker, at = excluded.at) "
-            "SELECT id, pg_notify(%(chan)s, 'assigned ' || worker)::text FROM u"
+            # a worker of the lead's own process (``quiet``) is rung in the process instead
+            "SELECT id, CASE WHEN worker = ANY(%(quiet)s::text[]) THEN NULL "
+            "ELSE pg_notify(%(chan)s, 'assigned ' || worker)::text END FROM u"
         )
 
     @property

@@ -214,10 +214,20 @@ class PostgresStore(StoreFacade):
     async def plan_assign_and_claim(
         self, decide: SweepPlanner, *, pending_limit: int = 1000, hands: Mapping[str, Hand]
     ) -> Swept:
-        """Two transactions and no claim (``plan_then_assign_unclaimed``): a claim made here
-        would cost its own round trip, as the worker's does (issue 50 takes PostgreSQL's)."""
+        """Two transactions: the view, then the assignments and the hands' claims in one round
+        trip (``PostgresCustody.assign_and_claim``). A task assigned to a worker of the lead's
+        process runs with no claim statement of the worker's own and no notification."""
         check_hands(hands)
-        return await plan_then_assign_unclaimed(self, decide, pending_limit=pending_limit)
+        if not hands:
+            return await plan_then_assign_unclaimed(self, decide, pending_limit=pending_limit)
+        view = await self.pool_view(pending_limit=pending_limit)
+        pairs = decide(view)
+        if pairs is None:
+            return Swept(view, None)
+        custody = self.parts.custody
+        assert isinstance(custody, PostgresCustody)
+        done, claims = await custody.assign_and_claim(pairs, hands)
+        return Swept(view, done, claims)
 
     delivery_leases = True
     """Several bridges share this store: ``ready_results(holder=...)`` leases what it returns
