@@ -202,6 +202,11 @@ def open_pool(
 
     def configure(conn: Conn) -> None:
         conn.execute(limits.encode())
+        # a statement is prepared at its second run on a connection, not its sixth: each of
+        # the pool's connections planned the lead's reads and the claims afresh until then
+        # (a third of a 2,000-task drain's sweeps, issue 50); a statement of several commands
+        # is never prepared (psycopg counts only single results)
+        conn.prepare_threshold = 1
 
     kwargs = connection_kwargs(schema, connect_timeout_s, password)
     idle = IdleCheck()

@@ -71,7 +71,7 @@ from ._rows import (
     seen,
     task_of,
 )
-from ._sql import QUEUE_WALK, Sql
+from ._sql import GENERIC_PLANS, QUEUE_WALK, Sql
 from ._tenants import turns as tenant_turns
 
 
@@ -243,9 +243,11 @@ class PostgresCustody(CustodyFrame):
         pending_sql = sql.queued_skipping_rooms if skip else sql.queued
 
         def op(conn: Conn) -> PoolView:
-            # one snapshot for every read: a read-only REPEATABLE READ transaction
+            # one snapshot for every read: a read-only REPEATABLE READ transaction, each read
+            # on its generic plan (``GENERIC_PLANS``)
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
+                conn.execute(GENERIC_PLANS)
                 pending = [
                     PendingTask(id, room, RANK_PRIORITY[rank])
                     for id, room, rank in conn.execute(

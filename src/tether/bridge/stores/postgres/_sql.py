@@ -61,6 +61,9 @@ in every deterministic collation), written so that the planner cannot read ``tas
 for them instead. Under ``QUEUE_WALK`` it did: statistics taken while few tasks were pending
 made the index look like one row, and the lead's assignment of 16 tasks walked all 2,000
 pending ones and compared each with the 16 (issue 50: 32,000 comparisons, 3.5 ms a sweep)."""
+GENERIC_PLANS: Final = b"SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+"""Run first in a transaction of prepared reads that PostgreSQL would otherwise plan afresh at
+each call (the lead's view: eight reads a sweep, each planned again most times, issue 50)."""
 NO_DELIVERY_LEASE: Final = "delivery_holder = NULL, delivery_until = NULL"
 """Every transition out of ``result`` drops the delivery lease (a CHECK insists)."""
 
