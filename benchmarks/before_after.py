@@ -18,12 +18,11 @@ the peers without touching it, make an interpreter for it elsewhere:
     UV_PROJECT_ENVIRONMENT=/tmp/before-venv uv sync --locked --all-extras --group bench \\
         --project ../wt-base    # then: --before-python /tmp/before-venv/bin/python
 
-Rows (``--list`` shows each one's command, default pairs and figures): lone, lone-steps,
-dbos-1, dbos-8, langgraph, conversation-cost, bridge-cpu, lanes-1, lanes-16, latency, registry,
-dispatch; ``all`` runs them one after another (about 26 minutes on the 2-core machine at a load
-of 6-10 under ``nice``, 3 pairs a row; less when it is quiet). The CPU figures (bridge-cpu,
-registry, dispatch) stand a busy machine; the latencies (lone, latency) and rates do not: run
-on a quiet one.
+Rows (``--list`` shows each one's command, default pairs and figures): lone, lone-steps, dbos-1,
+dbos-8, langgraph, conversation-cost, bridge-cpu, lanes-1, lanes-16, latency, pg-pool, registry,
+dispatch; ``all`` runs them one after another (about 26 minutes on the 2-core machine at a load of
+6-10 under ``nice``, 3 pairs a row; less when it is quiet). The CPU figures (bridge-cpu, registry,
+dispatch) stand a busy machine; the latencies (lone, latency) and rates do not: run on a quiet one.
 
     uv run python benchmarks/before_after.py ROW|all|ROW,ROW --before ../wt-base --after .
         [--pairs N] [--args '--messages 100'] [--env MESSAGES=500] [--own-scripts]
@@ -229,6 +228,21 @@ ROWS: dict[str, Row] = {
             "memory p99 added ms": r"^lead light \[memory\].*added p50\s+[\d.]+ p99\s+([\d.]+)",
             "disk p99 clear of stalls ms": r"p99 added of the other \d+: ([\d.]+) ms",
         },
+    ),
+    "pg-pool": Row(
+        "PostgreSQL, the pool as users run it vs pgqueuer at its best (pool_postgres.py)",
+        "pool_postgres.py",
+        ("--rounds", "1", "--only", "tether pool,pgqueuer"),
+        figures={
+            "pool jobs/s": r"^\s+tether pool: ([\d,]+)/s",
+            "pool server us/job": r"^\s+tether pool: .*server CPU (\d+) us/job",
+            "pool client us/job": r"^\s+tether pool: .*client CPU (\d+) us/job",
+            "pgqueuer jobs/s": r"^\s+pgqueuer: ([\d,]+)/s",
+            "pgqueuer server us/job": r"^\s+pgqueuer: .*server CPU (\d+) us/job",
+        },
+        peers=frozenset({"pgqueuer jobs/s", "pgqueuer server us/job"}),
+        derived={"pool / pgqueuer": _ratio("pool jobs/s", "pgqueuer jobs/s")},
+        requires=("pgqueuer", "asyncpg"),
     ),
     "registry": Row(
         "registry overhead vs bare Trio (registry_overhead.py)",
