@@ -303,26 +303,29 @@ def statements_per_job(dsn: str, jobs: int, postmaster: int) -> None:
     drain = tether_pool_side(dsn, jobs, postmaster, settings, before_clock=reset)
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
-            "SELECT calls, total_exec_time + total_plan_time, rows, plans, query "
+            "SELECT calls, total_exec_time + total_plan_time, rows, plans, toplevel, query "
             "FROM pg_stat_statements "
             "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
             "ORDER BY calls DESC"
         ).fetchall()
-    total_calls = sum(r[0] for r in rows)
-    total_time = sum(r[1] for r in rows) or 1.0
+    top = sum(r[0] for r in rows if r[4] and r[5] not in ("BEGIN", "COMMIT"))
+    nested = sum(r[0] for r in rows if not r[4])
+    total_time = sum(r[1] for r in rows if r[4]) or 1.0
     print(
         f"\ntether pool, {jobs} jobs in {drain.seconds:.2f} s, server CPU "
-        f"{drain.server_cpu / jobs * 1e6:.0f} us/job: {total_calls / jobs:.2f} statements per job"
+        f"{drain.server_cpu / jobs * 1e6:.0f} us/job: {top / jobs:.2f} statements per job "
+        f"(BEGIN and COMMIT aside), and {nested / jobs:.2f} more run by their triggers"
     )
     print(f"  planning and executing them took {total_time * 1e3 / jobs:.0f} us/job")
     print("  calls/job  time share  us/call  rows/call  plans/call  statement")
-    for calls, exec_time, nrows, plans, query in rows:
+    for calls, exec_time, nrows, plans, toplevel, query in rows:
         if calls / jobs < 0.005:
             continue
-        shown = " ".join(query.split())[:150]
+        shown = ("" if toplevel else "(trigger) ") + " ".join(query.split())
         print(
             f"  {calls / jobs:9.3f}  {exec_time / total_time:10.1%}  "
-            f"{exec_time * 1e3 / calls:7.0f}  {nrows / calls:9.1f}  {plans / calls:10.2f}  {shown}"
+            f"{exec_time * 1e3 / calls:7.0f}  {nrows / calls:9.1f}  {plans / calls:10.2f}  "
+            f"{shown[:150]}"
         )
 
 
