@@ -216,3 +216,31 @@ async def test_a_merged_claim_takes_what_each_workers_own_claim_would(
         assert taken[0] == {"pool-w1": ["s1"], "pool-w2": [], "pool-w3": []}
     else:  # r1-b waits behind r1-a, its room's earlier message
         assert taken[0] == {"pool-w1": ["r1-a", "p0"], "pool-w2": ["r2-a", "p2"], "pool-w3": ["p3"]}
+
+
+async def test_members_beating_together_share_one_statement(postgres_dsn: str) -> None:
+    """A process's workers beat on one grid: one statement, every member's row for each."""
+    store = await PostgresStore.open(postgres_dsn, schema=f"s_{secrets.token_hex(5)}")
+    try:
+        await store.beat("other-w1", "worker", 3)  # another process's member
+        beats = store.parts.custody.beats  # type: ignore[attr-defined]
+        before = beats.statements
+        seen: dict[str, list[tuple[str, str, int]]] = {}
+
+        async def beat(name: str, role: str, capacity: int) -> None:
+            members = await store.beat(name, role, capacity)  # type: ignore[arg-type]
+            seen[name] = [(m.name, m.role, m.capacity) for m in members]
+
+        async with trio.open_nursery() as nursery:
+            for i in range(1, 5):
+                nursery.start_soon(beat, f"pool-w{i}", "worker", 4 * i)
+            nursery.start_soon(beat, "pool-lead", "lead", 0)
+        everyone = [("other-w1", "worker", 3), ("pool-lead", "lead", 0)]
+        everyone += [(f"pool-w{i}", "worker", 4 * i) for i in range(1, 5)]
+        assert seen == {name: everyone for name, _, _ in everyone if name != "other-w1"}
+        assert beats.statements - before <= 2  # the first may go alone
+        assert [(m.name, m.capacity) for m in await store.workers()] == [
+            (name, capacity) for name, _, capacity in everyone
+        ]
+    finally:
+        await store.aclose()

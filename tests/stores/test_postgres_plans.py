@@ -95,6 +95,7 @@ async def test_batch_claims_and_completions_never_scan_the_whole_table(postgres_
         assign = {"ids": pending, "workers": ["w3"] * len(pending), "now": now, "chan": "c"}
         assign["quiet"] = []
         claim_for = {"workers": ["w3", "w4"], "limits": [4, 4], "now": now, "until": now + 60}
+        view = {"limit": 100, "skip": ["r1"], "now": now}
         sql = store.db.sql
         whole = ("Seq Scan", "Bitmap Heap Scan")  # a claim reads the queue down its index
         for name, query, params, walk, kinds in (
@@ -103,6 +104,8 @@ async def test_batch_claims_and_completions_never_scan_the_whole_table(postgres_
             ("claim_assigned_for_many", sql.claim_assigned_for_many, claim_for, True, whole),
             ("complete_many", sql.complete_many, complete, False, ("Seq Scan",)),
             ("assign_many", sql.assign_many, assign, True, ("Seq Scan",)),
+            ("pool_view", sql.pool_view(False), view, False, ("Seq Scan",)),
+            ("pool_view skipping", sql.pool_view(True), view, False, ("Seq Scan",)),
         ):
             for kind, plan in _plans(postgres_dsn, query, params, walk).items():
                 found = _scans_of_tasks(plan, kinds)

@@ -86,10 +86,15 @@ class PostgresCustody(CustodyFrame):
     """Concurrent ``complete_many`` calls of this process share statements (``_merge``)."""
     claims: StatementMerge[tuple[str, int, float, float], list[Claim]] = attrs.field(init=False)
     """So do its workers' claims of their assignments."""
+    beats: StatementMerge[tuple[str, WorkerRole, int, float], list[WorkerInfo]] = attrs.field(
+        init=False
+    )
+    """And its members' beats (they beat on one grid: one statement a beat for the process)."""
 
     def __attrs_post_init__(self) -> None:
         self.completions = CompletionMerge(self._complete_rows)
         self.claims = StatementMerge(self._claim_assigned)
+        self.beats = StatementMerge(self._beat_many)
 
     # -- ingest -------------------------------------------------------------------------------
 
@@ -239,38 +244,28 @@ class PostgresCustody(CustodyFrame):
         return await self.db.run(lambda conn: [r[0] for r in conn.execute(sql, params)])
 
     async def _pool_view(self, at: float, pending_limit: int, skip: list[str]) -> PoolView:
-        sql = self.db.sql
-        pending_sql = sql.queued_skipping_rooms if skip else sql.queued
+        sql = self.db.sql.pool_view(bool(skip))
+        params = {"limit": pending_limit, "skip": skip, "now": at}
 
         def op(conn: Conn) -> PoolView:
-            # one snapshot for every read: a read-only REPEATABLE READ transaction, each read
-            # on its generic plan (``GENERIC_PLANS``)
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            try:
+            with conn.pipeline(), conn.transaction():  # one round trip
                 conn.execute(GENERIC_PLANS)
-                pending = [
-                    PendingTask(id, room, RANK_PRIORITY[rank])
-                    for id, room, rank in conn.execute(
-                        pending_sql, {"limit": pending_limit, "skip": skip, "now": at}
-                    )
-                ]
-                names = sorted({t.room for t in pending if t.room is not None})
-                rooms: dict[str, str] = dict(
-                    conn.execute(sql.view_rooms, {"rooms": names}).fetchall()
-                )
-                view = PoolView(
-                    at=at,
-                    workers=tuple(WorkerInfo(*r) for r in conn.execute(sql.workers)),
-                    assigned=tuple(Assignment(*r) for r in conn.execute(sql.view_assigned)),
-                    claims=dict(conn.execute(sql.view_claims).fetchall()),
-                    pending=tuple(pending),
-                    rooms=rooms,
-                    busy_rooms=frozenset(r[0] for r in conn.execute(sql.view_busy_rooms)),
-                    next_due=one(conn.execute(sql.next_due, {"now": at}).fetchone()),
-                )
-            finally:
-                conn.execute("COMMIT")
-            return view
+                read = conn.execute(sql, params)
+            row = read.fetchone()
+            assert row is not None
+            pending, rooms, workers, assigned, claims, busy, next_due = row
+            return PoolView(
+                at=at,
+                workers=tuple(WorkerInfo(*w) for w in workers or ()),
+                assigned=tuple(Assignment(*a) for a in assigned or ()),
+                claims=dict(claims or ()),
+                pending=tuple(
+                    PendingTask(id, room, RANK_PRIORITY[rank]) for id, room, rank in pending or ()
+                ),
+                rooms=dict(rooms or ()),
+                busy_rooms=frozenset(busy or ()),
+                next_due=None if next_due is None else float(next_due),
+            )
 
         return await self.db.run(op)
 
@@ -279,9 +274,27 @@ class PostgresCustody(CustodyFrame):
     async def _beat(
         self, worker: str, role: WorkerRole, capacity: int, now: float
     ) -> list[WorkerInfo]:
-        params = {"worker": worker, "role": role, "capacity": capacity, "now": now}
-        sql = self.db.sql.beat
-        return await self.db.run(lambda conn: [WorkerInfo(*r) for r in conn.execute(sql, params)])
+        return await self.beats.call(
+            (worker, role, capacity, now), kind="beat", rows=1, apart=worker
+        )
+
+    async def _beat_many(
+        self, beats: Sequence[tuple[str, WorkerRole, int, float]]
+    ) -> list[list[WorkerInfo]]:
+        """The beats of several members in one statement; each is answered with every row."""
+        if len(beats) == 1:
+            [(worker, role, capacity, now)] = beats
+            params: dict[str, Any] = {"worker": worker, "role": role, "capacity": capacity}
+            params["now"] = now
+            sql = self.db.sql.beat
+        else:
+            params = {"workers": [b[0] for b in beats], "roles": [b[1] for b in beats]}
+            params.update(capacities=[b[2] for b in beats], now=max(b[3] for b in beats))
+            sql = self.db.sql.beat_many
+        members = await self.db.run(
+            lambda conn: [WorkerInfo(*r) for r in conn.execute(sql, params)]
+        )
+        return [list(members) for _ in beats]
 
     async def workers(self) -> Sequence[WorkerInfo]:
         sql = self.db.sql.workers

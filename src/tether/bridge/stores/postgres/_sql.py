@@ -210,27 +210,33 @@ class Sql:
         """May candidate ``t`` run now, by its room's policy (``stores._rooms_sql``)."""
         return room_gate("t", f"{self.s}.tasks", "seq", "NOT o.no_send")
 
-    @property
-    def queued(self) -> str:
+    def pool_view(self, skip: bool) -> str:
+        """Everything a lead's sweep reads, in one statement (one plan, one snapshot): the
+        ready pending tasks in queue order (with ``skip``, none of the rooms ``%(skip)s``
+        names), the affinities of their rooms, the members, the assignments, the claims per
+        worker, the busy rooms and the next retry due, each as a JSON array. Eight statements
+        a sweep before, each planned and run on its own (issue 50: most of an idle lead's
+        cost)."""
+        s = self.s
+        skipping = "AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) " if skip else ""
         return (
-            f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
-            f"AND {DUE} AND NOT t.suspect AND {self.room_gate} "
-            f"ORDER BY {QUEUE_ORDER_T} LIMIT %(limit)s"
+            "WITH p AS (SELECT id, room, priority, fair, seq "
+            f"FROM {s}.tasks t WHERE t.state = 'pending' AND {DUE} AND NOT t.suspect "
+            f"{skipping}AND {self.room_gate} ORDER BY {QUEUE_ORDER_T} LIMIT %(limit)s) "
+            "SELECT (SELECT json_agg(json_build_array(id, room, priority) "
+            "ORDER BY priority, fair, seq) FROM p), "
+            f"(SELECT json_agg(json_build_array(room, worker)) FROM {s}.rooms "
+            "WHERE room IN (SELECT room FROM p WHERE room IS NOT NULL)), "
+            "(SELECT json_agg(json_build_array(name, role, capacity, last_beat, started_at) "
+            f'ORDER BY name COLLATE "C") FROM {s}.workers), '
+            "(SELECT json_agg(json_build_array(id, owner, room, updated_at) "
+            f"ORDER BY updated_at, seq) FROM {s}.tasks WHERE state = 'assigned'), "
+            "(SELECT json_agg(json_build_array(owner, n)) FROM (SELECT owner, count(*) AS n "
+            f"FROM {s}.tasks WHERE state = 'claimed' GROUP BY owner) c), "
+            f"(SELECT json_agg(room) FROM ({room_busy(f'{s}.tasks')}) b), "
+            f"(SELECT min(not_before) FROM {s}.tasks "
+            "WHERE state = 'pending' AND not_before > %(now)s)"
         )
-
-    @property
-    def queued_skipping_rooms(self) -> str:
-        return (
-            f"SELECT id, room, priority FROM {self.s}.tasks t WHERE t.state = 'pending' "
-            f"AND {DUE} AND NOT t.suspect "
-            "AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) "
-            f"AND {self.room_gate} "
-            f"ORDER BY {QUEUE_ORDER_T} LIMIT %(limit)s"
-        )
-
-    @property
-    def view_busy_rooms(self) -> str:
-        return room_busy(f"{self.s}.tasks")
 
     @property
     def assign(self) -> str:
@@ -281,21 +287,6 @@ class Sql:
         )
 
     @property
-    def view_assigned(self) -> str:
-        return (
-            f"SELECT id, owner, room, updated_at FROM {self.s}.tasks "
-            "WHERE state = 'assigned' ORDER BY updated_at, seq"
-        )
-
-    @property
-    def view_claims(self) -> str:
-        return f"SELECT owner, count(*) FROM {self.s}.tasks WHERE state = 'claimed' GROUP BY owner"
-
-    @property
-    def view_rooms(self) -> str:
-        return f"SELECT room, worker FROM {self.s}.rooms WHERE room = ANY(%(rooms)s::text[])"
-
-    @property
     def workers(self) -> str:
         # COLLATE "C": byte order, as SQLite sorts, whatever the database's locale
         return (
@@ -315,6 +306,25 @@ class Sql:
             "RETURNING name, role, capacity, last_beat, started_at) "
             "SELECT * FROM (SELECT name, role, capacity, last_beat, started_at "
             f"FROM {self.s}.workers WHERE name <> %(worker)s UNION ALL SELECT * FROM b) m "
+            'ORDER BY name COLLATE "C"'
+        )
+
+    @property
+    def beat_many(self) -> str:
+        """``beat`` for several members at once (``_merge``: a process's workers beat on one
+        grid), every member's row read back once for all of them."""
+        return (
+            "WITH v AS (SELECT * FROM unnest(%(workers)s::text[], %(roles)s::text[], "
+            "%(capacities)s::integer[]) AS v(name, role, capacity)), "
+            f"b AS (INSERT INTO {self.s}.workers AS w "
+            "(name, role, capacity, last_beat, started_at) "
+            "SELECT name, role, capacity, %(now)s, %(now)s FROM v "
+            "ON CONFLICT (name) DO UPDATE SET role = excluded.role, "
+            "capacity = excluded.capacity, last_beat = excluded.last_beat "
+            "RETURNING name, role, capacity, last_beat, started_at) "
+            "SELECT * FROM (SELECT name, role, capacity, last_beat, started_at "
+            f"FROM {self.s}.workers WHERE name <> ALL(%(workers)s::text[]) "
+            "UNION ALL SELECT * FROM b) m "
             'ORDER BY name COLLATE "C"'
         )
 
@@ -779,13 +789,6 @@ class Sql:
         return (
             f"SELECT at, src, dst, worker, attempt, reason, actor FROM {self.s}.journal "
             "WHERE id = %(id)s ORDER BY seq"
-        )
-
-    @property
-    def next_due(self) -> str:
-        return (
-            f"SELECT min(not_before) FROM {self.s}.tasks "
-            "WHERE state = 'pending' AND not_before > %(now)s"
         )
 
     @property
