@@ -59,6 +59,17 @@ class Server:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_stat_statements_reset()")
 
+    def print_statements(self) -> None:
+        """What ran on the server since the measured windows began, per second."""
+        with psycopg.connect(self.dsn) as conn:
+            rows = conn.execute(
+                "SELECT calls, query FROM pg_stat_statements WHERE toplevel ORDER BY calls DESC"
+            ).fetchall()
+        print(f"statements each second over {SECONDS:.0f} s (the top level):")
+        for calls, query in rows:
+            if calls / SECONDS >= 0.05:
+                print(f"  {calls / SECONDS:6.2f}  {' '.join(query.split())[:130]}")
+
 
 @contextlib.contextmanager
 def store_args(folder: Path) -> Iterator[tuple[list[str], Server | None]]:
@@ -77,22 +88,10 @@ def store_args(folder: Path) -> Iterator[tuple[list[str], Server | None]]:
         secret.write_text(f"{info.pop('password')}\n")
         secret.chmod(0o600)
         url = make_conninfo("", **info)
-        server = Server(pg.dsn, postmaster_pid(pg.dsn))
-        yield ["--store", url, "--store-password-file", str(secret)], server
-        if STATEMENTS:
-            print_statements(pg.dsn)
-
-
-def print_statements(dsn: str) -> None:
-    """What ran on the server since the measured windows began, per second."""
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute(
-            "SELECT calls, query FROM pg_stat_statements WHERE toplevel ORDER BY calls DESC"
-        ).fetchall()
-    print(f"statements each second over {SECONDS:.0f} s (the top level):")
-    for calls, query in rows:
-        if calls / SECONDS >= 0.05:
-            print(f"  {calls / SECONDS:6.2f}  {' '.join(query.split())[:130]}")
+        yield (
+            ["--store", url, "--store-password-file", str(secret)],
+            Server(pg.dsn, postmaster_pid(pg.dsn)),
+        )
 
 
 async def main() -> None:
@@ -143,6 +142,8 @@ async def measure(folder: Path, store: list[str], server: Server | None) -> dict
                 wall = trio.current_time() - start
                 for name, read in readers.items():
                     shares[name].append((read() - before[name]) / wall)
+            if STATEMENTS and server is not None:
+                server.print_statements()  # before the processes leave (their goodbyes)
             for proc, name in ((bridge, "bridge"), (worker, "worker")):
                 if proc.poll() is not None:
                     log = (folder / f"{name}.log").read_text()

@@ -15,9 +15,11 @@ The noop agent measures what tether and PostgreSQL cost per task; a real agent's
 to it (and then more workers, not a bigger database, is what helps). ``TETHER_BENCH_PG_DSN`` (or
 ``TETHER_TEST_PG_DSN``) names the server (a database of its own is created and dropped);
 without one a throwaway server is started (initdb, fsync on). ``TASKS``, ``ROUNDS`` and
-``PROCESSES`` (e.g. ``1,2,4,8``) may be set in the environment, and ``WORKER_ARGS`` (extra
-flags for each ``tether worker run``, e.g. ``--poll-interval 0.05``). Every process runs on this
-machine, so the figures are a floor for hosts of their own.
+``PROCESSES`` (e.g. ``1,2,4,8``) may be set in the environment, ``ROOMS`` (the rooms the tasks
+are spread over, 40; 0: none) and ``WORKER_ARGS`` (extra flags for each ``tether worker run``,
+e.g. ``--poll-interval 0.05``). Each round also prints the server's CPU per task (its process
+tree from ``/proc``, from the first ingest to the last result: the server must be local).
+Every process runs on this machine, so the figures are a floor for hosts of their own.
 """
 
 from __future__ import annotations
@@ -40,12 +42,15 @@ import psycopg
 import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from _pg_cpu import postmaster_pid, server_cpu
 from tether.bridge import CustodyState, PostgresStore, Task, write_token
 from tether.bridge.stores.postgres._throwaway import throwaway_postgres
 
 TASKS = int(os.environ.get("TASKS", "1000"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 PROCESSES = [int(n) for n in os.environ.get("PROCESSES", "1,2,4,8").split(",")]
+ROOMS = int(os.environ.get("ROOMS", "40"))
+"""The rooms the worker processes' tasks are spread over (0: none, as ``pool_postgres.py``)."""
 CLI = [sys.executable, "-m", "tether"]
 _URL = re.compile(r"tether gateway: (http://\S+?)/ ")
 
@@ -105,13 +110,15 @@ async def until(check: object, limit_s: float = 300.0) -> None:
             await trio.sleep(0.05)
 
 
-async def worker_processes(dsn: str, n: int, folder: Path) -> list[float]:
+async def worker_processes(dsn: str, n: int, folder: Path) -> tuple[list[float], list[float]]:
+    """Tasks/s and the server's CPU per task (us) of each round with ``n`` processes."""
     schema = f"bench_{secrets.token_hex(4)}"
     store = await PostgresStore.open(dsn, schema=schema, pool_size=2)
     common = store_args(dsn, folder, schema)
     command = [*CLI, "worker", "run", "--agent", "tether.agents.noop:factory", *common]
     command += os.environ.get("WORKER_ARGS", "").split()
-    rates = []
+    rates, cpu = [], []
+    postmaster = postmaster_pid(dsn)
     try:
 
         async def all_beating() -> bool:
@@ -120,7 +127,8 @@ async def worker_processes(dsn: str, n: int, folder: Path) -> list[float]:
         async with processes([command] * n, folder):
             await until(all_beating)
             for r in range(ROUNDS):
-                tasks = [Task(f"r{r}-{i}", "x", room=f"room-{i % 40}") for i in range(TASKS)]
+                tasks = [Task(f"r{r}-{i}", "x", room=_room(i)) for i in range(TASKS)]
+                server = server_cpu(postmaster)
                 started = time.perf_counter()
                 for k in range(0, TASKS, 100):
                     await store.ingest_many(tasks[k : k + 100])
@@ -130,9 +138,14 @@ async def worker_processes(dsn: str, n: int, folder: Path) -> list[float]:
 
                 await until(done)
                 rates.append(TASKS / (time.perf_counter() - started))
+                cpu.append((server_cpu(postmaster) - server) / TASKS * 1e6)
     finally:
         await store.aclose()
-    return rates
+    return rates, cpu
+
+
+def _room(i: int) -> str | None:
+    return f"room-{i % ROOMS}" if ROOMS else None
 
 
 @contextlib.asynccontextmanager
@@ -219,18 +232,28 @@ async def main() -> None:
         folder = Path(tmp)
         rows = []
         for n in PROCESSES:
-            rates = await worker_processes(dsn, n, folder)
-            rows.append((n, rates))
-            print(f"  {n} worker process(es): {spread(rates)} tasks/s", flush=True)
+            rates, cpu = await worker_processes(dsn, n, folder)
+            rows.append((n, rates, cpu))
+            print(
+                f"  {n} worker process(es): {spread(rates)} tasks/s, "
+                f"server CPU {spread(cpu)} us/task",
+                flush=True,
+            )
         bridge = await bridge_process(dsn, folder)
     one = statistics.median(rows[0][1]) / rows[0][0]
     print()
-    print("| worker processes (4 x 4 each) | tasks/s, median (min-max) | per process | vs 1 |")
-    print("|---|---|---|---|")
-    for n, rates in rows:
+    print(
+        "| worker processes (4 x 4 each) | tasks/s, median (min-max) | per process | vs 1 "
+        "| server CPU us/task |"
+    )
+    print("|---|---|---|---|---|")
+    for n, rates, cpu in rows:
         median = statistics.median(rates)
-        print(f"| {n} | {spread(rates)} | {median / n:.0f} | {median / n / one:.2f}x |")
-    print(f"| 1 bridge process (4 x 4), gateway to gateway | {spread(bridge)} | | |")
+        print(
+            f"| {n} | {spread(rates)} | {median / n:.0f} | {median / n / one:.2f}x "
+            f"| {spread(cpu)} |"
+        )
+    print(f"| 1 bridge process (4 x 4), gateway to gateway | {spread(bridge)} | | | |")
     print(f"\nload average after: {os.getloadavg()[0]:.1f} (2 cores, shared)")
 
 
