@@ -319,24 +319,13 @@ class PostgresCustody(CustodyFrame):
             return await self.claims.call(
                 (worker, limit, now, until), kind="assigned", rows=limit, apart=worker
             )
-        return await self.db.run(
-            lambda conn: self._claim_on(conn, worker, limit, leaderless, now, until, quarantine)
-        )
+        params = _claim_params(worker, limit, now, until, leaderless=leaderless)
+        return await self.db.run(lambda conn: self._claim_on(conn, params, quarantine))
 
     def _claim_on(
-        self,
-        conn: Conn,
-        worker: str,
-        limit: int,
-        leaderless: bool,
-        now: float,
-        until: float,
-        quarantine: int | None,
+        self, conn: Conn, params: dict[str, Any], quarantine: int | None = None
     ) -> list[Claim]:
-        """One worker's claim on ``conn``."""
-        prefix = process_prefix(worker)
-        params = {"worker": worker, "leaderless": leaderless, "limit": limit, "prefix": prefix}
-        params.update(now=now, until=until, quarantined=False)
+        """One worker's claim on ``conn`` (``params``: ``_claim_params``)."""
         sql = self.db.sql
         if quarantine is not None:
             return _claim_quarantined(conn, sql, params, quarantine)
@@ -348,7 +337,7 @@ class PostgresCustody(CustodyFrame):
             claimed = conn.execute(sql.claim_many, params)
         rows = claimed.fetchall()
         if rows or not one(conn.execute(sql.suspects_in_play).fetchone()):
-            return [claim_of(row, worker, until) for row in rows]
+            return [claim_of(row, params["worker"], params["until"]) for row in rows]
         return self._beside_suspects(conn, params)
 
     def _beside_suspects(self, conn: Conn, params: dict[str, Any]) -> list[Claim]:
@@ -364,12 +353,8 @@ class PostgresCustody(CustodyFrame):
         worker it gave nothing while a suspect is in play, that worker's own claim beside the
         suspects (``_claim_on``)."""
         if len(calls) == 1:
-            [(worker, limit, now, until)] = calls
-            return [
-                await self.db.run(
-                    lambda conn: self._claim_on(conn, worker, limit, False, now, until, None)
-                )
-            ]
+            one_worker = _claim_params(*calls[0], leaderless=False)
+            return [await self.db.run(lambda conn: self._claim_on(conn, one_worker))]
         now = max(c[2] for c in calls)
         until = max(c[3] for c in calls)
         params: dict[str, Any] = {"workers": [c[0] for c in calls], "now": now, "until": until}
@@ -388,9 +373,8 @@ class PostgresCustody(CustodyFrame):
             ):
                 for worker, limit, _, _ in calls:
                     if not got[worker]:
-                        p = {"worker": worker, "leaderless": False, "limit": limit}
-                        p.update(prefix=process_prefix(worker), now=now, until=until)
-                        got[worker] = self._beside_suspects(conn, {**p, "quarantined": False})
+                        alone = _claim_params(worker, limit, now, until, leaderless=False)
+                        got[worker] = self._beside_suspects(conn, alone)
             return [got[worker] for worker, _, _, _ in calls]
 
         return await self.db.run(op)
@@ -711,6 +695,15 @@ class PostgresCustody(CustodyFrame):
             return int(row[0])
 
         return await self.db.run(op)
+
+
+def _claim_params(
+    worker: str, limit: int, now: float, until: float, *, leaderless: bool
+) -> dict[str, Any]:
+    """A claim's statement parameters (``_sql``'s ``claim_many`` and its kin)."""
+    params: dict[str, Any] = {"worker": worker, "leaderless": leaderless, "limit": limit}
+    params.update(prefix=process_prefix(worker), now=now, until=until, quarantined=False)
+    return params
 
 
 def _claim_quarantined(
