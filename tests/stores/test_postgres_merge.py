@@ -181,12 +181,14 @@ async def _scene(store: PostgresStore, clock: FakeClock, suspect: bool) -> None:
     assert all(await store.assign_many(pairs))
 
 
+@pytest.mark.parametrize("quarantine", [None, 2], ids=["in-process", "quarantine"])
 @pytest.mark.parametrize("suspect", [False, True], ids=["usual", "suspect-in-play"])
 async def test_a_merged_claim_takes_what_each_workers_own_claim_would(
-    postgres_dsn: str, suspect: bool
+    postgres_dsn: str, suspect: bool, quarantine: int | None
 ) -> None:
     """The same scene in two schemas: the workers' claims merged into one statement, and each
-    worker's own claim in turn, take the same tasks for the same workers."""
+    worker's own claim in turn, take the same tasks for the same workers (a bridge's workers
+    claim with quarantine places: suspects go to them)."""
     taken: list[dict[str, list[str]]] = []
     for merged in (True, False):
         clock = FakeClock()
@@ -198,10 +200,10 @@ async def test_a_merged_claim_takes_what_each_workers_own_claim_would(
             now = clock()
             if merged:
                 custody = store.parts.custody
-                calls = [(w, n, now, now + store.lease_s) for w, n in wants]
+                calls = [(w, n, now, now + store.lease_s, quarantine) for w, n in wants]
                 got = await custody._claim_assigned(calls)  # type: ignore[attr-defined]
             else:
-                got = [await store.claim_many(w, n) for w, n in wants]
+                got = [await store.claim_many(w, n, quarantine=quarantine) for w, n in wants]
             pairs = zip(wants, got, strict=True)
             ids = {w: [c.task.id for c in claims] for (w, _), claims in pairs}
             taken.append(ids)
@@ -212,8 +214,10 @@ async def test_a_merged_claim_takes_what_each_workers_own_claim_would(
         finally:
             await store.aclose()
     assert taken[0] == taken[1]
-    if suspect:  # the process takes the suspect, alone
+    if suspect and quarantine is None:  # the process takes the suspect, alone
         assert taken[0] == {"pool-w1": ["s1"], "pool-w2": [], "pool-w3": []}
+    elif suspect:  # the suspect to a quarantine place, ordinary work beside it
+        assert taken[0] == {"pool-w1": ["s1", "r1-a"], "pool-w2": ["r2-a", "p2"], "pool-w3": ["p3"]}
     else:  # r1-b waits behind r1-a, its room's earlier message
         assert taken[0] == {"pool-w1": ["r1-a", "p0"], "pool-w2": ["r2-a", "p2"], "pool-w3": ["p3"]}
 

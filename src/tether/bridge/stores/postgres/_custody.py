@@ -84,7 +84,9 @@ class PostgresCustody(CustodyFrame):
     """Opened to inspect: ``counts`` reads without folding (issue #56)."""
     completions: CompletionMerge = attrs.field(init=False)
     """Concurrent ``complete_many`` calls of this process share statements (``_merge``)."""
-    claims: StatementMerge[tuple[str, int, float, float], list[Claim]] = attrs.field(init=False)
+    claims: StatementMerge[tuple[str, int, float, float, int | None], list[Claim]] = attrs.field(
+        init=False
+    )
     """So do its workers' claims of their assignments."""
     beats: StatementMerge[tuple[str, WorkerRole, int, float], list[WorkerInfo]] = attrs.field(
         init=False
@@ -315,20 +317,28 @@ class PostgresCustody(CustodyFrame):
         until: float,
         quarantine: int | None,
     ) -> list[Claim]:
-        if quarantine is None and not leaderless:  # the pool's usual claim: merged (``_merge``)
+        if not leaderless:  # the pool's usual claim: merged (``_merge``)
             return await self.claims.call(
-                (worker, limit, now, until), kind="assigned", rows=limit, apart=worker
+                (worker, limit, now, until, quarantine), kind="assigned", rows=limit, apart=worker
             )
         params = _claim_params(worker, limit, now, until, leaderless=leaderless)
         return await self.db.run(lambda conn: self._claim_on(conn, params, quarantine))
 
     def _claim_on(
-        self, conn: Conn, params: dict[str, Any], quarantine: int | None = None
+        self,
+        conn: Conn,
+        params: dict[str, Any],
+        quarantine: int | None = None,
+        *,
+        walked: bool = False,
     ) -> list[Claim]:
-        """One worker's claim on ``conn`` (``params``: ``_claim_params``)."""
+        """One worker's claim on ``conn`` (``params``: ``_claim_params``); ``walked``: its usual
+        claim found nothing with a suspect in play (the merged statement's): go on from there."""
         sql = self.db.sql
         if quarantine is not None:
             return _claim_quarantined(conn, sql, params, quarantine)
+        if walked:
+            return self._beside_suspects(conn, params)
         # a suspect runs alone (custody._crashes). With no suspect in play (the usual case) a
         # claim is one statement (after ``QUEUE_WALK``, in its round trip), which claims
         # nothing once one is
@@ -347,14 +357,16 @@ class PostgresCustody(CustodyFrame):
         return _claim_beside_suspects(conn, self.db.sql, params, process_key, pool_key)
 
     async def _claim_assigned(
-        self, calls: Sequence[tuple[str, int, float, float]]
+        self, calls: Sequence[tuple[str, int, float, float, int | None]]
     ) -> list[list[Claim]]:
-        """The merged claims of several workers' assignments: one statement, then, for a
-        worker it gave nothing while a suspect is in play, that worker's own claim beside the
-        suspects (``_claim_on``)."""
+        """The merged claims of several workers' assignments: one statement while no suspect
+        is in play; with one in play, each worker the statement gave nothing claims as it
+        would alone: suspects first into its quarantine places (``quarantine``), else beside
+        the suspects (``_claim_on``)."""
         if len(calls) == 1:
-            one_worker = _claim_params(*calls[0], leaderless=False)
-            return [await self.db.run(lambda conn: self._claim_on(conn, one_worker))]
+            worker, limit, now, until, quarantine = calls[0]
+            one_worker = _claim_params(worker, limit, now, until, leaderless=False)
+            return [await self.db.run(lambda conn: self._claim_on(conn, one_worker, quarantine))]
         now = max(c[2] for c in calls)
         until = max(c[3] for c in calls)
         params: dict[str, Any] = {"workers": [c[0] for c in calls], "now": now, "until": until}
@@ -365,17 +377,17 @@ class PostgresCustody(CustodyFrame):
             with conn.pipeline(), conn.transaction():  # one round trip
                 conn.execute(QUEUE_WALK)
                 claimed = conn.execute(sql.claim_assigned_for_many, params)
-            got: dict[str, list[Claim]] = {worker: [] for worker, _, _, _ in calls}
+            got: dict[str, list[Claim]] = {c[0]: [] for c in calls}
             for row in claimed.fetchall():
                 got[row[-1]].append(claim_of(row, row[-1], until))
             if any(not c for c in got.values()) and one(
                 conn.execute(sql.suspects_in_play).fetchone()
             ):
-                for worker, limit, _, _ in calls:
+                for worker, limit, _, _, quarantine in calls:
                     if not got[worker]:
                         alone = _claim_params(worker, limit, now, until, leaderless=False)
-                        got[worker] = self._beside_suspects(conn, alone)
-            return [got[worker] for worker, _, _, _ in calls]
+                        got[worker] = self._claim_on(conn, alone, quarantine, walked=True)
+            return [got[c[0]] for c in calls]
 
         return await self.db.run(op)
 
@@ -713,18 +725,23 @@ def _claim_quarantined(
     statement each (each passes its room's gate), then ordinary work beside them."""
     worker, until, limit = params["worker"], params["until"], params["limit"]
     suspects: list[Claim] = []
-    with conn.transaction():
-        conn.execute(QUEUE_WALK)
-        for _ in range(min(quarantine, limit)):
-            rows = conn.execute(sql.claim_suspect, {**params, "quarantined": True})
-            got = [claim_of(r, worker, until, suspect=True) for r in rows]
-            if not got:
-                break
-            suspects += got
-        rest = limit - len(suspects)
-        if rest:
-            rows = conn.execute(sql.claim_many_among_suspects, {**params, "limit": rest})
-            suspects += [claim_of(r, worker, until) for r in rows]
+    ordinary = None
+    # pipelined: the first look for a suspect goes with BEGIN and QUEUE_WALK, the ordinary
+    # claim with COMMIT (two round trips where there were four: a bridge claims this way)
+    with conn.pipeline():
+        with conn.transaction():
+            conn.execute(QUEUE_WALK)
+            for _ in range(min(quarantine, limit)):
+                rows = conn.execute(sql.claim_suspect, {**params, "quarantined": True})
+                got = [claim_of(r, worker, until, suspect=True) for r in rows.fetchall()]
+                if not got:
+                    break
+                suspects += got
+            rest = limit - len(suspects)
+            if rest:
+                ordinary = conn.execute(sql.claim_many_among_suspects, {**params, "limit": rest})
+        if ordinary is not None:
+            suspects += [claim_of(r, worker, until) for r in ordinary.fetchall()]
     return suspects
 
 
