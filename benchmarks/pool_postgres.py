@@ -31,18 +31,14 @@ execution time: what the pool's default path runs per job.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import importlib.util
 import os
-import secrets
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import attrs
 import psycopg
@@ -50,6 +46,7 @@ import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from _pg_cpu import postmaster_pid, server_cpu
+from peers_postgres import PGQUEUER_BATCH, fresh_database, pgqueuer_best_drain
 from tether.agents import noop
 from tether.bridge import CustodyState, PostgresStore, Task, WorkerConfig, WorkerService
 from tether.bridge.stores.postgres._throwaway import NoPostgres, throwaway_postgres
@@ -57,7 +54,8 @@ from tether.bridge.stores.postgres._throwaway import NoPostgres, throwaway_postg
 POLL = 0.02
 """Seconds between the tether pool side's looks at the store for the last result (each look
 is a statement on the server: 50 a second at most)."""
-BATCH = 100
+BATCH = PGQUEUER_BATCH
+"""The by-hand side's claim: the mirror of pgqueuer's batch."""
 BY_HAND_TASKS = 8
 
 
@@ -68,6 +66,27 @@ class Drain:
     """Seconds of server CPU over the drain."""
     client_cpu: float
     """Seconds of this process's CPU (every thread) over the drain."""
+
+
+@attrs.frozen
+class Started:
+    """The clocks as a drain starts: ``Started.now(postmaster).drain()`` as it ends."""
+
+    postmaster: int
+    seconds: float
+    server_cpu: float
+    client_cpu: float
+
+    @classmethod
+    def now(cls, postmaster: int) -> Started:
+        return cls(postmaster, time.perf_counter(), server_cpu(postmaster), time.process_time())
+
+    def drain(self) -> Drain:
+        return Drain(
+            time.perf_counter() - self.seconds,
+            server_cpu(self.postmaster) - self.server_cpu,
+            time.process_time() - self.client_cpu,
+        )
 
 
 # -- the server --------------------------------------------------------------------------------
@@ -88,13 +107,6 @@ def server(statements: bool) -> Iterator[str]:
     }
     with throwaway_postgres(fsync=True, settings=counting if statements else None) as pg:
         yield pg.dsn
-
-
-def fresh_database(dsn: str) -> str:
-    name = f"bench_{secrets.token_hex(4)}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return make_conninfo(dsn, dbname=name)
 
 
 # -- the sides ---------------------------------------------------------------------------------
@@ -127,6 +139,25 @@ def _check_journal(dsn: str, jobs: int) -> None:
     assert row == (jobs, jobs), f"results journaled {row}, jobs {jobs}"
 
 
+def _tether_drain(dsn: str, jobs: int, drain: Callable[[PostgresStore], Awaitable[Drain]]) -> Drain:
+    """``jobs`` jobs ingested, then ``drain(store)``; then every job checked done once (its
+    state, and its result journaled once)."""
+
+    async def main() -> Drain:
+        store = await PostgresStore.open(dsn)
+        try:
+            await _ingest(store, jobs)
+            drained = await drain(store)
+            await _check_every_job_done_once(store, jobs)
+            return drained
+        finally:
+            await store.aclose()
+
+    drained = trio.run(main)
+    _check_journal(dsn, jobs)
+    return drained
+
+
 def tether_pool_side(
     dsn: str,
     jobs: int,
@@ -138,118 +169,57 @@ def tether_pool_side(
     password = str(info.pop("password"))
     url = make_conninfo("", **info)  # the store setting never holds a password
 
-    async def main() -> Drain:
-        store = await PostgresStore.open(dsn)
-        try:
-            await _ingest(store, jobs)
-            with tempfile.TemporaryDirectory() as tmp:
-                secret = Path(tmp) / "pg-password"
-                secret.write_text(password + "\n")
-                secret.chmod(0o600)
-                config = WorkerConfig(
-                    store=url,
-                    store_password_file=secret,
-                    log_level="WARNING",
-                    status_file=Path(tmp) / "status.json",
-                    admin_token_file=Path(tmp) / "admin-token",
+    async def drain(store: PostgresStore) -> Drain:
+        with tempfile.TemporaryDirectory() as tmp:
+            secret = Path(tmp) / "pg-password"
+            secret.write_text(password + "\n")
+            secret.chmod(0o600)
+            config = WorkerConfig(
+                store=url,
+                store_password_file=secret,
+                log_level="WARNING",
+                status_file=Path(tmp) / "status.json",
+                admin_token_file=Path(tmp) / "admin-token",
+            )
+            if not settings:
+                settings.append(
+                    f"WorkerService defaults: {config.workers} workers x "
+                    f"{config.concurrency}, lead={config.lead}, capacity={config.capacity}, "
+                    f"sweep_interval={config.sweep_interval}, "
+                    f"poll_interval={config.poll_interval}, "
+                    f"synchronous={config.synchronous}"
                 )
-                if not settings:
-                    settings.append(
-                        f"WorkerService defaults: {config.workers} workers x "
-                        f"{config.concurrency}, lead={config.lead}, capacity={config.capacity}, "
-                        f"sweep_interval={config.sweep_interval}, "
-                        f"poll_interval={config.poll_interval}, "
-                        f"synchronous={config.synchronous}"
-                    )
-                service = WorkerService(config, factory=noop.factory)
-                if before_clock is not None:
-                    before_clock()
-                cpu0, own0, t0 = server_cpu(postmaster), time.process_time(), time.perf_counter()
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(service.run)
-                    await _every_result_stored(store, jobs)
-                    drain = Drain(
-                        time.perf_counter() - t0,
-                        server_cpu(postmaster) - cpu0,
-                        time.process_time() - own0,
-                    )
-                    nursery.cancel_scope.cancel()
-            await _check_every_job_done_once(store, jobs)
-            return drain
-        finally:
-            await store.aclose()
+            service = WorkerService(config, factory=noop.factory)
+            if before_clock is not None:
+                before_clock()
+            started = Started.now(postmaster)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(service.run)
+                await _every_result_stored(store, jobs)
+                drained = started.drain()
+                nursery.cancel_scope.cancel()
+            return drained
 
-    drain = trio.run(main)
-    _check_journal(dsn, jobs)
-    return drain
+    return _tether_drain(dsn, jobs, drain)
 
 
 def tether_batches_side(dsn: str, jobs: int, postmaster: int, settings: list[str]) -> Drain:
-    async def main() -> Drain:
-        store = await PostgresStore.open(dsn)
-        try:
-            await _ingest(store, jobs)
+    async def drain(store: PostgresStore) -> Drain:
+        async def worker(name: str) -> None:
+            while claims := await store.claim_many(name, BATCH, leaderless=True):
+                assert all(await store.complete_many([(c, "") for c in claims]))
 
-            async def worker(name: str) -> None:
-                while claims := await store.claim_many(name, BATCH, leaderless=True):
-                    assert all(await store.complete_many([(c, "") for c in claims]))
+        started = Started.now(postmaster)
+        async with trio.open_nursery() as nursery:
+            for k in range(BY_HAND_TASKS):
+                nursery.start_soon(worker, f"w{k}")
+        return started.drain()
 
-            cpu0, own0, t0 = server_cpu(postmaster), time.process_time(), time.perf_counter()
-            async with trio.open_nursery() as nursery:
-                for k in range(BY_HAND_TASKS):
-                    nursery.start_soon(worker, f"w{k}")
-            drain = Drain(
-                time.perf_counter() - t0, server_cpu(postmaster) - cpu0, time.process_time() - own0
-            )
-            await _check_every_job_done_once(store, jobs)
-            return drain
-        finally:
-            await store.aclose()
-
-    drain = trio.run(main)
-    _check_journal(dsn, jobs)
-    return drain
+    return _tether_drain(dsn, jobs, drain)
 
 
 def pgqueuer_side(dsn: str, jobs: int, postmaster: int, settings: list[str]) -> Drain:
-    import asyncpg
-    from pgqueuer import AsyncpgDriver, Queries, QueueManager
-    from pgqueuer.types import QueueExecutionMode
-
-    info = conninfo_to_dict(dsn)
-    kwargs = {"host": info.get("host"), "port": info.get("port"), "user": info.get("user")}
-    kwargs.update(password=info.get("password"), database=info.get("dbname"))
-
-    async def main() -> Drain:
-        admin = await asyncpg.connect(**kwargs)
-        queries = Queries(AsyncpgDriver(admin))
-        await queries.install()
-        for start in range(0, jobs, 100):
-            k = min(jobs, start + 100) - start
-            await queries.enqueue(["noop"] * k, [None] * k, [0] * k)
-        conn = await asyncpg.connect(**kwargs)
-        qm = QueueManager(Queries(AsyncpgDriver(conn)))
-
-        async def run_noop(job: Any) -> None:
-            pass
-
-        qm.entrypoint("noop")(run_noop)
-        cpu0, own0, t0 = server_cpu(postmaster), time.process_time(), time.perf_counter()
-        await qm.run(
-            batch_size=BATCH,
-            mode=QueueExecutionMode.drain,
-            dequeue_timeout=timedelta(seconds=0.01),
-        )
-        drain = Drain(
-            time.perf_counter() - t0, server_cpu(postmaster) - cpu0, time.process_time() - own0
-        )
-        left = await admin.fetchval("SELECT count(*) FROM pgqueuer")
-        assert left == 0, left
-        await conn.close()
-        await admin.close()
-        return drain
-
-    return asyncio.run(main())
+    return pgqueuer_best_drain(dsn, jobs, lambda: Started.now(postmaster), Started.drain)
 
 
 # -- statements per job ------------------------------------------------------------------------
