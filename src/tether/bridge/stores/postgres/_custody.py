@@ -284,15 +284,9 @@ class PostgresCustody(CustodyFrame):
         self, beats: Sequence[tuple[str, WorkerRole, int, float]]
     ) -> list[list[WorkerInfo]]:
         """The beats of several members in one statement; each is answered with every row."""
-        if len(beats) == 1:
-            [(worker, role, capacity, now)] = beats
-            params: dict[str, Any] = {"worker": worker, "role": role, "capacity": capacity}
-            params["now"] = now
-            sql = self.db.sql.beat
-        else:
-            params = {"workers": [b[0] for b in beats], "roles": [b[1] for b in beats]}
-            params.update(capacities=[b[2] for b in beats], now=max(b[3] for b in beats))
-            sql = self.db.sql.beat_many
+        params: dict[str, Any] = {"workers": [b[0] for b in beats], "roles": [b[1] for b in beats]}
+        params.update(capacities=[b[2] for b in beats], now=max(b[3] for b in beats))
+        sql = self.db.sql.beat_many
         members = await self.db.run(
             lambda conn: [WorkerInfo(*r) for r in conn.execute(sql, params)]
         )

@@ -295,24 +295,10 @@ class Sql:
         )
 
     @property
-    def beat(self) -> str:
-        # the outer SELECT reads the statement's snapshot (before the upsert): add the new row
-        return (
-            f"WITH b AS (INSERT INTO {self.s}.workers AS w "
-            "(name, role, capacity, last_beat, started_at) "
-            "VALUES (%(worker)s, %(role)s, %(capacity)s, %(now)s, %(now)s) "
-            "ON CONFLICT (name) DO UPDATE SET role = excluded.role, "
-            "capacity = excluded.capacity, last_beat = excluded.last_beat "
-            "RETURNING name, role, capacity, last_beat, started_at) "
-            "SELECT * FROM (SELECT name, role, capacity, last_beat, started_at "
-            f"FROM {self.s}.workers WHERE name <> %(worker)s UNION ALL SELECT * FROM b) m "
-            'ORDER BY name COLLATE "C"'
-        )
-
-    @property
     def beat_many(self) -> str:
-        """``beat`` for several members at once (``_merge``: a process's workers beat on one
-        grid), every member's row read back once for all of them."""
+        """The beats of one or more members (``_merge``: a process's workers beat on one
+        grid), every member's row read back once for all of them; the outer SELECT reads the
+        statement's snapshot (before the upsert), so the beaten rows come from ``b``."""
         return (
             "WITH v AS (SELECT * FROM unnest(%(workers)s::text[], %(roles)s::text[], "
             "%(capacities)s::integer[]) AS v(name, role, capacity)), "
