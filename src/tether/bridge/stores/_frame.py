@@ -182,13 +182,12 @@ class CustodyFrame(abc.ABC):
         """``stores._outranked``: the ids given back (the worst placed ``limit``)."""
 
     async def assign_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
-        checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
-        if not checked:
+        checked = Pairs.of(pairs)
+        if not checked.checked:
             return []
-        unique, first = first_pairs(checked)
-        moved = await self._assign_many(unique, self.host.clock())
-        _clog.assigned(unique, moved)
-        return [id in moved and first[id] == n for n, (id, _) in enumerate(checked)]
+        moved = await self._assign_many(checked.unique, self.host.clock())
+        _clog.assigned(checked.unique, moved)
+        return checked.answers(moved)
 
     @abc.abstractmethod
     async def _assign_many(self, pairs: Sequence[tuple[str, str]], now: float) -> set[str]:
@@ -603,12 +602,24 @@ def check_no_send(no_send: object) -> bool:
     return no_send
 
 
-def first_pairs(
-    pairs: Sequence[tuple[str, str]],
-) -> tuple[list[tuple[str, str]], dict[str, int]]:
-    """The first pair of each id, in order, and each id's index in ``pairs``: a repeated id's
-    first pair decides, later ones answer False."""
-    first: dict[str, int] = {}
-    for n, (id, _) in enumerate(pairs):
-        first.setdefault(id, n)
-    return [pairs[n] for n in sorted(first.values())], first
+@attrs.frozen
+class Pairs:
+    """``(id, worker)`` pairs to assign, checked: each id's first pair decides (``unique``, in
+    order), a repeated id's later pairs answer False."""
+
+    checked: list[tuple[str, str]]
+    unique: list[tuple[str, str]]
+    _first: dict[str, int]
+    """Each id's index in ``checked``."""
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> Pairs:
+        checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
+        first: dict[str, int] = {}
+        for n, (id, _) in enumerate(checked):
+            first.setdefault(id, n)
+        return cls(checked, [checked[n] for n in sorted(first.values())], first)
+
+    def answers(self, moved: Collection[str]) -> list[bool]:
+        """Per pair given: did it assign (its id moved, and it was that id's first pair)?"""
+        return [id in moved and self._first[id] == n for n, (id, _) in enumerate(self.checked)]

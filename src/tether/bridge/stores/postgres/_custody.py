@@ -37,8 +37,6 @@ from ...custody._rules import (
     Result,
     Task,
     TaskRecord,
-    check_task_id,
-    check_worker,
 )
 from ...custody._tenants import NO_TURN
 from .. import _outranked as outranked
@@ -51,7 +49,7 @@ from .._common import (
     journal_entry,
     stale_lease,
 )
-from .._frame import CustodyFrame, first_pairs, lease_expiry
+from .._frame import CustodyFrame, Pairs, lease_expiry
 from .._rooms_sql import SUPERSEDED_OWNER
 from ._asks import answers
 from ._connection import Conn
@@ -213,8 +211,8 @@ class PostgresCustody(CustodyFrame):
         is now assigned to them, as their own merged claim would take it
         (``claim_assigned_for_many``). Those workers are rung in the process, not notified.
         A suspect in play leaves them to claim for themselves (nothing is claimed here)."""
-        checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
-        unique, first = first_pairs(checked)
+        checked = Pairs.of(pairs)
+        unique = checked.unique
         now = self.host.clock()
         until = now + self.host.lease_s
         wanted = {w: h.slots for w, h in sorted(hands.items()) if h.slots and not h.quarantines}
@@ -238,7 +236,7 @@ class PostgresCustody(CustodyFrame):
         _clog.assigned(unique, moved)
         for worker, taken in claims.items():
             _clog.claimed(taken, worker)
-        return [id in moved and first[id] == n for n, (id, _) in enumerate(checked)], claims
+        return checked.answers(moved), claims
 
     async def _return_assignments(self, worker: str, now: float) -> list[str]:
         params = {"worker": worker, "now": now, "chan": self.db.channel}

@@ -42,8 +42,6 @@ from ...custody._rules import (
     Result,
     Task,
     TaskRecord,
-    check_task_id,
-    check_worker,
 )
 from ...custody._tenants import NO_TURN
 from .. import _outranked as outranked
@@ -56,7 +54,7 @@ from .._common import (
     fail_outcome,
     journal_entry,
 )
-from .._frame import CustodyFrame, first_pairs, lease_expiry
+from .._frame import CustodyFrame, Pairs, lease_expiry
 from .._rooms_sql import SUPERSEDED_OWNER
 from . import _rows
 from . import _sql as sql
@@ -211,11 +209,10 @@ class SqliteCustody(CustodyFrame):
             pairs = decide(view)
             if pairs is None:
                 return Swept(view, None), set()
-            checked = [(check_task_id(id), check_worker(worker)) for id, worker in pairs]
-            once, first = first_pairs(checked)
-            unique[:] = once
+            checked = Pairs.of(pairs)
+            unique[:] = checked.unique
             moved = _assign_pairs(conn, unique, now)
-            done = [id in moved and first[id] == n for n, (id, _) in enumerate(checked)]
+            done = checked.answers(moved)
             claims = {
                 worker: claim_for(conn, self._walks, worker, hands[worker], now, until)
                 for worker in sorted({w for id, w in unique if id in moved and w in hands})
