@@ -20,6 +20,8 @@ exported by ``tether.bridge``.
 - ``_crashes``: crash expiries, suspects that run alone, poison tasks proven and dead-lettered.
 - ``_log``: one log line per committed transition, for every backend.
 - ``_steps``: the rules of a durable run's recorded steps (names, sizes, JSON values).
+- ``_children``: child runs and queues (issue #51): child ids, depth and fan-out bounds, when a
+  child is done for its parent's join.
 - ``_asks``: a run's questions to the person (issue #36): the records, the roles a worker and
   the question poster use, the rules of a question.
 - ``_limits``: flow control: a limit per key (token bucket, concurrency cap), its arithmetic.
@@ -33,6 +35,7 @@ if _typing.TYPE_CHECKING:
     from ._asks import AskRecord as AskRecord
     from ._asks import Question as Question
     from ._asks import QuestionStore as QuestionStore
+    from ._children import ChildView as ChildView
     from ._conversation import MAX_STATE_BYTES as MAX_STATE_BYTES
     from ._conversation import Conversation as Conversation
     from ._conversation import ConversationCounts as ConversationCounts

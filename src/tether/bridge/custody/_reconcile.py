@@ -73,8 +73,16 @@ async def reconcile_pass(store: ReconcilerStore, batch: int) -> tuple[ReconcileR
         woken.extend(ids)
         if len(ids) < batch:
             break
+    joined, cancelled = await store.settle_children(limit=batch)
+    woken.extend(joined)
     if woken:
         log.info("woke %d parked run(s): %s", len(woken), ", ".join(woken[:5]))
+    if cancelled:
+        log.info(
+            "cancelled %d child run(s) whose parent ended: %s",
+            len(cancelled),
+            ", ".join(cancelled[:5]),
+        )
     soonest = (await store.waiting_runs()).next_wake
     for e in expired:
         level = logging.WARNING if e.outcome is CustodyState.DEAD else logging.INFO

@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from ._asks import AskRecord, QuestionStore
+from ._children import ChildView
 from ._conversation import Conversation, ConversationCounts, RoomView
 from ._limits import Granted, LimitSpec, LimitView, NoPermit
 from ._records import (
@@ -289,6 +290,20 @@ class JournalStore(PermitStore, Clocked, Protocol):
         """``id``'s asks in the order they were asked (empty for an unknown task). Reads only."""
         ...
 
+    async def spawn(self, claim: Claim, name: str, child: Task) -> StepRecord:
+        """Spawn ``child`` (a ``custody._children.child_task`` of ``claim``'s task) as step
+        ``~spawn:<name>``, under the lease fence, in one transaction: if the step is recorded
+        already its record is returned and nothing else is done (a resumed parent never
+        spawns twice); else the child is ingested (pending) and the step recorded with its
+        id. ``SpawnError`` past ``MAX_CHILDREN``; ``StaleLease`` if fenced out (a zombie
+        parent spawns nothing)."""
+        ...
+
+    async def children(self, parent: str, ids: Sequence[str]) -> Sequence[ChildView | None]:
+        """Each of ``ids`` that is a child of ``parent``: its state, result and reason (None
+        where no such child is stored). Reads only."""
+        ...
+
 
 class RunStore(JournalStore, ConversationStore, StoreClock, Protocol):
     """Everything a run does to the store (``bridge.runs``): its journal, its room's
@@ -299,6 +314,18 @@ class RunStore(JournalStore, ConversationStore, StoreClock, Protocol):
         """claimed -> waiting under the fence: the lease released (owner cleared), no attempt
         spent; due again at ``until`` (store clock, kept as ``not_before``); ``why`` (what it
         waits for) is its recorded reason. ``StaleLease`` if fenced out."""
+        ...
+
+    async def park_join(
+        self, claim: Claim, ids: Sequence[str], until: float, why: str
+    ) -> CustodyState:
+        """Park ``claim``'s task until its children ``ids`` are done (``child_done``): they
+        are marked awaited, then, under the fence, claimed -> waiting (due at ``until``, the
+        join's deadline; ``why`` after ``joining`` is its reason) if one of them is live, else
+        claimed -> pending with the same attempt (they finished as it parked: its join
+        returns when it runs again). The transaction that makes the last awaited child done
+        wakes it (waiting -> pending). Returns the state it moved to; ``StaleLease`` if
+        fenced out."""
         ...
 
     async def ask(
@@ -544,6 +571,12 @@ class ReconcilerStore(StoreClock, Protocol):
 
     async def expire_leases(self, *, limit: int = ...) -> Sequence[LeaseExpiry]:
         """Repool (or dead-letter past ``max_attempts``) up to ``limit`` expired leases."""
+        ...
+
+    async def settle_children(self, *, limit: int = ...) -> tuple[list[str], list[str]]:
+        """Wake each joining parent whose awaited children are all done (two siblings done at
+        once in two transactions may each have missed it), and cancel (-> dead, journaled
+        with the reason) each live child whose parent ended or is gone: (woken, cancelled)."""
         ...
 
     async def wake_due(self, *, limit: int = ...) -> Sequence[str]:

@@ -24,10 +24,25 @@ from ..._protocol._bounds import InvalidTaskId as InvalidTaskId
 from ..._protocol._bounds import InvalidWorkerName as InvalidWorkerName
 from ..._protocol._bounds import check_body as check_body
 from ..._protocol._bounds import check_headers as check_headers
+from ..._protocol._bounds import check_label
 from ..._protocol._bounds import check_task_id as check_task_id
 from ..._protocol._bounds import check_text as check_text
 from ..._protocol._bounds import check_worker as check_worker
 from ._tenants import TENANT_HEADER, check_tenant
+
+QUEUE_HEADER: Final = "queue"
+"""The header naming a task's queue (issue #51); without it a task is in ``DEFAULT_QUEUE``."""
+DEFAULT_QUEUE: Final = "default"
+
+
+def check_queue(queue: object) -> str:
+    """``queue`` if it is a valid queue name (a label, as a tenant's), else ``InvalidTask``."""
+    if not isinstance(queue, str):
+        raise InvalidTask(f"queue must be a str, got {type(queue).__name__}")
+    try:
+        return check_label(queue, QUEUE_HEADER)
+    except ValueError as exc:
+        raise InvalidTask(str(exc)) from None
 
 
 class CustodyState(enum.StrEnum):
@@ -212,6 +227,9 @@ def _headers_validator(_inst: Any, _attr: Any, value: Any) -> None:
     tenant = value.get(TENANT_HEADER)
     if tenant is not None:
         check_tenant(tenant)
+    queue = value.get(QUEUE_HEADER)
+    if queue is not None:
+        check_queue(queue)
 
 
 @attrs.frozen
@@ -229,6 +247,12 @@ class Task:
         """Whose task this is (its ``tenant`` header), or None: the store serves tenants in
         turn so one tenant's burst cannot starve another's message."""
         return self.headers.get(TENANT_HEADER)
+
+    @property
+    def queue(self) -> str:
+        """The queue the task waits in (its ``queue`` header, else ``default``): only a
+        worker serving it takes it (issue #51)."""
+        return self.headers.get(QUEUE_HEADER, DEFAULT_QUEUE)
 
 
 @attrs.frozen

@@ -32,11 +32,12 @@ import trio
 
 from ..._backoff import Backoff
 from ..custody._asks import AskRecord
+from ..custody._children import ChildView, SpawnError
 from ..custody._conversation import Conversation
 from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quarantine_deaths
 from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord
-from ..custody._rules import StaleLease
+from ..custody._rules import InvalidTask, StaleLease, Task
 from ..runs._asks import asks_fields, parked_from
 from ..runs._claimed import ClaimedRun, NotRun, Runner, RunnerDied
 from ..runs._journal import Journal, Parked, ParkedAsk
@@ -210,6 +211,12 @@ async def _serve(
         on_progress(message.get("status"), message.get("partial"))
     elif kind == "step" and steps is not None:
         await stdin.send_all(await _record(steps, message))
+    elif kind == "spawn" and steps is not None and steps.spawn is not None:
+        await stdin.send_all(await _spawn(steps.spawn, message))
+    elif kind == "children" and steps is not None and steps.children is not None:
+        found = await steps.children([str(id) for id in message.get("ids") or ()])
+        rows = [None if v is None else [v.id, v.state.value, v.result, v.reason] for v in found]
+        await stdin.send_all(encode("children_ok", n=message.get("n"), children=rows))
     elif kind == "conversation" and steps is not None:
         talk = Conversation() if steps.conversation is None else await steps.conversation()
         await stdin.send_all(
@@ -222,12 +229,25 @@ async def _serve(
 
 
 def _note_parked(steps: ChildSteps, message: dict[str, Any]) -> None:
-    """The child's run parked: where, and at which question (issue #36)."""
+    """The child's run parked: where, and at which question (issue #36) or for which
+    children (issue #51)."""
     why, asked = str(message.get("why") or "parked"), parked_from(message)
-    if asked is None:
-        steps.parked(float(message["until"]), why)
-    else:
-        steps.parked(float(message["until"]), why, asked)
+    join = [str(id) for id in message.get("join") or ()]
+    steps.parked(float(message["until"]), why, asked, join)
+
+
+async def _spawn(
+    spawn: Callable[[str, Task], Awaitable[StepRecord]], message: dict[str, Any]
+) -> bytes:
+    """Spawn the child a quarantined parent asked for, under this process's fence."""
+    name = str(message["name"])
+    try:
+        record = await spawn(name, Task(**message["child"]))
+    except StaleLease as exc:
+        return encode("spawn_stale", name=name, reason=str(exc))
+    except (SpawnError, InvalidTask) as exc:
+        return encode("spawn_ok", name=name, error=str(exc))
+    return encode("spawn_ok", **attrs.asdict(record))
 
 
 def _speaks(ready: dict[str, Any]) -> bool:
@@ -257,12 +277,17 @@ class ChildSteps:
     recorded: Sequence[StepRecord]
     record: Callable[[str, str], Awaitable[StepRecord]]
     parked: Callable[..., None]
-    """``parked(until, why)``, or ``parked(until, why, ParkedAsk)`` for a run that asked."""
+    """``parked(until, why, ask, join)``: ``ask`` the ``ParkedAsk`` of a run that asked,
+    ``join`` the children a joining run waits for."""
     park_after: float
     asks: Sequence[AskRecord] = ()
     """The task's recorded asks (issue #36): the child's run replays them."""
     limits: ChildLimits | None = None
     """Permits of limits taken for the run under the parent's claim (issue #38)."""
+    spawn: Callable[[str, Task], Awaitable[StepRecord]] | None = None
+    """Spawns a child under the parent's claim (issue #51)."""
+    children: Callable[[Sequence[str]], Awaitable[Sequence[ChildView | None]]] | None = None
+    """Reads the run's children for a join."""
     conversation: Callable[[], Awaitable[Conversation]] | None = None
     """Reads the run's conversation when the child asks (its first ``await
     conversation_of``): the parent's run keeps what it read, for the state's base version."""
@@ -307,15 +332,30 @@ async def child_steps(journal: Journal) -> ChildSteps:
     async def record(name: str, value: str) -> StepRecord:
         return await journal.fenced(lambda store, claim: store.record_step(claim, name, value))
 
-    def parked(until: float, why: str, asked: ParkedAsk | None = None) -> None:
-        journal.park(until, why, asked)
+    def parked(
+        until: float, why: str, asked: ParkedAsk | None = None, join: Sequence[str] = ()
+    ) -> None:
+        journal.park(until, why, asked, join)
 
     async def acquire(key: str, weight: float) -> Granted | NoPermit:
         return await journal.fenced(lambda store, claim: store.acquire_permit(claim, key, weight))
 
+    async def spawn(name: str, child: Task) -> StepRecord:
+        return await journal.fenced(lambda store, claim: store.spawn(claim, name, child))
+
+    async def children(ids: Sequence[str]) -> Sequence[ChildView | None]:
+        return await store.children(id, ids)
+
     limits = ChildLimits(acquire, store.release_permit, store.pause_limit)
     return ChildSteps(
-        await store.steps(id), record, parked, journal.park_after, await store.asks(id), limits
+        await store.steps(id),
+        record,
+        parked,
+        journal.park_after,
+        await store.asks(id),
+        limits,
+        spawn=spawn,
+        children=children,
     )
 
 

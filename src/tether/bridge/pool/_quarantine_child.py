@@ -156,7 +156,9 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
 
 def _send_parked(pipe: _Pipe, park: Park) -> None:
     """Tell the parent the run parked (and at which question, if it asked: issue #36)."""
-    pipe.send("parked", until=park.until, why=park.why, **parked_fields(park.ask))
+    pipe.send(
+        "parked", until=park.until, why=park.why, join=list(park.join), **parked_fields(park.ask)
+    )
 
 
 async def _watch_parent(pipe: _Pipe, store: PipeJournal) -> None:

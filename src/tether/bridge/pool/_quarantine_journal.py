@@ -22,10 +22,11 @@ import attrs
 import trio
 
 from ..custody._asks import AskRecord
+from ..custody._children import ChildView, SpawnError
 from ..custody._conversation import Conversation
 from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord
-from ..custody._rules import Claim, StaleLease
+from ..custody._rules import Claim, CustodyState, StaleLease, Task
 from ._quarantine_wire import conversation_from
 
 ANSWERS: Final = {
@@ -34,6 +35,9 @@ ANSWERS: Final = {
     "permit_ok": "n",
     "permit_stale": "n",
     "conversation_ok": "n",
+    "spawn_ok": "name",
+    "spawn_stale": "name",
+    "children_ok": "n",
 }
 """The parent's answers, and the field naming the request each answers."""
 
@@ -66,6 +70,24 @@ class PipeJournal:
         return StepRecord(
             message["name"], message["value"], message["at"], message["attempt"], message["size"]
         )
+
+    async def spawn(self, claim: Claim, name: str, child: Task) -> StepRecord:
+        fields: dict[str, Any] = {"id": child.id, "body": child.body, "room": child.room}
+        fields.update(priority=child.priority, headers=dict(child.headers))
+        message = await self._request("spawn", "name", name, child=fields)
+        if "error" in message:
+            raise SpawnError(str(message["error"]))
+        return StepRecord(
+            message["name"], message["value"], message["at"], message["attempt"], message["size"]
+        )
+
+    async def children(self, parent: str, ids: Sequence[str]) -> Sequence[ChildView | None]:
+        self._asked += 1
+        message = await self._request("children", "n", self._asked, ids=list(ids))
+        return [
+            None if row is None else ChildView(row[0], CustodyState(row[1]), row[2], row[3])
+            for row in message["children"]
+        ]
 
     async def acquire_permit(
         self, claim: Claim, key: str, weight: float = 1.0

@@ -366,7 +366,9 @@ class ClaimedRun:
         self.finishing = True
         asked = park.ask
         try:
-            if asked is None:
+            if park.join:  # parked unless the children were done meanwhile (issue #51)
+                await host.store.park_join(claim, park.join, park.until, park.why)
+            elif asked is None:
                 await host.store.park(claim, park.until, park.why)
             else:  # the question and the park in one transaction (issue #36)
                 await host.store.ask(

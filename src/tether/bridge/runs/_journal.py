@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
@@ -21,6 +21,7 @@ import trio
 
 from ..._plumbing._tracing import Attributes
 from ..custody._asks import senders_of
+from ..custody._children import SPAWN_PREFIX, ChildView, SpawnError
 from ..custody._records import StepRecord
 from ..custody._roles import JournalStore
 from ..custody._rules import Claim, StaleLease, Task
@@ -64,11 +65,13 @@ class ParkedAsk:
 @attrs.frozen
 class Park:
     """Where a run stopped: due again at ``until`` (store clock), waiting for ``why``, and at
-    which question if it asked one."""
+    which question if it asked one, or for which children if it joined them."""
 
     until: float
     why: str
     ask: ParkedAsk | None = None
+    join: tuple[str, ...] = ()
+    """The children a join waits for (issue #51): the task wakes once they are all done."""
 
 
 @attrs.frozen
@@ -113,9 +116,12 @@ class Journal:
     def now(self) -> float:
         return self.clock()
 
-    def park(self, until: float, why: str, ask: ParkedAsk | None = None) -> Parked:
-        """Mark the run parked until ``until``, waiting for ``why``: the exception to raise."""
-        self.parked = Park(until, why, ask)
+    def park(
+        self, until: float, why: str, ask: ParkedAsk | None = None, join: Sequence[str] = ()
+    ) -> Parked:
+        """Mark the run parked until ``until``, waiting for ``why`` (or for the children
+        ``join``): the exception to raise."""
+        self.parked = Park(until, why, ask, tuple(join))
         return Parked(f"task {self.task.id!r} parked: {why}")
 
     async def fenced(self, call: Callable[[JournalStore, Claim], Awaitable[T]]) -> T:
@@ -147,12 +153,7 @@ class Journal:
     ) -> tuple[Any, str]:
         """Step ``name``'s value, and whether it was ``recorded`` now, ``replayed`` from an
         earlier run's record or ``not recorded`` (a detached run)."""
-        if name in self._used:
-            raise StepError(
-                f"step {name!r} ran twice in one run of task {self.task.id!r}: step names are "
-                "unique per task (name a loop's steps 'search:1', 'search:2', ...)"
-            )
-        self._used.add(name)
+        self._use(name)
         recorded = await self._records()
         if name in recorded:
             return decode_step_value(recorded[name].value), "replayed"
@@ -171,6 +172,45 @@ class Journal:
         )
         recorded[name] = record
         return decode_step_value(record.value), "recorded"
+
+    async def spawn(self, name: str, child: Task) -> str:
+        """The id of the child spawned as step ``name`` (``~spawn:...``): the recorded one if
+        an earlier run of the task spawned it, else ``child`` spawned now, in one fenced
+        transaction with its record (``JournalStore.spawn``)."""
+        self._use(name)
+        recorded = await self._records()
+        if name not in recorded:
+            self._ran_fresh = True
+            if not self.durable:
+                raise SpawnError(
+                    f"task {self.task.id!r}: only a worker's run can spawn a child (this run "
+                    "is detached: called outside a worker)"
+                )
+            spawn_name = name.removeprefix(SPAWN_PREFIX)
+            recorded[name] = await until_stored(
+                lambda: self.fenced(lambda store, claim: store.spawn(claim, spawn_name, child)),
+                what=f"spawning {name!r} of task {self.task.id}",
+                pause=STORE_RETRY_S,
+            )
+        return str(decode_step_value(recorded[name].value))
+
+    async def children(self, ids: Sequence[str]) -> Sequence[ChildView | None]:
+        """The children ``ids`` as the store has them now (a join's read)."""
+        store = self.store
+        assert store is not None
+        return await until_stored(
+            lambda: store.children(self.task.id, ids),
+            what=f"reading the children of task {self.task.id}",
+            pause=STORE_RETRY_S,
+        )
+
+    def _use(self, name: str) -> None:
+        if name in self._used:
+            raise StepError(
+                f"step {name!r} ran twice in one run of task {self.task.id!r}: step names are "
+                "unique per task (name a loop's steps 'search:1', 'search:2', ...)"
+            )
+        self._used.add(name)
 
     async def _records(self) -> dict[str, StepRecord]:
         if self._recorded is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -26,6 +26,7 @@ from ..custody._rules import Claim, Task
 from ..custody._steps import SLEEP_PREFIX, check_step_name
 from . import _permits
 from ._asks import Asking, answer_from
+from ._children import Child, Joining
 from ._journal import DEFAULT_PARK_AFTER, Fence, Journal
 from ._spans import step_span
 
@@ -51,6 +52,7 @@ class Run:
     )
     _sleeps: int = attrs.field(init=False, default=0)
     _asking: Asking = attrs.field(init=False, factory=Asking)
+    _joining: Joining = attrs.field(init=False, factory=Joining)
 
     @property
     def durable(self) -> bool:
@@ -132,6 +134,40 @@ class Run:
         senders = answer_from(self.task.headers, from_anyone, from_senders)
         with self._journal.waiting("ask"):
             return await self._asking.ask(self._journal, text, timeout, name, senders)
+
+    async def spawn(
+        self, name: str, body: str, *, queue: str | None = None, room: str | None = None
+    ) -> Child:
+        """Spawn a child run: a task of its own (``body`` its message) in ``queue`` (default:
+        this task's), run by whichever worker serves that queue, with this task's tenant,
+        priority and trace. Recorded as a step in the transaction that creates the child:
+        a resumed run gets the same child back and spawns nothing (``name`` names it, as a
+        step). Its reply is never delivered to the gateway: ``join`` returns it to this run.
+        ``SpawnError`` past 8 levels of children or 1,000 children of one run."""
+        return await self._joining.spawn(self._journal, name, body, queue, room)
+
+    async def join(self, *children: Child, timeout: float) -> list[str]:  # noqa: ASYNC109
+        """The replies of ``children``, in order, once every one is done. Until then the run
+        ends here (``Parked``) and its task waits in ``waiting`` (no worker slot, no attempt
+        spent); the last child's outcome wakes it and the handler runs again from the top,
+        where this join returns. ``ChildFailed`` names the first dead child and its reason;
+        ``JoinTimeout`` once ``timeout`` seconds passed (a durable deadline) with children
+        still running. What it returned is recorded: every later run gets the same."""
+        return await self._joining.join(self._journal, children, timeout)
+
+    async def gather(
+        self,
+        bodies: Mapping[str, str],
+        *,
+        timeout: float,  # noqa: ASYNC109
+        queue: str | None = None,
+    ) -> dict[str, str]:
+        """Spawn a child per ``{name: body}`` and join them all: ``{name: reply}``."""
+        children = [
+            await self.spawn(name, body, queue=queue) for name, body in dict(bodies).items()
+        ]
+        replies = await self.join(*children, timeout=timeout)
+        return {child.name: reply for child, reply in zip(children, replies, strict=True)}
 
     def limit(self, key: str, weight: float = 1) -> _permits.Limited:
         """``async with run.limit("openai:gpt-4o"):`` holds a permit of ``key`` (spending

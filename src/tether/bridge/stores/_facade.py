@@ -152,6 +152,10 @@ class StoreFacade(abc.ABC):
     record_step = Via("steps", StepsFrame.record_step)
     park = Via("steps", StepsFrame.park)
     wake_due = Via("steps", StepsFrame.wake_due)
+    spawn = Via("steps", StepsFrame.spawn)
+    children = Via("steps", StepsFrame.children)
+    park_join = Via("steps", StepsFrame.park_join)
+    settle_children = Via("steps", StepsFrame.settle_children)
     waiting_runs = Via("steps", StepsFrame.waiting_runs)
     # -- questions to the person (``_asks_frame``) --------------------------------------------
     asks = Via("asks", AsksFrame.asks)

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import attrs
 
 from ..custody import _log as _clog
+from ..custody._children import check_not_child
 from ..custody._crashes import (
     DEFAULT_MAX_QUARANTINE_DEATHS,
     Expired,
@@ -116,6 +117,8 @@ class CustodyFrame(abc.ABC):
     ) -> list[bool]:
         policy = check_room_policy(room_policy)
         headers = [ingest_headers(task, self.host.max_body_bytes) for task in tasks]  # all or none
+        for task in tasks:
+            check_not_child(task.headers, f"task {task.id!r}")
         if not tasks:
             return []
         new, superseded = await self._ingest_many(tasks, headers, policy)

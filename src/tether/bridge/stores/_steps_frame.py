@@ -8,21 +8,23 @@ so steps, parks and wake-ups read the same on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Sequence
 
 import attrs
 
 from ..._plumbing._when import iso_time
 from ..custody import _log as _clog
+from ..custody._children import JOINING, SPAWN_PREFIX, ChildView, SpawnError, parent_of
 from ..custody._records import StepRecord, WaitingRuns
-from ..custody._rules import Claim, CustodyState, check_task_id
+from ..custody._rules import Claim, CustodyState, Task, check_task_id
 from ..custody._steps import (
     MAX_STEP_BYTES,
     StepError,
     check_step_name,
     check_wake_at,
 )
-from ._common import check_limit, check_reason, fence_args
+from ._common import check_limit, check_reason, fence_args, ingest_headers
 from ._host import Host
 
 
@@ -71,6 +73,89 @@ class StepsFrame(abc.ABC):
     @abc.abstractmethod
     async def _park(self, claim: Claim, until: float, why: str, now: float) -> None:
         """claimed -> waiting under the fence; raises ``StaleLease`` if fenced out."""
+
+    # -- child runs (issue #51) ---------------------------------------------------------------
+
+    async def spawn(self, claim: Claim, name: str, child: Task) -> StepRecord:
+        fence_args(claim)
+        step = check_step_name(f"{SPAWN_PREFIX}{name}", own=True)
+        if parent_of(child) != claim.task.id:
+            raise SpawnError(f"task {child.id!r} is not a child of {claim.task.id!r}")
+        headers = ingest_headers(child, self.host.max_body_bytes)
+        value = json.dumps(child.id)
+        record, new = await self._spawn(claim, step, value, child, headers, self.host.clock())
+        _clog.ingested([child.id], [new])
+        if new:
+            self.host.work_bell.ring()
+        return record
+
+    @abc.abstractmethod
+    async def _spawn(
+        self, claim: Claim, step: str, value: str, child: Task, headers: str, now: float
+    ) -> tuple[StepRecord, bool]:
+        """Under ``claim``'s fence, in one transaction: the record of ``step`` if one is kept
+        (nothing else done), else ``child`` ingested (pending) and ``step`` recorded with
+        ``value``; the record, and whether the child is new. ``SpawnError`` past
+        ``MAX_CHILDREN``; ``StaleLease`` if fenced out."""
+
+    async def children(self, parent: str, ids: Sequence[str]) -> list[ChildView | None]:
+        check_task_id(parent)
+        return await self._children(parent, [check_task_id(id) for id in ids])
+
+    @abc.abstractmethod
+    async def _children(self, parent: str, ids: Sequence[str]) -> list[ChildView | None]:
+        """Each of ``ids`` that is ``parent``'s child, as its join reads it (None: no such
+        child). Reads only."""
+
+    async def park_join(
+        self, claim: Claim, ids: Sequence[str], until: float, why: str
+    ) -> CustodyState:
+        fence_args(claim)
+        until = check_wake_at(until)
+        reason = self.host.stored_text(check_reason(f"{JOINING}{why}"))
+        state = await self._park_join(claim, list(ids), until, reason, self.host.clock())
+        if state is CustodyState.WAITING:
+            journal_parked(claim, f"{reason}; due {iso_time(until)}")
+        else:
+            self.host.work_bell.ring()
+            _clog.moved(
+                claim.task.id,
+                CustodyState.CLAIMED,
+                state,
+                worker=claim.worker,
+                attempt=claim.attempt,
+                reason="its children were done as it parked",
+            )
+        return state
+
+    @abc.abstractmethod
+    async def _park_join(
+        self, claim: Claim, ids: Sequence[str], until: float, why: str, now: float
+    ) -> CustodyState:
+        """Mark ``ids`` (children of ``claim``'s task) awaited, then, under the fence:
+        claimed -> waiting until ``until`` if one of them is live, else claimed -> pending
+        (the same attempt: its join returns when it runs again). The children are marked in
+        a statement before the parent's move (PostgreSQL: the child's row, then the parent's,
+        as a child's completion locks them). The state it moved to; ``StaleLease`` if fenced
+        out."""
+
+    async def settle_children(self, *, limit: int = 1000) -> tuple[list[str], list[str]]:
+        woken, cancelled = await self._settle_children(check_limit(limit), self.host.clock())
+        if woken:
+            self.host.work_bell.ring()
+        for id in woken:
+            _clog.moved(id, CustodyState.WAITING, CustodyState.PENDING, reason="children done")
+        for id, was, why in cancelled:
+            _clog.moved(id, was, CustodyState.DEAD, reason=why)
+        return woken, [id for id, _, _ in cancelled]
+
+    @abc.abstractmethod
+    async def _settle_children(
+        self, limit: int, now: float
+    ) -> tuple[list[str], list[tuple[str, CustodyState, str]]]:
+        """The reconciler's pass over children: wake each joining parent whose awaited
+        children are all done (one a completion missed), and cancel (-> dead) each live child
+        whose parent ended or is gone; (woken ids, (id, state before, reason) cancelled)."""
 
     async def wake_due(self, *, limit: int = 10_000) -> Sequence[str]:
         ids = await self._wake_due(check_limit(limit), self.host.clock())

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from ...custody import _log as _clog
+from ...custody._children import parent_of
 from ...custody._crashes import process_prefix, quarantine_death_outcome
 from ...custody._records import (
     Assignment,
@@ -111,6 +112,7 @@ class PostgresCustody(CustodyFrame):
         params.update(owner=SUPERSEDED_OWNER, prefix=SUPERSEDED_PREFIX)
         tenants = [task.tenant for task in tasks]
         params.update(tenants=tenants, fairs=[NO_TURN] * len(tasks))
+        params.update(queues=[t.queue for t in tasks], parents=[parent_of(t) for t in tasks])
         sql, supersede, turns_sql = self.db.sql.ingest, self.db.sql.supersede, self.db.sql.turns
         s, chan = self.db.s, self.db.channel
         replace = policy == "replace" and any(room is not None for room in rooms)

@@ -737,6 +737,43 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         REFERENCING OLD TABLE AS deleted_old
         FOR EACH STATEMENT EXECUTE FUNCTION {s}.turns_copy();
     """,
+    # 22 -> 23 (issue #51, child runs and queues): a task's queue and its parent, copied from
+    # its headers by the ingest (never changed after); ``awaited`` marks the children a parked
+    # join waits for. The statement that makes an awaited child done wakes its joining parent
+    # once no awaited sibling is live (waiting -> pending at once, with a notice to idle
+    # workers). Two siblings done at once in two transactions may each see the other live:
+    # the reconciler's pass wakes such a joiner (``custody._children``); no lock is taken
+    # here, so no completion waits on another's
+    """
+    ALTER TABLE {s}.tasks ADD COLUMN queue text NOT NULL DEFAULT 'default';
+    ALTER TABLE {s}.tasks ADD COLUMN parent text;
+    ALTER TABLE {s}.tasks ADD COLUMN awaited boolean NOT NULL DEFAULT false;
+    UPDATE {s}.tasks SET queue = coalesce(headers::jsonb ->> 'queue', 'default'),
+        parent = headers::jsonb ->> 'parent'
+        WHERE headers <> '{{}}' AND (headers::jsonb ? 'queue' OR headers::jsonb ? 'parent');
+    CREATE INDEX tasks_children ON {s}.tasks (parent) WHERE parent IS NOT NULL;
+    CREATE INDEX tasks_live_children ON {s}.tasks (parent)
+        WHERE parent IS NOT NULL AND state IN ('pending', 'assigned', 'claimed', 'waiting');
+    CREATE FUNCTION {s}.children_done() RETURNS trigger LANGUAGE plpgsql AS $body$
+    BEGIN
+        UPDATE {s}.tasks p SET state = 'pending', not_before = NULL,
+            updated_at = NEW.updated_at
+            WHERE p.id = NEW.parent AND p.state = 'waiting' AND p.reason LIKE 'joining %'
+                AND NOT EXISTS (SELECT FROM {s}.tasks c WHERE c.parent = NEW.parent
+                    AND c.state IN ('pending', 'assigned', 'claimed', 'waiting')
+                    AND c.awaited);
+        IF FOUND THEN
+            PERFORM pg_notify('tether_' || TG_TABLE_SCHEMA, 'pending');
+        END IF;
+        RETURN NULL;
+    END
+    $body$;
+    CREATE TRIGGER children_done AFTER UPDATE OF state ON {s}.tasks
+        FOR EACH ROW WHEN (NEW.parent IS NOT NULL AND NEW.awaited
+            AND NEW.state IN ('result', 'delivered', 'dead')
+            AND OLD.state NOT IN ('result', 'delivered', 'dead'))
+        EXECUTE FUNCTION {s}.children_done();
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

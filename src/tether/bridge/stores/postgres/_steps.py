@@ -15,17 +15,24 @@ from typing import Any, Final
 
 import attrs
 
+from ...custody._children import MAX_CHILDREN, ChildView, SpawnError
 from ...custody._records import StepRecord, WaitingRuns
-from ...custody._rules import Claim
+from ...custody._rooms import DEFAULT_ROOM_POLICY
+from ...custody._rules import PRIORITY_RANK, Claim, CustodyState, Task
 from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit
+from ...custody._tenants import NO_TURN
 from .._common import FoundState, stale_lease, task_gone
 from .._steps_frame import StepsFrame
 from ._connection import Conn
+from ._conversations import lock_rooms_sql
 from ._db import PostgresDb
-from ._rows import fence, seen
+from ._rows import decode, encode, fence, seen
 from ._sql import FENCE
+from ._tenants import turns as tenant_turns
 
 _COLS: Final = "name, value, at, attempt, size"
+_DONE: Final = "('result', 'delivered', 'dead')"
+_LIVE: Final = "('pending', 'assigned', 'claimed', 'waiting')"
 
 
 @attrs.frozen
@@ -76,6 +83,80 @@ class StepsSql:
             "RETURNING t.id, t.not_before) "
             "SELECT id, not_before, pg_notify(%(chan)s, 'pending')::text FROM u "
             "ORDER BY not_before, id"
+        )
+
+    @property
+    def spawn_head(self) -> str:
+        """One row: (fence held?, the parent's children so far, the spawn's earlier record's
+        columns or NULLs); the parent's row kept ``FOR SHARE`` to the commit."""
+        return (
+            f"WITH f AS (SELECT t.id FROM {self.s}.tasks t WHERE {FENCE} FOR SHARE) "
+            "SELECT EXISTS (SELECT FROM f), "
+            f"(SELECT count(*) FROM {self.s}.tasks WHERE parent = %(id)s), "
+            f"old.name, old.value, old.at, old.attempt, old.size FROM (SELECT 1) x "
+            f"LEFT JOIN (SELECT {_COLS} FROM {self.s}.steps "
+            "WHERE task_id = %(id)s AND name = %(name)s) old ON true"
+        )
+
+    @property
+    def children(self) -> str:
+        return (
+            f"SELECT id, state, result, reason FROM {self.s}.tasks "
+            "WHERE parent = %(id)s AND id = ANY(%(ids)s::text[])"
+        )
+
+    @property
+    def await_children(self) -> str:
+        return (
+            f"UPDATE {self.s}.tasks SET awaited = true WHERE parent = %(id)s AND NOT awaited "
+            "AND id = ANY(%(ids)s::text[])"
+        )
+
+    @property
+    def park_join(self) -> str:
+        """The parent's move, in a statement after its children's marks (a new snapshot: a
+        child made done meanwhile is seen done)."""
+        live = (
+            f"EXISTS (SELECT FROM {self.s}.tasks c WHERE c.parent = %(id)s "
+            f"AND c.state IN {_LIVE} AND c.awaited)"
+        )
+        return (
+            f"WITH j AS (SELECT {live} AS live) "
+            f"UPDATE {self.s}.tasks t SET state = CASE WHEN j.live THEN 'waiting' "
+            "ELSE 'pending' END, owner = NULL, lease_until = NULL, "
+            "not_before = CASE WHEN j.live THEN %(until)s::float8 END, "
+            "reason = CASE WHEN j.live THEN %(why)s ELSE t.reason END, updated_at = %(now)s "
+            f"FROM j WHERE {FENCE} RETURNING t.state, pg_notify(%(chan)s, 'pending')::text"
+        )
+
+    @property
+    def wake_joined(self) -> str:
+        return (
+            f"WITH w AS (SELECT p.id FROM {self.s}.tasks p WHERE p.state = 'waiting' "
+            "AND p.reason LIKE 'joining %%' AND NOT EXISTS (SELECT FROM "
+            f"{self.s}.tasks c WHERE c.parent = p.id AND c.state IN {_LIVE} AND c.awaited) "
+            "LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            f"u AS (UPDATE {self.s}.tasks t SET state = 'pending', not_before = NULL, "
+            "updated_at = %(now)s FROM w WHERE t.id = w.id AND t.state = 'waiting' "
+            "RETURNING t.id) "
+            "SELECT id, pg_notify(%(chan)s, 'pending')::text FROM u"
+        )
+
+    @property
+    def orphans(self) -> str:
+        return (
+            f"WITH o AS (SELECT c.id, c.state AS was, c.parent, p.state AS ended "
+            f"FROM {self.s}.tasks c LEFT JOIN {self.s}.tasks p ON p.id = c.parent "
+            f"WHERE c.parent IS NOT NULL AND c.state IN {_LIVE} "
+            f"AND (p.id IS NULL OR p.state IN {_DONE}) LIMIT %(limit)s "
+            "FOR UPDATE OF c SKIP LOCKED), "
+            f"u AS (UPDATE {self.s}.tasks t SET state = 'dead', owner = NULL, "
+            "lease_until = NULL, not_before = NULL, updated_at = %(now)s, "
+            "reason = CASE WHEN o.ended IS NULL THEN 'cancelled: its parent ' || o.parent "
+            "|| ' is no longer in the store' ELSE 'cancelled: its parent ' || o.parent "
+            "|| ' ended (' || o.ended || ') before joining it' END "
+            "FROM o WHERE t.id = o.id AND t.state = o.was RETURNING t.id, o.was, t.reason) "
+            "SELECT id, was, reason FROM u"
         )
 
     @property
@@ -152,6 +233,116 @@ class PostgresSteps(StepsFrame):
         if outcome is None:
             raise task_gone(claim.task.id, f"record step {name!r} of")
         raise stale_lease(outcome, claim, now, f"record step {name!r} of")
+
+    async def _spawn(
+        self, claim: Claim, step: str, value: str, child: Task, headers: str, now: float
+    ) -> tuple[StepRecord, bool]:
+        params = fence(claim, now)
+        params.update(name=step, value=value, size=len(value.encode("utf-8")))
+        steps_sql, sql = self._steps_sql, self.db.sql
+        ingest = {
+            "ids": [child.id],
+            "bodies": [encode(child.body)],
+            "rooms": [child.room],
+            "ranks": [PRIORITY_RANK[child.priority]],
+            "headers": [headers],
+            "tenants": [child.tenant],
+            "fairs": [NO_TURN],
+            "queues": [child.queue],
+            "parents": [claim.task.id],
+            "now": now,
+            "chan": self.db.channel,
+            "policy": DEFAULT_ROOM_POLICY,
+        }
+        lock = None if child.room is None else lock_rooms_sql(self.db.s)
+
+        def op(conn: Conn) -> tuple[StepRecord, bool] | FoundState | None:
+            with conn.transaction():
+                row = conn.execute(steps_sql.spawn_head, params).fetchone()
+                assert row is not None
+                fenced, count, *old = row
+                if not fenced:
+                    return seen(conn, sql.cas_state, params)
+                if old[0] is not None:
+                    return StepRecord(*old), False
+                if count >= MAX_CHILDREN:
+                    raise SpawnError(
+                        f"task {claim.task.id!r} has spawned {count} children: a parent may "
+                        f"spawn at most {MAX_CHILDREN}"
+                    )
+                if lock is not None:
+                    conn.execute(lock, ingest)
+                if child.tenant is not None:
+                    ingest["fairs"] = tenant_turns(
+                        conn.execute(sql.turns, ingest).fetchall(), ingest
+                    )
+                new = bool(conn.execute(sql.ingest, ingest).fetchall())
+                recorded = conn.execute(steps_sql.record, params).fetchone()
+                assert recorded is not None
+                assert recorded[0]  # the fence is held (FOR SHARE)
+                if not recorded[1]:
+                    raise over_task_limit(step, int(recorded[2]), params["size"])
+            return StepRecord(step, value, now, claim.attempt, params["size"]), new
+
+        outcome = await self.db.run(op)
+        if isinstance(outcome, tuple):
+            return outcome
+        if outcome is None:
+            raise task_gone(claim.task.id, f"spawn {step!r} of")
+        raise stale_lease(outcome, claim, now, f"spawn {step!r} of")
+
+    async def _children(self, parent: str, ids: Sequence[str]) -> list[ChildView | None]:
+        sql, params = self._steps_sql.children, {"id": parent, "ids": list(ids)}
+
+        def op(conn: Conn) -> dict[str, ChildView]:
+            return {
+                id: ChildView(id, CustodyState(state), None if r is None else decode(r), why)
+                for id, state, r, why in conn.execute(sql, params)
+            }
+
+        found = await self.db.run(op)
+        return [found.get(id) for id in ids]
+
+    async def _park_join(
+        self, claim: Claim, ids: Sequence[str], until: float, why: str, now: float
+    ) -> CustodyState:
+        params = fence(claim, now)
+        params.update(ids=list(ids), until=until, why=why, chan=self.db.channel)
+        steps_sql, state_sql = self._steps_sql, self.db.sql.cas_state
+
+        def op(conn: Conn) -> CustodyState | FoundState | None:
+            with conn.transaction():
+                conn.execute(steps_sql.await_children, params)  # the children's rows first
+                row = conn.execute(steps_sql.park_join, params).fetchone()
+                if row is not None:
+                    return CustodyState(row[0])
+            return seen(conn, state_sql, params)
+
+        outcome = await self.db.run(op)
+        if isinstance(outcome, CustodyState):
+            return outcome
+        if outcome is None:
+            raise task_gone(claim.task.id, "park")
+        raise stale_lease(outcome, claim, now, "park")
+
+    async def _settle_children(
+        self, limit: int, now: float
+    ) -> tuple[list[str], list[tuple[str, CustodyState, str]]]:
+        steps_sql = self._steps_sql
+        params: dict[str, Any] = {"limit": limit, "now": now, "chan": self.db.channel}
+
+        def op(conn: Conn) -> tuple[list[str], list[tuple[str, CustodyState, str]]]:
+            woken = [r[0] for r in conn.execute(steps_sql.wake_joined, params)]
+            cancelled: list[tuple[str, CustodyState, str]] = []
+            while len(cancelled) < limit:  # a cancelled child's children: orphans next round
+                params["limit"] = limit - len(cancelled)
+                found = conn.execute(steps_sql.orphans, params).fetchall()
+                cancelled.extend((id, CustodyState(was), why) for id, was, why in found)
+                if not found:
+                    break
+            return woken, cancelled
+
+        return await self.db.run(op)
 
     async def _park(self, claim: Claim, until: float, why: str, now: float) -> None:
         params = fence(claim, now)

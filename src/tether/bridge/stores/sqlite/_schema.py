@@ -735,6 +735,33 @@ MIGRATIONS: Final[tuple[str, ...]] = (
             WHERE room = OLD.room;
     END
     """,
+    # 24 -> 25 (issue #51, child runs and queues): a task's queue and its parent are read
+    # from its headers (set at ingest, never changed; a virtual column costs an update
+    # nothing); ``awaited`` marks the children a parked join waits for. The transaction that
+    # makes the last awaited child of a joining parent done wakes the parent (waiting ->
+    # pending, at once: its deadline no longer holds it); the reconciler's pass wakes any
+    # joiner this missed (``custody._children``)
+    """
+    ALTER TABLE tasks ADD COLUMN queue TEXT
+        GENERATED ALWAYS AS (coalesce(json_extract(headers, '$.queue'), 'default')) VIRTUAL;
+    ALTER TABLE tasks ADD COLUMN parent TEXT
+        GENERATED ALWAYS AS (json_extract(headers, '$.parent')) VIRTUAL;
+    ALTER TABLE tasks ADD COLUMN awaited INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX tasks_children ON tasks (parent) WHERE parent IS NOT NULL;
+    CREATE INDEX tasks_live_children ON tasks (parent)
+        WHERE parent IS NOT NULL AND state IN ('pending', 'assigned', 'claimed', 'waiting');
+    CREATE TRIGGER children_done AFTER UPDATE OF state ON tasks
+    WHEN NEW.parent IS NOT NULL AND NEW.awaited = 1
+        AND NEW.state IN ('result', 'delivered', 'dead')
+        AND OLD.state NOT IN ('result', 'delivered', 'dead') BEGIN
+        UPDATE tasks SET state = 'pending', not_before = NULL, updated_at = NEW.updated_at
+            WHERE id = NEW.parent AND state = 'waiting' AND reason LIKE 'joining %'
+                AND NOT EXISTS (SELECT 1 FROM tasks c INDEXED BY tasks_live_children
+                    WHERE c.parent = NEW.parent AND c.parent IS NOT NULL
+                        AND c.state IN ('pending', 'assigned', 'claimed', 'waiting')
+                        AND c.awaited = 1);
+    END
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

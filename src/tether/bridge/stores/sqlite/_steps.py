@@ -15,14 +15,18 @@ from typing import Any, Final
 
 import attrs
 
+from ...custody._children import MAX_CHILDREN, ChildView, SpawnError, orphan_reason
 from ...custody._records import StepRecord, WaitingRuns
-from ...custody._rules import Claim
+from ...custody._rooms import DEFAULT_ROOM_POLICY
+from ...custody._rules import PRIORITY_RANK, Claim, CustodyState, Task
 from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit
+from ...custody._tenants import NO_TURN
 from .._steps_frame import StepsFrame
 from . import _sql as sql
 from ._db import SqliteDb
 from ._rows import stale
 from ._sql import DEAD_MATCHING, FENCE_NAMED, IDS
+from ._tenants import next_turn
 
 STEPS: Final = "SELECT name, value, at, attempt, size FROM steps WHERE task_id = ? ORDER BY seq"
 STEP: Final = (
@@ -56,6 +60,55 @@ FORGET_IDS: Final = (
 FORGET_MATCHING: Final = f"DELETE FROM steps WHERE task_id IN ({DEAD_MATCHING})"
 TIME_OUT: Final = (
     "UPDATE asks SET status = 'timeout' WHERE task_id = ? AND status = 'open' AND deadline <= ?"
+)
+
+
+CHILD_COUNT: Final = "SELECT count(*) FROM tasks INDEXED BY tasks_children WHERE parent = :id"
+CHILDREN: Final = (
+    "SELECT id, state, result, reason FROM tasks INDEXED BY tasks_children "
+    f"WHERE parent = ? AND id IN {IDS}"
+)
+_LIVE: Final = "parent IS NOT NULL AND state IN ('pending', 'assigned', 'claimed', 'waiting')"
+"""A live child: ``tasks_live_children``'s predicate, word for word (SQLite's planner reads
+it)."""
+AWAIT: Final = (
+    "UPDATE tasks SET awaited = 1 WHERE parent = :id AND awaited = 0 "
+    "AND id IN (SELECT value FROM json_each(:ids))"
+)
+PARK_JOIN: Final = (
+    "UPDATE tasks SET state = CASE WHEN j.live THEN 'waiting' ELSE 'pending' END, "
+    "owner = NULL, lease_until = NULL, not_before = CASE WHEN j.live THEN :until END, "
+    "reason = CASE WHEN j.live THEN :why ELSE reason END, updated_at = :now "
+    "FROM (SELECT EXISTS (SELECT 1 FROM tasks INDEXED BY tasks_live_children "
+    f"WHERE parent = :id AND {_LIVE} AND awaited = 1) AS live) j "
+    f"WHERE {FENCE_NAMED} RETURNING state"
+)
+WAKE_JOINED: Final = (
+    "UPDATE tasks SET state = 'pending', not_before = NULL, updated_at = :now "
+    "WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_sleeping WHERE state = 'waiting' "
+    "AND reason LIKE 'joining %' AND NOT EXISTS (SELECT 1 FROM tasks c "
+    "INDEXED BY tasks_live_children WHERE c.parent = tasks.id AND c.parent IS NOT NULL "
+    "AND c.state IN ('pending', 'assigned', 'claimed', 'waiting') AND c.awaited = 1) "
+    "LIMIT :limit) RETURNING id"
+)
+ORPHANS: Final = (
+    "SELECT c.id, c.state, c.parent, p.state FROM tasks c INDEXED BY tasks_live_children "
+    "LEFT JOIN tasks p ON p.id = c.parent "
+    "WHERE c.parent IS NOT NULL AND c.state IN ('pending', 'assigned', 'claimed', 'waiting') "
+    "AND (p.id IS NULL OR p.state IN ('result', 'delivered', 'dead')) LIMIT :limit"
+)
+TO_SETTLE: Final = (
+    f"SELECT EXISTS ({ORPHANS.replace(':limit', '1')}) OR EXISTS (SELECT 1 FROM tasks "
+    "INDEXED BY tasks_sleeping WHERE state = 'waiting' AND reason LIKE 'joining %' "
+    "AND NOT EXISTS (SELECT 1 FROM tasks c INDEXED BY tasks_live_children "
+    "WHERE c.parent = tasks.id AND c.parent IS NOT NULL "
+    "AND c.state IN ('pending', 'assigned', 'claimed', 'waiting') AND c.awaited = 1))"
+)
+"""Is there a joiner to wake or an orphan to cancel? (Read first: an idle pass writes
+nothing.)"""
+CANCEL_ORPHAN: Final = (
+    "UPDATE tasks SET state = 'dead', owner = NULL, lease_until = NULL, not_before = NULL, "
+    "reason = :why, updated_at = :now WHERE id = :id AND state = :was"
 )
 
 
@@ -108,6 +161,57 @@ def time_out(conn: sqlite3.Connection, ids: Sequence[str], now: float) -> None:
     conn.executemany(TIME_OUT, [(id, now) for id in ids])
 
 
+def spawn(
+    conn: sqlite3.Connection, params: dict[str, Any], child: Task, headers: str
+) -> tuple[StepRecord, bool] | None:
+    """A parent's spawn (the writer's job): its record if kept, else the child ingested and
+    the record inserted; None if fenced out."""
+    if conn.execute(FENCED, params).fetchone() is None:
+        return None
+    row = conn.execute(STEP, params).fetchone()
+    if row is not None:
+        return StepRecord(*row), False
+    (count,) = conn.execute(CHILD_COUNT, params).fetchone()
+    if count >= MAX_CHILDREN:
+        raise SpawnError(
+            f"task {params['id']!r} has spawned {count} children: a parent may spawn at most "
+            f"{MAX_CHILDREN}"
+        )
+    rank, tenant, now = PRIORITY_RANK[child.priority], child.tenant, params["now"]
+    turn = NO_TURN if tenant is None else next_turn(conn, tenant, rank)
+    values = (child.id, child.body, child.room, rank, headers, now, now)
+    new = (
+        conn.execute(sql.INGEST, (*values, DEFAULT_ROOM_POLICY, tenant, turn, child.id)).rowcount
+        == 1
+    )
+    record = record_step(conn, params)
+    assert record is not None  # the fence held above, in this job
+    return record, new
+
+
+def children_of(conn: sqlite3.Connection, parent: str, ids: Sequence[str]) -> list[ChildView]:
+    return [
+        ChildView(id, CustodyState(state), result, reason)
+        for id, state, result, reason in conn.execute(CHILDREN, (parent, json.dumps(list(ids))))
+    ]
+
+
+def settle_children(
+    conn: sqlite3.Connection, now: float, limit: int
+) -> tuple[list[str], list[tuple[str, CustodyState, str]]]:
+    woken = [id for (id,) in conn.execute(WAKE_JOINED, {"now": now, "limit": limit})]
+    cancelled: list[tuple[str, CustodyState, str]] = []
+    while len(cancelled) < limit:  # a cancelled child's own children are orphans next round
+        found = conn.execute(ORPHANS, {"limit": limit - len(cancelled)}).fetchall()
+        for id, was, parent, ended in found:
+            why = orphan_reason(parent, ended)
+            conn.execute(CANCEL_ORPHAN, {"id": id, "was": was, "why": why, "now": now})
+            cancelled.append((id, CustodyState(was), why))
+        if not found:
+            break
+    return woken, cancelled
+
+
 @attrs.define(eq=False)
 class SqliteSteps(StepsFrame):
     """The steps part: steps, parks and wake-ups on the store's ``SqliteDb``."""
@@ -135,6 +239,51 @@ class SqliteSteps(StepsFrame):
             return record
 
         return await self.db.write(op, promise=True)  # the step's effect has left already
+
+    async def _spawn(
+        self, claim: Claim, step: str, value: str, child: Task, headers: str, now: float
+    ) -> tuple[StepRecord, bool]:
+        params = {
+            **sql.fence_params(claim, now),
+            "attempt": claim.attempt,
+            "name": step,
+            "value": value,
+            "size": len(value.encode("utf-8")),
+        }
+
+        def op(conn: sqlite3.Connection) -> tuple[StepRecord, bool]:
+            done = spawn(conn, params, child, headers)
+            if done is None:
+                raise stale(conn, claim, now, f"spawn {step!r} of")
+            return done
+
+        return await self.db.write(op)
+
+    async def _children(self, parent: str, ids: Sequence[str]) -> list[ChildView | None]:
+        found = {c.id: c for c in await self.db.read(lambda conn: children_of(conn, parent, ids))}
+        return [found.get(id) for id in ids]
+
+    async def _park_join(
+        self, claim: Claim, ids: Sequence[str], until: float, why: str, now: float
+    ) -> CustodyState:
+        params = {**sql.fence_params(claim, now), "until": until, "why": why}
+        params["ids"] = json.dumps(list(ids))
+
+        def op(conn: sqlite3.Connection) -> CustodyState:
+            conn.execute(AWAIT, params)
+            row = conn.execute(PARK_JOIN, params).fetchone()
+            if row is None:
+                raise stale(conn, claim, now, "park")
+            return CustodyState(row[0])
+
+        return await self.db.write(op)
+
+    async def _settle_children(
+        self, limit: int, now: float
+    ) -> tuple[list[str], list[tuple[str, CustodyState, str]]]:
+        if not (await self.db.read(lambda conn: conn.execute(TO_SETTLE).fetchone()))[0]:
+            return [], []
+        return await self.db.write(lambda conn: settle_children(conn, now, limit))
 
     async def _park(self, claim: Claim, until: float, why: str, now: float) -> None:
         params = {**sql.fence_params(claim, now), "until": until, "why": why}
