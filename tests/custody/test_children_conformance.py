@@ -49,7 +49,7 @@ async def test_a_spawn_ingests_its_child_and_records_it_once(
     parent = await _claimed(
         store, "p", tenant="acme", traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01"
     )
-    child = child_task(parent.task, "research", "look it up", queue="research", room=None)
+    child = child_task(parent.task, "research", "look it up", queue=None, room=None)
     record = await store.spawn(parent, "research", child)
     assert (record.name, json.loads(record.value)) == ("~spawn:research", child.id)
     assert child.id == child_id("p", "research")
@@ -59,7 +59,7 @@ async def test_a_spawn_ingests_its_child_and_records_it_once(
     assert stored.task.headers[PARENT_HEADER] == "p"
     assert stored.task.tenant == "acme"  # inherited, with the trace and the priority
     assert stored.task.headers["traceparent"] == parent.task.headers["traceparent"]
-    assert stored.task.queue == "research"
+    assert stored.task.queue == "default"
     again = await store.spawn(parent, "research", child)
     assert again == record  # the first record wins; no second child
     assert [s.name for s in await store.steps("p")] == ["~spawn:research"]
@@ -186,6 +186,12 @@ async def test_fan_out_per_parent_is_bounded(
         await store.spawn(parent, "c", third)
     assert await store.get(third.id) is None
     assert len(await store.steps("p")) == 2
+
+
+def test_a_queue_no_worker_can_be_told_of_is_refused_not_misrouted() -> None:
+    with pytest.raises(SpawnError, match="queue 'research' cannot be served yet"):
+        child_task(Task("p", "x"), "r", "x", queue="research", room=None)
+    assert child_task(Task("p", "x"), "r", "x", queue="default", room=None).queue == "default"
 
 
 def test_depth_is_bounded() -> None:

@@ -9,12 +9,13 @@ outlives neither its parent (``PR_SET_PDEATHSIG``) nor the parent's end of the p
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -23,7 +24,8 @@ import trio
 
 from support.service import TESTS_DIR
 from support.waiting import wait_until
-from tether.bridge import Permanent, Reply, Retry, Task
+from tether.bridge import CustodyState, Permanent, Reply, Retry, Task
+from tether.bridge.custody._children import ChildView, child_id
 from tether.bridge.custody._conversation import Conversation, Turn
 from tether.bridge.custody._limits import Granted, NoPermit
 from tether.bridge.custody._records import StepRecord
@@ -154,6 +156,55 @@ async def test_a_quarantined_run_replays_and_records_its_steps_and_keeps_its_con
     assert [name for name, _ in recorded if "sleep" in name] == ["~sleep:1"]  # its wake-up time
     assert outcomes["chat"] == Reply("history 1", state={"seen": 5})
     assert reads == ["chat"]  # read once, by the run that awaited it; the others asked nothing
+
+
+async def test_a_quarantined_parent_spawns_and_joins_through_its_parent() -> None:
+    """Issue #51: a suspect parent's spawns are made by the worker under its own fence, its
+    join reads the children through it, and a join that must wait parks in the worker naming
+    the children; once they are done, the next run's join returns their replies."""
+    spawned: list[tuple[str, Task]] = []
+    parked: list[tuple[float, str, object, list[str]]] = []
+    done: dict[str, str] = {}
+
+    async def spawn(name: str, child: Task) -> StepRecord:
+        spawned.append((name, child))
+        return StepRecord(f"~spawn:{name}", json.dumps(child.id), 1.0, 1, 44)
+
+    async def children(ids: Sequence[str]) -> list[ChildView | None]:
+        return [
+            ChildView(id, CustodyState.RESULT, done[id], None)
+            if id in done
+            else ChildView(id, CustodyState.CLAIMED, None, None)
+            for id in ids
+        ]
+
+    async def record(name: str, value: str) -> StepRecord:
+        return StepRecord(name, value, 5.0, 1, len(value))
+
+    def parked_at(*args: object) -> None:
+        until, why, _, join = args
+        parked.append((float(until), str(why), None, list(join)))  # type: ignore[arg-type, call-overload]
+
+    steps = ChildSteps((), record, parked_at, 30.0, spawn=spawn, children=children)
+    family = Task("p", "family")
+    with trio.fail_after(START_WITHIN):
+        with pytest.raises(Parked):
+            await run_in_quarantine(SPEC, family, steps=steps)
+    assert [(n, c.id, c.headers["parent"]) for n, c in spawned] == [
+        ("a", child_id("p", "a"), "p"),
+        ("b", child_id("p", "b"), "p"),
+    ]
+    [(_, why, _, join)] = parked
+    assert join == [child_id("p", "a"), child_id("p", "b")]
+    assert "2 of 2 children (a, b)" in why
+    done.update({child_id("p", n): f"notes {n}" for n in ("a", "b")})
+    kept = [StepRecord(f"~spawn:{n}", json.dumps(child_id("p", n)), 1.0, 1, 44) for n in "ab"]
+    again = attrs.evolve(steps, recorded=kept)
+    spawned.clear()
+    with trio.fail_after(START_WITHIN):
+        reply = await run_in_quarantine(SPEC, family, steps=again)
+    assert reply == Reply("notes a + notes b")
+    assert spawned == []  # the resumed parent spawns nothing again
 
 
 async def test_a_quarantined_run_takes_its_permits_through_its_parent() -> None:

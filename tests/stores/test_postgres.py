@@ -297,6 +297,9 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
     _sql(  # take the schema back to what version 1 created
         postgres_dsn,
         f"DROP TABLE {s}.workers, {s}.rooms, {s}.stall_notices, {s}.tombstones; "
+        # child runs and queues (issue #51): their indexes go with the columns
+        f"DROP TRIGGER children_done ON {s}.tasks; DROP FUNCTION {s}.children_done(); "
+        f"ALTER TABLE {s}.tasks DROP COLUMN queue, DROP COLUMN parent, DROP COLUMN awaited; "
         f"ALTER TABLE {s}.tasks DROP COLUMN no_send; DROP INDEX {s}.tasks_claimed_age; "
         f"ALTER TABLE {s}.tasks DROP COLUMN dead_reported_at; "
         f"ALTER TABLE {s}.tasks DROP COLUMN delivery_holder, DROP COLUMN delivery_until; "

@@ -7,8 +7,8 @@
   (which must not reach the pipe); ``sleep``: sleeps a minute; ``steps``: two durable
   steps; ``limited``: holds a permit of ``openai`` and pauses it; ``nap``: a durable sleep of
   an hour (it parks); ``chat``: counts its room's history and keeps a count in the room's
-  state; ``environ``: the environment a tool it starts sees (``env``'s output); anything
-  else: an echo.
+  state; ``environ``: the environment a tool it starts sees (``env``'s output); ``family``:
+  spawns two children and joins them (issue #51); anything else: an echo.
 
 ``--agent support.agents.quarantine:factory`` (the tests put ``tests/`` on PYTHONPATH).
 """
@@ -37,6 +37,10 @@ async def handle(task: Task) -> str | Reply:
         async with limited as permit:
             await limited.pause(7)
             return f"permit {permit.id}"
+    if body == "family":
+        run = run_of(task)
+        kids = [await run.spawn(name, f"research {name}") for name in ("a", "b")]
+        return " + ".join(await run.join(*kids, timeout=600))
     if body == "nap":
         await run_of(task).sleep(3600)
         return "woke"

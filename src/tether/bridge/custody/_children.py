@@ -23,7 +23,7 @@ from typing import Final
 import attrs
 
 from ..._protocol._bounds import InvalidTask
-from ._rules import QUEUE_HEADER, CustodyState, Task, check_queue
+from ._rules import DEFAULT_QUEUE, QUEUE_HEADER, CustodyState, Task, check_queue
 
 PARENT_HEADER: Final = "parent"
 """The header naming a child's parent task: set by ``run.spawn`` only (an ingest from a gateway
@@ -74,8 +74,8 @@ def child_id(parent: str, name: str) -> str:
 
 
 def parent_of(task: Task) -> str | None:
-    """The parent of ``task`` if it is a child."""
-    return task.headers.get(PARENT_HEADER)
+    """The parent of ``task`` if it is a child (``Task.parent``)."""
+    return task.parent
 
 
 def depth_of(task: Task) -> int:
@@ -99,7 +99,14 @@ def child_task(parent: Task, name: str, body: str, *, queue: str | None, room: s
     headers: dict[str, str] = {k: parent.headers[k] for k in INHERITED if k in parent.headers}
     headers[PARENT_HEADER] = parent.id
     headers[DEPTH_HEADER] = str(depth)
-    headers[QUEUE_HEADER] = check_queue(parent.queue if queue is None else queue)
+    queue = check_queue(parent.queue if queue is None else queue)
+    if queue != parent.queue:  # no worker is told its queues yet: refuse, never misroute
+        raise SpawnError(
+            f"child {name!r} of task {parent.id!r}: queue {queue!r} cannot be served yet "
+            f"(workers serve every task; a child runs in its parent's queue, {parent.queue!r})"
+        )
+    if parent.queue != DEFAULT_QUEUE:
+        headers[QUEUE_HEADER] = queue
     try:
         return Task(
             id=child_id(parent.id, name),

@@ -249,6 +249,11 @@ class Task:
         return self.headers.get(TENANT_HEADER)
 
     @property
+    def parent(self) -> str | None:
+        """The task whose run spawned this one (``run.spawn``), or None (issue #51)."""
+        return self.headers.get("parent")
+
+    @property
     def queue(self) -> str:
         """The queue the task waits in (its ``queue`` header, else ``default``): only a
         worker serving it takes it (issue #51)."""

@@ -232,22 +232,27 @@ def _note_parked(steps: ChildSteps, message: dict[str, Any]) -> None:
     """The child's run parked: where, and at which question (issue #36) or for which
     children (issue #51)."""
     why, asked = str(message.get("why") or "parked"), parked_from(message)
-    join = [str(id) for id in message.get("join") or ()]
-    steps.parked(float(message["until"]), why, asked, join)
+    join, until = [str(id) for id in message.get("join") or ()], float(message["until"])
+    if join:
+        steps.parked(until, why, asked, join)
+    elif asked is None:
+        steps.parked(until, why)
+    else:
+        steps.parked(until, why, asked)
 
 
 async def _spawn(
     spawn: Callable[[str, Task], Awaitable[StepRecord]], message: dict[str, Any]
 ) -> bytes:
     """Spawn the child a quarantined parent asked for, under this process's fence."""
-    name = str(message["name"])
+    name, n = str(message["name"]), message.get("n")
     try:
         record = await spawn(name, Task(**message["child"]))
     except StaleLease as exc:
-        return encode("spawn_stale", name=name, reason=str(exc))
+        return encode("spawn_stale", n=n, reason=str(exc))
     except (SpawnError, InvalidTask) as exc:
-        return encode("spawn_ok", name=name, error=str(exc))
-    return encode("spawn_ok", **attrs.asdict(record))
+        return encode("spawn_ok", n=n, error=str(exc))
+    return encode("spawn_ok", n=n, **attrs.asdict(record))
 
 
 def _speaks(ready: dict[str, Any]) -> bool:

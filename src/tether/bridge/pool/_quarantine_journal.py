@@ -35,8 +35,8 @@ ANSWERS: Final = {
     "permit_ok": "n",
     "permit_stale": "n",
     "conversation_ok": "n",
-    "spawn_ok": "name",
-    "spawn_stale": "name",
+    "spawn_ok": "n",
+    "spawn_stale": "n",
     "children_ok": "n",
 }
 """The parent's answers, and the field naming the request each answers."""
@@ -74,7 +74,8 @@ class PipeJournal:
     async def spawn(self, claim: Claim, name: str, child: Task) -> StepRecord:
         fields: dict[str, Any] = {"id": child.id, "body": child.body, "room": child.room}
         fields.update(priority=child.priority, headers=dict(child.headers))
-        message = await self._request("spawn", "name", name, child=fields)
+        self._asked += 1
+        message = await self._request("spawn", "n", self._asked, name=name, child=fields)
         if "error" in message:
             raise SpawnError(str(message["error"]))
         return StepRecord(
