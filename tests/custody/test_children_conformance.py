@@ -188,10 +188,13 @@ async def test_fan_out_per_parent_is_bounded(
     assert len(await store.steps("p")) == 2
 
 
-def test_a_queue_no_worker_can_be_told_of_is_refused_not_misrouted() -> None:
-    with pytest.raises(SpawnError, match="queue 'research' cannot be served yet"):
-        child_task(Task("p", "x"), "r", "x", queue="research", room=None)
-    assert child_task(Task("p", "x"), "r", "x", queue="default", room=None).queue == "default"
+def test_a_child_waits_in_the_queue_named_else_its_parents() -> None:
+    parent = Task("p", "x", headers={"queue": "plans"})
+    assert child_task(parent, "r", "x", queue="research", room=None).queue == "research"
+    assert child_task(parent, "r", "x", queue=None, room=None).queue == "plans"
+    assert "queue" not in child_task(Task("p", "x"), "r", "x", queue=None, room=None).headers
+    with pytest.raises(SpawnError, match="queue 'no way' is not valid"):
+        child_task(parent, "r", "x", queue="no way", room=None)
 
 
 def test_depth_is_bounded() -> None:

@@ -27,7 +27,7 @@ from tether.bridge import (
     run_of,
 )
 from tether.bridge.custody._children import child_id
-from tether.bridge.pool import PoolWakeups, PoolWorker, Reconciler
+from tether.bridge.pool import PoolLead, PoolWakeups, PoolWorker, Reconciler
 
 S = CustodyState
 
@@ -163,3 +163,59 @@ async def test_gather_spawns_and_joins_a_fan_out(
     record = await timed_store.get("p")
     assert record is not None
     assert record.result == "sq0=0,sq1=1,sq2=4,sq3=9,sq4=16"
+
+
+async def test_children_run_on_the_workers_of_their_queue_under_a_lead(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """The planner's worker serves ``default``, the researcher's ``research``; the lead
+    assigns each task only to a worker of its queue, so each agent sees only its own tasks."""
+    seen: dict[str, list[str]] = {"planner": [], "researcher": []}
+
+    async def planner(task: Task) -> str:
+        seen["planner"].append(task.body)
+        run = run_of(task)
+        kids = [await run.spawn(f"r{i}", f"topic {i}", queue="research") for i in range(4)]
+        return " | ".join(await run.join(*kids, timeout=3600))
+
+    async def researcher(task: Task) -> str:
+        seen["researcher"].append(task.body)
+        assert task.queue == "research"
+        return f"notes on {task.body}"
+
+    wakeups = PoolWakeups()
+    plans = PoolWorker(
+        timed_store, "plans", agent(planner), concurrency=1, poll_interval=1.0, wakeups=wakeups
+    )
+    research = PoolWorker(
+        timed_store,
+        "research",
+        agent(researcher),
+        concurrency=2,
+        poll_interval=1.0,
+        wakeups=wakeups,
+        queues=("research",),
+    )
+    lead = PoolLead(timed_store, name="lead", sweep_interval=0.05, wakeups=wakeups)
+    reconciler = Reconciler(timed_store, on_woken=wakeups.tasks_pending)
+    wakeups.on_parked = reconciler.parked_until
+    await timed_store.ingest(Task("p", "plan"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lead.run)
+        await nursery.start(plans.run)
+        await nursery.start(research.run)
+        nursery.start_soon(lambda: reconciler.run(interval=5.0))
+        await wait_until(lambda: _is(timed_store, "p", S.RESULT), within=600)
+        plans.request_stop()
+        research.request_stop()
+        nursery.cancel_scope.cancel()
+    record = await timed_store.get("p")
+    assert record is not None
+    assert record.result == " | ".join(f"notes on topic {i}" for i in range(4))
+    assert seen["planner"] == ["plan", "plan"]  # before the join, and after it
+    assert sorted(seen["researcher"]) == [f"topic {i}" for i in range(4)]
+    for i in range(4):  # each child was assigned by the lead to the research worker
+        moves = [
+            (e.dst, e.worker, e.actor) for e in await timed_store.journal(child_id("p", f"r{i}"))
+        ]
+        assert (S.ASSIGNED, "research", "lead") in moves

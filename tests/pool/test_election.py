@@ -255,12 +255,14 @@ class _LateBeats(_NoGoodbye):
         self.delay = 0.0
         self.delayed = 0
 
-    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+    async def beat(
+        self, worker: str, role: WorkerRole, capacity: int, *, queues: Sequence[str] = ("default",)
+    ) -> Sequence[WorkerInfo]:
         if worker == self._name and self.delay:
             delay, self.delay = self.delay, 0.0
             self.delayed += 1
             await trio.sleep(delay)
-        return await self._store.beat(worker, role, capacity)
+        return await self._store.beat(worker, role, capacity, queues=queues)
 
 
 async def _not_leading(lead: PoolLead) -> bool:
@@ -276,8 +278,10 @@ class _SlowAnswers(_NoGoodbye):
         self._name = name
         self.delay = 0.0
 
-    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
-        members = await self._store.beat(worker, role, capacity)
+    async def beat(
+        self, worker: str, role: WorkerRole, capacity: int, *, queues: Sequence[str] = ("default",)
+    ) -> Sequence[WorkerInfo]:
+        members = await self._store.beat(worker, role, capacity, queues=queues)
         if worker == self._name:
             await trio.sleep(self.delay)
         return members
@@ -319,9 +323,11 @@ class _Outage(_NoGoodbye):
         while self.down and name not in self.up:
             await self.changed.wait()
 
-    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+    async def beat(
+        self, worker: str, role: WorkerRole, capacity: int, *, queues: Sequence[str] = ("default",)
+    ) -> Sequence[WorkerInfo]:
         await self._wait(worker)
-        return await self._store.beat(worker, role, capacity)
+        return await self._store.beat(worker, role, capacity, queues=queues)
 
 
 async def test_two_candidates_do_not_swap_the_lead_when_they_come_back_from_an_outage(

@@ -186,10 +186,11 @@ class CountingStore:
         *,
         leaderless: bool = False,
         quarantine: int | None = None,
+        queues: Sequence[str] = ("default",),
     ) -> Sequence[Claim]:
         self.batches.append(limit)
         return await self.inner.claim_many(
-            worker, limit, leaderless=leaderless, quarantine=quarantine
+            worker, limit, leaderless=leaderless, quarantine=quarantine, queues=queues
         )
 
     def __getattr__(self, name: str) -> Any:

@@ -48,6 +48,11 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     "store_schema": ("PostgreSQL schema holding the custody tables (default: tether)", str),
     "agent": (f"agent factory as module:factory (default: {DEFAULT_AGENT})", str),
     "workers": ("number of pool workers (default: 4)", int),
+    "queues": (
+        "the queues whose tasks this process's agent takes, comma-separated; a gateway's "
+        "tasks are in default, child runs name theirs (default: default)",
+        str,
+    ),
     "concurrency": ("tasks each worker runs at once (default: 4)", int),
     "capacity": (
         "tasks each worker asks the lead for, running + assigned and waiting; at least "

@@ -99,13 +99,11 @@ def child_task(parent: Task, name: str, body: str, *, queue: str | None, room: s
     headers: dict[str, str] = {k: parent.headers[k] for k in INHERITED if k in parent.headers}
     headers[PARENT_HEADER] = parent.id
     headers[DEPTH_HEADER] = str(depth)
-    queue = check_queue(parent.queue if queue is None else queue)
-    if queue != parent.queue:  # no worker is told its queues yet: refuse, never misroute
-        raise SpawnError(
-            f"child {name!r} of task {parent.id!r}: queue {queue!r} cannot be served yet "
-            f"(workers serve every task; a child runs in its parent's queue, {parent.queue!r})"
-        )
-    if parent.queue != DEFAULT_QUEUE:
+    try:
+        queue = check_queue(parent.queue if queue is None else queue)
+    except InvalidTask as exc:
+        raise SpawnError(f"child {name!r} of task {parent.id!r}: {exc}") from None
+    if queue != DEFAULT_QUEUE:
         headers[QUEUE_HEADER] = queue
     try:
         return Task(

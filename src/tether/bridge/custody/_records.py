@@ -8,7 +8,7 @@ from typing import Final, Literal
 
 import attrs
 
-from ._rules import Claim, CustodyState, TaskRecord
+from ._rules import DEFAULT_QUEUE, DEFAULT_QUEUES, Claim, CustodyState, TaskRecord, queues_of
 
 
 @attrs.frozen
@@ -43,6 +43,12 @@ class WorkerInfo:
     last_beat: float
     started_at: float
     """When this member's current run began beating (it is reset by ``remove_worker``)."""
+    queues: tuple[str, ...] = attrs.field(default=DEFAULT_QUEUES, converter=queues_of)
+    """The queues whose tasks it takes (issue #51; the store keeps them comma-joined)."""
+
+    def serves(self, queue: str) -> bool:
+        """Does this member take tasks of ``queue``?"""
+        return queue in self.queues
 
 
 @attrs.frozen
@@ -65,6 +71,7 @@ class PendingTask:
     id: str
     room: str | None = None
     priority: str = "normal"
+    queue: str = DEFAULT_QUEUE
 
 
 @attrs.frozen

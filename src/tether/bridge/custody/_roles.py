@@ -82,9 +82,12 @@ class IngestStore(StoreClock, Protocol):
 class PoolMemberStore(StoreClock, Protocol):
     """What every pool member (lead or worker) needs: beats, membership, the pool's picture."""
 
-    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
-        """Record a beat of ``worker`` now (store clock); return every member's last beat, so a
-        worker learns whether the lead lives in the same round trip."""
+    async def beat(
+        self, worker: str, role: WorkerRole, capacity: int, *, queues: Sequence[str] = ...
+    ) -> Sequence[WorkerInfo]:
+        """Record a beat of ``worker`` now (store clock), with the queues whose tasks it takes
+        (issue #51; default: the default queue); return every member's last beat, so a worker
+        learns whether the lead lives in the same round trip."""
         ...
 
     async def workers(self) -> Sequence[WorkerInfo]:
@@ -399,10 +402,13 @@ class WorkerStore(PoolMemberStore, StallStore, RunStore, Protocol):
     (``bridge.runs``), which stores the run's outcome through ``RunStore``. It also raises the
     stall notices of its own claims."""
 
-    async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
+    async def claim(
+        self, worker: str, *, leaderless: bool = False, queues: Sequence[str] = ...
+    ) -> Claim | None:
         """The worker's next lease: its own assignments first (by priority, then age); pending
         tasks only when ``leaderless``, and only those that are due (never one waiting out a
-        retry backoff). ``None`` if nothing is there."""
+        retry backoff) and in one of ``queues`` (default: the default queue; a suspect
+        likewise). ``None`` if nothing is there."""
         ...
 
     async def claim_many(
@@ -412,11 +418,13 @@ class WorkerStore(PoolMemberStore, StallStore, RunStore, Protocol):
         *,
         leaderless: bool = False,
         quarantine: int | None = None,
+        queues: Sequence[str] = ...,
     ) -> Sequence[Claim]:
-        """Up to ``limit`` leases in ONE transaction, in the order ``limit`` calls of ``claim``
-        would hand them out (own assignments by priority then age, then pending tasks only when
-        ``leaderless``); each is fenced on its own like a ``claim``'s. Empty if nothing is
-        there; ``ValueError`` unless ``limit`` is an int from 1 to ``MAX_CLAIM_BATCH``.
+        """Up to ``limit`` leases in ONE transaction (of tasks in ``queues``, as ``claim``), in
+        the order ``limit`` calls of ``claim`` would hand them out (own assignments by priority
+        then age, then pending tasks only when ``leaderless``); each is fenced on its own like
+        a ``claim``'s. Empty if nothing is there; ``ValueError`` unless ``limit`` is an int
+        from 1 to ``MAX_CLAIM_BATCH``.
 
         ``quarantine``: how many suspects (most crashed first) the caller may run now in
         quarantine processes (0: none now); they come first, marked ``Claim.suspect``, beside

@@ -35,6 +35,21 @@ QUEUE_HEADER: Final = "queue"
 DEFAULT_QUEUE: Final = "default"
 
 
+DEFAULT_QUEUES: Final = (DEFAULT_QUEUE,)
+"""What a worker serves unless told otherwise."""
+
+
+def queues_of(value: object) -> tuple[str, ...]:
+    """Queue names, checked, sorted, without repeats: from a sequence of names or the text a
+    store keeps them in (comma-joined; NULL or empty: the default queue)."""
+    if value is None or value == "":
+        return DEFAULT_QUEUES
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple | set | frozenset) or not names:
+        raise ValueError(f"queues must be a non-empty list of queue names, got {value!r}")
+    return tuple(sorted({check_queue(name) for name in names}))
+
+
 def check_queue(queue: object) -> str:
     """``queue`` if it is a valid queue name (a label, as a tenant's), else ``InvalidTask``."""
     if not isinstance(queue, str):

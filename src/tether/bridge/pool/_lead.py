@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -51,6 +51,8 @@ class SweepReport:
     lost: tuple[str, ...] = ()
     """Planned assignments whose task had moved on meanwhile (a leaderless claim won)."""
     waiting: int = 0
+    unserved: dict[str, int] = attrs.field(factory=dict)
+    """Pending tasks (of those read) per queue no live worker serves: they wait (issue #51)."""
     schema_version: int = SWEEP_SCHEMA_VERSION
 
     def to_document(self) -> dict[str, Any]:
@@ -115,6 +117,8 @@ class PoolLead:
     """Did the last full sweep read every ready pending task and assign them all?"""
     _spare: int = attrs.field(init=False, default=0)
     _handed: Counter[str] = attrs.field(init=False, factory=Counter)
+    _unserved: set[str] = attrs.field(init=False, factory=set)
+    """The queues whose tasks waited for a worker at the last sweep (said once)."""
     """Claims the last sweep handed to each worker of this process (``pool._hands``)."""
     """Free capacity the last sweep left on the live workers (``SweepPlan.spare``)."""
     _asked_outranked: str | None = attrs.field(init=False, default=None)
@@ -242,7 +246,9 @@ class PoolLead:
             deferred=plan.deferred,
             lost=lost,
             waiting=plan.waiting,
+            unserved=dict(plan.unserved),
         )
+        self._say_unserved(plan.unserved)
         for r in returned:
             log.warning(
                 "lead %s: returned task %s of worker %s to pending (%s, assigned %.1fs ago)",
@@ -381,6 +387,22 @@ class PoolLead:
             deferred=plan.deferred,
         )
         return self.last_report
+
+    def _say_unserved(self, unserved: Mapping[str, int]) -> None:
+        """Log once when a queue's tasks start waiting for a worker that serves it (and once
+        when one does again), not every sweep."""
+        for queue in sorted(unserved.keys() - self._unserved):
+            log.warning(
+                "lead %s: %d task(s) of queue %r wait: no live worker serves it (start one "
+                "with --queues %s)",
+                self.name,
+                unserved[queue],
+                queue,
+                queue,
+            )
+        for queue in sorted(self._unserved - unserved.keys()):
+            log.info("lead %s: queue %r is served again", self.name, queue)
+        self._unserved = set(unserved)
 
     def _live_workers(self, view: PoolView, now: float) -> tuple[str, ...]:
         """The workers whose beats say they live, by name: what a sweep report lists."""

@@ -63,7 +63,11 @@ class SweepPlan:
     """Free capacity left on the live workers after this plan."""
     first_waiting: str | None = None
     """The first pending task left waiting because every worker was full (not for its room's
-    keeper): assignments it outranks go back to pending (``return_outranked``)."""
+    keeper): assignments it outranks go back to pending (``return_outranked``). Only a task
+    every live worker may take: another's assignment cannot make room for it."""
+    unserved: Mapping[str, int] = attrs.field(factory=dict)
+    """Pending tasks (of those read) per queue that no live worker serves (issue #51): they
+    wait, and are reported."""
 
 
 def plan_sweep(
@@ -95,11 +99,16 @@ def plan_sweep(
     waiting = 0
     first_waiting: str | None = None
     blocked: set[str] = set()
+    unserved: dict[str, int] = {}
     in_flight = set(view.busy_rooms) | {a.room for a in view.assigned if a.room is not None}
     for task in view.pending:
+        serving = [n for n in names if live[n].serves(task.queue)]  # issue #51
+        if not serving:
+            unserved[task.queue] = unserved.get(task.queue, 0) + 1
+            continue
         keeper = rooms.get(task.room) if task.room is not None else None
-        free = [n for n in names if load[n] < cap[n]]
-        if keeper is not None and keeper in live and task.room is not None:
+        free = [n for n in serving if load[n] < cap[n]]
+        if keeper is not None and keeper in serving and task.room is not None:
             if task.room in in_flight:  # a run of the room is out: it stays with its keeper
                 if load[keeper] < cap[keeper]:
                     assign.append(Assigned(task.id, keeper, "affinity"))
@@ -119,7 +128,8 @@ def plan_sweep(
             # free worker: the room moves (affinity is a preference, not a prison)
         if not free:
             waiting += 1
-            first_waiting = first_waiting or task.id
+            if len(serving) == len(names):  # it may take the place of any worker's assignment
+                first_waiting = first_waiting or task.id
             continue
         least = min(load[n] for n in free)
         tied = [n for n in free if load[n] == least]
@@ -140,6 +150,7 @@ def plan_sweep(
         blocked_rooms=tuple(sorted(blocked)),
         spare=sum(max(0, cap[n] - load[n]) for n in live),
         first_waiting=first_waiting,
+        unserved=unserved,
     )
 
 

@@ -21,7 +21,7 @@ from ..._session import Session, open_session
 from ..._session_types import HandlerCancelled, HandlerDropped, QueueFull
 from ..custody._conversation import DEFAULT_HISTORY_TURNS, check_window
 from ..custody._roles import WorkerStore
-from ..custody._rules import Claim, StaleLease, Task, check_worker
+from ..custody._rules import DEFAULT_QUEUES, Claim, StaleLease, Task, check_worker, queues_of
 from ..runs._claimed import RELEASE_TIMEOUT, ClaimedRun, NotRun, Runner
 from ..runs._completions import CompletionBatcher
 from ..runs._current import entering
@@ -126,6 +126,10 @@ class PoolWorker:
     one parks the task in ``waiting`` and frees the slot (``--park-after``)."""
     on_asked: Callable[[], None] | None = None
     """Called after a run's question was recorded with its park (the bridge posts it)."""
+    queues: tuple[str, ...] = attrs.field(default=DEFAULT_QUEUES, converter=queues_of)
+    """The queues whose tasks it takes (issue #51): the lead assigns it only those, and it
+    claims only those when leaderless. One agent serves them all (a process runs one set of
+    workers per agent)."""
     leaderless: bool = attrs.field(init=False, default=False)
     _active: dict[ClaimedRun, None] = attrs.field(init=False, factory=dict)
     """The runs in hand, keyed by entry: the same task id may come back as a new attempt while
@@ -377,6 +381,7 @@ class PoolWorker:
                         wanted,
                         leaderless=self.leaderless,
                         quarantine=places,
+                        queues=self.queues,
                     )
                 except BaseException as exc:
                     for _ in range(wanted):
@@ -487,7 +492,7 @@ class PoolWorker:
 
     async def _beat(self) -> None:
         capacity = 0 if self._stopping else self.asked_capacity
-        members = await self.store.beat(self.name, "worker", capacity)
+        members = await self.store.beat(self.name, "worker", capacity, queues=self.queues)
         leaderless = live_lead(members, self.now(), self.lead_dead_after, self.max_skew) is None
         if leaderless != self.leaderless:
             log.info(

@@ -138,10 +138,9 @@ class Run:
     async def spawn(
         self, name: str, body: str, *, queue: str | None = None, room: str | None = None
     ) -> Child:
-        """Spawn a child run: a task of its own (``body`` its message), with this task's
-        tenant, priority and trace, run by any worker of the pool. ``queue`` may name only
-        this task's own queue for now (workers are not yet told which queues they serve: a
-        child is refused rather than misrouted). Recorded as a step in the transaction that
+        """Spawn a child run: a task of its own (``body`` its message) in ``queue`` (default:
+        this task's), run by a worker serving that queue (``--queues``), with this task's
+        tenant, priority and trace. Recorded as a step in the transaction that
         creates the child: a resumed run gets the same child back and spawns nothing
         (``name`` names it, as a step). Its reply is never delivered to the gateway:
         ``join`` returns it to this run. ``SpawnError`` past 8 levels of children or 1,000

@@ -455,6 +455,7 @@ class BridgeService:
                 run_timeout=config.run_timeout,
                 history_turns=config.history_turns,
                 park_after=config.park_after,
+                queues=config.queues,
                 wakeups=self.wakeups,
                 after_complete=self._result_stored,
                 on_asked=self._question_recorded,

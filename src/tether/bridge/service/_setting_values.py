@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._plumbing._redact import redact_url
+from ..custody._rules import queues_of
 from ..pool._quarantine_env import check_env_names
 from ..runs._retry import RetryBackoff
 from ..stores.postgres._dsn import check_schema, is_postgres_dsn
@@ -122,6 +123,19 @@ def parse_env_names(name: str, value: Any) -> tuple[str, ...]:
     if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
         raise ValueError("must be environment variable names (a list, or one string)")
     return check_env_names(items)
+
+
+def parse_queues(name: str, value: Any) -> tuple[str, ...]:
+    """Queue names (issue #51): a TOML list, or one string separated by commas or spaces (a
+    flag, ``TETHER_QUEUES``)."""
+    items = value.replace(",", " ").split() if isinstance(value, str) else value
+    if (
+        not isinstance(items, list | tuple)
+        or not items
+        or not all(isinstance(i, str) for i in items)
+    ):
+        raise ValueError("must be one or more queue names (a list, or one string)")
+    return queues_of(items)
 
 
 def parse_schema(name: str, value: Any) -> str:

@@ -18,6 +18,7 @@ from ..._plumbing._fs import ensure_private_dir
 from ..._plumbing._log_format import LogFormat
 from ..custody._conversation import DEFAULT_HISTORY_TURNS, MAX_HISTORY_TURNS
 from ..custody._limits import LimitSpec, parse_limit
+from ..custody._rules import DEFAULT_QUEUES
 from ._setting_values import (
     is_postgres_url,
     parse_bool,
@@ -30,6 +31,7 @@ from ._setting_values import (
     parse_optional_pool_name,
     parse_optional_port,
     parse_path,
+    parse_queues,
     parse_schema,
     parse_seconds,
     parse_store,
@@ -56,6 +58,10 @@ class ProcessSettings:
     store_schema: str = "tether"
     """PostgreSQL schema holding the custody tables."""
     workers: int = 4
+    queues: tuple[str, ...] = DEFAULT_QUEUES
+    """The queues whose tasks this process's workers take (issue #51): its agent serves them
+    all. A gateway's tasks are in ``default``; children name theirs (``run.spawn(queue=...)``).
+    """
     concurrency: int = DEFAULT_CONCURRENCY
     """Tasks one worker runs at the same time."""
     capacity: int | None = None
@@ -123,6 +129,7 @@ PROCESS_PARSERS: Final[Parsers] = {
     "store_password_file": parse_optional_path,
     "store_schema": parse_schema,
     "workers": parse_int(1, 256),
+    "queues": parse_queues,
     "concurrency": parse_int(1, 1024),
     "capacity": parse_optional_int(1, 16_384),
     "history_turns": parse_int(0, MAX_HISTORY_TURNS),

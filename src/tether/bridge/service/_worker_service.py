@@ -185,6 +185,7 @@ class WorkerService:
             "history_turns": config.history_turns,
             "stop_grace": config.grace,
             "wakeups": self.wakeups,
+            "queues": config.queues,
         }
         build: Callable[..., PoolWorker]
         if config.exchange is not None:

@@ -8,6 +8,7 @@ Reads with nothing to check (``workers``, ``counts``) are the part's own, declar
 from __future__ import annotations
 
 import abc
+import json
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -43,6 +44,7 @@ from ..custody._rooms import (
     superseded_reason,
 )
 from ..custody._rules import (
+    DEFAULT_QUEUES,
     Claim,
     CustodyState,
     Result,
@@ -54,6 +56,7 @@ from ..custody._rules import (
     check_retry_after,
     check_task_id,
     check_worker,
+    queues_of,
 )
 from ._common import (
     check_limit,
@@ -218,18 +221,28 @@ class CustodyFrame(abc.ABC):
 
     # -- liveness -----------------------------------------------------------------------------
 
-    async def beat(self, worker: str, role: WorkerRole, capacity: int) -> Sequence[WorkerInfo]:
+    async def beat(
+        self,
+        worker: str,
+        role: WorkerRole,
+        capacity: int,
+        *,
+        queues: Sequence[str] = DEFAULT_QUEUES,
+    ) -> Sequence[WorkerInfo]:
         check_worker(worker)
         if role not in WORKER_ROLES:
             raise ValueError(f"role must be 'lead' or 'worker', got {role!r}")
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
-        return await self._beat(worker, role, capacity, self.host.clock())
+        served = queues_of(queues)
+        kept = None if served == DEFAULT_QUEUES else ",".join(served)
+        return await self._beat(worker, role, capacity, self.host.clock(), kept)
 
     @abc.abstractmethod
     async def _beat(
-        self, worker: str, role: WorkerRole, capacity: int, now: float
-    ) -> list[WorkerInfo]: ...
+        self, worker: str, role: WorkerRole, capacity: int, now: float, queues: str | None
+    ) -> list[WorkerInfo]:
+        """Upsert the member's beat (``queues``: comma-joined, None for the default queue)."""
 
     async def remove_worker(self, worker: str) -> bool:
         return await self._remove_worker(check_worker(worker))
@@ -239,8 +252,10 @@ class CustodyFrame(abc.ABC):
 
     # -- worker -------------------------------------------------------------------------------
 
-    async def claim(self, worker: str, *, leaderless: bool = False) -> Claim | None:
-        claims = await self.claim_many(worker, 1, leaderless=leaderless)
+    async def claim(
+        self, worker: str, *, leaderless: bool = False, queues: Sequence[str] = DEFAULT_QUEUES
+    ) -> Claim | None:
+        claims = await self.claim_many(worker, 1, leaderless=leaderless, queues=queues)
         return claims[0] if claims else None
 
     async def claim_many(
@@ -250,8 +265,10 @@ class CustodyFrame(abc.ABC):
         *,
         leaderless: bool = False,
         quarantine: int | None = None,
+        queues: Sequence[str] = DEFAULT_QUEUES,
     ) -> Sequence[Claim]:
         check_worker(worker)
+        served = json.dumps(queues_of(queues))
         check_claim_limit(limit)
         if quarantine is not None and (
             isinstance(quarantine, bool) or not isinstance(quarantine, int) or quarantine < 0
@@ -259,7 +276,7 @@ class CustodyFrame(abc.ABC):
             raise ValueError(f"quarantine must be None or an int >= 0, got {quarantine!r}")
         now = self.host.clock()
         until = now + self.host.lease_s
-        claims = await self._claim_many(worker, limit, leaderless, now, until, quarantine)
+        claims = await self._claim_many(worker, limit, leaderless, now, until, quarantine, served)
         _clog.claimed(claims, worker)
         return claims
 
@@ -272,10 +289,13 @@ class CustodyFrame(abc.ABC):
         now: float,
         until: float,
         quarantine: int | None,
+        queues: str,
     ) -> list[Claim]:
         """With ``quarantine`` a number: up to that many suspects first (``Claim.suspect``,
         marked quarantined in the store), then ordinary work for the rest of ``limit``;
-        ``None``: the rule of suspects running alone in their process."""
+        ``None``: the rule of suspects running alone in their process. Pending tasks and
+        suspects only of ``queues`` (a JSON list); assignments are the lead's, already
+        matched."""
 
     async def renew(self, claim: Claim) -> Claim:
         fence_args(claim)

@@ -8,6 +8,7 @@ autocommit connection, mostly one statement (``_sql``: the fence in the ``WHERE`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -83,12 +84,12 @@ class PostgresCustody(CustodyFrame):
     """Opened to inspect: ``counts`` reads without folding (issue #56)."""
     completions: CompletionMerge = attrs.field(init=False)
     """Concurrent ``complete_many`` calls of this process share statements (``_merge``)."""
-    claims: StatementMerge[tuple[str, int, float, float, int | None], list[Claim]] = attrs.field(
-        init=False
+    claims: StatementMerge[tuple[str, int, float, float, int | None, list[str]], list[Claim]] = (
+        attrs.field(init=False)
     )
     """So do its workers' claims of their assignments."""
-    beats: StatementMerge[tuple[str, WorkerRole, int, float], list[WorkerInfo]] = attrs.field(
-        init=False
+    beats: StatementMerge[tuple[str, WorkerRole, int, float, str | None], list[WorkerInfo]] = (
+        attrs.field(init=False)
     )
     """And its members' beats (they beat on one grid: one statement a beat for the process)."""
 
@@ -262,7 +263,8 @@ class PostgresCustody(CustodyFrame):
                 assigned=tuple(Assignment(*a) for a in assigned or ()),
                 claims=dict(claims or ()),
                 pending=tuple(
-                    PendingTask(id, room, RANK_PRIORITY[rank]) for id, room, rank in pending or ()
+                    PendingTask(id, room, RANK_PRIORITY[rank], queue)
+                    for id, room, rank, queue in pending or ()
                 ),
                 rooms=dict(rooms or ()),
                 busy_rooms=frozenset(busy or ()),
@@ -274,18 +276,19 @@ class PostgresCustody(CustodyFrame):
     # -- liveness -----------------------------------------------------------------------------
 
     async def _beat(
-        self, worker: str, role: WorkerRole, capacity: int, now: float
+        self, worker: str, role: WorkerRole, capacity: int, now: float, queues: str | None
     ) -> list[WorkerInfo]:
         return await self.beats.call(
-            (worker, role, capacity, now), kind="beat", rows=1, apart=worker
+            (worker, role, capacity, now, queues), kind="beat", rows=1, apart=worker
         )
 
     async def _beat_many(
-        self, beats: Sequence[tuple[str, WorkerRole, int, float]]
+        self, beats: Sequence[tuple[str, WorkerRole, int, float, str | None]]
     ) -> list[list[WorkerInfo]]:
         """The beats of several members in one statement; each is answered with every row."""
         params: dict[str, Any] = {"workers": [b[0] for b in beats], "roles": [b[1] for b in beats]}
         params.update(capacities=[b[2] for b in beats], now=max(b[3] for b in beats))
+        params.update(queues=[b[4] for b in beats])
         sql = self.db.sql.beat_many
         members = await self.db.run(
             lambda conn: [WorkerInfo(*r) for r in conn.execute(sql, params)]
@@ -310,12 +313,17 @@ class PostgresCustody(CustodyFrame):
         now: float,
         until: float,
         quarantine: int | None,
+        queues: str,
     ) -> list[Claim]:
+        served = json.loads(queues)
         if not leaderless:  # the pool's usual claim: merged (``_merge``)
             return await self.claims.call(
-                (worker, limit, now, until, quarantine), kind="assigned", rows=limit, apart=worker
+                (worker, limit, now, until, quarantine, served),
+                kind="assigned",
+                rows=limit,
+                apart=worker,
             )
-        params = _claim_params(worker, limit, now, until, leaderless=leaderless)
+        params = _claim_params(worker, limit, now, until, leaderless=leaderless, queues=served)
         return await self.db.run(lambda conn: self._claim_on(conn, params, quarantine))
 
     def _claim_on(
@@ -351,15 +359,15 @@ class PostgresCustody(CustodyFrame):
         return _claim_beside_suspects(conn, self.db.sql, params, process_key, pool_key)
 
     async def _claim_assigned(
-        self, calls: Sequence[tuple[str, int, float, float, int | None]]
+        self, calls: Sequence[tuple[str, int, float, float, int | None, list[str]]]
     ) -> list[list[Claim]]:
         """The merged claims of several workers' assignments: one statement while no suspect
         is in play; with one in play, each worker the statement gave nothing claims as it
         would alone: suspects first into its quarantine places (``quarantine``), else beside
         the suspects (``_claim_on``)."""
         if len(calls) == 1:
-            worker, limit, now, until, quarantine = calls[0]
-            one_worker = _claim_params(worker, limit, now, until, leaderless=False)
+            worker, limit, now, until, quarantine, served = calls[0]
+            one_worker = _claim_params(worker, limit, now, until, leaderless=False, queues=served)
             return [await self.db.run(lambda conn: self._claim_on(conn, one_worker, quarantine))]
         now = max(c[2] for c in calls)
         until = max(c[3] for c in calls)
@@ -377,9 +385,11 @@ class PostgresCustody(CustodyFrame):
             if any(not c for c in got.values()) and one(
                 conn.execute(sql.suspects_in_play).fetchone()
             ):
-                for worker, limit, _, _, quarantine in calls:
+                for worker, limit, _, _, quarantine, served in calls:
                     if not got[worker]:
-                        alone = _claim_params(worker, limit, now, until, leaderless=False)
+                        alone = _claim_params(
+                            worker, limit, now, until, leaderless=False, queues=served
+                        )
                         got[worker] = self._claim_on(conn, alone, quarantine, walked=True)
             return [got[c[0]] for c in calls]
 
@@ -704,10 +714,12 @@ class PostgresCustody(CustodyFrame):
 
 
 def _claim_params(
-    worker: str, limit: int, now: float, until: float, *, leaderless: bool
+    worker: str, limit: int, now: float, until: float, *, leaderless: bool, queues: list[str]
 ) -> dict[str, Any]:
-    """A claim's statement parameters (``_sql``'s ``claim_many`` and its kin)."""
+    """A claim's statement parameters (``_sql``'s ``claim_many`` and its kin); ``queues``:
+    those whose pending tasks and suspects it may take."""
     params: dict[str, Any] = {"worker": worker, "leaderless": leaderless, "limit": limit}
+    params["queues"] = queues
     params.update(prefix=process_prefix(worker), now=now, until=until, quarantined=False)
     return params
 

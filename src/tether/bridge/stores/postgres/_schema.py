@@ -738,7 +738,8 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         FOR EACH STATEMENT EXECUTE FUNCTION {s}.turns_copy();
     """,
     # 22 -> 23 (issue #51, child runs and queues): a task's queue and its parent, copied from
-    # its headers by the ingest (never changed after); ``awaited`` marks the children a parked
+    # its headers by the ingest (never changed after), and the queues a worker serves (NULL:
+    # the default one), kept by its beat; ``awaited`` marks the children a parked
     # join waits for. The statement that makes an awaited child done wakes its joining parent
     # once no awaited sibling is live (waiting -> pending at once, with a notice to idle
     # workers). Two siblings done at once in two transactions may each see the other live:
@@ -748,6 +749,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE {s}.tasks ADD COLUMN queue text NOT NULL DEFAULT 'default';
     ALTER TABLE {s}.tasks ADD COLUMN parent text;
     ALTER TABLE {s}.tasks ADD COLUMN awaited boolean NOT NULL DEFAULT false;
+    ALTER TABLE {s}.workers ADD COLUMN queues text;
     UPDATE {s}.tasks SET queue = coalesce(headers::jsonb ->> 'queue', 'default'),
         parent = headers::jsonb ->> 'parent'
         WHERE headers <> '{{}}' AND (headers::jsonb ? 'queue' OR headers::jsonb ? 'parent');

@@ -210,6 +210,20 @@ class Sql:
         """May candidate ``t`` run now, by its room's policy (``stores._rooms_sql``)."""
         return room_gate("t", f"{self.s}.tasks", "seq", "NOT o.no_send")
 
+    @property
+    def served_queues(self) -> str:
+        """Is task ``t`` in a queue one of the pool's workers serves (any queue while none has
+        beaten)? The lead reads only those: a backlog nobody serves never fills its window
+        ahead of the tasks somebody does (issue #51)."""
+        served = (
+            "SELECT unnest(coalesce(string_to_array(w.queues, ','), ARRAY['default'])) "
+            f"FROM {self.s}.workers w WHERE w.role = 'worker'"
+        )
+        return (
+            f"(t.queue IN ({served}) OR NOT EXISTS (SELECT FROM {self.s}.workers w "
+            "WHERE w.role = 'worker'))"
+        )
+
     def pool_view(self, skip: bool) -> str:
         """Everything a lead's sweep reads, in one statement (one plan, one snapshot): the
         ready pending tasks in queue order (with ``skip``, none of the rooms ``%(skip)s``
@@ -220,15 +234,16 @@ class Sql:
         s = self.s
         skipping = "AND (t.room IS NULL OR NOT (t.room = ANY(%(skip)s::text[]))) " if skip else ""
         return (
-            "WITH p AS (SELECT id, room, priority, fair, seq "
+            "WITH p AS (SELECT id, room, priority, fair, seq, queue "
             f"FROM {s}.tasks t WHERE t.state = 'pending' AND {DUE} AND NOT t.suspect "
+            f"AND {self.served_queues} "
             f"{skipping}AND {self.room_gate} ORDER BY {QUEUE_ORDER_T} LIMIT %(limit)s) "
-            "SELECT (SELECT json_agg(json_build_array(id, room, priority) "
+            "SELECT (SELECT json_agg(json_build_array(id, room, priority, queue) "
             "ORDER BY priority, fair, seq) FROM p), "
             f"(SELECT json_agg(json_build_array(room, worker)) FROM {s}.rooms "
             "WHERE room IN (SELECT room FROM p WHERE room IS NOT NULL)), "
-            "(SELECT json_agg(json_build_array(name, role, capacity, last_beat, started_at) "
-            f'ORDER BY name COLLATE "C") FROM {s}.workers), '
+            "(SELECT json_agg(json_build_array(name, role, capacity, last_beat, started_at, "
+            f'queues) ORDER BY name COLLATE "C") FROM {s}.workers), '
             "(SELECT json_agg(json_build_array(id, owner, room, updated_at) "
             f"ORDER BY updated_at, seq) FROM {s}.tasks WHERE state = 'assigned'), "
             "(SELECT json_agg(json_build_array(owner, n)) FROM (SELECT owner, count(*) AS n "
@@ -290,7 +305,7 @@ class Sql:
     def workers(self) -> str:
         # COLLATE "C": byte order, as SQLite sorts, whatever the database's locale
         return (
-            "SELECT name, role, capacity, last_beat, started_at "
+            "SELECT name, role, capacity, last_beat, started_at, queues "
             f'FROM {self.s}.workers ORDER BY name COLLATE "C"'
         )
 
@@ -301,14 +316,15 @@ class Sql:
         statement's snapshot (before the upsert), so the beaten rows come from ``b``."""
         return (
             "WITH v AS (SELECT * FROM unnest(%(workers)s::text[], %(roles)s::text[], "
-            "%(capacities)s::integer[]) AS v(name, role, capacity)), "
+            "%(capacities)s::integer[], %(queues)s::text[]) AS v(name, role, capacity, queues)), "
             f"b AS (INSERT INTO {self.s}.workers AS w "
-            "(name, role, capacity, last_beat, started_at) "
-            "SELECT name, role, capacity, %(now)s, %(now)s FROM v "
+            "(name, role, capacity, last_beat, started_at, queues) "
+            "SELECT name, role, capacity, %(now)s, %(now)s, queues FROM v "
             "ON CONFLICT (name) DO UPDATE SET role = excluded.role, "
-            "capacity = excluded.capacity, last_beat = excluded.last_beat "
-            "RETURNING name, role, capacity, last_beat, started_at) "
-            "SELECT * FROM (SELECT name, role, capacity, last_beat, started_at "
+            "capacity = excluded.capacity, last_beat = excluded.last_beat, "
+            "queues = excluded.queues "
+            "RETURNING name, role, capacity, last_beat, started_at, queues) "
+            "SELECT * FROM (SELECT name, role, capacity, last_beat, started_at, queues "
             f"FROM {self.s}.workers WHERE name <> ALL(%(workers)s::text[]) "
             "UNION ALL SELECT * FROM b) m "
             'ORDER BY name COLLATE "C"'
@@ -413,6 +429,7 @@ class Sql:
             f"ORDER BY {QUEUE_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             f"pool AS (SELECT id FROM {tasks} t WHERE %(leaderless)s AND state = 'pending' "
             f"AND {DUE} AND NOT t.suspect AND {self.room_gate} {guard}"
+            "AND t.queue = ANY(%(queues)s::text[]) "
             f"ORDER BY {QUEUE_ORDER} LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM mine)) "
             "FOR UPDATE SKIP LOCKED), "
             "pick AS (SELECT id, 0 AS grp FROM mine UNION ALL SELECT id, 1 FROM pool), "
@@ -568,7 +585,10 @@ class Sql:
 
     @property
     def _suspect_ready(self) -> str:
-        return f"t.state = 'pending' AND t.suspect AND {DUE} AND {self.room_gate}"
+        return (
+            f"t.state = 'pending' AND t.suspect AND {DUE} AND {self.room_gate} "
+            "AND t.queue = ANY(%(queues)s::text[])"
+        )
 
     @property
     def suspects_in_play(self) -> str:

@@ -8,13 +8,14 @@ each in queue order.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from ...custody._crashes import process_prefix
 from ...custody._records import Hand
-from ...custody._rules import Claim
+from ...custody._rules import Claim, queues_of
 from . import _rows
 from . import _sql as sql
 from ._ready import WalkHint, ready_pending
@@ -29,14 +30,17 @@ def claim_rows(
     now: float,
     until: float,
     quarantine: int | None,
+    queues: str,
 ) -> list[Claim]:
     """Claim up to ``limit`` tasks for ``worker``, leases until ``until``. With ``quarantine``
     a number: up to that many suspects first (marked quarantined), then ordinary work; None:
-    the rule of suspects running alone in their process."""
+    the rule of suspects running alone in their process. Pending tasks and suspects only of
+    ``queues`` (a JSON list)."""
     prefix = process_prefix(worker)
 
     def op(conn: sqlite3.Connection) -> list[Claim]:
         p = {"worker": worker, "prefix": prefix, "now": now, "until": until, "quarantined": 0}
+        p["queues"] = queues
         if quarantine is not None:
             # suspects run in quarantine children (custody._crashes), most crashed first,
             # one statement each (so each passes its room's gate), beside ordinary work
@@ -69,7 +73,7 @@ def claim_rows(
         rows = conn.execute(sql.CLAIM_ASSIGNED, assigned).fetchall() if mine else []
         taken = len(rows)
         ready = (
-            ready_pending(conn, now, limit - taken, hint=walks)
+            ready_pending(conn, now, limit - taken, hint=walks, queues=queues)
             if taken < limit and leaderless
             else []
         )
@@ -93,7 +97,9 @@ def claim_for(
     """The lead's claim for ``worker`` of its own process: what the worker's own claim of its
     assignments would take (never leaderless), in the sweep's transaction."""
     quarantine = 0 if hand.quarantines else None
-    return claim_rows(conn, walks, worker, hand.slots, False, now, until, quarantine)
+    row = conn.execute("SELECT queues FROM workers WHERE name = ?", (worker,)).fetchone()
+    queues = json.dumps(queues_of(None if row is None else row[0]))
+    return claim_rows(conn, walks, worker, hand.slots, False, now, until, quarantine, queues)
 
 
 def _suspect_claim(

@@ -228,10 +228,10 @@ class SqliteCustody(CustodyFrame):
     # -- liveness -----------------------------------------------------------------------------
 
     async def _beat(
-        self, worker: str, role: WorkerRole, capacity: int, now: float
+        self, worker: str, role: WorkerRole, capacity: int, now: float, queues: str | None
     ) -> list[WorkerInfo]:
         def op(conn: sqlite3.Connection) -> list[WorkerInfo]:
-            conn.execute(sql.BEAT, (worker, role, capacity, now, now))
+            conn.execute(sql.BEAT, (worker, role, capacity, now, now, queues))
             return _rows.workers(conn)
 
         return await self.db.write(op)
@@ -254,9 +254,12 @@ class SqliteCustody(CustodyFrame):
         now: float,
         until: float,
         quarantine: int | None,
+        queues: str,
     ) -> list[Claim]:
         def op(conn: sqlite3.Connection) -> list[Claim]:
-            return claim_rows(conn, self._walks, worker, limit, leaderless, now, until, quarantine)
+            return claim_rows(
+                conn, self._walks, worker, limit, leaderless, now, until, quarantine, queues
+            )
 
         return await self.db.write(op)
 
@@ -564,17 +567,22 @@ def _supersede(
 def _pool_view(
     conn: sqlite3.Connection, at: float, pending_limit: int, skip: str, walks: WalkHint
 ) -> PoolView:
-    """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past)."""
+    """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past).
+    Only the queues its workers serve are read: a backlog nobody serves never fills the
+    window ahead of the tasks somebody does (issue #51)."""
     pending: list[PendingTask] = []
     rooms: dict[str, str] = {}
-    ready = json.dumps(ready_pending(conn, at, pending_limit, skip, walks))
-    for id, room, rank, keeper in conn.execute(sql.VIEW_PENDING, (ready,)):
-        pending.append(PendingTask(id, room, RANK_PRIORITY[rank]))
+    workers = _rows.workers(conn)
+    served = sorted({q for w in workers if w.role == "worker" for q in w.queues})
+    queues = json.dumps(served) if served else None
+    ready = json.dumps(ready_pending(conn, at, pending_limit, skip, walks, queues))
+    for id, room, rank, keeper, queue in conn.execute(sql.VIEW_PENDING, (ready,)):
+        pending.append(PendingTask(id, room, RANK_PRIORITY[rank], queue))
         if keeper is not None:
             rooms[room] = keeper
     return PoolView(
         at=at,
-        workers=tuple(_rows.workers(conn)),
+        workers=tuple(workers),
         assigned=tuple(Assignment(*r) for r in conn.execute(sql.VIEW_ASSIGNED)),
         claims=dict(conn.execute(sql.VIEW_CLAIMS).fetchall()),
         pending=tuple(pending),

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import attrs
 
-from ._sql import FREE, ORDERED, QUEUE_ORDER, ROOM_GATE, merged
+from ._sql import FREE, IN_QUEUES, ORDERED, QUEUE_ORDER, ROOM_GATE, merged
 
 READY_WALK_STEPS: Final = 5_000
 """SQLite virtual machine steps a ready read may spend walking the ordered rooms' queue (about
@@ -38,10 +38,10 @@ _QUEUE: Final = "room IS NOT NULL AND state IN ('assigned', 'pending')"
 """A task in its room's queue (``tasks_room_queue``'s predicate, word for word)."""
 _NOT_HELD: Final = (
     "(not_before IS NULL OR not_before <= :now) AND suspect = 0 "
-    "AND (room IS NULL OR room NOT IN (SELECT value FROM json_each(:skip)))"
+    f"AND (room IS NULL OR room NOT IN (SELECT value FROM json_each(:skip))) AND {IN_QUEUES}"
 )
 """Due, not a suspect (suspects are claimed alone, never planned: ``custody._crashes``), not
-in a room the read skips."""
+in a room the read skips, in one of the queues read (issue #51)."""
 _READY: Final = f"state = 'pending' AND {_NOT_HELD} AND {ROOM_GATE}"
 """May pending task ``t`` (the query's ``tasks t``) run now: ``_NOT_HELD``, and let through by
 its room's policy."""
@@ -83,9 +83,11 @@ def ready_pending(
     limit: int,
     skip: str = "[]",
     hint: WalkHint | None = None,
+    queues: str | None = None,
 ) -> list[int]:
     """The rowids of the first ``limit`` pending tasks that may run now (``_READY``), in queue
-    order (priority, turn, age: ``_sql.QUEUE_ORDER``); ``skip``: a JSON list of rooms to leave out.
+    order (priority, turn, age: ``_sql.QUEUE_ORDER``); ``skip``: a JSON list of rooms to leave
+    out; ``queues``: a JSON list of the queues read (None: every queue).
 
     The pending queue is two (two partial indexes, migration 10): the free tasks, which no
     room's order holds back, and those of ordered rooms (``serial``, ``replace``). A free task
@@ -99,7 +101,7 @@ def ready_pending(
     head), merged with the first free tasks. Given the store's ``hint``, the next
     ``ROOM_BY_ROOM_READS`` reads after a cut walk go room by room at once.
     """
-    p = {"now": now, "limit": limit, "skip": skip}
+    p = {"now": now, "limit": limit, "skip": skip, "queues": queues}
     any_free, any_ordered = conn.execute(_ANY_PENDING).fetchone()
     if not any_ordered:
         return [rowid for *_, rowid in conn.execute(_READY_FREE, p)]

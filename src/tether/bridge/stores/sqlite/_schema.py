@@ -737,16 +737,18 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """,
     # 24 -> 25 (issue #51, child runs and queues): a task's queue and its parent are read
     # from its headers (set at ingest, never changed; a virtual column costs an update
-    # nothing); ``awaited`` marks the children a parked join waits for. The transaction that
-    # makes the last awaited child of a joining parent done wakes the parent (waiting ->
-    # pending, at once: its deadline no longer holds it); the reconciler's pass wakes any
-    # joiner this missed (``custody._children``)
+    # nothing); a worker's queues are kept by its beat (NULL: the default one); ``awaited``
+    # marks the children a parked join waits for. The transaction that makes the last awaited
+    # child of a joining parent done wakes the parent (waiting -> pending, at once: its
+    # deadline no longer holds it); the reconciler's pass wakes any joiner this missed
+    # (``custody._children``)
     """
     ALTER TABLE tasks ADD COLUMN queue TEXT
         GENERATED ALWAYS AS (coalesce(json_extract(headers, '$.queue'), 'default')) VIRTUAL;
     ALTER TABLE tasks ADD COLUMN parent TEXT
         GENERATED ALWAYS AS (json_extract(headers, '$.parent')) VIRTUAL;
     ALTER TABLE tasks ADD COLUMN awaited INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE workers ADD COLUMN queues TEXT;
     CREATE INDEX tasks_children ON tasks (parent) WHERE parent IS NOT NULL;
     CREATE INDEX tasks_live_children ON tasks (parent)
         WHERE parent IS NOT NULL AND state IN ('pending', 'assigned', 'claimed', 'waiting');

@@ -170,7 +170,7 @@ RETURN_ASSIGNMENTS: Final = (
     "WHERE state = 'assigned' AND owner = ? RETURNING id"
 )
 VIEW_PENDING: Final = (
-    "SELECT t.id, t.room, t.priority, r.worker FROM tasks t "
+    "SELECT t.id, t.room, t.priority, r.worker, t.queue FROM tasks t "
     "LEFT JOIN rooms r ON r.room = t.room "
     f"WHERE t.rowid IN {IDS} ORDER BY {QUEUE_ORDER_T}"
 )
@@ -186,12 +186,14 @@ NEXT_DUE: Final = "SELECT min(not_before) FROM tasks WHERE state = 'pending' AND
 # -- liveness -------------------------------------------------------------------------------------
 
 BEAT: Final = (
-    "INSERT INTO workers (name, role, capacity, last_beat, started_at) "
-    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+    "INSERT INTO workers (name, role, capacity, last_beat, started_at, queues) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
     "role = excluded.role, capacity = excluded.capacity, "
-    "last_beat = excluded.last_beat"
+    "last_beat = excluded.last_beat, queues = excluded.queues"
 )
-WORKERS: Final = "SELECT name, role, capacity, last_beat, started_at FROM workers ORDER BY name"
+WORKERS: Final = (
+    "SELECT name, role, capacity, last_beat, started_at, queues FROM workers ORDER BY name"
+)
 REMOVE_WORKER: Final = "DELETE FROM workers WHERE name = ?"
 
 # -- worker ---------------------------------------------------------------------------------------
@@ -251,7 +253,12 @@ _DUE_T: Final = "(t.not_before IS NULL OR t.not_before <= :now)"
 _IN_PROCESS: Final = (
     "(c.owner = :worker OR (:prefix IS NOT NULL AND substr(c.owner, 1, length(:prefix)) = :prefix))"
 )
-_SUSPECT_READY: Final = f"t.state = 'pending' AND t.suspect = 1 AND {_DUE_T} AND {ROOM_GATE}"
+IN_QUEUES: Final = "(:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))"
+"""Is the task in one of ``:queues`` (a JSON list; NULL: any queue, the lead's view)?"""
+_SUSPECT_READY: Final = (
+    f"t.state = 'pending' AND t.suspect = 1 AND {_DUE_T} AND {ROOM_GATE} "
+    f"AND {IN_QUEUES.replace('queue IN', 't.queue IN')}"
+)
 SUSPECT_FLAGS: Final = (
     "SELECT EXISTS (SELECT 1 FROM tasks c WHERE c.suspect = 1 AND c.state = 'claimed' "
     f"AND {_IN_PROCESS}), "
