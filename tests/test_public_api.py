@@ -34,10 +34,8 @@ AGENT_AUTHOR = {
     "StepError",
     "AskTimeout",
     "AskUnsupported",
-    "Child",
     "ChildFailed",
     "JoinTimeout",
-    "SpawnError",
     "AgentFactory",
     "asyncio_agent",
     "trio_as_asyncio",
@@ -180,7 +178,9 @@ def public_names(module: ModuleType) -> set[str]:
 
 def test_tether_bridge_holds_exactly_what_its_three_readers_need() -> None:
     assert public_names(tether.bridge) | NEEDS_PSYCOPG == BRIDGE
-    assert len(BRIDGE) <= 45
+    # 45 until the fourth wave: a join's two outcomes an author catches (ChildFailed,
+    # JoinTimeout) joined the author's names; the rest of child runs is one tier down
+    assert len(BRIDGE) <= 47
     for name in BRIDGE:
         assert getattr(tether.bridge, name) is not None
 

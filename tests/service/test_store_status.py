@@ -74,3 +74,27 @@ def test_a_missing_store_is_a_usage_error_not_a_new_file(
     assert err.count("\n") == 1
     assert "no custody store at" in err
     assert not path.parent.exists()
+
+
+async def _queues(path: Path) -> None:
+    async with await SqliteStore.open(path) as store:
+        await store.ingest(Task("d1", "x"))
+        for i in range(3):
+            await store.ingest(Task(f"r{i}", "x", headers={"queue": "research"}))
+        await store.beat("w1", "worker", 4)  # serves default: research has nobody
+
+
+def test_status_names_a_queue_no_live_worker_serves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "custody.db"
+    trio.run(_queues, path)
+    assert main(["store", "status", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "queue research: 3 pending, no live worker serves it (start one with --queues research)"
+        in out
+    )
+    assert "queue default" not in out
+    assert main(["store", "status", "--store", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["unserved"] == {"research": 3}

@@ -200,7 +200,9 @@ async def test_a_merged_claim_takes_what_each_workers_own_claim_would(
             now = clock()
             if merged:
                 custody = store.parts.custody
-                calls = [(w, n, now, now + store.lease_s, quarantine) for w, n in wants]
+                calls = [
+                    (w, n, now, now + store.lease_s, quarantine, ["default"]) for w, n in wants
+                ]
                 got = await custody._claim_assigned(calls)  # type: ignore[attr-defined]
             else:
                 got = [await store.claim_many(w, n, quarantine=quarantine) for w, n in wants]

@@ -86,7 +86,13 @@ async def test_batch_claims_and_completions_never_scan_the_whole_table(postgres_
         claims = await store.claim_many("w1", 10, leaderless=True)
         assert len(claims) == 10
         now = time.time()
-        claim = {"worker": "w2", "leaderless": True, "limit": 10, "prefix": None}
+        claim = {
+            "worker": "w2",
+            "leaderless": True,
+            "limit": 10,
+            "prefix": None,
+            "queues": ["default"],
+        }
         claim.update(now=now, until=now + 60, quarantined=False)
         complete: dict[str, Any] = {"ids": [c.task.id for c in claims], "no_send": False}
         complete.update(workers=["w1"] * 10, runs=[c.run for c in claims], now=now)
@@ -146,7 +152,13 @@ async def test_a_batch_runs_each_trigger_once_and_journals_every_move(postgres_d
     try:
         await store.ingest_many([Task(f"t{i}", "{}") for i in range(40)])
         now = time.time()
-        claim = {"worker": "w1", "leaderless": True, "limit": 20, "prefix": None}
+        claim = {
+            "worker": "w1",
+            "leaderless": True,
+            "limit": 20,
+            "prefix": None,
+            "queues": ["default"],
+        }
         claim.update(now=now, until=now + 60, quarantined=False)
         calls, journaled = _trigger_calls(postgres_dsn, schema, store.db.sql.claim_many, claim)
         assert journaled == 20

@@ -41,7 +41,7 @@ first ``limit`` by priority, then age."""
 
 
 def specified_ready(db: sqlite3.Connection, limit: int, skip: list[str]) -> list[int]:
-    params = {"now": NOW, "skip": json.dumps(skip), "limit": limit}
+    params = {"now": NOW, "skip": json.dumps(skip), "limit": limit, "queues": None}
     return [rowid for (rowid,) in db.execute(SPECIFIED, params)]
 
 
@@ -207,7 +207,7 @@ def backlog(depth: int) -> list[tuple[str | None, str, str, int, int, int]]:
 def test_a_deeper_backlog_does_not_make_the_room_by_room_read_longer() -> None:
     """Nothing is ready. The one walk reads every queued task; the room-by-room read seeks each
     room's head, so ten times the backlog costs it about the same."""
-    params: dict[str, object] = {"now": NOW, "limit": 16, "skip": "[]"}
+    params: dict[str, object] = {"now": NOW, "limit": 16, "skip": "[]", "queues": None}
     cost: dict[int, tuple[int, int]] = {}
     with store_db() as db:
         for depth in (20, 200):
@@ -270,7 +270,7 @@ def test_the_room_gate_reads_no_more_for_a_longer_history_of_delivered_replies()
     partial index (``tasks_room_custody``) when durable runs added ``waiting`` to custody, and
     scanned every earlier task of the table instead: a ready read of 40 rooms cost 15 times
     more after 1,000 replies. Each room here has one pending task behind its history."""
-    params: dict[str, object] = {"now": NOW, "limit": 40, "skip": "[]"}
+    params: dict[str, object] = {"now": NOW, "limit": 40, "skip": "[]", "queues": None}
     cost: dict[int, int] = {}
     with store_db() as db:
         for history in (5, 100):

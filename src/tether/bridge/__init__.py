@@ -31,10 +31,8 @@ if _typing.TYPE_CHECKING:
     from .runs import StepError as StepError
     from .runs import AskTimeout as AskTimeout
     from .runs import AskUnsupported as AskUnsupported
-    from .runs import Child as Child
     from .runs import ChildFailed as ChildFailed
     from .runs import JoinTimeout as JoinTimeout
-    from .runs import SpawnError as SpawnError
     from .runs import progress_of as progress_of
     from .runs import Progress as Progress
     from .runs import conversation_of as conversation_of

@@ -667,6 +667,14 @@ class InspectStore(StoreClock, StateReader, Protocol):
         """Pending tasks whose ``not_before`` is still ahead (store clock), and the earliest."""
         ...
 
+    async def pending_by_queue(self) -> dict[str, int]:
+        """Pending tasks per queue (issue #51), by queue name. Reads only."""
+        ...
+
+    async def workers(self) -> Sequence[WorkerInfo]:
+        """Every pool member's last beat, by name (which queues are served). Reads only."""
+        ...
+
     async def journal(self, id: str) -> Sequence[JournalEntry]:
         """``id``'s custody history, oldest first (empty for an unknown or pruned task)."""
         ...

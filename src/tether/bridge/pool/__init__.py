@@ -21,11 +21,13 @@ import typing as _typing
 from ..._core._lazy import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
+    from ..custody._children import ChildFailed as ChildFailed
     from ..custody._conversation import Conversation as Conversation
     from ..custody._conversation import Turn as Turn
     from ..custody._steps import StepError as StepError
     from ..runs._asks import AskTimeout as AskTimeout
     from ..runs._asks import AskUnsupported as AskUnsupported
+    from ..runs._children import JoinTimeout as JoinTimeout
     from ..runs._current import conversation_of as conversation_of
     from ..runs._current import progress_of as progress_of
     from ..runs._current import run_of as run_of

@@ -66,8 +66,8 @@ class SweepPlan:
     keeper): assignments it outranks go back to pending (``return_outranked``). Only a task
     every live worker may take: another's assignment cannot make room for it."""
     unserved: Mapping[str, int] = attrs.field(factory=dict)
-    """Pending tasks (of those read) per queue that no live worker serves (issue #51): they
-    wait, and are reported."""
+    """Pending tasks (of those read) per queue that no live worker serves while others live
+    (issue #51): they wait (counted in ``waiting`` too), and are reported."""
 
 
 def plan_sweep(
@@ -104,7 +104,9 @@ def plan_sweep(
     for task in view.pending:
         serving = [n for n in names if live[n].serves(task.queue)]  # issue #51
         if not serving:
-            unserved[task.queue] = unserved.get(task.queue, 0) + 1
+            waiting += 1
+            if names:  # workers live, none of this queue (none at all: the pool is down)
+                unserved[task.queue] = unserved.get(task.queue, 0) + 1
             continue
         keeper = rooms.get(task.room) if task.room is not None else None
         free = [n for n in serving if load[n] < cap[n]]

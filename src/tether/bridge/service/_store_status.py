@@ -7,6 +7,7 @@ not heard of) and crash suspects: where to look when replies are late.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 import attrs
 
@@ -14,6 +15,7 @@ from ..._plumbing._converter import unstructure
 from ..custody._crashes import SUSPECTS_RUN, run_words
 from ..custody._roles import InspectStore
 from ..custody._rules import IN_CUSTODY, CustodyState, TaskRecord
+from ..pool._liveness import is_alive
 
 
 @attrs.frozen
@@ -62,6 +64,8 @@ class StoreStatus:
     """Tasks ``waiting``: runs parked until their wake-up time (durable sleeps)."""
     next_wake_in_s: float | None = None
     """Seconds until the first of them is due (None: none waits)."""
+    unserved: dict[str, int] = attrs.field(factory=dict)
+    """Pending tasks per queue that no live worker serves (issue #51): they wait for one."""
 
     def to_document(self) -> dict[str, object]:
         return unstructure(self)  # type: ignore[no-any-return]
@@ -80,6 +84,11 @@ def _entry(record: TaskRecord, now: float, since: float) -> StatusEntry:
         quarantine_deaths=record.quarantine_deaths,
         last_quarantine_death=record.last_quarantine_death,
     )
+
+
+WORKER_DEAD_AFTER: Final = 10.0
+"""Seconds without a beat after which a worker no longer counts as serving its queues (the
+lead's ``dead_after``)."""
 
 
 async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
@@ -108,6 +117,18 @@ async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
     wake_in = None
     if parked is not None and parked.next_wake is not None:
         wake_in = round(max(0.0, parked.next_wake - now), 3)
+    unserved: dict[str, int] = {}
+    if counts[CustodyState.PENDING]:
+        live = [
+            w
+            for w in await store.workers()
+            if w.role == "worker" and is_alive(w, now, WORKER_DEAD_AFTER)
+        ]
+        unserved = {
+            queue: n
+            for queue, n in (await store.pending_by_queue()).items()
+            if not any(w.serves(queue) for w in live)
+        }
     return StoreStatus(
         counts={state.value: counts[state] for state in CustodyState},
         in_custody=sum(counts[state] for state in IN_CUSTODY),
@@ -120,6 +141,7 @@ async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
         suspect_tasks=tuple(_entry(r, now, r.created_at) for r in suspects.records),
         sleeping=0 if parked is None else parked.count,
         next_wake_in_s=wake_in,
+        unserved=unserved,
     )
 
 
@@ -150,6 +172,11 @@ def render_store_status(status: StoreStatus, where: str) -> str:
             "" if status.next_wake_in_s is None else f", the next is {_due(status.next_wake_in_s)}"
         )
         lines.append(f"parked runs waiting to wake: {status.sleeping}{wake}")
+    for queue, n in status.unserved.items():
+        lines.append(
+            f"queue {queue}: {n} pending, no live worker serves it "
+            f"(start one with --queues {queue})"
+        )
     if status.suspects:
         lines.append(
             f"suspects (in flight when a worker process died; each runs {SUSPECTS_RUN}): "

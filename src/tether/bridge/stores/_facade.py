@@ -135,6 +135,7 @@ class StoreFacade(abc.ABC):
     in_flight = Via("custody", CustodyFrame.in_flight)
     records = Via("custody", CustodyFrame.records)
     waiting_retries = Via("custody", CustodyFrame.waiting_retries)
+    pending_by_queue = Via("custody", CustodyFrame.pending_by_queue)
     journal = Via("custody", CustodyFrame.journal)
     suspects = Via("custody", CustodyFrame.suspects)
     # -- the operator (``_operator_frame``) ---------------------------------------------------

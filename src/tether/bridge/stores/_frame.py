@@ -600,6 +600,9 @@ class CustodyFrame(abc.ABC):
     async def waiting_retries(self) -> WaitingRetries: ...
 
     @abc.abstractmethod
+    async def pending_by_queue(self) -> dict[str, int]: ...
+
+    @abc.abstractmethod
     async def unreported_dead_count(self) -> int: ...
 
 

@@ -685,6 +685,10 @@ class PostgresCustody(CustodyFrame):
 
         return await self.db.run(op)
 
+    async def pending_by_queue(self) -> dict[str, int]:
+        sql = self.db.sql.pending_by_queue
+        return await self.db.run(lambda conn: {q: int(n) for q, n in conn.execute(sql)})
+
     async def _journal(self, id: str) -> list[JournalEntry]:
         sql = self.db.sql.journal
         return await self.db.run(

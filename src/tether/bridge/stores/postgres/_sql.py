@@ -211,6 +211,13 @@ class Sql:
         return room_gate("t", f"{self.s}.tasks", "seq", "NOT o.no_send")
 
     @property
+    def pending_by_queue(self) -> str:
+        return (
+            f"SELECT queue, count(*) FROM {self.s}.tasks WHERE state = 'pending' "
+            'GROUP BY queue ORDER BY queue COLLATE "C"'
+        )
+
+    @property
     def served_queues(self) -> str:
         """Is task ``t`` in a queue one of the pool's workers serves (any queue while none has
         beaten)? The lead reads only those: a backlog nobody serves never fills its window

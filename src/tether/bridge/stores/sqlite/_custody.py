@@ -535,6 +535,9 @@ class SqliteCustody(CustodyFrame):
 
         return await self.db.read(op)
 
+    async def pending_by_queue(self) -> dict[str, int]:
+        return await self.db.read(lambda conn: dict(conn.execute(sql.PENDING_BY_QUEUE).fetchall()))
+
     async def _journal(self, id: str) -> list[JournalEntry]:
         return await self.db.read(
             lambda conn: [journal_entry(row) for row in conn.execute(sql.JOURNAL, {"id": id})]

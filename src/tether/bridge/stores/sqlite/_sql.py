@@ -390,6 +390,9 @@ RECORDS_NEWEST: Final = (
     f"SELECT {RECORD_COLS} FROM tasks WHERE state = ? ORDER BY updated_at DESC, rowid DESC LIMIT ?"
 )
 WAITING_RETRIES: Final = "SELECT count(*) FROM tasks WHERE state = 'pending' AND not_before > ?"
+PENDING_BY_QUEUE: Final = (
+    "SELECT queue, count(*) FROM tasks WHERE state = 'pending' GROUP BY queue ORDER BY queue"
+)
 JOURNAL: Final = (
     "SELECT at, src, dst, worker, attempt, reason, actor FROM journal "
     "WHERE born = (SELECT created_at FROM tasks WHERE id = :id) AND id = :id ORDER BY seq"
