@@ -72,20 +72,20 @@ async def _pool(
     async def parent(id: str) -> float:
         done[id] = trio.Event()
         t0 = time.perf_counter()
-        await store.ingest(Task(id, "plan"))
-        wakeups.tasks_pending()
+        await store.ingest(Task(id, "plan"))  # rings the pool (its store's work bell)
         await done[id].wait()
         return time.perf_counter() - t0
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lead.run)
-        await nursery.start(worker.run)
-        nursery.start_soon(reconciler.run)
-        try:
-            return await body(parent)
-        finally:
-            worker.request_stop()
-            nursery.cancel_scope.cancel()
+    with store.work_bell.listening(wakeups.tasks_pending):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lead.run)
+            await nursery.start(worker.run)
+            nursery.start_soon(reconciler.run)
+            try:
+                return await body(parent)
+            finally:
+                worker.request_stop()
+                nursery.cancel_scope.cancel()
 
 
 def tether_round(parents: int, lanes: int) -> tuple[float, list[float]]:

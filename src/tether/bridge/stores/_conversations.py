@@ -66,6 +66,8 @@ class ConversationFrame(abc.ABC):
         version = await self._complete_with_state(
             claim, body, no_send, text, check_version(base_version), self.host.clock()
         )
+        if claim.task.parent is not None:  # its joining parent may be woken (issue #51)
+            self.host.work_bell.ring()
         log.debug(
             "task %s: result stored by %s (attempt %d) with its room's state version %d",
             claim.task.id,

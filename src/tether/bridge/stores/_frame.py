@@ -318,6 +318,7 @@ class CustodyFrame(abc.ABC):
             worker=claim.worker,
             attempt=claim.attempt,
         )
+        self._child_done([claim])
 
     @abc.abstractmethod
     async def _complete(self, claim: Claim, body: str, no_send: bool, now: float) -> None:
@@ -341,7 +342,14 @@ class CustodyFrame(abc.ABC):
                     worker=claim.worker,
                     attempt=claim.attempt,
                 )
+        self._child_done([claim for (claim, _), moved in zip(outcomes, done, strict=True) if moved])
         return done
+
+    def _child_done(self, claims: Iterable[Claim]) -> None:
+        """A child's outcome stored may have woken its joining parent in the same transaction
+        (the store's ``children_done``): this process's pool looks again at once (issue #51)."""
+        if any(claim.task.parent is not None for claim in claims):
+            self.host.work_bell.ring()
 
     @abc.abstractmethod
     async def _complete_many(
@@ -366,6 +374,8 @@ class CustodyFrame(abc.ABC):
         not_before = now + delay if delay > 0 else None
         dead, why = await self._fail(claim, reason, permanent, not_before, now)
         target = CustodyState.DEAD if dead else CustodyState.PENDING
+        if dead:
+            self._child_done([claim])
         _clog.moved(
             claim.task.id,
             CustodyState.CLAIMED,
