@@ -27,6 +27,12 @@ name wins, whatever attempt comes later) and park its task in ``waiting`` (no le
 owner, no attempt spent) until a wake-up time; the reconciler makes a due one pending; an
 operator may cancel it; a re-drive keeps the steps, a fresh one forgets them.
 
+Child runs (issue #51): a live claim may spawn a child (a task of no room, recorded as its
+step ``~spawn:<name>``; a second spawn of the name makes nothing) and park in a join of its
+children: ``waiting`` while one of its awaited children is live, else pending at once. The
+outcome that makes its last awaited child done wakes it, in the same transaction; the
+reconciler cancels the live children of a parent that ended.
+
 How it runs under pytest-trio: hypothesis rules are synchronous, and a pytest-trio test owns
 its Trio run, so the test function is a plain ``def`` (pytest-trio leaves those alone) and every
 rule runs its store calls in a fresh ``trio.run``. One store object lives across those runs: the
@@ -65,6 +71,7 @@ from tether.bridge.custody import (
     Store,
     UnknownTask,
 )
+from tether.bridge.custody._children import CHILD_DONE, child_task, orphan_reason
 from tether.bridge.custody._crashes import DEFAULT_MAX_CRASHES_ALONE
 from tether.bridge.pool import Reconciler
 
@@ -103,6 +110,12 @@ class Model:
     run: int | None = None
     """The run number of the task's latest claim: the fence (a re-drive resets the attempt,
     so an old claim's owner and attempt may come back; its run never does)."""
+    parent: str | None = None
+    """The task that spawned it (a child has no room: no turns of its own)."""
+    awaited: bool = False
+    """A join of its parent waits for it (it stays so)."""
+    joining: bool = False
+    """Waiting because its last park was a join (its reason says so)."""
 
     def due(self, now: float) -> bool:
         return self.state is S.PENDING and (self.not_before is None or self.not_before <= now)
@@ -127,6 +140,7 @@ class CustodyMachine(RuleBasedStateMachine):
         self.claims: list[Claim] = []  # every claim handed out, stale copies included
         self.beats: dict[str, float] = {}  # each worker's last beat (crashes)
         self.room_state: dict[str, Any] = {}  # the room's state and version (issue #34)
+        self.reasons: dict[str, str] = {}  # the reasons the model predicts (orphans')
         self.version = 0
 
     async def _open(self) -> Store:
@@ -242,7 +256,8 @@ class CustodyMachine(RuleBasedStateMachine):
         _run(self.store.complete, claim, body)
         m = self.model[claim.task.id]
         m.state, m.lease_until, m.result, m.suspect = S.RESULT, None, body, False
-        m.reply_turn = (body, "result")
+        m.reply_turn = None if m.parent else (body, "result")
+        self._wake_joiners()
 
     @precondition(lambda self: self.claims)
     @rule(pick=st.integers(min_value=0), stale_state=st.booleans())
@@ -250,6 +265,8 @@ class CustodyMachine(RuleBasedStateMachine):
         """A run reads its conversation (exactly the turns before its message) and stores a
         state with its reply: fenced by the lease, refused on a stale version (issue #34)."""
         claim = self.claims[pick % len(self.claims)]
+        if claim.task.room is None:  # a child: no room, no state
+            return
         body = f"stateful reply {claim.task.id} by {claim.worker}#{claim.attempt}"
         base = self.version - 1 if stale_state and self.version else self.version
         state = {"n": self.version + 1, "by": claim.task.id}
@@ -305,6 +322,7 @@ class CustodyMachine(RuleBasedStateMachine):
         if permanent or m.attempt - m.crash_count >= MAX_ATTEMPTS:  # crashes are no failures
             assert state is S.DEAD
             m.state, m.lease_until = S.DEAD, None
+            self._wake_joiners()
         else:
             assert state is S.PENDING
             m.state, m.owner, m.lease_until, m.attempt = S.PENDING, None, None, m.attempt + 1
@@ -336,6 +354,7 @@ class CustodyMachine(RuleBasedStateMachine):
                 expected.add(self._expire(id, m, restarted=False))
         got = {(e.id, e.worker, e.attempt, e.outcome, e.crash) for e in report.expired}
         assert got == expected
+        self._wake_joiners()  # a child dead by its expiry woke its parent in that transaction
         due = sorted(
             (i for i, m in self.model.items() if m.state is S.WAITING),
             key=lambda i: (self.model[i].not_before, i),
@@ -344,6 +363,126 @@ class CustodyMachine(RuleBasedStateMachine):
         assert list(report.woken) == due
         for id in due:
             self.model[id].state = S.PENDING  # its not_before (now past) stays: due
+        self._cancel_orphans()
+
+    # -- child runs (issue #51) ----------------------------------------------------------------
+
+    def _wake_joiners(self) -> None:
+        """The store's ``children_done``: a joining parent none of whose awaited children is
+        live any more is pending again, at once (woken in the transaction of the last one)."""
+        for id, m in self.model.items():
+            if m.state is S.WAITING and m.joining and not self._awaited_live(id):
+                m.state, m.not_before, m.joining = S.PENDING, None, False
+
+    def _awaited_live(self, parent: str) -> bool:
+        return any(
+            c.parent == parent and c.awaited and c.state not in CHILD_DONE
+            for c in self.model.values()
+        )
+
+    def _cancel_orphans(self) -> None:
+        """The reconciler's pass: a live child whose parent ended is cancelled (dead), and so
+        on down the tree; a cancelled child of a joining parent cannot be (its parent ended)."""
+        while True:
+            orphans = [
+                (id, m)
+                for id, m in self.model.items()
+                if m.parent is not None
+                and m.state in (S.PENDING, S.ASSIGNED, S.CLAIMED, S.WAITING)
+                and self.model[m.parent].state in CHILD_DONE
+            ]
+            if not orphans:
+                return
+            for id, m in orphans:
+                m.state, m.lease_until, m.not_before, m.joining = S.DEAD, None, None, False
+                self.reasons[id] = orphan_reason(
+                    m.parent or "", self.model[m.parent or ""].state.value
+                )
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0), name=st.sampled_from(["x", "y"]))
+    def spawn(self, pick: int, name: str) -> None:
+        claim = self.claims[pick % len(self.claims)]
+        child = child_task(claim.task, name, f"child {name}", queue=None, room=None)
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.spawn, claim, name, child)
+            return
+        record = _run(self.store.spawn, claim, name, child)
+        parent = self.model[claim.task.id]
+        step = f"~spawn:{name}"
+        if step not in parent.steps:
+            parent.steps[step] = (f'"{child.id}"', claim.attempt)
+            self.model[child.id] = Model(
+                seq=len(self.model), priority=parent.priority, parent=claim.task.id
+            )
+        assert (record.value, record.attempt) == parent.steps[step]  # spawned once
+
+    @rule(
+        worker=st.sampled_from(WORKERS),
+        leaderless=st.booleans(),
+        then_join=st.booleans(),
+        then_run=st.booleans(),
+    )
+    def claim_and_spawn(
+        self, worker: str, leaderless: bool, then_join: bool, then_run: bool
+    ) -> None:
+        """A claim whose run spawns a child at once, maybe parks in a join of its children,
+        and maybe the next pending task (its child, often) is claimed and completed: the
+        wake of a joining parent (live claims are rare otherwise: most rules pick stale
+        copies)."""
+        before = len(self.claims)
+        self.claim(worker, leaderless)
+        if len(self.claims) == before:
+            return
+        self.spawn(before, "x")
+        if not then_join:
+            return
+        self._join(self.claims[before], LEASE_S)
+        if then_run:
+            ran = len(self.claims)
+            self.claim("w3", leaderless=True)
+            if len(self.claims) > ran:
+                self.complete(ran)
+
+    @precondition(lambda self: any(self._live(c) for c in self.claims))
+    @rule(name=st.sampled_from(["x", "y"]))
+    def spawn_newest(self, name: str) -> None:
+        """A live claim spawns (``spawn`` above mostly picks stale copies)."""
+        live = [c for c in self.claims if self._live(c)]
+        self.spawn(self.claims.index(live[-1]), name)
+
+    @precondition(lambda self: any(self._live(c) for c in self.claims))
+    @rule(seconds=st.sampled_from([1.0, LEASE_S * 2]))
+    def join_newest(self, seconds: float) -> None:
+        """A live claim parks in a join of every child it spawned."""
+        claim = [c for c in self.claims if self._live(c)][-1]
+        self._join(claim, seconds)
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=st.integers(min_value=0))
+    def join(self, pick: int) -> None:
+        self._join(self.claims[pick % len(self.claims)], LEASE_S)
+
+    def _join(self, claim: Claim, seconds: float) -> None:
+        id = claim.task.id
+        kids = [i for i, m in self.model.items() if m.parent == id]
+        until = self.clock.now + seconds
+        if not self._live(claim):
+            with pytest.raises(StaleLease):
+                _run(self.store.park_join, claim, kids, until, "model joins")
+            return
+        state = _run(self.store.park_join, claim, kids, until, "model joins")
+        for kid in kids:
+            self.model[kid].awaited = True
+        m = self.model[id]
+        m.owner, m.lease_until = None, None
+        if self._awaited_live(id):
+            assert state is S.WAITING
+            m.state, m.not_before, m.joining = S.WAITING, until, True
+        else:
+            assert state is S.PENDING  # its children were done: its join returns next run
+            m.state, m.not_before = S.PENDING, None
 
     # -- durable runs (issue #35) ------------------------------------------------------------
 
@@ -381,6 +520,7 @@ class CustodyMachine(RuleBasedStateMachine):
         _run(self.store.park, claim, until, "model sleeps")
         m = self.model[claim.task.id]
         m.state, m.owner, m.lease_until, m.not_before = S.WAITING, None, None, until
+        m.joining = False
 
     @rule()
     def deliver(self) -> None:
@@ -414,6 +554,7 @@ class CustodyMachine(RuleBasedStateMachine):
         else:
             _run(self.store.dead_letter, id, "model gave up")
             m.state, m.lease_until, m.not_before = S.DEAD, None, None
+            self._wake_joiners()
 
     @rule(ids=st.lists(st.sampled_from(IDS), min_size=1, max_size=3, unique=True))
     def cancel(self, ids: list[str]) -> None:
@@ -430,6 +571,7 @@ class CustodyMachine(RuleBasedStateMachine):
                 assert m is not None
                 m.state, m.lease_until, m.not_before = S.DEAD, None, None
                 m.cancelled = True
+        self._wake_joiners()
 
     @rule(ids=st.permutations(IDS), every_dead=st.booleans(), fresh=st.booleans())
     def redrive(self, ids: list[str], every_dead: bool, fresh: bool) -> None:
@@ -457,6 +599,7 @@ class CustodyMachine(RuleBasedStateMachine):
                 m.crash_count, m.crashes_alone, m.suspect = 0, 0, False
                 # it queues behind fresh work (issue 33), at its age among low tasks
                 m.priority, m.cancelled = "low", False
+                self.reasons.pop(o.id, None)
                 if fresh:
                     m.steps.clear()
 
@@ -557,6 +700,7 @@ class CustodyMachine(RuleBasedStateMachine):
             if m.state is S.CLAIMED and m.owner == worker
         }
         assert {(e.id, e.worker, e.attempt, e.outcome, e.crash) for e in got} == expected
+        self._wake_joiners()
 
     @rule()
     def suspects(self) -> None:
@@ -578,6 +722,8 @@ class CustodyMachine(RuleBasedStateMachine):
         for id, m in sorted(self.model.items(), key=lambda p: p[1].seq):
             if id == before:
                 break
+            if m.parent is not None:  # a child: no room
+                continue
             turns.append(("user", f"body {id}", "received"))
             if m.reply_turn is not None:
                 turns.append(("assistant", *m.reply_turn))
@@ -596,12 +742,13 @@ class CustodyMachine(RuleBasedStateMachine):
     @invariant()
     def store_matches_model(self) -> None:
         async def snapshot() -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
-            records = {id: await self.store.get(id) for id in IDS}
-            steps = {id: await self.store.steps(id) for id in IDS if id in self.model}
+            every = [*IDS, *(i for i in self.model if i not in IDS)]
+            records = {id: await self.store.get(id) for id in every}
+            steps = {id: await self.store.steps(id) for id in every if id in self.model}
             return records, steps, await self.store.counts(), await self.store.in_flight()
 
         records, steps, counts, in_flight = _run(snapshot)
-        for id in IDS:
+        for id in records:
             rec, m = records[id], self.model.get(id)
             if m is None:
                 assert rec is None
@@ -617,6 +764,8 @@ class CustodyMachine(RuleBasedStateMachine):
             assert {s.name: (s.value, s.attempt) for s in steps[id]} == m.steps
             if m.state in (S.RESULT, S.DELIVERED):
                 assert rec.result == m.result
+            if m.state is S.DEAD and id in self.reasons:
+                assert rec.reason == self.reasons[id]
         assert sum(counts.values()) == len(self.model)
         for state in CustodyState:
             assert counts[state] == sum(1 for m in self.model.values() if m.state is state)
