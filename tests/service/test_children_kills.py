@@ -24,11 +24,17 @@ from typing import cast
 
 import pytest
 import trio
-from psycopg.conninfo import conninfo_to_dict
 
 from support.custody_fixtures import postgres_dsn as postgres_dsn
 from support.gateway import RunningGateway
-from support.service import STARTED, BridgeProcess, answered_count, bridge_env, submit_many
+from support.service import (
+    STARTED,
+    BridgeProcess,
+    answered_count,
+    bridge_env,
+    password_free_url,
+    submit_many,
+)
 from support.step_effects import effect_lines, recorded_steps_hold
 from support.waiting import wait_until
 from tether.bridge import CustodyState, PostgresStore, SqliteStore
@@ -168,9 +174,7 @@ async def test_sigkills_in_parents_and_children_lose_and_double_nothing_postgres
     postgres_dsn: str,
 ) -> None:
     schema = f"family_{random.randrange(1 << 30)}"
-    parts = conninfo_to_dict(postgres_dsn)  # as a user would: PGPASSWORD, not in the URL
-    url = f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
-    monkeypatch.setenv("PGPASSWORD", str(parts.get("password", "")))
+    url = password_free_url(postgres_dsn, monkeypatch)  # as a user would: PGPASSWORD
     ids, texts, effects, killed = await _kill_matrix(
         gateway, token_file, tmp_path, monkeypatch, url, 2, ["--store-schema", schema]
     )

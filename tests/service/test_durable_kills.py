@@ -21,11 +21,10 @@ from typing import cast
 
 import pytest
 import trio
-from psycopg.conninfo import conninfo_to_dict
 
 from support.custody_fixtures import postgres_dsn as postgres_dsn
 from support.gateway import RunningGateway
-from support.service import BridgeProcess, answered_count, submit_many
+from support.service import BridgeProcess, answered_count, password_free_url, submit_many
 from support.step_effects import effect_lines, recorded_steps_hold
 from support.waiting import wait_until
 from tether.bridge import PostgresStore, SqliteStore
@@ -118,9 +117,7 @@ async def test_sigkills_inside_and_between_steps_never_repeat_a_recorded_step_po
     postgres_dsn: str,
 ) -> None:
     schema = f"steps_{random.randrange(1 << 30)}"
-    parts = conninfo_to_dict(postgres_dsn)  # as a user would: PGPASSWORD, not in the URL
-    url = f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
-    monkeypatch.setenv("PGPASSWORD", str(parts.get("password", "")))
+    url = password_free_url(postgres_dsn, monkeypatch)  # as a user would: PGPASSWORD
     ids, texts, effects, kills = await _kill_matrix(
         gateway, token_file, tmp_path, monkeypatch, url, 2, ["--store-schema", schema]
     )

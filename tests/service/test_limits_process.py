@@ -23,11 +23,17 @@ from pathlib import Path
 
 import pytest
 import trio
-from psycopg.conninfo import conninfo_to_dict
 
 from support.custody_fixtures import postgres_dsn as postgres_dsn
 from support.gateway import RunningGateway
-from support.service import STARTED, BridgeProcess, answered_count, bridge_env, submit_many
+from support.service import (
+    STARTED,
+    BridgeProcess,
+    answered_count,
+    bridge_env,
+    password_free_url,
+    submit_many,
+)
 from support.waiting import wait_until
 from tether.bridge import PostgresStore
 
@@ -53,9 +59,7 @@ async def test_limits_hold_across_a_bridge_and_a_worker_process_on_postgres(
     postgres_dsn: str,
 ) -> None:
     schema = f"limits_{random.randrange(1 << 30)}"
-    parts = conninfo_to_dict(postgres_dsn)
-    url = f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
-    monkeypatch.setenv("PGPASSWORD", str(parts.get("password", "")))
+    url = password_free_url(postgres_dsn, monkeypatch)  # as a user would: PGPASSWORD
     log = tmp_path / "agent.log"
     monkeypatch.setenv("LIMITS_AGENT_LOG", str(log))
     store_args = ["--store-schema", schema]

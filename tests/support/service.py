@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 
 from tether.bridge import BridgeConfig, GatewayClient, write_token
@@ -131,6 +132,16 @@ async def submit_many(
         for i in range(len(texts)):
             nursery.start_soon(one, i)
     return ids
+
+
+def password_free_url(postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The server's URL as a user gives it to a process: no password in it, which comes from
+    ``PGPASSWORD`` (set here for the processes the test starts)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = conninfo_to_dict(postgres_dsn)
+    monkeypatch.setenv("PGPASSWORD", str(parts.get("password", "")))
+    return f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
 
 
 async def answered_count(gateway: RunningGateway) -> int:

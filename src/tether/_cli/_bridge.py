@@ -400,12 +400,14 @@ def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
 
     listing = action(
         "list",
-        "tasks in one custody state, oldest first",
-        "List the tasks in one custody state (id, attempt, owner, age, reason), oldest first.",
+        "tasks in one custody state, oldest first; or the children of a task",
+        "List the tasks in one custody state (id, attempt, owner, age, reason), oldest first; "
+        "or, with --parent, the child runs a task spawned (id, spawn name, state), in spawn "
+        "order.",
     )
-    listing.add_argument(
-        "--state", required=True, choices=[s.value for s in CustodyState], help="the state"
-    )
+    listed = listing.add_mutually_exclusive_group(required=True)
+    listed.add_argument("--state", choices=[s.value for s in CustodyState], help="the state")
+    listed.add_argument("--parent", metavar="ID", help="the task whose children to list")
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default: 50)")
     listing.add_argument("--json", action="store_true", help="print one JSON document")
     retry = action(
@@ -523,7 +525,7 @@ async def _opened(
 
 async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
     from ..bridge.custody._rules import InvalidTaskId
-    from ..bridge.service._store_show import TaskShow, render_show
+    from ..bridge.service._store_show import TaskShow, render_show, task_tree
 
     async with _opened(config, read_only=True, must_exist=False) as store:
         try:
@@ -540,6 +542,7 @@ async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
             store.clock(),
             steps=tuple(await store.steps(id)),
             asks=tuple(await store.asks(id)),
+            tree=await task_tree(store, record),
         )
     print(json.dumps(show.to_document(), indent=2) if as_json else render_show(show))
     return 0
@@ -553,6 +556,11 @@ def _check_operator_args(args: argparse.Namespace) -> None:
     if args.store_command == "list":
         if args.limit < 1:
             raise ConfigError(f"--limit must be >= 1, got {args.limit}")
+        if args.parent is not None:
+            try:
+                check_task_id(args.parent)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         return
     if args.store_command == "retry":
         if args.dead and args.ids:
@@ -589,6 +597,8 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
     logging.getLogger("tether.custody").addHandler(logging.NullHandler())
     async with _opened(config, read_only=args.store_command == "list") as store:
         if args.store_command == "list":
+            if args.parent is not None:
+                return await _store_ops.list_children(store, args.parent, args.limit, args.json)
             state = CustodyState(args.state)
             return await _store_ops.list_tasks(store, state, args.limit, args.json)
         if args.store_command == "cancel":

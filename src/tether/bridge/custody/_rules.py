@@ -24,11 +24,10 @@ from ..._protocol._bounds import InvalidTaskId as InvalidTaskId
 from ..._protocol._bounds import InvalidWorkerName as InvalidWorkerName
 from ..._protocol._bounds import check_body as check_body
 from ..._protocol._bounds import check_headers as check_headers
-from ..._protocol._bounds import check_label
 from ..._protocol._bounds import check_task_id as check_task_id
 from ..._protocol._bounds import check_text as check_text
 from ..._protocol._bounds import check_worker as check_worker
-from ._tenants import TENANT_HEADER, check_tenant
+from ._tenants import TENANT_HEADER, check_header_label, check_tenant
 
 QUEUE_HEADER: Final = "queue"
 """The header naming a task's queue (issue #51); without it a task is in ``DEFAULT_QUEUE``."""
@@ -52,12 +51,7 @@ def queues_of(value: object) -> tuple[str, ...]:
 
 def check_queue(queue: object) -> str:
     """``queue`` if it is a valid queue name (a label, as a tenant's), else ``InvalidTask``."""
-    if not isinstance(queue, str):
-        raise InvalidTask(f"queue must be a str, got {type(queue).__name__}")
-    try:
-        return check_label(queue, QUEUE_HEADER)
-    except ValueError as exc:
-        raise InvalidTask(str(exc)) from None
+    return check_header_label(queue, QUEUE_HEADER)
 
 
 class CustodyState(enum.StrEnum):

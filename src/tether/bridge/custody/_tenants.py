@@ -36,14 +36,20 @@ NO_TURN: Final = 0.0
 """The turn of a task without a tenant."""
 
 
-def check_tenant(tenant: object) -> str:
-    """``tenant`` if it is a valid tenant name (a label), else ``InvalidTask`` naming it."""
-    if not isinstance(tenant, str):
-        raise InvalidTask(f"tenant must be a str, got {type(tenant).__name__}")
+def check_header_label(value: object, header: str) -> str:
+    """``value`` if it is a valid label for header ``header`` (a tenant's, a queue's name),
+    else ``InvalidTask`` naming the header."""
+    if not isinstance(value, str):
+        raise InvalidTask(f"{header} must be a str, got {type(value).__name__}")
     try:
-        return check_label(tenant, TENANT_HEADER)
+        return check_label(value, header)
     except ValueError as exc:
         raise InvalidTask(str(exc)) from None
+
+
+def check_tenant(tenant: object) -> str:
+    """``tenant`` if it is a valid tenant name (a label), else ``InvalidTask`` naming it."""
+    return check_header_label(tenant, TENANT_HEADER)
 
 
 def check_tenant_weight(weight: object) -> float:

@@ -20,7 +20,7 @@ from ..custody._records import OperatorOutcome
 from ..custody._roles import Store
 from ..custody._rules import IN_CUSTODY, CustodyState, TaskRecord
 from . import _store_limits, _store_tenants
-from ._store_show import TaskShow
+from ._store_show import TaskShow, task_tree
 from ._store_status import StatusEntry, StoreStatus, store_status
 
 LISTED: Final = 50
@@ -120,7 +120,10 @@ async def task_timeline(store: Store, id: str) -> dict[str, object] | None:
     if record is None:
         return None
     journal, steps, asks = await store.journal(id), await store.steps(id), await store.asks(id)
-    show = TaskShow(record, tuple(journal), store.clock(), steps=tuple(steps), asks=tuple(asks))
+    tree = await task_tree(store, record)
+    show = TaskShow(
+        record, tuple(journal), store.clock(), steps=tuple(steps), asks=tuple(asks), tree=tree
+    )
     return show.to_document()
 
 

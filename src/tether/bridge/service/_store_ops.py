@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from ..._plumbing._converter import unstructure
+from ..custody._children import SPAWN_PREFIX
 from ..custody._records import OperatorOutcome
 from ..custody._roles import Store
 from ..custody._rules import CustodyState, TaskRecord
@@ -51,6 +52,32 @@ async def list_tasks(store: Store, state: CustodyState, limit: int, as_json: boo
         print(json.dumps(unstructure(doc), indent=2))
     else:
         print(render_list(records, state, now))
+    return 0
+
+
+async def list_children(store: Store, parent: str, limit: int, as_json: bool) -> int:
+    """The children ``parent`` spawned (issue #51), in spawn order: exit 1 if no such task."""
+    record = await store.get(parent)
+    if record is None:
+        print(f"tether: no task {parent!r} in the store", file=sys.stderr)
+        return 1
+    spawns = [
+        (s.name.removeprefix(SPAWN_PREFIX), str(json.loads(s.value)))
+        for s in await store.steps(parent)
+        if s.name.startswith(SPAWN_PREFIX)
+    ][:limit]
+    views = await store.children(parent, [child for _, child in spawns])
+    rows = [
+        {"id": id, "name": name, "state": None if v is None else v.state.value}
+        for (name, id), v in zip(spawns, views, strict=True)
+    ]
+    if as_json:
+        doc = {"schema_version": 1, "parent": parent, "children": rows}
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(f"task {parent}: {record.state.value}, {len(rows)} child run(s)")
+    for row in rows:
+        print(f"  {row['id']}  {row['name']}: {row['state'] or 'no longer in the store'}")
     return 0
 
 

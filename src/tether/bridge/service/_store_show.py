@@ -3,17 +3,75 @@ operator reads when one user's reply is late or missing."""
 
 from __future__ import annotations
 
+import json
+from typing import Final, Protocol
+
 import attrs
 
 from ..._plumbing._converter import unstructure
 from ..._plumbing._logging import escape_controls
 from ..custody._asks import AskRecord
+from ..custody._children import SPAWN_PREFIX
 from ..custody._crashes import SUSPECTS_RUN, run_words
 from ..custody._records import JournalEntry, StepRecord
+from ..custody._roles import InspectStore, JournalStore
 from ..custody._rules import OPERATOR_PREFIX, CustodyState, TaskRecord
 
 SHOWN_BODY_CHARS = 400
 """Characters of the message shown (the rest counted; ``--json`` has all of it)."""
+
+
+TREE_NODES: Final = 200
+"""The most tasks a tree shows (its first ones, depth first; ``--json`` the same)."""
+
+
+@attrs.frozen
+class TreeNode:
+    """One task of a tree of child runs (issue #51): its id, what it is to the task shown
+    (``parent``, ``this task``, or a child's spawn name), its state, and its depth."""
+
+    id: str
+    name: str
+    state: CustodyState | None
+    """None: named by its parent's record of its spawn, no longer in the store (pruned)."""
+    depth: int
+
+
+class TreeStore(InspectStore, JournalStore, Protocol):
+    """What drawing a tree reads: records, steps (the spawns) and children's states."""
+
+
+async def task_tree(store: TreeStore, record: TaskRecord) -> tuple[TreeNode, ...]:
+    """The task's parent (if a child), the task, and its children down the tree, depth first
+    in spawn order (at most ``TREE_NODES``); empty for a task that is neither parent nor
+    child."""
+    nodes: list[TreeNode] = []
+    depth = 0
+    if record.task.parent is not None:
+        parent = await store.get(record.task.parent)
+        state = None if parent is None else parent.state
+        nodes.append(TreeNode(record.task.parent, "parent", state, 0))
+        depth = 1
+    nodes.append(TreeNode(record.task.id, "this task", record.state, depth))
+
+    async def walk(id: str, depth: int) -> None:
+        spawns = [
+            (s.name.removeprefix(SPAWN_PREFIX), str(json.loads(s.value)))
+            for s in await store.steps(id)
+            if s.name.startswith(SPAWN_PREFIX)
+        ]
+        if not spawns:
+            return
+        views = await store.children(id, [child for _, child in spawns])
+        for (name, child), view in zip(spawns, views, strict=True):
+            if len(nodes) >= TREE_NODES:
+                return
+            nodes.append(TreeNode(child, name, None if view is None else view.state, depth))
+            if view is not None:
+                await walk(child, depth + 1)
+
+    await walk(record.task.id, depth + 1)
+    return tuple(nodes) if len(nodes) > 1 else ()
 
 
 @attrs.frozen
@@ -28,6 +86,8 @@ class TaskShow:
     """The steps its runs recorded (durable runs, issue #35), in record order."""
     asks: tuple[AskRecord, ...] = ()
     """The questions its runs asked the person (issue #36), in order."""
+    tree: tuple[TreeNode, ...] = ()
+    """Its parent and its children (issue #51), as ``task_tree`` reads them."""
 
     def to_document(self) -> dict[str, object]:
         return unstructure(self)  # type: ignore[no-any-return]
@@ -99,6 +159,13 @@ def render_show(show: TaskShow) -> str:
     if show.asks:
         lines.append(f"asks: {len(show.asks)}")
         lines.extend(_ask_line(a, now) for a in show.asks)
+    if show.tree:
+        lines.append("tree:")
+        lines.extend(
+            f"  {'  ' * n.depth}{n.id}  {n.name}: "
+            f"{'no longer in the store' if n.state is None else n.state.value}"
+            for n in show.tree
+        )
     lines.append("journal:" if show.journal else "journal: (none)")
     for e in show.journal:
         src = "ingested" if e.src is None else e.src.value

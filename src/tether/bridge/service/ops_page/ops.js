@@ -192,6 +192,9 @@ function drawTask(doc) {
     ["steps", "step-rows", doc.steps, (s) =>
       `${s.name} · attempt ${s.attempt} · ${s.size} bytes · recorded ${age(doc.now - s.at)} ago`],
     ["asks", "ask-rows", doc.asks, (a) => `${a.name}: ${a.question.slice(0, 200)} · ${askOutcome(a)}`],
+    // issue 51: its parent and its children (a parent waiting on children shows them live)
+    ["tree", "tree-rows", doc.tree, (n) =>
+      `${"\u2003".repeat(n.depth)}${n.id} · ${n.name} · ${n.state == null ? "no longer in the store" : n.state}`],
   ];
   for (const [part, list, rows, line] of parts) {
     $(part).hidden = !Array.isArray(rows) || rows.length === 0;
