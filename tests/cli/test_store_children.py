@@ -62,7 +62,7 @@ def test_show_draws_the_tree_of_child_runs(
 
     async def page() -> object:
         async with await SqliteStore.open(path) as store:
-            return await task_timeline(store, "plan-1")  # type: ignore[arg-type]
+            return await task_timeline(store, "plan-1")
 
     doc = trio.run(page)
     assert isinstance(doc, dict)

@@ -41,7 +41,7 @@ DEFAULT_QUEUES: Final = (DEFAULT_QUEUE,)
 def queues_of(value: object) -> tuple[str, ...]:
     """Queue names, checked, sorted, without repeats: from a sequence of names or the text a
     store keeps them in (comma-joined; NULL or empty: the default queue)."""
-    if value is None or value == "":
+    if value is None or value == "" or value == DEFAULT_QUEUES:
         return DEFAULT_QUEUES
     names = value.split(",") if isinstance(value, str) else value
     if not isinstance(names, list | tuple | set | frozenset) or not names:

@@ -101,8 +101,11 @@ def plan_sweep(
     blocked: set[str] = set()
     unserved: dict[str, int] = {}
     in_flight = set(view.busy_rooms) | {a.room for a in view.assigned if a.room is not None}
+    by_queue: dict[str, list[str]] = {}  # each queue's live workers, found once a sweep
     for task in view.pending:
-        serving = [n for n in names if live[n].serves(task.queue)]  # issue #51
+        serving = by_queue.get(task.queue)
+        if serving is None:  # issue #51
+            serving = by_queue[task.queue] = [n for n in names if live[n].serves(task.queue)]
         if not serving:
             waiting += 1
             if names:  # workers live, none of this queue (none at all: the pool is down)

@@ -735,18 +735,20 @@ MIGRATIONS: Final[tuple[str, ...]] = (
             WHERE room = OLD.room;
     END
     """,
-    # 24 -> 25 (issue #51, child runs and queues): a task's queue and its parent are read
-    # from its headers (set at ingest, never changed; a virtual column costs an update
-    # nothing); a worker's queues are kept by its beat (NULL: the default one); ``awaited``
+    # 24 -> 25 (issue #51, child runs and queues): a task's queue and its parent, copied from
+    # its headers by the ingest (never changed after: plain columns, so no move reads its
+    # headers again; a virtual column's JSON was read by every state move, to decide the
+    # partial indexes); a worker's queues are kept by its beat (NULL: the default one); ``awaited``
     # marks the children a parked join waits for. The transaction that makes the last awaited
     # child of a joining parent done wakes the parent (waiting -> pending, at once: its
     # deadline no longer holds it); the reconciler's pass wakes any joiner this missed
     # (``custody._children``)
     """
-    ALTER TABLE tasks ADD COLUMN queue TEXT
-        GENERATED ALWAYS AS (coalesce(json_extract(headers, '$.queue'), 'default')) VIRTUAL;
-    ALTER TABLE tasks ADD COLUMN parent TEXT
-        GENERATED ALWAYS AS (json_extract(headers, '$.parent')) VIRTUAL;
+    ALTER TABLE tasks ADD COLUMN queue TEXT NOT NULL DEFAULT 'default';
+    ALTER TABLE tasks ADD COLUMN parent TEXT;
+    UPDATE tasks SET queue = coalesce(json_extract(headers, '$.queue'), 'default'),
+        parent = json_extract(headers, '$.parent')
+        WHERE headers LIKE '%"queue"%' OR headers LIKE '%"parent"%';
     ALTER TABLE tasks ADD COLUMN awaited INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE workers ADD COLUMN queues TEXT;
     CREATE INDEX tasks_children ON tasks (parent) WHERE parent IS NOT NULL;

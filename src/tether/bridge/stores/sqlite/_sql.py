@@ -86,10 +86,13 @@ PENDING: Final = (
 
 INGEST: Final = (
     f"INSERT INTO tasks ({TASK_COLS}, state, attempt, created_at, "
-    "updated_at, room_policy, tenant, fair, turn_seq) "
+    "updated_at, room_policy, tenant, fair, turn_seq, queue, parent) "
     "SELECT ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ?, ?, ?, "
     "CASE WHEN ?3 IS NOT NULL THEN coalesce((SELECT next_seq FROM conversations "
-    "WHERE room = ?3), 0) + 1 END "
+    "WHERE room = ?3), 0) + 1 END, "
+    # a task's queue and parent, read from its headers once (issue #51)
+    "CASE WHEN ?5 = '{}' THEN 'default' ELSE coalesce(json_extract(?5, '$.queue'), 'default') "
+    "END, CASE WHEN ?5 <> '{}' THEN json_extract(?5, '$.parent') END "
     "WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE id = ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
