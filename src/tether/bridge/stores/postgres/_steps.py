@@ -332,14 +332,16 @@ class PostgresSteps(StepsFrame):
         params: dict[str, Any] = {"limit": limit, "now": now, "chan": self.db.channel}
 
         def op(conn: Conn) -> tuple[list[str], list[tuple[str, CustodyState, str]]]:
-            woken = [r[0] for r in conn.execute(steps_sql.wake_joined, params)]
-            cancelled: list[tuple[str, CustodyState, str]] = []
-            while len(cancelled) < limit:  # a cancelled child's children: orphans next round
+            with conn.pipeline():  # an idle pass: one round trip for both
+                joined = conn.execute(steps_sql.wake_joined, params)
+                orphaned = conn.execute(steps_sql.orphans, params)
+            woken = [r[0] for r in joined.fetchall()]
+            found = orphaned.fetchall()
+            cancelled = [(id, CustodyState(was), why) for id, was, why in found]
+            while found and len(cancelled) < limit:  # their own children: orphans now
                 params["limit"] = limit - len(cancelled)
                 found = conn.execute(steps_sql.orphans, params).fetchall()
                 cancelled.extend((id, CustodyState(was), why) for id, was, why in found)
-                if not found:
-                    break
             return woken, cancelled
 
         return await self.db.run(op)
