@@ -204,3 +204,53 @@ def test_depth_is_bounded() -> None:
     assert task.headers["depth"] == "8"
     with pytest.raises(SpawnError, match="at most 8 deep"):
         child_task(task, "too-deep", "x", queue=None, room=None)
+
+
+async def test_a_zombie_parents_join_marks_nothing_and_a_later_join_is_its_own(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """Only the current join's children hold the parent's wake: one an earlier join gave up
+    on (its timeout) does not, and a fenced-out join marks nothing."""
+    parent = await _claimed(store, "p")
+    slow = child_task(parent.task, "slow", "slow", queue=None, room=None)
+    quick = child_task(parent.task, "quick", "quick", queue=None, room=None)
+    await store.spawn(parent, "slow", slow)
+    assert await store.park_join(parent, [slow.id], fake_clock.now + 10, "1 child") is S.WAITING
+    fake_clock.advance(11)
+    assert await store.wake_due() == ["p"]  # the join timed out; its handler goes on
+    again = await store.claim("w1", leaderless=True)
+    assert again is not None
+    assert again.task.id == "p"
+    await store.spawn(again, "quick", quick)
+    with pytest.raises(StaleLease):  # the first run's claim: a zombie now
+        await store.park_join(parent, [quick.id], fake_clock.now + 60, "zombie")
+    assert await store.park_join(again, [quick.id], fake_clock.now + 60, "1 child") is S.WAITING
+    await store.assign(quick.id, "w2")  # quick runs; slow waits, still live
+    claim = await store.claim("w2")
+    assert claim is not None
+    assert claim.task.id == quick.id
+    await store.complete(claim, "done")
+    # quick, the only child of the current join, woke it though slow is still live
+    assert await store.state(slow.id) is S.PENDING
+    assert await store.state("p") is S.PENDING
+
+
+async def test_retention_keeps_a_delivered_child_while_its_parent_runs(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """A parent may join long after its child was delivered (it asked the person first):
+    the child stays until its parent ends, then goes like any delivered task."""
+    parent = await _claimed(store, "p")
+    kid = child_task(parent.task, "a", "a", queue=None, room=None)
+    await store.spawn(parent, "a", kid)
+    await _run_child(store, kid.id, "notes")
+    await store.mark_delivered(kid.id)
+    fake_clock.advance(3600)
+    assert await store.prune_delivered(fake_clock.now) == 0
+    [view] = await store.children("p", [kid.id])
+    assert view is not None
+    assert view.result == "notes"
+    await store.complete(parent, "done")
+    await store.mark_delivered("p")
+    fake_clock.advance(1)
+    assert await store.prune_delivered(fake_clock.now) == 2

@@ -11,7 +11,7 @@ from __future__ import annotations
 from support.clock import FakeClock
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import Store
-from tether.bridge.pool import plan_sweep
+from tether.bridge.pool import PoolLead, plan_sweep
 
 S = CustodyState
 
@@ -59,3 +59,37 @@ async def test_the_lead_plans_each_task_onto_a_worker_of_its_queue(
     await store.beat("wr", "worker", 0, queues=["research", "lost"])  # now it serves "lost" too
     view = await store.pool_view(pending_limit=50)
     assert [t.id for t in view.pending[:2]] == ["u000", "u001"]  # urgent, read first now
+
+
+async def test_a_queue_whose_workers_are_full_does_not_hold_up_the_others(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """A research backlog ahead of one default task, its only worker full: the lead pages
+    past the research queue and the idle default worker gets the task (the window holds
+    research tasks only)."""
+    await store.beat("wd", "worker", 4)
+    await store.beat("wr", "worker", 1, queues=["research"])
+    for i in range(100):
+        await store.ingest(_in("research", f"r{i:03}"))
+    await store.ingest(Task("d1", "x"))
+    lead = PoolLead(store, dead_after=10.0, stuck_after=30.0, pending_limit=64)
+    report = await lead.sweep_once()
+    assert {(a.id, a.worker) for a in report.assigned} == {("r000", "wr"), ("d1", "wd")}
+
+
+async def test_a_dead_workers_queue_stops_being_read_after_the_lease(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """A worker that served ``gpu`` died; its row stays until retention. Within the lease its
+    queue is still read (it may be back); past it, a gpu backlog no longer fills the window."""
+    await store.beat("gpu-1", "worker", 4, queues=["gpu"])
+    for i in range(80):
+        await store.ingest(_in("gpu", f"g{i:03}"))
+    await store.ingest(Task("d1", "x"))
+    fake_clock.advance(store.lease_s + 1)
+    await store.beat("wd", "worker", 4)
+    view = await store.pool_view(pending_limit=64)
+    assert [t.id for t in view.pending] == ["d1"]
+    lead = PoolLead(store, dead_after=10.0, stuck_after=30.0, pending_limit=64)
+    report = await lead.sweep_once()
+    assert [(a.id, a.worker) for a in report.assigned] == [("d1", "wd")]

@@ -242,9 +242,15 @@ class RacingStore(SqliteStore):
     """A worker claims leaderlessly right after every pool view is read."""
 
     async def pool_view(
-        self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
+        self,
+        *,
+        pending_limit: int = 1000,
+        skip_rooms: Collection[str] = (),
+        skip_queues: Collection[str] = (),
     ) -> PoolView:
-        view = await super().pool_view(pending_limit=pending_limit, skip_rooms=skip_rooms)
+        view = await super().pool_view(
+            pending_limit=pending_limit, skip_rooms=skip_rooms, skip_queues=skip_queues
+        )
         assert await self.claim("racer", leaderless=True) is not None
         return view
 

@@ -18,10 +18,16 @@ class CountingStore(SqliteStore):
     limits: list[int]
 
     async def pool_view(
-        self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
+        self,
+        *,
+        pending_limit: int = 1000,
+        skip_rooms: Collection[str] = (),
+        skip_queues: Collection[str] = (),
     ) -> PoolView:
         self.limits.append(pending_limit)
-        return await super().pool_view(pending_limit=pending_limit, skip_rooms=skip_rooms)
+        return await super().pool_view(
+            pending_limit=pending_limit, skip_rooms=skip_rooms, skip_queues=skip_queues
+        )
 
     async def plan_and_assign(
         self, decide: SweepPlanner, *, pending_limit: int = 1000

@@ -278,3 +278,40 @@ def test_the_person_is_told_in_plain_words_whether_an_operator_cancelled_it() ->
     cancelled = notice_reason("m2", "operator: cancelled: spam")
     assert cancelled == "an operator cancelled this message; it was not answered (reference m2)"
     assert notice_reason("m3") == notice_reason("m3", None)
+
+
+class _Rejects:
+    """A gateway that records the dead tasks it is told of."""
+
+    reject_supported = True
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+
+    async def reject(self, task_id: str, reason: str) -> bool:
+        self.told.append(task_id)
+        return True
+
+
+async def test_a_dead_child_is_its_parents_news_not_the_gateways(tmp_path: Path) -> None:
+    """Issue #51: the gateway never saw a child run, so its death is marked reported without
+    a notice (a gateway answering 404 for an unknown id would otherwise switch the notices
+    off for every real task); its parent's join reads it."""
+    from tether.bridge.custody._children import child_task
+    from tether.bridge.service._dead_notices import DeadNotices
+
+    async with await SqliteStore.open(tmp_path / "custody.db") as store:
+        await store.ingest(Task("p", "plan"))
+        parent = await store.claim("w1", leaderless=True)
+        assert parent is not None
+        kid = child_task(parent.task, "k", "k", queue=None, room=None)
+        await store.spawn(parent, "k", kid)
+        await store.fail(parent, "gave up", permanent=True)
+        child = await store.claim("w2", leaderless=True)
+        assert child is not None
+        await store.fail(child, "no luck", permanent=True)
+        gateway = _Rejects()
+        notices = DeadNotices(store, gateway)  # type: ignore[arg-type]
+        await notices.run_once()
+        assert gateway.told == ["p"]
+        assert await store.unreported_dead() == []

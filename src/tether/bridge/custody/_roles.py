@@ -105,12 +105,18 @@ class PoolMemberStore(StoreClock, Protocol):
         ...
 
     async def pool_view(
-        self, *, pending_limit: int = ..., skip_rooms: Collection[str] = ...
+        self,
+        *,
+        pending_limit: int = ...,
+        skip_rooms: Collection[str] = ...,
+        skip_queues: Collection[str] = ...,
     ) -> PoolView:
         """Workers, assignments, claim counts, pending tasks and room affinity, consistently.
 
-        ``pending`` leaves out the tasks of ``skip_rooms`` (default none): the lead reads past
-        rooms whose keeper is full instead of stopping at them."""
+        ``pending`` holds the tasks of the queues a worker that beat within the lease serves
+        (issue #51), and leaves out the tasks of ``skip_rooms`` and ``skip_queues`` (default
+        none): the lead reads past rooms whose keeper is full, and queues whose workers are,
+        instead of stopping at them."""
         ...
 
 

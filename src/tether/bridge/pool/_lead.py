@@ -276,7 +276,11 @@ class PoolLead:
             assignments or must read past rooms (then the sweep goes on below)."""
             plan = self._plan(view, max(now, view.at))  # judged when the view was read
             planned[:] = [plan]
-            if plan.dead_workers or plan.stuck or self._more_pages(plan, view, limit, set()):
+            if (
+                plan.dead_workers
+                or plan.stuck
+                or any(self._more_pages(plan, view, limit, set(), set()))
+            ):
                 return None
             return [(a.id, a.worker) for a in plan.assign]
 
@@ -428,25 +432,34 @@ class PoolLead:
         )
 
     @staticmethod
-    def _more_pages(plan: SweepPlan, page: PoolView, limit: int, skip: set[str]) -> set[str]:
-        """Rooms to read past next: the page was full and rooms with a full keeper held up
-        tasks while workers have room (empty: the plan stands)."""
-        more = set(plan.blocked_rooms) - skip
-        return more if more and plan.spare and len(page.pending) >= limit else set()
+    def _more_pages(
+        plan: SweepPlan, page: PoolView, limit: int, skip: set[str], skip_queues: set[str]
+    ) -> tuple[set[str], set[str]]:
+        """Rooms and queues to read past next: the page was full and rooms with a full
+        keeper, or queues whose workers are full (issue #51), held up tasks while workers
+        have room (both empty: the plan stands)."""
+        rooms, queues = set(plan.blocked_rooms) - skip, set(plan.full_queues) - skip_queues
+        if (rooms or queues) and plan.spare and len(page.pending) >= limit:
+            return rooms, queues
+        return set(), set()
 
     async def _read_past_full_rooms(
         self, view: PoolView, plan: SweepPlan, now: float, limit: int
     ) -> tuple[PoolView, SweepPlan]:
-        """Read further pages without the rooms whose keeper is full (up to ``MAX_PAGES``
-        reads), re-planning over every page read so far."""
+        """Read further pages without the rooms whose keeper is full and the queues whose
+        workers are (up to ``MAX_PAGES`` reads), re-planning over every page read so far."""
         skip: set[str] = set()
+        skip_queues: set[str] = set()
         page_view = view
         for _ in range(1, MAX_PAGES):
-            more = self._more_pages(plan, page_view, limit, skip)
-            if not more:
+            rooms, queues = self._more_pages(plan, page_view, limit, skip, skip_queues)
+            if not rooms and not queues:
                 break
-            skip |= more
-            page_view = await self.store.pool_view(pending_limit=limit, skip_rooms=skip)
+            skip |= rooms
+            skip_queues |= queues
+            page_view = await self.store.pool_view(
+                pending_limit=limit, skip_rooms=skip, skip_queues=skip_queues
+            )
             view = _merge_pages(view, page_view)
             plan = self._plan(view, now)
         return view, plan

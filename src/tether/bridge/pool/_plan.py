@@ -68,6 +68,9 @@ class SweepPlan:
     unserved: Mapping[str, int] = attrs.field(factory=dict)
     """Pending tasks (of those read) per queue that no live worker serves while others live
     (issue #51): they wait (counted in ``waiting`` too), and are reported."""
+    full_queues: tuple[str, ...] = ()
+    """Queues with a task left waiting that other live workers could not take (its own are
+    full, or it has none): the lead reads past them while workers have room (issue #51)."""
 
 
 def plan_sweep(
@@ -100,6 +103,7 @@ def plan_sweep(
     first_waiting: str | None = None
     blocked: set[str] = set()
     unserved: dict[str, int] = {}
+    full: set[str] = set()
     in_flight = set(view.busy_rooms) | {a.room for a in view.assigned if a.room is not None}
     by_queue: dict[str, list[str]] = {}  # each queue's live workers, found once a sweep
     for task in view.pending:
@@ -135,6 +139,8 @@ def plan_sweep(
             waiting += 1
             if len(serving) == len(names):  # it may take the place of any worker's assignment
                 first_waiting = first_waiting or task.id
+            else:
+                full.add(task.queue)  # its workers are full; others may not be
             continue
         least = min(load[n] for n in free)
         tied = [n for n in free if load[n] == least]
@@ -156,6 +162,7 @@ def plan_sweep(
         spare=sum(max(0, cap[n] - load[n]) for n in live),
         first_waiting=first_waiting,
         unserved=unserved,
+        full_queues=tuple(sorted(full | unserved.keys())),
     )
 
 

@@ -69,6 +69,10 @@ class DeadNotices:
         if not self.supported:
             return 0
         dead = await self.store.unreported_dead(limit=self.batch)
+        children = [r.task.id for r in dead if r.task.parent is not None]
+        if children:  # the gateway never saw a child run: its parent's join reads its death
+            await self.store.mark_dead_reported(children)
+            dead = [r for r in dead if r.task.parent is None]
         settled: list[str] = []
         refused: set[str] = set()
         try:

@@ -209,15 +209,26 @@ class CustodyFrame(abc.ABC):
     async def _return_assignments(self, worker: str, now: float) -> list[str]: ...
 
     async def pool_view(
-        self, *, pending_limit: int = 1000, skip_rooms: Collection[str] = ()
+        self,
+        *,
+        pending_limit: int = 1000,
+        skip_rooms: Collection[str] = (),
+        skip_queues: Collection[str] = (),
     ) -> PoolView:
         check_limit(pending_limit, "pending_limit")
-        if isinstance(skip_rooms, str) or not all(isinstance(r, str) for r in skip_rooms):
-            raise TypeError(f"skip_rooms must be a collection of str, got {skip_rooms!r:.80}")
-        return await self._pool_view(self.host.clock(), pending_limit, sorted(skip_rooms))
+        for name, value in (("skip_rooms", skip_rooms), ("skip_queues", skip_queues)):
+            if isinstance(value, str) or not all(isinstance(r, str) for r in value):
+                raise TypeError(f"{name} must be a collection of str, got {value!r:.80}")
+        return await self._pool_view(
+            self.host.clock(), pending_limit, sorted(skip_rooms), sorted(skip_queues)
+        )
 
     @abc.abstractmethod
-    async def _pool_view(self, at: float, pending_limit: int, skip: list[str]) -> PoolView: ...
+    async def _pool_view(
+        self, at: float, pending_limit: int, skip: list[str], skip_queues: list[str]
+    ) -> PoolView:
+        """The view; its pending tasks of the queues served by a worker that beat within the
+        lease (any queue while none did), none of ``skip`` (rooms) or ``skip_queues``."""
 
     # -- liveness -----------------------------------------------------------------------------
 

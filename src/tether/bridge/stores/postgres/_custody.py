@@ -246,9 +246,12 @@ class PostgresCustody(CustodyFrame):
         sql = self.db.sql.return_assignments
         return await self.db.run(lambda conn: [r[0] for r in conn.execute(sql, params)])
 
-    async def _pool_view(self, at: float, pending_limit: int, skip: list[str]) -> PoolView:
+    async def _pool_view(
+        self, at: float, pending_limit: int, skip: list[str], skip_queues: list[str]
+    ) -> PoolView:
         sql = self.db.sql.pool_view(bool(skip))
-        params = {"limit": pending_limit, "skip": skip, "now": at}
+        params = {"limit": pending_limit, "skip": skip, "now": at, "lease": self.host.lease_s}
+        params["skip_queues"] = skip_queues
 
         def op(conn: Conn) -> PoolView:
             with conn.pipeline(), conn.transaction():  # one round trip

@@ -183,9 +183,12 @@ class Sql:
     def prune(self) -> str:
         # the deleted rows leave tombstones in the same statement (one transaction)
         return (
-            f"WITH gone AS (DELETE FROM {self.s}.tasks WHERE id IN (SELECT id FROM {self.s}.tasks "
-            "WHERE state = 'delivered' AND updated_at < %(before)s "
-            "LIMIT %(limit)s FOR UPDATE SKIP LOCKED) RETURNING id, updated_at) "
+            # ... but a child whose parent still runs: its join may not have read it (#51)
+            f"WITH gone AS (DELETE FROM {self.s}.tasks WHERE id IN (SELECT c.id "
+            f"FROM {self.s}.tasks c WHERE c.state = 'delivered' AND c.updated_at < %(before)s "
+            f"AND (c.parent IS NULL OR NOT EXISTS (SELECT FROM {self.s}.tasks p "
+            "WHERE p.id = c.parent AND p.state IN ('pending', 'assigned', 'claimed', 'waiting'))) "
+            "LIMIT %(limit)s FOR UPDATE OF c SKIP LOCKED) RETURNING id, updated_at) "
             f"INSERT INTO {self.s}.tombstones AS b (id, delivered_at) "
             "SELECT id, updated_at FROM gone "
             "ON CONFLICT (id) DO UPDATE SET delivered_at = excluded.delivered_at"
@@ -219,16 +222,18 @@ class Sql:
 
     @property
     def served_queues(self) -> str:
-        """Is task ``t`` in a queue one of the pool's workers serves (any queue while none has
-        beaten)? The lead reads only those: a backlog nobody serves never fills its window
-        ahead of the tasks somebody does (issue #51)."""
+        """Is task ``t`` in a queue served by a worker that beat within the lease (any queue
+        while none has beaten), and not in ``%(skip_queues)s``? The lead reads only those: a
+        backlog nobody serves (or whose workers are full) never fills its window ahead of the
+        tasks somebody can take (issue #51)."""
         served = (
             "SELECT unnest(coalesce(string_to_array(w.queues, ','), ARRAY['default'])) "
-            f"FROM {self.s}.workers w WHERE w.role = 'worker'"
+            f"FROM {self.s}.workers w WHERE w.role = 'worker' "
+            "AND w.last_beat >= %(now)s - %(lease)s"
         )
         return (
             f"(t.queue IN ({served}) OR NOT EXISTS (SELECT FROM {self.s}.workers w "
-            "WHERE w.role = 'worker'))"
+            "WHERE w.role = 'worker')) AND NOT (t.queue = ANY(%(skip_queues)s::text[]))"
         )
 
     def pool_view(self, skip: bool) -> str:

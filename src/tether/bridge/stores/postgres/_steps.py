@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
+import psycopg
 
 from ...custody._children import MAX_CHILDREN, ChildView, SpawnError
 from ...custody._records import StepRecord, WaitingRuns
@@ -107,9 +108,14 @@ class StepsSql:
 
     @property
     def await_children(self) -> str:
+        """The children of this join awaited, and only they (an earlier join's, one that
+        timed out, no longer hold the parent's wake); their rows locked in id order, the
+        order a merged completion's statement locks them in (no deadlock between the two)."""
         return (
-            f"UPDATE {self.s}.tasks SET awaited = true WHERE parent = %(id)s AND NOT awaited "
-            "AND id = ANY(%(ids)s::text[])"
+            f"WITH l AS (SELECT id FROM {self.s}.tasks WHERE parent = %(id)s "
+            "AND (awaited OR id = ANY(%(ids)s::text[])) ORDER BY id FOR UPDATE) "
+            f"UPDATE {self.s}.tasks t SET awaited = (t.id = ANY(%(ids)s::text[])) FROM l "
+            "WHERE t.id = l.id"
         )
 
     @property
@@ -310,13 +316,24 @@ class PostgresSteps(StepsFrame):
         params.update(ids=list(ids), until=until, why=why, chan=self.db.channel)
         steps_sql, state_sql = self._steps_sql, self.db.sql.cas_state
 
-        def op(conn: Conn) -> CustodyState | FoundState | None:
+        def once(conn: Conn) -> CustodyState | None:
             with conn.transaction():
                 conn.execute(steps_sql.await_children, params)  # the children's rows first
                 row = conn.execute(steps_sql.park_join, params).fetchone()
-                if row is not None:
-                    return CustodyState(row[0])
-            return seen(conn, state_sql, params)
+                if row is None:
+                    raise psycopg.Rollback  # fenced out: a zombie's marks go with it
+            return None if row is None else CustodyState(row[0])
+
+        def op(conn: Conn) -> CustodyState | FoundState | None:
+            for tries in range(1, 4):
+                try:
+                    moved = once(conn)
+                except psycopg.errors.DeadlockDetected:  # the server chose it: nothing written
+                    if tries == 3:
+                        raise
+                    continue
+                return moved if moved is not None else seen(conn, state_sql, params)
+            raise AssertionError("unreachable")
 
         outcome = await self.db.run(op)
         if isinstance(outcome, CustodyState):

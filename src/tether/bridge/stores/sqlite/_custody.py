@@ -180,10 +180,14 @@ class SqliteCustody(CustodyFrame):
 
         return await self.db.write(op)
 
-    async def _pool_view(self, at: float, pending_limit: int, skip: list[str]) -> PoolView:
-        rooms = json.dumps(skip)
+    async def _pool_view(
+        self, at: float, pending_limit: int, skip: list[str], skip_queues: list[str]
+    ) -> PoolView:
+        rooms, lease = json.dumps(skip), self.host.lease_s
         return await self.db.read(
-            lambda conn: _pool_view(conn, at, pending_limit, rooms, self._walks)
+            lambda conn: _pool_view(
+                conn, at, pending_limit, rooms, self._walks, lease, set(skip_queues)
+            )
         )
 
     async def plan_and_assign(
@@ -205,7 +209,7 @@ class SqliteCustody(CustodyFrame):
         unique: list[tuple[str, str]] = []
 
         def op(conn: sqlite3.Connection) -> tuple[Swept, set[str]]:
-            view = _pool_view(conn, now, pending_limit, "[]", self._walks)
+            view = _pool_view(conn, now, pending_limit, "[]", self._walks, self.host.lease_s)
             pairs = decide(view)
             if pairs is None:
                 return Swept(view, None), set()
@@ -568,16 +572,25 @@ def _supersede(
 
 
 def _pool_view(
-    conn: sqlite3.Connection, at: float, pending_limit: int, skip: str, walks: WalkHint
+    conn: sqlite3.Connection,
+    at: float,
+    pending_limit: int,
+    skip: str,
+    walks: WalkHint,
+    lease: float,
+    skip_queues: set[str] | None = None,
 ) -> PoolView:
     """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past).
-    Only the queues its workers serve are read: a backlog nobody serves never fills the
-    window ahead of the tasks somebody does (issue #51)."""
+    Only the queues served by a worker that beat within ``lease`` are read, but those in
+    ``skip_queues``: a backlog nobody serves (or whose workers are full) never fills the
+    window ahead of the tasks somebody can take (issue #51)."""
     pending: list[PendingTask] = []
     rooms: dict[str, str] = {}
     workers = _rows.workers(conn)
-    served = sorted({q for w in workers if w.role == "worker" for q in w.queues})
-    queues = json.dumps(served) if served else None
+    members = [w for w in workers if w.role == "worker"]
+    served = {q for w in members if w.last_beat >= at - lease for q in w.queues}
+    served -= skip_queues or set()
+    queues = json.dumps(sorted(served)) if members else None
     ready = json.dumps(ready_pending(conn, at, pending_limit, skip, walks, queues))
     for id, room, rank, keeper, queue in conn.execute(sql.VIEW_PENDING, (ready,)):
         pending.append(PendingTask(id, room, RANK_PRIORITY[rank], queue))

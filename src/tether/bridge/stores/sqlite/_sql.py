@@ -133,9 +133,14 @@ SUPERSEDE: Final = (
 )
 BODIES: Final = f"SELECT id, body FROM tasks WHERE id IN {IDS}"
 PRUNE: Final = (
-    "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks "
-    "WHERE state = 'delivered' AND updated_at < ? LIMIT ?) RETURNING id, updated_at"
+    "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks c "
+    "WHERE c.state = 'delivered' AND c.updated_at < ? AND (c.parent IS NULL OR NOT EXISTS "
+    "(SELECT 1 FROM tasks p WHERE p.id = c.parent "
+    "AND p.state IN ('pending', 'assigned', 'claimed', 'waiting'))) LIMIT ?) "
+    "RETURNING id, updated_at"
 )
+"""Delivered tasks past retention, but a child whose parent still runs: its join may not have
+read it yet (issue #51)."""
 TOMBSTONE: Final = (
     "INSERT INTO tombstones (id, delivered_at) VALUES (?, ?) "
     "ON CONFLICT (id) DO UPDATE SET delivered_at = excluded.delivered_at"

@@ -72,9 +72,11 @@ _LIVE: Final = "parent IS NOT NULL AND state IN ('pending', 'assigned', 'claimed
 """A live child: ``tasks_live_children``'s predicate, word for word (SQLite's planner reads
 it)."""
 AWAIT: Final = (
-    "UPDATE tasks SET awaited = 1 WHERE parent = :id AND awaited = 0 "
-    "AND id IN (SELECT value FROM json_each(:ids))"
+    "UPDATE tasks SET awaited = (id IN (SELECT value FROM json_each(:ids))) "
+    "WHERE parent = :id AND (awaited = 1 OR id IN (SELECT value FROM json_each(:ids)))"
 )
+"""The children of this join awaited, and only they: an earlier join's (one that timed out)
+no longer hold the parent's wake."""
 PARK_JOIN: Final = (
     "UPDATE tasks SET state = CASE WHEN j.live THEN 'waiting' ELSE 'pending' END, "
     "owner = NULL, lease_until = NULL, not_before = CASE WHEN j.live THEN :until END, "
