@@ -101,7 +101,7 @@ async def test_batch_claims_and_completions_never_scan_the_whole_table(postgres_
         assign = {"ids": pending, "workers": ["w3"] * len(pending), "now": now, "chan": "c"}
         assign["quiet"] = []
         claim_for = {"workers": ["w3", "w4"], "limits": [4, 4], "now": now, "until": now + 60}
-        view = {"limit": 100, "skip": ["r1"], "now": now}
+        view = {"limit": 100, "skip": ["r1"], "now": now, "lease": 60.0, "skip_queues": []}
         sql = store.db.sql
         whole = ("Seq Scan", "Bitmap Heap Scan")  # a claim reads the queue down its index
         for name, query, params, walk, kinds in (

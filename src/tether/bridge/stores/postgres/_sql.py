@@ -223,7 +223,7 @@ class Sql:
     @property
     def served_queues(self) -> str:
         """Is task ``t`` in a queue served by a worker that beat within the lease (any queue
-        while none has beaten), and not in ``%(skip_queues)s``? The lead reads only those: a
+        while none did), and not in ``%(skip_queues)s``? The lead reads only those: a
         backlog nobody serves (or whose workers are full) never fills its window ahead of the
         tasks somebody can take (issue #51)."""
         served = (
@@ -233,7 +233,8 @@ class Sql:
         )
         return (
             f"(t.queue IN ({served}) OR NOT EXISTS (SELECT FROM {self.s}.workers w "
-            "WHERE w.role = 'worker')) AND NOT (t.queue = ANY(%(skip_queues)s::text[]))"
+            "WHERE w.role = 'worker' AND w.last_beat >= %(now)s - %(lease)s)) "
+            "AND NOT (t.queue = ANY(%(skip_queues)s::text[]))"
         )
 
     def pool_view(self, skip: bool) -> str:

@@ -581,16 +581,17 @@ def _pool_view(
     skip_queues: set[str] | None = None,
 ) -> PoolView:
     """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past).
-    Only the queues served by a worker that beat within ``lease`` are read, but those in
-    ``skip_queues``: a backlog nobody serves (or whose workers are full) never fills the
+    Only the queues served by a worker that beat within ``lease`` are read (every queue while
+    none did), but those in ``skip_queues``: a backlog nobody serves (or whose workers are full) never fills the
     window ahead of the tasks somebody can take (issue #51)."""
     pending: list[PendingTask] = []
     rooms: dict[str, str] = {}
     workers = _rows.workers(conn)
-    members = [w for w in workers if w.role == "worker"]
-    served = {q for w in members if w.last_beat >= at - lease for q in w.queues}
-    served -= skip_queues or set()
-    queues = json.dumps(sorted(served)) if members else None
+    served = {
+        q for w in workers if w.role == "worker" and w.last_beat >= at - lease for q in w.queues
+    }
+    # no worker beat within the lease: every queue (the view still shows what waits)
+    queues = json.dumps(sorted(served - (skip_queues or set()))) if served else None
     ready = json.dumps(ready_pending(conn, at, pending_limit, skip, walks, queues))
     for id, room, rank, keeper, queue in conn.execute(sql.VIEW_PENDING, (ready,)):
         pending.append(PendingTask(id, room, RANK_PRIORITY[rank], queue))
