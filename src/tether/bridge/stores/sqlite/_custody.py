@@ -582,8 +582,8 @@ def _pool_view(
 ) -> PoolView:
     """The pool as one transaction sees it (``skip``: a JSON list of rooms to read past).
     Only the queues served by a worker that beat within ``lease`` are read (every queue while
-    none did), but those in ``skip_queues``: a backlog nobody serves (or whose workers are full) never fills the
-    window ahead of the tasks somebody can take (issue #51)."""
+    none did), but those in ``skip_queues``: a backlog nobody serves (or whose workers are
+    full) never fills the window ahead of the tasks somebody can take (issue #51)."""
     pending: list[PendingTask] = []
     rooms: dict[str, str] = {}
     workers = _rows.workers(conn)
