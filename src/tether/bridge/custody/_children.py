@@ -17,17 +17,17 @@ ones: nobody would read their results.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import attrs
 
 from ..._protocol._bounds import InvalidTask
+from ._records import StepRecord
 from ._rules import DEFAULT_QUEUE, QUEUE_HEADER, CustodyState, Task, check_queue
+from ._rules import PARENT_HEADER as PARENT_HEADER
 
-PARENT_HEADER: Final = "parent"
-"""The header naming a child's parent task: set by ``run.spawn`` only (an ingest from a gateway
-that carries it is refused)."""
 DEPTH_HEADER: Final = "depth"
 """A child's depth below its top-level ancestor ("1" for a top-level parent's children)."""
 MAX_DEPTH: Final = 8
@@ -73,11 +73,6 @@ def child_id(parent: str, name: str) -> str:
     return f"{CHILD_ID_PREFIX}{digest[:40]}"
 
 
-def parent_of(task: Task) -> str | None:
-    """The parent of ``task`` if it is a child (``Task.parent``)."""
-    return task.parent
-
-
 def depth_of(task: Task) -> int:
     """How deep ``task`` is below its top-level ancestor (0: not a child)."""
     return int(task.headers.get(DEPTH_HEADER, "0"))
@@ -115,6 +110,15 @@ def child_task(parent: Task, name: str, body: str, *, queue: str | None, room: s
         )
     except InvalidTask as exc:
         raise SpawnError(f"child {name!r} of task {parent.id!r}: {exc}") from None
+
+
+def spawned(steps: Iterable[StepRecord]) -> list[tuple[str, str]]:
+    """The children a task's recorded steps spawned, in spawn order: (spawn name, child id)."""
+    return [
+        (s.name.removeprefix(SPAWN_PREFIX), str(json.loads(s.value)))
+        for s in steps
+        if s.name.startswith(SPAWN_PREFIX)
+    ]
 
 
 def check_not_child(headers: Mapping[str, str], what: str) -> None:

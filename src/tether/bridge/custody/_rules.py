@@ -32,6 +32,8 @@ from ._tenants import TENANT_HEADER, check_header_label, check_tenant
 QUEUE_HEADER: Final = "queue"
 """The header naming a task's queue (issue #51); without it a task is in ``DEFAULT_QUEUE``."""
 DEFAULT_QUEUE: Final = "default"
+PARENT_HEADER: Final = "parent"
+"""The header naming a child's parent task: set by ``run.spawn`` only (issue #51)."""
 
 
 DEFAULT_QUEUES: Final = (DEFAULT_QUEUE,)
@@ -260,7 +262,7 @@ class Task:
     @property
     def parent(self) -> str | None:
         """The task whose run spawned this one (``run.spawn``), or None (issue #51)."""
-        return self.headers.get("parent")
+        return self.headers.get(PARENT_HEADER)
 
     @property
     def queue(self) -> str:

@@ -24,7 +24,7 @@ from ..custody._roles import LeadStore
 from ..custody._rules import check_worker
 from ..runs._timings import Timings
 from ._idle import idle_backoff
-from ._liveness import DEFAULT_MAX_SKEW, check_seconds, is_alive
+from ._liveness import DEFAULT_DEAD_AFTER, DEFAULT_MAX_SKEW, check_seconds, is_alive
 from ._plan import Assigned, Deferred, Returned, SweepPlan, plan_sweep
 from ._stop import StopSignal
 from ._wakeup import PoolWakeups, Wakeup
@@ -89,7 +89,7 @@ class PoolLead:
     sweep_interval: float = 0.5
     """Seconds between sweeps unless rung; doubling while sweeps find the pool idle, up to
     ``pool._idle.IDLE_MAXIMUM``."""
-    dead_after: float = 10.0
+    dead_after: float = DEFAULT_DEAD_AFTER
     stuck_after: float = 30.0
     stuck_cap: float | None = None
     """Seconds after which a stuck assignment goes back even while its worker is busy

@@ -17,6 +17,8 @@ from ..custody._roles import PoolMemberStore
 log = logging.getLogger("tether.bridge.pool.worker")
 """The workers' logger: a leaderless worker does this duty."""
 
+DEFAULT_DEAD_AFTER: Final = 10.0
+"""Seconds without a beat after which a member counts as dead (the lead's ``dead_after``)."""
 DEFAULT_MAX_SKEW: Final = 1.0
 
 

@@ -54,6 +54,8 @@ from ._quarantine_wire import (
     Deframer,
     conversation_fields,
     encode,
+    task_fields,
+    task_from,
 )
 
 CHILD_MODULE: Final = "tether.bridge.pool._quarantine_child"
@@ -186,11 +188,7 @@ def _task_frame(task: Any, steps: ChildSteps | None) -> bytes:
     for when the run reads it: a ``conversation`` frame)."""
     return encode(
         "task",
-        id=task.id,
-        body=task.body,
-        room=task.room,
-        priority=task.priority,
-        headers=dict(task.headers),
+        **task_fields(task),
         steps=[] if steps is None else steps_fields(steps.recorded),
         asks=[] if steps is None else asks_fields(steps.asks),
         park_after=math.inf if steps is None else steps.park_after,
@@ -247,7 +245,7 @@ async def _spawn(
     """Spawn the child a quarantined parent asked for, under this process's fence."""
     name, n = str(message["name"]), message.get("n")
     try:
-        record = await spawn(name, Task(**message["child"]))
+        record = await spawn(name, task_from(message["child"]))
     except StaleLease as exc:
         return encode("spawn_stale", n=n, reason=str(exc))
     except (SpawnError, InvalidTask) as exc:

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Final
 import trio
 
 from ..._session import open_session
-from ..custody._rules import Claim, Task
+from ..custody._rules import Claim
 from ..runs._asks import asks_from, parked_fields
 from ..runs._current import Current, entering
 from ..runs._journal import Fence, Journal, Park, Parked
@@ -44,6 +44,7 @@ from ._quarantine_wire import (
     PROTOCOL,
     Deframer,
     encode,
+    task_from,
 )
 
 _PR_SET_PDEATHSIG: Final = 1
@@ -100,13 +101,7 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             message = await pipe.receive()  # a kind this child does not know: skip it
         if message is None:
             return 0
-        task = Task(
-            message["id"],
-            message["body"],
-            room=message.get("room"),
-            priority=message.get("priority", "normal"),
-            headers=message.get("headers") or {},
-        )
+        task = task_from(message)
         progress = Progress()
         store = PipeJournal(pipe, steps_from(message.get("steps")), asks_from(message.get("asks")))
         claim = Claim(task, "quarantine", 1, 0.0, 0)  # the parent holds the real one and its fence

@@ -27,7 +27,7 @@ from ..custody._conversation import Conversation
 from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord
 from ..custody._rules import Claim, CustodyState, StaleLease, Task
-from ._quarantine_wire import conversation_from
+from ._quarantine_wire import conversation_from, task_fields
 
 ANSWERS: Final = {
     "step_ok": "name",
@@ -72,10 +72,10 @@ class PipeJournal:
         )
 
     async def spawn(self, claim: Claim, name: str, child: Task) -> StepRecord:
-        fields: dict[str, Any] = {"id": child.id, "body": child.body, "room": child.room}
-        fields.update(priority=child.priority, headers=dict(child.headers))
         self._asked += 1
-        message = await self._request("spawn", "n", self._asked, name=name, child=fields)
+        message = await self._request(
+            "spawn", "n", self._asked, name=name, child=task_fields(child)
+        )
         if "error" in message:
             raise SpawnError(str(message["error"]))
         return StepRecord(

@@ -21,6 +21,7 @@ from typing import Any, Final
 import attrs
 
 from ..custody._conversation import Conversation, Turn
+from ..custody._rules import Task
 
 PROTOCOL: Final = 1
 """Sent in ``ready``; a parent refuses a child that speaks another."""
@@ -77,6 +78,28 @@ class Deframer:
     def pending(self) -> int:
         """Bytes of a frame begun but not complete (a child that died mid-write)."""
         return len(self._buffer)
+
+
+def task_fields(task: Task) -> dict[str, Any]:
+    """A task as a frame carries it (the ``task`` frame's run, a ``spawn`` frame's child)."""
+    return {
+        "id": task.id,
+        "body": task.body,
+        "room": task.room,
+        "priority": task.priority,
+        "headers": dict(task.headers),
+    }
+
+
+def task_from(fields: dict[str, Any]) -> Task:
+    """The other side's ``task_fields``."""
+    return Task(
+        fields["id"],
+        fields["body"],
+        room=fields.get("room"),
+        priority=fields.get("priority", "normal"),
+        headers=fields.get("headers") or {},
+    )
 
 
 def conversation_fields(conversation: Conversation) -> dict[str, Any]:

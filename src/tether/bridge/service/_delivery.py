@@ -28,7 +28,6 @@ from ..._protocol._messages import (
     parse_result,
 )
 from ..client._client import GatewayClient, GatewayRequestError
-from ..custody._children import parent_of
 from ..custody._roles import DeliveryStore
 from ..custody._rules import CustodyConflict, Result, check_delivery_lease
 from ..pool._idle import idle_backoff
@@ -159,18 +158,14 @@ class Delivery:
             return 0
         # a child's reply is its parent's to read, never the gateway's (issue #51): kept, the
         # child is done; confirmed without a post
-        kept = [(r, ResultReceipt(r.task.id, False)) for r in results if parent_of(r.task)]
+        kept = [(r, ResultReceipt(r.task.id, False)) for r in results if r.task.parent]
         if kept:
             await mark_slots.acquire()
             self._marking.update(r.task.id for r, _ in kept)
             marks.start_soon(self._confirmed, kept, mark_slots)
-            if len(kept) == len(results):
-                return len(results)
         sendable: list[tuple[Result, ResultRequest]] = []
         async with trio.open_nursery() as nursery:
-            for result in results:
-                if parent_of(result.task):
-                    continue
+            for result in (r for r in results if not r.task.parent):
                 request = _request_for(result)
                 try:
                     parse_result(unstructure(request))

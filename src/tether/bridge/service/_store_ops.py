@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from ..._plumbing._converter import unstructure
-from ..custody._children import SPAWN_PREFIX
+from ..custody._children import spawned
 from ..custody._records import OperatorOutcome
 from ..custody._roles import Store
 from ..custody._rules import CustodyState, TaskRecord
@@ -61,11 +61,7 @@ async def list_children(store: Store, parent: str, limit: int, as_json: bool) ->
     if record is None:
         print(f"tether: no task {parent!r} in the store", file=sys.stderr)
         return 1
-    spawns = [
-        (s.name.removeprefix(SPAWN_PREFIX), str(json.loads(s.value)))
-        for s in await store.steps(parent)
-        if s.name.startswith(SPAWN_PREFIX)
-    ][:limit]
+    spawns = spawned(await store.steps(parent))[:limit]
     views = await store.children(parent, [child for _, child in spawns])
     rows = [
         {"id": id, "name": name, "state": None if v is None else v.state.value}

@@ -3,7 +3,6 @@ operator reads when one user's reply is late or missing."""
 
 from __future__ import annotations
 
-import json
 from typing import Final, Protocol
 
 import attrs
@@ -11,7 +10,7 @@ import attrs
 from ..._plumbing._converter import unstructure
 from ..._plumbing._logging import escape_controls
 from ..custody._asks import AskRecord
-from ..custody._children import SPAWN_PREFIX
+from ..custody._children import spawned
 from ..custody._crashes import SUSPECTS_RUN, run_words
 from ..custody._records import JournalEntry, StepRecord
 from ..custody._roles import InspectStore, JournalStore
@@ -55,11 +54,7 @@ async def task_tree(store: TreeStore, record: TaskRecord) -> tuple[TreeNode, ...
     nodes.append(TreeNode(record.task.id, "this task", record.state, depth))
 
     async def walk(id: str, depth: int) -> None:
-        spawns = [
-            (s.name.removeprefix(SPAWN_PREFIX), str(json.loads(s.value)))
-            for s in await store.steps(id)
-            if s.name.startswith(SPAWN_PREFIX)
-        ]
+        spawns = spawned(await store.steps(id))
         if not spawns:
             return
         views = await store.children(id, [child for _, child in spawns])

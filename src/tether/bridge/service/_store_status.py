@@ -7,7 +7,6 @@ not heard of) and crash suspects: where to look when replies are late.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
 
 import attrs
 
@@ -15,7 +14,7 @@ from ..._plumbing._converter import unstructure
 from ..custody._crashes import SUSPECTS_RUN, run_words
 from ..custody._roles import InspectStore
 from ..custody._rules import IN_CUSTODY, CustodyState, TaskRecord
-from ..pool._liveness import is_alive
+from ..pool._liveness import DEFAULT_DEAD_AFTER, is_alive
 
 
 @attrs.frozen
@@ -86,11 +85,6 @@ def _entry(record: TaskRecord, now: float, since: float) -> StatusEntry:
     )
 
 
-WORKER_DEAD_AFTER: Final = 10.0
-"""Seconds without a beat after which a worker no longer counts as serving its queues (the
-lead's ``dead_after``)."""
-
-
 async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
     """A snapshot of ``store``: counts, the ``limit`` oldest in flight, the newest dead letters."""
     now = store.clock()
@@ -122,7 +116,7 @@ async def store_status(store: InspectStore, *, limit: int = 10) -> StoreStatus:
         live = [
             w
             for w in await store.workers()
-            if w.role == "worker" and is_alive(w, now, WORKER_DEAD_AFTER)
+            if w.role == "worker" and is_alive(w, now, DEFAULT_DEAD_AFTER)
         ]
         unserved = {
             queue: n

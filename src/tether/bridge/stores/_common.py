@@ -9,7 +9,7 @@ it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -36,6 +36,7 @@ from ..custody._rules import (
     check_task_id,
     check_worker,
 )
+from ._host import Host
 
 RANK_PRIORITY: Final[Mapping[int, str]] = {rank: name for name, rank in PRIORITY_RANK.items()}
 """The stored priority rank back to its name."""
@@ -58,6 +59,13 @@ def check_hands(hands: Mapping[str, Hand]) -> Mapping[str, Hand]:
         check_worker(worker)
         check_claim_limit(hand.slots)
     return hands
+
+
+def ring_for_children(host: Host, claims: Iterable[Claim]) -> None:
+    """A child's outcome stored may have woken its joining parent in the same transaction
+    (the store's ``children_done``): this process's pool looks again at once (issue #51)."""
+    if any(claim.task.parent is not None for claim in claims):
+        host.work_bell.ring()
 
 
 def check_reason(reason: object) -> str:

@@ -30,7 +30,7 @@ from ..custody._conversation import (
     encode_state,
 )
 from ..custody._rules import Claim, check_task_id
-from ._common import check_limit, complete_args, fence_args
+from ._common import check_limit, complete_args, fence_args, ring_for_children
 from ._host import Host
 
 log = logging.getLogger("tether.custody")
@@ -66,8 +66,7 @@ class ConversationFrame(abc.ABC):
         version = await self._complete_with_state(
             claim, body, no_send, text, check_version(base_version), self.host.clock()
         )
-        if claim.task.parent is not None:  # its joining parent may be woken (issue #51)
-            self.host.work_bell.ring()
+        ring_for_children(self.host, [claim])
         log.debug(
             "task %s: result stored by %s (attempt %d) with its room's state version %d",
             claim.task.id,

@@ -8,7 +8,6 @@ Reads with nothing to check (``workers``, ``counts``) are the part's own, declar
 from __future__ import annotations
 
 import abc
-import json
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -65,6 +64,7 @@ from ._common import (
     complete_args,
     fence_args,
     ingest_headers,
+    ring_for_children,
 )
 from ._host import Host
 
@@ -279,7 +279,7 @@ class CustodyFrame(abc.ABC):
         queues: Sequence[str] = DEFAULT_QUEUES,
     ) -> Sequence[Claim]:
         check_worker(worker)
-        served = json.dumps(queues_of(queues))
+        served = queues_of(queues)
         check_claim_limit(limit)
         if quarantine is not None and (
             isinstance(quarantine, bool) or not isinstance(quarantine, int) or quarantine < 0
@@ -300,13 +300,12 @@ class CustodyFrame(abc.ABC):
         now: float,
         until: float,
         quarantine: int | None,
-        queues: str,
+        queues: tuple[str, ...],
     ) -> list[Claim]:
         """With ``quarantine`` a number: up to that many suspects first (``Claim.suspect``,
         marked quarantined in the store), then ordinary work for the rest of ``limit``;
         ``None``: the rule of suspects running alone in their process. Pending tasks and
-        suspects only of ``queues`` (a JSON list); assignments are the lead's, already
-        matched."""
+        suspects only of ``queues``; assignments are the lead's, already matched."""
 
     async def renew(self, claim: Claim) -> Claim:
         fence_args(claim)
@@ -329,7 +328,7 @@ class CustodyFrame(abc.ABC):
             worker=claim.worker,
             attempt=claim.attempt,
         )
-        self._child_done([claim])
+        ring_for_children(self.host, [claim])
 
     @abc.abstractmethod
     async def _complete(self, claim: Claim, body: str, no_send: bool, now: float) -> None:
@@ -353,14 +352,10 @@ class CustodyFrame(abc.ABC):
                     worker=claim.worker,
                     attempt=claim.attempt,
                 )
-        self._child_done([claim for (claim, _), moved in zip(outcomes, done, strict=True) if moved])
+        ring_for_children(
+            self.host, [claim for (claim, _), moved in zip(outcomes, done, strict=True) if moved]
+        )
         return done
-
-    def _child_done(self, claims: Iterable[Claim]) -> None:
-        """A child's outcome stored may have woken its joining parent in the same transaction
-        (the store's ``children_done``): this process's pool looks again at once (issue #51)."""
-        if any(claim.task.parent is not None for claim in claims):
-            self.host.work_bell.ring()
 
     @abc.abstractmethod
     async def _complete_many(
@@ -386,7 +381,7 @@ class CustodyFrame(abc.ABC):
         dead, why = await self._fail(claim, reason, permanent, not_before, now)
         target = CustodyState.DEAD if dead else CustodyState.PENDING
         if dead:
-            self._child_done([claim])
+            ring_for_children(self.host, [claim])
         _clog.moved(
             claim.task.id,
             CustodyState.CLAIMED,

@@ -15,7 +15,7 @@ import attrs
 
 from ..._plumbing._when import iso_time
 from ..custody import _log as _clog
-from ..custody._children import JOINING, SPAWN_PREFIX, ChildView, SpawnError, parent_of
+from ..custody._children import JOINING, SPAWN_PREFIX, ChildView, SpawnError
 from ..custody._records import StepRecord, WaitingRuns
 from ..custody._rules import Claim, CustodyState, Task, check_task_id
 from ..custody._steps import (
@@ -79,7 +79,7 @@ class StepsFrame(abc.ABC):
     async def spawn(self, claim: Claim, name: str, child: Task) -> StepRecord:
         fence_args(claim)
         step = check_step_name(f"{SPAWN_PREFIX}{name}", own=True)
-        if parent_of(child) != claim.task.id:
+        if child.parent != claim.task.id:
             raise SpawnError(f"task {child.id!r} is not a child of {claim.task.id!r}")
         headers = ingest_headers(child, self.host.max_body_bytes)
         value = json.dumps(child.id)

@@ -8,14 +8,12 @@ autocommit connection, mostly one statement (``_sql``: the fence in the ``WHERE`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from ...custody import _log as _clog
-from ...custody._children import parent_of
 from ...custody._crashes import process_prefix, quarantine_death_outcome
 from ...custody._records import (
     Assignment,
@@ -113,7 +111,7 @@ class PostgresCustody(CustodyFrame):
         params.update(owner=SUPERSEDED_OWNER, prefix=SUPERSEDED_PREFIX)
         tenants = [task.tenant for task in tasks]
         params.update(tenants=tenants, fairs=[NO_TURN] * len(tasks))
-        params.update(queues=[t.queue for t in tasks], parents=[parent_of(t) for t in tasks])
+        params.update(queues=[t.queue for t in tasks], parents=[t.parent for t in tasks])
         sql, supersede, turns_sql = self.db.sql.ingest, self.db.sql.supersede, self.db.sql.turns
         s, chan = self.db.s, self.db.channel
         replace = policy == "replace" and any(room is not None for room in rooms)
@@ -316,9 +314,9 @@ class PostgresCustody(CustodyFrame):
         now: float,
         until: float,
         quarantine: int | None,
-        queues: str,
+        queues: tuple[str, ...],
     ) -> list[Claim]:
-        served = json.loads(queues)
+        served = list(queues)
         if not leaderless:  # the pool's usual claim: merged (``_merge``)
             return await self.claims.call(
                 (worker, limit, now, until, quarantine, served),

@@ -258,11 +258,13 @@ class SqliteCustody(CustodyFrame):
         now: float,
         until: float,
         quarantine: int | None,
-        queues: str,
+        queues: tuple[str, ...],
     ) -> list[Claim]:
+        served = json.dumps(queues)
+
         def op(conn: sqlite3.Connection) -> list[Claim]:
             return claim_rows(
-                conn, self._walks, worker, limit, leaderless, now, until, quarantine, queues
+                conn, self._walks, worker, limit, leaderless, now, until, quarantine, served
             )
 
         return await self.db.write(op)

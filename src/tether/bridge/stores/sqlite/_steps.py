@@ -85,27 +85,25 @@ PARK_JOIN: Final = (
     f"WHERE parent = :id AND {_LIVE} AND awaited = 1) AS live) j "
     f"WHERE {FENCE_NAMED} RETURNING state"
 )
-WAKE_JOINED: Final = (
-    "UPDATE tasks SET state = 'pending', not_before = NULL, updated_at = :now "
-    "WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_sleeping WHERE state = 'waiting' "
+_JOINERS_DONE: Final = (
+    "SELECT id FROM tasks INDEXED BY tasks_sleeping WHERE state = 'waiting' "
     "AND reason LIKE 'joining %' AND NOT EXISTS (SELECT 1 FROM tasks c "
     "INDEXED BY tasks_live_children WHERE c.parent = tasks.id AND c.parent IS NOT NULL "
-    "AND c.state IN ('pending', 'assigned', 'claimed', 'waiting') AND c.awaited = 1) "
-    "LIMIT :limit) RETURNING id"
+    "AND c.state IN ('pending', 'assigned', 'claimed', 'waiting') AND c.awaited = 1)"
 )
-ORPHANS: Final = (
+"""Joining parents none of whose awaited children is live (the trigger's wake missed)."""
+WAKE_JOINED: Final = (
+    "UPDATE tasks SET state = 'pending', not_before = NULL, updated_at = :now "
+    f"WHERE id IN ({_JOINERS_DONE} LIMIT :limit) RETURNING id"
+)
+_ORPHANS: Final = (
     "SELECT c.id, c.state, c.parent, p.state FROM tasks c INDEXED BY tasks_live_children "
     "LEFT JOIN tasks p ON p.id = c.parent "
     "WHERE c.parent IS NOT NULL AND c.state IN ('pending', 'assigned', 'claimed', 'waiting') "
-    "AND (p.id IS NULL OR p.state IN ('result', 'delivered', 'dead')) LIMIT :limit"
+    "AND (p.id IS NULL OR p.state IN ('result', 'delivered', 'dead'))"
 )
-TO_SETTLE: Final = (
-    f"SELECT EXISTS ({ORPHANS.replace(':limit', '1')}) OR EXISTS (SELECT 1 FROM tasks "
-    "INDEXED BY tasks_sleeping WHERE state = 'waiting' AND reason LIKE 'joining %' "
-    "AND NOT EXISTS (SELECT 1 FROM tasks c INDEXED BY tasks_live_children "
-    "WHERE c.parent = tasks.id AND c.parent IS NOT NULL "
-    "AND c.state IN ('pending', 'assigned', 'claimed', 'waiting') AND c.awaited = 1))"
-)
+ORPHANS: Final = f"{_ORPHANS} LIMIT :limit"
+TO_SETTLE: Final = f"SELECT EXISTS ({_ORPHANS}) OR EXISTS ({_JOINERS_DONE})"
 """Is there a joiner to wake or an orphan to cancel? (Read first: an idle pass writes
 nothing.)"""
 CANCEL_ORPHAN: Final = (
