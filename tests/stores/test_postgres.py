@@ -297,6 +297,8 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_dsn: str) -> Non
     _sql(  # take the schema back to what version 1 created
         postgres_dsn,
         f"DROP TABLE {s}.workers, {s}.rooms, {s}.stall_notices, {s}.tombstones; "
+        # schedules and events (issue #52): the wait key's index goes with its column
+        f"DROP TABLE {s}.schedules, {s}.events; ALTER TABLE {s}.tasks DROP COLUMN wait_key; "
         # child runs and queues (issue #51): their indexes go with the columns
         f"DROP TRIGGER children_done ON {s}.tasks; DROP FUNCTION {s}.children_done(); "
         f"ALTER TABLE {s}.tasks DROP COLUMN queue, DROP COLUMN parent, DROP COLUMN awaited; "

@@ -9,8 +9,6 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -21,10 +19,12 @@ from ..bridge.service._config import (
     BridgeConfig,
 )
 from ..bridge.service._settings import env_name
+from ._opened import opened_store
 from ._parsers import SettingsHelp, Subparsers, add_command, add_group, add_settings
+from ._schedules import add_schedule_parsers, run_events, run_schedules
 
 if TYPE_CHECKING:
-    from ..bridge.custody._roles import Store
+    pass
 
 EXIT_AUTH = 3
 
@@ -95,6 +95,11 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     ),
     "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
     "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
+    "event_ttl": (
+        "seconds an event sent to the admin endpoint (POST /v1/events) is kept for the runs "
+        "that wait for its key later (default: 604800, 7 days)",
+        float,
+    ),
     "park_after": (
         "seconds: a durable sleep (run.sleep) up to this long sleeps in place; a longer one "
         "parks its task in waiting, freeing the worker, until it is due (default: 30)",
@@ -236,6 +241,7 @@ def add_bridge_parsers(sub: Subparsers, epilog: str) -> None:
     _add_room_parsers(store_actions, epilog)
     _add_limit_parsers(store_actions, epilog)
     _add_tenant_parsers(store_actions, epilog)
+    add_schedule_parsers(store_actions, epilog, CONFIG_HELP, _store_options)
 
 
 LIMITS_EXITS = """exit codes of limits:
@@ -486,11 +492,15 @@ def run_store(args: argparse.Namespace) -> int:
         return trio.run(_limits, config, args)
     if args.store_command == "tenants":
         return trio.run(_tenants, config, args)
+    if args.store_command == "schedules":
+        return trio.run(run_schedules, config, args)
+    if args.store_command in ("send-event", "events"):
+        return trio.run(run_events, config, args)
     if args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
 
     async def status() -> int:
-        async with _opened(config, read_only=True, must_exist=False) as store:
+        async with opened_store(config, read_only=True, must_exist=False) as store:
             snapshot = await store_status(store, limit=args.limit)
         if args.json:
             print(json.dumps(snapshot.to_document(), indent=2))
@@ -501,33 +511,11 @@ def run_store(args: argparse.Namespace) -> int:
     return trio.run(status)
 
 
-@asynccontextmanager
-async def _opened(
-    config: BridgeConfig, *, read_only: bool, must_exist: bool = True
-) -> AsyncIterator[Store]:
-    """The store ``config`` names, for one store verb, closed after: ``read_only`` for a verb
-    that only reads (it changes nothing, not even the schema); ``must_exist`` refuses a path
-    that is not already a tether store."""
-    from ..bridge.stores._open import open_store
-
-    store = await open_store(
-        config.store,
-        must_exist=must_exist,
-        read_only=read_only,
-        password_file=config.store_password_file,
-        schema=config.store_schema,
-    )
-    try:
-        yield store
-    finally:
-        await store.aclose()
-
-
 async def _show(config: BridgeConfig, id: str, as_json: bool) -> int:
     from ..bridge.custody._rules import InvalidTaskId
     from ..bridge.service._store_show import TaskShow, render_show, task_tree
 
-    async with _opened(config, read_only=True, must_exist=False) as store:
+    async with opened_store(config, read_only=True, must_exist=False) as store:
         try:
             record = await store.get(id)
         except InvalidTaskId as exc:
@@ -595,7 +583,7 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
     # each move is printed (and journalled): the custody log's own line for it would only
     # repeat it on stderr through logging's last-resort handler
     logging.getLogger("tether.custody").addHandler(logging.NullHandler())
-    async with _opened(config, read_only=args.store_command == "list") as store:
+    async with opened_store(config, read_only=args.store_command == "list") as store:
         if args.store_command == "list":
             if args.parent is not None:
                 return await _store_ops.list_children(store, args.parent, args.limit, args.json)
@@ -631,7 +619,7 @@ async def _room(config: BridgeConfig, args: argparse.Namespace) -> int:
     if showing and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     logging.getLogger("tether.custody").addHandler(logging.NullHandler())
-    async with _opened(config, read_only=showing) as store:
+    async with opened_store(config, read_only=showing) as store:
         if showing:
             return await _store_room.show_room(store, room, min(args.limit, 10_000), args.json)
         return await _store_room.forget_room(store, room)
@@ -654,7 +642,7 @@ async def _limits(config: BridgeConfig, args: argparse.Namespace) -> int:
             spec = LimitSpec(args.key, rate, args.burst or 0.0, args.concurrency)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    async with _opened(config, read_only=not setting) as store:
+    async with opened_store(config, read_only=not setting) as store:
         if spec is not None:
             return await _store_limits.set_limit(store, spec)
         return await _store_limits.show_limits(store, args.json)
@@ -672,7 +660,7 @@ async def _tenants(config: BridgeConfig, args: argparse.Namespace) -> int:
             check_tenant_weight(args.weight)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    async with _opened(config, read_only=not setting) as store:
+    async with opened_store(config, read_only=not setting) as store:
         if setting:
             return await _store_tenants.set_tenant_weight(store, args.tenant, args.weight)
         return await _store_tenants.show_tenants(store, args.json)

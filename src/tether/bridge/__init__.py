@@ -33,6 +33,7 @@ if _typing.TYPE_CHECKING:
     from .runs import AskUnsupported as AskUnsupported
     from .runs import ChildFailed as ChildFailed
     from .runs import JoinTimeout as JoinTimeout
+    from .runs import WaitTimeout as WaitTimeout
     from .runs import progress_of as progress_of
     from .runs import Progress as Progress
     from .runs import conversation_of as conversation_of

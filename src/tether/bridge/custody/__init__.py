@@ -22,6 +22,8 @@ exported by ``tether.bridge``.
 - ``_steps``: the rules of a durable run's recorded steps (names, sizes, JSON values).
 - ``_children``: child runs and queues (issue #51): child ids, depth and fan-out bounds, when a
   child is done for its parent's join.
+- ``_schedules``, ``_events``: schedules kept by the store and events a run waits for (issue
+  #52): names, due times and DST, the task a due time fires; event keys, bodies and TTLs.
 - ``_asks``: a run's questions to the person (issue #36): the records, the roles a worker and
   the question poster use, the rules of a question.
 - ``_limits``: flow control: a limit per key (token bucket, concurrency cap), its arithmetic.
@@ -43,6 +45,11 @@ if _typing.TYPE_CHECKING:
     from ._conversation import StateConflict as StateConflict
     from ._conversation import StateTooLarge as StateTooLarge
     from ._conversation import Turn as Turn
+    from ._events import Event as Event
+    from ._events import EventConflict as EventConflict
+    from ._events import EventSent as EventSent
+    from ._events import EventWaiter as EventWaiter
+    from ._events import InvalidEvent as InvalidEvent
     from ._limits import LIMIT_KEY_RULE as LIMIT_KEY_RULE
     from ._limits import Granted as Granted
     from ._limits import LimitSpec as LimitSpec
@@ -69,6 +76,7 @@ if _typing.TYPE_CHECKING:
     from ._roles import ConversationStore as ConversationStore
     from ._roles import DeadNoticeStore as DeadNoticeStore
     from ._roles import DeliveryStore as DeliveryStore
+    from ._roles import EventStore as EventStore
     from ._roles import IngestStore as IngestStore
     from ._roles import InspectStore as InspectStore
     from ._roles import JournalStore as JournalStore
@@ -82,6 +90,7 @@ if _typing.TYPE_CHECKING:
     from ._roles import RetentionStore as RetentionStore
     from ._roles import RoomStore as RoomStore
     from ._roles import RunStore as RunStore
+    from ._roles import ScheduleStore as ScheduleStore
     from ._roles import StallStore as StallStore
     from ._roles import StateReader as StateReader
     from ._roles import Store as Store
@@ -113,6 +122,9 @@ if _typing.TYPE_CHECKING:
     from ._rules import in_custody as in_custody
     from ._rules import may_move as may_move
     from ._rules import operator_may as operator_may
+    from ._schedules import ScheduleError as ScheduleError
+    from ._schedules import ScheduleSpec as ScheduleSpec
+    from ._schedules import ScheduleView as ScheduleView
     from ._steps import MAX_STEP_BYTES as MAX_STEP_BYTES
     from ._steps import MAX_TASK_STEP_BYTES as MAX_TASK_STEP_BYTES
     from ._steps import STEP_NAME_RULE as STEP_NAME_RULE

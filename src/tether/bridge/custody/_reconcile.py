@@ -1,5 +1,5 @@
 """A reconcile pass: brings expired leases back, wakes parked runs that are due (``waiting`` ->
-``pending``), and never drops an id.
+``pending``), fires the schedules that are due, and never drops an id.
 
 It decides from the state column and the store's clock only, so no number of passes loses a task.
 The loop that repeats it (every ``interval``, and when a parked run falls due) is
@@ -38,6 +38,8 @@ class ReconcileReport:
     expired: tuple[LeaseExpiry, ...] = ()
     woken: tuple[str, ...] = ()
     """Parked runs made pending again (their wake-up time had come; issue #35)."""
+    fired: tuple[str, ...] = ()
+    """Tasks that schedules due by the pass fired (issue #52)."""
     schema_version: int = REPORT_SCHEMA_VERSION
 
     @property
@@ -83,11 +85,14 @@ async def reconcile_pass(store: ReconcilerStore, batch: int) -> tuple[ReconcileR
             len(cancelled),
             ", ".join(cancelled[:5]),
         )
-    soonest = (await store.waiting_runs()).next_wake
+    fired = tuple(await store.fire_schedules(limit=batch))
+    await store.prune_events(limit=batch)
+    wake, due = (await store.waiting_runs()).next_wake, await store.next_schedule_due()
+    soonest = min((t for t in (wake, due) if t is not None), default=None)
     for e in expired:
         level = logging.WARNING if e.outcome is CustodyState.DEAD else logging.INFO
         log.log(level, "task %s: %s", e.id, e.reason)
-    report = ReconcileReport(at=at, expired=tuple(expired), woken=tuple(woken))
+    report = ReconcileReport(at=at, expired=tuple(expired), woken=tuple(woken), fired=fired)
     return report, math.inf if soonest is None else soonest
 
 

@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 from ._asks import AskRecord, QuestionStore
 from ._children import ChildView
 from ._conversation import Conversation, ConversationCounts, RoomView
+from ._events import Event, EventSent, EventWaiter
 from ._limits import Granted, LimitSpec, LimitView, NoPermit
 from ._records import (
     Hand,
@@ -31,6 +32,7 @@ from ._records import (
 )
 from ._rooms import RoomPolicy
 from ._rules import Claim, CustodyState, Result, Task, TaskRecord
+from ._schedules import ScheduleSpec, ScheduleView
 from ._tenants import TenantView
 from ._work_bell import WorkBell
 
@@ -313,6 +315,11 @@ class JournalStore(PermitStore, Clocked, Protocol):
         where no such child is stored). Reads only."""
         ...
 
+    async def take_event(self, key: str, taken: Sequence[str]) -> Event | None:
+        """The first kept event of ``key`` (arrival order, TTL not ended) whose id is not in
+        ``taken`` (the events this run took before): a wait's read (issue #52). Reads only."""
+        ...
+
 
 class RunStore(JournalStore, ConversationStore, StoreClock, Protocol):
     """Everything a run does to the store (``bridge.runs``): its journal, its room's
@@ -334,6 +341,17 @@ class RunStore(JournalStore, ConversationStore, StoreClock, Protocol):
         claimed -> pending with the same attempt (they finished as it parked: its join
         returns when it runs again). The transaction that makes the last awaited child done
         wakes it (waiting -> pending). Returns the state it moved to; ``StaleLease`` if
+        fenced out."""
+        ...
+
+    async def park_event(
+        self, claim: Claim, key: str, taken: Sequence[str], until: float, why: str
+    ) -> CustodyState:
+        """Park ``claim``'s task until an event of ``key`` not in ``taken`` comes (issue
+        #52): under the fence, claimed -> waiting (due at ``until``, the wait's deadline; its
+        reason ``awaiting event <key>: <why>``), or claimed -> pending with the same attempt if
+        such an event is kept already (it came as the run parked). The transaction that keeps
+        an event wakes its key's waiting runs. The state it moved to; ``StaleLease`` if
         fenced out."""
         ...
 
@@ -603,6 +621,21 @@ class ReconcilerStore(StoreClock, Protocol):
         """How many tasks are ``waiting``, and the earliest wake-up (store clock)."""
         ...
 
+    async def fire_schedules(self, *, limit: int = ...) -> Sequence[str]:
+        """Fire up to ``limit`` schedules due by now (issue #52): for each, in one transaction,
+        its next due time moves on (compare-and-set on the one read) and the task of each due
+        time fired is ingested (its id: the schedule's name and the due time); the ids this
+        call made new."""
+        ...
+
+    async def next_schedule_due(self) -> float | None:
+        """The soonest due time of a schedule not paused (store clock), or None."""
+        ...
+
+    async def prune_events(self, *, limit: int = ...) -> Sequence[str]:
+        """Drop up to ``limit`` kept events whose TTL ended; their ids (logged)."""
+        ...
+
 
 class RetentionStore(Protocol):
     """What retention needs: prune delivered tasks, keeping tombstones against replays."""
@@ -764,6 +797,42 @@ class NewsStore(Protocol):
         ...
 
 
+class ScheduleStore(StoreClock, Protocol):
+    """Schedules kept in the store (issue #52): what an operator adds, pauses, resumes,
+    removes and reads."""
+
+    async def add_schedule(self, spec: ScheduleSpec) -> ScheduleView:
+        """Keep ``spec``, first due after now; ``ScheduleError`` if its name is kept."""
+        ...
+
+    async def pause_schedule(self, name: str) -> bool: ...
+
+    async def resume_schedule(self, name: str) -> bool:
+        """Due next after now: the times it was paused through never fire."""
+        ...
+
+    async def remove_schedule(self, name: str) -> bool: ...
+
+    async def schedule(self, name: str) -> ScheduleView | None: ...
+
+    async def schedules(self) -> Sequence[ScheduleView]: ...
+
+
+class EventStore(StoreClock, Protocol):
+    """Events sent to the store (issue #52), and what an operator reads and drops."""
+
+    async def send_event(self, id: str, key: str, body: object, *, ttl_s: float = ...) -> EventSent:
+        """Keep the event (durable before it returns; idempotent by ``id``; a replay with
+        another key or body raises ``EventConflict``) and wake every run waiting on ``key``."""
+        ...
+
+    async def events(self, *, key: str | None = ..., limit: int = ...) -> Sequence[Event]: ...
+
+    async def drop_event(self, id: str) -> bool: ...
+
+    async def event_waiters(self) -> Sequence[EventWaiter]: ...
+
+
 @runtime_checkable
 class Store(
     IngestStore,
@@ -779,6 +848,8 @@ class Store(
     RoomStore,
     QuestionStore,
     LimitStore,
+    ScheduleStore,
+    EventStore,
     NewsStore,
     Protocol,
 ):

@@ -24,6 +24,7 @@ if _typing.TYPE_CHECKING:
     from ..custody._children import ChildFailed as ChildFailed
     from ..custody._conversation import Conversation as Conversation
     from ..custody._conversation import Turn as Turn
+    from ..custody._events import WaitTimeout as WaitTimeout
     from ..custody._steps import StepError as StepError
     from ..runs._asks import AskTimeout as AskTimeout
     from ..runs._asks import AskUnsupported as AskUnsupported

@@ -35,6 +35,7 @@ from ..custody._asks import AskRecord
 from ..custody._children import ChildView, SpawnError
 from ..custody._conversation import Conversation
 from ..custody._crashes import DEFAULT_MAX_QUARANTINE_DEATHS, check_max_quarantine_deaths
+from ..custody._events import Event
 from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord
 from ..custody._rules import InvalidTask, StaleLease, Task
@@ -215,6 +216,12 @@ async def _serve(
         found = await steps.children([str(id) for id in message.get("ids") or ()])
         rows = [None if v is None else [v.id, v.state.value, v.result, v.reason] for v in found]
         await stdin.send_all(encode("children_ok", n=message.get("n"), children=rows))
+    elif kind == "event" and steps is not None and steps.take_event is not None:
+        event = await steps.take_event(
+            str(message["key"]), [str(id) for id in message.get("taken") or ()]
+        )
+        row = None if event is None else [event.id, event.key, event.body, event.at, event.until]
+        await stdin.send_all(encode("event_ok", n=message.get("n"), event=row))
     elif kind == "conversation" and steps is not None:
         talk = Conversation() if steps.conversation is None else await steps.conversation()
         await stdin.send_all(
@@ -231,7 +238,10 @@ def _note_parked(steps: ChildSteps, message: dict[str, Any]) -> None:
     children (issue #51)."""
     why, asked = str(message.get("why") or "parked"), parked_from(message)
     join, until = [str(id) for id in message.get("join") or ()], float(message["until"])
-    if join:
+    event, taken = message.get("event"), [str(id) for id in message.get("taken") or ()]
+    if event is not None:
+        steps.parked(until, why, event=str(event), taken=taken)
+    elif join:
         steps.parked(until, why, asked, join)
     elif asked is None:
         steps.parked(until, why)
@@ -291,6 +301,8 @@ class ChildSteps:
     """Spawns a child under the parent's claim (issue #51)."""
     children: Callable[[Sequence[str]], Awaitable[Sequence[ChildView | None]]] | None = None
     """Reads the run's children for a join."""
+    take_event: Callable[[str, Sequence[str]], Awaitable[Event | None]] | None = None
+    """Reads the event a wait takes (issue #52)."""
     conversation: Callable[[], Awaitable[Conversation]] | None = None
     """Reads the run's conversation when the child asks (its first ``await
     conversation_of``): the parent's run keeps what it read, for the state's base version."""
@@ -336,9 +348,15 @@ async def child_steps(journal: Journal) -> ChildSteps:
         return await journal.fenced(lambda store, claim: store.record_step(claim, name, value))
 
     def parked(
-        until: float, why: str, asked: ParkedAsk | None = None, join: Sequence[str] = ()
+        until: float,
+        why: str,
+        asked: ParkedAsk | None = None,
+        join: Sequence[str] = (),
+        *,
+        event: str | None = None,
+        taken: Sequence[str] = (),
     ) -> None:
-        journal.park(until, why, asked, join)
+        journal.park(until, why, asked, join, event=event, taken=taken)
 
     async def acquire(key: str, weight: float) -> Granted | NoPermit:
         return await journal.fenced(lambda store, claim: store.acquire_permit(claim, key, weight))
@@ -359,6 +377,7 @@ async def child_steps(journal: Journal) -> ChildSteps:
         limits,
         spawn=spawn,
         children=children,
+        take_event=store.take_event,
     )
 
 

@@ -152,7 +152,13 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
 def _send_parked(pipe: _Pipe, park: Park) -> None:
     """Tell the parent the run parked (and at which question, if it asked: issue #36)."""
     pipe.send(
-        "parked", until=park.until, why=park.why, join=list(park.join), **parked_fields(park.ask)
+        "parked",
+        until=park.until,
+        why=park.why,
+        join=list(park.join),
+        event=park.event,
+        taken=list(park.taken),
+        **parked_fields(park.ask),
     )
 
 

@@ -24,6 +24,7 @@ import trio
 from ..custody._asks import AskRecord
 from ..custody._children import ChildView, SpawnError
 from ..custody._conversation import Conversation
+from ..custody._events import Event
 from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord
 from ..custody._rules import Claim, CustodyState, StaleLease, Task
@@ -38,6 +39,7 @@ ANSWERS: Final = {
     "spawn_ok": "n",
     "spawn_stale": "n",
     "children_ok": "n",
+    "event_ok": "n",
 }
 """The parent's answers, and the field naming the request each answers."""
 
@@ -89,6 +91,12 @@ class PipeJournal:
             None if row is None else ChildView(row[0], CustodyState(row[1]), row[2], row[3])
             for row in message["children"]
         ]
+
+    async def take_event(self, key: str, taken: Sequence[str]) -> Event | None:
+        self._asked += 1
+        message = await self._request("event", "n", self._asked, key=key, taken=list(taken))
+        found = message.get("event")
+        return None if found is None else Event(*found)
 
     async def acquire_permit(
         self, claim: Claim, key: str, weight: float = 1.0

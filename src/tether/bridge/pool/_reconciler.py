@@ -50,7 +50,7 @@ class Reconciler:
         report, self._soonest = await reconcile_pass(self.store, self.batch)
         if self.on_dead is not None and report.dead_lettered:
             self.on_dead()
-        if self.on_woken is not None and (report.woken or report.repooled):
+        if self.on_woken is not None and (report.woken or report.repooled or report.fired):
             self.on_woken()  # parked runs woke, or expired leases came back to the queue
         self.passes += 1
         self.last_report = report

@@ -7,7 +7,8 @@ An agent author meets the ``Run`` (``run_of(task)``: ``step``, ``key``, ``sleep`
 
 - ``_run``: the author's ``Run``; ``_current``: the current run (one context variable).
 - ``_journal``: what a run records (steps, asks, permits) and where it parks, fenced.
-- ``_children``: child runs (spawn and join, issue #51).
+- ``_children``: child runs (spawn and join, issue #51); ``_events``: waits for events
+  (issue #52).
 - ``_asks``: questions to the person; ``_permits``: limits' permits; ``_progress``: what a
   run shows people.
 - ``_claimed``: ``ClaimedRun``, where a run's outcome is decided and stored; ``_host``: what a
@@ -23,6 +24,7 @@ from ..._core._lazy import lazy_exports as _lazy_exports
 if _typing.TYPE_CHECKING:
     from ..custody._children import ChildFailed as ChildFailed
     from ..custody._children import SpawnError as SpawnError
+    from ..custody._events import WaitTimeout as WaitTimeout
     from ..custody._steps import StepError as StepError
     from ._asks import AskTimeout as AskTimeout
     from ._asks import AskUnsupported as AskUnsupported

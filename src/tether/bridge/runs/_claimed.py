@@ -368,6 +368,8 @@ class ClaimedRun:
         try:
             if park.join:  # parked unless the children were done meanwhile (issue #51)
                 await host.store.park_join(claim, park.join, park.until, park.why)
+            elif park.event is not None:  # unless its event came meanwhile (issue #52)
+                await host.store.park_event(claim, park.event, park.taken, park.until, park.why)
             elif asked is None:
                 await host.store.park(claim, park.until, park.why)
             else:  # the question and the park in one transaction (issue #36)

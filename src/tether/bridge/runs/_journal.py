@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
@@ -22,6 +22,7 @@ import trio
 from ..._plumbing._tracing import Attributes
 from ..custody._asks import senders_of
 from ..custody._children import SPAWN_PREFIX, ChildView, SpawnError
+from ..custody._events import Event
 from ..custody._records import StepRecord
 from ..custody._roles import JournalStore
 from ..custody._rules import Claim, StaleLease, Task
@@ -72,6 +73,10 @@ class Park:
     ask: ParkedAsk | None = None
     join: tuple[str, ...] = ()
     """The children a join waits for (issue #51): the task wakes once they are all done."""
+    event: str | None = None
+    """The key a wait for an event waits on (issue #52): an event of it wakes the task."""
+    taken: tuple[str, ...] = ()
+    """The events of that key the task's runs took already (not waited for again)."""
 
 
 @attrs.frozen
@@ -117,11 +122,18 @@ class Journal:
         return self.clock()
 
     def park(
-        self, until: float, why: str, ask: ParkedAsk | None = None, join: Sequence[str] = ()
+        self,
+        until: float,
+        why: str,
+        ask: ParkedAsk | None = None,
+        join: Sequence[str] = (),
+        *,
+        event: str | None = None,
+        taken: Sequence[str] = (),
     ) -> Parked:
         """Mark the run parked until ``until``, waiting for ``why`` (or for the children
-        ``join``): the exception to raise."""
-        self.parked = Park(until, why, ask, tuple(join))
+        ``join``, or an event of ``event`` not in ``taken``): the exception to raise."""
+        self.parked = Park(until, why, ask, tuple(join), event, tuple(taken))
         return Parked(f"task {self.task.id!r} parked: {why}")
 
     async def fenced(self, call: Callable[[JournalStore, Claim], Awaitable[T]]) -> T:
@@ -203,6 +215,20 @@ class Journal:
             what=f"reading the children of task {self.task.id}",
             pause=STORE_RETRY_S,
         )
+
+    async def take_event(self, key: str, taken: Sequence[str]) -> Event | None:
+        """The first event of ``key`` not in ``taken`` the store keeps now (a wait's read)."""
+        store = self.store
+        assert store is not None
+        return await until_stored(
+            lambda: store.take_event(key, taken),
+            what=f"reading the events of {key!r} for task {self.task.id}",
+            pause=STORE_RETRY_S,
+        )
+
+    async def recorded(self) -> Mapping[str, StepRecord]:
+        """Every step the task's runs recorded, by name."""
+        return await self._records()
 
     def _use(self, name: str) -> None:
         if name in self._used:

@@ -27,6 +27,7 @@ from ..custody._steps import SLEEP_PREFIX, check_step_name
 from . import _permits
 from ._asks import Asking, answer_from
 from ._children import Child, Joining
+from ._events import Waits
 from ._journal import DEFAULT_PARK_AFTER, Fence, Journal
 from ._spans import step_span
 
@@ -53,6 +54,7 @@ class Run:
     _sleeps: int = attrs.field(init=False, default=0)
     _asking: Asking = attrs.field(init=False, factory=Asking)
     _joining: Joining = attrs.field(init=False, factory=Joining)
+    _waits: Waits = attrs.field(init=False, factory=Waits)
 
     @property
     def durable(self) -> bool:
@@ -169,6 +171,15 @@ class Run:
         ]
         replies = await self.join(*children, timeout=timeout)
         return {child.name: reply for child, reply in zip(children, replies, strict=True)}
+
+    async def wait_for(self, key: str, *, timeout: float) -> Any:  # noqa: ASYNC109
+        """The body (JSON) of the next event of ``key`` this task has not had: one kept
+        already (it came before the wait, within its TTL) or the next to come. Until one
+        comes the run ends here (``Parked``) and its task waits in ``waiting`` (no worker
+        slot, no attempt spent); the event wakes it and the handler runs again from the top,
+        where this wait returns. ``WaitTimeout`` once ``timeout`` seconds passed (a durable
+        deadline). What it returned is recorded: every later run gets the same."""
+        return await self._waits.wait_for(self._journal, key, timeout)
 
     def limit(self, key: str, weight: float = 1) -> _permits.Limited:
         """``async with run.limit("openai:gpt-4o"):`` holds a permit of ``key`` (spending

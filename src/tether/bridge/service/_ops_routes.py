@@ -1,4 +1,5 @@
-"""The operator page's routes on the admin endpoint, under ``/ops``.
+"""The operator page's routes on the admin endpoint, under ``/ops``, and ``POST /v1/events``
+(issue #52: the world sends the events runs wait for).
 
 The page's own files are public (a browser navigating to a page sends no bearer header; they
 are the same code for everyone and carry no data). Every JSON route and every move needs the
@@ -22,6 +23,15 @@ from ..._http._asgi import HttpError, Request, Send, send_bytes, send_json
 from ..._http._static import PAGE_HEADERS, StaticFile, load_static
 from ..._runtime import Runtime
 from ...observe._routes import AdminRoute
+from ..custody._events import (
+    DEFAULT_EVENT_TTL_S,
+    MAX_EVENT_BYTES,
+    EventConflict,
+    EventSent,
+    check_event_id,
+    check_event_key,
+    event_body,
+)
 from ..custody._roles import Store
 from ..custody._rules import InvalidTaskId, check_task_id
 from ._ops_flights import Flights, NoAnswer
@@ -37,6 +47,8 @@ MOVE_WITHIN: Final = 3.0
 """Seconds a retry or cancel waits for the store before it answers 503; the move may still
 land when the store answers, and the page's next reading shows whether it did."""
 MAX_MOVE_BODY: Final = 4096
+MAX_EVENT_REQUEST: Final = MAX_EVENT_BYTES * 6 + 4096
+"""An event's request: its body JSON-escaped at worst, and its id and key."""
 _PAGE = {"/ops": "index.html", "/ops/ops.js": "ops.js", "/ops/ops.css": "ops.css"}
 _TASK = re.compile(r"/ops/api/tasks/([^/]+)")
 _MOVE = re.compile(r"/ops/api/tasks/([^/]+)/(retry|cancel)")
@@ -56,6 +68,8 @@ class OpsRoutes:
     """Owns the store calls (``Flights``): a call outlives a request that stopped waiting."""
     read_within: float = READ_WITHIN
     move_within: float = MOVE_WITHIN
+    event_ttl: float = DEFAULT_EVENT_TTL_S
+    """Seconds an event sent here is kept for the waits that come after it."""
     _page: dict[str, StaticFile] = attrs.field(factory=_load_page, init=False)
     _flights: Flights = attrs.field(init=False)
 
@@ -68,6 +82,8 @@ class OpsRoutes:
             return AdminRoute(("GET",), partial(_send_file, page_file), public=True)
         if path == "/ops/api/store":
             return AdminRoute(("GET",), self._view)
+        if path == "/v1/events":
+            return AdminRoute(("POST",), self._event)
         if m := _MOVE.fullmatch(path):
             return AdminRoute(("POST",), partial(self._move, m.group(2), m.group(1)))
         if m := _TASK.fullmatch(path):
@@ -100,6 +116,44 @@ class OpsRoutes:
             send, 200, {"id": id, "done": True, "state": outcome.state, "detail": outcome.detail}
         )
 
+    async def _event(self, request: Request, send: Send) -> None:
+        """``{"id", "key", "body"}``: kept before the answer (200, ``new`` false for a replay);
+        400 for a bad id, key or body, 409 for an id kept with another key or body. A 503
+        (the store did not answer in time) may still keep it: send it again, same id."""
+        doc = await request.json(MAX_EVENT_REQUEST)
+        if not isinstance(doc, dict) or set(doc) - {"id", "key", "body"} or "id" not in doc:
+            raise HttpError(
+                400, 'the body must be a JSON object {"id", "key", "body"} (id and key required)'
+            )
+        try:
+            id, key = check_event_id(doc["id"]), check_event_key(doc.get("key"))
+            event_body(doc.get("body"))
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from None
+        sent = await self._ask(
+            ("event", id),
+            self.move_within,
+            _send_event,
+            self.store,
+            id,
+            key,
+            doc.get("body"),
+            self.event_ttl,
+        )
+        if sent is None:
+            raise HttpError(409, f"event {id!r} was sent before with another key or body")
+        await send_json(
+            send,
+            200,
+            {
+                "id": id,
+                "key": key,
+                "new": sent.new,
+                "woken": len(sent.woken),
+                "kept_until": sent.event.until,
+            },
+        )
+
     async def _ask(
         self, key: Hashable, within: float, call: Callable[..., Awaitable[T]], *args: Any
     ) -> T:
@@ -109,6 +163,14 @@ class OpsRoutes:
         except NoAnswer as exc:
             log.warning("admin: operator page: %s", exc)
             raise HttpError(503, str(exc)) from None
+
+
+async def _send_event(store: Store, id: str, key: str, body: Any, ttl_s: float) -> EventSent | None:
+    """The event kept, or None for an id kept with another key or body (a 409, not a 503)."""
+    try:
+        return await store.send_event(id, key, body, ttl_s=ttl_s)
+    except EventConflict:
+        return None
 
 
 async def _send_file(page_file: StaticFile, request: Request, send: Send) -> None:

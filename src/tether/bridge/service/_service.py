@@ -355,7 +355,7 @@ class BridgeService:
             counters=self._counters(),
             pool=self.pool_status,
             timings=self.timings,
-            routes=OpsRoutes(store, runtime),
+            routes=OpsRoutes(store, runtime, event_ttl=config.event_ttl),
         )
         settings = AdminSettings(
             token_file=config.admin_token_file, host=config.admin_host, port=config.admin_port or 0

@@ -16,10 +16,12 @@ import attrs
 
 from ._asks_frame import AsksFrame
 from ._conversations import ConversationFrame
+from ._events_frame import EventsFrame
 from ._frame import CustodyFrame
 from ._limits_frame import LimitsFrame
 from ._operator_frame import OperatorFrame
 from ._retention import RetentionFrame
+from ._schedules_frame import SchedulesFrame
 from ._steps_frame import StepsFrame
 from ._tenants_frame import TenantsFrame
 
@@ -40,6 +42,8 @@ class Parts:
     limits: LimitsFrame
     tenants: TenantsFrame
     rooms: ConversationFrame
+    schedules: SchedulesFrame
+    events: EventsFrame
 
 
 class Via(Generic[F, P, R]):
@@ -181,3 +185,19 @@ class StoreFacade(abc.ABC):
     prune_turns = Via("rooms", ConversationFrame.prune_turns)
     prune_rooms = Via("rooms", ConversationFrame.prune_rooms)
     conversation_counts = Via("rooms", ConversationFrame.conversation_counts)
+    # -- schedules and events (``_schedules_frame``, ``_events_frame``) ------------------------
+    add_schedule = Via("schedules", SchedulesFrame.add_schedule)
+    pause_schedule = Via("schedules", SchedulesFrame.pause_schedule)
+    resume_schedule = Via("schedules", SchedulesFrame.resume_schedule)
+    remove_schedule = Via("schedules", SchedulesFrame.remove_schedule)
+    schedule = Via("schedules", SchedulesFrame.schedule)
+    schedules = Via("schedules", SchedulesFrame.schedules)
+    fire_schedules = Via("schedules", SchedulesFrame.fire_schedules)
+    next_schedule_due = Via("schedules", SchedulesFrame.next_schedule_due)
+    send_event = Via("events", EventsFrame.send_event)
+    take_event = Via("events", EventsFrame.take_event)
+    park_event = Via("events", EventsFrame.park_event)
+    events = Via("events", EventsFrame.events)
+    drop_event = Via("events", EventsFrame.drop_event)
+    event_waiters = Via("events", EventsFrame.event_waiters)
+    prune_events = Via("events", EventsFrame.prune_events)

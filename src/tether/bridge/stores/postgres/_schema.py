@@ -776,6 +776,33 @@ MIGRATIONS: Final[tuple[str, ...]] = (
             AND OLD.state NOT IN ('result', 'delivered', 'dead'))
         EXECUTE FUNCTION {s}.children_done();
     """,
+    # 23 -> 24 (issue #52, schedules and events): a schedule's spec (a versioned JSON
+    # document), its next due time and the due time it last fired; kept events, by key in
+    # arrival order, until their TTL ends; ``wait_key`` names the key a run parked on (its
+    # reason says it still waits: ``awaiting event ...``)
+    """
+    CREATE TABLE {s}.schedules (
+        name text PRIMARY KEY,
+        spec text NOT NULL,
+        paused boolean NOT NULL DEFAULT false,
+        next_due double precision NOT NULL,
+        last_due double precision,
+        fired bigint NOT NULL DEFAULT 0,
+        created_at double precision NOT NULL
+    );
+    CREATE INDEX schedules_due ON {s}.schedules (next_due) WHERE NOT paused;
+    CREATE TABLE {s}.events (
+        id text PRIMARY KEY,
+        key text NOT NULL,
+        body text NOT NULL,
+        at double precision NOT NULL,
+        until double precision NOT NULL
+    );
+    CREATE INDEX events_key ON {s}.events (key, at);
+    CREATE INDEX events_until ON {s}.events (until);
+    ALTER TABLE {s}.tasks ADD COLUMN wait_key text;
+    CREATE INDEX tasks_wait_key ON {s}.tasks (wait_key) WHERE wait_key IS NOT NULL;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -18,18 +18,15 @@ import psycopg
 
 from ...custody._children import MAX_CHILDREN, ChildView, SpawnError
 from ...custody._records import StepRecord, WaitingRuns
-from ...custody._rooms import DEFAULT_ROOM_POLICY
-from ...custody._rules import PRIORITY_RANK, Claim, CustodyState, Task
+from ...custody._rules import Claim, CustodyState, Task
 from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit
-from ...custody._tenants import NO_TURN
 from .._common import FoundState, stale_lease, task_gone
 from .._steps_frame import StepsFrame
 from ._connection import Conn
-from ._conversations import lock_rooms_sql
 from ._db import PostgresDb
-from ._rows import decode, encode, fence, seen
+from ._made import ingest_made, made_params
+from ._rows import decode, fence, seen
 from ._sql import FENCE
-from ._tenants import turns as tenant_turns
 
 _COLS: Final = "name, value, at, attempt, size"
 _DONE: Final = "('result', 'delivered', 'dead')"
@@ -246,21 +243,7 @@ class PostgresSteps(StepsFrame):
         params = fence(claim, now)
         params.update(name=step, value=value, size=len(value.encode("utf-8")))
         steps_sql, sql = self._steps_sql, self.db.sql
-        ingest = {
-            "ids": [child.id],
-            "bodies": [encode(child.body)],
-            "rooms": [child.room],
-            "ranks": [PRIORITY_RANK[child.priority]],
-            "headers": [headers],
-            "tenants": [child.tenant],
-            "fairs": [NO_TURN],
-            "queues": [child.queue],
-            "parents": [claim.task.id],
-            "now": now,
-            "chan": self.db.channel,
-            "policy": DEFAULT_ROOM_POLICY,
-        }
-        lock = None if child.room is None else lock_rooms_sql(self.db.s)
+        ingest = made_params(self.db, child, headers, now)
 
         def op(conn: Conn) -> tuple[StepRecord, bool] | FoundState | None:
             with conn.transaction():
@@ -276,13 +259,7 @@ class PostgresSteps(StepsFrame):
                         f"task {claim.task.id!r} has spawned {count} children: a parent may "
                         f"spawn at most {MAX_CHILDREN}"
                     )
-                if lock is not None:
-                    conn.execute(lock, ingest)
-                if child.tenant is not None:
-                    ingest["fairs"] = tenant_turns(
-                        conn.execute(sql.turns, ingest).fetchall(), ingest
-                    )
-                new = bool(conn.execute(sql.ingest, ingest).fetchall())
+                new = ingest_made(conn, self.db, ingest)
                 recorded = conn.execute(steps_sql.record, params).fetchone()
                 assert recorded is not None
                 assert recorded[0]  # the fence is held (FOR SHARE)

@@ -45,10 +45,12 @@ from ._custody import PostgresCustody
 from ._db import PostgresDb
 from ._dsn import redact_dsn
 from ._durable import Durability, Synchronous
+from ._events import PostgresEvents
 from ._limits import PostgresLimits
 from ._listen import RESULT, Listener, wants_work
 from ._operator import PostgresOperator
 from ._retention import PostgresRetention
+from ._schedules import PostgresSchedules
 from ._schema import check_schema
 from ._steps import PostgresSteps
 from ._tenants import PostgresTenants
@@ -107,6 +109,8 @@ class PostgresStore(StoreFacade):
             limits=PostgresLimits(self, db),
             tenants=PostgresTenants(self, db),
             rooms=PostgresConversations(self, db),
+            schedules=PostgresSchedules(self, db),
+            events=PostgresEvents(self, db),
         )
 
     @classmethod

@@ -766,6 +766,33 @@ MIGRATIONS: Final[tuple[str, ...]] = (
                         AND c.awaited = 1);
     END
     """,
+    # 25 -> 26 (issue #52, schedules and events): a schedule's spec (a versioned JSON
+    # document), its next due time and the due time it last fired; kept events, by key in
+    # arrival order, until their TTL ends; ``wait_key`` names the key a run parked on (its
+    # reason says it still waits: ``awaiting event ...``)
+    """
+    CREATE TABLE schedules (
+        name TEXT PRIMARY KEY,
+        spec TEXT NOT NULL,
+        paused INTEGER NOT NULL DEFAULT 0,
+        next_due REAL NOT NULL,
+        last_due REAL,
+        fired INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX schedules_due ON schedules (next_due) WHERE paused = 0;
+    CREATE TABLE events (
+        id TEXT PRIMARY KEY,
+        key TEXT NOT NULL,
+        body TEXT NOT NULL,
+        at REAL NOT NULL,
+        until REAL NOT NULL
+    );
+    CREATE INDEX events_key ON events (key, at);
+    CREATE INDEX events_until ON events (until);
+    ALTER TABLE tasks ADD COLUMN wait_key TEXT;
+    CREATE INDEX tasks_wait_key ON tasks (wait_key) WHERE wait_key IS NOT NULL;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

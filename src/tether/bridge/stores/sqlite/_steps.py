@@ -17,16 +17,14 @@ import attrs
 
 from ...custody._children import MAX_CHILDREN, ChildView, SpawnError, orphan_reason
 from ...custody._records import StepRecord, WaitingRuns
-from ...custody._rooms import DEFAULT_ROOM_POLICY
-from ...custody._rules import PRIORITY_RANK, Claim, CustodyState, Task
+from ...custody._rules import Claim, CustodyState, Task
 from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit
-from ...custody._tenants import NO_TURN
 from .._steps_frame import StepsFrame
 from . import _sql as sql
 from ._db import SqliteDb
+from ._made import ingest_made
 from ._rows import stale
 from ._sql import DEAD_MATCHING, FENCE_NAMED, IDS
-from ._tenants import next_turn
 
 STEPS: Final = "SELECT name, value, at, attempt, size FROM steps WHERE task_id = ? ORDER BY seq"
 STEP: Final = (
@@ -177,13 +175,7 @@ def spawn(
             f"task {params['id']!r} has spawned {count} children: a parent may spawn at most "
             f"{MAX_CHILDREN}"
         )
-    rank, tenant, now = PRIORITY_RANK[child.priority], child.tenant, params["now"]
-    turn = NO_TURN if tenant is None else next_turn(conn, tenant, rank)
-    values = (child.id, child.body, child.room, rank, headers, now, now)
-    new = (
-        conn.execute(sql.INGEST, (*values, DEFAULT_ROOM_POLICY, tenant, turn, child.id)).rowcount
-        == 1
-    )
+    new = ingest_made(conn, child, headers, params["now"])
     record = record_step(conn, params)
     assert record is not None  # the fence held above, in this job
     return record, new

@@ -41,10 +41,12 @@ from ._conversations import SqliteConversations
 from ._custody import SqliteCustody
 from ._db import SqliteDb
 from ._durable import barrier_for
+from ._events import SqliteEvents
 from ._limits import SqliteLimits
 from ._news import RESULT, WORK, StoreNews, news_path
 from ._operator import SqliteOperator
 from ._retention import SqliteRetention
+from ._schedules import SqliteSchedules
 from ._steps import SqliteSteps
 from ._tenants import SqliteTenants
 
@@ -82,6 +84,8 @@ class SqliteStore(StoreFacade):
             limits=SqliteLimits(self, self.db),
             tenants=SqliteTenants(self, self.db),
             rooms=SqliteConversations(self, self.db),
+            schedules=SqliteSchedules(self, self.db),
+            events=SqliteEvents(self, self.db),
         )
 
     @classmethod

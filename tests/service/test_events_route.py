@@ -1,0 +1,61 @@
+"""``POST /v1/events`` on a real admin endpoint (127.0.0.1, free port) over a real SQLite store
+(issue #52): behind the admin token; an event is kept before the answer and wakes the runs
+parked on its key; a replay is a no-op; bad input is a clear 4xx that changes nothing."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import httpx
+
+from support.observe import running_admin
+from tether.bridge import CustodyState, SqliteStore, Task
+from tether.bridge.service._ops_routes import OpsRoutes
+
+S = CustodyState
+
+
+async def test_an_event_is_kept_and_wakes_its_waiters_and_bad_input_changes_nothing(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    await store.ingest(Task("order-7", "wait for the payment"))
+    claim = await store.claim("w1", leaderless=True)
+    assert claim is not None
+    await store.park_event(claim, "pay.7", (), store.clock() + 3600, "the payment")
+    routes = partial(OpsRoutes, store, event_ttl=60.0)
+    async with running_admin(tmp_path, routes, store=store) as admin:
+        event = {"id": "stripe-evt-1", "key": "pay.7", "body": {"amount": 12}}
+        async with httpx.AsyncClient(base_url=admin.url, timeout=10) as anonymous:
+            refused = await anonymous.post("/v1/events", json=event)
+            assert refused.status_code == 401
+        assert await store.events() == []  # nothing kept without the token
+        sent = await admin.client.post("/v1/events", json=event)
+        assert sent.status_code == 200, sent.text
+        answer = sent.json()
+        assert (answer["new"], answer["woken"]) == (True, 1)
+        assert answer["kept_until"] == (await store.events())[0].until
+        assert await store.state("order-7") is S.PENDING
+        again = await admin.client.post("/v1/events", json=event)  # a retry after a lost answer
+        assert again.status_code == 200
+        assert (again.json()["new"], again.json()["woken"]) == (False, 0)
+        bad = [
+            ({**event, "body": {"amount": 13}}, 409, "another key or body"),
+            ({"key": "pay.7", "body": 1}, 400, "id and key required"),
+            ({"id": "e2", "body": 1}, 400, "event key"),
+            ({"id": "e2", "key": "no/slash", "body": 1}, 400, "event key"),
+            ({"id": "../x", "key": "k", "body": 1}, 400, "event id"),
+            ({"id": "e2", "key": "k", "body": "x" * 300_000}, 400, "bytes"),
+            ({"id": "e2", "key": "k", "body": 1, "extra": 2}, 400, "JSON object"),
+            ([1, 2], 400, "JSON object"),
+        ]
+        for doc, status, words in bad:
+            answer = await admin.client.post("/v1/events", json=doc)
+            assert answer.status_code == status, (doc, answer.text)
+            assert words in answer.json()["error"], answer.text
+        not_json = await admin.client.post(
+            "/v1/events", content=b"{nope", headers={"content-type": "application/json"}
+        )
+        assert not_json.status_code == 400
+        assert (await admin.client.get("/v1/events")).status_code == 405
+    assert [(e.id, e.value) for e in await store.events()] == [("stripe-evt-1", {"amount": 12})]
