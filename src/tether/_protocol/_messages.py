@@ -8,11 +8,17 @@ from typing import Any, TypeVar
 
 import attrs
 
-from .._plumbing._converter import structure
+from .._plumbing._converter import structure, unstructure
 from . import _bounds as _custody
 from ._bounds import MAX_BATCH as MAX_BATCH
 from ._bounds import MAX_REASON_CHARS as MAX_REASON_CHARS
-from ._bounds import MAX_VERSION_CHARS, InvalidTaskId, InvalidWorkerName, check_free_text
+from ._bounds import (
+    MAX_ROOM_CHARS,
+    MAX_VERSION_CHARS,
+    InvalidTaskId,
+    InvalidWorkerName,
+    check_free_text,
+)
 from ._bounds import check_label as check_label
 
 PROTOCOL_VERSION = 1
@@ -87,6 +93,11 @@ class AckRequest:
 class ResultMetadata:
     worker: str | None = None
     attempt: int | None = None
+    room: str | None = None
+    """Sent only with the reply of a task the bridge made itself (a schedule's firing, issue
+    #52), whose id the gateway never sent: the room the reply goes to. A gateway that knows
+    the id ignores it; one without this extension refuses the unknown id (a 404), and the
+    bridge dead-letters the reply, saying so."""
 
 
 @attrs.frozen
@@ -220,6 +231,15 @@ def parse_ack(data: Any, path_id: str) -> AckRequest:
     return ack
 
 
+def result_document(result: ResultRequest) -> dict[str, Any]:
+    """``result`` as sent: ``metadata.room`` only when it is set, so every other result reads
+    as before to a gateway that does not know the field."""
+    doc: dict[str, Any] = unstructure(result)
+    if result.metadata.room is None:
+        doc["metadata"].pop("room", None)
+    return doc
+
+
 def parse_result(data: Any) -> ResultRequest:
     result = structure(require_object(data), ResultRequest)
     check_task_id(result.id, "id")
@@ -227,6 +247,12 @@ def parse_result(data: Any) -> ResultRequest:
         check_worker_name(result.metadata.worker, "metadata.worker")
     if result.metadata.attempt is not None and result.metadata.attempt < 0:
         raise ValueError(f"metadata.attempt must be >= 0, got {result.metadata.attempt}")
+    room = result.metadata.room
+    if room is not None and (not room or len(room) > MAX_ROOM_CHARS or "\0" in room):
+        raise ValueError(
+            f"metadata.room must be a room name of 1 to {MAX_ROOM_CHARS} characters, got "
+            f"{room!r:.80}"
+        )
     if not result.no_send and not result.body:
         raise ValueError("body is empty: send no_send=true to close a task without a message")
     return result

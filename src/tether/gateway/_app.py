@@ -10,6 +10,7 @@ POST    /v1/tasks/<id>/ack          worker  ``{"id","durable":true}``: stop rede
 POST    /v1/acks                    worker  ``{"ids":[...],"durable":true}``: many acks at once
 POST    /v1/results/batch           worker  ``{"results":[...]}``: many results at once
 POST    /v1/results                 worker  ``{"id","body","no_send"?,"metadata"?}``
+                                            (``metadata.room``: a bridge-made task's room)
 POST    /v1/tasks/<id>/reject       worker  ``{"id","reason"}``: the bridge cannot take it
 POST    /v1/rejects                 worker  ``{"rejects":[{"id","reason"}]}``: ids as polled, in
                                             the body (any text: an invalid id is named too)
@@ -297,7 +298,8 @@ class GatewayApp:
         self._authorize(request, WORKER)
         batch = _valid(parse_result_batch, await self._json(request))
         outcomes = await self.store.record_results(
-            [(r.id, r.body, r.no_send, r.metadata.worker) for r in batch.results], self.clock()
+            [(r.id, r.body, r.no_send, r.metadata.worker, r.metadata.room) for r in batch.results],
+            self.clock(),
         )
         if any(o.status == 200 and not o.duplicate for o in outcomes):
             self._answered.set()
@@ -403,7 +405,12 @@ class GatewayApp:
         result = _valid(parse_result, await self._json(request))
         outcome = await _conflicts(
             self.store.record_result(
-                result.id, result.body, result.no_send, result.metadata.worker, self.clock()
+                result.id,
+                result.body,
+                result.no_send,
+                result.metadata.worker,
+                self.clock(),
+                result.metadata.room,
             )
         )
         if outcome is None:

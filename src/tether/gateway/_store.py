@@ -446,20 +446,51 @@ class GatewayStore:
         return [_item_outcome(task_id, partial(self._ack, task_id, now)) for task_id in ids]
 
     async def record_result(
-        self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
+        self,
+        task_id: str,
+        body: str,
+        no_send: bool,
+        worker: str | None,
+        now: float,
+        room: str | None = None,
     ) -> ResultOutcome | None:
         """Store a task's result once; a second result for it is absorbed and counted.
 
-        None if the task is unknown.
+        None if the task is unknown, unless ``room`` names where the reply of a task the
+        bridge made (a schedule's firing) goes: it is a new message there, answered.
         """
-        return await self._run(self._record_result, task_id, body, no_send, worker, now)
+        return await self._run(self._record_result, task_id, body, no_send, worker, now, room)
 
     def _record_result(
-        self, task_id: str, body: str, no_send: bool, worker: str | None, now: float
+        self,
+        task_id: str,
+        body: str,
+        no_send: bool,
+        worker: str | None,
+        now: float,
+        room: str | None = None,
     ) -> ResultOutcome | None:
         task = self._get(task_id)
         if task is None:
-            return None
+            if room is None:
+                return None
+            self._db.execute(  # the bridge made it: its reply is a message of its own
+                "INSERT INTO tasks (id, room, sender, body, created_at, state, acked_at,"
+                " reply, worker, answered_at) VALUES (?, ?, 'tether', '', ?, ?, ?, ?, ?, ?)",
+                (
+                    task_id,
+                    room,
+                    now,
+                    "closed" if no_send else "answered",
+                    now,
+                    None if no_send else body,
+                    worker,
+                    now,
+                ),
+            )
+            made = self._get(task_id)
+            assert made is not None
+            return ResultOutcome(made, duplicate=False)
         reopened = _rejected(task)
         if task.state in FINAL_STATES and not reopened:
             self._bump("duplicate_results", 1)
@@ -487,19 +518,19 @@ class GatewayStore:
         return ResultOutcome(task, duplicate=False)
 
     async def record_results(
-        self, results: list[tuple[str, str, bool, str | None]], now: float
+        self, results: list[tuple[str, str, bool, str | None, str | None]], now: float
     ) -> list[ItemOutcome]:
         """Record many ``(id, body, no_send, worker)`` results in one transaction."""
         return await self._run(self._record_results, results, now)
 
     def _record_results(
-        self, results: list[tuple[str, str, bool, str | None]], now: float
+        self, results: list[tuple[str, str, bool, str | None, str | None]], now: float
     ) -> list[ItemOutcome]:
         return [
             _item_outcome(
-                task_id, partial(self._record_result, task_id, body, no_send, worker, now)
+                task_id, partial(self._record_result, task_id, body, no_send, worker, now, room)
             )
-            for task_id, body, no_send, worker in results
+            for task_id, body, no_send, worker, room in results
         ]
 
     async def reject(self, task_id: str, reason: str, now: float) -> StoredTask | None:

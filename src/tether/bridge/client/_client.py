@@ -29,7 +29,6 @@ from ..._protocol._messages import (
     RejectBatchRequest,
     RejectEntry,
     RejectRequest,
-    ResultBatchRequest,
     ResultMetadata,
     ResultReceipt,
     ResultRequest,
@@ -38,6 +37,7 @@ from ..._protocol._messages import (
     parse_batch_item,
     parse_lenient,
     parse_result,
+    result_document,
 )
 from ..._protocol._progress import ProgressRequest, fit_progress
 from ._answers import (
@@ -229,18 +229,20 @@ class GatewayClient(GatewayConnection):
         no_send: bool = False,
         worker: str | None = None,
         attempt: int | None = None,
+        room: str | None = None,
     ) -> ResultReceipt:
         """Deliver a task's result; safe to repeat (the gateway dedupes by task id).
 
-        ``no_send=True`` closes the task without a message to the user.
+        ``no_send=True`` closes the task without a message to the user. ``room``: the room of
+        a task the bridge made (a schedule's firing), whose id the gateway never sent.
         """
         request = ResultRequest(
             id=task_id,
             body=body,
             no_send=no_send,
-            metadata=ResultMetadata(worker=worker, attempt=attempt),
+            metadata=ResultMetadata(worker=worker, attempt=attempt, room=room),
         )
-        payload = unstructure(request)
+        payload = result_document(request)
         parse_result(payload)  # the server's own checks, so a bad result fails here, clearly
         response = await self._request(
             "POST", "/v1/results", what=f"the result of {task_id}", payload=payload
@@ -284,12 +286,12 @@ class GatewayClient(GatewayConnection):
         """
         if not checked:
             for result in results:
-                parse_result(unstructure(result))  # the server's own checks, failing here
+                parse_result(result_document(result))  # the server's own checks, failing here
         answers: list[ResultReceipt | GatewayRequestError] = []
         for start in range(0, len(results), MAX_BATCH):
             chunk = list(results[start : start + MAX_BATCH])
             items = await self._batch(
-                "/v1/results/batch", unstructure(ResultBatchRequest(results=chunk)), "results"
+                "/v1/results/batch", {"results": [result_document(r) for r in chunk]}, "results"
             )
             if items is None:
                 answers.extend(await self._post_one_by_one(chunk))
@@ -355,6 +357,7 @@ class GatewayClient(GatewayConnection):
                         no_send=r.no_send,
                         worker=r.metadata.worker,
                         attempt=r.metadata.attempt,
+                        room=r.metadata.room,
                     )
                 except GatewayRequestError as exc:
                     answers[i] = exc

@@ -16,7 +16,6 @@ import attrs
 import trio
 
 from ..._backoff import Backoff
-from ..._plumbing._converter import unstructure
 from ..._plumbing._grid import on_grid
 from ..._plumbing._tracing import enabled as tracing_enabled
 from ..._plumbing._tracing import end_span, finished_span, start_span, traceparent_of
@@ -26,10 +25,12 @@ from ..._protocol._messages import (
     ResultReceipt,
     ResultRequest,
     parse_result,
+    result_document,
 )
 from ..client._client import GatewayClient, GatewayRequestError
 from ..custody._roles import DeliveryStore
 from ..custody._rules import CustodyConflict, Result, check_delivery_lease
+from ..custody._schedules import SCHEDULE_HEADER
 from ..pool._idle import idle_backoff
 from ..runs._spans import task_attributes, task_trace
 from ..runs._timings import Timings
@@ -44,11 +45,15 @@ def is_no_send(result: Result) -> bool:
 
 def _request_for(result: Result) -> ResultRequest:
     no_send = is_no_send(result)
+    task = result.task
+    made = SCHEDULE_HEADER in task.headers  # its id is not the gateway's: name its room
     return ResultRequest(
-        id=result.task.id,
+        id=task.id,
         body="" if no_send else result.body,
         no_send=no_send,
-        metadata=ResultMetadata(worker=result.worker, attempt=result.attempt),
+        metadata=ResultMetadata(
+            worker=result.worker, attempt=result.attempt, room=task.room if made else None
+        ),
     )
 
 
@@ -168,7 +173,7 @@ class Delivery:
             for result in (r for r in results if not r.task.parent):
                 request = _request_for(result)
                 try:
-                    parse_result(unstructure(request))
+                    parse_result(result_document(request))
                 except ValueError as exc:  # breaks a protocol rule: retrying cannot help
                     nursery.start_soon(
                         self._dead_letter, result.task.id, f"the reply cannot be sent: {exc}"

@@ -117,6 +117,7 @@ function drawStore(view) {
     (e) => [e.id, e.state, e.owner || "", age(e.age_s), runWords(e)], "cancel");
   drawLimits(view.limits || []);
   drawTenants(view.tenants || []);
+  drawSchedules(view.schedules || [], view.events || []);
   plainRows($("member-rows"), view.members.map((m) => [
     m.name, m.role, m.capacity, `${age(m.beat_age_s)} ago`, age(m.up_s),
   ]));
@@ -146,6 +147,19 @@ function drawTenants(tenants) {
     t.pending > 0 && busy > 0 ? `${Math.round((100 * t.weight) / busy)}%` : "-",
     t.pending,
   ]));
+}
+
+// issue 52: each schedule's next due time and last firing; the events kept for later waits
+function drawSchedules(schedules, events) {
+  plainRows($("schedule-rows"), schedules.map((s) => [
+    s.name,
+    s.when,
+    s.room,
+    s.paused ? "paused" : due(s.due_in_s),
+    s.last_s == null ? "-" : `${age(s.last_s)} ago`,
+    s.fired,
+  ]));
+  plainRows($("event-rows"), events.map((e) => [e.id, e.key, `${age(e.age_s)} ago`, age(e.kept_s)]));
 }
 
 function drawStatus(status) {
