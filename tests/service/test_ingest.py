@@ -45,12 +45,16 @@ class CommitFailsOnce:
     failures: int = 1
 
     async def ingest_many(
-        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = "concurrent"
+        self,
+        tasks: Sequence[Task],
+        *,
+        room_policy: RoomPolicy = "concurrent",
+        debounce_s: float = 0.0,
     ) -> list[bool]:
         if self.failures:
             self.failures -= 1
             raise OSError(28, "No space left on device")
-        return await self.inner.ingest_many(tasks, room_policy=room_policy)
+        return await self.inner.ingest_many(tasks, room_policy=room_policy, debounce_s=debounce_s)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

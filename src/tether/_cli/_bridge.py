@@ -95,6 +95,12 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
     ),
     "heartbeat_interval": ("seconds between gateway heartbeats (default: 60)", float),
     "reconcile_interval": ("seconds between reconciler passes (default: 5)", float),
+    "room_debounce": (
+        "seconds (0: off) within which a room's messages are one burst: a message waits this "
+        "long before its run may start, a newer one of its room within that time takes its "
+        "place, and the run of the burst's last message answers them all (default: 0)",
+        float,
+    ),
     "event_ttl": (
         "seconds an event sent to the admin endpoint (POST /v1/events) is kept for the runs "
         "that wait for its key later (default: 604800, 7 days)",

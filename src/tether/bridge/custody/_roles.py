@@ -56,13 +56,15 @@ class IngestStore(StoreClock, Protocol):
     permit given back woke its waiter): the pools of this process on this store object
     listen (``custody._work_bell``)."""
 
-    async def ingest(self, task: Task, *, room_policy: RoomPolicy = ...) -> bool:
+    async def ingest(
+        self, task: Task, *, room_policy: RoomPolicy = ..., debounce_s: float = ...
+    ) -> bool:
         """Store ``task`` as pending. ``False`` for a replay: nothing changes, in any state,
         and also for an id whose delivered row was pruned while its tombstone is kept."""
         ...
 
     async def ingest_many(
-        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = ...
+        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = ..., debounce_s: float = ...
     ) -> list[bool]:
         """Ingest a gateway batch in one transaction (one commit, then ack them all).
 
@@ -71,6 +73,11 @@ class IngestStore(StoreClock, Protocol):
         passes its configured policy): claims and the lead's view honour it (see
         ``custody._rooms``). Under ``replace`` a new task of a room supersedes, in the same
         transaction, the older tasks of its room still pending, assigned or claimed.
+
+        With ``debounce_s`` (seconds, 0 off; issue #52) a room's messages within that time of
+        each other are one burst: each room's newest new task may not be claimed before now +
+        ``debounce_s``, and its room's older tasks still waiting out their own (pending, never
+        claimed) end, in the same transaction, as no-send results "answered with <newest>".
         """
         ...
 

@@ -15,6 +15,9 @@ ORDERED_POLICIES: Final[frozenset[str]] = frozenset({"serial", "replace"})
 """The policies under which a room runs one task at a time, in arrival order."""
 
 SUPERSEDED_PREFIX: Final = "superseded by "
+BURST_PREFIX: Final = "answered with "
+"""A message a newer one of its burst took the place of (issue #52) ends with this reason."""
+MAX_DEBOUNCE_S: Final = 60.0
 
 
 def is_room_policy(value: object) -> TypeGuard[RoomPolicy]:
@@ -28,6 +31,24 @@ def check_room_policy(value: object) -> RoomPolicy:
             f"room policy must be one of {', '.join(ROOM_POLICIES)}; got {value!r:.80}"
         )
     return value
+
+
+def check_debounce(value: object) -> float:
+    """A room's debounce: finite seconds from 0 (off) to ``MAX_DEBOUNCE_S``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (0 <= value <= MAX_DEBOUNCE_S)
+    ):
+        raise ValueError(
+            f"a room's debounce must be 0 to {MAX_DEBOUNCE_S:g} seconds, got {value!r}"
+        )
+    return float(value)
+
+
+def burst_reason(newer_id: str) -> str:
+    """The reason of a message a newer one of its burst took the place of."""
+    return f"{BURST_PREFIX}{newer_id}"
 
 
 def superseded_reason(newer_id: str) -> str:

@@ -12,7 +12,8 @@ import attrs
 
 from ..._plumbing._config_error import ConfigError as ConfigError
 from ..custody._conversation import DEFAULT_HISTORY_KEEP, MAX_HISTORY_TURNS
-from ..custody._rooms import DEFAULT_ROOM_POLICY, ROOM_POLICIES, RoomPolicy
+from ..custody._events import DEFAULT_EVENT_TTL_S
+from ..custody._rooms import DEFAULT_ROOM_POLICY, MAX_DEBOUNCE_S, ROOM_POLICIES, RoomPolicy
 from ..runs._retry import RetryBackoff
 from ._setting_values import (
     parse_agent,
@@ -65,6 +66,15 @@ class BridgeConfig(ProcessSettings):
     in arrival order, replies in order), ``replace`` (a newer message supersedes older ones
     still waiting or running) or ``concurrent``. An agent may override it (its factory's
     ``room_policy`` attribute, or a ``replace`` task handler)."""
+    room_debounce: float = 0.0
+    """Seconds (0: off) within which a room's messages are one burst (issue #52): a message
+    waits this long before its run may start, and a newer one of its room within that time
+    takes its place (the older ends as a no-send result "answered with <newer id>"); the run
+    of the burst's last message sees the others as turns of its conversation. A message that
+    comes once a run started follows ``room_policy``."""
+    event_ttl: float = DEFAULT_EVENT_TTL_S
+    """Seconds an event sent to the admin endpoint (``POST /v1/events``) is kept for the
+    runs that wait for its key later (issue #52)."""
     stall_after: float = 300.0
     retention: float = 7 * 86_400.0
     """Seconds a delivered task is kept (so a gateway replay of it is recognised), then pruned.
@@ -98,6 +108,8 @@ _PARSERS: Final = settings_parsers(
         "run_timeout": parse_optional_seconds(0.1, 7 * 86_400),
         "heartbeat_interval": parse_seconds(0.1, 3600),
         "room_policy": parse_lower_choice(*ROOM_POLICIES),
+        "room_debounce": parse_seconds(0, MAX_DEBOUNCE_S),
+        "event_ttl": parse_seconds(1, 366 * 86_400),
         "stall_after": parse_seconds(0.1, 7 * 86_400),
         "retention": parse_seconds(60, 366 * 86_400),
         "tombstone_retention": parse_seconds(60, 10 * 366 * 86_400),

@@ -20,7 +20,12 @@ from ..._protocol._messages import GatewayTask
 from ..client._client import GatewayClient, GatewayError, GatewayRequestError
 from ..custody._asks import SENDER_HEADER
 from ..custody._roles import IngestStore
-from ..custody._rooms import DEFAULT_ROOM_POLICY, RoomPolicy, check_room_policy
+from ..custody._rooms import (
+    DEFAULT_ROOM_POLICY,
+    RoomPolicy,
+    check_debounce,
+    check_room_policy,
+)
 from ..custody._rules import InvalidTask, Task
 from ..custody._tenants import TENANT_HEADER
 from ..pool._wakeup import PoolWakeups
@@ -114,6 +119,8 @@ class Ingest:
         default=DEFAULT_ROOM_POLICY, validator=lambda _i, _a, v: check_room_policy(v)
     )
     """The room policy stored with every task ingested (``custody._rooms``)."""
+    debounce_s: float = attrs.field(default=0.0, validator=lambda _i, _a, v: check_debounce(v))
+    """A room's burst window (issue #52; 0: off): see ``IngestStore.ingest_many``."""
     stats: IngestStats = attrs.field(factory=IngestStats, init=False)
 
     async def run_once(self, wait: float | None = None) -> IngestRound:
@@ -215,7 +222,9 @@ class Ingest:
             return [], []
         try:
             try:
-                fresh = await self.store.ingest_many(tasks, room_policy=self.room_policy)
+                fresh = await self.store.ingest_many(
+                    tasks, room_policy=self.room_policy, debounce_s=self.debounce_s
+                )
                 return list(zip(tasks, fresh, strict=True)), []
             except InvalidTask:
                 pass
@@ -225,7 +234,9 @@ class Ingest:
             rejected: list[tuple[str, str]] = []
             for task in tasks:
                 try:
-                    [new] = await self.store.ingest_many([task], room_policy=self.room_policy)
+                    [new] = await self.store.ingest_many(
+                        [task], room_policy=self.room_policy, debounce_s=self.debounce_s
+                    )
                 except InvalidTask as exc:
                     rejected.append((task.id, str(exc)))
                 else:

@@ -237,6 +237,7 @@ class BridgeService:
                     poll_wait=config.poll_wait,
                     timings=self.timings,  # the store's work bell rings the pool at commit
                     room_policy=self.room_policy,
+                    debounce_s=config.room_debounce,
                 )
                 self.delivery = Delivery(
                     store,

@@ -17,7 +17,6 @@ from ..._plumbing._config_error import ConfigError
 from ..._plumbing._fs import ensure_private_dir
 from ..._plumbing._log_format import LogFormat
 from ..custody._conversation import DEFAULT_HISTORY_TURNS, MAX_HISTORY_TURNS
-from ..custody._events import DEFAULT_EVENT_TTL_S
 from ..custody._limits import LimitSpec, parse_limit
 from ..custody._rules import DEFAULT_QUEUES
 from ._setting_values import (
@@ -71,9 +70,6 @@ class ProcessSettings:
     ends (throughput). ``capacity = concurrency`` for slow agents: no task waits behind a busy
     worker while another idles (fairness). At least ``concurrency``."""
     history_turns: int = DEFAULT_HISTORY_TURNS
-    event_ttl: float = DEFAULT_EVENT_TTL_S
-    """Seconds an event sent to the admin endpoint (``POST /v1/events``) is kept for the
-    runs that wait for its key later (issue #52)."""
     """Turns of its room's conversation a run reads at most (``conversation_of``)."""
     client_name: str = "tether-bridge"
     pool_name: str | None = None
@@ -137,7 +133,6 @@ PROCESS_PARSERS: Final[Parsers] = {
     "concurrency": parse_int(1, 1024),
     "capacity": parse_optional_int(1, 16_384),
     "history_turns": parse_int(0, MAX_HISTORY_TURNS),
-    "event_ttl": parse_seconds(1, 366 * 86_400),
     "client_name": parse_label,
     "pool_name": parse_optional_pool_name,
     "lease_s": parse_seconds(0.1, 86_400),

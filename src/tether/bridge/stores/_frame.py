@@ -39,8 +39,8 @@ from ..custody._records import (
 from ..custody._rooms import (
     DEFAULT_ROOM_POLICY,
     RoomPolicy,
+    check_debounce,
     check_room_policy,
-    superseded_reason,
 )
 from ..custody._rules import (
     DEFAULT_QUEUES,
@@ -111,32 +111,45 @@ class CustodyFrame(abc.ABC):
 
     # -- ingest -------------------------------------------------------------------------------
 
-    async def ingest(self, task: Task, *, room_policy: RoomPolicy = DEFAULT_ROOM_POLICY) -> bool:
-        [new] = await self.ingest_many([task], room_policy=room_policy)
+    async def ingest(
+        self,
+        task: Task,
+        *,
+        room_policy: RoomPolicy = DEFAULT_ROOM_POLICY,
+        debounce_s: float = 0.0,
+    ) -> bool:
+        [new] = await self.ingest_many([task], room_policy=room_policy, debounce_s=debounce_s)
         return new
 
     async def ingest_many(
-        self, tasks: Sequence[Task], *, room_policy: RoomPolicy = DEFAULT_ROOM_POLICY
+        self,
+        tasks: Sequence[Task],
+        *,
+        room_policy: RoomPolicy = DEFAULT_ROOM_POLICY,
+        debounce_s: float = 0.0,
     ) -> list[bool]:
-        policy = check_room_policy(room_policy)
+        policy, debounce = check_room_policy(room_policy), check_debounce(debounce_s)
         headers = [ingest_headers(task, self.host.max_body_bytes) for task in tasks]  # all or none
         for task in tasks:
             check_not_child(task.headers, f"task {task.id!r}")
         if not tasks:
             return []
-        new, superseded = await self._ingest_many(tasks, headers, policy)
+        new, superseded = await self._ingest_many(tasks, headers, policy, debounce)
         _clog.ingested((task.id for task in tasks), new)
-        for id, by in superseded:
-            _clog.moved(id, None, CustodyState.RESULT, reason=superseded_reason(by))
+        for id, why in superseded:
+            _clog.moved(id, None, CustodyState.RESULT, reason=why)
         if any(new) and not self.rings_at_commit:
             self.host.work_bell.ring()
         return new
 
     @abc.abstractmethod
     async def _ingest_many(
-        self, tasks: Sequence[Task], headers: Sequence[str], policy: RoomPolicy
+        self, tasks: Sequence[Task], headers: Sequence[str], policy: RoomPolicy, debounce: float
     ) -> tuple[list[bool], list[tuple[str, str]]]:
-        """(new? per task, (id, newer) per task a ``replace`` superseded)."""
+        """(new? per task, (id, reason) per task a newer one ended: a ``replace`` superseded
+        it, or, with a ``debounce`` (seconds, issue #52), it was still waiting out its own
+        when a newer message of its room came: ``burst_reason``). With a debounce, each
+        room's newest new task may not be claimed before now + ``debounce``."""
 
     async def body_conflicts(self, tasks: Sequence[Task]) -> list[bool]:
         stored = await self._bodies(sorted({t.id for t in tasks})) if tasks else {}

@@ -28,7 +28,13 @@ from ...custody._records import (
     WorkerInfo,
     WorkerRole,
 )
-from ...custody._rooms import SUPERSEDED_PREFIX, RoomPolicy
+from ...custody._rooms import (
+    BURST_PREFIX,
+    SUPERSEDED_PREFIX,
+    RoomPolicy,
+    burst_reason,
+    superseded_reason,
+)
 from ...custody._rules import (
     PRIORITY_RANK,
     Claim,
@@ -99,7 +105,7 @@ class PostgresCustody(CustodyFrame):
     # -- ingest -------------------------------------------------------------------------------
 
     async def _ingest_many(
-        self, tasks: Sequence[Task], headers: Sequence[str], policy: RoomPolicy
+        self, tasks: Sequence[Task], headers: Sequence[str], policy: RoomPolicy, debounce: float
     ) -> tuple[list[bool], list[tuple[str, str]]]:
         ids = [task.id for task in tasks]
         rooms = [task.room for task in tasks]
@@ -108,11 +114,13 @@ class PostgresCustody(CustodyFrame):
         params.update(
             headers=list(headers), now=self.host.clock(), chan=self.db.channel, policy=policy
         )
-        params.update(owner=SUPERSEDED_OWNER, prefix=SUPERSEDED_PREFIX)
+        params.update(owner=SUPERSEDED_OWNER, prefix=SUPERSEDED_PREFIX, burst=BURST_PREFIX)
+        params.update(debounce=debounce)
         tenants = [task.tenant for task in tasks]
         params.update(tenants=tenants, fairs=[NO_TURN] * len(tasks))
         params.update(queues=[t.queue for t in tasks], parents=[t.parent for t in tasks])
         sql, supersede, turns_sql = self.db.sql.ingest, self.db.sql.supersede, self.db.sql.turns
+        burst = self.db.sql.burst
         s, chan = self.db.s, self.db.channel
         replace = policy == "replace" and any(room is not None for room in rooms)
 
@@ -134,9 +142,14 @@ class PostgresCustody(CustodyFrame):
                 )
                 moved: list[tuple[str, str]] = []
                 runs = inserted - {answer for _, answer in answered}
+                fresh = {**params, "ids": sorted(runs)}
+                if debounce and runs and any(room is not None for room in rooms):
+                    moved += [(id, burst_reason(by)) for id, by in conn.execute(burst, fresh)]
                 if replace and runs:
-                    fresh = {**params, "ids": sorted(runs)}
-                    moved = [(id, by) for id, by in conn.execute(supersede, fresh).fetchall()]
+                    moved += [
+                        (id, superseded_reason(by))
+                        for id, by in conn.execute(supersede, fresh).fetchall()
+                    ]
             first: list[bool] = []
             for id in ids:
                 first.append(id in inserted)

@@ -180,6 +180,24 @@ class Sql:
         )
 
     @property
+    def burst(self) -> str:
+        # a room's debounce (issue #52): per room, the newest of the new tasks waits it out,
+        # and the room's older messages still waiting out theirs (never claimed; or new in
+        # this batch) become no-send results answered by it; returns (absorbed id, newest id)
+        return (
+            f"WITH n AS (SELECT DISTINCT ON (room) room, id, seq FROM {self.s}.tasks "
+            "WHERE id = ANY(%(ids)s::text[]) AND room IS NOT NULL ORDER BY room, seq DESC), "
+            f"h AS (UPDATE {self.s}.tasks t SET not_before = %(now)s + %(debounce)s "
+            "FROM n WHERE t.id = n.id RETURNING t.id) "
+            f"UPDATE {self.s}.tasks t SET state = 'result', result = ''::bytea, no_send = true, "
+            "owner = coalesce(t.owner, %(owner)s), lease_until = NULL, not_before = NULL, "
+            f"{NO_DELIVERY_LEASE}, reason = %(burst)s || n.id, updated_at = %(now)s "
+            "FROM n WHERE t.room = n.room AND t.seq < n.seq AND t.state = 'pending' "
+            "AND t.run_no = 0 AND (t.not_before > %(now)s OR t.id = ANY(%(ids)s::text[])) "
+            "RETURNING t.id, n.id"
+        )
+
+    @property
     def prune(self) -> str:
         # the deleted rows leave tombstones in the same statement (one transaction)
         return (

@@ -33,7 +33,7 @@ from ...custody._records import (
     WorkerInfo,
     WorkerRole,
 )
-from ...custody._rooms import RoomPolicy, superseded_reason
+from ...custody._rooms import RoomPolicy, burst_reason, superseded_reason
 from ...custody._rules import (
     PRIORITY_RANK,
     Claim,
@@ -90,7 +90,7 @@ class SqliteCustody(CustodyFrame):
     # -- ingest -------------------------------------------------------------------------------
 
     async def _ingest_many(
-        self, tasks: Sequence[Task], headers: Sequence[str], policy: RoomPolicy
+        self, tasks: Sequence[Task], headers: Sequence[str], policy: RoomPolicy, debounce: float
     ) -> tuple[list[bool], list[tuple[str, str]]]:
         rows: list[_Ingest] = []
         for task, json_headers in zip(tasks, headers, strict=True):
@@ -117,15 +117,22 @@ class SqliteCustody(CustodyFrame):
                 )
                 if asker is not None:  # an open ask's answer: no run of its own (issue #36)
                     answered.append((asker, row.id))
-            if policy == "replace":  # per room, the newest new task supersedes the older ones
-                answers = {answer for _, answer in answered}
-                newest = {
-                    row.room: row
-                    for row, fresh in zip(rows, new, strict=True)
-                    if fresh and row.room and row.id not in answers
-                }
+            answers = {answer for _, answer in answered}
+            newest = {
+                row.room: row
+                for row, fresh in zip(rows, new, strict=True)
+                if fresh and row.room and row.id not in answers
+            }
+            if debounce and newest:  # per room, the burst's newest takes the others' place
+                batch = json.dumps([row.id for row, fresh in zip(rows, new, strict=True) if fresh])
                 for room, row in newest.items():
-                    superseded.extend(_supersede(conn, row.id, room, row.updated))
+                    superseded.extend(_burst(conn, row.id, room, row.updated, debounce, batch))
+            if policy == "replace":  # per room, the newest new task supersedes the older ones
+                for room, row in newest.items():
+                    superseded.extend(
+                        (id, superseded_reason(by))
+                        for id, by in _supersede(conn, row.id, room, row.updated)
+                    )
             return new
 
         def committed(new: list[bool]) -> None:
@@ -559,6 +566,28 @@ class SqliteCustody(CustodyFrame):
 
 
 # -- helpers (run in the writer's or the reader's thread) -----------------------------------------
+
+
+def _burst(
+    conn: sqlite3.Connection, newest: str, room: str, now: float, debounce: float, batch: str
+) -> list[tuple[str, str]]:
+    """A room's debounce (issue #52): ``newest`` waits ``debounce`` seconds, and the room's
+    older messages still waiting out their own (never claimed; or new in this ``batch``)
+    become no-send results "answered with ``newest``". Returns ``(id, reason)`` per task."""
+    conn.execute(sql.HOLD, (now + debounce, newest))
+    why = burst_reason(newest)
+    rows = conn.execute(
+        sql.ABSORB,
+        {
+            "owner": SUPERSEDED_OWNER,
+            "why": why,
+            "now": now,
+            "room": room,
+            "id": newest,
+            "batch": batch,
+        },
+    ).fetchall()
+    return [(r[0], why) for r in rows]
 
 
 def _supersede(

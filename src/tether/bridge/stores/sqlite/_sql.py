@@ -131,6 +131,18 @@ SUPERSEDE: Final = (
     "WHERE room = ? AND id <> ? AND state IN ('pending', 'assigned', 'claimed') "
     "AND rowid < (SELECT rowid FROM tasks WHERE id = ?) RETURNING id"
 )
+HOLD: Final = "UPDATE tasks SET not_before = ? WHERE id = ?"
+"""A burst's newest message waits out the room's debounce (issue #52)."""
+ABSORB: Final = (
+    "UPDATE tasks SET state = 'result', result = '', no_send = 1, "
+    "owner = coalesce(owner, :owner), lease_until = NULL, not_before = NULL, reason = :why, "
+    "updated_at = :now "
+    "WHERE room = :room AND id <> :id AND state = 'pending' AND run_no = 0 "
+    "AND (not_before > :now OR id IN (SELECT value FROM json_each(:batch))) "
+    "AND rowid < (SELECT rowid FROM tasks WHERE id = :id) RETURNING id"
+)
+"""The room's older messages still waiting out their debounce (never claimed) end as
+no-send results: the burst's newest answers them."""
 BODIES: Final = f"SELECT id, body FROM tasks WHERE id IN {IDS}"
 PRUNE: Final = (
     "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks c "
