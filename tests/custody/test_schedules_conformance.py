@@ -17,7 +17,7 @@ import trio
 
 from support.clock import FakeClock
 from support.custody import Backend
-from tether.bridge import CustodyState
+from tether.bridge import CustodyState, PostgresStore, SqliteStore
 from tether.bridge.custody import Store
 from tether.bridge.custody._schedules import (
     MISSED_AFTER_S,
@@ -25,9 +25,24 @@ from tether.bridge.custody._schedules import (
     ScheduleError,
     ScheduleSpec,
     firing_id,
+    spec_document,
 )
 
 S = CustodyState
+
+
+async def _set_spec(store: Store, name: str, document: str) -> None:
+    """Write a schedule's kept document by hand (what another tether version would keep)."""
+    if isinstance(store, SqliteStore):
+        await store.db.write(
+            lambda conn: conn.execute(
+                "UPDATE schedules SET spec = ? WHERE name = ?", (document, name)
+            )
+        )
+    else:
+        assert isinstance(store, PostgresStore)
+        sql = f'UPDATE "{store.schema}".schedules SET spec = %s WHERE name = %s'
+        await store.db.run(lambda conn: conn.execute(sql, (document, name)))
 
 
 async def _ids(store: Store) -> list[str]:
@@ -215,3 +230,31 @@ async def test_a_cron_line_keeps_local_time_through_daylight_saving(
     standup = [_local(id, "Europe/Paris") for id in made if id.startswith("standup~")]
     assert night == expected
     assert standup == [expected[-1][:-5] + "09:00"]  # Monday, local 09:00 (not the weekend)
+
+
+def test_missed_times_in_the_repeated_hour_fire_the_latest_once() -> None:
+    """The reverse walk of a cron line misses a time in the hour that comes twice (DST ends);
+    the latest missed due time is still the latest."""
+    spec = ScheduleSpec("night", "ops", "x", cron="30 2 * * *", tz="Europe/Paris")
+    paris = ZoneInfo("Europe/Paris")
+    due = datetime(2026, 10, 23, 2, 30, tzinfo=paris).timestamp()
+    now = datetime(2026, 10, 25, 2, 10, fold=1, tzinfo=paris).timestamp()  # the second 02:10
+    fired, next_due = spec.firings(due, now)
+    assert fired == [datetime(2026, 10, 25, 2, 30, tzinfo=paris).timestamp()]  # the first 02:30
+    assert next_due == datetime(2026, 10, 26, 2, 30, tzinfo=paris).timestamp()
+    assert spec.firings(next_due, now) == ([], next_due)  # nothing fires twice
+
+
+async def test_a_schedule_this_tether_cannot_read_stops_no_other(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    await store.add_schedule(ScheduleSpec("new", "ops", "x", every=10))
+    await store.add_schedule(ScheduleSpec("old", "ops", "y", every=10))
+    doc = spec_document(ScheduleSpec("new", "ops", "x", every=10)).replace(
+        '"schema_version":1', '"schema_version":2'
+    )
+    await _set_spec(store, "new", doc)  # as a newer tether would have kept it
+    fake_clock.advance(10)
+    made = await store.fire_schedules()
+    assert [id.split("~")[0] for id in made] == ["old"]
+    assert [v.spec.name for v in await store.schedules()] == ["old"]

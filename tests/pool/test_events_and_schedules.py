@@ -152,3 +152,35 @@ async def test_a_schedule_fires_through_the_reconciler_and_each_time_runs_once(
     assert ran == expected  # on time (the reconciler passes when one is due), once each
     [kept] = await timed_store.schedules()
     assert kept.fired == 6
+
+
+async def test_a_timed_out_wait_stays_timed_out_when_its_event_comes_later(
+    timed_store: SqliteStore, mock_clock: StoreAwareClock
+) -> None:
+    """The timeout is recorded: a run that parks after it (here a long sleep) and runs again
+    once the event came takes the same branch, never the event's."""
+    branches: list[str] = []
+
+    async def handle(task: Task) -> str:
+        run = run_of(task)
+        try:
+            body = await run.wait_for("late", timeout=60)
+            branch = f"event {body}"
+        except WaitTimeout:
+            branch = "timed out"
+        branches.append(branch)
+        await run.sleep(600)  # parks: the handler runs again from the top after it
+        return branch
+
+    await timed_store.ingest(Task("t", "x"))
+
+    async def late_event() -> None:
+        await wait_until(lambda: _is(timed_store, "t", S.WAITING), within=60)
+        await wait_until(lambda: trio.to_thread.run_sync(lambda: len(branches) == 1), within=600)
+        await timed_store.send_event("e1", "late", "here")  # while the run sleeps
+
+    await _serve(timed_store, handle, lambda: _is(timed_store, "t", S.RESULT), late_event, step=5)
+    record = await timed_store.get("t")
+    assert record is not None
+    assert record.result == "timed out"
+    assert branches == ["timed out", "timed out"]

@@ -59,3 +59,18 @@ async def test_an_event_is_kept_and_wakes_its_waiters_and_bad_input_changes_noth
         assert not_json.status_code == 400
         assert (await admin.client.get("/v1/events")).status_code == 405
     assert [(e.id, e.value) for e in await store.events()] == [("stripe-evt-1", {"amount": 12})]
+
+
+async def test_a_body_over_the_stores_own_limit_is_a_400_not_a_retry(tmp_path: Path) -> None:
+    async with await SqliteStore.open(tmp_path / "small.db", max_body_bytes=1000) as store:
+        async with running_admin(tmp_path, partial(OpsRoutes, store), store=store) as admin:
+            event = {"id": "e1", "key": "k", "body": "x" * 2000}
+            answer = await admin.client.post("/v1/events", json=event)
+            assert answer.status_code == 400, answer.text
+            assert "the store refused it" in answer.json()["error"]
+            same = {"id": "e2", "key": "k", "body": {"b": 1, "a": 2}}
+            assert (await admin.client.post("/v1/events", json=same)).status_code == 200
+            reordered = {"id": "e2", "key": "k", "body": {"a": 2, "b": 1}}
+            again = await admin.client.post("/v1/events", json=reordered)  # the same event
+            assert (again.status_code, again.json()["new"]) == (200, False)
+        assert [e.id for e in await store.events()] == ["e2"]

@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..bridge.service._config import (
     DEFAULT_AGENT,
@@ -22,9 +22,6 @@ from ..bridge.service._settings import env_name
 from ._opened import opened_store
 from ._parsers import SettingsHelp, Subparsers, add_command, add_group, add_settings
 from ._schedules import add_schedule_parsers, run_events, run_schedules
-
-if TYPE_CHECKING:
-    pass
 
 EXIT_AUTH = 3
 

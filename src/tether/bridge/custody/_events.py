@@ -59,11 +59,13 @@ def check_event_id(value: object) -> str:
 
 def event_body(value: Any, limit: int = MAX_EVENT_BYTES) -> str:
     """The JSON text of an event's body (any JSON value), within ``limit`` bytes."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidEvent(f"an event's body must be JSON: {exc}") from None
-    size = len(text.encode("utf-8"))
+    try:  # keys sorted: a replay that orders an object's keys otherwise is the same event
+        text = json.dumps(
+            value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
+        )
+        size = len(text.encode("utf-8"))
+    except (TypeError, ValueError, RecursionError) as exc:  # (UnicodeEncodeError: a ValueError)
+        raise InvalidEvent(f"an event's body must be JSON text: {exc}") from None
     if size > limit:
         raise InvalidEvent(f"an event's body is {size} bytes, over the {limit} an event may hold")
     return text

@@ -156,7 +156,11 @@ class ScheduleSpec:
             return since + math.floor((at - since) / self.every) * self.every
         assert self.cron is not None
         start = datetime.fromtimestamp(math.floor(at) + 1, zone(self.tz))
-        return max(since, next(CronSim(self.cron, start, reverse=True)).timestamp())
+        latest = max(since, next(CronSim(self.cron, start, reverse=True)).timestamp())
+        # in a repeated hour (DST ends) the reverse walk can miss a time: step forward to it
+        while (following := self.next_after(latest)) <= at:
+            latest = following
+        return latest
 
     def firings(self, due: float, now: float) -> tuple[list[float], float]:
         """The due times to fire now for a schedule next due at ``due``, and its next due
@@ -213,11 +217,10 @@ def spec_from(document: str) -> ScheduleSpec:
 def firing_id(name: str, due: float) -> str:
     """``name~20261207T090000Z``: the schedule's name and the due time in UTC (with
     milliseconds when it has them), so the id says which due time it fired."""
-    moment = datetime.fromtimestamp(due, UTC)
-    stamp = moment.strftime("%Y%m%dT%H%M%S")
-    millis = round((due - math.floor(due)) * 1000)
+    whole, millis = divmod(round(due * 1000), 1000)  # one rounding for both parts
+    stamp = datetime.fromtimestamp(whole, UTC).strftime("%Y%m%dT%H%M%S")
     if millis:
-        stamp += f".{min(millis, 999):03d}"
+        stamp += f".{millis:03d}"
     return f"{name}~{stamp}Z"
 
 

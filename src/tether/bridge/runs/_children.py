@@ -96,7 +96,7 @@ class Joining:
 
 async def _read(journal: Journal, children: Sequence[Child], deadline: float) -> dict[str, Any]:
     """What the children gave once all are done (the join's step records it); else the run
-    parks, or ``JoinTimeout`` past the deadline."""
+    parks; past the deadline, the timeout (recorded too: ``JoinTimeout`` in every run)."""
     views = await journal.children([child.id for child in children])
     results: list[str] = []
     for child, view in zip(children, views, strict=True):
@@ -111,16 +111,18 @@ async def _read(journal: Journal, children: Sequence[Child], deadline: float) ->
         return {"results": results}
     live = [c for c, v in zip(children, views, strict=True) if v and not child_done(v.state)]
     names = ", ".join(c.name for c in live[:5]) + (", ..." if len(live) > 5 else "")
-    if journal.now() >= deadline:
-        raise JoinTimeout(
-            f"task {journal.task.id!r}: {len(live)} of {len(children)} children not done by "
-            f"the join's deadline ({names})"
-        )
+    if journal.now() >= deadline:  # recorded, so a child done later changes no replay
+        return {
+            "timeout": f"task {journal.task.id!r}: {len(live)} of {len(children)} children "
+            f"not done by the join's deadline ({names})"
+        }
     why = f"{len(live)} of {len(children)} children ({names}) until {iso_time(deadline)}"
     raise journal.park(deadline, why, join=[c.id for c in live])
 
 
 def _outcome(joined: Mapping[str, Any], children: Sequence[Child]) -> list[str]:
+    if "timeout" in joined:
+        raise JoinTimeout(str(joined["timeout"]))
     failed = joined.get("failed")
     if failed is not None:
         id, name, reason = failed

@@ -42,14 +42,19 @@ class Waits:
         with journal.waiting("event", {"tether.event_key": key}) as traced:
             traced.until(deadline)
             took, _ = await journal.step(name, _take, (journal, key, deadline), {})
+            if took.get("timeout"):  # recorded: every later run times out here too
+                raise WaitTimeout(
+                    f"task {journal.task.id!r}: no event of {key!r} came by the wait's "
+                    f"deadline ({iso_time(deadline)})"
+                )
             return took["body"]
 
 
 async def _take(journal: Journal, key: str, deadline: float) -> dict[str, Any]:
-    """The first event of ``key`` this run has not taken (the wait's step records it); else
-    the run parks, or ``WaitTimeout`` past the deadline."""
+    """The first event of ``key`` this run has not taken, or, past the deadline, the timeout
+    (the wait's step records either); else the run parks."""
     if not journal.durable:
-        raise WaitTimeout(
+        raise RuntimeError(
             f"task {journal.task.id!r}: only a worker's run can wait for an event (this run is "
             "detached: called outside a worker)"
         )
@@ -58,10 +63,7 @@ async def _take(journal: Journal, key: str, deadline: float) -> dict[str, Any]:
     if event is not None:
         return {"id": event.id, "body": event.value}
     if journal.now() >= deadline:
-        raise WaitTimeout(
-            f"task {journal.task.id!r}: no event of {key!r} came by the wait's deadline "
-            f"({iso_time(deadline)})"
-        )
+        return {"timeout": True}  # recorded, so an event that comes later changes no replay
     raise journal.park(deadline, f"until {iso_time(deadline)}", event=key, taken=taken)
 
 

@@ -28,6 +28,7 @@ from ..custody._events import (
     MAX_EVENT_BYTES,
     EventConflict,
     EventSent,
+    InvalidEvent,
     check_event_id,
     check_event_key,
     event_body,
@@ -127,11 +128,11 @@ class OpsRoutes:
             )
         try:
             id, key = check_event_id(doc["id"]), check_event_key(doc.get("key"))
-            event_body(doc.get("body"))
+            text = event_body(doc.get("body"))
         except ValueError as exc:
             raise HttpError(400, str(exc)) from None
         sent = await self._ask(
-            ("event", id),
+            ("event", id, key, text),  # a request shares only an identical one's answer
             self.move_within,
             _send_event,
             self.store,
@@ -140,14 +141,14 @@ class OpsRoutes:
             doc.get("body"),
             self.event_ttl,
         )
-        if sent is None:
-            raise HttpError(409, f"event {id!r} was sent before with another key or body")
+        if isinstance(sent, str):
+            raise HttpError(409 if sent.startswith("event") else 400, sent)
         await send_json(
             send,
             200,
             {
                 "id": id,
-                "key": key,
+                "key": sent.event.key,
                 "new": sent.new,
                 "woken": len(sent.woken),
                 "kept_until": sent.event.until,
@@ -165,12 +166,15 @@ class OpsRoutes:
             raise HttpError(503, str(exc)) from None
 
 
-async def _send_event(store: Store, id: str, key: str, body: Any, ttl_s: float) -> EventSent | None:
-    """The event kept, or None for an id kept with another key or body (a 409, not a 503)."""
+async def _send_event(store: Store, id: str, key: str, body: Any, ttl_s: float) -> EventSent | str:
+    """The event kept, or why the store refused it (a 409 for an id kept with another key or
+    body, a 400 for a body over the store's own limit: not a 503, which says "try again")."""
     try:
         return await store.send_event(id, key, body, ttl_s=ttl_s)
-    except EventConflict:
-        return None
+    except EventConflict as exc:
+        return str(exc)
+    except InvalidEvent as exc:
+        return f"the store refused it: {exc}"
 
 
 async def _send_file(page_file: StaticFile, request: Request, send: Send) -> None:

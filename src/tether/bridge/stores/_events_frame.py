@@ -114,12 +114,12 @@ class EventsFrame(abc.ABC):
         """See ``park_event``; ``StaleLease`` if fenced out."""
 
     async def events(self, *, key: str | None = None, limit: int = 1000) -> Sequence[Event]:
-        """Kept events (of ``key``, or all), oldest first."""
+        """Kept events (of ``key``, or all) whose TTL has not ended, oldest first."""
         key = None if key is None else check_event_key(key)
-        return await self._events(key, check_limit(limit))
+        return await self._events(key, check_limit(limit), self.host.clock())
 
     @abc.abstractmethod
-    async def _events(self, key: str | None, limit: int) -> list[Event]: ...
+    async def _events(self, key: str | None, limit: int, now: float) -> list[Event]: ...
 
     async def drop_event(self, id: str) -> bool:
         """An operator drops a kept event: later waits no longer take it."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -25,6 +26,7 @@ from ..custody._schedules import (
     ScheduleView,
     check_schedule_name,
     spec_document,
+    spec_from,
 )
 from ._common import check_limit, ingest_headers
 from ._host import Host
@@ -43,6 +45,18 @@ class Firing:
     last_due: float
     tasks: tuple[Task, ...]
     headers: tuple[str, ...]
+
+
+def schedule_view(row: Sequence[Any]) -> ScheduleView | None:
+    """A ``(spec, paused, next_due, last_due, fired)`` row (both backends) as a view; None
+    (logged) for a spec this tether cannot read (a newer version's, a zone this host lacks),
+    so one schedule never stops the others or the reconciler's pass."""
+    spec, paused, next_due, last_due, fired = row
+    try:
+        return ScheduleView(spec_from(spec), bool(paused), float(next_due), last_due, int(fired))
+    except ValueError as exc:
+        log.error("a schedule cannot be read here (skipped): %s", exc)  # noqa: TRY400
+        return None
 
 
 @attrs.define(eq=False)
@@ -75,10 +89,13 @@ class SchedulesFrame(abc.ABC):
         return found
 
     async def resume_schedule(self, name: str) -> bool:
-        """Resume ``name``: due next after now (the times it was paused through never fire)."""
+        """Resume ``name``: due next after now (the times it was paused through never fire);
+        a schedule not paused is left as it is."""
         view = await self.schedule(name)
         if view is None:
             return False
+        if not view.paused:
+            return True
         next_due = view.spec.first_due(self.host.clock())
         found = await self._set_paused(name, False, next_due)
         if found:
@@ -103,12 +120,12 @@ class SchedulesFrame(abc.ABC):
         return found[0] if found else None
 
     async def schedules(self) -> Sequence[ScheduleView]:
-        """Every schedule, by name."""
-        return await self._views(None)
+        """Every schedule this tether can read, by name (one it cannot is logged)."""
+        return [view for view in await self._views(None) if view is not None]
 
     @abc.abstractmethod
-    async def _views(self, name: str | None) -> list[ScheduleView]:
-        """The schedule ``name`` (or every schedule, by name) as kept."""
+    async def _views(self, name: str | None) -> list[ScheduleView | None]:
+        """The schedule ``name`` (or every schedule, by name) as kept (``schedule_view``)."""
 
     async def fire_schedules(self, *, limit: int = 1000) -> Sequence[str]:
         """Fire what is due by now: the ids of the tasks this call made (a due time another
@@ -116,11 +133,17 @@ class SchedulesFrame(abc.ABC):
         now = self.host.clock()
         made: list[str] = []
         for view in await self._due(now, check_limit(limit)):
-            dues, next_due = view.spec.firings(view.next_due, now)
+            if view is None:
+                continue  # unreadable here (logged): the other schedules still fire
+            try:
+                dues, next_due = view.spec.firings(view.next_due, now)
+                tasks = tuple(view.spec.task(due) for due in dues)
+                headers = tuple(ingest_headers(t, self.host.max_body_bytes) for t in tasks)
+            except ValueError as exc:  # a body over a lowered limit: this schedule only
+                log.error("schedule %s cannot fire: %s", view.spec.name, exc)  # noqa: TRY400
+                continue
             if not dues:
                 continue
-            tasks = tuple(view.spec.task(due) for due in dues)
-            headers = tuple(ingest_headers(t, self.host.max_body_bytes) for t in tasks)
             firing = Firing(view.spec.name, view.next_due, next_due, dues[-1], tasks, headers)
             new = await self._fire(firing, now)
             if new is None:
@@ -142,7 +165,7 @@ class SchedulesFrame(abc.ABC):
         return made
 
     @abc.abstractmethod
-    async def _due(self, now: float, limit: int) -> list[ScheduleView]:
+    async def _due(self, now: float, limit: int) -> list[ScheduleView | None]:
         """Up to ``limit`` schedules not paused whose next due time is by ``now`` (reads only)."""
 
     @abc.abstractmethod

@@ -81,7 +81,8 @@ class EventsSql:
     def events(self) -> str:
         return (
             f"SELECT {_COLS} FROM {self.s}.events "
-            "WHERE %(key)s::text IS NULL OR key = %(key)s ORDER BY at, id LIMIT %(limit)s"
+            "WHERE (%(key)s::text IS NULL OR key = %(key)s) AND until > %(now)s "
+            "ORDER BY at, id LIMIT %(limit)s"
         )
 
     @property
@@ -175,8 +176,8 @@ class PostgresEvents(EventsFrame):
             raise task_gone(claim.task.id, "park")
         raise stale_lease(outcome, claim, now, "park")
 
-    async def _events(self, key: str | None, limit: int) -> list[Event]:
-        sql, params = self._sql.events, {"key": key, "limit": limit}
+    async def _events(self, key: str | None, limit: int, now: float) -> list[Event]:
+        sql, params = self._sql.events, {"key": key, "limit": limit, "now": now}
         return await self.db.run(lambda conn: [event_of(r) for r in conn.execute(sql, params)])
 
     async def _drop(self, id: str) -> bool:

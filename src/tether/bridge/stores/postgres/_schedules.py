@@ -6,12 +6,10 @@ is idempotent by id.
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
-from ...custody._schedules import ScheduleView, spec_from
-from .._schedules_frame import Firing, SchedulesFrame
+from ...custody._schedules import ScheduleView
+from .._schedules_frame import Firing, SchedulesFrame, schedule_view
 from ._connection import Conn
 from ._db import PostgresDb
 from ._made import ingest_made, made_params
@@ -68,11 +66,6 @@ class SchedulesSql:
         )
 
 
-def view_of(row: tuple[Any, ...]) -> ScheduleView:
-    spec, paused, next_due, last_due, fired = row
-    return ScheduleView(spec_from(spec), bool(paused), float(next_due), last_due, int(fired))
-
-
 @attrs.define(eq=False)
 class PostgresSchedules(SchedulesFrame):
     """The schedules part on the store's ``PostgresDb``."""
@@ -96,15 +89,17 @@ class PostgresSchedules(SchedulesFrame):
         sql = self._sql.remove
         return await self.db.run(lambda conn: bool(conn.execute(sql, {"name": name}).rowcount))
 
-    async def _views(self, name: str | None) -> list[ScheduleView]:
+    async def _views(self, name: str | None) -> list[ScheduleView | None]:
         sql = self._sql.view + (" ORDER BY name" if name is None else " WHERE name = %(name)s")
         return await self.db.run(
-            lambda conn: [view_of(row) for row in conn.execute(sql, {"name": name})]
+            lambda conn: [schedule_view(row) for row in conn.execute(sql, {"name": name})]
         )
 
-    async def _due(self, now: float, limit: int) -> list[ScheduleView]:
+    async def _due(self, now: float, limit: int) -> list[ScheduleView | None]:
         sql, params = self._sql.due, {"now": now, "limit": limit}
-        return await self.db.run(lambda conn: [view_of(row) for row in conn.execute(sql, params)])
+        return await self.db.run(
+            lambda conn: [schedule_view(row) for row in conn.execute(sql, params)]
+        )
 
     async def _fire(self, firing: Firing, now: float) -> list[bool] | None:
         move_on = self._sql.move_on

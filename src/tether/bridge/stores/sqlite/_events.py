@@ -38,8 +38,10 @@ PARK: Final = (
     "reason = CASE WHEN e.came THEN reason ELSE :why END, wait_key = :key, updated_at = :now "
     f"FROM (SELECT EXISTS (SELECT 1 {_UNTAKEN}) AS came) e WHERE {FENCE_NAMED} RETURNING state"
 )
-EVENTS: Final = f"SELECT {_COLS} FROM events ORDER BY at, id LIMIT ?"
-KEY_EVENTS: Final = f"SELECT {_COLS} FROM events WHERE key = ? ORDER BY at, id LIMIT ?"
+EVENTS: Final = f"SELECT {_COLS} FROM events WHERE until > ? ORDER BY at, id LIMIT ?"
+KEY_EVENTS: Final = (
+    f"SELECT {_COLS} FROM events WHERE key = ? AND until > ? ORDER BY at, id LIMIT ?"
+)
 DROP: Final = "DELETE FROM events WHERE id = ?"
 WAITERS: Final = (
     "SELECT id, wait_key, not_before FROM tasks INDEXED BY tasks_wait_key "
@@ -98,12 +100,12 @@ class SqliteEvents(EventsFrame):
 
         return await self.db.write(op)
 
-    async def _events(self, key: str | None, limit: int) -> list[Event]:
+    async def _events(self, key: str | None, limit: int, now: float) -> list[Event]:
         def op(conn: sqlite3.Connection) -> list[Event]:
             rows = (
-                conn.execute(EVENTS, (limit,))
+                conn.execute(EVENTS, (now, limit))
                 if key is None
-                else conn.execute(KEY_EVENTS, (key, limit))
+                else conn.execute(KEY_EVENTS, (key, now, limit))
             )
             return [event_of(row) for row in rows]
 

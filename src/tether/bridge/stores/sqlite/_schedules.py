@@ -5,12 +5,12 @@ compare-and-set of the schedule's due time and the ingest of its tasks).
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Final
+from typing import Final
 
 import attrs
 
-from ...custody._schedules import ScheduleView, spec_from
-from .._schedules_frame import Firing, SchedulesFrame
+from ...custody._schedules import ScheduleView
+from .._schedules_frame import Firing, SchedulesFrame, schedule_view
 from ._db import SqliteDb
 from ._made import ingest_made
 
@@ -34,11 +34,6 @@ MOVE_ON: Final = (
     "UPDATE schedules SET next_due = :next_due, last_due = :last_due, fired = fired + :count "
     "WHERE name = :name AND next_due = :due AND paused = 0"
 )
-
-
-def view_of(row: tuple[Any, ...]) -> ScheduleView:
-    spec, paused, next_due, last_due, fired = row
-    return ScheduleView(spec_from(spec), bool(paused), float(next_due), last_due, int(fired))
 
 
 def fire(conn: sqlite3.Connection, firing: Firing, now: float) -> list[bool] | None:
@@ -77,16 +72,16 @@ class SqliteSchedules(SchedulesFrame):
     async def _remove(self, name: str) -> bool:
         return bool(await self.db.write(lambda conn: conn.execute(REMOVE, (name,)).rowcount))
 
-    async def _views(self, name: str | None) -> list[ScheduleView]:
-        def op(conn: sqlite3.Connection) -> list[ScheduleView]:
+    async def _views(self, name: str | None) -> list[ScheduleView | None]:
+        def op(conn: sqlite3.Connection) -> list[ScheduleView | None]:
             rows = conn.execute(VIEWS) if name is None else conn.execute(VIEW, (name,))
-            return [view_of(row) for row in rows]
+            return [schedule_view(row) for row in rows]
 
         return await self.db.read(op)
 
-    async def _due(self, now: float, limit: int) -> list[ScheduleView]:
+    async def _due(self, now: float, limit: int) -> list[ScheduleView | None]:
         return await self.db.read(
-            lambda conn: [view_of(row) for row in conn.execute(DUE, (now, limit))]
+            lambda conn: [schedule_view(row) for row in conn.execute(DUE, (now, limit))]
         )
 
     async def _fire(self, firing: Firing, now: float) -> list[bool] | None:
