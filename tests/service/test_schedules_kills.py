@@ -5,6 +5,9 @@ SIGKILLed and restarted in turn: every due time from the first to the last fired
 (counted by id), none missing, none twice, and the schedule's count agrees. Its tasks wait in
 a queue no worker serves, so what is counted is the firing, not a run.
 
+Outage: two bridges on a PostgreSQL server that stops for a few seconds (under the minute after
+which a due time counts as missed): every due time, those of the outage too, fires once.
+
 Events: fifty runs on a SQLite bridge wait for an event each (``ev.<task id>``); the bridge is
 SIGKILLed while they wait, half the events are sent while it is down and half after it is back:
 every run resumes once with its own event, and every person gets its reply.
@@ -18,7 +21,9 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
@@ -33,12 +38,32 @@ from support.step_effects import effect_lines
 from support.waiting import wait_until
 from tether.bridge import CustodyState, PostgresStore, SqliteStore
 from tether.bridge.custody._schedules import ScheduleSpec, firing_id
+from tether.bridge.stores.postgres._throwaway import NoPostgres, Throwaway, throwaway_postgres
 
 pytestmark = pytest.mark.slow
 
 SECONDS = float(os.environ.get("SCHEDULE_KILLS_SECONDS", "20"))
 OPTIONS = ["--lease-s", "2", "--grace", "2", "--lead-lease", "1"]
 WAITERS = 50
+
+
+@pytest.fixture
+def server() -> Iterator[Throwaway]:
+    try:
+        with throwaway_postgres(fsync=False) as server:
+            yield server
+    except NoPostgres as exc:
+        pytest.skip(f"needs its own PostgreSQL server to stop and start: {exc}")
+
+
+def _every_due_time_once(ids: Counter[str], last_due: float) -> list[str]:
+    """The ids of every due time of ``tick`` from its first fired to ``last_due``, checked:
+    each fired once, none missing."""
+    assert max(ids.values()) == 1
+    first = min(_due_of(id) for id in ids)
+    expected = [firing_id("tick", first + n) for n in range(round(last_due - first) + 1)]
+    assert sorted(ids) == sorted(expected)  # every due time, none missing, none twice
+    return expected
 
 
 def _due_of(id: str) -> float:
@@ -92,13 +117,52 @@ async def test_three_bridges_killed_in_turn_fire_each_due_time_once(
         assert view.last_due is not None
         records = await store.records(CustodyState.PENDING, limit=10_000)
         ids = Counter(r.task.id for r in records if r.task.id.startswith("tick~"))
-    assert max(ids.values()) == 1
-    dues = sorted(_due_of(id) for id in ids)
-    first = dues[0]
-    expected = [firing_id("tick", first + n) for n in range(round(view.last_due - first) + 1)]
-    assert sorted(ids) == sorted(expected)  # every due time, none missing, none twice
+    expected = _every_due_time_once(ids, view.last_due)
     assert view.fired == len(expected) >= SECONDS - 5
     print(f"\npostgres: {len(expected)} due times fired once each through {kills} SIGKILLs")
+
+
+async def test_due_times_during_a_postgres_outage_fire_once_when_it_ends(
+    server: Throwaway, gateway: RunningGateway, token_file: Path, tmp_path: Path
+) -> None:
+    url = f"postgresql://tether@127.0.0.1:{server.port}/postgres"
+    bridges = [
+        await BridgeProcess.start(
+            gateway.url,
+            token_file,
+            cast(Path, url),
+            tmp_path / f"bridge-{n}.log",
+            workers=1,
+            extra=OPTIONS,
+            env={"PGPASSWORD": server.password},
+        )
+        for n in range(2)
+    ]
+    async with await PostgresStore.open(server.dsn) as store:
+        await store.add_schedule(ScheduleSpec("tick", "ops", "status?", every=1, queue="nobody"))
+
+        async def fired(n: int) -> bool:
+            view = await store.schedule("tick")
+            return view is not None and view.fired >= n
+
+        await wait_until(lambda: fired(3), within=30, step=0.1)
+        server.pause("fast")  # the outage: nothing can fire
+        down_at = time.monotonic()
+        await trio.sleep(4)  # (the outage's length is the point: due times pass meanwhile)
+        await trio.to_thread.run_sync(server.resume)
+        outage = time.monotonic() - down_at
+        await wait_until(lambda: fired(round(outage) + 6), within=30, step=0.1)
+        assert await store.pause_schedule("tick")
+        for b in bridges:
+            assert await b.stop() == 0, b.log_tail()
+        view = await store.schedule("tick")
+        assert view is not None
+        assert view.last_due is not None
+        records = await store.records(CustodyState.PENDING, limit=10_000)
+        ids = Counter(r.task.id for r in records if r.task.id.startswith("tick~"))
+    expected = _every_due_time_once(ids, view.last_due)
+    assert view.fired == len(expected)
+    print(f"\npostgres outage {outage:.1f} s: {len(expected)} due times fired once each")
 
 
 async def test_runs_waiting_on_events_resume_once_each_across_a_sigkill(
