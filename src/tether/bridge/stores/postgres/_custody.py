@@ -142,7 +142,7 @@ class PostgresCustody(CustodyFrame):
                 )
                 moved: list[tuple[str, str]] = []
                 runs = inserted - {answer for _, answer in answered}
-                fresh = {**params, "ids": sorted(runs)}
+                fresh = {**params, "ids": sorted(runs)} if runs and (debounce or replace) else {}
                 if debounce and runs and any(room is not None for room in rooms):
                     moved += [(id, burst_reason(by)) for id, by in conn.execute(burst, fresh)]
                 if replace and runs:
