@@ -37,7 +37,7 @@ from support.service import BridgeProcess, answered_count, password_free_url, su
 from support.step_effects import effect_lines
 from support.waiting import wait_until
 from tether.bridge import CustodyState, PostgresStore, SqliteStore
-from tether.bridge.custody._schedules import ScheduleSpec, firing_id
+from tether.bridge.custody._schedules import ScheduleSpec, ScheduleView, firing_id
 from tether.bridge.stores.postgres._throwaway import NoPostgres, Throwaway, throwaway_postgres
 
 pytestmark = pytest.mark.slow
@@ -56,14 +56,19 @@ def server() -> Iterator[Throwaway]:
         pytest.skip(f"needs its own PostgreSQL server to stop and start: {exc}")
 
 
-def _every_due_time_once(ids: Counter[str], last_due: float) -> list[str]:
-    """The ids of every due time of ``tick`` from its first fired to ``last_due``, checked:
-    each fired once, none missing."""
+async def _fired_once_each(store: PostgresStore) -> tuple[ScheduleView, list[str]]:
+    """``tick`` as kept, and the ids of its due times from the first fired to the last,
+    checked: each fired once (its task is in the store), none missing."""
+    view = await store.schedule("tick")
+    assert view is not None
+    assert view.last_due is not None
+    records = await store.records(CustodyState.PENDING, limit=10_000)
+    ids = Counter(r.task.id for r in records if r.task.id.startswith("tick~"))
     assert max(ids.values()) == 1
     first = min(_due_of(id) for id in ids)
-    expected = [firing_id("tick", first + n) for n in range(round(last_due - first) + 1)]
+    expected = [firing_id("tick", first + n) for n in range(round(view.last_due - first) + 1)]
     assert sorted(ids) == sorted(expected)  # every due time, none missing, none twice
-    return expected
+    return view, expected
 
 
 def _due_of(id: str) -> float:
@@ -112,12 +117,7 @@ async def test_three_bridges_killed_in_turn_fire_each_due_time_once(
         await wait_until(all_up, within=60, step=0.1)
         for b in running:
             assert await b.stop() == 0, b.log_tail()
-        view = await store.schedule("tick")
-        assert view is not None
-        assert view.last_due is not None
-        records = await store.records(CustodyState.PENDING, limit=10_000)
-        ids = Counter(r.task.id for r in records if r.task.id.startswith("tick~"))
-    expected = _every_due_time_once(ids, view.last_due)
+        view, expected = await _fired_once_each(store)
     assert view.fired == len(expected) >= SECONDS - 5
     print(f"\npostgres: {len(expected)} due times fired once each through {kills} SIGKILLs")
 
@@ -155,12 +155,7 @@ async def test_due_times_during_a_postgres_outage_fire_once_when_it_ends(
         assert await store.pause_schedule("tick")
         for b in bridges:
             assert await b.stop() == 0, b.log_tail()
-        view = await store.schedule("tick")
-        assert view is not None
-        assert view.last_due is not None
-        records = await store.records(CustodyState.PENDING, limit=10_000)
-        ids = Counter(r.task.id for r in records if r.task.id.startswith("tick~"))
-    expected = _every_due_time_once(ids, view.last_due)
+        view, expected = await _fired_once_each(store)
     assert view.fired == len(expected)
     print(f"\npostgres outage {outage:.1f} s: {len(expected)} due times fired once each")
 

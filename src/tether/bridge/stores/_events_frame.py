@@ -33,7 +33,7 @@ from ..custody._rules import Claim, CustodyState
 from ..custody._steps import check_wake_at
 from ._common import check_limit, check_reason, fence_args
 from ._host import Host
-from ._steps_frame import journal_parked
+from ._steps_frame import parked_or_back
 
 log = logging.getLogger("tether.bridge.events")
 
@@ -93,19 +93,10 @@ class EventsFrame(abc.ABC):
         key, until = check_event_key(key), check_wake_at(until)
         reason = self.host.stored_text(check_reason(f"{EVENT_WAIT}{key}: {why}"))
         state = await self._park(claim, key, list(taken), until, reason, self.host.clock())
-        if state is CustodyState.WAITING:
-            journal_parked(claim, f"{reason}; due {iso_time(until)}")
-        else:
-            self.host.work_bell.ring()
-            _clog.moved(
-                claim.task.id,
-                CustodyState.CLAIMED,
-                state,
-                worker=claim.worker,
-                attempt=claim.attempt,
-                reason=f"an event of {key} came as it parked",
-            )
-        return state
+        return parked_or_back(
+            self.host, claim, state, f"{reason}; due {iso_time(until)}",
+            f"an event of {key} came as it parked",
+        )  # fmt: skip
 
     @abc.abstractmethod
     async def _park(

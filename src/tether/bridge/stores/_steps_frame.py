@@ -114,19 +114,10 @@ class StepsFrame(abc.ABC):
         until = check_wake_at(until)
         reason = self.host.stored_text(check_reason(f"{JOINING}{why}"))
         state = await self._park_join(claim, list(ids), until, reason, self.host.clock())
-        if state is CustodyState.WAITING:
-            journal_parked(claim, f"{reason}; due {iso_time(until)}")
-        else:
-            self.host.work_bell.ring()
-            _clog.moved(
-                claim.task.id,
-                CustodyState.CLAIMED,
-                state,
-                worker=claim.worker,
-                attempt=claim.attempt,
-                reason="its children were done as it parked",
-            )
-        return state
+        return parked_or_back(
+            self.host, claim, state, f"{reason}; due {iso_time(until)}",
+            "its children were done as it parked",
+        )  # fmt: skip
 
     @abc.abstractmethod
     async def _park_join(
@@ -179,6 +170,27 @@ class StepsFrame(abc.ABC):
         begin with ``skip``, in the re-drive's order). A crash between this and the re-drive
         leaves a dead task without steps: what the operator asked for, and the re-drive can be
         repeated."""
+
+
+def parked_or_back(
+    host: Host, claim: Claim, state: CustodyState, parked: str, back: str
+) -> CustodyState:
+    """A conditional park's outcome (a join, a wait for an event), journaled: ``waiting``
+    (``parked`` its reason), or back to ``pending`` at once (``back``: what came as it parked),
+    the pool rung to run it again."""
+    if state is CustodyState.WAITING:
+        journal_parked(claim, parked)
+        return state
+    host.work_bell.ring()
+    _clog.moved(
+        claim.task.id,
+        CustodyState.CLAIMED,
+        state,
+        worker=claim.worker,
+        attempt=claim.attempt,
+        reason=back,
+    )
+    return state
 
 
 def journal_parked(claim: Claim, reason: str) -> None:
