@@ -117,6 +117,8 @@ class SqliteCustody(CustodyFrame):
                 )
                 if asker is not None:  # an open ask's answer: no run of its own (issue #36)
                     answered.append((asker, row.id))
+            if not debounce and policy != "replace":
+                return new
             answers = {answer for _, answer in answered}
             newest = {
                 row.room: row
