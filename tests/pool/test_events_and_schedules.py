@@ -170,7 +170,8 @@ async def test_a_timed_out_wait_stays_timed_out_when_its_event_comes_later(
             branch = "timed out"
         branches.append(branch)
         await run.sleep(600)  # parks: the handler runs again from the top after it
-        return branch
+        again = await run.wait_for("late", timeout=60)  # a later wait takes the late event
+        return f"{branch}, then {again}"
 
     await timed_store.ingest(Task("t", "x"))
 
@@ -182,5 +183,5 @@ async def test_a_timed_out_wait_stays_timed_out_when_its_event_comes_later(
     await _serve(timed_store, handle, lambda: _is(timed_store, "t", S.RESULT), late_event, step=5)
     record = await timed_store.get("t")
     assert record is not None
-    assert record.result == "timed out"
+    assert record.result == "timed out, then here"
     assert branches == ["timed out", "timed out"]
