@@ -364,12 +364,14 @@ class ClaimedRun:
         (told of the time through the rings, so on time)."""
         host, claim = self.host, self.claim
         self.finishing = True
-        asked = park.ask
+        asked, state = park.ask, CustodyState.WAITING
         try:
             if park.join:  # parked unless the children were done meanwhile (issue #51)
-                await host.store.park_join(claim, park.join, park.until, park.why)
+                state = await host.store.park_join(claim, park.join, park.until, park.why)
             elif park.event is not None:  # unless its event came meanwhile (issue #52)
-                await host.store.park_event(claim, park.event, park.taken, park.until, park.why)
+                state = await host.store.park_event(
+                    claim, park.event, park.taken, park.until, park.why
+                )
             elif asked is None:
                 await host.store.park(claim, park.until, park.why)
             else:  # the question and the park in one transaction (issue #36)
@@ -386,6 +388,14 @@ class ClaimedRun:
             return
         self.settled = True
         self.outcome = "parked"
+        if state is not CustodyState.WAITING:  # what it waits for came as it parked
+            log.info(
+                "worker %s: task %s back in the queue at once: %s came as it parked",
+                host.worker,
+                claim.task.id,
+                "its children" if park.join else "its event",
+            )
+            return
         host.counts.parked += 1
         if host.rings is not None:
             host.rings.parked(park.until)
