@@ -130,9 +130,10 @@ class PostgresEvents(EventsFrame):
         def op(conn: Conn) -> tuple[Event | None, bool, list[str]]:
             with conn.transaction():
                 conn.execute(q.lock, params)
-                if conn.execute(q.insert, params).fetchone() is None:
+                while conn.execute(q.insert, params).fetchone() is None:
                     row = conn.execute(q.kept, params).fetchone()
-                    assert row is not None  # events are deleted only by their TTL or by hand
+                    if row is None:  # the kept one was dropped (TTL, operator) meanwhile
+                        continue
                     kept = event_of(row)
                     same = kept.key == event.key and kept.body == event.body
                     return (kept if same else None), False, []
