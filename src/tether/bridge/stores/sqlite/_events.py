@@ -112,7 +112,9 @@ class SqliteEvents(EventsFrame):
         return await self.db.read(op)
 
     async def _drop(self, id: str) -> bool:
-        return bool(await self.db.write(lambda conn: conn.execute(DROP, (id,)).rowcount))
+        return bool(
+            await self.db.write(lambda conn: conn.execute(DROP, (id,)).rowcount, promise=True)
+        )
 
     async def _waiters(self) -> list[EventWaiter]:
         return await self.db.read(lambda conn: [EventWaiter(*row) for row in conn.execute(WAITERS)])

@@ -60,17 +60,24 @@ class SqliteSchedules(SchedulesFrame):
 
     async def _add(self, name: str, document: str, next_due: float, now: float) -> bool:
         return bool(
-            await self.db.write(
-                lambda conn: conn.execute(ADD, (name, document, next_due, now)).rowcount
+            await self.db.write(  # the operator is told next: a promise
+                lambda conn: conn.execute(ADD, (name, document, next_due, now)).rowcount,
+                promise=True,
             )
         )
 
     async def _set_paused(self, name: str, paused: bool, next_due: float | None) -> bool:
         params = {"name": name, "paused": int(paused), "next_due": next_due}
-        return bool(await self.db.write(lambda conn: conn.execute(SET_PAUSED, params).rowcount))
+        return bool(
+            await self.db.write(
+                lambda conn: conn.execute(SET_PAUSED, params).rowcount, promise=True
+            )
+        )
 
     async def _remove(self, name: str) -> bool:
-        return bool(await self.db.write(lambda conn: conn.execute(REMOVE, (name,)).rowcount))
+        return bool(
+            await self.db.write(lambda conn: conn.execute(REMOVE, (name,)).rowcount, promise=True)
+        )
 
     async def _views(self, name: str | None) -> list[ScheduleView | None]:
         def op(conn: sqlite3.Connection) -> list[ScheduleView | None]:
