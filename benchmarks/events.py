@@ -6,7 +6,8 @@ slots (``PoolWorker``'s defaults otherwise) and the reconciler, with an agent wh
 for the event of its key (``run.wait_for``) and replies with its body. ``--runs`` tasks are
 ingested and park (no slot held); then their events are sent one after another
 (``store.send_event``, what ``POST /v1/events`` does), each timed from the send to the run's
-durable reply (the worker's ``after_complete``). DBOS's side starts ``--runs`` workflows that
+durable reply (the worker's ``after_complete``); the same on a PostgreSQL store when a
+server can be started (``tether-pg``). DBOS's side starts ``--runs`` workflows that
 each ``DBOS.recv`` a topic (one blocked thread each, DBOS's model), then ``DBOS.send``s to each
 in turn, timed from the send to its handle's result, on its default SQLite system database.
 
@@ -30,7 +31,7 @@ from typing import Any
 import trio
 
 from tether import Session
-from tether.bridge import CustodyState, SqliteStore, Task, run_of
+from tether.bridge import CustodyState, PostgresStore, SqliteStore, Task, run_of
 from tether.bridge.pool import PoolLead, PoolWakeups, PoolWorker, Reconciler
 
 
@@ -41,13 +42,19 @@ def _factory(session: Session) -> None:
     session.add_handler("task", handle)
 
 
-def tether_round(runs: int) -> tuple[list[float], float]:
+def tether_round(runs: int, postgres: str | None = None) -> tuple[list[float], float]:
     """(each event's seconds from its send to its run's durable reply, one by one; the
-    seconds from sending every event at once to the last reply)."""
+    seconds from sending every event at once to the last reply), on a fresh SQLite file or
+    (``postgres``, a server's URL) a fresh schema there."""
+
+    async def opened(tmp: str) -> Any:
+        if postgres is None:
+            return await SqliteStore.open(Path(tmp) / "custody.db")
+        return await PostgresStore.open(postgres, schema=f"events_{next(_DATABASES)}")
 
     async def main() -> tuple[list[float], float]:
         with tempfile.TemporaryDirectory() as tmp:
-            async with await SqliteStore.open(Path(tmp) / "custody.db") as store:
+            async with await opened(tmp) as store:
                 done: dict[str, trio.Event] = {}
 
                 async def stored(task: Task) -> None:
@@ -163,7 +170,8 @@ def main() -> None:
         "events on SQLite (WAL). tether: PoolLead + PoolWorker (4 slots, defaults) + Reconciler, "
         "synchronous=NORMAL, runs parked (no slot held) until store.send_event; dbos: DBOS "
         "Transact defaults (its SQLite system database), workflows blocked in DBOS.recv, woken "
-        f"by DBOS.send (on SQLite its recv polls; dbos-pg: on PostgreSQL, LISTEN/NOTIFY). "
+        f"by DBOS.send (on SQLite its recv polls; dbos-pg: on PostgreSQL, LISTEN/NOTIFY; "
+        f"tether-pg: tether on the same server, a fresh schema a round). "
         f"{args.runs} runs, {args.rounds} rounds"
     )
     from tether.bridge.stores.postgres._throwaway import NoPostgres, throwaway_postgres
@@ -181,6 +189,7 @@ def main() -> None:
 def _compare(runs: int, rounds: int, pg: str | None) -> None:
     sides: dict[str, Callable[[int], Any]] = {"tether": tether_round, "dbos": dbos_round}
     if pg is not None:
+        sides["tether-pg"] = lambda n: tether_round(n, pg)
         sides["dbos-pg"] = lambda n: dbos_round(n, pg)
     p50s: dict[str, list[float]] = {name: [] for name in sides}
     args = argparse.Namespace(runs=runs, rounds=rounds)
@@ -215,11 +224,11 @@ def _compare(runs: int, rounds: int, pg: str | None) -> None:
                 f"{statistics.median(w) * 1e3:.0f} ms (spread {min(w) * 1e3:.0f}-"
                 f"{max(w) * 1e3:.0f})"
             )
-    for peer in ("dbos", "dbos-pg"):
-        if p50s.get(peer) and p50s["tether"]:
-            ratios = [d / t for d, t in zip(p50s[peer], p50s["tether"], strict=True)]
+    for ours, peer in (("tether", "dbos"), ("tether-pg", "dbos-pg")):
+        if p50s.get(peer) and p50s.get(ours):
+            ratios = [d / t for d, t in zip(p50s[peer], p50s[ours], strict=True)]
             print(
-                f"  {peer} p50 / tether p50 per round: median {statistics.median(ratios):.2f}x "
+                f"  {peer} p50 / {ours} p50 per round: median {statistics.median(ratios):.2f}x "
                 f"[{min(ratios):.2f}-{max(ratios):.2f}]"
             )
 

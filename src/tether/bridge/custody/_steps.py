@@ -28,6 +28,14 @@ SLEEP_PREFIX: Final = "~sleep:"
 """The name of a run's n-th sleep is ``~sleep:n``: its recorded value is the wake-up time."""
 
 
+def step_is_a_promise(name: str) -> bool:
+    """Is recording step ``name`` a promise (synced before the run goes on)? An author's step
+    is: its effect has left the process already. The run's own records (``~sleep``, ``~wait``,
+    ``~join`` and their deadlines) are not: nothing left the process on them, and any promise
+    made later (a reply posted) is synced past them (issue #52: a wait's record was a flush)."""
+    return not name.startswith("~")
+
+
 class StepError(ValueError):
     """A step cannot be recorded as asked: a bad or repeated name, a value that is not JSON or
     is too large. The message names the step."""

@@ -19,7 +19,7 @@ import psycopg
 from ...custody._children import MAX_CHILDREN, ChildView, SpawnError
 from ...custody._records import StepRecord, WaitingRuns
 from ...custody._rules import Claim, CustodyState, Task
-from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit
+from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit, step_is_a_promise
 from .._common import FoundState, stale_lease, task_gone
 from .._steps_frame import StepsFrame
 from ._connection import Conn
@@ -230,7 +230,7 @@ class PostgresSteps(StepsFrame):
                 return StepRecord(*old)
             raise over_task_limit(name, int(total), size)
 
-        outcome = await self.db.run(op, promise=True)  # the step's effect has left already
+        outcome = await self.db.run(op, promise=step_is_a_promise(name))
         if isinstance(outcome, StepRecord):
             return outcome
         if outcome is None:

@@ -18,7 +18,7 @@ import attrs
 from ...custody._children import MAX_CHILDREN, ChildView, SpawnError, orphan_reason
 from ...custody._records import StepRecord, WaitingRuns
 from ...custody._rules import Claim, CustodyState, Task
-from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit
+from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit, step_is_a_promise
 from .._steps_frame import StepsFrame
 from . import _sql as sql
 from ._db import SqliteDb
@@ -230,7 +230,7 @@ class SqliteSteps(StepsFrame):
                 raise stale(conn, claim, now, f"record step {name!r} of")
             return record
 
-        return await self.db.write(op, promise=True)  # the step's effect has left already
+        return await self.db.write(op, promise=step_is_a_promise(name))
 
     async def _spawn(
         self, claim: Claim, step: str, value: str, child: Task, headers: str, now: float
