@@ -58,6 +58,11 @@ async def test_an_event_is_kept_and_wakes_its_waiters_and_bad_input_changes_noth
         )
         assert not_json.status_code == 400
         assert (await admin.client.get("/v1/events")).status_code == 405
+        async with httpx.AsyncClient(base_url=admin.url, timeout=10) as anonymous:
+            refused = await anonymous.post("/ops/api/events/stripe-evt-1/drop")
+            assert refused.status_code == 401  # the page's drop needs the token too
+        missing = await admin.client.post("/ops/api/events/nope/drop")
+        assert missing.status_code == 404
     assert [(e.id, e.value) for e in await store.events()] == [("stripe-evt-1", {"amount": 12})]
 
 

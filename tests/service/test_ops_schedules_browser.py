@@ -1,7 +1,7 @@
 """The operator page's schedules, kept events and runs waiting on an event key, in headless
 Chromium (issue #52): each schedule's rule, room, next due time (or paused) and count; each
 kept event's key; a run parked on an event shows its key and when it times out, with its
-Cancel. Screenshots go to test-artifacts/."""
+Cancel; a kept event's Drop asks first, then drops it. Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
@@ -40,6 +40,12 @@ def look(url: str, shots: Path) -> dict[str, Any]:
         seen["schedule_head"] = driver.find_element(By.CSS_SELECTOR, "#schedules thead").text
         driver.find_element(By.ID, "schedules").screenshot(str(shots / "ops-page-schedules.png"))
         driver.save_screenshot(str(shots / "ops-page-schedules-full.png"))
+        driver.find_element(By.CSS_SELECTOR, "#event-rows button.drop").click()
+        question = wait.until(shown.alert_is_present())
+        seen["question"] = question.text
+        question.accept()
+        wait.until(shown.text_to_be_present_in_element((By.ID, "notice"), "dropped"))
+        seen["notice"] = driver.find_element(By.ID, "notice").text
     return seen
 
 
@@ -66,6 +72,10 @@ async def test_the_page_shows_schedules_kept_events_and_runs_waiting_on_a_key(
     assert morning.startswith("morning cron 0 9 * * 1-5 (Europe/Paris) team due in ")
     (event,) = seen["event"]
     assert event.startswith("ci-1 ci.pr-17 ")
+    assert event.endswith("Drop")
+    assert seen["question"].startswith("Drop event ci-1?")
+    assert seen["notice"] == "event ci-1 dropped"
+    assert await store.events() == []  # dropped by the page, as the operator asked
     (waiting,) = seen["waiting"]
     assert "order-7" in waiting
     assert "awaiting event pay.7" in waiting

@@ -53,6 +53,7 @@ MAX_EVENT_REQUEST: Final = MAX_EVENT_BYTES * 6 + 4096
 _PAGE = {"/ops": "index.html", "/ops/ops.js": "ops.js", "/ops/ops.css": "ops.css"}
 _TASK = re.compile(r"/ops/api/tasks/([^/]+)")
 _MOVE = re.compile(r"/ops/api/tasks/([^/]+)/(retry|cancel)")
+_DROP = re.compile(r"/ops/api/events/([^/]+)/drop")
 
 
 def _load_page() -> dict[str, StaticFile]:
@@ -61,8 +62,9 @@ def _load_page() -> dict[str, StaticFile]:
 
 @attrs.define(eq=False)
 class OpsRoutes:
-    """``/ops`` (the page), ``GET /ops/api/store``, ``GET /ops/api/tasks/ID`` and ``POST
-    /ops/api/tasks/ID/retry`` or ``/cancel`` (an optional JSON body ``{"reason": ...}``)."""
+    """``/ops`` (the page), ``GET /ops/api/store``, ``GET /ops/api/tasks/ID``, ``POST
+    /ops/api/tasks/ID/retry`` or ``/cancel`` (an optional JSON body ``{"reason": ...}``),
+    ``POST /ops/api/events/ID/drop``, and ``POST /v1/events`` (the world's events)."""
 
     store: Store
     runtime: Runtime
@@ -85,6 +87,8 @@ class OpsRoutes:
             return AdminRoute(("GET",), self._view)
         if path == "/v1/events":
             return AdminRoute(("POST",), self._event)
+        if m := _DROP.fullmatch(path):
+            return AdminRoute(("POST",), partial(self._drop, m.group(1)))
         if m := _MOVE.fullmatch(path):
             return AdminRoute(("POST",), partial(self._move, m.group(2), m.group(1)))
         if m := _TASK.fullmatch(path):
@@ -116,6 +120,18 @@ class OpsRoutes:
         await send_json(
             send, 200, {"id": id, "done": True, "state": outcome.state, "detail": outcome.detail}
         )
+
+    async def _drop(self, id: str, request: Request, send: Send) -> None:
+        """An operator drops a kept event (issue #52): 404 if none is kept under ``id``."""
+        try:
+            id = check_event_id(id)
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from None
+        dropped = await self._ask(("drop", id), self.move_within, self.store.drop_event, id)
+        if not dropped:
+            raise HttpError(404, f"event {id!r}: no such kept event")
+        log.info("admin: operator page: event %s dropped", id)
+        await send_json(send, 200, {"id": id, "done": True, "detail": f"event {id} dropped"})
 
     async def _event(self, request: Request, send: Send) -> None:
         """``{"id", "key", "body"}``: kept before the answer (200, ``new`` false for a replay);

@@ -159,7 +159,32 @@ function drawSchedules(schedules, events) {
     s.last_s == null ? "-" : `${age(s.last_s)} ago`,
     s.fired,
   ]));
-  plainRows($("event-rows"), events.map((e) => [e.id, e.key, `${age(e.age_s)} ago`, age(e.kept_s)]));
+  const rows = $("event-rows");
+  plainRows(rows, events.map((e) => [e.id, e.key, `${age(e.age_s)} ago`, age(e.kept_s)]));
+  events.forEach((e, i) => {  // an operator may drop a kept event: later waits do not take it
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "drop";
+    b.textContent = "Drop";
+    b.addEventListener("click", () => dropEvent(e.id, b));
+    const td = document.createElement("td");
+    td.append(b);
+    rows.children[i].append(td);
+  });
+}
+
+async function dropEvent(id, button) {
+  if (!window.confirm(`Drop event ${id}? Runs that wait for its key later will not take it.`)) return;
+  button.disabled = true;
+  try {
+    const done = await api("POST", `/ops/api/events/${encodeURIComponent(id)}/drop`, {});
+    notice(done.detail, true);
+  } catch (error) {
+    notice(error.message);
+  } finally {
+    button.disabled = false;
+  }
+  refresh();
 }
 
 function drawStatus(status) {
