@@ -59,6 +59,22 @@ def moved(
     )
 
 
+def left_claim(
+    claim: Claim, target: CustodyState, *, reason: str | None = None, level: int | None = None
+) -> None:
+    """Log that ``claim``'s task moved ``claimed -> target`` under that claim (its worker and
+    attempt): a completion, a failure, a park, a quarantine death."""
+    moved(
+        claim.task.id,
+        CustodyState.CLAIMED,
+        target,
+        worker=claim.worker,
+        attempt=claim.attempt,
+        reason=reason,
+        level=level,
+    )
+
+
 def ingested(ids: Iterable[str], new: Iterable[bool]) -> None:
     if not log.isEnabledFor(logging.DEBUG):
         return

@@ -334,13 +334,7 @@ class CustodyFrame(abc.ABC):
         complete_args(claim, body, self.host.max_body_bytes)
         check_no_send(no_send)
         await self._complete(claim, body, no_send, self.host.clock())
-        _clog.moved(
-            claim.task.id,
-            CustodyState.CLAIMED,
-            CustodyState.RESULT,
-            worker=claim.worker,
-            attempt=claim.attempt,
-        )
+        _clog.left_claim(claim, CustodyState.RESULT)
         ring_for_children(self.host, [claim])
 
     @abc.abstractmethod
@@ -358,13 +352,7 @@ class CustodyFrame(abc.ABC):
         done = await self._complete_many(items, no_send, self.host.clock())
         for (claim, _), moved in zip(outcomes, done, strict=True):
             if moved:
-                _clog.moved(
-                    claim.task.id,
-                    CustodyState.CLAIMED,
-                    CustodyState.RESULT,
-                    worker=claim.worker,
-                    attempt=claim.attempt,
-                )
+                _clog.left_claim(claim, CustodyState.RESULT)
         ring_for_children(
             self.host, [claim for (claim, _), moved in zip(outcomes, done, strict=True) if moved]
         )
@@ -395,12 +383,9 @@ class CustodyFrame(abc.ABC):
         target = CustodyState.DEAD if dead else CustodyState.PENDING
         if dead:
             ring_for_children(self.host, [claim])
-        _clog.moved(
-            claim.task.id,
-            CustodyState.CLAIMED,
+        _clog.left_claim(
+            claim,
             target,
-            worker=claim.worker,
-            attempt=claim.attempt,
             reason=why if not_before is None else f"{why}; retry in {delay:.3f}s",
             level=None if dead else logging.WARNING,
         )
@@ -420,14 +405,8 @@ class CustodyFrame(abc.ABC):
         death = self.host.stored_text(check_reason(death))
         check_max_quarantine_deaths(max_deaths)
         state, why = await self._quarantine_death(claim, death, max_deaths, self.host.clock())
-        _clog.moved(
-            claim.task.id,
-            CustodyState.CLAIMED,
-            state,
-            worker=claim.worker,
-            attempt=claim.attempt,
-            reason=why,
-            level=None if state is CustodyState.DEAD else logging.WARNING,
+        _clog.left_claim(
+            claim, state, reason=why, level=None if state is CustodyState.DEAD else logging.WARNING
         )
         return state
 

@@ -182,25 +182,11 @@ def parked_or_back(
         journal_parked(claim, parked)
         return state
     host.work_bell.ring()
-    _clog.moved(
-        claim.task.id,
-        CustodyState.CLAIMED,
-        state,
-        worker=claim.worker,
-        attempt=claim.attempt,
-        reason=back,
-    )
+    _clog.left_claim(claim, state, reason=back)
     return state
 
 
 def journal_parked(claim: Claim, reason: str) -> None:
     """Journal ``claimed -> waiting`` for ``claim``'s run (a durable sleep, a long wait for a
     permit, or a question to the person)."""
-    _clog.moved(
-        claim.task.id,
-        CustodyState.CLAIMED,
-        CustodyState.WAITING,
-        worker=claim.worker,
-        attempt=claim.attempt,
-        reason=reason,
-    )
+    _clog.left_claim(claim, CustodyState.WAITING, reason=reason)
