@@ -8,6 +8,7 @@ import argparse
 import json
 import logging
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._parsers import CommandParser, Subparsers, add_command
@@ -32,10 +33,9 @@ def add_schedule_parsers(
     store_actions: Subparsers,
     epilog: str,
     config_help: str,
-    store_options: object,
+    store_options: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     """The ``schedules``, ``send-event`` and ``events`` verbs of ``tether store``."""
-    assert callable(store_options)
 
     def verb(
         parent: Subparsers, name: str, text: str, description: str, exits: str

@@ -20,6 +20,7 @@ from ..custody import _log as _clog
 from ..custody._events import (
     DEFAULT_EVENT_TTL_S,
     EVENT_WAIT,
+    MAX_EVENT_BYTES,
     Event,
     EventConflict,
     EventSent,
@@ -50,7 +51,7 @@ class EventsFrame(abc.ABC):
         """Keep the event (idempotent by ``id``) and wake every run waiting on ``key``; a
         replayed id with another key or body raises ``EventConflict`` and changes nothing."""
         id, key, ttl_s = check_event_id(id), check_event_key(key), check_ttl(ttl_s)
-        text = event_body(body, min(self.host.max_body_bytes, 256 * 1024))
+        text = event_body(body, min(self.host.max_body_bytes, MAX_EVENT_BYTES))
         now = self.host.clock()
         event = Event(id, key, text, now, now + ttl_s)
         kept, new, woken = await self._send(event, now)
