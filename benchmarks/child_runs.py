@@ -31,6 +31,7 @@ from typing import Any
 
 import trio
 
+from _stats import percentile
 from tether import Session
 from tether.bridge import SqliteStore, Task, run_of
 from tether.bridge.pool import PoolLead, PoolWakeups, PoolWorker, Reconciler
@@ -183,11 +184,6 @@ def dbos_round(parents: int, lanes: int) -> tuple[float, list[float]] | None:
             DBOS.destroy(destroy_registry=True)
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def _shape(parents: int, lanes: int, rounds: int) -> None:
     print(f"\n{parents} parents x {CHILDREN} children, {lanes} at once, {rounds} rounds")
     sides: dict[str, Callable[[int, int], Any]] = {"tether": tether_round, "dbos": dbos_round}
@@ -217,8 +213,8 @@ def _shape(parents: int, lanes: int, rounds: int) -> None:
             r, t = rates[name], times[name]
             print(
                 f"  {name:>7}: {statistics.median(r):7.1f} parents/s (spread {min(r):.1f}-"
-                f"{max(r):.1f})  per parent p50 {_pct(t, 0.5) * 1e3:.1f} ms  "
-                f"p99 {_pct(t, 0.99) * 1e3:.1f} ms"
+                f"{max(r):.1f})  per parent p50 {percentile(t, 0.5) * 1e3:.1f} ms  "
+                f"p99 {percentile(t, 0.99) * 1e3:.1f} ms"
             )
     if ratios:
         print(

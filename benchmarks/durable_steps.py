@@ -34,6 +34,7 @@ from typing import Any
 import trio
 
 import _baseline
+from _stats import percentile
 from tether.bridge import SqliteStore, Task
 from tether.bridge.custody import Store
 from tether.bridge.runs import run_for
@@ -159,11 +160,6 @@ def _pg_database(dsn: str) -> str:
     return f"postgresql://{p['user']}:{p.get('password', '')}@{p['host']}:{p['port']}/{name}"
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workflows", type=int, default=300)
@@ -216,7 +212,8 @@ def main() -> None:
         r, s = rates[name], steps[name]
         print(
             f"  {name:>8}: {statistics.median(r):8.0f} steps/s (spread {min(r):.0f}-{max(r):.0f})"
-            f"  per step p50 {_pct(s, 0.5) * 1e3:.3f} ms  p99 {_pct(s, 0.99) * 1e3:.3f} ms"
+            f"  per step p50 {percentile(s, 0.5) * 1e3:.3f} ms"
+            f"  p99 {percentile(s, 0.99) * 1e3:.3f} ms"
         )
     if rates["tether"] and rates["dbos"]:
         ratio = statistics.median(rates["tether"]) / statistics.median(rates["dbos"])

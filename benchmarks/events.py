@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from _stats import percentile
 from tether import Session
 from tether.bridge import CustodyState, PostgresStore, SqliteStore, Task, run_of
 from tether.bridge.pool import PoolLead, PoolWakeups, PoolWorker, Reconciler
@@ -156,11 +157,6 @@ def _fresh_database(server: str) -> str:
     return server.rsplit("/", 1)[0] + f"/{name}"
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -220,7 +216,7 @@ def _compare(runs: int, rounds: int, pg: str | None) -> None:
             print(
                 f"  {name:>7}: send -> durable reply p50 {statistics.median(p) * 1e3:.1f} ms "
                 f"(spread {min(p) * 1e3:.1f}-{max(p) * 1e3:.1f}), p99 "
-                f"{_pct(every[name], 0.99) * 1e3:.1f} ms; {args.runs} at once "
+                f"{percentile(every[name], 0.99) * 1e3:.1f} ms; {args.runs} at once "
                 f"{statistics.median(w) * 1e3:.0f} ms (spread {min(w) * 1e3:.0f}-"
                 f"{max(w) * 1e3:.0f})"
             )
