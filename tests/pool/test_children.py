@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from support.agents.handler import agent
+from support.one_slot import serve_one_slot
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import state_is as _is
 from support.waiting import wait_until
@@ -35,24 +36,7 @@ S = CustodyState
 async def _serve(
     store: SqliteStore, handle: Callable[[Task], Awaitable[str]], until: str, state: S = S.RESULT
 ) -> PoolWorker:
-    wakeups = PoolWakeups()
-    worker = PoolWorker(
-        store,
-        "w1",
-        agent(handle),
-        concurrency=1,
-        poll_interval=1.0,
-        wakeups=wakeups,
-    )
-    reconciler = Reconciler(store, on_woken=wakeups.tasks_pending)
-    wakeups.on_parked = reconciler.parked_until
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        nursery.start_soon(lambda: reconciler.run(interval=5.0))
-        await wait_until(lambda: _is(store, until, state), within=3600)
-        worker.request_stop()
-        nursery.cancel_scope.cancel()
-    return worker
+    return await serve_one_slot(store, handle, lambda: _is(store, until, state), within=3600)
 
 
 async def test_a_parent_fans_out_parks_and_writes_from_its_childrens_replies(

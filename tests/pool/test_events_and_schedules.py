@@ -14,13 +14,13 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from support.agents.handler import agent
+from support.one_slot import serve_one_slot
 from support.pool_fixtures import StoreAwareClock
 from support.waiting import state_is as _is
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task, WaitTimeout, run_of
 from tether.bridge.custody._schedules import ScheduleSpec, firing_id
-from tether.bridge.pool import PoolWakeups, PoolWorker, Reconciler
+from tether.bridge.pool import PoolWorker
 
 S = CustodyState
 
@@ -32,21 +32,9 @@ async def _serve(
     meanwhile: Callable[[], Awaitable[None]] | None = None,
     step: float = 0.05,
 ) -> PoolWorker:
-    wakeups = PoolWakeups()
-    worker = PoolWorker(
-        store, "w1", agent(handle), concurrency=1, poll_interval=1.0, wakeups=wakeups
+    return await serve_one_slot(
+        store, handle, done, within=3 * 86400, meanwhile=meanwhile, step=step
     )
-    reconciler = Reconciler(store, on_woken=wakeups.tasks_pending)
-    wakeups.on_parked = reconciler.parked_until
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        nursery.start_soon(lambda: reconciler.run(interval=5.0))
-        if meanwhile is not None:
-            await meanwhile()
-        await wait_until(done, within=3 * 86400, step=step)
-        worker.request_stop()
-        nursery.cancel_scope.cancel()
-    return worker
 
 
 async def test_a_run_parks_on_an_event_and_the_event_wakes_it_once(
