@@ -19,7 +19,7 @@ from ..._plumbing._converter import unstructure
 from ..custody._records import OperatorOutcome
 from ..custody._roles import Store
 from ..custody._rules import IN_CUSTODY, CustodyState, TaskRecord
-from . import _store_events, _store_limits, _store_schedules, _store_tenants
+from . import _store_limits, _store_schedules, _store_tenants
 from ._store_show import TaskShow, task_tree
 from ._store_status import StatusEntry, StoreStatus, store_status
 
@@ -110,16 +110,16 @@ async def ops_view(store: Store) -> dict[str, object]:
     # what `tether store limits --json` and `tether store tenants --json` print (issue 47.9)
     view["limits"] = _store_limits.document(await store.limit_views(), now)["limits"]
     view["tenants"] = _store_tenants.document(await store.tenant_views())["tenants"]
-    # what `tether store schedules --json` and `tether store events --json` print (issue 52),
-    # with each time as seconds from now, as the page shows every time
+    # what `tether store schedules --json` prints (issue 52), and the kept events, with each
+    # time as seconds from now, as the page shows every time
     view["schedules"] = [
         {**doc, "due_in_s": round(doc["next_due"] - now, 3), "last_s": _ago(now, doc["last_due"])}
         for doc in _store_schedules.document(await store.schedules())["schedules"]
     ]
-    events = _store_events.document(await store.events(limit=LISTED), await store.event_waiters())
+    # (the runs waiting on a key are under "waiting" already: their reason names it)
     view["events"] = [
-        {"id": e["id"], "key": e["key"], "age_s": _age(now, e["at"]), "kept_s": e["until"] - now}
-        for e in events["events"]
+        {"id": e.id, "key": e.key, "age_s": _age(now, e.at), "kept_s": e.until - now}
+        for e in await store.events(limit=LISTED)
     ]
     return view
 
