@@ -46,6 +46,17 @@ class Firing:
     tasks: tuple[Task, ...]
     headers: tuple[str, ...]
 
+    @property
+    def move_on(self) -> dict[str, Any]:
+        """The compare-and-set's parameters (both backends' ``MOVE_ON``)."""
+        return {
+            "name": self.name,
+            "due": self.due,
+            "next_due": self.next_due,
+            "last_due": self.last_due,
+            "count": len(self.tasks),
+        }
+
 
 def schedule_view(row: Sequence[Any]) -> ScheduleView | None:
     """A ``(spec, paused, next_due, last_due, fired)`` row (both backends) as a view; None

@@ -103,13 +103,7 @@ class PostgresSchedules(SchedulesFrame):
 
     async def _fire(self, firing: Firing, now: float) -> list[bool] | None:
         move_on = self._sql.move_on
-        params = {
-            "name": firing.name,
-            "due": firing.due,
-            "next_due": firing.next_due,
-            "last_due": firing.last_due,
-            "count": len(firing.tasks),
-        }
+        params = firing.move_on
         ingests = [
             made_params(self.db, task, headers, now)
             for task, headers in zip(firing.tasks, firing.headers, strict=True)

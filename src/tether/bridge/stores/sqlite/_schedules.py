@@ -37,13 +37,7 @@ MOVE_ON: Final = (
 
 
 def fire(conn: sqlite3.Connection, firing: Firing, now: float) -> list[bool] | None:
-    params = {
-        "name": firing.name,
-        "due": firing.due,
-        "next_due": firing.next_due,
-        "last_due": firing.last_due,
-        "count": len(firing.tasks),
-    }
+    params = firing.move_on
     if conn.execute(MOVE_ON, params).rowcount != 1:
         return None
     return [
