@@ -6,7 +6,7 @@
 - **idle**: the same bridge left idle for ``--idle`` seconds afterwards, with every delivered row
   kept and the admin endpoint reading its custody every second: CPU as a share of one core.
 - **retention**: the bridge stopped, the store reopened with its clock past the retention
-  period, and one retention pass run as the bridge's retention child runs it (``history_keep``
+  period, and one retention pass run as the bridge's retention child runs it (``room_keep``
   ``--keep``): the longest single writer job (timed in the writer's thread), the pass's wall
   time, and the longest a pool beat waited for the writer meanwhile (a beat every 10 ms).
 - **file**: the store's file and WAL before and after the pass.
@@ -47,7 +47,7 @@ def args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", default="2000,5000", help="sizes, comma-separated")
     parser.add_argument("--rooms", type=int, default=20, help="rooms the messages go to")
-    parser.add_argument("--keep", type=int, default=100, help="history_keep of the pass")
+    parser.add_argument("--keep", type=int, default=100, help="room_keep of the pass")
     parser.add_argument("--idle", type=float, default=10.0, help="idle seconds measured")
     parser.add_argument("--cli-rounds", type=int, default=5)
     parser.add_argument("--drain-only", action="store_true", help="no idle, retention or cli")
@@ -94,7 +94,7 @@ async def retention_once(store: SqliteStore, keep: int) -> None:
             await store.prune_turns(keep=keep, limit=100)
             if pruned < 1000 and forgotten < 1000:
                 return
-    await retention_pass(store, retention=7 * DAY, tombstone_retention=30 * DAY, history_keep=keep)
+    await retention_pass(store, retention=7 * DAY, tombstone_retention=30 * DAY, room_keep=keep)
 
 
 def file_mb(db: Path) -> str:
@@ -124,7 +124,7 @@ async def one_size(folder: Path, messages: int, opts: argparse.Namespace) -> dic
             concurrency=CONCURRENCY,
             poll_wait=5.0,
             grace=2.0,
-            history_keep=10_000,  # the pass below prunes to --keep
+            room_keep=10_000,  # the pass below prunes to --keep
             admin_port=0,
             admin_token_file=admin_token,
             log_level="WARNING",

@@ -24,6 +24,7 @@ AGENT_AUTHOR = {
     "Reply",
     "Retry",
     "Permanent",
+    "TooLarge",
     "progress_of",
     "Progress",
     "conversation_of",
@@ -32,6 +33,7 @@ AGENT_AUTHOR = {
     "run_of",
     "Run",
     "StepError",
+    "StepMismatch",
     "AskTimeout",
     "AskUnsupported",
     "ChildFailed",
@@ -131,6 +133,7 @@ CUSTODY_RECORDS = {
     "ReconcileReport",
     "RoomView",
     "ConversationCounts",
+    "ForgottenRoom",
     "LimitSpec",
     "LimitView",
     "Granted",
@@ -181,8 +184,10 @@ def test_tether_bridge_holds_exactly_what_its_three_readers_need() -> None:
     assert public_names(tether.bridge) | NEEDS_PSYCOPG == BRIDGE
     # 45 until the fourth wave: a join's two outcomes an author catches (ChildFailed,
     # JoinTimeout) joined the author's names; the rest of child runs is one tier down; so did
-    # the wait for an event's (WaitTimeout); schedules and events are the custody tier's
-    assert len(BRIDGE) <= 48
+    # the wait for an event's (WaitTimeout); schedules and events are the custody tier's; and
+    # the one failure of a run over a size bound (TooLarge, issue #53), a Permanent; and the
+    # one of a run resumed under code that no longer matches its records (StepMismatch)
+    assert len(BRIDGE) <= 50
     for name in BRIDGE:
         assert getattr(tether.bridge, name) is not None
 

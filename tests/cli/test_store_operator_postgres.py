@@ -92,3 +92,39 @@ async def test_a_redrive_wakes_idle_workers_on_other_hosts(postgres_dsn: str) ->
     finally:
         await idle.aclose()
         await operator.aclose()
+
+
+async def test_forget_room_on_a_postgres_store_erases_the_rows_and_says_what_the_server_keeps(
+    postgres_dsn: str,
+) -> None:
+    """Issue #53: the same erasure as on SQLite, in one transaction, then a ``VACUUM`` of the
+    tables it wrote; the verb says plainly that PostgreSQL keeps old row versions and WAL."""
+    schema = "forgetcli"
+    async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
+        await store.ingest(Task("m1", "my pin is 1234", room="r"), room_policy="concurrent")
+        await store.ingest(Task("m2", "other", room="q"), room_policy="concurrent")
+    parts = conninfo_to_dict(postgres_dsn)
+    url = f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env["PGPASSWORD"] = str(parts.get("password", ""))
+    done = await trio.run_process(
+        [
+            *(sys.executable, "-m", "tether", "store", "forget-room", "r", "--no-gateway"),
+            *("--store", url, "--store-schema", schema),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=env,
+    )
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr
+    assert "the text of 1 task(s) (1 still in custody: cancelled first)" in out
+    assert "PostgreSQL keeps the old row versions" in out
+    async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
+        record = await store.get("m1")
+        assert record is not None
+        assert (record.task.body, record.state) == ("", S.DEAD)
+        kept = await store.get("m2")
+        assert kept is not None
+        assert kept.task.body == "other"

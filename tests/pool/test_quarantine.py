@@ -29,6 +29,7 @@ from tether.bridge.custody._children import ChildView, child_id
 from tether.bridge.custody._conversation import Conversation, Turn
 from tether.bridge.custody._limits import Granted, NoPermit
 from tether.bridge.custody._records import StepRecord
+from tether.bridge.custody._versions import fingerprint
 from tether.bridge.pool._quarantine import (
     ChildSteps,
     Quarantine,
@@ -113,7 +114,7 @@ async def test_a_quarantined_run_replays_and_records_its_steps_and_keeps_its_con
     parked: list[tuple[float, str]] = []
     reads: list[str] = []
 
-    async def record(name: str, value: str) -> StepRecord:
+    async def record(name: str, value: str, fingerprint: str | None = None) -> StepRecord:
         recorded.append((name, value))
         return StepRecord(name, value, 5.0, 2, len(value))
 
@@ -178,7 +179,7 @@ async def test_a_quarantined_parent_spawns_and_joins_through_its_parent() -> Non
             for id in ids
         ]
 
-    async def record(name: str, value: str) -> StepRecord:
+    async def record(name: str, value: str, fingerprint: str | None = None) -> StepRecord:
         return StepRecord(name, value, 5.0, 1, len(value))
 
     def parked_at(*args: object) -> None:
@@ -237,7 +238,7 @@ async def test_a_quarantined_run_takes_its_permits_through_its_parent() -> None:
     ]
 
 
-async def _never_record(name: str, value: str) -> StepRecord:
+async def _never_record(name: str, value: str, fingerprint: str | None = None) -> StepRecord:
     raise AssertionError("no step here")
 
 
@@ -359,3 +360,30 @@ async def test_children_that_cannot_start_close_the_quarantine_for_a_doubling_wh
         assert await q.run(Task("ok", "x")) == Reply("echo: x")
     q.spec = QuarantineSpec("no.such.module:factory")
     await fail_to_start(3, longest=1.0)  # the first wait again, not the third
+
+
+async def test_a_quarantined_run_checks_its_records_against_the_parents_version() -> None:
+    """Issue #53: the child's run is checked against the records as the parent's would be (the
+    version comes with the task), a mismatch comes back as the parent's ``Permanent``, and a
+    new step is recorded by the parent with its arguments' fingerprint."""
+    recorded: list[tuple[str, str | None]] = []
+
+    async def record(name: str, value: str, fingerprint: str | None = None) -> StepRecord:
+        recorded.append((name, fingerprint))
+        return StepRecord(name, value, 5.0, 1, len(value), "2", fingerprint)
+
+    asked = fingerprint((), {})
+    same = StepRecord("a", '"kept-a"', 1.0, 1, 8, "1", asked)
+    steps = ChildSteps((same,), record, lambda *args: None, 30.0, version="2")
+    with trio.fail_after(START_WITHIN):
+        reply = await run_in_quarantine(SPEC, Task("steps", "steps"), steps=steps)
+    assert reply == Reply("kept-a+fresh-b")
+    assert recorded == [("b", asked)]
+    other = attrs.evolve(same, fingerprint="0" * 16)
+    with trio.fail_after(START_WITHIN), pytest.raises(Permanent) as caught:
+        await run_in_quarantine(
+            SPEC, Task("steps", "steps"), steps=attrs.evolve(steps, recorded=(other,))
+        )
+    assert "step 'a' was recorded by version '1' with other arguments" in caught.value.reason
+    assert "than version '2' asks" in caught.value.reason
+    assert recorded == [("b", asked)]  # nothing more ran

@@ -118,10 +118,10 @@ async def test_a_step_whose_record_meets_an_outage_is_recorded_once_the_store_an
     real = timed_store.record_step
     failures = [ConnectionError("lost the connection"), TimeoutError("not confirmed")]
 
-    async def flaky(*args: Any) -> Any:
+    async def flaky(*args: Any, **kwargs: Any) -> Any:
         if failures:
             raise failures.pop(0)
-        return await real(*args)
+        return await real(*args, **kwargs)
 
     monkeypatch.setattr(timed_store, "record_step", flaky)
 

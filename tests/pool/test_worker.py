@@ -601,6 +601,9 @@ async def test_a_worker_reclaiming_its_own_expired_task_keeps_only_the_new_attem
 async def test_a_reply_the_store_refuses_is_a_failure_and_the_worker_carries_on(
     tmp_path: Path, mock_clock: StoreAwareClock
 ) -> None:
+    """A reply over the store's body limit is over the worker's reply bound too (lowered to
+    it): dead at once (issue #53); one the store refuses otherwise is a failed attempt."""
+
     async def replies(task: Task) -> str:
         if task.id == "big":
             return "x" * 1001  # over the store's max_body_bytes
@@ -630,14 +633,18 @@ async def test_a_reply_the_store_refuses_is_a_failure_and_the_worker_carries_on(
         assert big is not None
         assert surrogate is not None
         assert big.reason is not None
-        assert "BodyTooLarge: result of task 'big' is 1001 bytes" in big.reason
+        assert big.reason == (
+            "permanent failure on attempt 1: the reply to task 'big' is 1,001 bytes, over the "
+            "1,000 bytes a reply may be (--max-reply-bytes); send a link or a file instead"
+        )
+        assert big.attempt == 1
         assert surrogate.reason is not None
         assert "lone surrogate" in surrogate.reason
         bad_error = await store.get("bad-error")
         assert bad_error is not None
         assert bad_error.reason is not None
         assert bad_error.reason.endswith("ValueError: half a pair: \\udfff")
-        assert (worker.counts.completed, worker.counts.failed) == (1, 3 * MAX_ATTEMPTS)
+        assert (worker.counts.completed, worker.counts.failed) == (1, 1 + 2 * MAX_ATTEMPTS)
     finally:
         await store.aclose()
 

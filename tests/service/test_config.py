@@ -195,3 +195,29 @@ def test_limits_come_from_toml_env_or_a_flag_and_a_bad_one_is_one_line(tmp_path:
             load_config(flags={"limits": bad}, environ={})
         assert message in str(caught.value)
         assert "(from --limits)" in str(caught.value)
+
+
+def test_room_keep_is_read_and_history_keep_still_works_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue #53: ``--room-keep`` is the per-room bound's name; the old ``history_keep`` (flag,
+    environment, file) still sets it, saying once that it was renamed."""
+    assert load_config(environ={}).room_keep == 500
+    assert load_config(environ={"TETHER_ROOM_KEEP": "40"}).room_keep == 40
+    assert not caplog.records
+    file = _toml(tmp_path, "[bridge]\nhistory_keep = 30\n")
+    for config in (
+        load_config(environ={}, flags={"history_keep": 20}),
+        load_config(environ={"TETHER_HISTORY_KEEP": "20"}),
+        load_config(file=file, environ={}),
+    ):
+        assert config.room_keep in (20, 30)
+    warned = [r.getMessage() for r in caplog.records if r.name == "tether.bridge.config"]
+    assert len(warned) == 3
+    assert "history_keep (--history-keep, TETHER_HISTORY_KEEP) is now room_keep" in warned[0]
+    assert load_config(environ={}, flags={"history_keep": 20, "room_keep": 20}).room_keep == 20
+    with pytest.raises(ConfigError, match="give room_keep only"):
+        load_config(environ={}, flags={"history_keep": 20, "room_keep": 40})
+    renamed = load_config(environ={}, flags={"history_keep": 20})
+    assert (renamed.room_keep, renamed.history_keep) == (20, None)
+    assert renamed == BridgeConfig(room_keep=20)

@@ -258,3 +258,49 @@ async def test_a_tasks_timeline_carries_its_steps_and_asks_as_store_show_does(
     assert (step["name"], step["attempt"], step["size"]) == ("search", 1, 5)
     [ask] = timeline["asks"]
     assert (ask["name"], ask["question"], ask["status"]) == ("~ask:1", "8 pm, book it?", "open")
+
+
+async def test_a_rewind_and_a_fork_from_the_page_are_the_stores_and_versions_are_shown(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """Issue #53: a dead run rewound to a step (its later records dropped) and a run forked at
+    a step (a new task with the earlier records), both journalled as the operator's; the
+    store's view counts the tasks in custody per version of their newest record."""
+    claim = await drive_to(store, "t1", S.CLAIMED, body="plan my trip")
+    assert claim is not None
+    for name in ("a", "b", "c"):
+        await store.record_step(claim, name, '"x"', version="1.2")
+    await store.fail(claim, "boom", permanent=True)
+    async with running_admin(tmp_path, partial(OpsRoutes, store), store=store) as admin:
+        post = admin.client.post
+        forked = await post("/ops/api/tasks/t1/fork", json={"step": "b", "room": "r2"})
+        assert forked.status_code == 200, forked.text
+        assert forked.json()["id"] == "t1"
+        assert "into t1~fork1 (1 record(s) copied)" in forked.json()["detail"]
+        assert [s.name for s in await store.steps("t1~fork1")] == ["a"]
+        fork = await store.get("t1~fork1")
+        assert fork is not None
+        assert (fork.task.body, fork.task.room, fork.state) == ("plan my trip", "r2", S.PENDING)
+
+        no_step = await post("/ops/api/tasks/t1/rewind", json={})
+        assert no_step.status_code == 400
+        assert '"step"' in no_step.json()["error"]
+        missing = await post("/ops/api/tasks/t1/rewind", json={"step": "zz"})
+        assert missing.status_code == 409
+        assert "no recorded step 'zz'" in missing.json()["error"]
+        extra = await post("/ops/api/tasks/t1/rewind", json={"step": "b", "room": "r"})
+        assert extra.json()["error"] == (
+            'the body must be a JSON object with at most "reason" and "step"'
+        )
+        rewound = await post("/ops/api/tasks/t1/rewind", json={"step": "b"})
+        assert rewound.status_code == 200, rewound.text
+        assert [s.name for s in await store.steps("t1")] == ["a"]
+        [*_, last] = await store.journal("t1")
+        assert last.actor == "operator"
+        assert last.reason == (
+            "operator: re-driven: rewound to step 'b', 2 record(s) dropped: from the operator page"
+        )
+        view = (await admin.get("/ops/api/store")).json()
+        assert {v["version"]: v["tasks"] for v in view["versions"]} == {"1.2": 2}
+        timeline = (await admin.get("/ops/api/tasks/t1~fork1")).json()
+        assert [(s["name"], s["version"]) for s in timeline["steps"]] == [("a", "1.2")]

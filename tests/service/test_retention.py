@@ -56,7 +56,7 @@ async def test_a_pass_prunes_everything_due_in_slices_no_larger_than_a_slice(
         for name in (*names, "reclaim_space"):
             monkeypatch.setattr(store, name, recorded(name))
         done = await retention_pass(
-            store, retention=50.0, tombstone_retention=10_000.0, history_keep=1
+            store, retention=50.0, tombstone_retention=10_000.0, room_keep=1
         )
         assert removed["prune_delivered"] == [4, 4, 2]
         assert removed["prune_tombstones"] == [0]

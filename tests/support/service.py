@@ -44,7 +44,8 @@ def bridge_env() -> dict[str, str]:
 
 
 AGENTS_READ = (
-    "CONVERSATION_AGENT_LOG LIMITS_AGENT_LOG STEPS_AGENT_LOG OUTAGE_RUNS_FILE TETHER_TEST_HOLD"
+    "CONVERSATION_AGENT_LOG LIMITS_AGENT_LOG STEPS_AGENT_LOG OUTAGE_RUNS_FILE TETHER_TEST_HOLD "
+    "DEPLOY_AGENT_CODE DEPLOY_AGENT_SLEEP"
 )
 """The variables the tests' agents read (their logs, a hold): what ``quarantine_env`` names."""
 

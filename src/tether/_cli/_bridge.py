@@ -20,7 +20,14 @@ from ..bridge.service._config import (
 )
 from ..bridge.service._settings import env_name
 from ._opened import opened_store
-from ._parsers import SettingsHelp, Subparsers, add_command, add_group, add_settings
+from ._parsers import (
+    SettingsHelp,
+    Subparsers,
+    add_command,
+    add_group,
+    add_settings,
+    setting_flag,
+)
 from ._schedules import add_schedule_parsers, run_events, run_schedules
 
 EXIT_AUTH = 3
@@ -63,9 +70,26 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "turns of its room's conversation a run reads at most, newest first (default: 50)",
         int,
     ),
-    "history_keep": (
-        "turns each room's conversation keeps at most; older ones are pruned (default: 500)",
+    "room_keep": (
+        "turns each room's conversation keeps at most; older ones are pruned, and a finished "
+        "task's text with them (default: 500)",
         int,
+    ),
+    "history_keep": ("deprecated: the old name of --room-keep", int),
+    "max_step_bytes": (
+        "the largest result a step records, bytes of JSON (256KiB, 1MiB: at most 1 MiB); a "
+        "run whose step returns more fails at once, its task dead, never retried (default: 1MiB)",
+        str,
+    ),
+    "max_state_bytes": (
+        "the largest state a reply may give its room, bytes of JSON (at most 1 MiB); over it "
+        "the run fails at once, its task dead, never retried (default: 1MiB)",
+        str,
+    ),
+    "max_reply_bytes": (
+        "the largest reply, bytes of UTF-8 (at most the store's body limit, 1 MiB); over it "
+        "the run fails at once, its task dead, never retried (default: 256KiB)",
+        str,
     ),
     "client_name": ("name this bridge gives the gateway (default: tether-bridge)", str),
     "pool_name": (
@@ -107,6 +131,12 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "seconds: a durable sleep (run.sleep) up to this long sleeps in place; a longer one "
         "parks its task in waiting, freeing the worker, until it is due (default: 30)",
         float,
+    ),
+    "agent_version": (
+        "the version the runs' step records keep: a run resumed under another version is "
+        "checked against its records (default: the agent's package version, else a hash of "
+        "its module)",
+        str,
     ),
     "room_policy": (
         "how a room's messages run: serial (one at a time, in arrival order), replace "
@@ -329,9 +359,15 @@ def _add_tenant_parsers(store_actions: Subparsers, epilog: str) -> None:
 
 
 ROOM_EXITS = """exit codes of room and forget-room:
-  0  shown; forgotten (also when the store held nothing of the room)
-  1  room: the store holds no conversation of that room
-  2  bad usage (an empty room name, a bad option): nothing changed
+  0  shown; forgotten everywhere asked: the custody store and the gateway's copy (or the
+     store alone with --no-gateway); also when nothing of the room was held
+  1  room: the store holds no conversation of that room; forget-room: the custody store's
+     copy is erased, the gateway's is NOT (none configured, it has no route to forget (404),
+     or it did not answer within 30 s): one line on stderr says which and what to do
+  2  bad usage (an empty room name, a bad option, a configured gateway's token file missing
+     or too open): nothing changed
+  3  forget-room: the gateway refused the token: the custody store's copy is erased, the
+     gateway's is not
 """
 
 
@@ -354,23 +390,43 @@ def _add_room_parsers(store_actions: Subparsers, epilog: str) -> None:
     forget = add_command(
         store_actions,
         "forget-room",
-        help="erase custody's copy of a room: history, state, finished tasks' bodies (privacy)",
+        help="erase a room everywhere tether keeps it: custody store and gateway (privacy)",
         description=(
-            "Erase a room's conversation: its turns, its state, and the stored bodies (message "
-            "and reply) of its finished (delivered or dead) tasks, in one transaction; each "
-            "such task's journal records it as the operator's. Tasks still in custody run on. "
-            "It erases custody's copy, not the gateway's own copy of the room's messages and "
-            "replies: the reference gateway keeps serving them (it has no route to erase a "
-            "room yet), so erase them there by the gateway's own means."
+            "Erase a room's text from the custody store in one transaction: its turns and "
+            "state, and of its tasks (and the child runs they spawned) the message, reply, "
+            "reason and headers, their step records, questions and journal text; a task still "
+            "in custody is cancelled first (a running one is stopped at its next heartbeat), "
+            "so nothing of the room is sent after it. The rows stay as ids, states and times, "
+            "journaled as the operator's; a SQLite store's files keep no copy (its WAL is "
+            "truncated). Then the gateway is asked to drop its copy (POST "
+            "/v1/rooms/<room>/forget: the gateway `tether bridge run` polls with the same "
+            "settings, or the local one whose token file exists); a gateway without that "
+            "route answers 404 and the verb says so in one line."
         ),
         epilog=CONFIG_HELP + "\n" + ROOM_EXITS + "\n" + epilog,
     )
     forget.add_argument("room", help="the room")
     _store_options(forget)
+    forget.add_argument(
+        setting_flag("gateway"), dest="gateway", default=None, help=_HELP["gateway"][0]
+    )
+    forget.add_argument(
+        setting_flag("token_file"),
+        dest="token_file",
+        type=Path,
+        default=None,
+        help=_HELP["token_file"][0],
+    )
+    forget.add_argument(
+        "--no-gateway",
+        action="store_true",
+        help="erase the custody store's copy alone (the gateway's is erased by its own means)",
+    )
 
 
-OPERATOR_EXITS = """exit codes of retry and cancel:
-  0  every named task moved (retry --dead: every match; none matching is fine)
+OPERATOR_EXITS = """exit codes of retry, fork and cancel:
+  0  every named task moved (retry --dead: every match; none matching is fine; fork: the
+     new task is stored)
   1  at least one task was refused: one line on stderr per refused id says why, nothing
      changed for it; the other ids DID move (each is its own compare-and-set)
   2  bad usage (a malformed id, no ids, a bad option): nothing changed
@@ -417,6 +473,12 @@ def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
     listed = listing.add_mutually_exclusive_group(required=True)
     listed.add_argument("--state", choices=[s.value for s in CustodyState], help="the state")
     listed.add_argument("--parent", metavar="ID", help="the task whose children to list")
+    listed.add_argument(
+        "--version",
+        metavar="V",
+        help="tasks in custody whose runs last recorded under agent version V (how many are "
+        "left before an old version has drained; 'none': unversioned or nothing recorded)",
+    )
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default: 50)")
     listing.add_argument("--json", action="store_true", help="print one JSON document")
     retry = action(
@@ -454,6 +516,29 @@ def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
         help="forget the steps its runs recorded: the run starts over from nothing (default: "
         "keep them, the run resumes past its recorded steps)",
     )
+    retry.add_argument(
+        "--from-step",
+        metavar="NAME",
+        default=None,
+        help="rewind one dead task to step NAME: its records from NAME on are dropped "
+        "(journaled), the run replays up to NAME and runs it and what follows again",
+    )
+    fork = action(
+        "fork",
+        "branch a task from a step: a new task with the records before it",
+        "Fork a task at a step ('regenerate from here'): its message again as a new task "
+        "(<id>~fork<n>, pending) in the same room or --room, with the records of its runs "
+        "before --from-step copied, so the new run replays them and runs the step and what "
+        "follows anew. Its reply goes to the room as a message of its own. The source task is "
+        "not changed. Journaled as the operator's.",
+        OPERATOR_EXITS,
+    )
+    fork.add_argument("id", metavar="ID", help="the task to fork")
+    fork.add_argument("--from-step", metavar="NAME", required=True, help="the step to redo")
+    fork.add_argument("--room", default=None, help="the room of the new task (default: the same)")
+    fork.add_argument(
+        "--reason", default=None, help="why, recorded in the new task's journal (optional)"
+    )
     cancel = action(
         "cancel",
         "cancel tasks not yet answered: pending/assigned/claimed/waiting -> dead",
@@ -471,6 +556,10 @@ def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
     )
 
 
+FORGET_SETTINGS: Final = ("gateway", "token_file")
+"""``forget-room``'s gateway, as ``tether bridge run`` has it."""
+
+
 def _flags(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
@@ -483,11 +572,12 @@ def run_store(args: argparse.Namespace) -> int:
     from ..bridge.service._store_status import render_store_status, store_status
 
     config = load_config(
-        file=args.config, flags=_flags(args, ("store", "store_password_file", "store_schema"))
+        file=args.config,
+        flags=_flags(args, ("store", "store_password_file", "store_schema", *FORGET_SETTINGS)),
     )
     if args.store_command == "show":
         return trio.run(_show, config, args.id, args.json)
-    if args.store_command in ("list", "retry", "cancel"):
+    if args.store_command in ("list", "retry", "cancel", "fork"):
         return trio.run(_operate, config, args)
     if args.store_command in ("room", "forget-room"):
         return trio.run(_room, config, args)
@@ -547,12 +637,44 @@ def _check_operator_args(args: argparse.Namespace) -> None:
     if args.store_command == "list":
         if args.limit < 1:
             raise ConfigError(f"--limit must be >= 1, got {args.limit}")
+        if args.version not in (None, "none"):
+            from ..bridge.custody._versions import VersionError, check_version
+
+            try:
+                check_version(args.version)
+            except VersionError as exc:
+                raise ConfigError(f"--version: {exc}") from None
         if args.parent is not None:
             try:
                 check_task_id(args.parent)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         return
+    if args.store_command == "fork":
+        args.ids = [args.id]
+        if args.room is not None:
+            from ..bridge.custody._conversation import check_room
+            from ..bridge.custody._rules import InvalidTask
+
+            try:
+                check_room(args.room)
+            except InvalidTask as exc:
+                raise ConfigError(f"--room: {exc}") from None
+    if args.store_command in ("retry", "fork") and args.from_step is not None:
+        from ..bridge.custody._steps import StepError, check_step_name
+
+        try:
+            check_step_name(args.from_step, own=True)
+        except StepError as exc:
+            raise ConfigError(f"--from-step: {exc}") from None
+    if (
+        args.store_command == "retry"
+        and args.from_step is not None
+        and (args.dead or len(args.ids) != 1 or args.fresh)
+    ):
+        raise ConfigError(
+            "--from-step rewinds one task: name exactly one id (not --dead, not --fresh)"
+        )
     if args.store_command == "retry":
         if args.dead and args.ids:
             raise ConfigError("give task ids or --dead, not both")
@@ -590,10 +712,16 @@ async def _operate(config: BridgeConfig, args: argparse.Namespace) -> int:
         if args.store_command == "list":
             if args.parent is not None:
                 return await _store_ops.list_children(store, args.parent, args.limit, args.json)
+            if args.version is not None:
+                return await _store_ops.list_version(store, args.version, args.limit, args.json)
             state = CustodyState(args.state)
             return await _store_ops.list_tasks(store, state, args.limit, args.json)
         if args.store_command == "cancel":
             return await _store_ops.cancel(store, args.ids, args.reason)
+        if args.store_command == "fork":
+            return await _store_ops.fork(store, args.id, args.from_step, args.room, args.reason)
+        if args.from_step is not None:
+            return await _store_ops.rewind(store, args.ids[0], args.from_step, args.reason)
         if args.dead:
             return await _store_ops.retry_dead(
                 store,
@@ -622,10 +750,18 @@ async def _room(config: BridgeConfig, args: argparse.Namespace) -> int:
     if showing and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     logging.getLogger("tether.custody").addHandler(logging.NullHandler())
-    async with opened_store(config, read_only=showing) as store:
-        if showing:
+    if showing:
+        async with opened_store(config, read_only=True) as store:
             return await _store_room.show_room(store, room, min(args.limit, 10_000), args.json)
-        return await _store_room.forget_room(store, room)
+    gateway = _store_room.gateway_to_ask(  # before anything is erased: a bad token file is 2
+        config,
+        file=args.config,
+        flags=_flags(args, FORGET_SETTINGS),
+        room=room,
+        skip=args.no_gateway,
+    )
+    async with opened_store(config, read_only=False) as store:
+        return await _store_room.forget_room(store, room, gateway, postgres=config.store_is_url)
 
 
 async def _limits(config: BridgeConfig, args: argparse.Namespace) -> int:

@@ -56,6 +56,12 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         "parks its task in waiting, freeing the worker, until it is due (default: 30)",
         float,
     ),
+    "agent_version": (
+        "the version the runs' step records keep: a run resumed under another version is "
+        "checked against its records (default: the agent's package version, else a hash of "
+        "its module)",
+        str,
+    ),
     "status_file": ("write this process's pool status (JSON, 0600) here", Path),
     "admin_port": (
         "serve the admin endpoint (/healthz, /metrics, /tasks, /status) on this port; "

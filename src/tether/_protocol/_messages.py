@@ -215,6 +215,44 @@ class LeaseReleaseReceipt:
     released: int
 
 
+@attrs.frozen
+class RoomForgetRequest:
+    """``POST /v1/rooms/<room>/forget`` (optional, fourth wave): drop the gateway's copy of a
+    room. The body names the room again (as an ack names its id), so a path the server
+    decodes otherwise than the client encoded it is refused, never misread."""
+
+    room: str
+
+
+@attrs.frozen
+class RoomForgetReceipt:
+    """How many of the room's messages the gateway erased (0 for a room it holds nothing of:
+    forgetting twice is harmless)."""
+
+    room: str
+    forgotten: int
+
+
+def check_room_name(room: str, what: str = "room") -> str:
+    """A room as the bridge keeps it: 1 to ``MAX_ROOM_CHARS`` characters, no NUL (a gateway's
+    own rooms may follow a narrower rule, as the reference gateway's labels do)."""
+    if not room or len(room) > MAX_ROOM_CHARS or "\0" in room:
+        raise ValueError(
+            f"{what} must be a room name of 1 to {MAX_ROOM_CHARS} characters, got {room!r:.80}"
+        )
+    return room
+
+
+def parse_room_forget(data: Any, path_room: str) -> RoomForgetRequest:
+    forget = structure(require_object(data), RoomForgetRequest)
+    check_room_name(forget.room)
+    if forget.room != path_room:
+        raise ValueError(
+            f"body room {forget.room!r:.80} does not match the room in the path {path_room!r:.80}"
+        )
+    return forget
+
+
 def parse_lease_release(data: Any) -> LeaseReleaseRequest:
     release = structure(require_object(data), LeaseReleaseRequest)
     check_label(release.client, "client")
@@ -247,12 +285,8 @@ def parse_result(data: Any) -> ResultRequest:
         check_worker_name(result.metadata.worker, "metadata.worker")
     if result.metadata.attempt is not None and result.metadata.attempt < 0:
         raise ValueError(f"metadata.attempt must be >= 0, got {result.metadata.attempt}")
-    room = result.metadata.room
-    if room is not None and (not room or len(room) > MAX_ROOM_CHARS or "\0" in room):
-        raise ValueError(
-            f"metadata.room must be a room name of 1 to {MAX_ROOM_CHARS} characters, got "
-            f"{room!r:.80}"
-        )
+    if result.metadata.room is not None:
+        check_room_name(result.metadata.room, "metadata.room")
     if not result.no_send and not result.body:
         raise ValueError("body is empty: send no_send=true to close a task without a message")
     return result

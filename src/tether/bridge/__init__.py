@@ -26,9 +26,11 @@ if _typing.TYPE_CHECKING:
     from .runs import Reply as Reply
     from .runs import Retry as Retry
     from .runs import Permanent as Permanent
+    from .runs import TooLarge as TooLarge
     from .runs import run_of as run_of
     from .runs import Run as Run
     from .runs import StepError as StepError
+    from .runs import StepMismatch as StepMismatch
     from .runs import AskTimeout as AskTimeout
     from .runs import AskUnsupported as AskUnsupported
     from .runs import ChildFailed as ChildFailed

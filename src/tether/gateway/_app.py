@@ -21,6 +21,8 @@ POST    /v1/tasks/<id>/messages     worker  ``{"seq","body"}``: a message to the
                                             the reply (a question); idempotent by (id, seq)
 POST    /v1/heartbeat               worker  ``{"client","protocol_version":1,"inflight"}``
 POST    /v1/leases/release          worker  ``{"client"}``: queue again its unacked leases
+POST    /v1/rooms/<room>/forget     worker  ``{"room"}``: erase the room's messages, replies,
+                                            questions and progress (optional route)
 GET     /v1/stats                   worker  task counts, duplicates absorbed, clients
 POST    /v1/messages                user    ``{"room","text","sender"?,"id"?,"priority"?,
                                             "tenant"?}`` → id
@@ -74,6 +76,7 @@ from .._protocol._messages import (
     BatchItem,
     LeaseReleaseReceipt,
     ResultReceipt,
+    RoomForgetReceipt,
     check_label,
     check_task_id,
     parse_ack,
@@ -85,6 +88,7 @@ from .._protocol._messages import (
     parse_reject_batch,
     parse_result,
     parse_result_batch,
+    parse_room_forget,
 )
 from .._protocol._progress import parse_progress
 from ._history import SHOWN_CHARS, HistoryRow, UnknownBefore
@@ -103,6 +107,8 @@ _REJECT_PATH = re.compile(r"/v1/tasks/([^/]+)/reject")
 _PROGRESS_PATH = re.compile(r"/v1/tasks/([^/]+)/progress")
 _INTERIM_PATH = re.compile(r"/v1/tasks/([^/]+)/messages")
 _MESSAGE_PATH = re.compile(r"/v1/messages/([^/]+)")
+_FORGET_PATH = re.compile(r"/v1/rooms/(.+)/forget", re.DOTALL)
+"""The room as the server decoded the path (it may hold a ``/``); the body names it again."""
 
 
 @attrs.frozen
@@ -215,6 +221,9 @@ class GatewayApp:
         if path == "/v1/leases/release":
             allow_methods(method, "POST")
             return self._release_leases
+        if _FORGET_PATH.fullmatch(path):
+            allow_methods(method, "POST")
+            return self._forget_room
         if path == "/v1/stats":
             allow_methods(method, "GET")
             return self._stats
@@ -444,6 +453,23 @@ class GatewayApp:
             log.info("gateway: client %s released %d unacked lease(s)", release.client, released)
             self._wake_pollers()
         receipt = LeaseReleaseReceipt(client=release.client, released=released)
+        await send_json(send, 200, unstructure(receipt))
+
+    async def _forget_room(self, request: Request, send: Send) -> None:
+        """Erase the room (issue #53): a bridge's ``tether store forget-room`` asks after it
+        erased its own copy. Its messages go from the store and from every open view (a
+        waiting message poll answers 404 from now on); a room it holds nothing of is a 200
+        with 0 (a 404 would say "no such route")."""
+        self._authorize(request, WORKER)
+        match = _FORGET_PATH.fullmatch(request.path)
+        assert match is not None
+        forget = _valid(parse_room_forget, await self._json(request), match.group(1))
+        ids = await self.store.forget_room(forget.room)
+        for task_id in ids:
+            self.progress.forget(task_id)
+        log.warning("gateway: forgot room %r: %d message(s) erased", forget.room, len(ids))
+        self._message_changed()
+        receipt = RoomForgetReceipt(room=forget.room, forgotten=len(ids))
         await send_json(send, 200, unstructure(receipt))
 
     async def _stats(self, request: Request, send: Send) -> None:

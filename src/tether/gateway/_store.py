@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 import secrets
 import sqlite3
 from collections.abc import Callable
@@ -19,6 +20,7 @@ import attrs
 import trio
 
 from .._plumbing._fs import create_private_file, ensure_private_dir, restrict_file
+from .._plumbing._sqlite_erase import truncate_wal, zero_deleted_content
 from .._plumbing._sqlite_temp import keep_temp_in_memory
 from .._plumbing._sqlite_writer import SqliteWriter
 from ._history import HistoryPage, read_page
@@ -26,6 +28,10 @@ from ._history import HistoryPage, read_page
 T = TypeVar("T")
 
 SCHEMA_VERSION = 1
+WAL_WAIT_S = 5.0
+"""How long a forget's WAL truncation waits for a reader on an older snapshot."""
+
+log = logging.getLogger("tether.gateway")
 
 TaskState = Literal["queued", "leased", "acked", "answered", "closed"]
 TASK_STATES: tuple[TaskState, ...] = ("queued", "leased", "acked", "answered", "closed")
@@ -320,6 +326,29 @@ class GatewayStore:
         """The room's last ``limit`` messages (before message ``before``), oldest first, cut
         to a bounded page (``_history``); ``UnknownBefore`` if ``before`` is not the room's."""
         return await self._run(read_page, self._db, room, limit, before)
+
+    async def forget_room(self, room: str) -> list[str]:
+        """Erase the room's messages (``POST /v1/rooms/<room>/forget``): its tasks (message,
+        reply, sender), their questions, rejections and notices, in one transaction, then
+        the older pages from the WAL (the connection zeroes what it deletes): nothing of the
+        room's text is left in the files. The ids erased (the app drops their progress); a
+        later ack or result for one of them is answered as for an unknown id."""
+        ids = await self._run(self._forget_room, room)
+        if not await trio.to_thread.run_sync(truncate_wal, self.path, WAL_WAIT_S):
+            log.warning(
+                "gateway: the WAL of %s was busy: the older pages of room %r stay in it until "
+                "its next checkpoint",
+                self.path,
+                room,
+            )
+        return ids
+
+    def _forget_room(self, room: str) -> list[str]:
+        ids = [row[0] for row in self._db.execute("SELECT id FROM tasks WHERE room = ?", (room,))]
+        for table in ("messages", "rejections", "notices"):
+            self._db.executemany(f"DELETE FROM {table} WHERE id = ?", [(id,) for id in ids])
+        self._db.execute("DELETE FROM tasks WHERE room = ?", (room,))
+        return ids
 
     # -- the worker side ---------------------------------------------------------------
 
@@ -722,6 +751,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         keep_temp_in_memory(db)
+        zero_deleted_content(db)  # a forgotten room leaves no copy in the file
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = FULL")
         db.execute("PRAGMA busy_timeout = 5000")

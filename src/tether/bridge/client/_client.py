@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import trio
@@ -32,6 +33,9 @@ from ..._protocol._messages import (
     ResultMetadata,
     ResultReceipt,
     ResultRequest,
+    RoomForgetReceipt,
+    RoomForgetRequest,
+    check_room_name,
     check_task_id,
     is_task_id,
     parse_batch_item,
@@ -455,6 +459,29 @@ class GatewayClient(GatewayConnection):
             retry=False,
         )
         return response is not None
+
+    async def forget_room(self, room: str) -> int | None:
+        """Ask the gateway to drop its copy of ``room``: its messages, replies, questions and
+        progress (``POST /v1/rooms/<room>/forget``, optional; issue #53). The number of
+        messages it erased (0 for a room it holds nothing of), or None when it has no such
+        route (404/405): it cannot forget, say so. Retried with backoff like any call, until
+        it is answered or cancelled: the caller bounds the wait. ``ValueError`` for a room
+        no bridge keeps (empty, over 256 characters, a NUL)."""
+        check_room_name(room)
+        response = await self._request(
+            "POST",
+            f"/v1/rooms/{quote(room, safe='')}/forget",
+            what=f"the erasure of room {room!r:.80}",
+            payload=unstructure(RoomForgetRequest(room=room)),
+            optional=True,
+        )
+        if response is None:
+            return None
+        data = json_object(response, "POST /v1/rooms/<room>/forget")
+        try:
+            return parse_lenient(data, RoomForgetReceipt).forgotten
+        except ValueError as exc:
+            raise GatewayProtocolError(f"POST /v1/rooms/<room>/forget: {exc}") from None
 
     async def release_leases(self) -> int | None:
         """Give back every task the gateway leased to this client name and that was not acked:

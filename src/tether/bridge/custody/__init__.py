@@ -41,6 +41,7 @@ if _typing.TYPE_CHECKING:
     from ._conversation import MAX_STATE_BYTES as MAX_STATE_BYTES
     from ._conversation import Conversation as Conversation
     from ._conversation import ConversationCounts as ConversationCounts
+    from ._conversation import ForgottenRoom as ForgottenRoom
     from ._conversation import RoomView as RoomView
     from ._conversation import StateConflict as StateConflict
     from ._conversation import StateTooLarge as StateTooLarge

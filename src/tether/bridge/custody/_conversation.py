@@ -30,8 +30,8 @@ HISTORY_OUTCOMES: Final[frozenset[str]] = frozenset(
 
 DEFAULT_HISTORY_TURNS: Final = 50
 """Turns a run's history holds at most (``--history-turns``)."""
-DEFAULT_HISTORY_KEEP: Final = 500
-"""Turns a room keeps at most (``--history-keep``); retention prunes the older ones."""
+DEFAULT_ROOM_KEEP: Final = 500
+"""Turns a room keeps at most (``--room-keep``); retention prunes the older ones."""
 MAX_HISTORY_TURNS: Final = 10_000
 MAX_STATE_BYTES: Final = 1 << 20
 """A room's state, as UTF-8 JSON, is at most this (1 MiB)."""
@@ -57,6 +57,38 @@ class ConversationCounts:
     rooms: int
     turns: int
     state_bytes: int
+
+
+@attrs.frozen
+class ForgottenRoom:
+    """What ``forget_room`` erased of a room, in one transaction (issue #53): every count is of
+    what the store held; all 0 for a room it held nothing of (erasing twice is harmless)."""
+
+    room: str
+    turns: int = 0
+    """Turns the room's conversation showed (messages, replies, questions, shown text)."""
+    state: bool = False
+    """Whether the room had a state (its agent's memory of it), now gone."""
+    tasks: int = 0
+    """Tasks whose text was erased: the room's, and the child runs they spawned (their
+    bodies come from the room's). Their rows stay (custody never drops a task silently) as
+    ids, states and times: message, reply, reason and room are blanked, and every header but
+    the labels custody reads (queue, parent, depth, tenant, schedule)."""
+    cancelled: int = 0
+    """Of those, the tasks still in custody (pending, assigned, claimed, waiting or with a
+    reply not yet delivered): moved to ``dead`` first, a running one fenced out at its next
+    heartbeat, so no reply of the room goes out after it."""
+    steps: int = 0
+    """Step records deleted (a step's value is the run's own text)."""
+    asks: int = 0
+    """Questions deleted, with the answers taken for them."""
+    scrubbed: bool = False
+    """The erased text is gone from the store's files as well, not only from its tables.
+    SQLite: deleted content is zeroed as it is deleted and the WAL was checkpointed and
+    truncated after the commit (False: another connection kept it busy; the older pages stay
+    in the WAL until its next checkpoint). PostgreSQL: always False; the old row versions stay
+    in the tables' pages until vacuum lets new rows overwrite them, and in the server's WAL
+    until it is recycled (docs/guide/conversations.md)."""
 
 
 @attrs.frozen

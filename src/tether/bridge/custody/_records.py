@@ -203,6 +203,12 @@ class StepRecord:
     """The attempt whose run recorded it."""
     size: int
     """``value``'s size in bytes (UTF-8)."""
+    version: str | None = None
+    """The agent version whose run recorded it (issue #53; None: unversioned, or recorded
+    before versions were kept)."""
+    fingerprint: str | None = None
+    """The fingerprint of the arguments its step was asked with (``custody._versions``; None:
+    the run's own records, and records made before versions were kept)."""
 
 
 @attrs.frozen

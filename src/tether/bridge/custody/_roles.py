@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from ._asks import AskRecord, QuestionStore
 from ._children import ChildView
-from ._conversation import Conversation, ConversationCounts, RoomView
+from ._conversation import Conversation, ConversationCounts, ForgottenRoom, RoomView
 from ._events import Event, EventSent, EventWaiter
 from ._limits import Granted, LimitSpec, LimitView, NoPermit
 from ._records import (
@@ -34,6 +34,7 @@ from ._rooms import RoomPolicy
 from ._rules import Claim, CustodyState, Result, Task, TaskRecord
 from ._schedules import ScheduleSpec, ScheduleView
 from ._tenants import TenantView
+from ._versions import InFlight
 from ._work_bell import WorkBell
 
 
@@ -198,18 +199,27 @@ class RoomStore(Protocol):
         ``None`` for a room the store holds nothing of. Reads only."""
         ...
 
-    async def forget_room(self, room: str) -> tuple[int, int]:
-        """Erase ``room``'s turns and state and the stored bodies (message and reply) of its
-        finished (delivered or dead) tasks, in one transaction; each such task's journal
-        records it with actor ``operator``. Returns (turns erased, tasks erased). Tasks in
-        custody are left to finish (their later turns start a new conversation)."""
+    async def forget_room(self, room: str) -> ForgottenRoom:
+        """Erase every copy of ``room``'s text the store holds, in one transaction (issue
+        #53): its turns and state, and of its tasks and the child runs they spawned the
+        message, reply, reason, room name and headers (but the labels custody reads), their
+        step records, asks and their journal's reasons. A task still in custody is cancelled
+        to ``dead`` first (a running one is fenced out at its next heartbeat; a reply not yet
+        delivered is withdrawn), so nothing is left half-erased and nothing of the room goes
+        out after it. The rows stay as ids, states and times, each journaled with actor
+        ``operator``. Then the store's files are cleared of the old copies as far as the
+        backend allows (``ForgottenRoom.scrubbed``). Erasing a room the store holds nothing
+        of changes nothing."""
         ...
 
     async def prune_turns(self, *, keep: int = ..., limit: int = ...) -> int:
         """Delete at most ``limit`` turns, the oldest of rooms holding more than ``keep``, so
         that repeated calls leave each its ``keep`` newest; returns how many were deleted (fewer
         than ``limit``: none is left over). A slice costs time linear in ``limit``, whatever
-        ``keep`` is: retention calls it until done and never holds the writer long."""
+        ``keep`` is: retention calls it until done and never holds the writer long. A
+        finished (delivered or dead) task whose message or reply is pruned loses that text
+        from its row too, journaled; one still in custody keeps it (it has yet to run or be
+        delivered)."""
         ...
 
     async def prune_rooms(self, before: float, *, limit: int = ...) -> int:
@@ -293,8 +303,17 @@ class JournalStore(PermitStore, Clocked, Protocol):
         pruned task). Reads only."""
         ...
 
-    async def record_step(self, claim: Claim, name: str, value: str) -> StepRecord:
-        """Record step ``name`` of ``claim``'s task with ``value`` (JSON text), under the
+    async def record_step(
+        self,
+        claim: Claim,
+        name: str,
+        value: str,
+        *,
+        version: str | None = None,
+        fingerprint: str | None = None,
+    ) -> StepRecord:
+        """Record step ``name`` of ``claim``'s task with ``value`` (JSON text), made by agent
+        ``version`` from arguments of ``fingerprint`` (issue #53: kept on the record), under the
         lease fence (id, claimed, owner, attempt, live lease) in the same statement or
         transaction: ``StaleLease`` if fenced out, so a run whose lease is gone records
         nothing and a run that took over never sees a zombie's record appear after its own.
@@ -308,7 +327,9 @@ class JournalStore(PermitStore, Clocked, Protocol):
         """``id``'s asks in the order they were asked (empty for an unknown task). Reads only."""
         ...
 
-    async def spawn(self, claim: Claim, name: str, child: Task) -> StepRecord:
+    async def spawn(
+        self, claim: Claim, name: str, child: Task, *, version: str | None = None
+    ) -> StepRecord:
         """Spawn ``child`` (a ``custody._children.child_task`` of ``claim``'s task) as step
         ``~spawn:<name>``, under the lease fence, in one transaction: if the step is recorded
         already its record is returned and nothing else is done (a resumed parent never
@@ -737,6 +758,18 @@ class InspectStore(StoreClock, StateReader, Protocol):
         """How many tasks are ``waiting``, and the earliest wake-up (store clock)."""
         ...
 
+    async def versions_in_flight(self) -> Sequence[InFlight]:
+        """Tasks in custody by the agent version of their newest step record (issue #53),
+        most first: an old version has drained once it is gone from here. Reads only."""
+        ...
+
+    async def records_of_version(
+        self, version: str | None, *, limit: int = ...
+    ) -> Sequence[TaskRecord]:
+        """The first ``limit`` tasks in custody whose newest step record ``version`` made
+        (None: unversioned or none recorded), oldest first. Reads only."""
+        ...
+
     async def suspects(self, *, limit: int = ...) -> Suspects:
         """How many tasks in custody are suspects, and the first ``limit`` (most crashes while
         alone, then most crashes, then oldest): what ``tether store status`` shows."""
@@ -787,6 +820,23 @@ class OperatorStore(StoreClock, Protocol):
         result refused. A cancelled suspect is a suspect no more (its crash counts stay, as
         evidence). A task with a reply (result, delivered) or already dead is refused, nothing
         changed."""
+        ...
+
+    async def rewind(self, id: str, step: str, *, reason: str | None = None) -> OperatorOutcome:
+        """Re-drive dead task ``id`` with its records from ``step`` on dropped (issue #53), the
+        asks asked since with them: the run replays up to ``step`` and runs it and what follows
+        again. The drop, then the re-drive (``redrive``, its reason saying what was dropped and
+        ``reason``); refused, nothing changed, for a task not dead or a step not recorded."""
+        ...
+
+    async def fork(
+        self, id: str, step: str, *, room: str | None = None, reason: str | None = None
+    ) -> OperatorOutcome:
+        """A new task from ``id`` (issue #53: "regenerate from here"): its message again, as
+        ``<id>~fork<n>`` in ``room`` (default: the same), pending, with the records before
+        ``step`` copied (and the asks answered before it), in one transaction journaled as the
+        operator's. Its reply goes to the room as a message of its own. The outcome names the
+        new task; refused for a child run, a forgotten message or a step not recorded."""
         ...
 
 

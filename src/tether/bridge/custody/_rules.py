@@ -137,7 +137,9 @@ OPERATOR_MOVES: Final[Mapping[CustodyState, frozenset[CustodyState]]] = {
 }
 """The moves an operator makes by hand: cancel (-> dead) and re-drive (dead -> pending). A
 task with a stored reply (result) or a confirmed one (delivered) is neither cancelled nor
-re-driven: its reply exists."""
+re-driven: its reply exists. One erasure is the exception: ``forget_room`` (issue #53)
+withdraws a reply of the room not yet delivered (result -> dead, the move delivery makes for an
+undeliverable reply), so no text of a forgotten room goes out after it."""
 
 OPERATOR_PREFIX: Final = "operator: "
 """How an operator's move starts its recorded reason (the journal reads the actor off it)."""

@@ -41,6 +41,17 @@ class StepError(ValueError):
     is too large. The message names the step."""
 
 
+class StepTooLarge(StepError):
+    """A step's value over a size limit: its own (``size`` bytes of JSON against ``limit``) or,
+    from a store, its task's total (``MAX_TASK_STEP_BYTES``). The run makes it permanent
+    (``runs._bounds``): the same run would make the same value again."""
+
+    def __init__(self, message: str, *, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+
+
 def check_step_name(name: object, *, own: bool = False) -> str:
     """``name`` if it is a valid step name (``own``: the run's own names may begin with ``~``)."""
     if not isinstance(name, str) or _STEP_NAME_RE.fullmatch(name) is None:
@@ -53,9 +64,10 @@ def check_step_name(name: object, *, own: bool = False) -> str:
     return name
 
 
-def encode_step_value(name: str, value: Any) -> tuple[str, int]:
+def encode_step_value(name: str, value: Any, limit: int = MAX_STEP_BYTES) -> tuple[str, int]:
     """The JSON text ``value`` records as step ``name``, and its size in bytes; ``StepError``
-    for a value JSON cannot hold (a set, an object, NaN) or one over ``MAX_STEP_BYTES``."""
+    for a value JSON cannot hold (a set, an object, NaN), ``StepTooLarge`` for one over
+    ``limit`` bytes (at most ``MAX_STEP_BYTES``, what a store records)."""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         size = len(text.encode("utf-8"))
@@ -66,10 +78,12 @@ def encode_step_value(name: str, value: Any) -> tuple[str, int]:
         ) from None
     except RecursionError:
         raise StepError(f"step {name!r} returned a value nested too deeply for JSON") from None
-    if size > MAX_STEP_BYTES:
-        raise StepError(
-            f"step {name!r} returned {size} bytes of JSON, over the {MAX_STEP_BYTES} bytes a "
-            "step may record; record a reference (a file name, an id) instead"
+    if size > limit:
+        raise StepTooLarge(
+            f"step {name!r} returned {size:,} bytes of JSON, over the {limit:,} bytes a step "
+            "may record; record a reference (a file name, an id) instead",
+            size=size,
+            limit=limit,
         )
     return text, size
 
@@ -86,9 +100,11 @@ def check_wake_at(value: object) -> float:
     return float(value)
 
 
-def over_task_limit(name: str, total: int, size: int) -> StepError:
+def over_task_limit(name: str, total: int, size: int) -> StepTooLarge:
     """The error for a step that would take its task's steps past ``MAX_TASK_STEP_BYTES``."""
-    return StepError(
-        f"step {name!r}: its {size} bytes would take this task's steps to {total + size} "
-        f"bytes, over the {MAX_TASK_STEP_BYTES} bytes a task may record"
+    return StepTooLarge(
+        f"step {name!r}: its {size:,} bytes would take this task's steps to {total + size:,} "
+        f"bytes, over the {MAX_TASK_STEP_BYTES:,} bytes a task may record",
+        size=total + size,
+        limit=MAX_TASK_STEP_BYTES,
     )

@@ -28,6 +28,8 @@ if _typing.TYPE_CHECKING:
     from ..custody._steps import StepError as StepError
     from ..runs._asks import AskTimeout as AskTimeout
     from ..runs._asks import AskUnsupported as AskUnsupported
+    from ..runs._bounds import Bounds as Bounds
+    from ..runs._bounds import TooLarge as TooLarge
     from ..runs._children import JoinTimeout as JoinTimeout
     from ..runs._current import conversation_of as conversation_of
     from ..runs._current import progress_of as progress_of
@@ -44,6 +46,7 @@ if _typing.TYPE_CHECKING:
     from ..runs._run import Run as Run
     from ..runs._timings import TimingHistogram as TimingHistogram
     from ..runs._timings import Timings as Timings
+    from ..runs._versions import StepMismatch as StepMismatch
     from ._agent import AgentFactory as AgentFactory
     from ._agent import AgentLoadError as AgentLoadError
     from ._agent import load_agent as load_agent

@@ -6,16 +6,21 @@ A plain session handler, so an agent needs nothing pool-specific and every run i
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.metadata
 import inspect
 import math
 import re
+import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 
 from ..._session import Session, open_session
 from ..custody._rooms import RoomPolicy, check_room_policy
+from ..custody._versions import VersionError, check_version
 from ..runs._reply import AgentError
 
 AgentFactory = Callable[[Session], None]
@@ -189,3 +194,28 @@ def agent_run_timeout(factory: AgentFactory, default: float | None) -> float | N
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"run_timeout must be None or seconds > 0, got {value!r}")
     return float(value)
+
+
+def agent_version(factory: object) -> str | None:
+    """The version an agent's step records keep by default (issue #53; ``--agent-version``
+    overrides it): its distribution's version if the factory's module belongs to an
+    installed package, else ``sha:`` and a hash of the module's source file (any edit is a
+    new version), else None (a module without a file: unversioned)."""
+    module_name = getattr(factory, "__module__", None)
+    module = None if module_name is None else sys.modules.get(module_name)
+    if module is None:
+        return None
+    top = module.__name__.partition(".")[0]
+    for dist in importlib.metadata.packages_distributions().get(top, ()):
+        try:
+            return check_version(importlib.metadata.version(dist))
+        except (importlib.metadata.PackageNotFoundError, VersionError):
+            continue
+    path = getattr(module, "__file__", None)
+    if path is None:
+        return None
+    try:
+        source = Path(path).read_bytes()
+    except OSError:
+        return None
+    return f"sha:{hashlib.sha256(source).hexdigest()[:12]}"

@@ -39,6 +39,7 @@ from ..custody._events import Event
 from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord
 from ..custody._rules import InvalidTask, StaleLease, Task
+from ..custody._steps import MAX_STEP_BYTES
 from ..runs._asks import asks_fields, parked_from
 from ..runs._claimed import ClaimedRun, NotRun, Runner, RunnerDied
 from ..runs._journal import Journal, Parked, ParkedAsk
@@ -193,6 +194,8 @@ def _task_frame(task: Any, steps: ChildSteps | None) -> bytes:
         steps=[] if steps is None else steps_fields(steps.recorded),
         asks=[] if steps is None else asks_fields(steps.asks),
         park_after=math.inf if steps is None else steps.park_after,
+        max_step_bytes=MAX_STEP_BYTES if steps is None else steps.max_step_bytes,
+        version=None if steps is None else steps.version,
     )
 
 
@@ -276,7 +279,10 @@ async def _record(steps: ChildSteps, message: dict[str, Any]) -> bytes:
     """Record a step the child asked for, under the parent's fence; the frame that answers."""
     name = str(message["name"])
     try:
-        record = await steps.record(name, str(message["value"]))
+        fingerprint = message.get("fingerprint")
+        record = await steps.record(
+            name, str(message["value"]), None if fingerprint is None else str(fingerprint)
+        )
     except StaleLease as exc:  # the run is lost (its worker cancels it): tell the child anyway
         return encode("step_stale", name=name, reason=str(exc))
     return encode("step_ok", **attrs.asdict(record))
@@ -288,7 +294,7 @@ class ChildSteps:
     fenced record of a new one, where a parked run goes, and the park threshold."""
 
     recorded: Sequence[StepRecord]
-    record: Callable[[str, str], Awaitable[StepRecord]]
+    record: Callable[[str, str, str | None], Awaitable[StepRecord]]
     parked: Callable[..., None]
     """``parked(until, why, ask, join)``: ``ask`` the ``ParkedAsk`` of a run that asked,
     ``join`` the children a joining run waits for."""
@@ -306,6 +312,11 @@ class ChildSteps:
     conversation: Callable[[], Awaitable[Conversation]] | None = None
     """Reads the run's conversation when the child asks (its first ``await
     conversation_of``): the parent's run keeps what it read, for the state's base version."""
+    version: str | None = None
+    """The agent version the parent's runs record under (issue #53): the child's run checks
+    the records against it."""
+    max_step_bytes: int = MAX_STEP_BYTES
+    """The largest result the child's run may record as a step (``--max-step-bytes``)."""
 
 
 def quarantined(quarantine: Quarantine, *, mirror_progress: bool) -> Runner:
@@ -344,8 +355,12 @@ async def child_steps(journal: Journal) -> ChildSteps:
     store, id = journal.store, journal.task.id
     assert store is not None
 
-    async def record(name: str, value: str) -> StepRecord:
-        return await journal.fenced(lambda store, claim: store.record_step(claim, name, value))
+    async def record(name: str, value: str, fingerprint: str | None = None) -> StepRecord:
+        return await journal.fenced(
+            lambda store, claim: store.record_step(
+                claim, name, value, version=journal.version, fingerprint=fingerprint
+            )
+        )
 
     def parked(
         until: float,
@@ -362,7 +377,9 @@ async def child_steps(journal: Journal) -> ChildSteps:
         return await journal.fenced(lambda store, claim: store.acquire_permit(claim, key, weight))
 
     async def spawn(name: str, child: Task) -> StepRecord:
-        return await journal.fenced(lambda store, claim: store.spawn(claim, name, child))
+        return await journal.fenced(
+            lambda store, claim: store.spawn(claim, name, child, version=journal.version)
+        )
 
     async def children(ids: Sequence[str]) -> Sequence[ChildView | None]:
         return await store.children(id, ids)
@@ -378,6 +395,8 @@ async def child_steps(journal: Journal) -> ChildSteps:
         spawn=spawn,
         children=children,
         take_event=store.take_event,
+        version=journal.version,
+        max_step_bytes=journal.max_step_bytes,
     )
 
 

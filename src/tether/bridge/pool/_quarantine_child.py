@@ -20,13 +20,16 @@ import os
 import resource
 import signal
 import sys
+from collections.abc import Awaitable
 from typing import Any, BinaryIO, Final
 
 import trio
 
 from ..._session import open_session
 from ..custody._rules import Claim
+from ..custody._steps import MAX_STEP_BYTES
 from ..runs._asks import asks_from, parked_fields
+from ..runs._bounds import over_a_bound
 from ..runs._current import Current, entering
 from ..runs._journal import Fence, Journal, Park, Parked
 from ..runs._progress import Progress
@@ -110,7 +113,9 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             store,
             Fence(lambda: claim),
             park_after=float(message.get("park_after", math.inf)),
+            max_step_bytes=int(message.get("max_step_bytes", MAX_STEP_BYTES)),
             clock=store.clock,
+            version=_version(message.get("version")),
         )
         talk = Talk(store.conversation)  # read on demand: asked of the parent
         current = Current(Run(task, journal), talk, progress)
@@ -118,7 +123,9 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             nursery.start_soon(_watch_parent, pipe, store)
             nursery.start_soon(_tell_progress, pipe, progress)
             try:
-                reply = reply_of(await session.call(TASK_EVENT, current), task.id)
+                reply = reply_of(
+                    await _bounded(session.call(TASK_EVENT, current), journal), task.id
+                )
             except MemoryError:
                 os._exit(EXIT_OUT_OF_MEMORY)
             except Parked as exc:
@@ -133,11 +140,17 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
             except AgentError as exc:
                 pipe.send("error", type="agent", reason=str(exc))
             except Exception as exc:
-                if journal.parked is not None:  # parked, whatever it raised after
+                if journal.mismatch is not None:  # whatever the handler made of it
+                    pipe.send("error", type="permanent", reason=journal.mismatch.reason)
+                elif journal.parked is not None:  # parked, whatever it raised after
                     _send_parked(pipe, journal.parked)
                 else:
                     pipe.send("error", type="failure", reason=f"{type(exc).__name__}: {exc}")
             else:
+                if journal.mismatch is not None:  # a mismatch the handler caught (issue #53)
+                    pipe.send("error", type="permanent", reason=journal.mismatch.reason)
+                    nursery.cancel_scope.cancel()
+                    return 0
                 if journal.parked is not None:  # parked, whatever it returned after
                     _send_parked(pipe, journal.parked)
                     nursery.cancel_scope.cancel()
@@ -147,6 +160,23 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
                 pipe.send("reply", body=reply.body, no_send=reply.no_send, state=state)
             nursery.cancel_scope.cancel()
     return 0
+
+
+def _version(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+async def _bounded(call: Awaitable[Any], journal: Journal) -> Any:
+    """The handler's outcome; an exception it ends with that comes from a bound it ran into
+    (``runs._bounds.over_a_bound``) is raised as that ``TooLarge``, a ``Permanent``, unless
+    the run parked or mismatched first: the parent fails it as it would in its own process."""
+    try:
+        return await call
+    except Exception as exc:
+        bound = over_a_bound(exc)
+        if bound is None or bound is exc or journal.parked or journal.mismatch:
+            raise
+        raise bound from exc
 
 
 def _send_parked(pipe: _Pipe, park: Park) -> None:

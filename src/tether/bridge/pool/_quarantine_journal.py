@@ -28,6 +28,7 @@ from ..custody._events import Event
 from ..custody._limits import Granted, NoPermit
 from ..custody._records import StepRecord
 from ..custody._rules import Claim, CustodyState, StaleLease, Task
+from ._quarantine_steps import step_from
 from ._quarantine_wire import conversation_from, task_fields
 
 ANSWERS: Final = {
@@ -67,22 +68,30 @@ class PipeJournal:
     async def asks(self, id: str) -> Sequence[AskRecord]:
         return list(self._asks)
 
-    async def record_step(self, claim: Claim, name: str, value: str) -> StepRecord:
-        message = await self._request("step", "name", name, value=value)
-        return StepRecord(
-            message["name"], message["value"], message["at"], message["attempt"], message["size"]
-        )
+    async def record_step(
+        self,
+        claim: Claim,
+        name: str,
+        value: str,
+        *,
+        version: str | None = None,
+        fingerprint: str | None = None,
+    ) -> StepRecord:
+        """Recorded by the parent under its claim, with its own version (the child's run has
+        the parent's: it came with the task)."""
+        message = await self._request("step", "name", name, value=value, fingerprint=fingerprint)
+        return step_from(message)
 
-    async def spawn(self, claim: Claim, name: str, child: Task) -> StepRecord:
+    async def spawn(
+        self, claim: Claim, name: str, child: Task, *, version: str | None = None
+    ) -> StepRecord:
         self._asked += 1
         message = await self._request(
             "spawn", "n", self._asked, name=name, child=task_fields(child)
         )
         if "error" in message:
             raise SpawnError(str(message["error"]))
-        return StepRecord(
-            message["name"], message["value"], message["at"], message["attempt"], message["size"]
-        )
+        return step_from(message)
 
     async def children(self, parent: str, ids: Sequence[str]) -> Sequence[ChildView | None]:
         self._asked += 1

@@ -3,7 +3,7 @@ new ones by asking its parent: ``_quarantine_journal``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -18,4 +18,18 @@ def steps_fields(records: Sequence[StepRecord]) -> list[dict[str, Any]]:
 
 def steps_from(fields: Sequence[dict[str, Any]] | None) -> list[StepRecord]:
     """The child's side of ``steps_fields``."""
-    return [StepRecord(**record) for record in fields or ()]
+    return [step_from(record) for record in fields or ()]
+
+
+def step_from(fields: Mapping[str, Any]) -> StepRecord:
+    """A record from its fields (a frame's other keys ignored; a parent without versions
+    sends none)."""
+    return StepRecord(
+        fields["name"],
+        fields["value"],
+        fields["at"],
+        fields["attempt"],
+        fields["size"],
+        fields.get("version"),
+        fields.get("fingerprint"),
+    )

@@ -22,6 +22,8 @@ from ..._session_types import HandlerCancelled, HandlerDropped, QueueFull
 from ..custody._conversation import DEFAULT_HISTORY_TURNS, check_window
 from ..custody._roles import WorkerStore
 from ..custody._rules import DEFAULT_QUEUES, Claim, StaleLease, Task, check_worker, queues_of
+from ..custody._versions import check_version
+from ..runs._bounds import Bounds, within_store
 from ..runs._claimed import RELEASE_TIMEOUT, ClaimedRun, NotRun, Runner
 from ..runs._completions import CompletionBatcher
 from ..runs._current import entering
@@ -31,7 +33,7 @@ from ..runs._outage import STORE_UNREACHABLE
 from ..runs._reply import Reply, reply_of
 from ..runs._retry import RetryBackoff
 from ..runs._timings import Timings
-from ._agent import TASK_EVENT, AgentFactory, agent_run_timeout, install_agent
+from ._agent import TASK_EVENT, AgentFactory, agent_run_timeout, agent_version, install_agent
 from ._hands import WorkerHand
 from ._idle import IDLE_MAXIMUM, idle_backoff
 from ._liveness import DEFAULT_MAX_SKEW, check_seconds, live_lead, return_dead_assignments
@@ -121,11 +123,19 @@ class PoolWorker:
     the soft-stop grace; 0 cancels at once."""
     history_turns: int = DEFAULT_HISTORY_TURNS
     """Turns of its room's conversation a run reads at most (``conversation_of``)."""
+    bounds: Bounds | None = None
+    """The size limits of its runs' step results, room states and replies (``--max-step-bytes``,
+    ``--max-state-bytes``, ``--max-reply-bytes``); None: the defaults, a reply at most the
+    store's body limit. A reply limit over the store's is refused."""
     park_after: float = DEFAULT_PARK_AFTER
     """Seconds: a durable sleep (``run.sleep``) at most this long sleeps in place; a longer
     one parks the task in ``waiting`` and frees the slot (``--park-after``)."""
     on_asked: Callable[[], None] | None = None
     """Called after a run's question was recorded with its park (the bridge posts it)."""
+    agent_version: str | None = None
+    """The version its runs' step records keep (issue #53, ``--agent-version``); None: the
+    agent's own (``pool._agent.agent_version``: its package's version, or a hash of its
+    module)."""
     queues: tuple[str, ...] = attrs.field(default=DEFAULT_QUEUES, converter=queues_of)
     """The queues whose tasks it takes (issue #51): the lead assigns it only those, and it
     claims only those when leaderless. One agent serves them all (a process runs one set of
@@ -174,6 +184,10 @@ class PoolWorker:
         check_seconds("max_skew", self.max_skew, allow_zero=True)
         check_seconds("stop_grace", self.stop_grace, allow_zero=True)
         self._timeout = agent_run_timeout(self.factory, self.run_timeout)
+        if self.agent_version is None:
+            self.agent_version = agent_version(self.factory)
+        else:
+            check_version(self.agent_version)
         if self.supersede_grace is not None:
             check_seconds("supersede_grace", self.supersede_grace, allow_zero=True)
         if self.heartbeat_interval is None:
@@ -195,7 +209,9 @@ class PoolWorker:
             host,
             store_retry=self._interval,
             park_after=self.park_after,
+            agent_version=self.agent_version,
             history_turns=self.history_turns,
+            bounds=within_store(self.bounds, self.store),
             stop_grace=self.stop_grace,
             supersede_grace=self.supersede_grace,
             retry_backoff=self.retry_backoff,

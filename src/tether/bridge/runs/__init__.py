@@ -13,7 +13,8 @@ An agent author meets the ``Run`` (``run_of(task)``: ``step``, ``key``, ``sleep`
   run shows people.
 - ``_claimed``: ``ClaimedRun``, where a run's outcome is decided and stored; ``_host``: what a
   worker lends its runs; ``_completions``: replies stored together.
-- ``_reply``, ``_retry``: what a handler answers or raises; ``_spans``: a task's trace;
+- ``_reply``, ``_retry``: what a handler answers or raises; ``_bounds``: the sizes a step's
+  result, a room's state and a reply may have; ``_spans``: a task's trace;
   ``_timings``: queue wait, run and delivery time histograms; ``_outage``: store outages.
 """
 
@@ -28,6 +29,8 @@ if _typing.TYPE_CHECKING:
     from ..custody._steps import StepError as StepError
     from ._asks import AskTimeout as AskTimeout
     from ._asks import AskUnsupported as AskUnsupported
+    from ._bounds import Bounds as Bounds
+    from ._bounds import TooLarge as TooLarge
     from ._children import Child as Child
     from ._children import JoinTimeout as JoinTimeout
     from ._claimed import ClaimedRun as ClaimedRun
@@ -50,6 +53,7 @@ if _typing.TYPE_CHECKING:
     from ._run import Run as Run
     from ._run import run_for as run_for
     from ._talk import Talk as Talk
+    from ._versions import StepMismatch as StepMismatch
 else:
     # loaded on first use, as tether.bridge's names (issue #56)
     __getattr__, __dir__ = _lazy_exports(__name__, __file__)

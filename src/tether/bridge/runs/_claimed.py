@@ -27,6 +27,7 @@ from ..custody._conversation import Conversation, StateConflict
 from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task
 from . import _permits
+from ._bounds import TooLarge, check_reply, over_a_bound
 from ._current import Current
 from ._host import RunHost
 from ._journal import Fence, Journal, Park
@@ -37,6 +38,7 @@ from ._retry import Permanent, Retry
 from ._run import Run
 from ._spans import queue_waited, run_span
 from ._talk import Talk
+from ._versions import StepMismatch
 
 log = logging.getLogger("tether.bridge.pool.worker")
 """The worker's logger: an operator's filters name it, whichever module writes the line."""
@@ -130,6 +132,11 @@ class ClaimedRun:
         """Where the run parked itself, whatever it returned or raised after."""
         return None if self.journal is None else self.journal.parked
 
+    @property
+    def mismatch(self) -> StepMismatch | None:
+        """The step that did not match its record (issue #53), whatever the run did after."""
+        return None if self.journal is None else self.journal.mismatch
+
     def current(self) -> Current:
         """What the handler of the current call reads of its run (``runs._current``): live
         until the call ends."""
@@ -184,7 +191,9 @@ class ClaimedRun:
             await self._runner_died(death)
         except Exception as exc:
             answered()
-            if self.parked is not None:  # a wait, not a run's time
+            if self.mismatch is not None:  # whatever the handler made of it (issue #53)
+                await self._fail(self.mismatch)
+            elif self.parked is not None:  # a wait, not a run's time
                 await self._park(self.parked)
             else:
                 if self.host.timings is not None:
@@ -192,7 +201,9 @@ class ClaimedRun:
                 await self._fail(exc)
         else:
             answered()
-            if self.parked is not None:
+            if self.mismatch is not None:
+                await self._fail(self.mismatch)
+            elif self.parked is not None:
                 await self._park(self.parked)
             else:
                 self.host.on_answered(trio.current_time() - self.started)
@@ -208,7 +219,9 @@ class ClaimedRun:
             host.store,
             Fence(lambda: self.claim, self.lose),
             park_after=host.park_after,
+            max_step_bytes=host.bounds.step,
             clock=host.store.clock,
+            version=host.agent_version,
         )
         self.progress = Progress()
         self.talk = Talk(None if task.room is None else self._read_conversation)
@@ -252,6 +265,11 @@ class ClaimedRun:
         self.finishing = True
         host, claim = self.host, self.claim
         what = f"worker {host.worker}: storing the reply to task {claim.task.id}"
+        try:  # over a bound: dead at once, before the store is asked (issue #53)
+            check_reply(reply.body, reply.state, host.bounds, claim.task)
+        except (TooLarge, InvalidTask) as exc:  # InvalidTask: a state that is not an object
+            await self._fail(exc)
+            return True
         try:
             if reply.state is None:
                 await until_stored(
@@ -301,6 +319,7 @@ class ClaimedRun:
 
     async def _fail(self, exc: Exception) -> None:
         host, claim = self.host, self.claim
+        exc = over_a_bound(exc) or exc  # over a bound, whatever the handler made of it
         reason = _reason(exc)
         self.finishing = True
         permanent = isinstance(exc, Permanent)

@@ -17,6 +17,7 @@ import attrs
 from ..custody._conversation import DEFAULT_HISTORY_TURNS
 from ..custody._roles import RunStore
 from ..custody._rules import Task
+from ._bounds import Bounds
 from ._completions import CompletionBatcher
 from ._journal import DEFAULT_PARK_AFTER
 from ._retry import Retry, RetryBackoff
@@ -63,7 +64,11 @@ class RunHost:
     store_retry: float = 1.0
     """Seconds between tries of an outcome while the store is unreachable."""
     park_after: float = DEFAULT_PARK_AFTER
+    agent_version: str | None = None
+    """The version the runs' step records keep (issue #53: ``--agent-version``)."""
     history_turns: int = DEFAULT_HISTORY_TURNS
+    bounds: Bounds = attrs.field(factory=Bounds)
+    """The size limits of a step's result, a room's state and a reply (``runs._bounds``)."""
     stop_grace: float = 4.0
     supersede_grace: float | None = None
     """Seconds a superseded run may still take (None: ``stop_grace``)."""

@@ -26,9 +26,19 @@ from ..custody._events import Event
 from ..custody._records import StepRecord
 from ..custody._roles import JournalStore
 from ..custody._rules import Claim, StaleLease, Task
-from ..custody._steps import StepError, decode_step_value, encode_step_value
+from ..custody._steps import MAX_STEP_BYTES, StepError, decode_step_value
+from ..custody._versions import (
+    PATCH_PREFIX,
+    argument_mismatch,
+    fingerprint,
+    has_passed,
+    passed_over,
+    spawn_print,
+)
+from ._bounds import encode_step
 from ._outage import until_stored
 from ._spans import WaitTrace, wait_span
+from ._versions import StepMismatch
 
 T = TypeVar("T")
 
@@ -98,10 +108,17 @@ class Journal:
     store: JournalStore | None = None
     fence: Fence | None = None
     park_after: float = DEFAULT_PARK_AFTER
+    max_step_bytes: int = MAX_STEP_BYTES
+    """The largest result a step records (``--max-step-bytes``): over it ``TooLarge``."""
     clock: Callable[[], float] = time.time
     """The store's clock: due times are on it."""
+    version: str | None = None
+    """The agent version this run records under (issue #53; None: unversioned)."""
     parked: Park | None = attrs.field(init=False, default=None)
     """Set once the run parked itself: where, and why."""
+    mismatch: StepMismatch | None = attrs.field(init=False, default=None)
+    """Set once a step did not match its record (issue #53): the run fails with it, even if
+    the handler caught it."""
     _recorded: dict[str, StepRecord] | None = attrs.field(init=False, default=None)
     _loading: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _used: set[str] = attrs.field(init=False, factory=set)
@@ -167,18 +184,27 @@ class Journal:
         earlier run's record or ``not recorded`` (a detached run)."""
         self._use(name)
         recorded = await self._records()
+        asked = None if name.startswith("~") else fingerprint(args, kwargs)
         if name in recorded:
+            if asked is not None:
+                self._check(argument_mismatch(recorded[name], self.version, asked))
             return decode_step_value(recorded[name].value), "replayed"
+        if asked is not None:
+            self._check(passed_over(recorded, self._used, name, self.version))
         self._ran_fresh = True
         value = fn(*args, **kwargs)
         if inspect.isawaitable(value):
             value = await value
-        text, _ = encode_step_value(name, value)
+        text, _ = encode_step(name, value, self.max_step_bytes)
         if not self.durable:
             return decode_step_value(text), "not recorded"
         # the effect has happened: an outage delays its record, never fails the run
         record = await until_stored(
-            lambda: self.fenced(lambda store, claim: store.record_step(claim, name, text)),
+            lambda: self.fenced(
+                lambda store, claim: store.record_step(
+                    claim, name, text, version=self.version, fingerprint=asked
+                )
+            ),
             what=f"recording step {name!r} of task {self.task.id}",
             pause=STORE_RETRY_S,
         )
@@ -191,7 +217,9 @@ class Journal:
         transaction with its record (``JournalStore.spawn``)."""
         self._use(name)
         recorded = await self._records()
-        if name not in recorded:
+        if name in recorded:
+            self._check(argument_mismatch(recorded[name], self.version, spawn_print(child)))
+        else:
             self._ran_fresh = True
             if not self.durable:
                 raise SpawnError(
@@ -200,7 +228,9 @@ class Journal:
                 )
             spawn_name = name.removeprefix(SPAWN_PREFIX)
             recorded[name] = await until_stored(
-                lambda: self.fenced(lambda store, claim: store.spawn(claim, spawn_name, child)),
+                lambda: self.fenced(
+                    lambda store, claim: store.spawn(claim, spawn_name, child, version=self.version)
+                ),
                 what=f"spawning {name!r} of task {self.task.id}",
                 pause=STORE_RETRY_S,
             )
@@ -225,6 +255,35 @@ class Journal:
             what=f"reading the events of {key!r} for task {self.task.id}",
             pause=STORE_RETRY_S,
         )
+
+    async def patched(self, name: str) -> bool:
+        """``run.patched(name)``: True unless an earlier run of the task had gone past this
+        point (it recorded something this run has not reached yet: the old code's path),
+        recorded as ``~patch:<name>`` so every later run decides the same."""
+        record = f"{PATCH_PREFIX}{name}"
+        self._use(record)
+        recorded = await self._records()
+        if record in recorded:
+            return bool(decode_step_value(recorded[record].value))
+        decided = not has_passed(recorded, self._used)
+        if self.durable:
+            text = "true" if decided else "false"
+            recorded[record] = await until_stored(
+                lambda: self.fenced(
+                    lambda store, claim: store.record_step(
+                        claim, record, text, version=self.version
+                    )
+                ),
+                what=f"recording patch {name!r} of task {self.task.id}",
+                pause=STORE_RETRY_S,
+            )
+        return decided
+
+    def _check(self, why: str | None) -> None:
+        """Fail the run with ``StepMismatch(why)`` if there is a ``why``."""
+        if why is not None:
+            self.mismatch = StepMismatch(f"task {self.task.id!r}: {why}")
+            raise self.mismatch
 
     async def recorded(self) -> Mapping[str, StepRecord]:
         """Every step the task's runs recorded, by name."""

@@ -18,9 +18,10 @@ def _state_validator(_inst: Any, _attr: Any, value: Any) -> None:
 @attrs.frozen
 class Reply:
     """An agent's reply. ``no_send``: confirm the task to the gateway without posting a message
-    (then ``body`` may be empty). ``state`` (a JSON object, at most 1 MiB): the room's new
-    state, stored in the same transaction as the reply (``conversation_of``); None keeps the
-    state as it is."""
+    (then ``body`` may be empty). ``state`` (a JSON object): the room's new state, stored in
+    the same transaction as the reply (``conversation_of``); None keeps the state as it is.
+    A body over ``--max-reply-bytes`` (256 KiB) or a state over ``--max-state-bytes`` (1 MiB)
+    fails the run at once (``TooLarge``)."""
 
     body: str = attrs.field(validator=attrs.validators.instance_of(str))
     no_send: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))

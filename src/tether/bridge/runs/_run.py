@@ -80,7 +80,9 @@ class Run:
         return its result, recorded as JSON: a later run of the task gets the recorded value
         and ``fn`` is not called. An exception is not recorded (the step runs again next
         attempt); ``Retry``/``Permanent`` keep their meaning. ``StepError`` for a bad or
-        repeated name or a result that is not JSON or too large; ``StaleLease`` (the run is
+        repeated name or a result that is not JSON; ``TooLarge`` for a result over
+        ``--max-step-bytes``; ``StepMismatch`` if the step was recorded with other arguments
+        or another version went on to another step (issue #53); ``StaleLease`` (the run is
         cancelled) if the run lost its lease before the record committed."""
         name = check_step_name(name)
         with step_span(self.task, name) as traced:
@@ -180,6 +182,16 @@ class Run:
         where this wait returns. ``WaitTimeout`` once ``timeout`` seconds passed (a durable
         deadline). What it returned is recorded: every later run gets the same."""
         return await self._waits.wait_for(self._journal, key, timeout)
+
+    async def patched(self, name: str) -> bool:
+        """Mark a deliberate change of the code (issue #53), as Temporal's ``patched``:
+        ``if await run.patched("ask-twice"): <new code> else: <old code>``. True for a run
+        that had not passed this point under the old code (a new run, or one resumed before
+        it got here); False for one that had (it recorded steps further on: it replays them
+        along the old path). The answer is recorded: every later run of the task gets the
+        same, so a run never switches path halfway. Once no run from before the change is in
+        flight (``tether store list --version``), the old branch and the call can go."""
+        return await self._journal.patched(check_step_name(name))
 
     def limit(self, key: str, weight: float = 1) -> _permits.Limited:
         """``async with run.limit("openai:gpt-4o"):`` holds a permit of ``key`` (spending

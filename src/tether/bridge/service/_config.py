@@ -4,6 +4,7 @@ and retention, from a TOML ``[bridge]`` table, ``TETHER_*`` and flags.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -11,7 +12,7 @@ from typing import Any, Final
 import attrs
 
 from ..._plumbing._config_error import ConfigError as ConfigError
-from ..custody._conversation import DEFAULT_HISTORY_KEEP, MAX_HISTORY_TURNS
+from ..custody._conversation import DEFAULT_ROOM_KEEP, MAX_HISTORY_TURNS
 from ..custody._events import DEFAULT_EVENT_TTL_S
 from ..custody._rooms import DEFAULT_ROOM_POLICY, MAX_DEBOUNCE_S, ROOM_POLICIES, RoomPolicy
 from ..runs._retry import RetryBackoff
@@ -35,6 +36,8 @@ from ._settings import (
 
 DEFAULT_GATEWAY: Final = "http://127.0.0.1:8765"
 DEFAULT_AGENT: Final = "tether.agents.echo:factory"
+
+log = logging.getLogger("tether.bridge.config")
 
 
 @attrs.frozen(kw_only=True)
@@ -79,8 +82,15 @@ class BridgeConfig(ProcessSettings):
     retention: float = 7 * 86_400.0
     """Seconds a delivered task is kept (so a gateway replay of it is recognised), then pruned.
     Keep it longer than the gateway's replay window. Dead tasks are never pruned."""
-    history_keep: int = DEFAULT_HISTORY_KEEP
-    """Turns each room's conversation keeps at most; retention prunes the older ones."""
+    room_keep: int = DEFAULT_ROOM_KEEP
+    """Turns each room's conversation keeps at most (``--room-keep``); retention prunes the
+    older ones, and a finished task whose turns it prunes loses their text from its row too
+    (issue #53). What a run reads of them is ``history_turns``, a window of the newest."""
+    history_keep: int | None = None
+    """Deprecated: the old name of ``room_keep`` (``--history-keep``, ``TETHER_HISTORY_KEEP``,
+    ``history_keep`` in the file), still read with a warning into ``room_keep`` (and None
+    here after); set, it wins over a default ``room_keep`` (both set to different values:
+    ``ConfigError``)."""
     tombstone_retention: float = 30 * 86_400.0
     """Seconds the id of a pruned delivered task is still recognised as a replay (a tombstone),
     counted from its delivery; then the tombstone goes too."""
@@ -95,6 +105,22 @@ class BridgeConfig(ProcessSettings):
     quarantine_env: tuple[str, ...] = ()
     """Environment variables a quarantine child gets beyond the base ones (names, or
     prefixes ending ``*``): what the agent reads, e.g. its API key's variable."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        if self.history_keep is None:
+            return
+        if self.room_keep not in (DEFAULT_ROOM_KEEP, self.history_keep):
+            raise ConfigError(
+                f"room_keep ({self.room_keep}) and its old name history_keep "
+                f"({self.history_keep}) disagree: give room_keep only"
+            )
+        log.warning(
+            "tether: warning: the setting history_keep (--history-keep, TETHER_HISTORY_KEEP) "
+            "is now room_keep (--room-keep, TETHER_ROOM_KEEP); the old name still works"
+        )
+        object.__setattr__(self, "room_keep", self.history_keep)
+        object.__setattr__(self, "history_keep", None)  # read once: a copy warns no more
 
 
 _PARSERS: Final = settings_parsers(
@@ -113,6 +139,7 @@ _PARSERS: Final = settings_parsers(
         "stall_after": parse_seconds(0.1, 7 * 86_400),
         "retention": parse_seconds(60, 366 * 86_400),
         "tombstone_retention": parse_seconds(60, 10 * 366 * 86_400),
+        "room_keep": parse_int(0, MAX_HISTORY_TURNS),
         "history_keep": parse_int(0, MAX_HISTORY_TURNS),
         "health_window": parse_seconds(1, 86_400),
         "quarantine_processes": parse_int(1, 64),

@@ -29,13 +29,20 @@ from ..._protocol._messages import (
 )
 from ..client._client import GatewayClient, GatewayRequestError
 from ..custody._roles import DeliveryStore
-from ..custody._rules import CustodyConflict, Result, check_delivery_lease
+from ..custody._rules import CustodyConflict, Result, Task, check_delivery_lease
 from ..custody._schedules import SCHEDULE_HEADER
+from ..custody._versions import FORK_HEADER
 from ..pool._idle import idle_backoff
 from ..runs._spans import task_attributes, task_trace
 from ..runs._timings import Timings
 
 log = logging.getLogger("tether.bridge.delivery")
+
+
+def made_by_store(task: Task) -> bool:
+    """Was ``task`` made by the store, not sent by the gateway (a schedule's firing, a fork)?
+    The gateway learns of it from its result, which names its room."""
+    return SCHEDULE_HEADER in task.headers or FORK_HEADER in task.headers
 
 
 def is_no_send(result: Result) -> bool:
@@ -46,7 +53,7 @@ def is_no_send(result: Result) -> bool:
 def _request_for(result: Result) -> ResultRequest:
     no_send = is_no_send(result)
     task = result.task
-    made = SCHEDULE_HEADER in task.headers  # its id is not the gateway's: name its room
+    made = made_by_store(task)  # its id is not the gateway's: name its room
     return ResultRequest(
         id=task.id,
         body="" if no_send else result.body,

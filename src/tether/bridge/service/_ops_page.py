@@ -117,6 +117,11 @@ async def ops_view(store: Store) -> dict[str, object]:
         for doc in _store_schedules.document(await store.schedules())["schedules"]
     ]
     # (the runs waiting on a key are under "waiting" already: their reason names it)
+    # issue 53: the tasks in custody per version of their newest record (drained: gone here)
+    view["versions"] = [
+        {"version": flight.version, "tasks": flight.tasks}
+        for flight in await store.versions_in_flight()
+    ]
     view["events"] = [
         {"id": e.id, "key": e.key, "age_s": _age(now, e.at), "kept_s": e.until - now}
         for e in await store.events(limit=LISTED)
@@ -142,12 +147,29 @@ async def task_timeline(store: Store, id: str) -> dict[str, object] | None:
     return show.to_document()
 
 
-async def operator_move(store: Store, move: str, id: str, reason: str | None) -> OperatorOutcome:
-    """``retry`` (dead -> pending) or ``cancel`` (in custody -> dead) of one task, journalled
-    as the operator's, with ``reason`` (or ``PAGE_REASON``) recorded."""
-    why = reason or PAGE_REASON
+@attrs.frozen
+class Move:
+    """What an operator's move from the page asks: its reason, and the step (and room) of a
+    rewind or a fork."""
+
+    reason: str | None = None
+    step: str | None = None
+    room: str | None = None
+
+
+async def operator_move(store: Store, move: str, id: str, asked: Move) -> OperatorOutcome:
+    """``retry`` (dead -> pending), ``cancel`` (in custody -> dead), ``rewind`` (a dead run
+    re-driven from ``asked.step``) or ``fork`` (a new task from ``asked.step``) of one task,
+    journalled as the operator's, with ``asked.reason`` (or ``PAGE_REASON``) recorded."""
+    why = asked.reason or PAGE_REASON
     if move == "retry":
         (outcome,) = await store.redrive([id], reason=why)
-    else:
+    elif move == "cancel":
         (outcome,) = await store.cancel([id], why)
+    elif move == "rewind":
+        assert asked.step is not None
+        outcome = await store.rewind(id, asked.step, reason=why)
+    else:
+        assert asked.step is not None
+        outcome = await store.fork(id, asked.step, room=asked.room, reason=why)
     return outcome

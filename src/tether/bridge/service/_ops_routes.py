@@ -23,6 +23,7 @@ from ..._http._asgi import HttpError, Request, Send, send_bytes, send_json
 from ..._http._static import PAGE_HEADERS, StaticFile, load_static
 from ..._runtime import Runtime
 from ...observe._routes import AdminRoute
+from ..custody._conversation import check_room
 from ..custody._events import (
     DEFAULT_EVENT_TTL_S,
     MAX_EVENT_BYTES,
@@ -34,9 +35,10 @@ from ..custody._events import (
     event_body,
 )
 from ..custody._roles import Store
-from ..custody._rules import InvalidTaskId, check_task_id
+from ..custody._rules import InvalidTask, InvalidTaskId, check_task_id
+from ..custody._steps import StepError, check_step_name
 from ._ops_flights import Flights, NoAnswer
-from ._ops_page import operator_move, ops_view, task_timeline
+from ._ops_page import Move, operator_move, ops_view, task_timeline
 
 log = logging.getLogger("tether.admin")
 T = TypeVar("T")
@@ -52,7 +54,7 @@ MAX_EVENT_REQUEST: Final = MAX_EVENT_BYTES * 6 + 4096
 """An event's request: its body JSON-escaped at worst, and its id and key."""
 _PAGE = {"/ops": "index.html", "/ops/ops.js": "ops.js", "/ops/ops.css": "ops.css"}
 _TASK = re.compile(r"/ops/api/tasks/([^/]+)")
-_MOVE = re.compile(r"/ops/api/tasks/([^/]+)/(retry|cancel)")
+_MOVE = re.compile(r"/ops/api/tasks/([^/]+)/(retry|cancel|rewind|fork)")
 _DROP = re.compile(r"/ops/api/events/([^/]+)/drop")
 
 
@@ -108,9 +110,9 @@ class OpsRoutes:
 
     async def _move(self, move: str, id: str, request: Request, send: Send) -> None:
         id = _task_id(id)
-        reason = await _reason(request)
+        asked = await _move_body(request, move)
         outcome = await self._ask(
-            (move, id, reason), self.move_within, operator_move, self.store, move, id, reason
+            (move, id, asked), self.move_within, operator_move, self.store, move, id, asked
         )
         log.info("admin: operator page: %s", outcome.detail)
         if outcome.state is None:
@@ -204,16 +206,39 @@ def _task_id(raw: str) -> str:
         raise HttpError(400, str(exc)) from None
 
 
-async def _reason(request: Request) -> str | None:
-    """The move's optional ``reason``: no body, or a JSON object ``{"reason": "..."}``."""
-    if request.headers.get("content-length", "0") == "0" and (
-        "transfer-encoding" not in request.headers
+_MOVE_FIELDS: Final = {
+    "retry": frozenset({"reason"}),
+    "cancel": frozenset({"reason"}),
+    "rewind": frozenset({"reason", "step"}),
+    "fork": frozenset({"reason", "step", "room"}),
+}
+"""What each move's JSON body may hold; a rewind and a fork name their ``step``."""
+
+
+async def _move_body(request: Request, move: str) -> Move:
+    """The move's body: none, or a JSON object of its fields (``_MOVE_FIELDS``)."""
+    body: object = {}
+    if request.headers.get("content-length", "0") != "0" or (
+        "transfer-encoding" in request.headers
     ):
-        return None
-    body = await request.json(MAX_MOVE_BODY)
-    if not isinstance(body, dict) or set(body) - {"reason"}:
-        raise HttpError(400, 'the body must be a JSON object with at most a "reason"')
-    reason = body.get("reason")
-    if reason is not None and not (isinstance(reason, str) and reason.strip()):
-        raise HttpError(400, '"reason" must be a non-empty string or null')
-    return reason
+        body = await request.json(MAX_MOVE_BODY)
+    fields = _MOVE_FIELDS[move]
+    if not isinstance(body, dict) or set(body) - fields:
+        *most, last = sorted(f'"{field}"' for field in fields)
+        named = f"{', '.join(most)} and {last}" if most else f"a {last}"
+        raise HttpError(400, f"the body must be a JSON object with at most {named}")
+    for field in ("reason", "room"):
+        value = body.get(field)
+        if value is not None and not (isinstance(value, str) and value.strip()):
+            raise HttpError(400, f'"{field}" must be a non-empty string or null')
+    step = body.get("step")
+    if move in ("rewind", "fork"):
+        try:
+            step = check_step_name(step, own=True)
+        except StepError as exc:
+            raise HttpError(400, f'"step": {exc}') from None
+    try:
+        room = None if body.get("room") is None else check_room(body["room"])
+    except InvalidTask as exc:
+        raise HttpError(400, f'"room": {exc}') from None
+    return Move(body.get("reason"), step, room)

@@ -61,11 +61,12 @@ async def in_slices(prune: Callable[[int], Awaitable[int]], size: int) -> tuple[
 
 
 async def retention_pass(
-    store: Store, *, retention: float, tombstone_retention: float, history_keep: int
+    store: Store, *, retention: float, tombstone_retention: float, room_keep: int
 ) -> RetentionPass:
-    """Prune delivered tasks past ``retention``, tombstones past ``tombstone_retention`` and
-    each room's turns past ``history_keep``, then give the free pages back, a slice per
-    writer job."""
+    """Prune delivered tasks past ``retention`` (with their journal, steps and asks),
+    tombstones past ``tombstone_retention`` and each room's turns past ``room_keep`` (a
+    finished task's text with its turns), then give the free pages back, a slice per writer
+    job."""
     now = store.clock()
     tasks, a = await in_slices(
         lambda n: store.prune_delivered(now - retention, limit=n), TASKS_PER_SLICE
@@ -79,10 +80,10 @@ async def retention_pass(
     if tombstones:
         log.info("forgot %d tombstone(s) past the tombstone retention", tombstones)
     turns, c = await in_slices(
-        lambda n: store.prune_turns(keep=history_keep, limit=n), TURNS_PER_SLICE
+        lambda n: store.prune_turns(keep=room_keep, limit=n), TURNS_PER_SLICE
     )
     if turns:
-        log.info("pruned %d conversation turn(s) past --history-keep", turns)
+        log.info("pruned %d conversation turn(s) past --room-keep", turns)
     rooms, e = await in_slices(
         lambda n: store.prune_rooms(now - retention, limit=n), ROOMS_PER_SLICE
     )

@@ -455,7 +455,9 @@ class BridgeService:
                 retry_backoff=config.retry_backoff,
                 run_timeout=config.run_timeout,
                 history_turns=config.history_turns,
+                bounds=config.bounds,
                 park_after=config.park_after,
+                agent_version=config.agent_version,
                 queues=config.queues,
                 wakeups=self.wakeups,
                 after_complete=self._result_stored,
@@ -625,7 +627,7 @@ class BridgeService:
                 store,
                 retention=self.config.retention,
                 tombstone_retention=self.config.tombstone_retention,
-                history_keep=self.config.history_keep,
+                room_keep=self.config.room_keep,
             )
             await trio.sleep(60.0)
 

@@ -10,7 +10,9 @@ from typing import Any
 
 from ..._plumbing._redact import redact_url
 from ..custody._rules import queues_of
+from ..custody._versions import check_version
 from ..pool._quarantine_env import check_env_names
+from ..runs._bounds import CEILINGS
 from ..runs._retry import RetryBackoff
 from ..stores.postgres._dsn import check_schema, is_postgres_dsn
 
@@ -41,6 +43,25 @@ def parse_int(low: int, high: int) -> Callable[[str, Any], int]:
         return value
 
     return parse
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kib": 1024, "k": 1024, "mib": 1 << 20, "m": 1 << 20}
+
+
+def parse_bytes(name: str, value: Any) -> int:
+    """A size bound (``max_step_bytes`` ...): bytes as an integer, or with ``KiB``/``MiB``
+    (``256KiB``, ``1MiB``), from 1 to what the stores take (``runs._bounds.CEILINGS``)."""
+    ceiling, why = CEILINGS[name]
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]*)\s*", value)
+        unit = None if match is None else _BYTE_UNITS.get(match[2].lower())
+        if match is not None and unit is not None:
+            value = int(match[1]) * unit
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
+        raise ValueError(
+            f"must be a number of bytes from 1 to {ceiling:,} ({why}), e.g. 262144 or 256KiB"
+        )
+    return value
 
 
 def parse_seconds(low: float, high: float) -> Callable[[str, Any], float]:
@@ -186,6 +207,13 @@ def parse_optional_pool_name(name: str, value: Any) -> str | None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,55}", text):
         raise ValueError("must be 1-56 characters from [A-Za-z0-9_-], starting alphanumeric")
     return text
+
+
+def parse_optional_version(name: str, value: Any) -> str | None:
+    """An agent version (``--agent-version``), or None: the agent's own."""
+    if value is None or value == "":
+        return None
+    return check_version(parse_text(name, value))
 
 
 def parse_retry_backoff(name: str, value: Any) -> RetryBackoff:

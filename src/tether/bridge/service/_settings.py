@@ -19,9 +19,16 @@ from ..._plumbing._log_format import LogFormat
 from ..custody._conversation import DEFAULT_HISTORY_TURNS, MAX_HISTORY_TURNS
 from ..custody._limits import LimitSpec, parse_limit
 from ..custody._rules import DEFAULT_QUEUES
+from ..runs._bounds import (
+    DEFAULT_MAX_REPLY_BYTES,
+    DEFAULT_MAX_STATE_BYTES,
+    DEFAULT_MAX_STEP_BYTES,
+    Bounds,
+)
 from ._setting_values import (
     is_postgres_url,
     parse_bool,
+    parse_bytes,
     parse_host,
     parse_int,
     parse_label,
@@ -30,6 +37,7 @@ from ._setting_values import (
     parse_optional_path,
     parse_optional_pool_name,
     parse_optional_port,
+    parse_optional_version,
     parse_path,
     parse_queues,
     parse_schema,
@@ -71,6 +79,15 @@ class ProcessSettings:
     worker while another idles (fairness). At least ``concurrency``."""
     history_turns: int = DEFAULT_HISTORY_TURNS
     """Turns of its room's conversation a run reads at most (``conversation_of``)."""
+    max_step_bytes: int = DEFAULT_MAX_STEP_BYTES
+    """The largest result a step records (JSON, bytes; at most 1 MiB): a run whose step
+    returns more fails at once, its task dead with the size in its reason (never retried)."""
+    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
+    """The largest state a reply may give its room (JSON, bytes; at most 1 MiB): over it,
+    the run fails at once, its task dead."""
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
+    """The largest reply (UTF-8, bytes; at most the store's body limit, 1 MiB): over it, the
+    run fails at once, its task dead."""
     client_name: str = "tether-bridge"
     pool_name: str | None = None
     """The stem of this process's pool names (``<stem>-w1``, ``<stem>-lead``), verbatim; a
@@ -79,6 +96,10 @@ class ProcessSettings:
     lease_s: float = 60.0
     max_attempts: int = 5
     reconcile_interval: float = 5.0
+    agent_version: str | None = None
+    """The version the runs' step records keep (issue #53): a resumed run is checked against
+    the version that recorded it. None: the agent's own (its package's version, or a hash of
+    its module's source)."""
     park_after: float = 30.0
     """Seconds: a durable sleep (``run.sleep``) at most this long sleeps in place, holding its
     lease and slot; a longer one parks its task in ``waiting`` (the slot free, no attempt
@@ -118,10 +139,19 @@ class ProcessSettings:
         problem = capacity_problem(self.capacity, self.concurrency)
         if problem is not None:
             raise ConfigError(f"capacity {problem}, got {shown(self.capacity)}")
+        try:
+            self.bounds  # noqa: B018 (checks the three bounds, as Bounds does)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     @property
     def store_is_url(self) -> bool:
         return is_postgres_url(self.store)
+
+    @property
+    def bounds(self) -> Bounds:
+        """The size limits of the runs' step results, room states and replies."""
+        return Bounds(self.max_step_bytes, self.max_state_bytes, self.max_reply_bytes)
 
 
 PROCESS_PARSERS: Final[Parsers] = {
@@ -133,12 +163,16 @@ PROCESS_PARSERS: Final[Parsers] = {
     "concurrency": parse_int(1, 1024),
     "capacity": parse_optional_int(1, 16_384),
     "history_turns": parse_int(0, MAX_HISTORY_TURNS),
+    "max_step_bytes": parse_bytes,
+    "max_state_bytes": parse_bytes,
+    "max_reply_bytes": parse_bytes,
     "client_name": parse_label,
     "pool_name": parse_optional_pool_name,
     "lease_s": parse_seconds(0.1, 86_400),
     "max_attempts": parse_int(1, 1000),
     "reconcile_interval": parse_seconds(0.01, 3600),
     "park_after": parse_seconds(0, 86_400),
+    "agent_version": parse_optional_version,
     "lead": parse_bool,
     "lead_lease": parse_seconds(0.05, 60),
     "sweep_interval": parse_seconds(0.005, 60),

@@ -16,6 +16,7 @@ from ..custody._children import spawned
 from ..custody._records import OperatorOutcome
 from ..custody._roles import Store
 from ..custody._rules import CustodyState, TaskRecord
+from ..custody._versions import InFlight
 
 REDRIVE_BATCH: Final = 500
 """Dead tasks re-driven per transaction by ``retry --dead`` (a progress line after each)."""
@@ -53,6 +54,43 @@ async def list_tasks(store: Store, state: CustodyState, limit: int, as_json: boo
     else:
         print(render_list(records, state, now))
     return 0
+
+
+async def list_version(store: Store, version: str, limit: int, as_json: bool) -> int:
+    """The tasks in custody whose runs last recorded under ``version`` (``none``: unversioned
+    or nothing recorded), and every version in flight (issue #53)."""
+    wanted = None if version == "none" else version
+    records = await store.records_of_version(wanted, limit=limit)
+    flights = await store.versions_in_flight()
+    now = store.clock()
+    if as_json:
+        doc = {
+            "schema_version": 1,
+            "version": wanted,
+            "now": now,
+            "tasks": records,
+            "in_flight": {flight.version or "none": flight.tasks for flight in flights},
+        }
+        print(json.dumps(unstructure(doc), indent=2))
+        return 0
+    print(render_versions(flights))
+    if not records:
+        print(f"no task in custody last ran under version {version}")
+        return 0
+    print(f"{len(records)} task(s) in custody last ran under version {version}, oldest first:")
+    for r in records:
+        print(f"  {r.task.id}  {r.state.value}  age {_age(now - r.created_at)}")
+    return 0
+
+
+def render_versions(flights: Sequence[InFlight]) -> str:
+    """One line: the tasks in custody per version of their newest step record."""
+    if not flights:
+        return "versions in flight: none (no task in custody)"
+    parts = [f"{flight.version or 'none'}: {flight.tasks}" for flight in flights]
+    return "versions in flight (tasks in custody by the version of their newest record): " + (
+        ", ".join(parts)
+    )
 
 
 async def list_children(store: Store, parent: str, limit: int, as_json: bool) -> int:
@@ -139,6 +177,19 @@ async def retry_dead(
         print(f"no dead tasks{match}")
         return 0
     return _summary("re-drove", done, refused)
+
+
+async def rewind(store: Store, id: str, step: str, reason: str | None) -> int:
+    """``retry ID --from-step NAME`` (issue #53): exit 1 if refused."""
+    outcome = await store.rewind(id, step, reason=reason)
+    refused = _report([outcome])
+    return _summary("rewound and re-drove", 1 - refused, refused)
+
+
+async def fork(store: Store, id: str, step: str, room: str | None, reason: str | None) -> int:
+    """``fork ID --from-step NAME`` (issue #53): exit 1 if refused."""
+    outcome = await store.fork(id, step, room=room, reason=reason)
+    return _report([outcome])
 
 
 async def cancel(store: Store, ids: Sequence[str], reason: str) -> int:

@@ -149,6 +149,7 @@ def render_show(show: TaskShow) -> str:
         lines.append(f"steps: {len(show.steps)} recorded, {total} bytes")
         lines.extend(
             f"  {_at(s.at, now):>14}  {s.name}  attempt {s.attempt}  {s.size} bytes"
+            + ("" if s.version is None else f"  version {s.version}")
             for s in show.steps
         )
     if show.asks:

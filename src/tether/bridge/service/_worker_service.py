@@ -183,6 +183,7 @@ class WorkerService:
             "capacity": config.capacity,
             "poll_interval": config.poll_interval,
             "history_turns": config.history_turns,
+            "bounds": config.bounds,
             "stop_grace": config.grace,
             "wakeups": self.wakeups,
             "queues": config.queues,
@@ -192,6 +193,7 @@ class WorkerService:
             build = partial(file_exchange_worker, store, root=config.exchange)
         else:
             options["park_after"] = config.park_after
+            options["agent_version"] = config.agent_version
             factory = self.factory if self.factory is not None else load_agent(config.agent_spec)
             build = partial(PoolWorker, store, factory=factory)
         names = worker_names(self.pool_stem, config.workers)

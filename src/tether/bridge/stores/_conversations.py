@@ -6,6 +6,11 @@ the operations. A live task's turns are its own row (its message's number in the
 stored result: issue #49); the schema's triggers count them in the custody moves' own
 transactions and copy them into ``turns`` when the task is deleted. Only the state, the text
 a streaming run has shown, an operator's erasure and retention are written by the part.
+
+Erasure and bounds (issue #53): ``forget_room`` erases every copy of a room's text the store
+holds (``ForgottenRoom`` says what); ``prune_turns`` keeps a room to its newest turns, and a
+finished task whose turns it prunes loses their text from its row too (journaled), so a turn
+pruned from the conversation is not kept in the task behind it.
 """
 
 from __future__ import annotations
@@ -13,25 +18,32 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
+from ..custody import _log as _clog
+from ..custody._children import DEPTH_HEADER
 from ..custody._conversation import (
-    DEFAULT_HISTORY_KEEP,
     DEFAULT_HISTORY_TURNS,
+    DEFAULT_ROOM_KEEP,
     MAX_STATE_BYTES,
     Conversation,
     ConversationCounts,
+    ForgottenRoom,
     RoomView,
     check_room,
     check_version,
     check_window,
     encode_state,
 )
-from ..custody._rules import Claim, check_task_id
+from ..custody._rules import PARENT_HEADER, QUEUE_HEADER, Claim, CustodyState, check_task_id
+from ..custody._schedules import SCHEDULE_HEADER
+from ..custody._tenants import TENANT_HEADER
 from ._common import check_limit, complete_args, fence_args, ring_for_children
+from ._frame import Moves
 from ._host import Host
+from ._operator import CANCELLED_PREFIX
 
 log = logging.getLogger("tether.custody")
 
@@ -97,30 +109,40 @@ class ConversationFrame(abc.ABC):
     @abc.abstractmethod
     async def _room(self, room: str, limit: int) -> RoomView | None: ...
 
-    async def forget_room(self, room: str) -> tuple[int, int]:
+    async def forget_room(self, room: str) -> ForgottenRoom:
         room = check_room(room)
-        turns, tasks = await self._forget_room(room, self.host.clock())
+        why = self.host.stored_text(FORGOTTEN_REASON)
+        forgotten, moved = await self._forget_room(room, why, self.host.clock())
+        for id, source in moved.items():
+            _clog.moved(id, source, CustodyState.DEAD, reason=why)
         log.warning(
-            "operator: forgot room %r: %d turn(s), its state and the stored bodies of %d "
-            "finished task(s) erased",
+            "operator: forgot room %r: %d turn(s), %s, the text of %d task(s) (%d cancelled), "
+            "%d step record(s) and %d question(s) erased",
             room,
-            turns,
-            tasks,
+            forgotten.turns,
+            "its state" if forgotten.state else "no state",
+            forgotten.tasks,
+            forgotten.cancelled,
+            forgotten.steps,
+            forgotten.asks,
         )
-        return turns, tasks
+        return forgotten
 
     @abc.abstractmethod
-    async def _forget_room(self, room: str, now: float) -> tuple[int, int]:
-        """Erase ``room``'s turns and state and its finished tasks' bodies, journalled as the
-        operator's: (turns erased, tasks erased)."""
+    async def _forget_room(self, room: str, why: str, now: float) -> tuple[ForgottenRoom, Moves]:
+        """Erase every copy of ``room``'s text in one transaction (``RoomStore.forget_room``),
+        its tasks still in custody cancelled to ``dead`` with ``why`` first: what was erased,
+        and the tasks cancelled with the state each left."""
 
-    async def prune_turns(self, *, keep: int = DEFAULT_HISTORY_KEEP, limit: int = 1000) -> int:
+    async def prune_turns(self, *, keep: int = DEFAULT_ROOM_KEEP, limit: int = 1000) -> int:
         return await self._prune_turns(check_window(keep, "keep"), check_limit(limit))
 
     @abc.abstractmethod
     async def _prune_turns(self, keep: int, limit: int) -> int:
         """Delete at most ``limit`` turns, the oldest of rooms holding more than ``keep``: a
-        bounded slice, so retention never holds the writer long (issue #56)."""
+        bounded slice, so retention never holds the writer long (issue #56). A finished task
+        whose message (or reply) is among them loses that text from its row, journaled
+        (``PRUNED_REASON``)."""
 
     async def prune_rooms(self, before: float, *, limit: int = 1000) -> int:
         return await self._prune_rooms(before, check_limit(limit))
@@ -136,5 +158,15 @@ class ConversationFrame(abc.ABC):
     async def _conversation_counts(self) -> ConversationCounts: ...
 
 
-FORGOTTEN_REASON = "operator: room forgotten (history, state and bodies erased)"
-"""What the journal of each finished task of a forgotten room records."""
+FORGOTTEN_REASON = f"{CANCELLED_PREFIX}its room was forgotten (its text erased)"
+"""The reason of every task a room's erasure leaves dead (a live one cancelled, a dead one's
+own reason erased: it may quote the text), and the journal entry of each erased task. It reads
+as an operator's cancel, so ``retry --dead`` leaves these tasks be (their message is gone) and
+the gateway is told "an operator cancelled this message"."""
+KEPT_HEADERS: Final = (QUEUE_HEADER, PARENT_HEADER, DEPTH_HEADER, TENANT_HEADER, SCHEDULE_HEADER)
+"""The headers an erased task keeps: what custody itself reads of them (its queue, its parent
+and depth for a join and the dead notices, its tenant, the schedule that fired it), labels an
+operator or the bridge gave; the rest (the sender, a trace, a gateway's own) goes with its text."""
+KEPT_HEADERS_SQL: Final = ", ".join(f"'{name}'" for name in KEPT_HEADERS)
+PRUNED_REASON = "retention: its turns pruned past room-keep (their text erased)"
+"""The journal entry of a finished task whose message or reply ``prune_turns`` took."""

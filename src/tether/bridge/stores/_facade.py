@@ -146,6 +146,8 @@ class StoreFacade(abc.ABC):
     redrive = Via("operator", OperatorFrame.redrive)
     redrive_dead = Via("operator", OperatorFrame.redrive_dead)
     cancel = Via("operator", OperatorFrame.cancel)
+    rewind = Via("operator", OperatorFrame.rewind)
+    fork = Via("operator", OperatorFrame.fork)
     # -- retention (``_retention``) -----------------------------------------------------------
     prune_delivered = Via("retention", RetentionFrame.prune_delivered)
     prune_tombstones = Via("retention", RetentionFrame.prune_tombstones)
@@ -162,6 +164,8 @@ class StoreFacade(abc.ABC):
     park_join = Via("steps", StepsFrame.park_join)
     settle_children = Via("steps", StepsFrame.settle_children)
     waiting_runs = Via("steps", StepsFrame.waiting_runs)
+    versions_in_flight = Via("steps", StepsFrame.versions_in_flight)
+    records_of_version = Via("steps", StepsFrame.records_of_version)
     # -- questions to the person (``_asks_frame``) --------------------------------------------
     asks = Via("asks", AsksFrame.asks)
     ask = Via("asks", AsksFrame.ask)

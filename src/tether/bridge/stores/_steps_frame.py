@@ -17,13 +17,14 @@ from ..._plumbing._when import iso_time
 from ..custody import _log as _clog
 from ..custody._children import JOINING, SPAWN_PREFIX, ChildView, SpawnError
 from ..custody._records import StepRecord, WaitingRuns
-from ..custody._rules import Claim, CustodyState, Task, check_task_id
+from ..custody._rules import Claim, CustodyState, Task, TaskRecord, check_task_id
 from ..custody._steps import (
     MAX_STEP_BYTES,
     StepError,
     check_step_name,
     check_wake_at,
 )
+from ..custody._versions import InFlight, check_fingerprint, check_version, spawn_print
 from ._common import check_limit, check_reason, fence_args, ingest_headers
 from ._host import Host
 
@@ -43,9 +44,19 @@ class StepsFrame(abc.ABC):
     async def _steps(self, id: str) -> list[StepRecord]:
         """``id``'s steps in the order they were recorded."""
 
-    async def record_step(self, claim: Claim, name: str, value: str) -> StepRecord:
+    async def record_step(
+        self,
+        claim: Claim,
+        name: str,
+        value: str,
+        *,
+        version: str | None = None,
+        fingerprint: str | None = None,
+    ) -> StepRecord:
         fence_args(claim)
         check_step_name(name, own=True)
+        version = None if version is None else check_version(version)
+        fingerprint = None if fingerprint is None else check_fingerprint(fingerprint)
         if not isinstance(value, str):
             raise TypeError(f"a step's value is JSON text (a str), got {type(value).__name__}")
         size = len(value.encode("utf-8"))
@@ -53,11 +64,19 @@ class StepsFrame(abc.ABC):
             raise StepError(
                 f"step {name!r}: {size} bytes, over the {MAX_STEP_BYTES} a step may record"
             )
-        return await self._record_step(claim, name, value, size, self.host.clock())
+        now = self.host.clock()
+        return await self._record_step(claim, name, value, size, now, version, fingerprint)
 
     @abc.abstractmethod
     async def _record_step(
-        self, claim: Claim, name: str, value: str, size: int, now: float
+        self,
+        claim: Claim,
+        name: str,
+        value: str,
+        size: int,
+        now: float,
+        version: str | None,
+        fingerprint: str | None,
     ) -> StepRecord:
         """Insert the step under the fence (in one statement or transaction with the fence
         check and the task's total); the record now stored under ``name``. Raises
@@ -76,14 +95,19 @@ class StepsFrame(abc.ABC):
 
     # -- child runs (issue #51) ---------------------------------------------------------------
 
-    async def spawn(self, claim: Claim, name: str, child: Task) -> StepRecord:
+    async def spawn(
+        self, claim: Claim, name: str, child: Task, *, version: str | None = None
+    ) -> StepRecord:
         fence_args(claim)
+        version = None if version is None else check_version(version)
         step = check_step_name(f"{SPAWN_PREFIX}{name}", own=True)
         if child.parent != claim.task.id:
             raise SpawnError(f"task {child.id!r} is not a child of {claim.task.id!r}")
         headers = ingest_headers(child, self.host.max_body_bytes)
         value = json.dumps(child.id)
-        record, new = await self._spawn(claim, step, value, child, headers, self.host.clock())
+        record, new = await self._spawn(
+            claim, step, value, child, headers, self.host.clock(), version, spawn_print(child)
+        )
         _clog.ingested([child.id], [new])
         if new:
             self.host.work_bell.ring()
@@ -91,7 +115,15 @@ class StepsFrame(abc.ABC):
 
     @abc.abstractmethod
     async def _spawn(
-        self, claim: Claim, step: str, value: str, child: Task, headers: str, now: float
+        self,
+        claim: Claim,
+        step: str,
+        value: str,
+        child: Task,
+        headers: str,
+        now: float,
+        version: str | None,
+        fingerprint: str,
     ) -> tuple[StepRecord, bool]:
         """Under ``claim``'s fence, in one transaction: the record of ``step`` if one is kept
         (nothing else done), else ``child`` ingested (pending) and ``step`` recorded with
@@ -160,6 +192,24 @@ class StepsFrame(abc.ABC):
 
     @abc.abstractmethod
     async def waiting_runs(self) -> WaitingRuns: ...
+
+    # -- versions (issue #53) -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def versions_in_flight(self) -> Sequence[InFlight]:
+        """Tasks in custody by the version of their newest step record, most first. Reads
+        only."""
+
+    async def records_of_version(
+        self, version: str | None, *, limit: int = 50
+    ) -> Sequence[TaskRecord]:
+        version = None if version is None else check_version(version)
+        return await self._records_of_version(version, check_limit(limit))
+
+    @abc.abstractmethod
+    async def _records_of_version(self, version: str | None, limit: int) -> list[TaskRecord]:
+        """The first ``limit`` tasks in custody (oldest first) whose newest step record was
+        made by ``version`` (None: unversioned, or none recorded). Reads only."""
 
     @abc.abstractmethod
     async def forget_dead_steps(

@@ -118,6 +118,7 @@ function drawStore(view) {
   drawLimits(view.limits || []);
   drawTenants(view.tenants || []);
   drawSchedules(view.schedules || [], view.events || []);
+  drawVersions(view.versions);
   plainRows($("member-rows"), view.members.map((m) => [
     m.name, m.role, m.capacity, `${age(m.beat_age_s)} ago`, age(m.up_s),
   ]));
@@ -150,6 +151,13 @@ function drawTenants(tenants) {
 }
 
 // issue 52: each schedule's next due time and last firing; the events kept for later waits
+// issue 53: tasks in custody by the version their runs last recorded under (drained: gone)
+function drawVersions(versions) {
+  $("versions").hidden = !Array.isArray(versions) || versions.length === 0;
+  plainRows($("version-rows"), (versions || []).map((v) =>
+    [v.version == null ? "none (unversioned, or nothing recorded)" : v.version, v.tasks]));
+}
+
 function drawSchedules(schedules, events) {
   plainRows($("schedule-rows"), schedules.map((s) => [
     s.name,
@@ -229,7 +237,8 @@ function drawTask(doc) {
   // the steps and asks of its runs (as `tether store show` lists them; values stay in its --json)
   const parts = [
     ["steps", "step-rows", doc.steps, (s) =>
-      `${s.name} · attempt ${s.attempt} · ${s.size} bytes · recorded ${age(doc.now - s.at)} ago`],
+      `${s.name} · attempt ${s.attempt}${s.version == null ? "" : ` · version ${s.version}`} · ` +
+      `${s.size} bytes · recorded ${age(doc.now - s.at)} ago`],
     ["asks", "ask-rows", doc.asks, (a) => `${a.name}: ${a.question.slice(0, 200)} · ${askOutcome(a)}`],
     // issue 51: its parent and its children (a parent waiting on children shows them live)
     ["tree", "tree-rows", doc.tree, (n) =>
@@ -243,6 +252,41 @@ function drawTask(doc) {
       return li;
     }));
   }
+  // issue 53: rewind a dead run to a step, or fork any run there ("regenerate from here")
+  (Array.isArray(doc.steps) ? doc.steps : []).forEach((s, i) => {
+    const li = $("step-rows").children[i];
+    if (r.state === "dead") li.append(" ", stepButton("rewind", r.task.id, s.name));
+    if (!r.task.headers || !r.task.headers.parent) li.append(" ", stepButton("fork", r.task.id, s.name));
+  });
+}
+
+function stepButton(move, id, step) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = move;
+  b.textContent = move === "rewind" ? "Rewind here" : "Fork here";
+  b.title = move === "rewind"
+    ? `Re-drive ${id} with its records from ${step} on dropped: ${step} and what follows run again`
+    : `A new task with ${id}'s message and its records before ${step}: ${step} and what follows run anew`;
+  b.addEventListener("click", () => stepMove(move, id, step, b));
+  return b;
+}
+
+async function stepMove(move, id, step, button) {
+  const question = move === "rewind"
+    ? `Rewind task ${id} to step ${step}? Its records from ${step} on are dropped and it runs again from there.`
+    : `Fork task ${id} at step ${step}? A new task runs its message again from there; its reply goes to the room.`;
+  if (!window.confirm(question)) return;
+  button.disabled = true;
+  try {
+    const done = await api("POST", `/ops/api/tasks/${encodeURIComponent(id)}/${move}`, { step });
+    notice(done.detail, true);
+  } catch (error) {
+    notice(error.message);
+  } finally {
+    button.disabled = false;
+  }
+  refresh();
 }
 
 function askOutcome(a) {

@@ -14,25 +14,32 @@ room on two bridges cannot both store a state based on the same version.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Final
 
 import attrs
+import psycopg
 
 from ...custody._conversation import (
     HISTORY_OUTCOMES,
     Conversation,
     ConversationCounts,
+    ForgottenRoom,
     RoomView,
     StateConflict,
     Turn,
     decode_state,
 )
-from ...custody._rules import Claim, InvalidTask
-from .._conversations import FORGOTTEN_REASON, ConversationFrame
+from ...custody._rules import Claim, CustodyState, InvalidTask
+from .._common import IN_CUSTODY_SQL
+from .._conversations import KEPT_HEADERS_SQL, PRUNED_REASON, ConversationFrame
+from .._frame import Moves
 from ._connection import Conn
 from ._db import PostgresDb
 from ._rows import complete_params
-from ._sql import FENCE
+from ._sql import FENCE, NO_DELIVERY_LEASE
+
+log = logging.getLogger("tether.custody")
 
 _OUTCOMES: Final = ", ".join(f"'{o}'" for o in sorted(HISTORY_OUTCOMES))
 _TURN_COLS: Final = "id, body, created_at, result, updated_at, state, no_send, turn_seq, reply_seq"
@@ -206,44 +213,45 @@ class PostgresConversations(ConversationFrame):
 
         return await self.db.run(op)
 
-    async def _forget_room(self, room: str, now: float) -> tuple[int, int]:
+    async def _forget_room(self, room: str, why: str, now: float) -> tuple[ForgottenRoom, Moves]:
         s = self.db.s
-        # the room's row first: the order of every writer of a room's tasks and counter
-        lock = f"SELECT 1 FROM {s}.conversations WHERE room = %(room)s FOR UPDATE"
-        # its tasks' live turns hidden, its finished tasks' bodies erased, in one write each
-        erase = (
-            "WITH o AS (SELECT id, state, attempt, state IN ('delivered', 'dead') AS finished, "
-            f"(turn_seq IS NOT NULL)::int + ({reply_live('t')})::int AS live "
-            f"FROM {s}.tasks t WHERE room = %(room)s AND (state IN ('delivered', 'dead') "
-            "OR turn_seq IS NOT NULL OR reply_seq IS NOT NULL) FOR UPDATE), "
-            f"u AS (UPDATE {s}.tasks t SET turn_seq = NULL, reply_seq = NULL, "
-            "body = CASE WHEN o.finished THEN ''::bytea ELSE t.body END, "
-            "result = CASE WHEN o.finished AND t.result IS NOT NULL THEN ''::bytea "
-            "ELSE t.result END FROM o WHERE t.id = ANY(ARRAY(SELECT id FROM o)) AND t.id = o.id) "
-            "SELECT id, state, attempt, finished, live FROM o"
-        )
+        statements = forget_sql(s)
 
-        def op(conn: Conn) -> tuple[int, int]:
-            params = {"room": room}
+        def op(conn: Conn) -> tuple[ForgottenRoom, Moves]:
+            params: dict[str, Any] = {"room": room, "why": why, "now": now}
             with conn.transaction():
-                conn.execute(lock, params)
-                tasks = conn.execute(erase, params).fetchall()
-                finished = [(id, state, attempt) for id, state, attempt, done, _ in tasks if done]
-                for id, state, attempt in finished:
-                    conn.execute(
-                        f"INSERT INTO {s}.journal (id, at, src, dst, worker, attempt, reason, "
-                        "actor) VALUES (%s, %s, %s, %s, NULL, %s, %s, 'operator')",
-                        (id, now, state, state, attempt, FORGOTTEN_REASON),
-                    )
-                rows = conn.execute(f"DELETE FROM {s}.turns WHERE room = %s", (room,)).rowcount
-                conn.execute(f"DELETE FROM {s}.conversations WHERE room = %s", (room,))
-            return rows + sum(int(live) for *_, live in tasks), len(finished)
+                # the room's row first: the order of every writer of a room's tasks and counter
+                row = conn.execute(statements["room"], params).fetchone()
+                found = conn.execute(statements["tasks"], params).fetchall()
+                params["ids"] = [id for id, _ in found]
+                cancelled = [id for (id,) in conn.execute(statements["cancel"], params)]
+                moved = set(cancelled)
+                params["finished"] = [id for id, _ in found if id not in moved]
+                for name in ("elsewhere", "blank", "journal_text", "journal_entry"):
+                    conn.execute(statements[name], params)
+                steps = conn.execute(statements["steps"], params).rowcount
+                asks = conn.execute(statements["asks"], params).rowcount
+                for name in ("turns", "conversation", "affinity"):
+                    conn.execute(statements[name], params)
+            forgotten = ForgottenRoom(
+                room,
+                turns=0 if row is None else int(row[0]),
+                state=row is not None and bool(row[1]),
+                tasks=len(found),
+                cancelled=len(cancelled),
+                steps=steps,
+                asks=asks,
+            )
+            return forgotten, {id: CustodyState(state) for id, state in found if id in moved}
 
-        return await self.db.run(op)
+        forgotten, moved = await self.db.run(op, promise=True)
+        await self.db.run(lambda conn: vacuum(conn, s))
+        return forgotten, moved
 
     async def _prune_turns(self, keep: int, limit: int) -> int:
         s = self.db.s
         prune = prune_sql(s)
+        now = self.host.clock()
 
         def op(conn: Conn) -> int:
             deleted = 0
@@ -257,7 +265,12 @@ class PostgresConversations(ConversationFrame):
                     {"keep": keep, "limit": limit},
                 ).fetchall()
                 for room, over in rooms:
-                    params = {"room": room, "limit": min(over, limit - deleted)}
+                    params = {
+                        "room": room,
+                        "limit": min(over, limit - deleted),
+                        "now": now,
+                        "why": PRUNED_REASON,
+                    }
                     row = conn.execute(prune, params).fetchone()
                     deleted += 0 if row is None else int(row[0])
                     if deleted >= limit:
@@ -293,6 +306,86 @@ class PostgresConversations(ConversationFrame):
         return await self.db.run(op)
 
 
+def forget_sql(s: str) -> dict[str, str]:
+    """A room's erasure (``RoomStore.forget_room``) as the statements of one transaction, by
+    name, in their order. ``%(ids)s`` are the room's tasks and their descendants (child runs,
+    whatever their room: their bodies are made of the room's), ``%(finished)s`` those already
+    terminal. The rows stay with ids, states, times and counts; their text goes (message,
+    reply, reason, headers, the room's name), with their journal's reasons (one entry per
+    task says it was erased), step records, asks and turns, the room's state and affinity."""
+    ids = "%(ids)s::text[]"
+    return {
+        "room": (
+            f"SELECT turns, state IS NOT NULL FROM {s}.conversations WHERE room = %(room)s "
+            "FOR UPDATE"
+        ),
+        # no index holds a room's finished tasks: one walk of the table, then each child
+        # by its parent; the rows locked (a move of one waits for the erasure, then misses)
+        "tasks": (
+            f"WITH RECURSIVE f(id) AS (SELECT id FROM {s}.tasks WHERE room = %(room)s "
+            f"UNION SELECT c.id FROM {s}.tasks c JOIN f ON c.parent = f.id) "
+            f"SELECT t.id, t.state FROM {s}.tasks t WHERE t.id = ANY(ARRAY(SELECT id FROM f)) "
+            "ORDER BY t.id FOR UPDATE OF t"
+        ),
+        # every one still in custody, a reply not yet delivered too, journaled as the
+        # operator's move (the reason says so); a running one is fenced out
+        "cancel": (
+            f"UPDATE {s}.tasks SET state = 'dead', lease_until = NULL, not_before = NULL, "
+            f"suspect = false, {NO_DELIVERY_LEASE}, reason = %(why)s, updated_at = %(now)s "
+            f"WHERE id = ANY({ids}) AND state IN ({IN_CUSTODY_SQL}) RETURNING id"
+        ),
+        # a child's live turns in a room of its own leave that room's count
+        "elsewhere": (
+            f"UPDATE {s}.conversations c SET turns = greatest(c.turns - n.n, 0) "
+            "FROM (SELECT room, sum((turn_seq IS NOT NULL)::int "
+            f"+ ({reply_live('t')})::int) AS n FROM {s}.tasks t WHERE id = ANY({ids}) "
+            "AND room IS NOT NULL AND room <> %(room)s GROUP BY room) n WHERE c.room = n.room"
+        ),
+        "blank": (
+            f"UPDATE {s}.tasks SET body = ''::bytea, result = CASE WHEN result IS NULL "
+            "THEN NULL ELSE ''::bytea END, reason = CASE WHEN state = 'dead' THEN %(why)s END, "
+            "room = NULL, turn_seq = NULL, reply_seq = NULL, wait_key = NULL, "
+            "last_quarantine_death = NULL, headers = (SELECT coalesce(jsonb_object_agg(key, "
+            "value), '{}'::jsonb)::text FROM jsonb_each_text(headers::jsonb) "
+            f"WHERE key IN ({KEPT_HEADERS_SQL})) WHERE id = ANY({ids})"
+        ),
+        # a reason may quote the text (a failure's message); the moves stay
+        "journal_text": (
+            f"UPDATE {s}.journal SET reason = NULL WHERE id = ANY({ids}) "
+            "AND reason IS NOT NULL AND reason <> %(why)s"
+        ),
+        "journal_entry": (
+            f"INSERT INTO {s}.journal (id, at, src, dst, worker, attempt, reason, actor) "
+            f"SELECT id, %(now)s, state, state, NULL, attempt, %(why)s, 'operator' "
+            f"FROM {s}.tasks WHERE id = ANY(%(finished)s::text[]) ORDER BY id"
+        ),
+        "steps": f"DELETE FROM {s}.steps WHERE task_id = ANY({ids})",
+        "asks": f"DELETE FROM {s}.asks WHERE task_id = ANY({ids}) OR room = %(room)s",
+        "turns": f"DELETE FROM {s}.turns WHERE room = %(room)s OR task_id = ANY({ids})",
+        "conversation": f"DELETE FROM {s}.conversations WHERE room = %(room)s",
+        "affinity": f"DELETE FROM {s}.rooms WHERE room = %(room)s",
+    }
+
+
+ERASED_TABLES: Final = ("tasks", "journal", "turns", "conversations", "steps", "asks", "rooms")
+"""The tables an erasure writes: vacuumed after it."""
+
+
+def vacuum(conn: Conn, s: str) -> bool:
+    """``VACUUM`` the tables an erasure wrote (outside any transaction: the connection is in
+    autocommit), so their dead row versions, which still hold the text, are removed and their
+    space is free for new rows to overwrite (autovacuum would, later). A table another vacuum
+    holds is skipped (that one does the same). False when it did not finish (say the
+    statement timeout on a large store): autovacuum does it in its time."""
+    tables = ", ".join(f"{s}.{table}" for table in ERASED_TABLES)
+    try:
+        conn.execute(f"VACUUM (SKIP_LOCKED) {tables}")
+    except psycopg.Error as exc:
+        log.warning("the erasure's VACUUM did not finish (autovacuum will do it): %s", exc)
+        return False
+    return True
+
+
 def _turn(row: Any) -> Turn:
     role, text, task_id, at, outcome = row
     return Turn(role, bytes(text).decode("utf-8", "surrogatepass"), task_id, float(at), outcome)
@@ -305,7 +398,14 @@ def prune_sql(s: str) -> str:
     rows deleted (each counts -1 as it goes), task rows' live turns hidden (counted here). A
     message hidden before its live reply leaves the reply in place (``reply_seq``), as does
     one whose ask was answered (its reply goes under the answer); another whose reply is not
-    said yet gets none. The number of turns removed."""
+    said yet gets none. A finished task's text goes from its row with its turns (its
+    message's, and its reply's once no longer a turn), journaled with ``%(why)s`` at
+    ``%(now)s``. The number of turns removed."""
+    kept = (
+        f"CASE WHEN NOT hid.replied AND (t.reply_seq IS NOT NULL OR {reply_live('t')}) "
+        "THEN coalesce(t.reply_seq, t.turn_seq) END"
+    )
+    done = "t.state IN ('delivered', 'dead')"
     return (
         f"WITH a AS MATERIALIZED (SELECT {_TURN_COLS} FROM {s}.tasks "
         "WHERE room = %(room)s AND turn_seq IS NOT NULL ORDER BY turn_seq LIMIT %(limit)s), "
@@ -322,12 +422,24 @@ def prune_sql(s: str) -> str:
         "AND x.seq = p.seq AND x.role = p.role), "
         "hid AS (SELECT id, bool_or(role = 'user') AS said, bool_or(role = 'assistant') "
         "AS replied FROM pick WHERE NOT kept GROUP BY id), "
-        f"u AS (UPDATE {s}.tasks t SET turn_seq = NULL, reply_seq = CASE WHEN NOT hid.replied "
-        f"AND (t.reply_seq IS NOT NULL OR {reply_live('t')}) "
-        "THEN coalesce(t.reply_seq, t.turn_seq) "
+        f"u AS (UPDATE {s}.tasks t SET turn_seq = NULL, reply_seq = {kept}, "
+        # a finished task's text goes with its turns (issue #53): the message's, and the
+        # reply's once it is no longer a turn; a task in custody keeps its text to run
+        f"body = CASE WHEN {done} THEN ''::bytea ELSE t.body END, "
+        f"result = CASE WHEN {done} AND t.result IS NOT NULL AND ({kept}) IS NULL "
+        "THEN ''::bytea ELSE t.result END "
         # the rows found by their keys (``= ANY``, an index probe each), then joined: a join
         # alone was planned as a scan of every task (as the claim found, issue 39)
-        "END FROM hid WHERE t.id = ANY(ARRAY(SELECT id FROM hid)) AND t.id = hid.id), "
+        "FROM hid WHERE t.id = ANY(ARRAY(SELECT id FROM hid)) AND t.id = hid.id "
+        f"RETURNING t.id, t.state, t.attempt, {done} AS done, t.reply_seq IS NULL AS unsaid), "
+        # a journal entry for each finished task that had text to lose (read before the
+        # update: one snapshot for the whole statement)
+        f"o AS (SELECT id, body <> ''::bytea AS message, result <> ''::bytea AS reply "
+        f"FROM {s}.tasks WHERE id = ANY(ARRAY(SELECT id FROM hid))), "
+        f"j AS (INSERT INTO {s}.journal (id, at, src, dst, worker, attempt, reason, actor) "
+        "SELECT u.id, %(now)s, u.state, u.state, NULL, u.attempt, %(why)s, 'bridge' "
+        "FROM u JOIN o ON o.id = u.id "
+        "WHERE u.done AND (o.message OR (coalesce(o.reply, false) AND u.unsaid))), "
         f"c AS (UPDATE {s}.conversations SET turns = greatest(turns - "
         "(SELECT count(*) FROM pick WHERE NOT kept), 0) WHERE room = %(room)s "
         "AND EXISTS (SELECT FROM pick WHERE NOT kept)) "

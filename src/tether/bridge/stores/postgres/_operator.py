@@ -9,10 +9,12 @@ from typing import Any
 
 import attrs
 
+from ...custody._records import OperatorOutcome
 from ...custody._rules import CustodyState
 from .._frame import Moves
 from .._operator import CANCELLED_PREFIX
 from .._operator_frame import OperatorFrame
+from . import _rewind
 from ._db import PostgresDb
 
 
@@ -44,6 +46,18 @@ class PostgresOperator(OperatorFrame):
     async def _cancel(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
         params = {"ids": list(ids), "reason": why, "now": now}
         return await self._operator(self.db.sql.cancel, params)
+
+    async def _drop_steps_from(self, id: str, step: str) -> int | OperatorOutcome:
+        db = self.db
+        return await db.run(lambda conn: _rewind.drop_steps_from(conn, db, id, step))
+
+    async def _fork(
+        self, id: str, step: str, room: str | None, why: str, now: float
+    ) -> OperatorOutcome:
+        db, limit = self.db, self.host.max_body_bytes
+        return await db.run(
+            lambda conn: _rewind.fork(conn, db, id, step, room, why, now, limit), promise=True
+        )
 
     async def _operator(self, sql: str, params: Mapping[str, Any]) -> tuple[Moves, Moves]:
         """Run an operator move: (moved: id -> the state it left, seen: id -> state read)."""

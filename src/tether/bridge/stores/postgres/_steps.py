@@ -18,17 +18,18 @@ import psycopg
 
 from ...custody._children import MAX_CHILDREN, ChildView, SpawnError
 from ...custody._records import StepRecord, WaitingRuns
-from ...custody._rules import Claim, CustodyState, Task
+from ...custody._rules import Claim, CustodyState, Task, TaskRecord
 from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit, step_is_a_promise
-from .._common import FoundState, stale_lease, task_gone
+from ...custody._versions import InFlight
+from .._common import IN_CUSTODY_SQL, FoundState, stale_lease, task_gone
 from .._steps_frame import StepsFrame
 from ._connection import Conn
 from ._db import PostgresDb
 from ._made import ingest_made, made_params
-from ._rows import decode, fence, seen
-from ._sql import FENCE
+from ._rows import decode, fence, record_of, seen
+from ._sql import FENCE, RECORD_COLS
 
-_COLS: Final = "name, value, at, attempt, size"
+_COLS: Final = "name, value, at, attempt, size, version, fingerprint"
 _DONE: Final = "('result', 'delivered', 'dead')"
 _LIVE: Final = "('pending', 'assigned', 'claimed', 'waiting')"
 
@@ -53,13 +54,38 @@ class StepsSql:
             "WHERE task_id = %(id)s AND name = %(name)s), "
             "tot AS (SELECT coalesce(sum(size), 0) AS total, coalesce(max(seq), 0) AS seq "
             f"FROM {self.s}.steps WHERE task_id = %(id)s), "
-            f"ins AS (INSERT INTO {self.s}.steps (task_id, name, seq, value, at, attempt, size) "
-            "SELECT f.id, %(name)s, tot.seq + 1, %(value)s, %(now)s, f.attempt, %(size)s "
+            f"ins AS (INSERT INTO {self.s}.steps "
+            "(task_id, name, seq, value, at, attempt, size, version, fingerprint) "
+            "SELECT f.id, %(name)s, tot.seq + 1, %(value)s, %(now)s, f.attempt, %(size)s, "
+            "%(version)s, %(fingerprint)s "
             "FROM f, tot WHERE NOT EXISTS (SELECT FROM old) "
             f"AND tot.total + %(size)s <= {MAX_TASK_STEP_BYTES} "
             "ON CONFLICT (task_id, name) DO NOTHING RETURNING 1) "
             "SELECT EXISTS (SELECT FROM f), EXISTS (SELECT FROM ins), tot.total, "
-            "old.name, old.value, old.at, old.attempt, old.size FROM tot LEFT JOIN old ON true"
+            "old.name, old.value, old.at, old.attempt, old.size, old.version, old.fingerprint "
+            "FROM tot LEFT JOIN old ON true"
+        )
+
+    @property
+    def _newest_version(self) -> str:
+        return (
+            f"(SELECT s.version FROM {self.s}.steps s WHERE s.task_id = t.id "
+            "ORDER BY s.seq DESC LIMIT 1)"
+        )
+
+    @property
+    def versions(self) -> str:
+        return (
+            f"SELECT {self._newest_version} AS v, count(*) AS n FROM {self.s}.tasks t "
+            f"WHERE t.state IN ({IN_CUSTODY_SQL}) GROUP BY v ORDER BY n DESC, v"
+        )
+
+    @property
+    def of_version(self) -> str:
+        return (
+            f"SELECT {RECORD_COLS} FROM {self.s}.tasks t WHERE t.state IN ({IN_CUSTODY_SQL}) "
+            f"AND {self._newest_version} IS NOT DISTINCT FROM %(version)s::text "
+            "ORDER BY t.created_at, t.id LIMIT %(limit)s"
         )
 
     @property
@@ -91,7 +117,8 @@ class StepsSql:
             f"WITH f AS (SELECT t.id FROM {self.s}.tasks t WHERE {FENCE} FOR SHARE) "
             "SELECT EXISTS (SELECT FROM f), "
             f"(SELECT count(*) FROM {self.s}.tasks WHERE parent = %(id)s), "
-            f"old.name, old.value, old.at, old.attempt, old.size FROM (SELECT 1) x "
+            "old.name, old.value, old.at, old.attempt, old.size, old.version, old.fingerprint "
+            "FROM (SELECT 1) x "
             f"LEFT JOIN (SELECT {_COLS} FROM {self.s}.steps "
             "WHERE task_id = %(id)s AND name = %(name)s) old ON true"
         )
@@ -212,10 +239,17 @@ class PostgresSteps(StepsFrame):
         )
 
     async def _record_step(
-        self, claim: Claim, name: str, value: str, size: int, now: float
+        self,
+        claim: Claim,
+        name: str,
+        value: str,
+        size: int,
+        now: float,
+        version: str | None,
+        fingerprint: str | None,
     ) -> StepRecord:
         params = fence(claim, now)
-        params.update(name=name, value=value, size=size)
+        params.update(name=name, value=value, size=size, version=version, fingerprint=fingerprint)
         sql, state_sql = self._steps_sql.record, self.db.sql.cas_state
 
         def op(conn: Conn) -> StepRecord | FoundState | None:
@@ -225,7 +259,7 @@ class PostgresSteps(StepsFrame):
             if not fenced:
                 return seen(conn, state_sql, params)
             if inserted:
-                return StepRecord(name, value, now, claim.attempt, size)
+                return StepRecord(name, value, now, claim.attempt, size, version, fingerprint)
             if old[0] is not None:
                 return StepRecord(*old)
             raise over_task_limit(name, int(total), size)
@@ -238,10 +272,24 @@ class PostgresSteps(StepsFrame):
         raise stale_lease(outcome, claim, now, f"record step {name!r} of")
 
     async def _spawn(
-        self, claim: Claim, step: str, value: str, child: Task, headers: str, now: float
+        self,
+        claim: Claim,
+        step: str,
+        value: str,
+        child: Task,
+        headers: str,
+        now: float,
+        version: str | None,
+        fingerprint: str,
     ) -> tuple[StepRecord, bool]:
         params = fence(claim, now)
-        params.update(name=step, value=value, size=len(value.encode("utf-8")))
+        params.update(
+            name=step,
+            value=value,
+            size=len(value.encode("utf-8")),
+            version=version,
+            fingerprint=fingerprint,
+        )
         steps_sql, sql = self._steps_sql, self.db.sql
         ingest = made_params(self.db, child, headers, now)
 
@@ -265,7 +313,8 @@ class PostgresSteps(StepsFrame):
                 assert recorded[0]  # the fence is held (FOR SHARE)
                 if not recorded[1]:
                     raise over_task_limit(step, int(recorded[2]), params["size"])
-            return StepRecord(step, value, now, claim.attempt, params["size"]), new
+            size = params["size"]
+            return StepRecord(step, value, now, claim.attempt, size, version, fingerprint), new
 
         outcome = await self.db.run(op)
         if isinstance(outcome, tuple):
@@ -369,6 +418,18 @@ class PostgresSteps(StepsFrame):
             return WaitingRuns(int(count), None if first is None else float(first))
 
         return await self.db.run(op)
+
+    async def versions_in_flight(self) -> list[InFlight]:
+        sql = self._steps_sql.versions
+        return await self.db.run(
+            lambda conn: [InFlight(v, int(n)) for v, n in conn.execute(sql).fetchall()]
+        )
+
+    async def _records_of_version(self, version: str | None, limit: int) -> list[TaskRecord]:
+        sql, params = self._steps_sql.of_version, {"version": version, "limit": limit}
+        return await self.db.run(
+            lambda conn: [record_of(row) for row in conn.execute(sql, params).fetchall()]
+        )
 
     async def forget_dead_steps(
         self, ids: Sequence[str] | None, text: str | None, limit: int, skip: str | None = None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from ...._plumbing._fs import create_private_file, ensure_private_dir, restrict_file
+from ...._plumbing._sqlite_erase import zero_deleted_content
 from ...._plumbing._sqlite_temp import keep_temp_in_memory
 from ._schema import migrate
 from ._space import make_space_settings, vacuums_incrementally
@@ -43,6 +44,7 @@ def connect_writer(
     conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
     try:
         keep_temp_in_memory(conn)
+        zero_deleted_content(conn)  # a deleted turn or body leaves no copy in the file
         make_space_settings(conn)  # before the WAL and the tables: a new file's auto_vacuum
         (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         conn.execute(f"PRAGMA synchronous = {synchronous}")

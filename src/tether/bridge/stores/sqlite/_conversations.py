@@ -8,21 +8,25 @@ A live task's turns are its own row, merged with the ``turns`` rows by ``_live_t
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import attrs
+import trio
 
+from ...._plumbing._sqlite_erase import truncate_wal
 from ...custody._conversation import (
     HISTORY_OUTCOMES,
     Conversation,
     ConversationCounts,
+    ForgottenRoom,
     RoomView,
     StateConflict,
     decode_state,
 )
 from ...custody._rules import Claim, InvalidTask
-from .._conversations import FORGOTTEN_REASON, ConversationFrame
+from .._conversations import PRUNED_REASON, ConversationFrame
+from .._frame import Moves
+from . import _erase as erase
 from . import _live_turns as live_turns
 from . import _sql as sql
 from ._db import SqliteDb
@@ -62,32 +66,15 @@ SHOWN: Final = (
 )
 """The text a streaming run has shown, under its message, while its lease holds (a row of
 its own until the result replaces it: ``turns_reply``)."""
-FINISHED: Final = (
-    "SELECT id, state, attempt FROM tasks WHERE room = ? AND state IN ('delivered', 'dead')"
-)
-ERASE_BODIES: Final = (
-    "UPDATE tasks SET body = '', result = CASE WHEN result IS NULL THEN NULL ELSE '' END "
-    "WHERE room = ? AND state IN ('delivered', 'dead')"
-)
-JOURNAL_FORGOTTEN: Final = (
-    "INSERT INTO journal (born, id, seq, at, src, dst, worker, attempt, reason, actor) "
-    "SELECT t.created_at, t.id, coalesce((SELECT max(j.seq) FROM journal j "
-    "WHERE j.born = t.created_at AND j.id = t.id), 0) + 1, :now, t.state, t.state, NULL, "
-    "t.attempt, :reason, 'operator' FROM tasks t WHERE t.id = :id"
-)
 OVERFULL: Final = "SELECT room, turns - ? FROM conversations WHERE turns > ? LIMIT ?"
 """Rooms holding more than ``keep`` turns, and how many over: the room's counter (kept by the
 triggers in the moves' own transactions) says it without reading a turn."""
-UNHEARD: Final = (
-    "UPDATE tasks SET turn_seq = NULL, reply_seq = NULL "
-    "WHERE room = :room AND (turn_seq IS NOT NULL OR reply_seq IS NOT NULL)"
-)
-"""A forgotten room's live tasks keep no turn (their rows stay in custody)."""
-ROOM_COUNT: Final = "SELECT turns FROM conversations WHERE room = ?"
 PRUNE_ROOMS: Final = "DELETE FROM rooms WHERE room IN (SELECT room FROM rooms WHERE at < ? LIMIT ?)"
 """Stale affinities: a walk of the rooms' rows (one per room ever run), a slice at a time."""
 COUNTS: Final = "SELECT rooms, turns, state_bytes FROM conversation_totals"
 """Kept by triggers on ``conversations`` (issue #56): one row at any number of rooms."""
+WAL_WAIT_S: Final = 10.0
+"""How long an erasure's WAL truncation waits for the readers still on an older snapshot."""
 
 
 @attrs.define(eq=False)
@@ -140,27 +127,29 @@ class SqliteConversations(ConversationFrame):
 
         return await self.db.read(op)
 
-    async def _forget_room(self, room: str, now: float) -> tuple[int, int]:
-        def op(conn: sqlite3.Connection) -> tuple[int, int]:
-            counted = conn.execute(ROOM_COUNT, (room,)).fetchone()
-            finished: Sequence[Any] = conn.execute(FINISHED, (room,)).fetchall()
-            conn.execute(ERASE_BODIES, (room,))
-            for id, _state, _attempt in finished:
-                conn.execute(JOURNAL_FORGOTTEN, {"id": id, "now": now, "reason": FORGOTTEN_REASON})
-            conn.execute(UNHEARD, {"room": room})
-            conn.execute("DELETE FROM turns WHERE room = ?", (room,))
-            conn.execute("DELETE FROM conversations WHERE room = ?", (room,))
-            return (0 if counted is None else int(counted[0])), len(finished)
-
-        return await self.db.write(op)
+    async def _forget_room(self, room: str, why: str, now: float) -> tuple[ForgottenRoom, Moves]:
+        forgotten, moved = await self.db.write(
+            lambda conn: erase.forget_room(conn, room, why, now), promise=True
+        )
+        if self.db.path is not None:  # the older pages go from the WAL too
+            path = self.db.path
+            scrubbed = await trio.to_thread.run_sync(truncate_wal, path, WAL_WAIT_S)
+            forgotten = attrs.evolve(forgotten, scrubbed=scrubbed)
+        return forgotten, moved
 
     async def _prune_turns(self, keep: int, limit: int) -> int:
+        now = self.host.clock()
+
         def op(conn: sqlite3.Connection) -> int:
             deleted = 0
+            hidden: set[int] = set()
             for room, over in conn.execute(OVERFULL, (keep, keep, limit)).fetchall():
-                deleted += live_turns.prune_oldest(conn, room, min(over, limit - deleted))
+                n, rows = live_turns.prune_oldest(conn, room, min(over, limit - deleted))
+                deleted += n
+                hidden |= rows
                 if deleted >= limit:
                     break
+            erase.blank_pruned(conn, hidden, PRUNED_REASON, now)
             return deleted
 
         return await self.db.write(op)

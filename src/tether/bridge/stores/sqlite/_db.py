@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import attrs
@@ -29,6 +30,9 @@ class SqliteDb:
     """Reads run on their own connection and thread: in WAL mode they see every committed
     change without waiting behind the writer's batch and its fsync (a lead's sweep or
     delivery's look is then a read, not a wait for someone else's commit)."""
+    path: Path | None = None
+    """The file, for what runs outside any transaction on a connection of its own (the WAL's
+    truncation after an erasure); None for a store that only reads."""
 
     async def read(self, op: Callable[[sqlite3.Connection], T]) -> T:
         """Run the read-only ``op`` in one read transaction (a consistent snapshot)."""

@@ -123,9 +123,10 @@ def _rows(rows: Iterable[Any], outcomes: Collection[str] | None) -> Iterator[_Da
             yield seq, int(role == "assistant"), role, text, id, at, outcome
 
 
-def prune_oldest(conn: sqlite3.Connection, room: str, n: int) -> int:
+def prune_oldest(conn: sqlite3.Connection, room: str, n: int) -> tuple[int, set[int]]:
     """Remove the ``n`` oldest turns of ``room`` (fewer if it holds fewer): rows deleted, live
-    ones hidden on their task; the room's count follows. The number removed."""
+    ones hidden on their task; the room's count follows. The number removed, and the rowids
+    of the tasks whose turns were hidden (the caller erases the finished ones' text)."""
     cut: list[tuple[int, int, str, Any]] = []  # (seq, after, where, key): ordered as ``_Dated``
     for seq, reply_seq, rowid, said in conn.execute(TASKS_OLDEST, (room, n)):
         cut.append((seq, 0, "message", rowid))
@@ -146,4 +147,4 @@ def prune_oldest(conn: sqlite3.Connection, room: str, n: int) -> int:
     live = len(messages) + len(replies)
     if live:
         conn.execute(UNCOUNT, (live, room))
-    return len(cut)
+    return len(cut), messages | replies

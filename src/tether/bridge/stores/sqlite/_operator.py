@@ -10,10 +10,12 @@ from collections.abc import Sequence
 
 import attrs
 
+from ...custody._records import OperatorOutcome
 from ...custody._rules import CustodyState
 from .._frame import Moves
 from .._operator import CANCELLED_PREFIX
 from .._operator_frame import OperatorFrame
+from . import _rewind
 from . import _sql as sql
 from ._db import SqliteDb
 from ._rows import states
@@ -47,6 +49,17 @@ class SqliteOperator(OperatorFrame):
             return {r[0]: seen[r[0]] for r in rows}, seen
 
         return await self.db.write(op, promise=True)
+
+    async def _drop_steps_from(self, id: str, step: str) -> int | OperatorOutcome:
+        return await self.db.write(lambda conn: _rewind.drop_steps_from(conn, id, step))
+
+    async def _fork(
+        self, id: str, step: str, room: str | None, why: str, now: float
+    ) -> OperatorOutcome:
+        limit = self.host.max_body_bytes
+        return await self.db.write(
+            lambda conn: _rewind.fork(conn, id, step, room, why, now, limit), promise=True
+        )
 
 
 def redrive_rows(

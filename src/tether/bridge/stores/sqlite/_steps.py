@@ -17,26 +17,27 @@ import attrs
 
 from ...custody._children import MAX_CHILDREN, ChildView, SpawnError, orphan_reason
 from ...custody._records import StepRecord, WaitingRuns
-from ...custody._rules import Claim, CustodyState, Task
+from ...custody._rules import Claim, CustodyState, Task, TaskRecord
 from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit, step_is_a_promise
+from ...custody._versions import InFlight
+from .._common import IN_CUSTODY_SQL
 from .._steps_frame import StepsFrame
 from . import _sql as sql
 from ._db import SqliteDb
 from ._made import ingest_made
-from ._rows import stale
+from ._rows import record_of, stale
 from ._sql import DEAD_MATCHING, FENCE_NAMED, IDS
 
-STEPS: Final = "SELECT name, value, at, attempt, size FROM steps WHERE task_id = ? ORDER BY seq"
-STEP: Final = (
-    "SELECT name, value, at, attempt, size FROM steps WHERE task_id = :id AND name = :name"
-)
+_COLS: Final = "name, value, at, attempt, size, version, fingerprint"
+STEPS: Final = f"SELECT {_COLS} FROM steps WHERE task_id = ? ORDER BY seq"
+STEP: Final = f"SELECT {_COLS} FROM steps WHERE task_id = :id AND name = :name"
 FENCED: Final = f"SELECT 1 FROM tasks WHERE {FENCE_NAMED}"
 STEP_TOTAL: Final = (
     "SELECT coalesce(sum(size), 0), coalesce(max(seq), 0) FROM steps WHERE task_id = :id"
 )
 STEP_INSERT: Final = (
-    "INSERT INTO steps (task_id, name, seq, value, at, attempt, size) "
-    "VALUES (:id, :name, :seq, :value, :now, :attempt, :size)"
+    "INSERT INTO steps (task_id, name, seq, value, at, attempt, size, version, fingerprint) "
+    "VALUES (:id, :name, :seq, :value, :now, :attempt, :size, :version, :fingerprint)"
 )
 PARK: Final = (
     "UPDATE tasks SET state = 'waiting', owner = NULL, lease_until = NULL, "
@@ -56,6 +57,17 @@ FORGET_IDS: Final = (
     f"(SELECT id FROM tasks WHERE state = 'dead' AND id IN {IDS})"
 )
 FORGET_MATCHING: Final = f"DELETE FROM steps WHERE task_id IN ({DEAD_MATCHING})"
+_NEWEST_VERSION: Final = (
+    "(SELECT s.version FROM steps s WHERE s.task_id = t.id ORDER BY s.seq DESC LIMIT 1)"
+)
+VERSIONS: Final = (
+    f"SELECT {_NEWEST_VERSION} AS v, count(*) AS n FROM tasks t "
+    f"WHERE t.state IN ({IN_CUSTODY_SQL}) GROUP BY v ORDER BY n DESC, v"
+)
+OF_VERSION: Final = (
+    f"SELECT {sql.RECORD_COLS} FROM tasks t WHERE t.state IN ({IN_CUSTODY_SQL}) "
+    f"AND {_NEWEST_VERSION} IS :version ORDER BY t.rowid LIMIT :limit"
+)
 TIME_OUT: Final = (
     "UPDATE asks SET status = 'timeout' WHERE task_id = ? AND status = 'open' AND deadline <= ?"
 )
@@ -127,7 +139,13 @@ def record_step(conn: sqlite3.Connection, params: dict[str, Any]) -> StepRecord 
         raise over_task_limit(params["name"], total, params["size"])
     conn.execute(STEP_INSERT, {**params, "seq": seq + 1})
     return StepRecord(
-        params["name"], params["value"], params["now"], params["attempt"], params["size"]
+        params["name"],
+        params["value"],
+        params["now"],
+        params["attempt"],
+        params["size"],
+        params["version"],
+        params["fingerprint"],
     )
 
 
@@ -214,7 +232,14 @@ class SqliteSteps(StepsFrame):
         return await self.db.read(lambda conn: steps_of(conn, id))
 
     async def _record_step(
-        self, claim: Claim, name: str, value: str, size: int, now: float
+        self,
+        claim: Claim,
+        name: str,
+        value: str,
+        size: int,
+        now: float,
+        version: str | None,
+        fingerprint: str | None,
     ) -> StepRecord:
         params = {
             **sql.fence_params(claim, now),
@@ -222,6 +247,8 @@ class SqliteSteps(StepsFrame):
             "name": name,
             "value": value,
             "size": size,
+            "version": version,
+            "fingerprint": fingerprint,
         }
 
         def op(conn: sqlite3.Connection) -> StepRecord:
@@ -233,7 +260,15 @@ class SqliteSteps(StepsFrame):
         return await self.db.write(op, promise=step_is_a_promise(name))
 
     async def _spawn(
-        self, claim: Claim, step: str, value: str, child: Task, headers: str, now: float
+        self,
+        claim: Claim,
+        step: str,
+        value: str,
+        child: Task,
+        headers: str,
+        now: float,
+        version: str | None,
+        fingerprint: str,
     ) -> tuple[StepRecord, bool]:
         params = {
             **sql.fence_params(claim, now),
@@ -241,6 +276,8 @@ class SqliteSteps(StepsFrame):
             "name": step,
             "value": value,
             "size": len(value.encode("utf-8")),
+            "version": version,
+            "fingerprint": fingerprint,
         }
 
         def op(conn: sqlite3.Connection) -> tuple[StepRecord, bool]:
@@ -296,6 +333,17 @@ class SqliteSteps(StepsFrame):
 
     async def waiting_runs(self) -> WaitingRuns:
         return await self.db.read(waiting_runs)
+
+    async def versions_in_flight(self) -> list[InFlight]:
+        return await self.db.read(
+            lambda conn: [InFlight(v, int(n)) for v, n in conn.execute(VERSIONS)]
+        )
+
+    async def _records_of_version(self, version: str | None, limit: int) -> list[TaskRecord]:
+        params = {"version": version, "limit": limit}
+        return await self.db.read(
+            lambda conn: [record_of(row) for row in conn.execute(OF_VERSION, params)]
+        )
 
     async def forget_dead_steps(
         self, ids: Sequence[str] | None, text: str | None, limit: int, skip: str | None = None

@@ -146,7 +146,7 @@ class SqliteStore(StoreFacade):
             float(lease_s),
             max_attempts,
             max_body_bytes,
-            SqliteDb(writer, reader),
+            SqliteDb(writer, reader, db),
             news,
             max_crashes_alone,
         )
