@@ -82,7 +82,7 @@ def test_list_version_shows_the_runs_in_flight_per_version(
     assert main(["store", "list", "--version", "2.0", "--store", str(db)]) == 0
     out = capsys.readouterr().out
     assert "2.0: 1" in out  # t1 is dead: not in flight
-    assert "1 task(s) in custody last ran under version 2.0" in out
+    assert "1 run(s) in flight began under version 2.0" in out
     assert "w1  waiting" in out
     assert main(["store", "list", "--version", "1.0", "--json", "--store", str(db)]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -10,8 +10,12 @@ earlier records copied into a new task). Time is the store's ``FakeClock``.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
+import attrs
 import pytest
 
 from support.clock import FakeClock
@@ -107,16 +111,92 @@ async def test_a_renamed_step_across_versions_fails_instead_of_running_again(
     ran, effect = _calls()
     await run.step("fetch", effect, "a")
     await run.step("summarize", effect, "b")
+    [fetch, _] = await store.steps("t1")
+    assert fetch.call is not None
+    assert fetch.call.endswith("_calls.<locals>.effect")
     again = await _again(store, claim, fake_clock)
-    renamed, _ = _run(store, again, "2")
-    with pytest.raises(StepMismatch, match="step 'fetch_page' is not in the records") as caught:
-        await renamed.step("fetch_page", effect, "a")
-    assert "'fetch'" in caught.value.reason
+    renamed, journal = _run(store, again, "2")
+    with pytest.raises(StepMismatch) as caught:
+        await renamed.step("fetch_page", effect, "a")  # the same call, under a new name
+    reason = caught.value.reason
+    assert "step 'fetch_page' calls" in reason
+    assert "step 'fetch' was recorded with by version '1'" in reason
+    assert "version '2' has not asked" in reason
     assert len(ran) == 2
+    # a run that caught it goes no further: no later step's effect happens
+    with pytest.raises(StepMismatch):
+        await renamed.step("summarize", effect, "b")
+    assert journal.mismatch is not None
     # under the same version the records may be in any order (parallel steps): no mismatch
     same, _ = _run(store, again, "1")
-    await same.step("late", effect, "c")
+    await same.step("fetch_again", effect, "a")
     assert len(ran) == 3
+
+
+async def test_a_fallback_or_a_loops_next_try_is_not_a_rename(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """What ran under the old version and failed was never recorded: a resumed run under a
+    new version that runs it again is not a renamed step (another call, or a loop's try)."""
+    claim = await _claimed(store, "t1")
+    run, _ = _run(store, claim, "1")
+    ran, effect = _calls()
+
+    down = [True]
+
+    def primary(x: str) -> str:
+        if down[0]:
+            raise RuntimeError("down")
+        return effect(x)
+
+    def backup(x: str) -> str:
+        return effect(x)
+
+    with pytest.raises(RuntimeError):
+        await run.step("primary", primary, "q")
+    await run.step("fallback", backup, "q")  # another function, the same arguments
+    await run.step("try:2", effect, "q")  # a loop's second try, the first having failed
+    again = await _again(store, claim, fake_clock)
+    resumed, _ = _run(store, again, "2")
+    down[0] = False
+    assert await resumed.step("primary", primary, "q") == "done ('q',) {}"
+    assert await resumed.step("try:1", effect, "q") == "done ('q',) {}"
+    assert await resumed.step("also", lambda x: x, "q") == "q"  # a lambda is never compared
+    assert len(ran) == 4
+
+
+def test_a_fingerprint_is_the_same_for_equal_arguments_in_every_process() -> None:
+    """Never a ``repr``: sets inside objects, mixed keys and memory addresses read alike."""
+
+    @attrs.frozen
+    class Query:
+        words: frozenset[str]
+        at: object = None
+
+    assert fingerprint((Query(frozenset({"a", "b", "c"})),), {}) == fingerprint(
+        (Query(frozenset({"c", "b", "a"})),), {}
+    )
+    assert fingerprint(({1: "x", "b": 2, (1, 2): 3},), {}) == fingerprint(
+        ({"b": 2, (1, 2): 3, 1: "x"},), {}
+    )
+    assert fingerprint((object(),), {}) == fingerprint((object(),), {})
+    assert fingerprint(({"a": 1},), {}) != fingerprint(({"a": 2},), {})
+    assert fingerprint((Query(frozenset({"a"})),), {}) != fingerprint((Query(frozenset()),), {})
+    code = (
+        "from tether.bridge.custody._versions import fingerprint\n"
+        "print(fingerprint(({'x', 'y', 'z'}, {3: 1, 'k': {2, 1}}), {'q': frozenset('abc')}))"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(seen) == 1
 
 
 async def test_records_made_before_versions_are_never_compared(
@@ -209,8 +289,9 @@ async def test_a_fork_copies_exactly_the_records_before_the_step_into_a_new_task
     assert first.id == "t1~fork1"
     assert "1 record(s) copied" in first.detail
     copied = await store.steps("t1~fork1")
+    # copied without their fingerprints: a fork's arguments may name its own id (run.key)
     assert [(s.name, s.value, s.version, s.fingerprint) for s in copied] == [
-        ("a", '"a"', "1", "0" * 16)
+        ("a", '"a"', "1", None)
     ]
     forked = await store.get("t1~fork1")
     assert forked is not None
@@ -250,16 +331,68 @@ async def test_a_child_run_is_not_forked(store: Store) -> None:
 async def test_versions_in_flight_count_tasks_by_their_newest_record(
     store: Store, fake_clock: FakeClock
 ) -> None:
-    for id, versions in (("t1", ["1"]), ("t2", ["1", "2"]), ("t3", ["1"]), ("t4", [])):
+    for id, versions in (("t1", ["1"]), ("t2", ["1", "2"]), ("t3", ["3"]), ("t4", [])):
         claim = await _claimed(store, id)
         for n, version in enumerate(versions):
             await store.record_step(claim, f"s{n}", "1", version=version)
             fake_clock.advance(1)
         if id == "t3":
-            await store.complete(claim, "done")  # out of custody once delivered
-            await store.mark_delivered(id)
+            await store.complete(claim, "done")  # its run is over: a stored reply
+    # a run counts under the version it began with, until it is over (a stored reply is)
     flights = {f.version: f.tasks for f in await store.versions_in_flight()}
-    assert flights == {"1": 1, "2": 1, None: 1}
-    assert [r.task.id for r in await store.records_of_version("1")] == ["t1"]
-    assert [r.task.id for r in await store.records_of_version("2")] == ["t2"]
+    assert flights == {"1": 2, None: 1}
+    assert [r.task.id for r in await store.records_of_version("1")] == ["t1", "t2"]
+    assert [r.task.id for r in await store.records_of_version("2")] == []
     assert [r.task.id for r in await store.records_of_version(None)] == ["t4"]
+
+
+async def test_a_fork_spawns_its_own_children_and_skips_a_pruned_forks_id(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    parent = await _claimed(store, "p1", room="r1")
+    run, _ = _run(store, parent, "1")
+    ran, effect = _calls()
+    await run.step("plan", effect)
+    child = await run.spawn("kid", "sub-question")
+    await run.step("after", effect)
+    await store.complete(parent, "done")
+    fork = await store.fork("p1", "after", room="r2")
+    assert fork.done
+    # the plan is copied; the spawn is not: a fork spawns and joins children of its own
+    assert [s.name for s in await store.steps(fork.id)] == ["plan"]
+    assert await store.get(child.id) is not None
+    # a fork whose id a pruned task held takes the next one (p1 keeps its stored reply)
+    claim = await store.claim("w1", leaderless=True)
+    while claim is not None and claim.task.id != fork.id:
+        await store.complete(claim, "x")
+        await store.mark_delivered(claim.task.id)
+        claim = await store.claim("w1", leaderless=True)
+    assert claim is not None
+    await store.complete(claim, "x")
+    await store.mark_delivered(fork.id)
+    fake_clock.advance(10)
+    assert await store.prune_delivered(fake_clock.now, limit=100) >= 1
+    assert await store.get(fork.id) is None
+    again = await store.fork("p1", "plan")
+    assert again.done, again.detail
+    assert again.id == "p1~fork2"
+    assert await store.get("p1~fork2") is not None
+
+
+async def test_patched_counts_a_question_asked_and_never_a_patch_gone_from_the_code(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    claim = await _claimed(store, "t1", room="r1")
+    await store.record_step(claim, "~patch:removed-long-ago", "true", version="1")
+    await store.ask(claim, "~ask:1", "which seat?", fake_clock.now + 60, "asking")
+    fake_clock.advance(61)
+    await store.wake_due()  # the question timed out: the run goes on from the top
+    again = await store.claim("w2", leaderless=True)
+    assert again is not None
+    resumed, _ = _run(store, again, "2")
+    # it had asked a question it has not reached again: it was past this point
+    assert await resumed.patched("before-the-question") is False
+    fresh_claim = await _claimed(store, "t2")
+    await store.record_step(fresh_claim, "~patch:removed-long-ago", "true", version="1")
+    fresh, _ = _run(store, fresh_claim, "2")
+    assert await fresh.patched("new") is True  # an unreached patch record is no path

@@ -114,7 +114,9 @@ async def test_a_quarantined_run_replays_and_records_its_steps_and_keeps_its_con
     parked: list[tuple[float, str]] = []
     reads: list[str] = []
 
-    async def record(name: str, value: str, fingerprint: str | None = None) -> StepRecord:
+    async def record(
+        name: str, value: str, fingerprint: str | None = None, call: str | None = None
+    ) -> StepRecord:
         recorded.append((name, value))
         return StepRecord(name, value, 5.0, 2, len(value))
 
@@ -179,7 +181,9 @@ async def test_a_quarantined_parent_spawns_and_joins_through_its_parent() -> Non
             for id in ids
         ]
 
-    async def record(name: str, value: str, fingerprint: str | None = None) -> StepRecord:
+    async def record(
+        name: str, value: str, fingerprint: str | None = None, call: str | None = None
+    ) -> StepRecord:
         return StepRecord(name, value, 5.0, 1, len(value))
 
     def parked_at(*args: object) -> None:
@@ -238,7 +242,9 @@ async def test_a_quarantined_run_takes_its_permits_through_its_parent() -> None:
     ]
 
 
-async def _never_record(name: str, value: str, fingerprint: str | None = None) -> StepRecord:
+async def _never_record(
+    name: str, value: str, fingerprint: str | None = None, call: str | None = None
+) -> StepRecord:
     raise AssertionError("no step here")
 
 
@@ -368,7 +374,9 @@ async def test_a_quarantined_run_checks_its_records_against_the_parents_version(
     new step is recorded by the parent with its arguments' fingerprint."""
     recorded: list[tuple[str, str | None]] = []
 
-    async def record(name: str, value: str, fingerprint: str | None = None) -> StepRecord:
+    async def record(
+        name: str, value: str, fingerprint: str | None = None, call: str | None = None
+    ) -> StepRecord:
         recorded.append((name, fingerprint))
         return StepRecord(name, value, 5.0, 1, len(value), "2", fingerprint)
 

@@ -99,10 +99,10 @@ async def test_a_deploy_meets_parked_runs_and_each_ends_as_the_contract_says(
             assert record.state is S.DEAD, record
             assert record.attempt == 1  # dead at once: no retry
             reason = record.reason or ""
-            assert "step 'fetch_page' is not in the records version '1' made" in reason, reason
-            assert "'fetch'" in reason
-            assert "version '2'" in reason
-            assert (id, "fetch_page") not in ran
+            assert "step 'fetch_page' calls support.agents.deploy._effect" in reason, reason
+            assert "step 'fetch' was recorded with by version '1'" in reason
+            assert "version '2' has not asked" in reason
+            assert ran[(id, "fetch")] == 1  # not run again under its new name
         for id in ids["args"]:
             record = await store.get(id)
             assert record is not None

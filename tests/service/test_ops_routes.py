@@ -275,7 +275,7 @@ async def test_a_rewind_and_a_fork_from_the_page_are_the_stores_and_versions_are
         post = admin.client.post
         forked = await post("/ops/api/tasks/t1/fork", json={"step": "b", "room": "r2"})
         assert forked.status_code == 200, forked.text
-        assert forked.json()["id"] == "t1"
+        assert forked.json()["id"] == "t1~fork1"  # the new task
         assert "into t1~fork1 (1 record(s) copied)" in forked.json()["detail"]
         assert [s.name for s in await store.steps("t1~fork1")] == ["a"]
         fork = await store.get("t1~fork1")

@@ -476,7 +476,7 @@ def _add_operator_parsers(store_actions: Subparsers, epilog: str) -> None:
     listed.add_argument(
         "--version",
         metavar="V",
-        help="tasks in custody whose runs last recorded under agent version V (how many are "
+        help="tasks in custody whose runs began under agent version V (how many are "
         "left before an old version has drained; 'none': unversioned or nothing recorded)",
     )
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default: 50)")

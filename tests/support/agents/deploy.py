@@ -1,7 +1,7 @@
 """An agent that changes between two deploys (issue #53): ``DEPLOY_AGENT_CODE=1`` is the old
 code, ``2`` the new. Each task's body names how the new code differs for it:
 
-- ``rename:...``: the step ``fetch`` is renamed ``fetch_page``;
+- ``rename:...``: the step ``fetch`` is renamed ``fetch_page`` (the same call);
 - ``args:...``: ``fetch`` is asked with other arguments;
 - ``patched:...``: a new step ``extra`` comes behind ``run.patched("extra")``.
 
@@ -35,8 +35,8 @@ async def handle(task: Task) -> str:
     run = run_of(task)
     new = os.environ["DEPLOY_AGENT_CODE"] == "2"
     kind = task.body.partition(":")[0]
-    if new and kind == "rename":
-        fetched = await run.step("fetch_page", _effect, task, "fetch_page")
+    if new and kind == "rename":  # the same call under a new name
+        fetched = await run.step("fetch_page", _effect, task, "fetch")
     elif new and kind == "args":
         fetched = await run.step("fetch", _effect, task, "fetch", "now with an option")
     else:

@@ -208,7 +208,9 @@ class StepRecord:
     before versions were kept)."""
     fingerprint: str | None = None
     """The fingerprint of the arguments its step was asked with (``custody._versions``; None:
-    the run's own records, and records made before versions were kept)."""
+    the run's own records, a fork's copies, and records made before versions were kept)."""
+    call: str | None = None
+    """The function its step called, by qualified name (None: a lambda, the run's own)."""
 
 
 @attrs.frozen

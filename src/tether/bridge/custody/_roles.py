@@ -311,9 +311,11 @@ class JournalStore(PermitStore, Clocked, Protocol):
         *,
         version: str | None = None,
         fingerprint: str | None = None,
+        call: str | None = None,
     ) -> StepRecord:
         """Record step ``name`` of ``claim``'s task with ``value`` (JSON text), made by agent
-        ``version`` from arguments of ``fingerprint`` (issue #53: kept on the record), under the
+        ``version`` calling ``call`` with arguments of ``fingerprint`` (issue #53: kept on the
+        record), under the
         lease fence (id, claimed, owner, attempt, live lease) in the same statement or
         transaction: ``StaleLease`` if fenced out, so a run whose lease is gone records
         nothing and a run that took over never sees a zombie's record appear after its own.
@@ -759,15 +761,16 @@ class InspectStore(StoreClock, StateReader, Protocol):
         ...
 
     async def versions_in_flight(self) -> Sequence[InFlight]:
-        """Tasks in custody by the agent version of their newest step record (issue #53),
-        most first: an old version has drained once it is gone from here. Reads only."""
+        """Runs in flight (tasks pending, assigned, claimed or waiting) by the agent version
+        they began under, their first step record's (issue #53), most first: an old version
+        has drained once it is gone from here. Reads only."""
         ...
 
     async def records_of_version(
         self, version: str | None, *, limit: int = ...
     ) -> Sequence[TaskRecord]:
-        """The first ``limit`` tasks in custody whose newest step record ``version`` made
-        (None: unversioned or none recorded), oldest first. Reads only."""
+        """The first ``limit`` runs in flight that began under ``version`` (their first step
+        record's; None: unversioned or none recorded), oldest first. Reads only."""
         ...
 
     async def suspects(self, *, limit: int = ...) -> Suspects:

@@ -11,6 +11,8 @@ or running a renamed step twice. ``run.patched(name)`` marks a deliberate change
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -30,6 +32,9 @@ PATCH_PREFIX: Final = "~patch:"
 """``run.patched(name)``'s decision is recorded as the run's own step ``~patch:<name>``."""
 FORK_HEADER: Final = "forked-from"
 """The header of a forked task: ``<id>@<step>`` of the run it branched from."""
+HISTORY_HEADER: Final = "history-of"
+"""A fork in its source's room reads the conversation as its source did (the turns before
+the source's message), not after the source's exchange and its own copy of the message."""
 FINGERPRINT_CHARS: Final = 16
 """Hex digits of a fingerprint kept (64 bits: a collision between two argument lists of one
 step is not a risk worth a longer column)."""
@@ -49,30 +54,73 @@ def check_version(value: object) -> str:
     return value
 
 
-def _shape(value: object) -> object:
-    """What JSON cannot hold, as the fingerprint sees it: a set sorted, anything else by its
-    ``repr`` unless that names a memory address (which differs per process: the type then)."""
-    if isinstance(value, set | frozenset):
-        return sorted(repr(item) for item in value)
+_DEPTH: Final = 32
+"""Nesting a fingerprint follows; deeper, a value counts by its type."""
+
+
+def _type_name(value: object) -> str:
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+
+
+def _canonical(value: object, depth: int = 0) -> object:
+    """``value`` as plain JSON that equal values map to in every process: mappings as pairs
+    sorted by their keys' JSON, sets sorted, attrs classes and dataclasses by their fields,
+    anything else by its type alone (never its ``repr``, which may name a memory address,
+    follow the hash seed or change with a library's release)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else repr(value)
+    if depth >= _DEPTH:
+        return _type_name(value)
+    inner = depth + 1
     if isinstance(value, bytes | bytearray):
-        return hashlib.sha256(value).hexdigest()
-    text = repr(value)
-    if " at 0x" in text:
-        return f"<{type(value).__module__}.{type(value).__qualname__}>"
-    return text
+        return {"bytes": hashlib.sha256(value).hexdigest()}
+    if isinstance(value, Mapping):
+        pairs = [[_canonical(k, inner), _canonical(v, inner)] for k, v in value.items()]
+        return {"map": sorted(pairs, key=_json)}
+    if isinstance(value, list | tuple):
+        return [_canonical(item, inner) for item in value]
+    if isinstance(value, set | frozenset):
+        return {"set": sorted((_canonical(item, inner) for item in value), key=_json)}
+    if attrs.has(type(value)):
+        cls: Any = type(value)
+        fields = {f.name: getattr(value, f.name) for f in attrs.fields(cls)}
+        return {_type_name(value): _canonical(fields, inner)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return {_type_name(value): _canonical(fields, inner)}
+    return _type_name(value)
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     """A step's arguments, as a short stable hash: the same in every process for equal
-    arguments (JSON with sorted keys; other values by ``_shape``)."""
-    text = json.dumps(
-        [list(args), dict(kwargs)],
-        sort_keys=True,
-        default=_shape,
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
+    arguments (``_canonical``); a value it cannot read counts by its type."""
+    try:
+        text = _json(_canonical([list(args), dict(kwargs)]))
+    except (RecursionError, ValueError, TypeError):
+        text = _json([_type_name(a) for a in args] + sorted(kwargs))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:FINGERPRINT_CHARS]
+
+
+def call_of(fn: object) -> str | None:
+    """The function a step calls, by its qualified name (a ``functools.partial``'s own), or
+    None for one without a name of its own (a lambda): what tells a renamed step from a new
+    one (``passed_over``)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    module = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None)
+    if not isinstance(name, str) or "<lambda>" in name or not isinstance(module, str):
+        return None
+    return f"{module}.{name}"[:MAX_CALL_CHARS]
+
+
+MAX_CALL_CHARS: Final = 256
 
 
 def spawn_print(child: Task) -> str:
@@ -106,34 +154,62 @@ def argument_mismatch(record: StepRecord, version: str | None, asked: str) -> st
     )
 
 
-def passed_over(
-    recorded: Mapping[str, StepRecord], used: Collection[str], name: str, version: str | None
-) -> str | None:
-    """Why a fresh step ``name`` run by ``version`` does not match the records, or None.
+def _base(name: str) -> str:
+    """A step name without its position in a loop (``search:3`` -> ``search``)."""
+    return name.partition(":")[0]
 
-    A run that recorded a step the resumed code has not asked for, made by another version,
-    had gone on along another path: the fresh step is a renamed or moved step (it would run
-    again under its new name) unless the change is marked with ``run.patched``. Records of
-    the same version never count: parallel steps may record in any order."""
-    skipped = sorted(
-        (r for r in recorded.values() if r.name not in used and not r.name.startswith("~")),
-        key=lambda r: r.at,
-    )
-    for record in skipped:
-        if record.version is not None and record.version != version:
+
+def passed_over(
+    recorded: Mapping[str, StepRecord],
+    used: Collection[str],
+    name: str,
+    version: str | None,
+    call: str | None,
+    asked: str,
+) -> str | None:
+    """Why a fresh step ``name`` run by ``version`` (calling ``call`` with arguments of
+    fingerprint ``asked``) does not match the records, or None.
+
+    A renamed step: another version recorded the same call (the same named function, the
+    same arguments) under another name this run has not asked. Run under its new name it
+    would do the same work again. Only that is caught, so a step that failed before (never
+    recorded: a fallback ran instead), a loop's next try (``try:2`` after ``try:1``) and
+    parallel steps recording in any order never are, and neither is anything under one
+    version. A step whose function has no name (a lambda) is not compared."""
+    if call is None:
+        return None
+    for record in recorded.values():
+        if (
+            record.name not in used
+            and not record.name.startswith("~")
+            and record.version is not None
+            and record.version != version
+            and record.call == call
+            and record.fingerprint == asked
+            and _base(record.name) != _base(name)
+        ):
             return (
-                f"step {name!r} is not in the records {_who(record.version)} made, which "
-                f"went on to step {record.name!r} that {_who(version)} has not asked for: a "
-                "renamed or moved step would run again (mark a deliberate change with "
-                "run.patched(...), or rewind the run: tether store retry --from-step)"
+                f"step {name!r} calls {call} with the arguments step {record.name!r} was "
+                f"recorded with by {_who(record.version)}, which {_who(version)} has not "
+                "asked: a renamed step would run again (keep its old name, mark the change "
+                "with run.patched(...), or rewind the run: tether store retry --from-step)"
             )
     return None
 
 
-def has_passed(recorded: Mapping[str, StepRecord], used: Collection[str]) -> bool:
+def has_passed(
+    recorded: Mapping[str, StepRecord],
+    used: Collection[str],
+    asks: Collection[str] = (),
+    asked: Collection[str] = (),
+) -> bool:
     """Had an earlier run of the task gone past the point this run is at (it recorded a
-    step, a sleep or a wait this run has not reached)? ``run.patched``'s question."""
-    return any(name not in used for name in recorded)
+    step, a sleep, a wait or a question, ``asks``, this run has not reached: ``used``,
+    ``asked``)? ``run.patched``'s question. Patch records never count: one whose call is
+    gone from the code stays unreached for ever."""
+    return any(name not in used and not name.startswith(PATCH_PREFIX) for name in recorded) or any(
+        name not in asked for name in asks
+    )
 
 
 def fork_id(source: str, n: int) -> str:
@@ -151,7 +227,17 @@ def forked_task(source: Task, id: str, step: str, room: str | None) -> Task:
     ``room`` (None: the source's), marked with ``FORK_HEADER``. Its reply goes to the room, as a
     schedule's does (a child is never forked: ``fork_refusal``)."""
     headers = {**source.headers, FORK_HEADER: f"{source.id}@{step}"}
+    if room is None or room == source.room:
+        headers[HISTORY_HEADER] = source.headers.get(HISTORY_HEADER, source.id)
+    else:
+        headers.pop(HISTORY_HEADER, None)
     return attrs.evolve(source, id=id, room=source.room if room is None else room, headers=headers)
+
+
+def conversation_of_task(task: Task) -> str:
+    """The task whose place in its room a run of ``task`` reads the conversation from: its
+    own, or a fork's source's (``HISTORY_HEADER``)."""
+    return task.headers.get(HISTORY_HEADER, task.id)
 
 
 def fork_refusal(source: TaskRecord) -> str | None:
@@ -181,7 +267,7 @@ def rewind_reason(step: str, dropped: int, reason: str | None) -> str:
 
 @attrs.frozen
 class InFlight:
-    """Tasks in custody whose runs last recorded under ``version`` (None: unversioned, or no
+    """Tasks whose runs began under ``version`` and are not over (None: unversioned, or no
     record yet: any version may run them): what an operator waits on to drain a version."""
 
     version: str | None

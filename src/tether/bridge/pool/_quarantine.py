@@ -279,9 +279,12 @@ async def _record(steps: ChildSteps, message: dict[str, Any]) -> bytes:
     """Record a step the child asked for, under the parent's fence; the frame that answers."""
     name = str(message["name"])
     try:
-        fingerprint = message.get("fingerprint")
+        fingerprint, call = message.get("fingerprint"), message.get("call")
         record = await steps.record(
-            name, str(message["value"]), None if fingerprint is None else str(fingerprint)
+            name,
+            str(message["value"]),
+            None if fingerprint is None else str(fingerprint),
+            None if call is None else str(call),
         )
     except StaleLease as exc:  # the run is lost (its worker cancels it): tell the child anyway
         return encode("step_stale", name=name, reason=str(exc))
@@ -294,7 +297,7 @@ class ChildSteps:
     fenced record of a new one, where a parked run goes, and the park threshold."""
 
     recorded: Sequence[StepRecord]
-    record: Callable[[str, str, str | None], Awaitable[StepRecord]]
+    record: Callable[[str, str, str | None, str | None], Awaitable[StepRecord]]
     parked: Callable[..., None]
     """``parked(until, why, ask, join)``: ``ask`` the ``ParkedAsk`` of a run that asked,
     ``join`` the children a joining run waits for."""
@@ -355,10 +358,12 @@ async def child_steps(journal: Journal) -> ChildSteps:
     store, id = journal.store, journal.task.id
     assert store is not None
 
-    async def record(name: str, value: str, fingerprint: str | None = None) -> StepRecord:
+    async def record(
+        name: str, value: str, fingerprint: str | None = None, call: str | None = None
+    ) -> StepRecord:
         return await journal.fenced(
             lambda store, claim: store.record_step(
-                claim, name, value, version=journal.version, fingerprint=fingerprint
+                claim, name, value, version=journal.version, fingerprint=fingerprint, call=call
             )
         )
 

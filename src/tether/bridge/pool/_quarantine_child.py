@@ -128,24 +128,8 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
                 )
             except MemoryError:
                 os._exit(EXIT_OUT_OF_MEMORY)
-            except Parked as exc:
-                if journal.parked is None:  # raised by hand: not a park the run asked for
-                    pipe.send("error", type="failure", reason=f"Parked: {exc}")
-                else:
-                    _send_parked(pipe, journal.parked)
-            except Retry as exc:
-                pipe.send("error", type="retry", reason=exc.reason, after=exc.after, key=exc.key)
-            except Permanent as exc:
-                pipe.send("error", type="permanent", reason=exc.reason)
-            except AgentError as exc:
-                pipe.send("error", type="agent", reason=str(exc))
             except Exception as exc:
-                if journal.mismatch is not None:  # whatever the handler made of it
-                    pipe.send("error", type="permanent", reason=journal.mismatch.reason)
-                elif journal.parked is not None:  # parked, whatever it raised after
-                    _send_parked(pipe, journal.parked)
-                else:
-                    pipe.send("error", type="failure", reason=f"{type(exc).__name__}: {exc}")
+                _send_failure(pipe, journal, exc)
             else:
                 if journal.mismatch is not None:  # a mismatch the handler caught (issue #53)
                     pipe.send("error", type="permanent", reason=journal.mismatch.reason)
@@ -160,6 +144,28 @@ async def _serve(spec: str, pipe: _Pipe) -> int:
                 pipe.send("reply", body=reply.body, no_send=reply.no_send, state=state)
             nursery.cancel_scope.cancel()
     return 0
+
+
+def _send_failure(pipe: _Pipe, journal: Journal, exc: Exception) -> None:
+    """Tell the parent how the run failed: a step that did not match its record first
+    (whatever the handler made of it: issue #53), as the worker's own process decides."""
+    if journal.mismatch is not None:
+        pipe.send("error", type="permanent", reason=journal.mismatch.reason)
+    elif isinstance(exc, Parked):
+        if journal.parked is None:  # raised by hand: not a park the run asked for
+            pipe.send("error", type="failure", reason=f"Parked: {exc}")
+        else:
+            _send_parked(pipe, journal.parked)
+    elif isinstance(exc, Retry):
+        pipe.send("error", type="retry", reason=exc.reason, after=exc.after, key=exc.key)
+    elif isinstance(exc, Permanent):
+        pipe.send("error", type="permanent", reason=exc.reason)
+    elif isinstance(exc, AgentError):
+        pipe.send("error", type="agent", reason=str(exc))
+    elif journal.parked is not None:  # parked, whatever it raised after
+        _send_parked(pipe, journal.parked)
+    else:
+        pipe.send("error", type="failure", reason=f"{type(exc).__name__}: {exc}")
 
 
 def _version(value: object) -> str | None:

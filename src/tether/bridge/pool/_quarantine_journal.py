@@ -76,10 +76,13 @@ class PipeJournal:
         *,
         version: str | None = None,
         fingerprint: str | None = None,
+        call: str | None = None,
     ) -> StepRecord:
         """Recorded by the parent under its claim, with its own version (the child's run has
         the parent's: it came with the task)."""
-        message = await self._request("step", "name", name, value=value, fingerprint=fingerprint)
+        message = await self._request(
+            "step", "name", name, value=value, fingerprint=fingerprint, call=call
+        )
         return step_from(message)
 
     async def spawn(

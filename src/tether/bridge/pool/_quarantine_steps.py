@@ -32,4 +32,5 @@ def step_from(fields: Mapping[str, Any]) -> StepRecord:
         fields["size"],
         fields.get("version"),
         fields.get("fingerprint"),
+        fields.get("call"),
     )

@@ -26,6 +26,7 @@ from ..._plumbing._when import clock_time
 from ..custody._conversation import Conversation, StateConflict
 from ..custody._rooms import Superseded
 from ..custody._rules import Claim, CustodyState, InvalidTask, StaleLease, Task
+from ..custody._versions import conversation_of_task
 from . import _permits
 from ._bounds import TooLarge, check_reply, over_a_bound
 from ._current import Current
@@ -240,7 +241,8 @@ class ClaimedRun:
     async def _read_conversation(self) -> Conversation:
         """The room's conversation, in one store query: the first ``await
         conversation_of(task)`` of a call (``Talk``) reads it."""
-        return await self.host.store.conversation(self.task.id, limit=self.host.history_turns)
+        source = conversation_of_task(self.task)  # a fork reads its source's (issue #53)
+        return await self.host.store.conversation(source, limit=self.host.history_turns)
 
     async def _base_version(self) -> int:
         """The version a returned state is based on: the one the call read; a call that never

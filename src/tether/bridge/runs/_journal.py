@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
@@ -26,10 +26,11 @@ from ..custody._events import Event
 from ..custody._records import StepRecord
 from ..custody._roles import JournalStore
 from ..custody._rules import Claim, StaleLease, Task
-from ..custody._steps import MAX_STEP_BYTES, StepError, decode_step_value
+from ..custody._steps import MAX_STEP_BYTES, StepError, check_step_name, decode_step_value
 from ..custody._versions import (
     PATCH_PREFIX,
     argument_mismatch,
+    call_of,
     fingerprint,
     has_passed,
     passed_over,
@@ -133,7 +134,7 @@ class Journal:
         """Is the run still at steps an earlier run recorded? (See ``Run.replaying``.)"""
         if self._ran_fresh or not self._recorded:
             return False
-        return bool(self._recorded.keys() - self._used)
+        return has_passed(self._recorded, self._used)
 
     def now(self) -> float:
         return self.clock()
@@ -182,15 +183,19 @@ class Journal:
     ) -> tuple[Any, str]:
         """Step ``name``'s value, and whether it was ``recorded`` now, ``replayed`` from an
         earlier run's record or ``not recorded`` (a detached run)."""
+        self._still_matching()
         self._use(name)
         recorded = await self._records()
-        asked = None if name.startswith("~") else fingerprint(args, kwargs)
+        own = name.startswith("~")
+        asked = None if own else fingerprint(args, kwargs)
+        call = None if own else call_of(fn)
         if name in recorded:
             if asked is not None:
                 self._check(argument_mismatch(recorded[name], self.version, asked))
             return decode_step_value(recorded[name].value), "replayed"
-        if asked is not None:
-            self._check(passed_over(recorded, self._used, name, self.version))
+        if asked is not None and passed_over(recorded, self._used, name, self.version, call, asked):
+            await trio.lowlevel.checkpoint()  # parallel siblings asked at once say so first
+            self._check(passed_over(recorded, self._used, name, self.version, call, asked))
         self._ran_fresh = True
         value = fn(*args, **kwargs)
         if inspect.isawaitable(value):
@@ -202,7 +207,7 @@ class Journal:
         record = await until_stored(
             lambda: self.fenced(
                 lambda store, claim: store.record_step(
-                    claim, name, text, version=self.version, fingerprint=asked
+                    claim, name, text, version=self.version, fingerprint=asked, call=call
                 )
             ),
             what=f"recording step {name!r} of task {self.task.id}",
@@ -215,6 +220,7 @@ class Journal:
         """The id of the child spawned as step ``name`` (``~spawn:...``): the recorded one if
         an earlier run of the task spawned it, else ``child`` spawned now, in one fenced
         transaction with its record (``JournalStore.spawn``)."""
+        self._still_matching()
         self._use(name)
         recorded = await self._records()
         if name in recorded:
@@ -256,16 +262,27 @@ class Journal:
             pause=STORE_RETRY_S,
         )
 
-    async def patched(self, name: str) -> bool:
+    async def patched(self, name: str, asked: Collection[str] = ()) -> bool:
         """``run.patched(name)``: True unless an earlier run of the task had gone past this
-        point (it recorded something this run has not reached yet: the old code's path),
-        recorded as ``~patch:<name>`` so every later run decides the same."""
-        record = f"{PATCH_PREFIX}{name}"
+        point (it recorded something this run has not reached yet, its questions included:
+        this run asked ``asked``: the old code's path), recorded as ``~patch:<name>`` so every
+        later run decides the same."""
+        self._still_matching()
+        record = check_step_name(f"{PATCH_PREFIX}{name}", own=True)
         self._use(record)
         recorded = await self._records()
         if record in recorded:
             return bool(decode_step_value(recorded[record].value))
-        decided = not has_passed(recorded, self._used)
+        asks: list[str] = []
+        if self.store is not None and self.durable:
+            store, id = self.store, self.task.id
+            found = await until_stored(
+                lambda: store.asks(id),
+                what=f"reading the asks of task {id}",
+                pause=STORE_RETRY_S,
+            )
+            asks = [ask.name for ask in found]
+        decided = not has_passed(recorded, self._used, asks, asked)
         if self.durable:
             text = "true" if decided else "false"
             recorded[record] = await until_stored(
@@ -278,6 +295,12 @@ class Journal:
                 pause=STORE_RETRY_S,
             )
         return decided
+
+    def _still_matching(self) -> None:
+        """A run whose step did not match goes no further, even if its handler caught it:
+        no later step's effect happens."""
+        if self.mismatch is not None:
+            raise self.mismatch
 
     def _check(self, why: str | None) -> None:
         """Fail the run with ``StepMismatch(why)`` if there is a ``why``."""

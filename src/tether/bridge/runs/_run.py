@@ -191,7 +191,7 @@ class Run:
         along the old path). The answer is recorded: every later run of the task gets the
         same, so a run never switches path halfway. Once no run from before the change is in
         flight (``tether store list --version``), the old branch and the call can go."""
-        return await self._journal.patched(check_step_name(name))
+        return await self._journal.patched(check_step_name(name), self._asking.used)
 
     def limit(self, key: str, weight: float = 1) -> _permits.Limited:
         """``async with run.limit("openai:gpt-4o"):`` holds a permit of ``key`` (spending

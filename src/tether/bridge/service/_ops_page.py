@@ -117,7 +117,7 @@ async def ops_view(store: Store) -> dict[str, object]:
         for doc in _store_schedules.document(await store.schedules())["schedules"]
     ]
     # (the runs waiting on a key are under "waiting" already: their reason names it)
-    # issue 53: the tasks in custody per version of their newest record (drained: gone here)
+    # issue 53: the tasks in custody per version their runs began under (drained: gone here)
     view["versions"] = [
         {"version": flight.version, "tasks": flight.tasks}
         for flight in await store.versions_in_flight()

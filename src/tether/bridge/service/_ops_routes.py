@@ -119,8 +119,10 @@ class OpsRoutes:
             raise HttpError(404, outcome.detail)
         if not outcome.done:  # refused for its state: a repeat of a move already made lands here
             raise HttpError(409, outcome.detail)
-        await send_json(
-            send, 200, {"id": id, "done": True, "state": outcome.state, "detail": outcome.detail}
+        await send_json(  # a fork's outcome names the new task
+            send,
+            200,
+            {"id": outcome.id, "done": True, "state": outcome.state, "detail": outcome.detail},
         )
 
     async def _drop(self, id: str, request: Request, send: Send) -> None:

@@ -57,7 +57,7 @@ async def list_tasks(store: Store, state: CustodyState, limit: int, as_json: boo
 
 
 async def list_version(store: Store, version: str, limit: int, as_json: bool) -> int:
-    """The tasks in custody whose runs last recorded under ``version`` (``none``: unversioned
+    """The tasks whose runs began under ``version`` and are not over (``none``: unversioned
     or nothing recorded), and every version in flight (issue #53)."""
     wanted = None if version == "none" else version
     records = await store.records_of_version(wanted, limit=limit)
@@ -75,20 +75,20 @@ async def list_version(store: Store, version: str, limit: int, as_json: bool) ->
         return 0
     print(render_versions(flights))
     if not records:
-        print(f"no task in custody last ran under version {version}")
+        print(f"no run in flight began under version {version}")
         return 0
-    print(f"{len(records)} task(s) in custody last ran under version {version}, oldest first:")
+    print(f"{len(records)} run(s) in flight began under version {version}, oldest first:")
     for r in records:
         print(f"  {r.task.id}  {r.state.value}  age {_age(now - r.created_at)}")
     return 0
 
 
 def render_versions(flights: Sequence[InFlight]) -> str:
-    """One line: the tasks in custody per version of their newest step record."""
+    """One line: the runs in flight per version they began under."""
     if not flights:
-        return "versions in flight: none (no task in custody)"
+        return "versions in flight: none (no run in flight)"
     parts = [f"{flight.version or 'none'}: {flight.tasks}" for flight in flights]
-    return "versions in flight (tasks in custody by the version of their newest record): " + (
+    return "versions in flight (tasks in flight by the version their runs began under): " + (
         ", ".join(parts)
     )
 

@@ -24,7 +24,13 @@ from ..custody._steps import (
     check_step_name,
     check_wake_at,
 )
-from ..custody._versions import InFlight, check_fingerprint, check_version, spawn_print
+from ..custody._versions import (
+    MAX_CALL_CHARS,
+    InFlight,
+    check_fingerprint,
+    check_version,
+    spawn_print,
+)
 from ._common import check_limit, check_reason, fence_args, ingest_headers
 from ._host import Host
 
@@ -52,11 +58,14 @@ class StepsFrame(abc.ABC):
         *,
         version: str | None = None,
         fingerprint: str | None = None,
+        call: str | None = None,
     ) -> StepRecord:
         fence_args(claim)
         check_step_name(name, own=True)
         version = None if version is None else check_version(version)
         fingerprint = None if fingerprint is None else check_fingerprint(fingerprint)
+        if call is not None and (not isinstance(call, str) or not 0 < len(call) <= MAX_CALL_CHARS):
+            raise ValueError(f"a step's call is a name of 1-{MAX_CALL_CHARS} characters")
         if not isinstance(value, str):
             raise TypeError(f"a step's value is JSON text (a str), got {type(value).__name__}")
         size = len(value.encode("utf-8"))
@@ -65,7 +74,7 @@ class StepsFrame(abc.ABC):
                 f"step {name!r}: {size} bytes, over the {MAX_STEP_BYTES} a step may record"
             )
         now = self.host.clock()
-        return await self._record_step(claim, name, value, size, now, version, fingerprint)
+        return await self._record_step(claim, name, value, size, now, version, fingerprint, call)
 
     @abc.abstractmethod
     async def _record_step(
@@ -77,6 +86,7 @@ class StepsFrame(abc.ABC):
         now: float,
         version: str | None,
         fingerprint: str | None,
+        call: str | None,
     ) -> StepRecord:
         """Insert the step under the fence (in one statement or transaction with the fence
         check and the task's total); the record now stored under ``name``. Raises
@@ -197,8 +207,8 @@ class StepsFrame(abc.ABC):
 
     @abc.abstractmethod
     async def versions_in_flight(self) -> Sequence[InFlight]:
-        """Tasks in custody by the version of their newest step record, most first. Reads
-        only."""
+        """Runs in flight by the version they began under (their first step record's), most
+        first. Reads only."""
 
     async def records_of_version(
         self, version: str | None, *, limit: int = 50
@@ -208,7 +218,7 @@ class StepsFrame(abc.ABC):
 
     @abc.abstractmethod
     async def _records_of_version(self, version: str | None, limit: int) -> list[TaskRecord]:
-        """The first ``limit`` tasks in custody (oldest first) whose newest step record was
+        """The first ``limit`` tasks in custody (oldest first) whose first step record was
         made by ``version`` (None: unversioned, or none recorded). Reads only."""
 
     @abc.abstractmethod

@@ -151,7 +151,7 @@ function drawTenants(tenants) {
 }
 
 // issue 52: each schedule's next due time and last firing; the events kept for later waits
-// issue 53: tasks in custody by the version their runs last recorded under (drained: gone)
+// issue 53: tasks in custody by the version their runs began under (drained: gone)
 function drawVersions(versions) {
   $("versions").hidden = !Array.isArray(versions) || versions.length === 0;
   plainRows($("version-rows"), (versions || []).map((v) =>

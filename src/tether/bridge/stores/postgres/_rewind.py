@@ -69,15 +69,22 @@ def fork(
         assert source is not None
         seq, at = _at(conn, db, id, step)
         n = 1
-        while conn.execute(f"SELECT 1 FROM {s}.tasks WHERE id = %s", (fork_id(id, n),)).fetchone():
+        taken = (
+            f"SELECT 1 FROM {s}.tasks WHERE id = %(id)s "
+            f"UNION ALL SELECT 1 FROM {s}.tombstones WHERE id = %(id)s"
+        )  # a pruned task's tombstone refuses the ingest of its id
+        while conn.execute(taken, {"id": fork_id(id, n)}).fetchone():
             n += 1
         task = forked_task(source.task, fork_id(id, n), step, room)
-        ingest_made(conn, db, made_params(db, task, ingest_headers(task, max_body_bytes), now))
+        made = made_params(db, task, ingest_headers(task, max_body_bytes), now)
+        if not ingest_made(conn, db, made):
+            raise AssertionError(f"fork {task.id!r} was not ingested: its id was free")
         params = {"new": task.id, "id": id, "seq": seq, "at": at, "now": now, "why": why}
         copied = conn.execute(
             f"INSERT INTO {s}.steps (task_id, name, seq, value, at, attempt, size, version, "
-            "fingerprint) SELECT %(new)s, name, seq, value, at, 1, size, version, fingerprint "
-            f"FROM {s}.steps WHERE task_id = %(id)s AND seq < %(seq)s",
+            "call) SELECT %(new)s, name, seq, value, at, 1, size, version, call "
+            f"FROM {s}.steps WHERE task_id = %(id)s AND seq < %(seq)s "
+            "AND left(name, 7) NOT IN ('~spawn:', '~join:')",
             params,
         ).rowcount
         conn.execute(

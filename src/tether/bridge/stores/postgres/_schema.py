@@ -803,12 +803,14 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE {s}.tasks ADD COLUMN wait_key text;
     CREATE INDEX tasks_wait_key ON {s}.tasks (wait_key) WHERE wait_key IS NOT NULL;
     """,
-    # 24 -> 25 (issue #53, versions): the agent version whose run recorded a step, and the
-    # fingerprint of the arguments it was asked with (NULL on records made before: never
-    # compared); the versions in flight are read off the newest record of each live task
+    # 24 -> 25 (issue #53, versions): the agent version whose run recorded a step, the
+    # function it called and the fingerprint of the arguments it was asked with (NULL on
+    # records made before: never compared); the versions in flight are read off the oldest
+    # record of each live task (a run counts under the version it began with)
     """
     ALTER TABLE {s}.steps ADD COLUMN version text;
     ALTER TABLE {s}.steps ADD COLUMN fingerprint text;
+    ALTER TABLE {s}.steps ADD COLUMN call text;
     """,
 )
 

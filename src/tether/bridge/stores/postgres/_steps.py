@@ -21,7 +21,7 @@ from ...custody._records import StepRecord, WaitingRuns
 from ...custody._rules import Claim, CustodyState, Task, TaskRecord
 from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit, step_is_a_promise
 from ...custody._versions import InFlight
-from .._common import IN_CUSTODY_SQL, FoundState, stale_lease, task_gone
+from .._common import FoundState, stale_lease, task_gone
 from .._steps_frame import StepsFrame
 from ._connection import Conn
 from ._db import PostgresDb
@@ -29,7 +29,7 @@ from ._made import ingest_made, made_params
 from ._rows import decode, fence, record_of, seen
 from ._sql import FENCE, RECORD_COLS
 
-_COLS: Final = "name, value, at, attempt, size, version, fingerprint"
+_COLS: Final = "name, value, at, attempt, size, version, fingerprint, call"
 _DONE: Final = "('result', 'delivered', 'dead')"
 _LIVE: Final = "('pending', 'assigned', 'claimed', 'waiting')"
 
@@ -55,36 +55,38 @@ class StepsSql:
             "tot AS (SELECT coalesce(sum(size), 0) AS total, coalesce(max(seq), 0) AS seq "
             f"FROM {self.s}.steps WHERE task_id = %(id)s), "
             f"ins AS (INSERT INTO {self.s}.steps "
-            "(task_id, name, seq, value, at, attempt, size, version, fingerprint) "
+            "(task_id, name, seq, value, at, attempt, size, version, fingerprint, call) "
             "SELECT f.id, %(name)s, tot.seq + 1, %(value)s, %(now)s, f.attempt, %(size)s, "
-            "%(version)s, %(fingerprint)s "
+            "%(version)s, %(fingerprint)s, %(call)s "
             "FROM f, tot WHERE NOT EXISTS (SELECT FROM old) "
             f"AND tot.total + %(size)s <= {MAX_TASK_STEP_BYTES} "
             "ON CONFLICT (task_id, name) DO NOTHING RETURNING 1) "
             "SELECT EXISTS (SELECT FROM f), EXISTS (SELECT FROM ins), tot.total, "
-            "old.name, old.value, old.at, old.attempt, old.size, old.version, old.fingerprint "
+            "old.name, old.value, old.at, old.attempt, old.size, old.version, old.fingerprint, "
+            "old.call "
             "FROM tot LEFT JOIN old ON true"
         )
 
     @property
-    def _newest_version(self) -> str:
+    def _first_version(self) -> str:
+        """The version a task's runs began under (its first record's): what it counts under."""
         return (
             f"(SELECT s.version FROM {self.s}.steps s WHERE s.task_id = t.id "
-            "ORDER BY s.seq DESC LIMIT 1)"
+            "ORDER BY s.seq LIMIT 1)"
         )
 
     @property
     def versions(self) -> str:
         return (
-            f"SELECT {self._newest_version} AS v, count(*) AS n FROM {self.s}.tasks t "
-            f"WHERE t.state IN ({IN_CUSTODY_SQL}) GROUP BY v ORDER BY n DESC, v"
+            f"SELECT {self._first_version} AS v, count(*) AS n FROM {self.s}.tasks t "
+            f"WHERE t.state IN {_LIVE} GROUP BY v ORDER BY n DESC, v"
         )
 
     @property
     def of_version(self) -> str:
         return (
-            f"SELECT {RECORD_COLS} FROM {self.s}.tasks t WHERE t.state IN ({IN_CUSTODY_SQL}) "
-            f"AND {self._newest_version} IS NOT DISTINCT FROM %(version)s::text "
+            f"SELECT {RECORD_COLS} FROM {self.s}.tasks t WHERE t.state IN {_LIVE} "
+            f"AND {self._first_version} IS NOT DISTINCT FROM %(version)s::text "
             "ORDER BY t.created_at, t.id LIMIT %(limit)s"
         )
 
@@ -117,7 +119,8 @@ class StepsSql:
             f"WITH f AS (SELECT t.id FROM {self.s}.tasks t WHERE {FENCE} FOR SHARE) "
             "SELECT EXISTS (SELECT FROM f), "
             f"(SELECT count(*) FROM {self.s}.tasks WHERE parent = %(id)s), "
-            "old.name, old.value, old.at, old.attempt, old.size, old.version, old.fingerprint "
+            "old.name, old.value, old.at, old.attempt, old.size, old.version, old.fingerprint, "
+            "old.call "
             "FROM (SELECT 1) x "
             f"LEFT JOIN (SELECT {_COLS} FROM {self.s}.steps "
             "WHERE task_id = %(id)s AND name = %(name)s) old ON true"
@@ -247,9 +250,17 @@ class PostgresSteps(StepsFrame):
         now: float,
         version: str | None,
         fingerprint: str | None,
+        call: str | None,
     ) -> StepRecord:
         params = fence(claim, now)
-        params.update(name=name, value=value, size=size, version=version, fingerprint=fingerprint)
+        params.update(
+            name=name,
+            value=value,
+            size=size,
+            version=version,
+            fingerprint=fingerprint,
+            call=call,
+        )
         sql, state_sql = self._steps_sql.record, self.db.sql.cas_state
 
         def op(conn: Conn) -> StepRecord | FoundState | None:
@@ -259,7 +270,7 @@ class PostgresSteps(StepsFrame):
             if not fenced:
                 return seen(conn, state_sql, params)
             if inserted:
-                return StepRecord(name, value, now, claim.attempt, size, version, fingerprint)
+                return StepRecord(name, value, now, claim.attempt, size, version, fingerprint, call)
             if old[0] is not None:
                 return StepRecord(*old)
             raise over_task_limit(name, int(total), size)
@@ -289,6 +300,7 @@ class PostgresSteps(StepsFrame):
             size=len(value.encode("utf-8")),
             version=version,
             fingerprint=fingerprint,
+            call=None,
         )
         steps_sql, sql = self._steps_sql, self.db.sql
         ingest = made_params(self.db, child, headers, now)

@@ -21,12 +21,15 @@ NAMES: Final = "SELECT name FROM steps WHERE task_id = ? ORDER BY seq"
 AT: Final = "SELECT seq, at FROM steps WHERE task_id = ? AND name = ?"
 DROP_STEPS: Final = "DELETE FROM steps WHERE task_id = ? AND seq >= ?"
 DROP_ASKS: Final = "DELETE FROM asks WHERE task_id = ? AND at >= ?"
-TAKEN: Final = "SELECT 1 FROM tasks WHERE id = ?"
+TAKEN: Final = "SELECT 1 FROM tasks WHERE id = ?1 UNION ALL SELECT 1 FROM tombstones WHERE id = ?1"
+"""An id a fork cannot take: a task's, or a pruned one's (its tombstone refuses the ingest)."""
 COPY_STEPS: Final = (
-    "INSERT INTO steps (task_id, name, seq, value, at, attempt, size, version, fingerprint) "
-    "SELECT :new, name, seq, value, at, 1, size, version, fingerprint FROM steps "
-    "WHERE task_id = :id AND seq < :seq"
+    "INSERT INTO steps (task_id, name, seq, value, at, attempt, size, version, call) "
+    "SELECT :new, name, seq, value, at, 1, size, version, call FROM steps "
+    "WHERE task_id = :id AND seq < :seq AND substr(name, 1, 7) NOT IN ('~spawn:', '~join:')"
 )
+"""A fork's copies: no fingerprint (its arguments may name its own id, ``run.key``: never
+compared), and no children (a fork spawns and joins its own)."""
 COPY_ASKS: Final = (
     "INSERT INTO asks (task_id, name, seq, room, question, status, deadline, at, answer, "
     "answer_id, posted) SELECT :new, name, seq, room, question, status, deadline, at, "
@@ -71,7 +74,8 @@ def fork(
     while conn.execute(TAKEN, (fork_id(id, n),)).fetchone() is not None:
         n += 1
     task = forked_task(source.task, fork_id(id, n), step, room)
-    ingest_made(conn, task, ingest_headers(task, max_body_bytes), now)
+    if not ingest_made(conn, task, ingest_headers(task, max_body_bytes), now):
+        raise AssertionError(f"fork {task.id!r} was not ingested: its id was free")
     params = {"new": task.id, "id": id, "seq": seq, "at": at, "now": now, "why": why}
     copied = int(conn.execute(COPY_STEPS, params).rowcount)
     conn.execute(COPY_ASKS, params)

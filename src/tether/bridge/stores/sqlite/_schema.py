@@ -793,12 +793,14 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE tasks ADD COLUMN wait_key TEXT;
     CREATE INDEX tasks_wait_key ON tasks (wait_key) WHERE wait_key IS NOT NULL;
     """,
-    # 26 -> 27 (issue #53, versions): the agent version whose run recorded a step, and the
-    # fingerprint of the arguments it was asked with (NULL on records made before: never
-    # compared); the versions in flight are read off the newest record of each live task
+    # 26 -> 27 (issue #53, versions): the agent version whose run recorded a step, the
+    # function it called and the fingerprint of the arguments it was asked with (NULL on
+    # records made before: never compared); the versions in flight are read off the oldest
+    # record of each live task (a run counts under the version it began with)
     """
     ALTER TABLE steps ADD COLUMN version TEXT;
     ALTER TABLE steps ADD COLUMN fingerprint TEXT;
+    ALTER TABLE steps ADD COLUMN call TEXT;
     """,
 )
 

@@ -20,7 +20,6 @@ from ...custody._records import StepRecord, WaitingRuns
 from ...custody._rules import Claim, CustodyState, Task, TaskRecord
 from ...custody._steps import MAX_TASK_STEP_BYTES, over_task_limit, step_is_a_promise
 from ...custody._versions import InFlight
-from .._common import IN_CUSTODY_SQL
 from .._steps_frame import StepsFrame
 from . import _sql as sql
 from ._db import SqliteDb
@@ -28,7 +27,7 @@ from ._made import ingest_made
 from ._rows import record_of, stale
 from ._sql import DEAD_MATCHING, FENCE_NAMED, IDS
 
-_COLS: Final = "name, value, at, attempt, size, version, fingerprint"
+_COLS: Final = "name, value, at, attempt, size, version, fingerprint, call"
 STEPS: Final = f"SELECT {_COLS} FROM steps WHERE task_id = ? ORDER BY seq"
 STEP: Final = f"SELECT {_COLS} FROM steps WHERE task_id = :id AND name = :name"
 FENCED: Final = f"SELECT 1 FROM tasks WHERE {FENCE_NAMED}"
@@ -36,8 +35,9 @@ STEP_TOTAL: Final = (
     "SELECT coalesce(sum(size), 0), coalesce(max(seq), 0) FROM steps WHERE task_id = :id"
 )
 STEP_INSERT: Final = (
-    "INSERT INTO steps (task_id, name, seq, value, at, attempt, size, version, fingerprint) "
-    "VALUES (:id, :name, :seq, :value, :now, :attempt, :size, :version, :fingerprint)"
+    "INSERT INTO steps (task_id, name, seq, value, at, attempt, size, version, fingerprint, "
+    "call) VALUES (:id, :name, :seq, :value, :now, :attempt, :size, :version, :fingerprint, "
+    ":call)"
 )
 PARK: Final = (
     "UPDATE tasks SET state = 'waiting', owner = NULL, lease_until = NULL, "
@@ -57,16 +57,19 @@ FORGET_IDS: Final = (
     f"(SELECT id FROM tasks WHERE state = 'dead' AND id IN {IDS})"
 )
 FORGET_MATCHING: Final = f"DELETE FROM steps WHERE task_id IN ({DEAD_MATCHING})"
-_NEWEST_VERSION: Final = (
-    "(SELECT s.version FROM steps s WHERE s.task_id = t.id ORDER BY s.seq DESC LIMIT 1)"
+RUNNING: Final = "('pending', 'assigned', 'claimed', 'waiting')"
+"""The states of a task whose run is not over (a stored reply's is)."""
+_FIRST_VERSION: Final = (
+    "(SELECT s.version FROM steps s WHERE s.task_id = t.id ORDER BY s.seq LIMIT 1)"
 )
+"""The version a task's runs began under (its first record's): what it counts under."""
 VERSIONS: Final = (
-    f"SELECT {_NEWEST_VERSION} AS v, count(*) AS n FROM tasks t "
-    f"WHERE t.state IN ({IN_CUSTODY_SQL}) GROUP BY v ORDER BY n DESC, v"
+    f"SELECT {_FIRST_VERSION} AS v, count(*) AS n FROM tasks t "
+    f"WHERE t.state IN {RUNNING} GROUP BY v ORDER BY n DESC, v"
 )
 OF_VERSION: Final = (
-    f"SELECT {sql.RECORD_COLS} FROM tasks t WHERE t.state IN ({IN_CUSTODY_SQL}) "
-    f"AND {_NEWEST_VERSION} IS :version ORDER BY t.rowid LIMIT :limit"
+    f"SELECT {sql.RECORD_COLS} FROM tasks t WHERE t.state IN {RUNNING} "
+    f"AND {_FIRST_VERSION} IS :version ORDER BY t.rowid LIMIT :limit"
 )
 TIME_OUT: Final = (
     "UPDATE asks SET status = 'timeout' WHERE task_id = ? AND status = 'open' AND deadline <= ?"
@@ -146,6 +149,7 @@ def record_step(conn: sqlite3.Connection, params: dict[str, Any]) -> StepRecord 
         params["size"],
         params["version"],
         params["fingerprint"],
+        params["call"],
     )
 
 
@@ -240,6 +244,7 @@ class SqliteSteps(StepsFrame):
         now: float,
         version: str | None,
         fingerprint: str | None,
+        call: str | None,
     ) -> StepRecord:
         params = {
             **sql.fence_params(claim, now),
@@ -249,6 +254,7 @@ class SqliteSteps(StepsFrame):
             "size": size,
             "version": version,
             "fingerprint": fingerprint,
+            "call": call,
         }
 
         def op(conn: sqlite3.Connection) -> StepRecord:
@@ -278,6 +284,7 @@ class SqliteSteps(StepsFrame):
             "size": len(value.encode("utf-8")),
             "version": version,
             "fingerprint": fingerprint,
+            "call": None,
         }
 
         def op(conn: sqlite3.Connection) -> tuple[StepRecord, bool]:
