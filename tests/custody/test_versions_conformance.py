@@ -351,7 +351,7 @@ async def test_a_fork_spawns_its_own_children_and_skips_a_pruned_forks_id(
 ) -> None:
     parent = await _claimed(store, "p1", room="r1")
     run, _ = _run(store, parent, "1")
-    ran, effect = _calls()
+    _, effect = _calls()
     await run.step("plan", effect)
     child = await run.spawn("kid", "sub-question")
     await run.step("after", effect)
