@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -52,7 +53,7 @@ async def _again(store: Store, claim: Claim, fake_clock: FakeClock) -> Claim:
     return again
 
 
-def _calls() -> tuple[list[str], Any]:
+def _calls() -> tuple[list[str], Callable[..., str]]:
     ran: list[str] = []
 
     def effect(*args: Any, **kwargs: Any) -> str:
