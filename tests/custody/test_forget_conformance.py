@@ -123,6 +123,11 @@ async def test_forgotten_tasks_are_not_redriven_and_forgetting_again_changes_not
     await _room_in_every_state(store, fake_clock)
     await store.forget_room("r")
     assert await store.redrive_dead() == []  # read as an operator's cancel: their text is gone
+    dead = await store.records(S.DEAD, limit=100)
+    assert dead
+    named = await store.redrive([r.task.id for r in dead])  # nor by id: nothing left to run
+    assert not any(o.done for o in named)
+    assert all("its room was forgotten" in o.detail for o in named)
     for room in ("r", "never-seen"):
         again = await store.forget_room(room)
         assert attrs.evolve(again, scrubbed=False) == ForgottenRoom(room)

@@ -47,14 +47,22 @@ class OperatorFrame(abc.ABC):
             await self.steps.forget_dead_steps(check_ids(ids), None, 0)
         checked = check_ids(ids)
         why = self.host.stored_text(redrive_reason(reason))
-        moved, seen = await self._redrive(checked, why, self.host.clock())
+        erased = await self._forgotten(checked)
+        movable = [id for id in checked if id not in erased]
+        moved, seen = await self._redrive(movable, why, self.host.clock()) if movable else ({}, {})
         for id in moved:
             _clog.moved(id, CustodyState.DEAD, CustodyState.PENDING, reason=why)
-        return redrive_outcomes(checked, moved, seen)
+        outcomes = iter(redrive_outcomes(movable, moved, seen))
+        return [forgotten_refusal(id) if id in erased else next(outcomes) for id in checked]
 
     @abc.abstractmethod
     async def _redrive(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
         """dead -> pending for those of ``ids`` that are dead: (moved, seen)."""
+
+    @abc.abstractmethod
+    async def _forgotten(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` dead because their room was forgotten (``FORGOTTEN_REASON``):
+        their text is erased, a re-drive would run nothing. Reads only."""
 
     async def redrive_dead(
         self,
@@ -148,6 +156,16 @@ def check_fresh(fresh: object) -> bool:
     if not isinstance(fresh, bool):
         raise TypeError(f"fresh must be a bool, got {type(fresh).__name__}")
     return fresh
+
+
+def forgotten_refusal(id: str) -> OperatorOutcome:
+    return OperatorOutcome(
+        id,
+        False,
+        CustodyState.DEAD,
+        f"task {id!r} not re-driven: its room was forgotten and its text erased; nothing is "
+        "left to run",
+    )
 
 
 def rewind_refusal(

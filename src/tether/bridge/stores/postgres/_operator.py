@@ -13,6 +13,7 @@ from ...custody._records import OperatorOutcome
 from ...custody._rules import CustodyState
 from .._frame import Moves
 from .._operator import CANCELLED_PREFIX
+from .._conversations import FORGOTTEN_REASON
 from .._operator_frame import OperatorFrame
 from . import _rewind
 from ._db import PostgresDb
@@ -46,6 +47,14 @@ class PostgresOperator(OperatorFrame):
     async def _cancel(self, ids: Sequence[str], why: str, now: float) -> tuple[Moves, Moves]:
         params = {"ids": list(ids), "reason": why, "now": now}
         return await self._operator(self.db.sql.cancel, params)
+
+    async def _forgotten(self, ids: Sequence[str]) -> set[str]:
+        sql = (
+            f"SELECT id FROM {self.db.s}.tasks WHERE id = ANY(%(ids)s::text[]) "
+            "AND state = 'dead' AND reason = %(reason)s"
+        )
+        params = {"ids": list(ids), "reason": FORGOTTEN_REASON}
+        return await self.db.run(lambda conn: {id for (id,) in conn.execute(sql, params)})
 
     async def _drop_steps_from(self, id: str, step: str) -> int | OperatorOutcome:
         db = self.db

@@ -14,6 +14,7 @@ from ...custody._records import OperatorOutcome
 from ...custody._rules import CustodyState
 from .._frame import Moves
 from .._operator import CANCELLED_PREFIX
+from .._conversations import FORGOTTEN_REASON
 from .._operator_frame import OperatorFrame
 from . import _rewind
 from . import _sql as sql
@@ -49,6 +50,12 @@ class SqliteOperator(OperatorFrame):
             return {r[0]: seen[r[0]] for r in rows}, seen
 
         return await self.db.write(op, promise=True)
+
+    async def _forgotten(self, ids: Sequence[str]) -> set[str]:
+        params = (json.dumps(list(ids)), FORGOTTEN_REASON)
+        return await self.db.read(
+            lambda conn: {id for (id,) in conn.execute(_rewind.FORGOTTEN, params)}
+        )
 
     async def _drop_steps_from(self, id: str, step: str) -> int | OperatorOutcome:
         return await self.db.write(lambda conn: _rewind.drop_steps_from(conn, id, step))

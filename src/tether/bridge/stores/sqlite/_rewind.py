@@ -21,6 +21,10 @@ NAMES: Final = "SELECT name FROM steps WHERE task_id = ? ORDER BY seq"
 AT: Final = "SELECT seq, at FROM steps WHERE task_id = ? AND name = ?"
 DROP_STEPS: Final = "DELETE FROM steps WHERE task_id = ? AND seq >= ?"
 DROP_ASKS: Final = "DELETE FROM asks WHERE task_id = ? AND at >= ?"
+FORGOTTEN: Final = (
+    "SELECT id FROM tasks WHERE id IN (SELECT value FROM json_each(?1)) AND state = 'dead' "
+    "AND reason = ?2"
+)
 TAKEN: Final = "SELECT 1 FROM tasks WHERE id = ?1 UNION ALL SELECT 1 FROM tombstones WHERE id = ?1"
 """An id a fork cannot take: a task's, or a pruned one's (its tombstone refuses the ingest)."""
 COPY_STEPS: Final = (
