@@ -21,7 +21,7 @@ import pytest
 
 from support.clock import FakeClock
 from tether.bridge import CustodyState, Task
-from tether.bridge.custody import Claim, Store
+from tether.bridge.custody import Claim, Store, _versions
 from tether.bridge.custody._versions import FORK_HEADER, fingerprint
 from tether.bridge.runs import Run
 from tether.bridge.runs._journal import Fence, Journal
@@ -181,6 +181,8 @@ def test_a_fingerprint_is_the_same_for_equal_arguments_in_every_process() -> Non
         ({"b": 2, (1, 2): 3, 1: "x"},), {}
     )
     assert fingerprint((object(),), {}) == fingerprint((object(),), {})
+    # no arguments (most steps: a closure) is read once, as any other would be
+    assert fingerprint((), {}) == _versions.fingerprint_of_canonical([[], {}])
     assert fingerprint(({"a": 1},), {}) != fingerprint(({"a": 2},), {})
     assert fingerprint((Query(frozenset({"a"})),), {}) != fingerprint((Query(frozenset()),), {})
     code = (

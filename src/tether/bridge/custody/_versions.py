@@ -100,11 +100,25 @@ def _json(value: object) -> str:
 def fingerprint(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     """A step's arguments, as a short stable hash: the same in every process for equal
     arguments (``_canonical``); a value it cannot read counts by its type."""
+    if not args and not kwargs:
+        return _NO_ARGUMENTS
     try:
-        text = _json(_canonical([list(args), dict(kwargs)]))
+        return fingerprint_of_canonical([list(args), dict(kwargs)])
     except (RecursionError, ValueError, TypeError):
-        text = _json([_type_name(a) for a in args] + sorted(kwargs))
+        return _hash(_json([_type_name(a) for a in args] + sorted(kwargs)))
+
+
+def fingerprint_of_canonical(value: object) -> str:
+    """The fingerprint of ``value`` in its canonical form."""
+    return _hash(_json(_canonical(value)))
+
+
+def _hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:FINGERPRINT_CHARS]
+
+
+_NO_ARGUMENTS: Final = fingerprint_of_canonical([[], {}])
+"""The fingerprint of a step asked with no arguments (most are: a closure), computed once."""
 
 
 def call_of(fn: object) -> str | None:
