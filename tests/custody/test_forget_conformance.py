@@ -19,7 +19,8 @@ from support.clock import FakeClock
 from tether.bridge import CustodyState, Task
 from tether.bridge.custody import Claim, ForgottenRoom, StaleLease, Store
 from tether.bridge.custody._children import child_id, child_task
-from tether.bridge.stores._conversations import FORGOTTEN_REASON, KEPT_HEADERS, PRUNED_REASON
+from tether.bridge.stores._conversations import KEPT_HEADERS, PRUNED_REASON
+from tether.bridge.stores._operator import FORGOTTEN_REASON
 
 S = CustodyState
 SECRET = "my pin is 4321"
@@ -123,6 +124,7 @@ async def test_forgotten_tasks_are_not_redriven_and_forgetting_again_changes_not
     await _room_in_every_state(store, fake_clock)
     await store.forget_room("r")
     assert await store.redrive_dead() == []  # read as an operator's cancel: their text is gone
+    assert await store.redrive_dead(include_cancelled=True) == []  # not even when asked
     dead = await store.records(S.DEAD, limit=100)
     assert dead
     named = await store.redrive([r.task.id for r in dead])  # nor by id: nothing left to run
@@ -190,6 +192,24 @@ async def test_room_keep_prunes_the_oldest_turns_and_the_finished_tasks_text(
     assert half is not None
     assert (half.task.body, half.result) == ("", "")  # its reply went now
     assert [j.reason for j in await store.journal("m1")].count(PRUNED_REASON) == 2
+
+
+async def test_room_keep_leaves_a_dead_tasks_text_an_operator_may_run_again(
+    store: Store,
+) -> None:
+    await store.ingest(Task("d0", "q0", room="r"), room_policy="concurrent")
+    (claim,) = (await _claimed(store, 1)).values()
+    await store.fail(claim, "boom", permanent=True)
+    for i in range(1, 4):
+        await store.ingest(Task(f"m{i}", f"q{i}", room="r"), room_policy="concurrent")
+    assert await store.prune_turns(keep=2) >= 1
+    dead = await store.get("d0")
+    assert dead is not None
+    assert dead.task.body == "q0"
+    [redriven] = await store.redrive(["d0"])
+    assert redriven.done
+    claimed = await _claimed(store, 4)
+    assert claimed["d0"].task.body == "q0"  # not an empty message
 
 
 async def test_the_window_a_run_reads_stays_bounded_whatever_the_room_keeps(

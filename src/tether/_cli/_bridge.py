@@ -71,7 +71,7 @@ _HELP: dict[str, tuple[str, type[Any]]] = {
         int,
     ),
     "room_keep": (
-        "turns each room's conversation keeps at most; older ones are pruned, and a finished "
+        "turns each room's conversation keeps at most; older ones are pruned, and a delivered "
         "task's text with them (default: 500)",
         int,
     ),

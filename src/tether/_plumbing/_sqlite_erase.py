@@ -13,7 +13,9 @@ its commit.
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
+from typing import Final
 
 
 def zero_deleted_content(conn: sqlite3.Connection) -> None:
@@ -26,12 +28,33 @@ def zero_deleted_content(conn: sqlite3.Connection) -> None:
 def truncate_wal(path: Path, busy_timeout_s: float) -> bool:
     """Checkpoint the WAL of the database at ``path`` into the file and cut it to zero bytes,
     on a connection of its own (a checkpoint runs outside any transaction, and the store's
-    connections are always in one); False when another connection kept it from finishing
+    connections are always in one); False when other connections kept it from finishing
     within ``busy_timeout_s`` (a reader still on an older snapshot): the WAL then keeps the
-    older pages until a later checkpoint starts it over."""
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s)
+    older pages until a later checkpoint starts it over.
+
+    A ``TRUNCATE`` checkpoint holds the write lock while it waits for readers, so every
+    writer waits with it: it is tried in short waits (``TRUNCATE_WAIT_S``), a ``PASSIVE``
+    one first copying what it can without blocking anyone, and the writers go on between
+    tries."""
+    deadline = time.monotonic() + busy_timeout_s
+    conn = sqlite3.connect(path, isolation_level=None, timeout=TRUNCATE_WAIT_S)
     try:
-        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        while True:
+            try:
+                busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.OperationalError:  # the lock itself was busy past the short wait
+                busy = 1
+            if int(busy) == 0:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(TRUNCATE_PAUSE_S)
     finally:
         conn.close()
-    return int(busy) == 0
+
+
+TRUNCATE_WAIT_S: Final = 0.2
+"""Seconds one ``TRUNCATE`` try waits for the lock and the readers (writers wait as long)."""
+TRUNCATE_PAUSE_S: Final = 0.05
+"""Seconds between two tries: the writers' turn."""

@@ -65,7 +65,7 @@ async def retention_pass(
 ) -> RetentionPass:
     """Prune delivered tasks past ``retention`` (with their journal, steps and asks),
     tombstones past ``tombstone_retention`` and each room's turns past ``room_keep`` (a
-    finished task's text with its turns), then give the free pages back, a slice per writer
+    delivered task's text with its turns), then give the free pages back, a slice per writer
     job."""
     now = store.clock()
     tasks, a = await in_slices(

@@ -43,7 +43,7 @@ from ..custody._tenants import TENANT_HEADER
 from ._common import check_limit, complete_args, fence_args, ring_for_children
 from ._frame import Moves
 from ._host import Host
-from ._operator import CANCELLED_PREFIX
+from ._operator import FORGOTTEN_REASON
 
 log = logging.getLogger("tether.custody")
 
@@ -158,11 +158,6 @@ class ConversationFrame(abc.ABC):
     async def _conversation_counts(self) -> ConversationCounts: ...
 
 
-FORGOTTEN_REASON = f"{CANCELLED_PREFIX}its room was forgotten (its text erased)"
-"""The reason of every task a room's erasure leaves dead (a live one cancelled, a dead one's
-own reason erased: it may quote the text), and the journal entry of each erased task. It reads
-as an operator's cancel, so ``retry --dead`` leaves these tasks be (their message is gone) and
-the gateway is told "an operator cancelled this message"."""
 KEPT_HEADERS: Final = (QUEUE_HEADER, PARENT_HEADER, DEPTH_HEADER, TENANT_HEADER, SCHEDULE_HEADER)
 """The headers an erased task keeps: what custody itself reads of them (its queue, its parent
 and depth for a join and the dead notices, its tenant, the schedule that fired it), labels an

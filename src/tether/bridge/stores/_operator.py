@@ -50,6 +50,12 @@ CANCELLED_PREFIX: Final = f"{OPERATOR_PREFIX}cancelled: "
 """How an operator-cancelled task's reason begins: ``retry --dead`` leaves such a task dead
 unless asked to include it (a person was told "cancelled"); naming its id re-drives it."""
 
+FORGOTTEN_REASON: Final = f"{CANCELLED_PREFIX}its room was forgotten (its text erased)"
+"""The reason of every task a room's erasure leaves dead (a live one cancelled, a dead one's
+own reason erased: it may quote the text), and the journal entry of each erased task. It reads
+as an operator's cancel, so ``retry --dead`` leaves these tasks be (their message is gone) and
+the gateway is told "an operator cancelled this message"."""
+
 
 def cancel_reason(reason: str) -> str:
     """The reason a cancelled task records (it is dead with it)."""

@@ -15,6 +15,7 @@ room on two bridges cannot both store a state based on the same version.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
@@ -40,6 +41,8 @@ from ._rows import complete_params
 from ._sql import FENCE, NO_DELIVERY_LEASE
 
 log = logging.getLogger("tether.custody")
+FORGET_TRIES: Final = 3
+"""Tries of a forget PostgreSQL aborted to break a lock cycle (``_without_deadlock``)."""
 
 _OUTCOMES: Final = ", ".join(f"'{o}'" for o in sorted(HISTORY_OUTCOMES))
 _TURN_COLS: Final = "id, body, created_at, result, updated_at, state, no_send, turn_seq, reply_seq"
@@ -223,6 +226,13 @@ class PostgresConversations(ConversationFrame):
                 # the room's row first: the order of every writer of a room's tasks and counter
                 row = conn.execute(statements["room"], params).fetchone()
                 found = conn.execute(statements["tasks"], params).fetchall()
+                # a spawn that held a parent as the walk began committed its child meanwhile
+                # (the walk waited for it): walk again, from a snapshot that sees it, until
+                # none appears; a later spawn waits for the parent's lock, then is fenced out
+                while len(again := conn.execute(statements["tasks"], params).fetchall()) > len(
+                    found
+                ):
+                    found = again
                 params["ids"] = [id for id, _ in found]
                 cancelled = [id for (id,) in conn.execute(statements["cancel"], params)]
                 moved = set(cancelled)
@@ -244,9 +254,24 @@ class PostgresConversations(ConversationFrame):
             )
             return forgotten, {id: CustodyState(state) for id, state in found if id in moved}
 
-        forgotten, moved = await self.db.run(op, promise=True)
+        forgotten, moved = await self._without_deadlock(op)
         await self.db.run(lambda conn: vacuum(conn, s))
         return forgotten, moved
+
+    async def _without_deadlock(
+        self, op: Callable[[Conn], tuple[ForgottenRoom, Moves]]
+    ) -> tuple[ForgottenRoom, Moves]:
+        """``op`` run again when PostgreSQL broke a lock cycle by aborting it: a forget locks
+        its room, then the tasks, then a child's other room, the reverse of a completion's
+        order there; the transaction rolled back whole, so running it again is safe."""
+        for attempt in range(FORGET_TRIES):
+            try:
+                return await self.db.run(op, promise=True)
+            except psycopg.errors.DeadlockDetected:
+                if attempt == FORGET_TRIES - 1:
+                    raise
+                log.warning("forget-room: a lock cycle with a completion: trying again")
+        raise AssertionError("unreachable")
 
     async def _prune_turns(self, keep: int, limit: int) -> int:
         s = self.db.s
@@ -398,14 +423,14 @@ def prune_sql(s: str) -> str:
     rows deleted (each counts -1 as it goes), task rows' live turns hidden (counted here). A
     message hidden before its live reply leaves the reply in place (``reply_seq``), as does
     one whose ask was answered (its reply goes under the answer); another whose reply is not
-    said yet gets none. A finished task's text goes from its row with its turns (its
+    said yet gets none. A delivered task's text goes from its row with its turns (its
     message's, and its reply's once no longer a turn), journaled with ``%(why)s`` at
     ``%(now)s``. The number of turns removed."""
     kept = (
         f"CASE WHEN NOT hid.replied AND (t.reply_seq IS NOT NULL OR {reply_live('t')}) "
         "THEN coalesce(t.reply_seq, t.turn_seq) END"
     )
-    done = "t.state IN ('delivered', 'dead')"
+    done = "t.state = 'delivered'"  # a dead task may be re-driven: it keeps its text
     return (
         f"WITH a AS MATERIALIZED (SELECT {_TURN_COLS} FROM {s}.tasks "
         "WHERE room = %(room)s AND turn_seq IS NOT NULL ORDER BY turn_seq LIMIT %(limit)s), "
@@ -423,7 +448,7 @@ def prune_sql(s: str) -> str:
         "hid AS (SELECT id, bool_or(role = 'user') AS said, bool_or(role = 'assistant') "
         "AS replied FROM pick WHERE NOT kept GROUP BY id), "
         f"u AS (UPDATE {s}.tasks t SET turn_seq = NULL, reply_seq = {kept}, "
-        # a finished task's text goes with its turns (issue #53): the message's, and the
+        # a delivered task's text goes with its turns (issue #53): the message's, and the
         # reply's once it is no longer a turn; a task in custody keeps its text to run
         f"body = CASE WHEN {done} THEN ''::bytea ELSE t.body END, "
         f"result = CASE WHEN {done} AND t.result IS NOT NULL AND ({kept}) IS NULL "

@@ -14,7 +14,7 @@ from typing import Final
 import attrs
 
 from .._common import IN_CUSTODY_SQL
-from .._operator import CANCELLABLE_SQL, REDRIVE_PRIORITY
+from .._operator import CANCELLABLE_SQL, FORGOTTEN_REASON, REDRIVE_PRIORITY
 from .._rooms_sql import room_busy, room_gate
 
 TASK_COLS: Final = "t.id, t.body, t.room, t.priority, t.headers"
@@ -876,6 +876,7 @@ class Sql:
     def redrive_dead(self) -> str:
         pick = (
             f"SELECT id, state FROM {self.s}.tasks WHERE state = 'dead' "
+            f"AND reason IS DISTINCT FROM '{FORGOTTEN_REASON}' "
             "AND (%(text)s::text IS NULL OR strpos(reason, %(text)s::text) > 0) "
             "AND (%(skip)s::text IS NULL OR reason IS NULL "
             "OR left(reason, length(%(skip)s::text)) <> %(skip)s::text) "

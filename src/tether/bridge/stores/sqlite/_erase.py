@@ -118,12 +118,13 @@ def forget_room(
 BLANK_PRUNED: Final = (
     "UPDATE tasks SET body = '', result = CASE WHEN result IS NULL OR reply_seq IS NOT NULL "
     "THEN result ELSE '' END WHERE rowid IN (SELECT value FROM json_each(:rowids)) "
-    "AND state IN ('delivered', 'dead') AND turn_seq IS NULL "
+    "AND state = 'delivered' AND turn_seq IS NULL "
     "AND (body <> '' OR (result <> '' AND reply_seq IS NULL)) RETURNING id"
 )
-"""Of the task rows whose turns a prune hid, the finished ones: the message's text goes (its
+"""Of the task rows whose turns a prune hid, the delivered ones: the message's text goes (its
 turn is gone), the reply's too once it is no longer a turn (``reply_seq`` NULL). A task still
-in custody keeps its text: it has yet to run or be delivered."""
+in custody keeps its text (it has yet to run or be delivered), and so does a dead one: an
+operator may re-drive, rewind or fork it, and it would run an empty message."""
 
 
 def blank_pruned(conn: sqlite3.Connection, rowids: Collection[int], why: str, now: float) -> None:

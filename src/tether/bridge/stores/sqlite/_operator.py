@@ -12,9 +12,8 @@ import attrs
 
 from ...custody._records import OperatorOutcome
 from ...custody._rules import CustodyState
-from .._conversations import FORGOTTEN_REASON
 from .._frame import Moves
-from .._operator import CANCELLED_PREFIX
+from .._operator import CANCELLED_PREFIX, FORGOTTEN_REASON
 from .._operator_frame import OperatorFrame
 from . import _rewind
 from . import _sql as sql

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from ...custody._rules import Claim
 from .._common import IN_CUSTODY_SQL
-from .._operator import CANCELLABLE_SQL, REDRIVE_PRIORITY
+from .._operator import CANCELLABLE_SQL, FORGOTTEN_REASON, REDRIVE_PRIORITY
 from .._rooms_sql import room_busy, room_gate
 
 TASK_COLS: Final = "id, body, room, priority, headers"
@@ -385,7 +385,7 @@ REDRIVE: Final = (  # a re-driven task queues as low priority (issue 33): see RE
 )
 REDRIVE_CLEAR_STALLS: Final = f"DELETE FROM stall_notices WHERE id IN {IDS}"
 DEAD_MATCHING: Final = (
-    "SELECT id FROM tasks WHERE state = 'dead' "
+    f"SELECT id FROM tasks WHERE state = 'dead' AND reason IS NOT '{FORGOTTEN_REASON}' "
     "AND (?1 IS NULL OR instr(reason, ?1) > 0) "
     "AND (?3 IS NULL OR reason IS NULL OR substr(reason, 1, length(?3)) != ?3) "
     "ORDER BY updated_at, rowid LIMIT ?2"
