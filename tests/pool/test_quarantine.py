@@ -10,7 +10,6 @@ outlives neither its parent (``PR_SET_PDEATHSIG``) nor the parent's end of the p
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,7 +21,6 @@ import attrs
 import pytest
 import trio
 
-from support.service import TESTS_DIR
 from support.waiting import wait_until
 from tether.bridge import CustodyState, Permanent, Reply, Retry, Task
 from tether.bridge.custody._children import ChildView, child_id
@@ -43,16 +41,11 @@ from tether.bridge.pool._quarantine_limits import ChildLimits
 from tether.bridge.pool._quarantine_wire import EXIT_OUT_OF_MEMORY
 from tether.bridge.runs import Parked
 
-pytestmark = pytest.mark.slow
-
 SPEC = QuarantineSpec("support.agents.quarantine:factory")
 START_WITHIN = 60.0  # a child start takes a second or more on a busy 2-core machine
 
 
-@pytest.fixture(autouse=True)
-def _tests_importable(monkeypatch: pytest.MonkeyPatch) -> None:
-    path = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
-    monkeypatch.setenv("PYTHONPATH", path)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("tests_importable")]
 
 
 def _gone(pid: int) -> bool:

@@ -7,40 +7,22 @@ SQLite store."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import trio
 
 from support.agents.bounds import factory
 from support.clock import FakeClock
-from support.pool_fixtures import LEASE_S
-from support.service import TESTS_DIR
+from support.suspects import make_suspects
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.pool import Bounds, PoolWorker, RetryBackoff
 from tether.bridge.pool._quarantine import Quarantine, QuarantineSpec
 
-pytestmark = pytest.mark.slow
-
 S = CustodyState
 SPEC = QuarantineSpec("support.agents.bounds:factory")
 
 
-@pytest.fixture(autouse=True)
-def _tests_importable(monkeypatch: pytest.MonkeyPatch) -> None:
-    path = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
-    monkeypatch.setenv("PYTHONPATH", path)
-
-
-async def _suspects(store: SqliteStore, clock: FakeClock, *tasks: Task) -> None:
-    """``tasks`` in flight together in a process that dies: suspects, each one crash."""
-    await store.ingest_many(list(tasks), room_policy="concurrent")
-    await store.beat("gone-w1", "worker", 10)
-    claims = await store.claim_many("gone-w1", len(tasks), leaderless=True)
-    assert len(claims) == len(tasks)
-    clock.advance(LEASE_S + 1)
-    assert len(await store.expire_leases()) == len(tasks)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("tests_importable")]
 
 
 async def test_a_quarantined_run_over_a_bound_is_dead_on_the_attempt_it_ran(
@@ -49,7 +31,7 @@ async def test_a_quarantined_run_over_a_bound_is_dead_on_the_attempt_it_ran(
     over = {"step": "step 1001", "wrapped": "wrapped 1001", "reply": "reply 501"}
     over["state"] = "state 2001"
     within = {"fits": "step 1000"}
-    await _suspects(
+    await make_suspects(
         store,
         fake_clock,
         *(Task(id, body, room="r" if id == "state" else None) for id, body in over.items()),

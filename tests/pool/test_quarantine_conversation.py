@@ -5,7 +5,6 @@ costs no read. Real child processes, a real SQLite store."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -13,33 +12,17 @@ import trio
 
 from support.agents.quarantine import factory
 from support.clock import FakeClock
-from support.pool_fixtures import LEASE_S
-from support.service import TESTS_DIR
+from support.suspects import make_suspects
 from support.waiting import wait_until
 from tether.bridge import CustodyState, SqliteStore, Task
 from tether.bridge.pool import PoolWorker
 from tether.bridge.pool._quarantine import Quarantine, QuarantineSpec
 
-pytestmark = pytest.mark.slow
-
 S = CustodyState
 SPEC = QuarantineSpec("support.agents.quarantine:factory")
 
 
-@pytest.fixture(autouse=True)
-def _tests_importable(monkeypatch: pytest.MonkeyPatch) -> None:
-    path = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
-    monkeypatch.setenv("PYTHONPATH", path)
-
-
-async def _suspects(store: SqliteStore, clock: FakeClock, *tasks: Task) -> None:
-    """``tasks`` in flight together in a process that dies: suspects, each one crash."""
-    await store.ingest_many(list(tasks), room_policy="concurrent")
-    await store.beat("gone-w1", "worker", 10)
-    claims = await store.claim_many("gone-w1", len(tasks), leaderless=True)
-    assert len(claims) == len(tasks)
-    clock.advance(LEASE_S + 1)
-    assert len(await store.expire_leases()) == len(tasks)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("tests_importable")]
 
 
 async def test_a_suspect_reads_its_conversation_through_its_parent_once(
@@ -49,7 +32,7 @@ async def test_a_suspect_reads_its_conversation_through_its_parent_once(
     [first] = await store.claim_many("w0", 1, leaderless=True)
     await store.complete_with_state(first, "hi", {"seen": 4}, 0)
     await store.mark_delivered("m0")
-    await _suspects(store, fake_clock, Task("chat", "chat", room="r"), Task("quiet", "steps"))
+    await make_suspects(store, fake_clock, Task("chat", "chat", room="r"), Task("quiet", "steps"))
     reads: list[tuple[str, Any]] = []
     conversation = store.conversation
 

@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import os
 
+from support.agents._log import append_line
 from tether import Session
 from tether.bridge import Task, run_of
 
 
 def _effect(task: Task, step: str) -> str:
     code = os.environ["DEPLOY_AGENT_CODE"]
-    line = f"{task.id} {step} {code}\n".encode()
-    fd = os.open(os.environ["STEPS_AGENT_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    append_line("STEPS_AGENT_LOG", f"{task.id} {step} {code}")
     return f"{step} by code {code}"
 
 

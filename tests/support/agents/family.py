@@ -14,6 +14,7 @@ import os
 
 import trio
 
+from support.agents._log import append_line
 from tether import Session
 from tether.bridge import Task, run_of
 
@@ -29,12 +30,7 @@ async def plan(task: Task) -> str:
         await run.spawn(f"r{i}", f"{task.body} / part {i}", queue=QUEUE) for i in range(CHILDREN)
     ]
     notes = await run.join(*kids, timeout=600)
-    line = f"{task.id} joined - {os.getpid()}\n".encode()
-    fd = os.open(os.environ["STEPS_AGENT_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    append_line("STEPS_AGENT_LOG", f"{task.id} joined - {os.getpid()}")
     return f"done: {task.body} <- " + " + ".join(notes)
 
 

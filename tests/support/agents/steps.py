@@ -13,6 +13,7 @@ import secrets
 
 import trio
 
+from support.agents._log import append_line
 from tether import Session
 from tether.bridge import Task, run_of
 
@@ -25,12 +26,7 @@ INSIDE_S = 0.03
 
 def effect(task_id: str, step: str) -> str:
     nonce = secrets.token_hex(8)
-    line = f"{task_id} {step} {nonce} {os.getpid()}\n".encode()
-    fd = os.open(os.environ["STEPS_AGENT_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    append_line("STEPS_AGENT_LOG", f"{task_id} {step} {nonce} {os.getpid()}")
     return nonce
 
 

@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import os
 
+from support.agents._log import append_line
 from tether import Session
 from tether.bridge import Task, run_of
 
 
 async def wait(task: Task) -> str:
     body = await run_of(task).wait_for(f"ev.{task.id}", timeout=600)
-    line = f"{task.id} took {os.getpid()}\n".encode()
-    fd = os.open(os.environ["STEPS_AGENT_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    append_line("STEPS_AGENT_LOG", f"{task.id} took {os.getpid()}")
     return f"{task.body}: {body['says']}"
 
 
