@@ -67,3 +67,15 @@ async def test_a_server_bound_off_loopback_warns_once_that_it_is_plain_http(
     assert f"the gateway listens on 0.0.0.0:{port} beyond this machine" in said
     assert "plain HTTP" in said
     assert "TLS" in said
+
+
+def test_a_server_keeps_an_idle_connection_longer_than_a_client_would_reuse_it() -> None:
+    """A client that reuses a pooled connection just before its own expiry must never meet a
+    server closing it that instant ("Server disconnected without sending a response": seen
+    by a test's poll of the gateway under load, with both sides at 5 s)."""
+    import httpx
+
+    config = hypercorn_config("127.0.0.1", 0, graceful_timeout=1.0, errorlog="test")
+    client_expiry = httpx.Limits().keepalive_expiry
+    assert client_expiry is not None
+    assert config.keep_alive_timeout >= 2 * client_expiry

@@ -13,7 +13,7 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qsl
 
 import attrs
@@ -247,12 +247,20 @@ async def serve_http(
         await send_json(send, 500, {"error": f"internal error; see {see_log}"})
 
 
+KEEP_ALIVE_S: Final = 30.0
+"""Seconds a server keeps an idle connection open. Longer than any client keeps one to use
+again (httpx: 5 s): with hypercorn's default, also 5 s, a client could send its request on a
+connection the server was closing that instant ("Server disconnected without sending a
+response"), which a bridge's poll or a test's request then met as a failure."""
+
+
 def hypercorn_config(
     host: str, port: int, *, graceful_timeout: float, errorlog: str
 ) -> hypercorn.config.Config:
     """Bind ``host:port`` (IPv6 bracketed), errors to the ``errorlog`` logger, no access log,
-    no ``Server`` header."""
+    no ``Server`` header, idle connections kept ``KEEP_ALIVE_S``."""
     config = hypercorn.config.Config()
+    config.keep_alive_timeout = KEEP_ALIVE_S
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.errorlog = logging.getLogger(errorlog)
     config.accesslog = None
